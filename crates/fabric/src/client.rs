@@ -1,0 +1,300 @@
+//! The client: what index code holds to reach remote memory.
+//!
+//! A [`Client`] wraps one transport connection. It checks every verb against the cluster's shape
+//! (known node, range inside the region, 8-byte alignment for atomics, batch on one node), counts
+//! it in the client's [`ClientStats`], and forwards it. It also carves remote memory out of
+//! chunks it takes from the memory nodes' allocation service, the way CHIME and Sherman do, so
+//! that allocating a node costs no round trip most of the time.
+//!
+//! A client belongs to one task (a "coroutine" in the papers); a compute node runs many of them on
+//! a few threads. Nothing here blocks, spawns or reads a clock.
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use crate::addr::{align_up, GlobalAddr, NodeId};
+use crate::error::{FabricError, Result};
+use crate::service::{self, ServiceId, ALLOC_CHUNK};
+use crate::stats::{bump, ClientStats, VerbCounts};
+use crate::verbs::{AtomicOp, BatchOp, ClusterInfo, Transport, MAX_BATCH};
+
+/// Default size of the chunks a client takes from a memory node (as CHIME: 16 MiB).
+pub const DEFAULT_CHUNK: u64 = 16 << 20;
+/// Alignment of chunks.
+pub const CHUNK_ALIGN: u64 = 4096;
+
+/// Where the client carves its next allocations from.
+#[derive(Clone, Copy, Debug)]
+struct Chunk {
+    next: GlobalAddr,
+    end: u64,
+}
+
+/// A task's handle on remote memory over transport `T`.
+pub struct Client<T> {
+    transport: T,
+    info: Arc<ClusterInfo>,
+    cn: u16,
+    stats: ClientStats,
+    chunk_size: u64,
+    chunk: Cell<Option<Chunk>>,
+    next_node: Cell<NodeId>,
+}
+
+impl<T: Transport> Client<T> {
+    /// A client of compute node `cn` over `transport`, taking chunks of `chunk_size` bytes.
+    pub fn new(transport: T, info: Arc<ClusterInfo>, cn: u16, chunk_size: u64) -> Client<T> {
+        let nodes = info.nodes().max(1);
+        Client {
+            transport,
+            cn,
+            stats: ClientStats::default(),
+            chunk_size: align_up(chunk_size.max(CHUNK_ALIGN), CHUNK_ALIGN),
+            chunk: Cell::new(None),
+            next_node: Cell::new(cn % nodes),
+            info,
+        }
+    }
+
+    /// The compute node this client runs on.
+    pub fn cn(&self) -> u16 {
+        self.cn
+    }
+
+    /// The shape of the cluster.
+    pub fn info(&self) -> &ClusterInfo {
+        &self.info
+    }
+
+    /// The underlying transport connection.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// Live statistics.
+    pub fn stats(&self) -> &ClientStats {
+        &self.stats
+    }
+
+    /// The counts so far (subtract two snapshots to cost an operation).
+    pub fn counts(&self) -> VerbCounts {
+        self.stats.snapshot()
+    }
+
+    fn check(&self, addr: GlobalAddr, len: u64) -> Result<()> {
+        let node = addr.node();
+        let size = self
+            .info
+            .node_size(node)
+            .ok_or(FabricError::UnknownNode { node, nodes: self.info.nodes() })?;
+        match addr.offset().checked_add(len) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(FabricError::OutOfBounds { addr, len, size }),
+        }
+    }
+
+    fn check_atomic(&self, addr: GlobalAddr) -> Result<()> {
+        self.check(addr, 8)?;
+        if !addr.is_aligned(8) {
+            return Err(FabricError::Misaligned { addr, required: 8 });
+        }
+        Ok(())
+    }
+
+    /// READ `buf.len()` bytes at `addr`. One round trip.
+    pub async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<()> {
+        self.check(addr, buf.len() as u64)?;
+        let s = &self.stats;
+        bump(&s.round_trips, 1);
+        bump(&s.reads, 1);
+        bump(&s.bytes_read, buf.len() as u64);
+        self.transport.read(addr, buf).await
+    }
+
+    /// READ `len` bytes at `addr` into a new vector. One round trip.
+    pub async fn read_vec(&self, addr: GlobalAddr, len: usize) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; len];
+        self.read(addr, &mut v).await?;
+        Ok(v)
+    }
+
+    /// READ the 8-byte little-endian word at `addr` (any alignment; not atomic unless aligned).
+    pub async fn read_word(&self, addr: GlobalAddr) -> Result<u64> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b).await?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// WRITE `data` at `addr` and wait for it. One round trip.
+    pub async fn write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
+        self.check(addr, data.len() as u64)?;
+        let s = &self.stats;
+        bump(&s.round_trips, 1);
+        bump(&s.writes, 1);
+        bump(&s.bytes_written, data.len() as u64);
+        self.transport.write(addr, data).await
+    }
+
+    /// WRITE `data` at `addr` without waiting (SepHash's zero-wait write). `data` may be reused at
+    /// once. Later verbs of this client to the same node execute after it; [`Client::flush`] waits
+    /// for all such writes. Not a round trip.
+    pub fn write_zero_wait(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
+        self.check(addr, data.len() as u64)?;
+        let s = &self.stats;
+        bump(&s.writes, 1);
+        bump(&s.zero_wait_writes, 1);
+        bump(&s.bytes_written, data.len() as u64);
+        self.transport.post_write(addr, data)
+    }
+
+    /// Waits for every zero-wait WRITE this client posted. Call before the client is dropped.
+    pub async fn flush(&self) -> Result<()> {
+        self.transport.quiesce().await
+    }
+
+    async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
+        self.check_atomic(addr)?;
+        let s = &self.stats;
+        let (kind, operand_bytes) = match op {
+            AtomicOp::Cas { .. } => (&s.cas, 16),
+            AtomicOp::MaskedCas { .. } => (&s.masked_cas, 32),
+            AtomicOp::Faa { .. } => (&s.faa, 8),
+        };
+        bump(kind, 1);
+        bump(&s.round_trips, 1);
+        bump(&s.bytes_written, operand_bytes);
+        bump(&s.bytes_read, 8);
+        let old = self.transport.atomic(addr, op).await?;
+        if op.failed(old) {
+            bump(&s.cas_failures, 1);
+        }
+        Ok(old)
+    }
+
+    /// Compare-and-swap on the aligned word at `addr`; returns the old word (success iff it
+    /// equals `expected`). One round trip.
+    pub async fn cas(&self, addr: GlobalAddr, expected: u64, new: u64) -> Result<u64> {
+        self.atomic(addr, AtomicOp::Cas { expected, new }).await
+    }
+
+    /// Masked compare-and-swap: compares only the `compare_mask` bits of the word with `compare`;
+    /// on a match replaces only the `swap_mask` bits with those of `swap`. Returns the whole old
+    /// word. One round trip.
+    pub async fn masked_cas(
+        &self,
+        addr: GlobalAddr,
+        compare: u64,
+        compare_mask: u64,
+        swap: u64,
+        swap_mask: u64,
+    ) -> Result<u64> {
+        let op = AtomicOp::MaskedCas { compare, compare_mask, swap, swap_mask };
+        self.atomic(addr, op).await
+    }
+
+    /// Fetch-and-add (wrapping) on the aligned word at `addr`; returns the old word. One round
+    /// trip.
+    pub async fn faa(&self, addr: GlobalAddr, delta: u64) -> Result<u64> {
+        self.atomic(addr, AtomicOp::Faa { delta }).await
+    }
+
+    /// A doorbell batch: READ/WRITE verbs to one memory node, posted and completed together, in
+    /// order. One round trip. At most [`MAX_BATCH`] verbs.
+    pub async fn batch(&self, ops: &mut [BatchOp<'_>]) -> Result<()> {
+        let first = ops.first().ok_or(FabricError::EmptyBatch)?.addr().node();
+        if ops.len() > MAX_BATCH {
+            return Err(FabricError::BatchTooLarge { len: ops.len(), max: MAX_BATCH });
+        }
+        for op in ops.iter() {
+            if op.addr().node() != first {
+                return Err(FabricError::MixedNodesInBatch { first, other: op.addr().node() });
+            }
+            self.check(op.addr(), op.len() as u64)?;
+        }
+        let s = &self.stats;
+        bump(&s.round_trips, 1);
+        bump(&s.batches, 1);
+        for op in ops.iter() {
+            match op {
+                BatchOp::Read { buf, .. } => {
+                    bump(&s.reads, 1);
+                    bump(&s.bytes_read, buf.len() as u64);
+                }
+                BatchOp::Write { data, .. } => {
+                    bump(&s.writes, 1);
+                    bump(&s.bytes_written, data.len() as u64);
+                }
+            }
+        }
+        self.transport.batch(first, ops).await
+    }
+
+    /// A two-sided request to `service` on memory node `node`. One round trip.
+    pub async fn call(&self, node: NodeId, service: ServiceId, request: &[u8]) -> Result<Vec<u8>> {
+        if node >= self.info.nodes() {
+            return Err(FabricError::UnknownNode { node, nodes: self.info.nodes() });
+        }
+        let s = &self.stats;
+        bump(&s.round_trips, 1);
+        bump(&s.rpcs, 1);
+        bump(&s.bytes_written, request.len() as u64);
+        let reply = self.transport.call(node, service, request).await?;
+        bump(&s.bytes_read, reply.len() as u64);
+        Ok(reply)
+    }
+
+    /// Allocates `len` zeroed bytes of remote memory aligned to `align` (a power of two, at most
+    /// 1 GiB). Carved from the client's current chunk; a new chunk is taken from the memory nodes
+    /// round-robin when it runs out (one two-sided request). Remote memory is never freed.
+    pub async fn alloc(&self, len: u64, align: u64) -> Result<GlobalAddr> {
+        if len == 0 || !align.is_power_of_two() || align > service::MAX_ALIGN {
+            return Err(FabricError::Service {
+                node: self.next_node.get(),
+                service: ALLOC_CHUNK,
+                message: format!("bad allocation: {len} bytes aligned to {align}"),
+            });
+        }
+        if let Some(c) = self.chunk.get() {
+            let start = align_up(c.next.offset(), align);
+            if start.checked_add(len).is_some_and(|e| e <= c.end) {
+                self.chunk.set(Some(Chunk {
+                    next: GlobalAddr::new(c.next.node(), start + len),
+                    end: c.end,
+                }));
+                return Ok(GlobalAddr::new(c.next.node(), start));
+            }
+        }
+        if len > self.chunk_size / 4 {
+            // Large objects get a range of their own rather than wasting most of a chunk.
+            return self.alloc_from_nodes(len, align.max(8)).await;
+        }
+        let base = self.alloc_from_nodes(self.chunk_size, CHUNK_ALIGN.max(align)).await?;
+        let end = base.offset() + self.chunk_size;
+        self.chunk.set(Some(Chunk { next: base.add(len), end }));
+        Ok(base)
+    }
+
+    /// Asks the memory nodes, round-robin from the next one, for `len` bytes; fails only when
+    /// every node is out of memory.
+    async fn alloc_from_nodes(&self, len: u64, align: u64) -> Result<GlobalAddr> {
+        let nodes = self.info.nodes();
+        let mut last_err = None;
+        for _ in 0..nodes {
+            let node = self.next_node.get();
+            self.next_node.set((node + 1) % nodes);
+            match self.call(node, ALLOC_CHUNK, &service::alloc_request(len, align)).await {
+                Ok(reply) => {
+                    let off = service::decode_word(&reply).ok_or_else(|| FabricError::Service {
+                        node,
+                        service: ALLOC_CHUNK,
+                        message: format!("malformed reply of {} bytes", reply.len()),
+                    })?;
+                    return Ok(GlobalAddr::new(node, off));
+                }
+                Err(e @ FabricError::OutOfMemory { .. }) => last_err = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_err.unwrap_or(FabricError::UnknownNode { node: 0, nodes }))
+    }
+}

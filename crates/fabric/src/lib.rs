@@ -1,0 +1,61 @@
+//! # dmindex-fabric: remote memory as the indexes see it
+//!
+//! Disaggregated memory splits a cluster into compute nodes (CNs), which run many clients, and
+//! memory nodes (MNs), which hold the data and have almost no CPU. Clients reach MN memory only
+//! through one-sided verbs — READ, WRITE, CAS, masked CAS, FAA — as over RDMA. This crate is that
+//! world, behind one API, for every index in dmindex.
+//!
+//! ## Pieces
+//!
+//! * [`GlobalAddr`] — a memory-node id and byte offset packed in 64 bits.
+//! * [`Client`] — what index code holds: the async verbs, doorbell batches, zero-wait writes,
+//!   two-sided requests, chunked remote allocation, and per-client [`ClientStats`].
+//! * [`Transport`] — the raw verbs a transport implements; [`Fabric`] makes clients of one.
+//! * [`memory::Region`] — one MN's bytes with RDMA's guarantees: aligned words atomic, cache lines
+//!   read and written whole, nothing more.
+//! * [`layout`] — every MN's fixed layout: superblock, root table (CAS-updated root pointers),
+//!   heap. [`service`] — the two-sided services an MN's few cores run (chunk allocation first).
+//! * [`local`] — the in-process transport: real atomics, many threads, no lock or allocation per
+//!   verb. [`exec`] — running many client tasks per thread.
+//! * [`conformance`] — the verb-semantics suite every transport must pass.
+//!
+//! ## Counting
+//!
+//! One round trip is one awaited verb, one doorbell batch (to one MN), or one two-sided request.
+//! Zero-wait writes are verbs but not round trips. See [`stats`].
+//!
+//! ## Rules for index code
+//!
+//! Index code is generic over `T: Transport`, holds a `&Client<T>`, and never touches a runtime, a
+//! clock or an OS thread. It must stay correct when any multi-line READ is torn at cache-line
+//! granularity and when a client stops between any two verbs.
+
+pub mod addr;
+pub mod client;
+pub mod conformance;
+pub mod error;
+pub mod exec;
+pub mod layout;
+pub mod local;
+pub mod memory;
+pub mod service;
+pub mod stats;
+pub mod verbs;
+
+pub use addr::{GlobalAddr, NodeId};
+pub use client::Client;
+pub use error::{FabricError, Result};
+pub use local::{LocalConfig, LocalFabric};
+pub use service::{ServiceId, Services};
+pub use stats::{ClientStats, VerbCounts};
+pub use verbs::{AtomicOp, BatchOp, ClusterInfo, Transport};
+
+/// A cluster that hands out clients: one per task, each for a given compute node.
+pub trait Fabric {
+    /// The transport its clients use.
+    type Transport: Transport;
+    /// The memory nodes' sizes.
+    fn info(&self) -> &ClusterInfo;
+    /// A new client on compute node `cn`.
+    fn client(&self, cn: u16) -> Result<Client<Self::Transport>>;
+}

@@ -1,0 +1,238 @@
+//! The `local` transport: memory nodes in this process, shared by any number of threads.
+//!
+//! This is the embedded default and the floor under every index's speed, so a verb is a direct
+//! call on the node's [`Region`]: no lock, no allocation, no channel. Atomic verbs are real 64-bit
+//! atomics; READ and WRITE promise only what RDMA does (see [`crate::memory`]): each cache line
+//! is a unit, multi-line accesses may interleave with other clients' verbs line by line.
+//!
+//! With [`LocalConfig::yield_per_verb`] every verb first yields to the thread's other tasks, the
+//! way a coroutine yields while its verb is on the wire; tests use it to interleave tasks of one
+//! thread. Two-sided requests run on the calling thread while holding one of the node's modelled
+//! cores; when all are busy the caller yields until one frees up.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::addr::{GlobalAddr, NodeId};
+use crate::client::{Client, DEFAULT_CHUNK};
+use crate::error::{FabricError, Result};
+use crate::exec::yield_now;
+use crate::layout;
+use crate::memory::Region;
+use crate::service::{MnContext, ServiceId, Services};
+use crate::verbs::{AtomicOp, BatchOp, ClusterInfo, Transport};
+use crate::Fabric;
+
+/// Shape of an in-process cluster.
+#[derive(Clone, Debug)]
+pub struct LocalConfig {
+    /// Number of memory nodes.
+    pub memory_nodes: u16,
+    /// Bytes per memory node (memory is committed lazily, as pages are touched).
+    pub node_size: u64,
+    /// Modelled CPU cores per memory node for two-sided requests.
+    pub mn_cores: usize,
+    /// Size of the chunks clients carve their allocations from.
+    pub chunk_size: u64,
+    /// Whether each verb yields to the thread's other tasks first.
+    pub yield_per_verb: bool,
+}
+
+impl Default for LocalConfig {
+    fn default() -> LocalConfig {
+        LocalConfig {
+            memory_nodes: 1,
+            node_size: 1 << 30,
+            mn_cores: 2,
+            chunk_size: DEFAULT_CHUNK,
+            yield_per_verb: false,
+        }
+    }
+}
+
+impl LocalConfig {
+    /// Checks the configuration, naming the first problem.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.memory_nodes == 0 {
+            return Err("memory_nodes must be at least 1".into());
+        }
+        if self.node_size < layout::MIN_REGION {
+            return Err(format!(
+                "node_size {} is below the minimum of {} bytes",
+                self.node_size,
+                layout::MIN_REGION
+            ));
+        }
+        if self.node_size > crate::addr::OFFSET_LIMIT {
+            return Err(format!("node_size {} exceeds the 48-bit offset range", self.node_size));
+        }
+        if self.chunk_size == 0 || self.chunk_size > self.node_size - layout::HEAP_START {
+            return Err(format!(
+                "chunk_size {} must be positive and fit in a node's heap of {} bytes",
+                self.chunk_size,
+                self.node_size - layout::HEAP_START
+            ));
+        }
+        Ok(())
+    }
+}
+
+struct LocalNode {
+    region: Region,
+    free_cores: AtomicUsize,
+}
+
+struct Shared {
+    nodes: Vec<LocalNode>,
+    info: Arc<ClusterInfo>,
+    services: Services,
+    config: LocalConfig,
+}
+
+/// An in-process cluster of memory nodes. Cheap to clone; clones share the memory.
+#[derive(Clone)]
+pub struct LocalFabric {
+    shared: Arc<Shared>,
+}
+
+impl LocalFabric {
+    /// A cluster with the built-in services.
+    pub fn new(config: LocalConfig) -> Result<LocalFabric, String> {
+        let services = Services::new(config.mn_cores);
+        LocalFabric::with_services(config, services)
+    }
+
+    /// A cluster running `services` on every memory node.
+    pub fn with_services(config: LocalConfig, services: Services) -> Result<LocalFabric, String> {
+        config.validate()?;
+        let nodes: Vec<LocalNode> = (0..config.memory_nodes)
+            .map(|id| {
+                let region = Region::new(config.node_size);
+                layout::format(&region, id);
+                LocalNode { region, free_cores: AtomicUsize::new(services.cores()) }
+            })
+            .collect();
+        let info =
+            Arc::new(ClusterInfo { node_sizes: nodes.iter().map(|n| n.region.len()).collect() });
+        Ok(LocalFabric { shared: Arc::new(Shared { nodes, info, services, config }) })
+    }
+
+    /// The configuration this cluster was built with.
+    pub fn config(&self) -> &LocalConfig {
+        &self.shared.config
+    }
+
+    /// Direct access to a node's memory, as its CPU sees it (for services and tests).
+    pub fn region(&self, node: NodeId) -> Option<&Region> {
+        self.shared.nodes.get(node as usize).map(|n| &n.region)
+    }
+
+    /// Bytes handed out by the allocation service on all nodes (heap top minus heap start).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.shared
+            .nodes
+            .iter()
+            .map(|n| n.region.load_word(layout::HEAP_TOP_OFFSET) - layout::HEAP_START)
+            .sum()
+    }
+}
+
+impl Fabric for LocalFabric {
+    type Transport = LocalTransport;
+
+    fn info(&self) -> &ClusterInfo {
+        &self.shared.info
+    }
+
+    fn client(&self, cn: u16) -> Result<Client<LocalTransport>> {
+        let t = LocalTransport {
+            shared: Arc::clone(&self.shared),
+            yield_per_verb: self.shared.config.yield_per_verb,
+        };
+        Ok(Client::new(t, Arc::clone(&self.shared.info), cn, self.shared.config.chunk_size))
+    }
+}
+
+/// One client's connection to an in-process cluster.
+pub struct LocalTransport {
+    shared: Arc<Shared>,
+    yield_per_verb: bool,
+}
+
+impl LocalTransport {
+    #[inline]
+    fn region(&self, node: NodeId) -> &Region {
+        // Client validated the node id.
+        &self.shared.nodes[node as usize].region
+    }
+
+    #[inline]
+    async fn issue(&self) {
+        if self.yield_per_verb {
+            yield_now().await;
+        }
+    }
+}
+
+impl Transport for LocalTransport {
+    async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<()> {
+        self.issue().await;
+        self.region(addr.node()).read(addr.offset(), buf);
+        Ok(())
+    }
+
+    async fn write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
+        self.issue().await;
+        self.region(addr.node()).write(addr.offset(), data);
+        Ok(())
+    }
+
+    fn post_write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
+        // Executed at once, so it precedes every later verb and needs no completion tracking.
+        self.region(addr.node()).write(addr.offset(), data);
+        Ok(())
+    }
+
+    async fn quiesce(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
+        self.issue().await;
+        Ok(self.region(addr.node()).atomic(addr.offset(), op))
+    }
+
+    async fn batch(&self, node: NodeId, ops: &mut [BatchOp<'_>]) -> Result<()> {
+        self.issue().await;
+        let region = self.region(node);
+        for op in ops.iter_mut() {
+            match op {
+                BatchOp::Read { addr, buf } => region.read(addr.offset(), buf),
+                BatchOp::Write { addr, data } => region.write(addr.offset(), data),
+            }
+        }
+        Ok(())
+    }
+
+    async fn call(&self, node: NodeId, service: ServiceId, request: &[u8]) -> Result<Vec<u8>> {
+        let mn = self
+            .shared
+            .nodes
+            .get(node as usize)
+            .ok_or(FabricError::UnknownNode { node, nodes: self.shared.nodes.len() as u16 })?;
+        self.issue().await;
+        // Take one of the node's cores; while all are busy, let other tasks run.
+        while mn
+            .free_cores
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |c| c.checked_sub(1))
+            .is_err()
+        {
+            yield_now().await;
+            std::thread::yield_now();
+        }
+        let ctx = MnContext { node, memory: &mn.region };
+        let reply = self.shared.services.dispatch(&ctx, service, request);
+        mn.free_cores.fetch_add(1, Ordering::Release);
+        reply
+    }
+}

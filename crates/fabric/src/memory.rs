@@ -1,0 +1,306 @@
+//! The bytes of one memory node, shared by many threads with RDMA's guarantees and no more.
+//!
+//! # What a [`Region`] promises
+//!
+//! * **Aligned 8-byte words are atomic** for CAS, masked CAS and FAA ([`Region::atomic`]), which are
+//!   real 64-bit atomic read-modify-writes.
+//! * **Each 64-byte cache line is read and written as a unit**, which is what a NIC's DMA gives in
+//!   practice and what cache-line versions (CHIME, Sherman) rely on. A READ or WRITE that spans
+//!   several lines is *not* atomic: a READ overlapping a WRITE may return any mix of old and new
+//!   lines, and a WRITE's lines land one after another in increasing address order.
+//! * A verb that completed before another verb was issued is visible to it (release stores,
+//!   acquire loads), so "WRITE the data, then WRITE the unlock" publishes the data to whoever
+//!   acquires the lock.
+//!
+//! # How
+//!
+//! The region is an array of `AtomicU64` words, so every access is a data-race-free atomic access.
+//! Line atomicity comes from a sequence lock per 64-byte line: a WRITE takes the line's sequence
+//! (odd while writing), a READ copies the line optimistically and retries if the sequence moved.
+//! Atomic verbs do not touch the sequence: they change one word, and a line copy that interleaves
+//! with them is still a snapshot of some instant because no other word of the line changed.
+//! Byte `i` of the region is byte `i % 8` of word `i / 8` in little-endian order, so atomics see
+//! words in host (x86, RDMA) byte order.
+
+use std::alloc::{self, Layout};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use crate::verbs::AtomicOp;
+
+/// Bytes per cache line, the unit of READ/WRITE atomicity.
+pub const CACHE_LINE: u64 = 64;
+const WORDS_PER_LINE: usize = (CACHE_LINE / 8) as usize;
+
+/// One memory node's memory: `len` bytes, zero-initialised.
+pub struct Region {
+    words: Box<[AtomicU64]>,
+    seqs: Box<[AtomicU32]>,
+    len: u64,
+}
+
+/// A zeroed boxed slice of `n` atomics, allocated lazily by the OS (calloc), so a large region
+/// costs only the pages that are touched.
+fn zeroed_atomics<T>(n: usize) -> Box<[T]> {
+    assert!(n > 0, "zero-sized region");
+    let layout = Layout::array::<T>(n).expect("region size overflows the address space");
+    // SAFETY: `layout` has non-zero size (n > 0 and T is a non-zero-sized atomic).
+    let ptr = unsafe { alloc::alloc_zeroed(layout) } as *mut T;
+    if ptr.is_null() {
+        alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `ptr` is a fresh allocation of `layout`, i.e. of `n` properly aligned `T`s, owned by
+    // nobody else; `T` is `AtomicU64` or `AtomicU32`, for which all-zero bytes is a valid value;
+    // `Box<[T]>` frees it with the same layout.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) }
+}
+
+impl Region {
+    /// A zeroed region of `len` bytes (rounded up to whole cache lines).
+    pub fn new(len: u64) -> Region {
+        let len = crate::addr::align_up(len.max(CACHE_LINE), CACHE_LINE);
+        let lines = usize::try_from(len / CACHE_LINE).expect("region too large for this machine");
+        Region { words: zeroed_atomics(lines * WORDS_PER_LINE), seqs: zeroed_atomics(lines), len }
+    }
+
+    /// Size in bytes.
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the region has no bytes (never: regions hold at least one line).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `[offset, offset + len)` lies inside the region.
+    #[inline]
+    pub fn contains(&self, offset: u64, len: u64) -> bool {
+        offset.checked_add(len).is_some_and(|end| end <= self.len)
+    }
+
+    /// Copies `buf.len()` bytes at `offset` into `buf`, each cache line as one snapshot.
+    ///
+    /// # Panics
+    /// If the range is outside the region (callers validate first).
+    pub fn read(&self, offset: u64, buf: &mut [u8]) {
+        assert!(self.contains(offset, buf.len() as u64), "read outside region");
+        let mut pos = offset as usize;
+        let mut out = 0;
+        while out < buf.len() {
+            let line = pos / CACHE_LINE as usize;
+            let line_end = (line + 1) * CACHE_LINE as usize;
+            let n = (line_end - pos).min(buf.len() - out);
+            self.read_in_line(line, pos, &mut buf[out..out + n]);
+            pos += n;
+            out += n;
+        }
+    }
+
+    fn read_in_line(&self, line: usize, pos: usize, dst: &mut [u8]) {
+        let seq = &self.seqs[line];
+        loop {
+            let s1 = seq.load(Ordering::Acquire);
+            if s1 & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            copy_out(&self.words, pos, dst);
+            fence(Ordering::Acquire);
+            if seq.load(Ordering::Relaxed) == s1 {
+                return;
+            }
+        }
+    }
+
+    /// Stores `data` at `offset`, line by line in increasing address order, each line as a unit.
+    ///
+    /// # Panics
+    /// If the range is outside the region (callers validate first).
+    pub fn write(&self, offset: u64, data: &[u8]) {
+        assert!(self.contains(offset, data.len() as u64), "write outside region");
+        let mut pos = offset as usize;
+        let mut inp = 0;
+        while inp < data.len() {
+            let line = pos / CACHE_LINE as usize;
+            let line_end = (line + 1) * CACHE_LINE as usize;
+            let n = (line_end - pos).min(data.len() - inp);
+            self.write_in_line(line, pos, &data[inp..inp + n]);
+            pos += n;
+            inp += n;
+        }
+    }
+
+    fn write_in_line(&self, line: usize, pos: usize, src: &[u8]) {
+        let seq = &self.seqs[line];
+        let s = loop {
+            let s = seq.load(Ordering::Relaxed);
+            if s & 1 == 0
+                && seq
+                    .compare_exchange_weak(
+                        s,
+                        s.wrapping_add(1),
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                break s;
+            }
+            std::hint::spin_loop();
+        };
+        fence(Ordering::Release);
+        copy_in(&self.words, pos, src);
+        seq.store(s.wrapping_add(2), Ordering::Release);
+    }
+
+    /// Applies an atomic verb to the aligned word at `offset`; returns the old word.
+    ///
+    /// # Panics
+    /// If `offset` is misaligned or outside the region (callers validate first).
+    pub fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
+        assert!(offset % 8 == 0 && self.contains(offset, 8), "bad atomic offset");
+        let word = &self.words[(offset / 8) as usize];
+        match op {
+            AtomicOp::Cas { expected, new } => {
+                match word.compare_exchange(expected, new, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(old) | Err(old) => old,
+                }
+            }
+            AtomicOp::Faa { delta } => word.fetch_add(delta, Ordering::SeqCst),
+            AtomicOp::MaskedCas { .. } => {
+                let mut old = word.load(Ordering::SeqCst);
+                loop {
+                    let Some(new) = op.apply(old) else { return old };
+                    match word.compare_exchange_weak(old, new, Ordering::SeqCst, Ordering::SeqCst) {
+                        Ok(_) => return old,
+                        Err(cur) => old = cur,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads the aligned word at `offset` atomically (a convenience for memory-node services).
+    pub fn load_word(&self, offset: u64) -> u64 {
+        assert!(offset % 8 == 0 && self.contains(offset, 8), "bad word offset");
+        self.words[(offset / 8) as usize].load(Ordering::SeqCst)
+    }
+}
+
+/// Copies bytes `[pos, pos + dst.len())` of the word array into `dst`.
+#[inline]
+fn copy_out(words: &[AtomicU64], pos: usize, dst: &mut [u8]) {
+    let mut p = pos;
+    let mut o = 0;
+    // Leading partial word.
+    if p % 8 != 0 {
+        let b = p % 8;
+        let n = (8 - b).min(dst.len());
+        let w = words[p / 8].load(Ordering::Acquire).to_le_bytes();
+        dst[..n].copy_from_slice(&w[b..b + n]);
+        p += n;
+        o += n;
+    }
+    // Whole words: fixed-size copies the compiler turns into single stores.
+    let whole = (dst.len() - o) / 8;
+    for (chunk, word) in dst[o..o + whole * 8].chunks_exact_mut(8).zip(&words[p / 8..p / 8 + whole])
+    {
+        chunk.copy_from_slice(&word.load(Ordering::Acquire).to_le_bytes());
+    }
+    p += whole * 8;
+    o += whole * 8;
+    // Trailing partial word.
+    if o < dst.len() {
+        let n = dst.len() - o;
+        let w = words[p / 8].load(Ordering::Acquire).to_le_bytes();
+        dst[o..].copy_from_slice(&w[..n]);
+    }
+}
+
+/// Stores `src` at bytes `[pos, pos + src.len())` of the word array. Whole words are plain
+/// stores; a partial word is merged with a CAS loop so that a concurrent atomic verb on the same
+/// word is never undone.
+#[inline]
+fn copy_in(words: &[AtomicU64], pos: usize, src: &[u8]) {
+    let mut p = pos;
+    let mut i = 0;
+    if p % 8 != 0 {
+        let n = (8 - p % 8).min(src.len());
+        merge_bytes(&words[p / 8], p % 8, &src[..n]);
+        p += n;
+        i += n;
+    }
+    let whole = (src.len() - i) / 8;
+    for (chunk, word) in src[i..i + whole * 8].chunks_exact(8).zip(&words[p / 8..p / 8 + whole]) {
+        word.store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Release);
+    }
+    p += whole * 8;
+    i += whole * 8;
+    if i < src.len() {
+        merge_bytes(&words[p / 8], 0, &src[i..]);
+    }
+}
+
+/// Replaces bytes `b..b + src.len()` of one word, atomically with respect to other verbs on it.
+#[inline]
+fn merge_bytes(word: &AtomicU64, b: usize, src: &[u8]) {
+    let n = src.len();
+    let mut bytes = [0u8; 8];
+    bytes[b..b + n].copy_from_slice(src);
+    let val = u64::from_le_bytes(bytes);
+    let mask = (u64::MAX >> (64 - 8 * n as u32)) << (8 * b as u32);
+    let _ = word.fetch_update(Ordering::Release, Ordering::Relaxed, |old| {
+        Some((old & !mask) | (val & mask))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn byte_order_is_little_endian_words() {
+        let r = Region::new(128);
+        r.write(8, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(r.load_word(8), 0x0807_0605_0403_0201);
+        assert_eq!(r.atomic(8, AtomicOp::Faa { delta: 1 }), 0x0807_0605_0403_0201);
+        let mut b = [0u8; 3];
+        r.read(8, &mut b);
+        assert_eq!(b, [2, 2, 3]);
+    }
+
+    #[test]
+    fn size_rounds_to_lines() {
+        assert_eq!(Region::new(1).len(), 64);
+        assert_eq!(Region::new(65).len(), 128);
+        assert!(Region::new(64).contains(0, 64));
+        assert!(!Region::new(64).contains(1, 64));
+        assert!(!Region::new(64).contains(u64::MAX, 2));
+    }
+
+    proptest! {
+        /// Reads and writes at any offset and length agree with a plain byte array.
+        #[test]
+        fn matches_byte_model(ops in prop::collection::vec((0u64..300, prop::collection::vec(any::<u8>(), 0..150), any::<bool>()), 1..40)) {
+            let r = Region::new(512);
+            let mut model = vec![0u8; 512];
+            for (off, data, is_write) in ops {
+                let len = data.len().min(512 - off as usize);
+                if is_write {
+                    r.write(off, &data[..len]);
+                    model[off as usize..off as usize + len].copy_from_slice(&data[..len]);
+                } else {
+                    let mut buf = vec![0xAAu8; len];
+                    r.read(off, &mut buf);
+                    prop_assert_eq!(&buf[..], &model[off as usize..off as usize + len]);
+                }
+            }
+            let mut all = vec![0u8; 512];
+            r.read(0, &mut all);
+            prop_assert_eq!(all, model);
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Two-sided services run by a memory node's (few, weak) CPU cores.
+//!
+//! Most of dmindex is one-sided, but some things need the memory node's CPU: handing out chunks of
+//! memory (every design), and the log apply and replication of HiStore. A [`Service`] answers a
+//! request with a reply; a memory node runs the services registered in its [`Services`] table on
+//! a modelled handful of cores ([`Services::cores`]), so a design that leans on MN CPU pays for it.
+//!
+//! # Built-in services
+//!
+//! | id | name | request | reply |
+//! |----|------|---------|-------|
+//! | 0 | [`ALLOC_CHUNK`] | `len: u64, align: u64` (LE) | `offset: u64` (LE) of a fresh, zeroed range |
+//! | 1 | [`NODE_INFO`] | empty | the 64-byte superblock ([`crate::layout::Superblock`]) |
+//!
+//! Ids below [`FIRST_USER_SERVICE`] are reserved for the fabric.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::addr::{align_up, NodeId};
+use crate::error::FabricError;
+use crate::layout::{self, HEAP_TOP_OFFSET};
+use crate::memory::Region;
+use crate::verbs::AtomicOp;
+
+/// Identifies a service on a memory node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceId(pub u16);
+
+impl fmt::Display for ServiceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Chunk allocation: a bump allocator over the node's heap.
+pub const ALLOC_CHUNK: ServiceId = ServiceId(0);
+/// The node's superblock.
+pub const NODE_INFO: ServiceId = ServiceId(1);
+/// First id free for index-specific services.
+pub const FIRST_USER_SERVICE: u16 = 16;
+/// Largest alignment an allocation may ask for (1 GiB).
+pub const MAX_ALIGN: u64 = 1 << 30;
+
+/// What a memory node's CPU can do to its own memory.
+pub trait MnMemory: Sync {
+    /// Region size.
+    fn size(&self) -> u64;
+    /// Copy bytes out.
+    fn read(&self, offset: u64, buf: &mut [u8]);
+    /// Copy bytes in.
+    fn write(&self, offset: u64, data: &[u8]);
+    /// Atomic verb on an aligned word; returns the old word.
+    fn atomic(&self, offset: u64, op: AtomicOp) -> u64;
+}
+
+impl MnMemory for Region {
+    fn size(&self) -> u64 {
+        Region::len(self)
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) {
+        Region::read(self, offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8]) {
+        Region::write(self, offset, data)
+    }
+    fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
+        Region::atomic(self, offset, op)
+    }
+}
+
+/// What a service sees of the node it runs on.
+pub struct MnContext<'a> {
+    /// The node's id.
+    pub node: NodeId,
+    /// The node's memory.
+    pub memory: &'a dyn MnMemory,
+}
+
+/// Why a service refused a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceError {
+    /// Not enough memory left.
+    OutOfMemory { requested: u64, available: u64 },
+    /// The request was malformed.
+    BadRequest(String),
+    /// Anything else.
+    Failed(String),
+}
+
+impl ServiceError {
+    /// The fabric error a client sees.
+    pub fn into_fabric(self, node: NodeId, service: ServiceId) -> FabricError {
+        match self {
+            ServiceError::OutOfMemory { requested, available } => {
+                FabricError::OutOfMemory { node, requested, available }
+            }
+            ServiceError::BadRequest(m) => {
+                FabricError::Service { node, service, message: format!("bad request: {m}") }
+            }
+            ServiceError::Failed(message) => FabricError::Service { node, service, message },
+        }
+    }
+}
+
+/// A request handler run by a memory node's CPU.
+pub trait Service: Send + Sync {
+    /// Short name for logs.
+    fn name(&self) -> &str;
+    /// Answer one request.
+    fn handle(&self, ctx: &MnContext<'_>, request: &[u8]) -> Result<Vec<u8>, ServiceError>;
+}
+
+/// The services a memory node runs and the cores it runs them on.
+#[derive(Clone)]
+pub struct Services {
+    table: Vec<Option<Arc<dyn Service>>>,
+    cores: usize,
+}
+
+impl fmt::Debug for Services {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<_> = self
+            .table
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| format!("{i}:{}", s.name())))
+            .collect();
+        f.debug_struct("Services").field("cores", &self.cores).field("table", &names).finish()
+    }
+}
+
+impl Services {
+    /// The built-in services on `cores` MN cores (at least one).
+    pub fn new(cores: usize) -> Services {
+        let mut s = Services { table: Vec::new(), cores: cores.max(1) };
+        s.install(ALLOC_CHUNK, Arc::new(ChunkAllocator));
+        s.install(NODE_INFO, Arc::new(NodeInfo));
+        s
+    }
+
+    /// Number of MN cores that run requests.
+    pub fn cores(&self) -> usize {
+        self.cores
+    }
+
+    /// Adds an index-specific service. Ids below [`FIRST_USER_SERVICE`] and taken ids are refused.
+    pub fn register(&mut self, id: ServiceId, service: Arc<dyn Service>) -> Result<(), String> {
+        if id.0 < FIRST_USER_SERVICE {
+            return Err(format!("service id {id} is reserved for the fabric"));
+        }
+        if self.get(id).is_some() {
+            return Err(format!("service id {id} is already registered"));
+        }
+        self.install(id, service);
+        Ok(())
+    }
+
+    fn install(&mut self, id: ServiceId, service: Arc<dyn Service>) {
+        let i = id.0 as usize;
+        if self.table.len() <= i {
+            self.table.resize(i + 1, None);
+        }
+        self.table[i] = Some(service);
+    }
+
+    /// The service with this id.
+    pub fn get(&self, id: ServiceId) -> Option<&Arc<dyn Service>> {
+        self.table.get(id.0 as usize).and_then(Option::as_ref)
+    }
+
+    /// Runs one request on the calling thread (the caller accounts for MN cores).
+    pub fn dispatch(
+        &self,
+        ctx: &MnContext<'_>,
+        id: ServiceId,
+        request: &[u8],
+    ) -> Result<Vec<u8>, FabricError> {
+        let service =
+            self.get(id).ok_or(FabricError::UnknownService { node: ctx.node, service: id })?;
+        service.handle(ctx, request).map_err(|e| e.into_fabric(ctx.node, id))
+    }
+}
+
+/// Encodes an [`ALLOC_CHUNK`] request.
+pub fn alloc_request(len: u64, align: u64) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&len.to_le_bytes());
+    b[8..].copy_from_slice(&align.to_le_bytes());
+    b
+}
+
+/// Decodes a reply that is one little-endian word.
+pub fn decode_word(reply: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(reply.try_into().ok()?))
+}
+
+/// [`ALLOC_CHUNK`]: bumps the heap top in the superblock with CAS (the MN's cores may race).
+struct ChunkAllocator;
+
+impl Service for ChunkAllocator {
+    fn name(&self) -> &str {
+        "alloc-chunk"
+    }
+
+    fn handle(&self, ctx: &MnContext<'_>, request: &[u8]) -> Result<Vec<u8>, ServiceError> {
+        if request.len() != 16 {
+            return Err(ServiceError::BadRequest(format!(
+                "alloc request is 16 bytes, got {}",
+                request.len()
+            )));
+        }
+        let len = decode_word(&request[..8]).expect("8 bytes");
+        let align = decode_word(&request[8..]).expect("8 bytes");
+        if len == 0 {
+            return Err(ServiceError::BadRequest("zero-length allocation".into()));
+        }
+        if !align.is_power_of_two() || !(8..=MAX_ALIGN).contains(&align) {
+            return Err(ServiceError::BadRequest(format!(
+                "alignment {align} is not a power of two in 8..={MAX_ALIGN}"
+            )));
+        }
+        let size = ctx.memory.size();
+        let mut top = ctx.memory.atomic(HEAP_TOP_OFFSET, AtomicOp::Faa { delta: 0 });
+        loop {
+            let start = align_up(top, align);
+            let end =
+                start.checked_add(len).filter(|&e| e <= size).ok_or(ServiceError::OutOfMemory {
+                    requested: len,
+                    available: size.saturating_sub(top),
+                })?;
+            let old = ctx.memory.atomic(HEAP_TOP_OFFSET, AtomicOp::Cas { expected: top, new: end });
+            if old == top {
+                return Ok(start.to_le_bytes().to_vec());
+            }
+            top = old;
+        }
+    }
+}
+
+/// [`NODE_INFO`]: the superblock bytes.
+struct NodeInfo;
+
+impl Service for NodeInfo {
+    fn name(&self) -> &str {
+        "node-info"
+    }
+
+    fn handle(&self, ctx: &MnContext<'_>, _request: &[u8]) -> Result<Vec<u8>, ServiceError> {
+        let mut b = vec![0u8; layout::SUPERBLOCK_LEN as usize];
+        ctx.memory.read(0, &mut b);
+        Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(len: u64) -> Region {
+        let r = Region::new(len);
+        layout::format(&r, 0);
+        r
+    }
+
+    #[test]
+    fn allocator_bumps_aligned_and_refuses_overflow() {
+        let r = node(layout::MIN_REGION);
+        let s = Services::new(2);
+        let ctx = MnContext { node: 0, memory: &r };
+        let a = decode_word(&s.dispatch(&ctx, ALLOC_CHUNK, &alloc_request(100, 8)).unwrap());
+        assert_eq!(a, Some(layout::HEAP_START));
+        let b = decode_word(&s.dispatch(&ctx, ALLOC_CHUNK, &alloc_request(8, 4096)).unwrap());
+        assert_eq!(b, Some(layout::HEAP_START + 4096));
+        let err = s.dispatch(&ctx, ALLOC_CHUNK, &alloc_request(1 << 20, 8)).unwrap_err();
+        assert!(matches!(err, FabricError::OutOfMemory { node: 0, requested: 1048576, .. }));
+        let err = s.dispatch(&ctx, ALLOC_CHUNK, &alloc_request(8, 3)).unwrap_err();
+        assert!(err.to_string().contains("alignment 3"), "{err}");
+        let err = s.dispatch(&ctx, ALLOC_CHUNK, &[1, 2]).unwrap_err();
+        assert!(err.to_string().contains("16 bytes"), "{err}");
+        let err = s.dispatch(&ctx, ServiceId(99), &[]).unwrap_err();
+        assert_eq!(err, FabricError::UnknownService { node: 0, service: ServiceId(99) });
+    }
+
+    #[test]
+    fn registration_rules() {
+        struct Echo;
+        impl Service for Echo {
+            fn name(&self) -> &str {
+                "echo"
+            }
+            fn handle(&self, _: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
+                Ok(r.to_vec())
+            }
+        }
+        let mut s = Services::new(0);
+        assert_eq!(s.cores(), 1);
+        assert!(s.register(ServiceId(3), Arc::new(Echo)).unwrap_err().contains("reserved"));
+        s.register(ServiceId(16), Arc::new(Echo)).unwrap();
+        assert!(s.register(ServiceId(16), Arc::new(Echo)).unwrap_err().contains("already"));
+        let r = node(layout::MIN_REGION);
+        let ctx = MnContext { node: 0, memory: &r };
+        assert_eq!(s.dispatch(&ctx, ServiceId(16), b"hi").unwrap(), b"hi");
+        assert!(format!("{s:?}").contains("16:echo"));
+    }
+}

@@ -1,0 +1,191 @@
+//! The one-sided verbs and the trait every transport implements.
+//!
+//! Index code never sees a [`Transport`] directly: it holds a [`crate::Client`], which validates
+//! every verb, counts it, and forwards it here. A transport therefore only moves bytes; the
+//! semantics below are the contract each one (in-process, simulated, UCX) must meet, and the
+//! conformance suite in [`crate::conformance`] checks it.
+//!
+//! # Semantics (RDMA's, not stronger)
+//!
+//! * READ / WRITE move bytes; each 64-byte cache line is a unit, a multi-line access is not.
+//! * CAS, masked CAS and FAA act atomically on one aligned 8-byte word and return the old word.
+//! * Masked CAS (the RDMA extended atomic): only the bits in `compare_mask` are compared; on a
+//!   match only the bits in `swap_mask` are replaced by those of `swap`; the whole old word is
+//!   returned either way. See [`AtomicOp::apply`].
+//! * A doorbell batch is a list of READ/WRITE verbs to one memory node, posted together and
+//!   completed together: one round trip. Its verbs execute in list order.
+//! * Verbs that one client issues to one memory node execute in the order they are issued (like
+//!   an RC queue pair); in particular a zero-wait WRITE is executed before any verb the same client
+//!   issues after it to the same node.
+
+use std::future::Future;
+
+use crate::addr::{GlobalAddr, NodeId};
+use crate::error::Result;
+use crate::service::ServiceId;
+
+/// Most verbs one doorbell batch may carry.
+pub const MAX_BATCH: usize = 16;
+
+/// An atomic verb on one aligned 8-byte word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Compare-and-swap: if the word equals `expected`, it becomes `new`.
+    Cas { expected: u64, new: u64 },
+    /// Masked compare-and-swap (RDMA extended atomics).
+    MaskedCas { compare: u64, compare_mask: u64, swap: u64, swap_mask: u64 },
+    /// Fetch-and-add, wrapping.
+    Faa { delta: u64 },
+}
+
+impl AtomicOp {
+    /// The word after this verb acts on `old`, or `None` if the comparison fails and the word is
+    /// left as it was. Every transport applies atomics through this one function.
+    #[inline]
+    pub const fn apply(self, old: u64) -> Option<u64> {
+        match self {
+            AtomicOp::Cas { expected, new } => {
+                if old == expected {
+                    Some(new)
+                } else {
+                    None
+                }
+            }
+            AtomicOp::MaskedCas { compare, compare_mask, swap, swap_mask } => {
+                if (old ^ compare) & compare_mask == 0 {
+                    Some((old & !swap_mask) | (swap & swap_mask))
+                } else {
+                    None
+                }
+            }
+            AtomicOp::Faa { delta } => Some(old.wrapping_add(delta)),
+        }
+    }
+
+    /// Whether an atomic that returned `old` failed its comparison (always false for FAA).
+    #[inline]
+    pub const fn failed(self, old: u64) -> bool {
+        self.apply(old).is_none()
+    }
+}
+
+/// One verb of a doorbell batch.
+#[derive(Debug)]
+pub enum BatchOp<'a> {
+    /// READ `buf.len()` bytes at `addr` into `buf`.
+    Read { addr: GlobalAddr, buf: &'a mut [u8] },
+    /// WRITE `data` at `addr`.
+    Write { addr: GlobalAddr, data: &'a [u8] },
+}
+
+impl BatchOp<'_> {
+    /// Target address.
+    pub fn addr(&self) -> GlobalAddr {
+        match self {
+            BatchOp::Read { addr, .. } | BatchOp::Write { addr, .. } => *addr,
+        }
+    }
+
+    /// Bytes moved.
+    pub fn len(&self) -> usize {
+        match self {
+            BatchOp::Read { buf, .. } => buf.len(),
+            BatchOp::Write { data, .. } => data.len(),
+        }
+    }
+
+    /// Whether the verb moves no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Sizes of the memory nodes a client can reach.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterInfo {
+    /// Region size in bytes of each memory node, indexed by node id.
+    pub node_sizes: Vec<u64>,
+}
+
+impl ClusterInfo {
+    /// Number of memory nodes.
+    pub fn nodes(&self) -> u16 {
+        self.node_sizes.len() as u16
+    }
+
+    /// Region size of `node`, if it exists.
+    pub fn node_size(&self, node: NodeId) -> Option<u64> {
+        self.node_sizes.get(node as usize).copied()
+    }
+}
+
+/// A client's connection to every memory node: the raw verbs of one transport.
+///
+/// Arguments arrive validated by [`crate::Client`] (node exists, range inside the region, atomics
+/// aligned, batch non-empty and on one node). Futures need not be `Send`: a client is driven by a
+/// single-threaded executor, many clients per thread.
+pub trait Transport {
+    /// READ `buf.len()` bytes at `addr`.
+    fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> impl Future<Output = Result<()>>;
+    /// WRITE `data` at `addr` and wait for completion.
+    fn write(&self, addr: GlobalAddr, data: &[u8]) -> impl Future<Output = Result<()>>;
+    /// Post a WRITE without waiting ("zero-wait", unsignalled). The transport owns any copy it
+    /// needs; `data` may be reused as soon as this returns. Completion is awaited by
+    /// [`Transport::quiesce`].
+    fn post_write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()>;
+    /// Wait until every posted zero-wait WRITE of this client has completed.
+    fn quiesce(&self) -> impl Future<Output = Result<()>>;
+    /// An atomic verb on the aligned word at `addr`; returns the old word.
+    fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> impl Future<Output = Result<u64>>;
+    /// A doorbell batch of READ/WRITE verbs to `node`, executed in order, one round trip.
+    fn batch(&self, node: NodeId, ops: &mut [BatchOp<'_>]) -> impl Future<Output = Result<()>>;
+    /// A two-sided request to `service` on `node`, answered by the memory node's CPU.
+    fn call(
+        &self,
+        node: NodeId,
+        service: ServiceId,
+        request: &[u8],
+    ) -> impl Future<Output = Result<Vec<u8>>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Masked CAS, bit by bit: success iff every compared bit matches; on success each
+        /// swapped bit comes from `swap` and every other bit stays.
+        #[test]
+        fn masked_cas_bitwise(old: u64, compare: u64, compare_mask: u64, swap: u64, swap_mask: u64) {
+            let op = AtomicOp::MaskedCas { compare, compare_mask, swap, swap_mask };
+            let matches = (0..64).all(|i| (compare_mask >> i) & 1 == 0 || (old >> i) & 1 == (compare >> i) & 1);
+            match op.apply(old) {
+                None => prop_assert!(!matches),
+                Some(new) => {
+                    prop_assert!(matches);
+                    for i in 0..64 {
+                        let want = if (swap_mask >> i) & 1 == 1 { (swap >> i) & 1 } else { (old >> i) & 1 };
+                        prop_assert_eq!((new >> i) & 1, want, "bit {}", i);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn cas_and_faa(old: u64, expected: u64, new: u64) {
+            let cas = AtomicOp::Cas { expected, new };
+            prop_assert_eq!(cas.apply(old), (old == expected).then_some(new));
+            prop_assert_eq!(cas.failed(old), old != expected);
+            prop_assert_eq!(AtomicOp::Faa { delta: new }.apply(old), Some(old.wrapping_add(new)));
+        }
+    }
+
+    #[test]
+    fn truth_table_rows_agree_with_apply() {
+        for &(old, c, cm, s, sm, after) in crate::conformance::MASKED_CAS_TABLE {
+            let op = AtomicOp::MaskedCas { compare: c, compare_mask: cm, swap: s, swap_mask: sm };
+            assert_eq!(op.apply(old).unwrap_or(old), after);
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! `dmindex fabric-bench`: nanoseconds per verb on the `local` transport.
+//!
+//! Each client task works on its own 64 KiB of remote memory and issues one kind of verb in a
+//! loop; a run reports the wall time per verb as seen by one thread (`ns_per_verb`) and the
+//! aggregate rate over all threads (`mverbs_per_s`).
+
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use dmindex_fabric::exec::run_on_threads;
+use dmindex_fabric::{BatchOp, Fabric, LocalConfig, LocalFabric};
+use serde::Serialize;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Verbs per task per measurement.
+    #[arg(long, default_value_t = 2_000_000)]
+    ops: u64,
+    /// Thread counts to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+    /// Client tasks (coroutines) per thread.
+    #[arg(long, default_value_t = 1)]
+    tasks: usize,
+    /// Yield to the thread's other tasks on every verb, as a coroutine would.
+    #[arg(long)]
+    yield_per_verb: bool,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Verb {
+    Read8,
+    Read256,
+    Write8,
+    Write256,
+    Cas,
+    MaskedCas,
+    Faa,
+    Batch2,
+}
+
+const VERBS: [Verb; 8] = [
+    Verb::Read8,
+    Verb::Read256,
+    Verb::Write8,
+    Verb::Write256,
+    Verb::Cas,
+    Verb::MaskedCas,
+    Verb::Faa,
+    Verb::Batch2,
+];
+
+#[derive(Serialize)]
+struct Row {
+    verb: Verb,
+    threads: usize,
+    tasks_per_thread: usize,
+    verbs: u64,
+    seconds: f64,
+    ns_per_verb: f64,
+    mverbs_per_s: f64,
+}
+
+const SPAN: u64 = 64 << 10;
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    if args.ops == 0 || args.tasks == 0 || args.threads.contains(&0) {
+        bail!("--ops, --tasks and every --threads value must be positive");
+    }
+    let max_tasks = args.threads.iter().max().copied().unwrap_or(1) * args.tasks;
+    let fabric = LocalFabric::new(LocalConfig {
+        node_size: (max_tasks as u64 * SPAN * 2).max(64 << 20),
+        chunk_size: 1 << 20,
+        yield_per_verb: args.yield_per_verb,
+        ..LocalConfig::default()
+    })
+    .map_err(anyhow::Error::msg)
+    .context("building the local fabric")?;
+    let mut rows = Vec::new();
+    for &threads in &args.threads {
+        for verb in VERBS {
+            rows.push(measure(&fabric, verb, threads, args.tasks, args.ops)?);
+        }
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "transport": "local", "rows": rows })
+            )?
+        );
+    } else {
+        println!(
+            "{:<11} {:>7} {:>6} {:>12} {:>12} {:>13}",
+            "verb", "threads", "tasks", "verbs", "ns/verb", "Mverbs/s"
+        );
+        for r in &rows {
+            println!(
+                "{:<11} {:>7} {:>6} {:>12} {:>12.1} {:>13.1}",
+                serde_json::to_value(r.verb)?.as_str().unwrap_or("?"),
+                r.threads,
+                r.tasks_per_thread,
+                r.verbs,
+                r.ns_per_verb,
+                r.mverbs_per_s
+            );
+        }
+    }
+    Ok(())
+}
+
+fn measure(
+    fabric: &LocalFabric,
+    verb: Verb,
+    threads: usize,
+    tasks: usize,
+    ops: u64,
+) -> anyhow::Result<Row> {
+    let start = Instant::now();
+    let results = run_on_threads(threads, tasks, |t, _| {
+        let c = fabric.client(t as u16);
+        async move {
+            let c = c?;
+            let base = c.alloc(SPAN, 4096).await?;
+            let mut buf = [0u8; 256];
+            let mut buf2 = [0u8; 8];
+            let data = [7u8; 256];
+            for i in 0..ops {
+                // Walk the task's span in 256-byte steps.
+                let a = base.add((i * 256) % SPAN);
+                match verb {
+                    Verb::Read8 => c.read(a, &mut buf[..8]).await?,
+                    Verb::Read256 => c.read(a, &mut buf).await?,
+                    Verb::Write8 => c.write(a, &data[..8]).await?,
+                    Verb::Write256 => c.write(a, &data).await?,
+                    Verb::Cas => {
+                        c.cas(a, i, i + 1).await?;
+                    }
+                    Verb::MaskedCas => {
+                        c.masked_cas(a, 0, 1 << 63, u64::MAX, u64::MAX).await?;
+                    }
+                    Verb::Faa => {
+                        c.faa(a, 1).await?;
+                    }
+                    Verb::Batch2 => {
+                        c.batch(&mut [
+                            BatchOp::Read { addr: a, buf: &mut buf[..8] },
+                            BatchOp::Read { addr: a.add(128), buf: &mut buf2 },
+                        ])
+                        .await?
+                    }
+                }
+            }
+            std::hint::black_box(&buf);
+            Ok::<u64, dmindex_fabric::FabricError>(c.counts().round_trips)
+        }
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    let mut verbs = 0;
+    for r in results {
+        let rts = r.context("verb failed during the benchmark")?;
+        verbs += rts - 1; // minus the chunk allocation request
+    }
+    Ok(Row {
+        verb,
+        threads,
+        tasks_per_thread: tasks,
+        verbs,
+        seconds,
+        ns_per_verb: seconds * 1e9 * threads as f64 / verbs as f64,
+        mverbs_per_s: verbs as f64 / seconds / 1e6,
+    })
+}

@@ -1,0 +1,35 @@
+//! `dmindex`: indexes for disaggregated memory, from the command line.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod fabric_bench;
+
+/// Indexes for disaggregated memory (CHIME, SepHash, Dolphin, HiStore and baselines).
+#[derive(Parser, Debug)]
+#[command(name = "dmindex", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Measure the cost of each verb on the in-process (local) transport.
+    FabricBench(fabric_bench::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::FabricBench(args) => fabric_bench::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
