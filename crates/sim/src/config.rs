@@ -1,0 +1,253 @@
+//! Fabric parameters and named presets.
+//!
+//! # The `chime-testbed` preset, number by number
+//!
+//! The CHIME paper (SOSP '24, §5 "Testbed") runs 10 compute nodes and 1 memory node, each with one
+//! 100 Gbps Mellanox ConnectX-6 NIC, behind one 100 Gbps switch; the memory node has 1 CPU core.
+//!
+//! | parameter | value | where it comes from |
+//! |---|---|---|
+//! | `link_gbps` | 100 | the NIC and switch line rate (paper §5) |
+//! | `one_way_ns` | 900 | the "≈ 2 µs round trip" for a small READ: 2 × 900 ns wire + PCIe + switch, plus ≈ 0.1–0.2 µs of NIC processing and posting |
+//! | `nic_mops` | 110 | message rate of one NIC. *Assumed*: ConnectX-6 is specified for about 200 M messages/s; one-sided READs to one memory-side NIC are commonly reported to saturate near half that. Small-READ floods in our sanity test reach exactly this cap |
+//! | `atomic_mops` | 40 | atomics are executed by a slower NIC unit. *Assumed*, same order as published ConnectX measurements for atomics on distinct addresses |
+//! | `same_addr_atomic_ns` | 120 | atomics to one word are serialised by the NIC (about 8 M/s per address). *Assumed*, same order as published ConnectX measurements |
+//! | `header_bytes` | 64 | RoCEv2 per-message overhead on the wire (Ethernet, IP, UDP, BTH, RETH/AETH, ICRC, FCS ≈ 60–80 B) |
+//! | `post_ns` | 60 | CPU time for a client thread to build and post one work request |
+//! | `rpc_ns` | 1500 | time for a wimpy MN core to serve one two-sided request |
+//! | `mn_cores` | 1 | the paper's memory node has one CPU core |
+//! | `jitter_ns` | 40 | uniform extra one-way delay, so that seeds explore different interleavings |
+//!
+//! Every number can be overridden ([`NetParams::set`]) by name, e.g. `link_gbps=25`.
+
+use serde::{Deserialize, Serialize};
+
+/// The fabric model's parameters. Times in virtual nanoseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NetParams {
+    /// One-way latency client NIC → memory NIC (wire, switch, PCIe), each direction.
+    pub one_way_ns: u64,
+    /// Uniform random extra one-way delay in `[0, jitter_ns]`.
+    pub jitter_ns: u64,
+    /// Per-direction link bandwidth of every NIC, in Gbit/s.
+    pub link_gbps: f64,
+    /// Message-rate cap of every NIC (millions of verbs per second).
+    pub nic_mops: f64,
+    /// Rate cap of a memory NIC's atomic unit (millions of atomics per second).
+    pub atomic_mops: f64,
+    /// Minimum spacing of atomics to the same 8-byte word at one NIC.
+    pub same_addr_atomic_ns: u64,
+    /// Wire overhead per message (request and response each).
+    pub header_bytes: u64,
+    /// Client-thread CPU time to post one verb.
+    pub post_ns: u64,
+    /// MN CPU time to serve one two-sided request.
+    pub rpc_ns: u64,
+    /// MN CPU cores serving two-sided requests.
+    pub mn_cores: usize,
+}
+
+impl NetParams {
+    /// The CHIME testbed: 100 Gb/s ConnectX-6, ≈ 2 µs round trip, one MN core.
+    pub fn chime_testbed() -> NetParams {
+        NetParams {
+            one_way_ns: 900,
+            jitter_ns: 40,
+            link_gbps: 100.0,
+            nic_mops: 110.0,
+            atomic_mops: 40.0,
+            same_addr_atomic_ns: 120,
+            header_bytes: 64,
+            post_ns: 60,
+            rpc_ns: 1500,
+            mn_cores: 1,
+        }
+    }
+
+    /// A slow, jittery fabric for correctness tests: long and variable service intervals make
+    /// torn reads and reordered arrivals common.
+    pub fn stress() -> NetParams {
+        NetParams {
+            one_way_ns: 500,
+            jitter_ns: 2000,
+            link_gbps: 0.5,
+            nic_mops: 20.0,
+            atomic_mops: 10.0,
+            same_addr_atomic_ns: 50,
+            header_bytes: 16,
+            post_ns: 10,
+            rpc_ns: 500,
+            mn_cores: 2,
+        }
+    }
+
+    /// The named preset, or an error listing the names.
+    pub fn preset(name: &str) -> Result<NetParams, String> {
+        match name {
+            "chime-testbed" | "chime" => Ok(NetParams::chime_testbed()),
+            "stress" => Ok(NetParams::stress()),
+            _ => Err(format!("unknown fabric preset '{name}' (known: {})", PRESETS.join(", "))),
+        }
+    }
+
+    /// Overrides one parameter from `name=value`.
+    pub fn set(&mut self, assignment: &str) -> Result<(), String> {
+        let (name, value) = assignment
+            .split_once('=')
+            .ok_or_else(|| format!("fabric override '{assignment}' is not name=value"))?;
+        let int = |v: &str| {
+            v.trim().parse::<u64>().map_err(|_| format!("'{v}' is not a whole number for {name}"))
+        };
+        let float = |v: &str| match v.trim().parse::<f64>() {
+            Ok(x) if x > 0.0 && x.is_finite() => Ok(x),
+            _ => Err(format!("'{v}' is not a positive number for {name}")),
+        };
+        match name.trim() {
+            "one_way_ns" => self.one_way_ns = int(value)?,
+            "jitter_ns" => self.jitter_ns = int(value)?,
+            "link_gbps" => self.link_gbps = float(value)?,
+            "nic_mops" => self.nic_mops = float(value)?,
+            "atomic_mops" => self.atomic_mops = float(value)?,
+            "same_addr_atomic_ns" => self.same_addr_atomic_ns = int(value)?,
+            "header_bytes" => self.header_bytes = int(value)?,
+            "post_ns" => self.post_ns = int(value)?,
+            "rpc_ns" => self.rpc_ns = int(value)?,
+            "mn_cores" => self.mn_cores = int(value)?.max(1) as usize,
+            other => return Err(format!("unknown fabric parameter '{other}'")),
+        }
+        Ok(())
+    }
+
+    /// Picoseconds to move `bytes` over one link direction.
+    pub(crate) fn wire_ps(&self, bytes: u64) -> u64 {
+        // Gbit/s = bits per ns; ps = bytes * 8 / gbps * 1000.
+        (bytes as f64 * 8000.0 / self.link_gbps).round() as u64
+    }
+
+    /// Picoseconds a NIC engine spends on one message.
+    pub(crate) fn msg_ps(&self) -> u64 {
+        (1e6 / self.nic_mops).round() as u64
+    }
+
+    /// Picoseconds the atomic unit spends on one atomic.
+    pub(crate) fn atomic_ps(&self) -> u64 {
+        (1e6 / self.atomic_mops).round() as u64
+    }
+}
+
+/// Names accepted by [`NetParams::preset`].
+pub const PRESETS: &[&str] = &["chime-testbed", "stress"];
+
+/// Seed-controlled faults (BUGGIFY-style).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Faults {
+    /// Probability that a verb is delayed by a uniform extra `[0, delay_max_ns]` on its way to the
+    /// memory node, and (independently, same probability) that its data phase is stretched by as
+    /// much, which widens the window for torn reads.
+    pub delay_prob: f64,
+    /// Largest injected delay.
+    pub delay_max_ns: u64,
+    /// Probability that a client crashes at a verb boundary: the verb is never issued and the
+    /// task is dropped mid-operation, leaving remote memory as it is.
+    pub crash_prob: f64,
+    /// At most this many clients crash in one run.
+    pub max_crashes: u32,
+}
+
+impl Faults {
+    /// No faults.
+    pub fn none() -> Faults {
+        Faults::default()
+    }
+
+    /// Frequent delays, no crashes.
+    pub fn delays() -> Faults {
+        Faults { delay_prob: 0.05, delay_max_ns: 20_000, crash_prob: 0.0, max_crashes: 0 }
+    }
+}
+
+/// Everything a simulation run depends on, besides the workload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimConfig {
+    /// The one seed every random choice derives from.
+    pub seed: u64,
+    /// Fabric model.
+    pub net: NetParams,
+    /// Injected faults.
+    pub faults: Faults,
+    /// Number of memory nodes.
+    pub memory_nodes: u16,
+    /// Bytes per memory node.
+    pub node_size: u64,
+    /// Size of the chunks clients carve allocations from.
+    pub chunk_size: u64,
+}
+
+impl SimConfig {
+    /// The CHIME testbed with one memory node of `node_size` bytes, no faults.
+    pub fn new(seed: u64, net: NetParams) -> SimConfig {
+        SimConfig {
+            seed,
+            net,
+            faults: Faults::none(),
+            memory_nodes: 1,
+            node_size: 256 << 20,
+            chunk_size: 4 << 20,
+        }
+    }
+
+    /// Checks the configuration, naming the first problem.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = &self.net;
+        for (name, v) in
+            [("link_gbps", n.link_gbps), ("nic_mops", n.nic_mops), ("atomic_mops", n.atomic_mops)]
+        {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err(format!("{name} must be a positive number, got {v}"));
+            }
+        }
+        let f = &self.faults;
+        for (name, p) in [("delay_prob", f.delay_prob), ("crash_prob", f.crash_prob)] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("{name} must be a probability in [0, 1], got {p}"));
+            }
+        }
+        dmindex_fabric::LocalConfig {
+            memory_nodes: self.memory_nodes,
+            node_size: self.node_size,
+            chunk_size: self.chunk_size,
+            ..Default::default()
+        }
+        .validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_and_overrides() {
+        let mut p = NetParams::preset("chime-testbed").unwrap();
+        assert_eq!(p.wire_ps(125), 10_000, "125 B at 100 Gb/s is 10 ns");
+        assert_eq!(p.msg_ps(), 9091);
+        p.set("link_gbps=25").unwrap();
+        p.set(" one_way_ns = 100").unwrap();
+        assert_eq!((p.link_gbps, p.one_way_ns), (25.0, 100));
+        assert!(p.set("link_gbps=0").unwrap_err().contains("positive"));
+        assert!(p.set("bogus=1").unwrap_err().contains("unknown fabric parameter 'bogus'"));
+        assert!(p.set("one_way_ns").unwrap_err().contains("name=value"));
+        assert!(NetParams::preset("nope").unwrap_err().contains("chime-testbed, stress"));
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let mut c = SimConfig::new(1, NetParams::stress());
+        assert!(c.validate().is_ok());
+        c.faults.crash_prob = 2.0;
+        assert!(c.validate().unwrap_err().contains("crash_prob"));
+        c.faults.crash_prob = 0.0;
+        c.memory_nodes = 0;
+        assert!(c.validate().unwrap_err().contains("memory_nodes"));
+    }
+}

@@ -1,0 +1,242 @@
+//! # dmindex-sim: a deterministic disaggregated-memory fabric
+//!
+//! The simulator is both the correctness tool (every index is tested under it) and the
+//! performance model (it predicts what an RDMA cluster would do). It is a transport behind the
+//! same verb API as `local`: index code cannot tell them apart.
+//!
+//! ## Determinism
+//!
+//! One seed drives a portable RNG (ChaCha8); time is virtual; tasks run on one thread in the
+//! order their verbs complete; events at one instant run in the order they were scheduled. No
+//! wall clock, OS thread or hash-map iteration order is involved, so a seed replays exactly.
+//! [`Sim::trace_hash`] folds every event (time, kind, op, line) and every value read into one
+//! number; two runs with the same seed and workload give the same hash.
+//!
+//! ## Memory semantics (RDMA's, not stronger)
+//!
+//! * A READ samples each 64-byte line at its own random instant inside the READ's service
+//!   interval, so a READ that overlaps a WRITE can return any mix of old and new lines.
+//! * A WRITE's lines land one by one in increasing address order across its service interval.
+//! * CAS, masked CAS and FAA apply at one instant; only aligned 8-byte words are atomic.
+//! * Verbs from one client to one memory node arrive and start in issue order.
+//!
+//! ## The fabric model
+//!
+//! See [`world`] for a verb's path and [`config`] for the parameters and the `chime-testbed`
+//! preset with the source of every number.
+//!
+//! ## Faults
+//!
+//! [`Faults`]: random extra delays on the way to the memory node and in the data phase
+//! (stretching service intervals, so torn reads become common), and client crashes at verb
+//! boundaries: the task is dropped mid-operation and remote memory stays as it is.
+//!
+//! ## Replaying a failure
+//!
+//! [`seeds::check_seeds`] runs a property over many seeds and panics naming the first failing
+//! seed; setting `DMINDEX_SEED=<seed>` re-runs just that one.
+
+pub mod config;
+mod executor;
+pub mod report;
+pub mod seeds;
+mod transport;
+pub mod world;
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use dmindex_fabric::memory::Region;
+use dmindex_fabric::{layout, Client, ClusterInfo, Fabric, Result, Services};
+
+pub use config::{Faults, NetParams, SimConfig, PRESETS};
+pub use executor::Task;
+pub use report::SimReport;
+pub use transport::SimTransport;
+
+use executor::Executor;
+use world::{World, PS_PER_NS};
+
+pub(crate) struct Shared {
+    pub(crate) world: RefCell<World>,
+    pub(crate) regions: Vec<Region>,
+    services: Services,
+    info: Arc<ClusterInfo>,
+    config: SimConfig,
+}
+
+/// A simulated cluster: memory nodes, NICs, and the clock. Cheap to clone; clones share state.
+#[derive(Clone)]
+pub struct Sim {
+    shared: Rc<Shared>,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunOutcome {
+    /// Tasks (by index in the run) that completed.
+    pub finished: Vec<usize>,
+    /// Tasks dropped because their client crashed.
+    pub crashed: Vec<usize>,
+    /// Tasks dropped when the deadline passed or nothing could ever wake them.
+    pub stuck: Vec<usize>,
+    /// Virtual time at the end of the run, in ns.
+    pub end_ns: u64,
+}
+
+impl RunOutcome {
+    /// Whether every task finished.
+    pub fn all_finished(&self) -> bool {
+        self.crashed.is_empty() && self.stuck.is_empty()
+    }
+}
+
+impl Sim {
+    /// A simulated cluster with the built-in memory-node services.
+    pub fn new(config: SimConfig) -> Result<Sim, String> {
+        let services = Services::new(config.net.mn_cores);
+        Sim::with_services(config, services)
+    }
+
+    /// A simulated cluster running `services` on every memory node.
+    pub fn with_services(config: SimConfig, services: Services) -> Result<Sim, String> {
+        config.validate()?;
+        let regions: Vec<Region> = (0..config.memory_nodes)
+            .map(|id| {
+                let r = Region::new(config.node_size);
+                layout::format(&r, id);
+                r
+            })
+            .collect();
+        let info = Arc::new(ClusterInfo { node_sizes: regions.iter().map(Region::len).collect() });
+        let world =
+            World::new(config.seed, config.net.clone(), config.faults.clone(), config.memory_nodes);
+        Ok(Sim {
+            shared: Rc::new(Shared { world: RefCell::new(world), regions, services, info, config }),
+        })
+    }
+
+    /// The configuration of this run.
+    pub fn config(&self) -> &SimConfig {
+        &self.shared.config
+    }
+
+    /// A client on compute node `cn` running on a client thread of its own.
+    pub fn client_on_own_thread(&self, cn: u16) -> Client<SimTransport> {
+        self.make_client(cn, None)
+    }
+
+    /// A client on compute node `cn` sharing client thread `thread` (its CPU time for posting
+    /// verbs) with the other clients given the same thread number, like coroutines of one thread.
+    pub fn client_on(&self, cn: u16, thread: usize) -> Client<SimTransport> {
+        self.make_client(cn, Some(thread))
+    }
+
+    fn make_client(&self, cn: u16, thread: Option<usize>) -> Client<SimTransport> {
+        let id = self.shared.world.borrow_mut().add_client(cn, thread);
+        let t = SimTransport { shared: Rc::clone(&self.shared), client: id };
+        Client::new(t, Arc::clone(&self.shared.info), cn, self.shared.config.chunk_size)
+    }
+
+    /// Virtual time now, in ns.
+    pub fn now_ns(&self) -> u64 {
+        self.shared.world.borrow().now / PS_PER_NS
+    }
+
+    /// The trace hash so far: equal for equal runs.
+    pub fn trace_hash(&self) -> u64 {
+        self.shared.world.borrow().trace_hash
+    }
+
+    /// A memory node's memory, for inspection in tests.
+    pub fn region(&self, node: u16) -> Option<&Region> {
+        self.shared.regions.get(node as usize)
+    }
+
+    /// A number from the simulation's RNG (for workload choices that must replay with the seed).
+    pub fn random_u64(&self) -> u64 {
+        self.shared.world.borrow_mut().uniform(u64::MAX)
+    }
+
+    /// Runs `tasks` until all finish, crash or can never be woken again.
+    pub fn run<'a>(&self, tasks: impl IntoIterator<Item = Task<'a>>) -> RunOutcome {
+        self.run_until(tasks, u64::MAX)
+    }
+
+    /// Runs `tasks` until all finish or crash, or virtual time passes `deadline_ns`; tasks left
+    /// then are dropped and reported as stuck. Verbs already on the wire still land afterwards.
+    pub fn run_until<'a>(
+        &self,
+        tasks: impl IntoIterator<Item = Task<'a>>,
+        deadline_ns: u64,
+    ) -> RunOutcome {
+        let deadline = deadline_ns.saturating_mul(PS_PER_NS);
+        let mut exec = Executor::new(tasks.into_iter().collect());
+        let mut out = RunOutcome::default();
+        loop {
+            while let Some(i) = exec.next_ready() {
+                let finished = exec.poll(i);
+                let mut w = self.shared.world.borrow_mut();
+                if std::mem::take(&mut w.crash_current) {
+                    drop(w);
+                    exec.drop_task(i);
+                    out.crashed.push(i);
+                } else if finished {
+                    out.finished.push(i);
+                }
+            }
+            if exec.live() == 0 {
+                break;
+            }
+            let mut w = self.shared.world.borrow_mut();
+            let past_deadline = w.now > deadline;
+            if past_deadline || !w.step(&self.shared.regions, &self.shared.services) {
+                drop(w);
+                out.stuck = exec.drop_all();
+                break;
+            }
+        }
+        drop(exec);
+        // Let verbs already on the wire land (zero-wait writes, crashed clients' verbs).
+        let mut w = self.shared.world.borrow_mut();
+        while w.has_events() && w.now <= deadline {
+            w.step(&self.shared.regions, &self.shared.services);
+        }
+        out.end_ns = w.now / PS_PER_NS;
+        out
+    }
+
+    /// Runs one future to completion and returns its output.
+    ///
+    /// # Panics
+    /// If the future's client crashed or it could never finish (a bug in the caller's setup).
+    pub fn block_on<'a, R: 'a>(&self, fut: impl Future<Output = R> + 'a) -> R {
+        let slot = Rc::new(RefCell::new(None));
+        let s = Rc::clone(&slot);
+        let outcome = self.run([Box::pin(async move {
+            *s.borrow_mut() = Some(fut.await);
+        }) as Task<'a>]);
+        assert!(outcome.all_finished(), "block_on: the task did not finish: {outcome:?}");
+        let r = slot.borrow_mut().take().expect("finished task left its result");
+        r
+    }
+
+    /// Throughput, latency and NIC utilisation so far.
+    pub fn report(&self) -> SimReport {
+        SimReport::from_world(&self.shared.world.borrow())
+    }
+}
+
+impl Fabric for Sim {
+    type Transport = SimTransport;
+
+    fn info(&self) -> &ClusterInfo {
+        &self.shared.info
+    }
+
+    fn client(&self, cn: u16) -> Result<Client<SimTransport>> {
+        Ok(self.client_on_own_thread(cn))
+    }
+}

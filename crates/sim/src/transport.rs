@@ -1,0 +1,202 @@
+//! The simulator as a [`Transport`]: each verb posts an op into the world and waits for its
+//! completion event.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use dmindex_fabric::{
+    AtomicOp, BatchOp, FabricError, GlobalAddr, NodeId, Result, ServiceId, Transport,
+};
+
+use crate::world::OpKind;
+use crate::Shared;
+
+/// One client's connection to the simulated fabric.
+pub struct SimTransport {
+    pub(crate) shared: Rc<Shared>,
+    pub(crate) client: u32,
+}
+
+/// Waits for one op's completion event; frees the op if dropped early.
+struct OpWait<'a> {
+    shared: &'a Shared,
+    op: u32,
+    taken: bool,
+}
+
+impl Future for OpWait<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut w = self.shared.world.borrow_mut();
+        let op = w.op(self.op);
+        if op.done {
+            drop(w);
+            self.taken = true;
+            Poll::Ready(())
+        } else {
+            op.waker = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for OpWait<'_> {
+    fn drop(&mut self) {
+        if !self.taken {
+            self.shared.world.borrow_mut().abandon(self.op);
+        }
+    }
+}
+
+/// A future that never completes: what a crashed client's verb turns into.
+async fn crashed() -> ! {
+    std::future::pending::<()>().await;
+    unreachable!("pending() never completes")
+}
+
+/// What to do with a completed op's buffer.
+enum Out<'a> {
+    /// Copy the bytes read into the caller's buffer.
+    CopyTo(&'a mut [u8]),
+    /// Nothing (writes, atomics).
+    Discard,
+    /// Hand the buffer over (replies).
+    Take,
+}
+
+impl SimTransport {
+    /// Posts one verb (after the crash check and the post's CPU time).
+    fn post(&self, kind: OpKind, addr: GlobalAddr, buf: Vec<u8>, detached: bool) -> Option<u32> {
+        let mut w = self.shared.world.borrow_mut();
+        if w.crash_here(self.client) {
+            return None;
+        }
+        let ready = w.post_cpu(self.client);
+        Some(w.post(ready, self.client, kind, addr, buf, detached))
+    }
+
+    async fn run(&self, kind: OpKind, addr: GlobalAddr, buf: Vec<u8>) -> u32 {
+        let Some(op) = self.post(kind, addr, buf, false) else { crashed().await };
+        OpWait { shared: &self.shared, op, taken: false }.await;
+        op
+    }
+
+    /// Takes a completed op's result and frees it.
+    fn finish(&self, op: u32, out: Out<'_>) -> Result<(u64, Vec<u8>)> {
+        let mut w = self.shared.world.borrow_mut();
+        let o = w.op(op);
+        let result = std::mem::replace(&mut o.result, Ok(0));
+        let reply = match out {
+            Out::CopyTo(dst) => {
+                dst.copy_from_slice(&o.buf);
+                Vec::new()
+            }
+            Out::Discard => Vec::new(),
+            Out::Take => std::mem::take(&mut o.buf),
+        };
+        w.free_op(op);
+        result.map(|r| (r, reply))
+    }
+
+    fn buffer(&self, len: usize) -> Vec<u8> {
+        self.shared.world.borrow_mut().buffer(len)
+    }
+}
+
+impl Transport for SimTransport {
+    async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<()> {
+        let b = self.buffer(buf.len());
+        let op = self.run(OpKind::Read, addr, b).await;
+        self.finish(op, Out::CopyTo(buf)).map(|_| ())
+    }
+
+    async fn write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
+        let mut b = self.buffer(0);
+        b.extend_from_slice(data);
+        let op = self.run(OpKind::Write, addr, b).await;
+        self.finish(op, Out::Discard).map(|_| ())
+    }
+
+    fn post_write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
+        let mut b = self.buffer(0);
+        b.extend_from_slice(data);
+        // A zero-wait write cannot crash the client here (it is not awaited); the crash check
+        // happens at the client's next awaited verb.
+        let mut w = self.shared.world.borrow_mut();
+        let ready = w.post_cpu(self.client);
+        w.post(ready, self.client, OpKind::Write, addr, b, true);
+        Ok(())
+    }
+
+    async fn quiesce(&self) -> Result<()> {
+        std::future::poll_fn(|cx| {
+            let mut w = self.shared.world.borrow_mut();
+            let c = &mut w.clients[self.client as usize];
+            if c.outstanding == 0 {
+                Poll::Ready(Ok(()))
+            } else {
+                c.quiesce_waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
+    async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
+        let b = self.buffer(0);
+        let id = self.run(OpKind::Atomic(op), addr, b).await;
+        self.finish(id, Out::Discard).map(|(old, _)| old)
+    }
+
+    async fn batch(&self, _node: NodeId, ops: &mut [BatchOp<'_>]) -> Result<()> {
+        // One doorbell: one post's CPU time, then every work request on the wire at once.
+        let crash = self.shared.world.borrow_mut().crash_here(self.client);
+        if crash {
+            crashed().await;
+        }
+        let ids = {
+            let mut w = self.shared.world.borrow_mut();
+            let ready = w.post_cpu(self.client);
+            let mut ids = [0u32; dmindex_fabric::verbs::MAX_BATCH];
+            for (slot, op) in ids.iter_mut().zip(ops.iter()) {
+                *slot = match op {
+                    BatchOp::Read { addr, buf } => {
+                        let b = w.buffer(buf.len());
+                        w.post(ready, self.client, OpKind::Read, *addr, b, false)
+                    }
+                    BatchOp::Write { addr, data } => {
+                        let mut b = w.buffer(0);
+                        b.extend_from_slice(data);
+                        w.post(ready, self.client, OpKind::Write, *addr, b, false)
+                    }
+                };
+            }
+            ids
+        };
+        // Completions arrive in order; waiting on each in turn waits for the last.
+        let mut result = Ok(());
+        for (i, op) in ops.iter_mut().enumerate() {
+            OpWait { shared: &self.shared, op: ids[i], taken: false }.await;
+            let r = match op {
+                BatchOp::Read { buf, .. } => self.finish(ids[i], Out::CopyTo(buf)),
+                BatchOp::Write { .. } => self.finish(ids[i], Out::Discard),
+            };
+            if let Err(e) = r {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
+    async fn call(&self, node: NodeId, service: ServiceId, request: &[u8]) -> Result<Vec<u8>> {
+        if node as usize >= self.shared.regions.len() {
+            return Err(FabricError::UnknownNode { node, nodes: self.shared.regions.len() as u16 });
+        }
+        let mut b = Vec::with_capacity(request.len());
+        b.extend_from_slice(request);
+        let op = self.run(OpKind::Rpc(service), GlobalAddr::new(node, 0), b).await;
+        self.finish(op, Out::Take).map(|(_, reply)| reply)
+    }
+}

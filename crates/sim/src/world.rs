@@ -1,0 +1,575 @@
+//! The simulated fabric: verbs in flight, NIC queues, and memory effects at virtual instants.
+//!
+//! # A verb's life
+//!
+//! ```text
+//!  client thread      CN NIC                wire           MN NIC                         wire     CN NIC
+//!  post (post_ns) ──▶ engine (1/nic_mops) ─▶ tx link ──▶ one way ──▶ engine ─▶ data phase ──▶ one way ──▶ rx link ─▶ complete
+//!                                                     (+ jitter,        READ: lines sampled at random instants
+//!                                                      + fault delay)        over the response's wire time
+//!                                                                      WRITE: lines land in address order over
+//!                                                                             the request's wire time
+//!                                                                      atomic: one instant at the atomic unit
+//!                                                                      request: one instant on an MN core
+//! ```
+//!
+//! Every queue is a FIFO server whose next free instant is kept as a number: engines charge one
+//! message time per verb, links charge bytes over bandwidth (payload + `header_bytes`), the
+//! atomic unit charges one atomic time and each 8-byte word can take one atomic per
+//! `same_addr_atomic_ns`. Verbs from one client to one memory node arrive and start in the order
+//! they were posted (an RC queue pair), whatever the jitter.
+//!
+//! Time is kept in picoseconds so that sub-nanosecond service times add up exactly; the public
+//! API speaks nanoseconds.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::task::Waker;
+
+use dmindex_fabric::memory::{Region, CACHE_LINE};
+use dmindex_fabric::service::{MnContext, ServiceId, Services};
+use dmindex_fabric::{AtomicOp, FabricError, GlobalAddr};
+use hdrhistogram::Histogram;
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+use crate::config::{Faults, NetParams};
+
+pub(crate) const PS_PER_NS: u64 = 1000;
+const ATOMIC_TABLE: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum EventKind {
+    Arrive,
+    Sample,
+    Land,
+    Atomic,
+    Rpc,
+    Complete,
+}
+
+/// One scheduled instant. Ordered by time, then by the order it was scheduled in (`seq` is
+/// unique, so the order is total and never depends on the other fields).
+#[derive(Clone, Copy, Debug)]
+struct Event {
+    time: u64,
+    seq: u64,
+    kind: EventKind,
+    op: u32,
+    line: u32,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, o: &Event) -> bool {
+        (self.time, self.seq) == (o.time, o.seq)
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, o: &Event) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Event {
+    fn cmp(&self, o: &Event) -> std::cmp::Ordering {
+        (self.time, self.seq).cmp(&(o.time, o.seq))
+    }
+}
+
+/// What a verb does at the memory node.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum OpKind {
+    Read,
+    Write,
+    Atomic(AtomicOp),
+    Rpc(ServiceId),
+}
+
+pub(crate) struct Op {
+    kind: OpKind,
+    addr: GlobalAddr,
+    client: u32,
+    /// READ: the bytes sampled so far; WRITE: the data; request: the request, then the reply.
+    pub(crate) buf: Vec<u8>,
+    pub(crate) result: Result<u64, FabricError>,
+    pub(crate) done: bool,
+    detached: bool,
+    abandoned: bool,
+    pub(crate) waker: Option<Waker>,
+    posted_at: u64,
+}
+
+/// A NIC's FIFO servers and counters.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Nic {
+    engine_free: u64,
+    tx_free: u64,
+    rx_free: u64,
+    atomic_free: u64,
+    pub(crate) engine_busy_ps: u64,
+    pub(crate) tx_busy_ps: u64,
+    pub(crate) rx_busy_ps: u64,
+    pub(crate) msgs: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct ClientState {
+    cn: u16,
+    thread: usize,
+    /// Per memory node: latest arrival and latest data-phase end of this client's verbs.
+    last_arrival: Vec<u64>,
+    qp_free: Vec<u64>,
+    pub(crate) outstanding: u32,
+    pub(crate) quiesce_waker: Option<Waker>,
+    pub(crate) crashed: bool,
+}
+
+/// Verb counters of the whole simulation, by kind.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) reads: u64,
+    pub(crate) writes: u64,
+    pub(crate) atomics: u64,
+    pub(crate) rpcs: u64,
+    pub(crate) bytes_read: u64,
+    pub(crate) bytes_written: u64,
+}
+
+pub(crate) struct World {
+    pub(crate) now: u64,
+    seq: u64,
+    events: BinaryHeap<Reverse<Event>>,
+    pub(crate) rng: ChaCha8Rng,
+    pub(crate) net: NetParams,
+    pub(crate) faults: Faults,
+    msg_ps: u64,
+    atomic_ps: u64,
+    pub(crate) cn_nics: Vec<Nic>,
+    pub(crate) mn_nics: Vec<Nic>,
+    mn_cores: Vec<Vec<u64>>,
+    atomic_words: Vec<(u64, u64)>,
+    ops: Vec<Op>,
+    free_ops: Vec<u32>,
+    buf_pool: Vec<Vec<u8>>,
+    pub(crate) clients: Vec<ClientState>,
+    thread_cpu_free: Vec<u64>,
+    pub(crate) trace_hash: u64,
+    pub(crate) crash_current: bool,
+    pub(crate) crashes: u32,
+    pub(crate) counters: Counters,
+    pub(crate) latency_ns: Histogram<u64>,
+    pub(crate) events_processed: u64,
+}
+
+/// Folds one word into the trace hash (rotate, xor, multiply: cheap and order-sensitive).
+#[inline]
+fn mix(h: u64, x: u64) -> u64 {
+    (h.rotate_left(5) ^ x).wrapping_mul(0x517C_C1B7_2722_0A95)
+}
+
+impl World {
+    pub(crate) fn new(seed: u64, net: NetParams, faults: Faults, memory_nodes: u16) -> World {
+        World {
+            now: 0,
+            seq: 0,
+            events: BinaryHeap::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            msg_ps: net.msg_ps(),
+            atomic_ps: net.atomic_ps(),
+            mn_cores: vec![vec![0; net.mn_cores.max(1)]; memory_nodes as usize],
+            net,
+            faults,
+            cn_nics: Vec::new(),
+            mn_nics: vec![Nic::default(); memory_nodes as usize],
+            atomic_words: vec![(u64::MAX, 0); ATOMIC_TABLE],
+            ops: Vec::new(),
+            free_ops: Vec::new(),
+            buf_pool: Vec::new(),
+            clients: Vec::new(),
+            thread_cpu_free: Vec::new(),
+            trace_hash: 0xCBF2_9CE4_8422_2325,
+            crash_current: false,
+            crashes: 0,
+            counters: Counters::default(),
+            latency_ns: Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("histogram bounds"),
+            events_processed: 0,
+        }
+    }
+
+    /// A uniform number in `[0, n]`.
+    pub(crate) fn uniform(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else if n == u64::MAX {
+            self.rng.next_u64()
+        } else {
+            // Multiply-shift: portable, and unbiased enough for scheduling noise.
+            ((self.rng.next_u64() as u128 * (n as u128 + 1)) >> 64) as u64
+        }
+    }
+
+    /// True with probability `p`.
+    pub(crate) fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+
+    pub(crate) fn add_client(&mut self, cn: u16, thread: Option<usize>) -> u32 {
+        if self.cn_nics.len() <= cn as usize {
+            self.cn_nics.resize(cn as usize + 1, Nic::default());
+        }
+        let thread = thread.unwrap_or(self.thread_cpu_free.len());
+        if self.thread_cpu_free.len() <= thread {
+            self.thread_cpu_free.resize(thread + 1, 0);
+        }
+        let nodes = self.mn_nics.len();
+        self.clients.push(ClientState {
+            cn,
+            thread,
+            last_arrival: vec![0; nodes],
+            qp_free: vec![0; nodes],
+            outstanding: 0,
+            quiesce_waker: None,
+            crashed: false,
+        });
+        (self.clients.len() - 1) as u32
+    }
+
+    fn schedule(&mut self, time: u64, kind: EventKind, op: u32, line: u32) {
+        self.seq += 1;
+        self.events.push(Reverse(Event { time, seq: self.seq, kind, op, line }));
+    }
+
+    pub(crate) fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// Whether the client should crash at this verb boundary (and marks it if so).
+    pub(crate) fn crash_here(&mut self, client: u32) -> bool {
+        let f = &self.faults;
+        if f.crash_prob > 0.0 && self.crashes < f.max_crashes && self.chance(self.faults.crash_prob)
+        {
+            self.crashes += 1;
+            self.crash_current = true;
+            self.clients[client as usize].crashed = true;
+            return true;
+        }
+        false
+    }
+
+    /// Takes a buffer of `len` zero bytes from the pool.
+    pub(crate) fn buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut b = self.buf_pool.pop().unwrap_or_default();
+        b.clear();
+        b.resize(len, 0);
+        b
+    }
+
+    fn new_op(&mut self, kind: OpKind, addr: GlobalAddr, client: u32, buf: Vec<u8>) -> u32 {
+        let op = Op {
+            kind,
+            addr,
+            client,
+            buf,
+            result: Ok(0),
+            done: false,
+            detached: false,
+            abandoned: false,
+            waker: None,
+            posted_at: self.now,
+        };
+        match self.free_ops.pop() {
+            Some(i) => {
+                self.ops[i as usize] = op;
+                i
+            }
+            None => {
+                self.ops.push(op);
+                (self.ops.len() - 1) as u32
+            }
+        }
+    }
+
+    pub(crate) fn op(&mut self, i: u32) -> &mut Op {
+        &mut self.ops[i as usize]
+    }
+
+    /// Releases a finished op's slot and buffer.
+    pub(crate) fn free_op(&mut self, i: u32) {
+        let buf = std::mem::take(&mut self.ops[i as usize].buf);
+        if buf.capacity() > 0 && self.buf_pool.len() < 4096 {
+            self.buf_pool.push(buf);
+        }
+        self.ops[i as usize].waker = None;
+        self.free_ops.push(i);
+    }
+
+    /// The waiting future went away (its task was dropped): free now or at completion.
+    pub(crate) fn abandon(&mut self, i: u32) {
+        if self.ops[i as usize].done {
+            self.free_op(i);
+        } else {
+            self.ops[i as usize].abandoned = true;
+            self.ops[i as usize].waker = None;
+        }
+    }
+
+    /// Charges the client thread's CPU for posting; returns when the post is done.
+    pub(crate) fn post_cpu(&mut self, client: u32) -> u64 {
+        let t = self.clients[client as usize].thread;
+        let start = self.now.max(self.thread_cpu_free[t]);
+        let done = start + self.net.post_ns * PS_PER_NS;
+        self.thread_cpu_free[t] = done;
+        done
+    }
+
+    /// Puts a verb on the wire at `ready` (after posting); returns its op id.
+    pub(crate) fn post(
+        &mut self,
+        ready: u64,
+        client: u32,
+        kind: OpKind,
+        addr: GlobalAddr,
+        buf: Vec<u8>,
+        detached: bool,
+    ) -> u32 {
+        let req_bytes = self.net.header_bytes
+            + match kind {
+                OpKind::Write | OpKind::Rpc(_) => buf.len() as u64,
+                OpKind::Atomic(AtomicOp::MaskedCas { .. }) => 32,
+                OpKind::Atomic(AtomicOp::Cas { .. }) => 16,
+                OpKind::Atomic(AtomicOp::Faa { .. }) => 8,
+                OpKind::Read => 0,
+            };
+        let op = self.new_op(kind, addr, client, buf);
+        self.ops[op as usize].detached = detached;
+        if detached {
+            self.clients[client as usize].outstanding += 1;
+        }
+        let (cn, node) = (self.clients[client as usize].cn, addr.node() as usize);
+        let msg_ps = self.msg_ps;
+        let wire = self.net.wire_ps(req_bytes);
+        let nic = &mut self.cn_nics[cn as usize];
+        let es = ready.max(nic.engine_free);
+        nic.engine_free = es + msg_ps;
+        nic.engine_busy_ps += msg_ps;
+        nic.msgs += 1;
+        let ts = nic.engine_free.max(nic.tx_free);
+        nic.tx_free = ts + wire;
+        nic.tx_busy_ps += wire;
+        let mut arrive = ts + wire + self.net.one_way_ns * PS_PER_NS;
+        arrive += self.uniform(self.net.jitter_ns) * PS_PER_NS;
+        if self.chance(self.faults.delay_prob) {
+            arrive += self.uniform(self.faults.delay_max_ns) * PS_PER_NS;
+        }
+        // An RC queue pair delivers in order.
+        let c = &mut self.clients[client as usize];
+        arrive = arrive.max(c.last_arrival[node]);
+        c.last_arrival[node] = arrive;
+        self.schedule(arrive, EventKind::Arrive, op, 0);
+        op
+    }
+
+    /// Runs the next event; returns false if there is none.
+    pub(crate) fn step(&mut self, regions: &[Region], services: &Services) -> bool {
+        let Some(Reverse(ev)) = self.events.pop() else { return false };
+        debug_assert!(ev.time >= self.now, "time went backwards");
+        self.now = ev.time;
+        self.events_processed += 1;
+        let tag = (ev.kind as u64) << 56 | (ev.line as u64) << 32 | ev.op as u64;
+        self.trace_hash = mix(mix(self.trace_hash, ev.time), tag);
+        match ev.kind {
+            EventKind::Arrive => self.arrive(ev.op),
+            EventKind::Sample => self.sample(ev.op, ev.line, regions),
+            EventKind::Land => self.land(ev.op, ev.line, regions),
+            EventKind::Atomic => {
+                let op = &mut self.ops[ev.op as usize];
+                let OpKind::Atomic(a) = op.kind else { unreachable!("atomic event on non-atomic") };
+                let old = regions[op.addr.node() as usize].atomic(op.addr.offset(), a);
+                op.result = Ok(old);
+                self.trace_hash = mix(self.trace_hash, old);
+            }
+            EventKind::Rpc => {
+                let op = &mut self.ops[ev.op as usize];
+                let OpKind::Rpc(service) = op.kind else { unreachable!("rpc event on non-rpc") };
+                let node = op.addr.node();
+                let ctx = MnContext { node, memory: &regions[node as usize] };
+                match services.dispatch(&ctx, service, &op.buf) {
+                    Ok(reply) => {
+                        self.trace_hash = mix(self.trace_hash, reply.len() as u64);
+                        op.buf = reply;
+                    }
+                    Err(e) => op.result = Err(e),
+                }
+            }
+            EventKind::Complete => self.complete(ev.op),
+        }
+        true
+    }
+
+    fn lines_of(addr: GlobalAddr, len: usize) -> u32 {
+        if len == 0 {
+            return 1;
+        }
+        let first = addr.offset() / CACHE_LINE;
+        let last = (addr.offset() + len as u64 - 1) / CACHE_LINE;
+        (last - first + 1) as u32
+    }
+
+    fn arrive(&mut self, i: u32) {
+        let (kind, addr, client, len) = {
+            let op = &self.ops[i as usize];
+            (op.kind, op.addr, op.client, op.buf.len())
+        };
+        let node = addr.node() as usize;
+        let cn = self.clients[client as usize].cn as usize;
+        let stretch = if self.chance(self.faults.delay_prob) {
+            self.uniform(self.faults.delay_max_ns) * PS_PER_NS
+        } else {
+            0
+        };
+        let (msg_ps, atomic_ps, header) = (self.msg_ps, self.atomic_ps, self.net.header_bytes);
+        let qp_free = self.clients[client as usize].qp_free[node];
+        let nic = &mut self.mn_nics[node];
+        let s = self.now.max(nic.engine_free).max(qp_free);
+        nic.engine_free = s + msg_ps;
+        nic.engine_busy_ps += msg_ps;
+        nic.msgs += 1;
+        let (end, resp_bytes) = match kind {
+            OpKind::Read => {
+                let wire = self.net.wire_ps(len as u64 + header);
+                let nic = &mut self.mn_nics[node];
+                let ts = s.max(nic.tx_free);
+                nic.tx_free = ts + wire;
+                nic.tx_busy_ps += wire;
+                let end = ts + wire + stretch;
+                for line in 0..Self::lines_of(addr, len) {
+                    let t = s + self.uniform(end - s);
+                    self.schedule(t, EventKind::Sample, i, line);
+                }
+                (end, len as u64 + header)
+            }
+            OpKind::Write => {
+                let wire = self.net.wire_ps(len as u64 + header);
+                let nic = &mut self.mn_nics[node];
+                let rs = s.max(nic.rx_free);
+                nic.rx_free = rs + wire;
+                nic.rx_busy_ps += wire;
+                let end = rs + wire + stretch;
+                let n = Self::lines_of(addr, len) as u64;
+                if n == 1 {
+                    self.schedule(end, EventKind::Land, i, 0);
+                } else {
+                    for line in 0..n {
+                        let t = rs + (line + 1) * (end - rs) / n;
+                        self.schedule(t, EventKind::Land, i, line as u32);
+                    }
+                }
+                (end, header)
+            }
+            OpKind::Atomic(_) => {
+                let slot = ((addr.raw() >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize
+                    % ATOMIC_TABLE;
+                let word_free = match self.atomic_words[slot] {
+                    (a, t) if a == addr.raw() => t,
+                    _ => 0,
+                };
+                let nic = &mut self.mn_nics[node];
+                let at = (s + stretch).max(nic.atomic_free).max(word_free);
+                nic.atomic_free = at + atomic_ps;
+                self.atomic_words[slot] =
+                    (addr.raw(), at + self.net.same_addr_atomic_ns * PS_PER_NS);
+                self.schedule(at, EventKind::Atomic, i, 0);
+                (at + atomic_ps, header + 8)
+            }
+            OpKind::Rpc(_) => {
+                let cores = &mut self.mn_cores[node];
+                let (core, &free) =
+                    cores.iter().enumerate().min_by_key(|&(_, t)| *t).expect("at least one core");
+                let cs = (s + stretch).max(free);
+                cores[core] = cs + self.net.rpc_ns * PS_PER_NS;
+                self.schedule(cs, EventKind::Rpc, i, 0);
+                (cs + self.net.rpc_ns * PS_PER_NS, header + 64)
+            }
+        };
+        self.clients[client as usize].qp_free[node] = end;
+        let back = end + (self.net.one_way_ns + self.uniform(self.net.jitter_ns)) * PS_PER_NS;
+        let wire = self.net.wire_ps(resp_bytes);
+        let nic = &mut self.cn_nics[cn];
+        let done = back.max(nic.rx_free + wire);
+        nic.rx_free = done;
+        nic.rx_busy_ps += wire;
+        self.schedule(done, EventKind::Complete, i, 0);
+    }
+
+    /// The byte range of `line` (relative to the op) within `[addr, addr + len)`.
+    fn line_range(addr: GlobalAddr, len: usize, line: u32) -> (usize, usize) {
+        let start = addr.offset();
+        let line_start = (start / CACHE_LINE + line as u64) * CACHE_LINE;
+        let lo = line_start.max(start) - start;
+        let hi = (line_start + CACHE_LINE).min(start + len as u64) - start;
+        (lo as usize, hi as usize)
+    }
+
+    fn sample(&mut self, i: u32, line: u32, regions: &[Region]) {
+        let op = &mut self.ops[i as usize];
+        let (lo, hi) = Self::line_range(op.addr, op.buf.len(), line);
+        regions[op.addr.node() as usize].read(op.addr.offset() + lo as u64, &mut op.buf[lo..hi]);
+    }
+
+    fn land(&mut self, i: u32, line: u32, regions: &[Region]) {
+        let op = &self.ops[i as usize];
+        let (lo, hi) = Self::line_range(op.addr, op.buf.len(), line);
+        regions[op.addr.node() as usize].write(op.addr.offset() + lo as u64, &op.buf[lo..hi]);
+    }
+
+    fn complete(&mut self, i: u32) {
+        let latency = (self.now - self.ops[i as usize].posted_at) / PS_PER_NS;
+        let _ = self.latency_ns.record(latency.max(1));
+        let (kind, len, client, detached, abandoned) = {
+            let op = &mut self.ops[i as usize];
+            op.done = true;
+            (op.kind, op.buf.len() as u64, op.client, op.detached, op.abandoned)
+        };
+        let c = &mut self.counters;
+        match kind {
+            OpKind::Read => {
+                c.reads += 1;
+                c.bytes_read += len;
+            }
+            OpKind::Write => {
+                c.writes += 1;
+                c.bytes_written += len;
+            }
+            OpKind::Atomic(_) => c.atomics += 1,
+            OpKind::Rpc(_) => c.rpcs += 1,
+        }
+        if kind_is_read(kind) {
+            // Fold what the read saw into the trace, so a different interleaving changes it.
+            let mut h = self.trace_hash;
+            for chunk in self.ops[i as usize].buf.chunks(8) {
+                let mut w = [0u8; 8];
+                w[..chunk.len()].copy_from_slice(chunk);
+                h = mix(h, u64::from_le_bytes(w));
+            }
+            self.trace_hash = h;
+        }
+        if detached {
+            let c = &mut self.clients[client as usize];
+            c.outstanding -= 1;
+            if c.outstanding == 0 {
+                if let Some(w) = c.quiesce_waker.take() {
+                    w.wake();
+                }
+            }
+            self.free_op(i);
+        } else if abandoned {
+            self.free_op(i);
+        } else if let Some(w) = self.ops[i as usize].waker.take() {
+            w.wake();
+        }
+    }
+}
+
+fn kind_is_read(k: OpKind) -> bool {
+    matches!(k, OpKind::Read)
+}
