@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench_cmd;
 mod fabric_bench;
 mod sim_bench;
 
@@ -17,6 +18,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Load an index and run a YCSB workload or trace on it; report throughput, latency,
+    /// round trips, bytes, cache and remote memory.
+    Bench(bench_cmd::BenchArgs),
+    /// Run mixed workloads on the simulator with torn reads, delays and crashes, and check every
+    /// history for linearizability.
+    Check(bench_cmd::CheckArgs),
     /// Measure the cost of each verb on the in-process (local) transport.
     FabricBench(fabric_bench::Args),
     /// Run a mixed READ/WRITE/CAS load on the deterministic simulator and report virtual-time
@@ -27,11 +34,13 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::FabricBench(args) => fabric_bench::run(&args),
-        Command::SimBench(args) => sim_bench::run(&args),
+        Command::Bench(args) => bench_cmd::bench(&args),
+        Command::Check(args) => bench_cmd::check(&args),
+        Command::FabricBench(args) => fabric_bench::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::SimBench(args) => sim_bench::run(&args).map(|()| ExitCode::SUCCESS),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)

@@ -67,3 +67,134 @@ fn sim_bench_refuses_bad_fabric_settings() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("link_gbps"));
 }
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+}
+
+#[test]
+fn bench_runs_every_workload_on_both_transports_with_the_documented_fields() {
+    for transport in ["local", "sim"] {
+        for w in ["load", "a", "b", "c", "d", "e", "f"] {
+            let out = dmindex(&[
+                "bench",
+                "--transport",
+                transport,
+                "--workload",
+                w,
+                "--items",
+                "2000",
+                "--ops",
+                "1000",
+                "--clients",
+                "2",
+                "--coroutines",
+                "2",
+                "--json",
+            ]);
+            let v = json(&out);
+            for field in [
+                "index",
+                "transport",
+                "workload",
+                "items",
+                "ops",
+                "throughput_ops",
+                "latency_us",
+                "round_trips_per_op",
+                "verbs_per_op",
+                "bytes_read_per_op",
+                "bytes_written_per_op",
+                "retries",
+                "cache_bytes",
+                "remote_bytes",
+                "load_factor",
+            ] {
+                assert!(v.get(field).is_some(), "{transport}/{w}: missing {field}");
+            }
+            assert_eq!(v["ops"], 1000, "{transport}/{w}");
+            assert_eq!(v["workload"], w);
+            assert!(v["throughput_ops"].as_f64().unwrap() > 0.0);
+            assert!(
+                v["latency_us"]["p99"].as_f64().unwrap()
+                    >= v["latency_us"]["p50"].as_f64().unwrap()
+            );
+            assert!(v["round_trips_per_op"].as_f64().unwrap() >= 2.0, "lock + unlock at least");
+        }
+    }
+}
+
+#[test]
+fn bench_on_sim_replays_by_seed() {
+    let run = || {
+        json(&dmindex(&[
+            "bench",
+            "--transport",
+            "sim",
+            "--workload",
+            "a",
+            "--items",
+            "1000",
+            "--ops",
+            "500",
+            "--seed",
+            "9",
+            "--json",
+        ]))
+    };
+    let (a, b) = (run(), run());
+    assert_eq!(a["throughput_ops"], b["throughput_ops"]);
+    assert_eq!(a["latency_us"], b["latency_us"]);
+}
+
+#[test]
+fn bench_replays_traces_and_names_bad_lines() {
+    let dir = std::env::temp_dir().join(format!("dmindex-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.trace");
+    std::fs::write(&good, "INSERT usertable user1 [ field0=x ]\nREAD usertable user1 [ <all fields>]\nSCAN 1 5\nUPDATE 1\n").unwrap();
+    let v =
+        json(&dmindex(&["bench", "--trace", good.to_str().unwrap(), "--items", "100", "--json"]));
+    assert_eq!(v["workload"], "trace");
+    assert_eq!(v["ops"], 4);
+    let bad = dir.join("bad.trace");
+    std::fs::write(&bad, "READ 1\nREAD 2\nJUMP 3\n").unwrap();
+    let out = dmindex(&["bench", "--trace", bad.to_str().unwrap(), "--items", "10"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.trace:3: unknown operation 'JUMP'"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_refuses_bad_input() {
+    for (args, msg) in [
+        (&["bench", "--index", "btree9000"][..], "unknown index 'btree9000'"),
+        (&["bench", "--workload", "q"][..], "unknown workload 'q'"),
+        (&["bench", "--key-size", "4"][..], "key size 4"),
+        (&["bench", "--clients", "0"][..], "must be positive"),
+        (&["bench", "--transport", "sim", "--preset", "nope"][..], "unknown fabric preset"),
+        (&["bench", "--trace", "/definitely/not/here"][..], "cannot read trace"),
+        (&["check", "--index", "nope"][..], "unknown index 'nope'"),
+    ] {
+        let out = dmindex(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(msg), "{args:?}: {err}");
+    }
+    let out = dmindex(&["bench", "--transport", "tcp"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn check_passes_seeds_and_replays_one() {
+    let out = dmindex(&["check", "--seeds", "3"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("3 seeds linearizable"));
+    let a = dmindex(&["check", "--seed", "2"]);
+    let b = dmindex(&["check", "--seed", "2"]);
+    assert!(a.status.success());
+    assert_eq!(a.stdout, b.stdout, "a seed replays exactly");
+    assert!(String::from_utf8_lossy(&a.stdout).contains("seed 2:"));
+}

@@ -155,6 +155,20 @@ impl Sim {
         self.shared.regions.get(node as usize)
     }
 
+    /// Replaces the fault settings from now on (e.g. after a fault-free setup phase).
+    pub fn set_faults(&self, faults: Faults) {
+        self.shared.world.borrow_mut().faults = faults;
+    }
+
+    /// Bytes handed out by the allocation service on all nodes (heap top minus heap start).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.shared
+            .regions
+            .iter()
+            .map(|r| r.load_word(layout::HEAP_TOP_OFFSET) - layout::HEAP_START)
+            .sum()
+    }
+
     /// A number from the simulation's RNG (for workload choices that must replay with the seed).
     pub fn random_u64(&self) -> u64 {
         self.shared.world.borrow_mut().uniform(u64::MAX)

@@ -1,0 +1,562 @@
+//! # dmindex-bench: load, run, measure
+//!
+//! [`run`] builds a cluster on the chosen transport (`local` or `sim`), creates the index, opens
+//! one handle per compute node, loads `items` keys with every client in parallel, then runs `ops`
+//! operations of a YCSB workload (or a replayed trace) on `cns × clients × coroutines` client
+//! tasks, and reports a [`BenchReport`]. [`check`] drives the simulator with faults and checks the
+//! recorded histories for linearizability.
+
+pub mod check;
+pub mod runner;
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use dmindex_fabric::exec::{run_on_threads, run_tasks};
+use dmindex_fabric::local::LocalTransport;
+use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric, Transport, VerbCounts};
+use dmindex_index::reference::LockedShards;
+use dmindex_index::{IndexConfig, RangeIndex};
+use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
+use dmindex_ycsb::workload::load_keys;
+use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+use runner::{ClientMetrics, OpSource, TaskEnv};
+
+/// Index names `bench` and `check` accept.
+pub const INDEXES: &[&str] = &["ref"];
+
+/// Which transport to run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportKind {
+    Local,
+    Sim,
+}
+
+/// Everything `dmindex bench` takes.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    pub index: String,
+    pub transport: TransportKind,
+    pub preset: String,
+    pub overrides: Vec<String>,
+    pub memory_nodes: u16,
+    pub mn_bytes: u64,
+    pub cns: u16,
+    pub clients: usize,
+    pub coroutines: usize,
+    pub items: u64,
+    pub ops: Option<u64>,
+    pub workload: String,
+    pub trace: Option<PathBuf>,
+    pub key_size: usize,
+    pub value_size: usize,
+    pub ordered_keys: bool,
+    pub cache_mb: u64,
+    pub seed: u64,
+    pub index_options: Vec<(String, String)>,
+    pub progress: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> BenchConfig {
+        BenchConfig {
+            index: "ref".into(),
+            transport: TransportKind::Local,
+            preset: "chime-testbed".into(),
+            overrides: Vec::new(),
+            memory_nodes: 1,
+            mn_bytes: 4 << 30,
+            cns: 1,
+            clients: 2,
+            coroutines: 1,
+            items: 100_000,
+            ops: None,
+            workload: "c".into(),
+            trace: None,
+            key_size: 8,
+            value_size: 8,
+            ordered_keys: false,
+            cache_mb: 100,
+            seed: 1,
+            index_options: Vec::new(),
+            progress: false,
+        }
+    }
+}
+
+/// Latency percentiles in µs.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+}
+
+/// Per-operation-kind figures of the run phase.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct OpBreakdown {
+    pub op: String,
+    pub count: u64,
+    pub latency_us: Latency,
+    pub round_trips_per_op: f64,
+    pub bytes_read_per_op: f64,
+    pub bytes_written_per_op: f64,
+}
+
+/// What one `bench` run measured. Field names are stable: scripts depend on them.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct BenchReport {
+    pub index: String,
+    pub transport: TransportKind,
+    pub preset: Option<String>,
+    pub workload: String,
+    pub items: u64,
+    pub ops: u64,
+    pub cns: u16,
+    pub clients: usize,
+    pub coroutines: usize,
+    pub seed: u64,
+    /// Load phase inserts per second (real time on local, virtual on sim).
+    pub load_throughput_ops: f64,
+    /// Run phase operations per second (real time on local, virtual on sim).
+    pub throughput_ops: f64,
+    pub latency_us: Latency,
+    pub round_trips_per_op: f64,
+    pub verbs_per_op: f64,
+    pub bytes_read_per_op: f64,
+    pub bytes_written_per_op: f64,
+    pub cas_failures_per_op: f64,
+    pub retries: u64,
+    /// CN-side cache bytes in use, averaged over compute nodes.
+    pub cache_bytes: u64,
+    /// Bytes allocated on memory nodes.
+    pub remote_bytes: u64,
+    pub load_factor: Option<f64>,
+    pub per_op: Vec<OpBreakdown>,
+    /// Seconds of real time the run phase took.
+    pub run_seconds: f64,
+}
+
+impl BenchReport {
+    /// A human-readable table.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "index {} on {}{} | workload {} | {} items, {} ops | {} CN × {} clients × {} coroutines\n",
+            self.index,
+            serde_json::to_value(self.transport).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+            self.preset.as_ref().map(|p| format!(" ({p})")).unwrap_or_default(),
+            self.workload,
+            self.items,
+            self.ops,
+            self.cns,
+            self.clients,
+            self.coroutines
+        );
+        s += &format!(
+            "load {:.3} Mops/s | run {:.3} Mops/s | latency p50 {:.2} us p99 {:.2} us p999 {:.2} us\n",
+            self.load_throughput_ops / 1e6,
+            self.throughput_ops / 1e6,
+            self.latency_us.p50,
+            self.latency_us.p99,
+            self.latency_us.p999
+        );
+        s += &format!(
+            "per op: {:.2} round trips, {:.2} verbs, {:.1} B read, {:.1} B written, {:.3} CAS failures | retries {}\n",
+            self.round_trips_per_op,
+            self.verbs_per_op,
+            self.bytes_read_per_op,
+            self.bytes_written_per_op,
+            self.cas_failures_per_op,
+            self.retries
+        );
+        s += &format!(
+            "cache {:.2} MB per CN | remote {:.2} MB{}\n",
+            self.cache_bytes as f64 / 1e6,
+            self.remote_bytes as f64 / 1e6,
+            self.load_factor.map(|l| format!(" | load factor {:.3}", l)).unwrap_or_default()
+        );
+        s += &format!(
+            "{:<8} {:>10} {:>9} {:>9} {:>8} {:>10} {:>10}\n",
+            "op", "count", "p50 us", "p99 us", "RT/op", "B read", "B written"
+        );
+        for o in &self.per_op {
+            s += &format!(
+                "{:<8} {:>10} {:>9.2} {:>9.2} {:>8.2} {:>10.1} {:>10.1}\n",
+                o.op,
+                o.count,
+                o.latency_us.p50,
+                o.latency_us.p99,
+                o.round_trips_per_op,
+                o.bytes_read_per_op,
+                o.bytes_written_per_op
+            );
+        }
+        s
+    }
+}
+
+fn latency(h: &hdrhistogram::Histogram<u64>) -> Latency {
+    let q = |p| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 / 1e3 };
+    Latency { p50: q(0.5), p99: q(0.99), p999: q(0.999) }
+}
+
+/// Validates the configuration and runs the benchmark.
+pub fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
+    if cfg.cns == 0 || cfg.clients == 0 || cfg.coroutines == 0 {
+        bail!("--cns, --clients and --coroutines must be positive");
+    }
+    if cfg.memory_nodes == 0 {
+        bail!("--mns must be positive");
+    }
+    if cfg.value_size == 0 || cfg.value_size > 4096 {
+        bail!("--value-size must be in 1..=4096, got {}", cfg.value_size);
+    }
+    let format = KeyFormat::new(cfg.key_size, cfg.ordered_keys)
+        .map_err(anyhow::Error::msg)
+        .context("--key-size")?;
+    let spec = WorkloadSpec::named(&cfg.workload).map_err(anyhow::Error::msg)?;
+    let trace = match &cfg.trace {
+        Some(p) => {
+            let ops = dmindex_ycsb::trace::read(p, format)?;
+            if ops.is_empty() {
+                bail!("trace {} holds no operations", p.display());
+            }
+            Some(Arc::new(ops))
+        }
+        None => None,
+    };
+    let ops = cfg.ops.unwrap_or_else(|| trace.as_ref().map_or(cfg.items, |t| t.len() as u64));
+    let plan = Plan { format, spec, trace, ops };
+    match (cfg.index.as_str(), cfg.transport) {
+        ("ref", TransportKind::Local) => run_local::<LockedShards>(cfg, &plan),
+        ("ref", TransportKind::Sim) => run_sim::<LockedShards>(cfg, &plan),
+        (other, _) => bail!("unknown index '{other}' (known: {})", INDEXES.join(", ")),
+    }
+}
+
+/// What to run, decided once.
+struct Plan {
+    format: KeyFormat,
+    spec: WorkloadSpec,
+    trace: Option<Arc<Vec<Op>>>,
+    ops: u64,
+}
+
+fn index_config(cfg: &BenchConfig) -> IndexConfig {
+    IndexConfig {
+        max_key: cfg.key_size,
+        max_value: cfg.value_size,
+        cache_bytes: cfg.cache_mb << 20,
+        expected_items: cfg.items + cfg.ops.unwrap_or(cfg.items),
+        root_slot: 0,
+        extra: cfg.index_options.clone(),
+    }
+}
+
+fn progress_bar(cfg: &BenchConfig, len: u64, phase: &str) -> ProgressBar {
+    if !cfg.progress {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    pb.set_style(
+        ProgressStyle::with_template("{prefix:>5} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(phase.to_string());
+    pb
+}
+
+fn op_source(
+    plan: &Plan,
+    shared: &Arc<Shared>,
+    seed: u64,
+    client: usize,
+    clients: usize,
+) -> OpSource {
+    match &plan.trace {
+        Some(t) => OpSource::Trace {
+            ops: Arc::clone(t),
+            index: client % t.len().max(1),
+            clients: clients.min(t.len()),
+            next: 0,
+        },
+        None => OpSource::Generated(Box::new(ClientStream::new(
+            Arc::clone(shared),
+            seed,
+            client as u64,
+        ))),
+    }
+}
+
+/// Splits `total` into `n` nearly equal shares.
+fn share(total: u64, n: usize, i: usize) -> u64 {
+    total / n as u64 + u64::from((i as u64) < total % n as u64)
+}
+
+struct Phase {
+    metrics: ClientMetrics,
+    ns: u64,
+    counts: VerbCounts,
+}
+
+/// What a finished run hands to [`summarise`].
+struct Finished {
+    load: Phase,
+    run: Phase,
+    run_seconds: f64,
+    remote_bytes: u64,
+    load_factor: Option<f64>,
+    preset: Option<String>,
+}
+
+fn summarise<T: Transport, I: RangeIndex<T>>(
+    cfg: &BenchConfig,
+    plan: &Plan,
+    handles: &[I],
+    f: Finished,
+) -> anyhow::Result<BenchReport> {
+    let Finished { load, run, run_seconds, remote_bytes, load_factor, preset } = f;
+    if let Some(e) = load.metrics.first_error.as_ref().or(run.metrics.first_error.as_ref()) {
+        bail!("an operation failed: {e}");
+    }
+    let m = &run.metrics;
+    let ops: u64 = m.counts.iter().sum();
+    let mut all = runner::new_histogram();
+    for h in &m.latency {
+        all.add(h).expect("same bounds");
+    }
+    let per = |x: u64| if ops == 0 { 0.0 } else { x as f64 / ops as f64 };
+    let c = run.counts;
+    let per_op = OpKind::ALL
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| m.counts[*i] > 0)
+        .map(|(i, k)| {
+            let n = m.counts[i] as f64;
+            OpBreakdown {
+                op: k.name().into(),
+                count: m.counts[i],
+                latency_us: latency(&m.latency[i]),
+                round_trips_per_op: m.verbs[i].round_trips as f64 / n,
+                bytes_read_per_op: m.verbs[i].bytes_read as f64 / n,
+                bytes_written_per_op: m.verbs[i].bytes_written as f64 / n,
+            }
+        })
+        .collect();
+    let load_ops: u64 = load.metrics.counts.iter().sum();
+    let stats: Vec<_> = handles.iter().map(|h| h.stats()).collect();
+    Ok(BenchReport {
+        index: cfg.index.clone(),
+        transport: cfg.transport,
+        preset,
+        workload: if cfg.trace.is_some() { "trace".into() } else { plan.spec.name.clone() },
+        items: cfg.items,
+        ops,
+        cns: cfg.cns,
+        clients: cfg.clients,
+        coroutines: cfg.coroutines,
+        seed: cfg.seed,
+        load_throughput_ops: if load.ns == 0 {
+            0.0
+        } else {
+            load_ops as f64 * 1e9 / load.ns as f64
+        },
+        throughput_ops: if run.ns == 0 { 0.0 } else { ops as f64 * 1e9 / run.ns as f64 },
+        latency_us: latency(&all),
+        round_trips_per_op: per(c.round_trips),
+        verbs_per_op: per(c.verbs()),
+        bytes_read_per_op: per(c.bytes_read),
+        bytes_written_per_op: per(c.bytes_written),
+        cas_failures_per_op: per(c.cas_failures),
+        retries: stats.iter().map(|s| s.retries).sum(),
+        cache_bytes: stats.iter().map(|s| s.cache_bytes).sum::<u64>() / handles.len().max(1) as u64,
+        remote_bytes,
+        load_factor,
+        per_op,
+        run_seconds,
+    })
+}
+
+fn run_sim<I: RangeIndex<SimTransport>>(
+    cfg: &BenchConfig,
+    plan: &Plan,
+) -> anyhow::Result<BenchReport> {
+    let mut net = NetParams::preset(&cfg.preset).map_err(anyhow::Error::msg)?;
+    for o in &cfg.overrides {
+        net.set(o).map_err(anyhow::Error::msg)?;
+    }
+    let sim = Sim::new(SimConfig {
+        memory_nodes: cfg.memory_nodes,
+        node_size: cfg.mn_bytes,
+        chunk_size: 16 << 20,
+        ..SimConfig::new(cfg.seed, net)
+    })
+    .map_err(anyhow::Error::msg)?;
+    let icfg = index_config(cfg);
+    let setup = sim.client_on_own_thread(0);
+    sim.block_on(I::create(&setup, &icfg, 0))?;
+    let mut handles = Vec::new();
+    for cn in 0..cfg.cns {
+        let c = sim.client_on_own_thread(cn);
+        handles.push(sim.block_on(I::open(&c, &icfg, cn))?);
+    }
+    let per_cn = cfg.clients * cfg.coroutines;
+    let clients: Vec<(u16, Client<SimTransport>)> = (0..cfg.cns)
+        .flat_map(|cn| (0..per_cn).map(move |i| (cn, i)))
+        .map(|(cn, i)| (cn, sim.client_on(cn, cn as usize * cfg.clients + i / cfg.coroutines)))
+        .collect();
+    let n = clients.len();
+    let now = || sim.now_ns();
+    let shared = Shared::new(plan.spec.clone(), plan.format, cfg.items, plan.ops);
+
+    let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
+        let bar = progress_bar(cfg, total, name);
+        let results = RefCell::new(Vec::new());
+        let (t0, v0) = (sim.now_ns(), clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>());
+        let tasks = clients.iter().enumerate().map(|(i, (cn, c))| {
+            let (idx, bar, results, now, shared) =
+                (&handles[*cn as usize], &bar, &results, &now, &shared);
+            Box::pin(async move {
+                let env = TaskEnv {
+                    now,
+                    history: None,
+                    progress: bar,
+                    value_size: cfg.value_size,
+                    client: i as u32,
+                };
+                let m = if load {
+                    runner::load_client(
+                        idx,
+                        c,
+                        &env,
+                        load_keys(plan.format, cfg.items, i as u64, n as u64),
+                    )
+                    .await
+                } else {
+                    let src = op_source(plan, shared, cfg.seed, i, n);
+                    runner::run_client(idx, c, &env, src, share(plan.ops, n, i)).await
+                };
+                results.borrow_mut().push(m);
+            }) as Task
+        });
+        let out = sim.run(tasks);
+        bar.finish_and_clear();
+        if !out.all_finished() {
+            bail!("{name} phase did not finish: {out:?}");
+        }
+        let mut metrics = ClientMetrics::default();
+        for m in results.into_inner() {
+            metrics.merge(m);
+        }
+        let counts = clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>() - v0;
+        Ok(Phase { metrics, ns: sim.now_ns() - t0, counts })
+    };
+    let load = phase("load", cfg.items, true)?;
+    let wall = Instant::now();
+    let run = phase("run", plan.ops, false)?;
+    let run_seconds = wall.elapsed().as_secs_f64();
+    let lf = sim.block_on(handles[0].load_factor(&setup))?;
+    let remote_bytes = sim.allocated_bytes();
+    let preset = Some(cfg.preset.clone());
+    summarise(
+        cfg,
+        plan,
+        &handles,
+        Finished { load, run, run_seconds, remote_bytes, load_factor: lf, preset },
+    )
+}
+
+fn run_local<I: RangeIndex<LocalTransport> + Sync>(
+    cfg: &BenchConfig,
+    plan: &Plan,
+) -> anyhow::Result<BenchReport> {
+    let fabric = LocalFabric::new(LocalConfig {
+        memory_nodes: cfg.memory_nodes,
+        node_size: cfg.mn_bytes,
+        mn_cores: 4,
+        chunk_size: 16 << 20,
+        yield_per_verb: cfg.coroutines > 1,
+    })
+    .map_err(anyhow::Error::msg)?;
+    let icfg = index_config(cfg);
+    let setup = fabric.client(0)?;
+    run_tasks([I::create(&setup, &icfg, 0)]).remove(0)?;
+    let mut handles = Vec::new();
+    for cn in 0..cfg.cns {
+        let c = fabric.client(cn)?;
+        handles.push(run_tasks([I::open(&c, &icfg, cn)]).remove(0)?);
+    }
+    let threads = cfg.cns as usize * cfg.clients;
+    let n = threads * cfg.coroutines;
+    let shared = Shared::new(plan.spec.clone(), plan.format, cfg.items, plan.ops);
+    let start = Instant::now();
+    let now = move || start.elapsed().as_nanos() as u64;
+
+    let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
+        let bar = progress_bar(cfg, total, name);
+        let t0 = now();
+        let results = run_on_threads(threads, cfg.coroutines, |t, co| {
+            let cn = (t / cfg.clients) as u16;
+            let i = t * cfg.coroutines + co;
+            let (idx, bar, shared, fabric) = (&handles[cn as usize], &bar, &shared, &fabric);
+            async move {
+                let c = match fabric.client(cn) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let m = ClientMetrics { first_error: Some(e.into()), ..Default::default() };
+                        return (m, VerbCounts::default());
+                    }
+                };
+                let env = TaskEnv {
+                    now: &now,
+                    history: None,
+                    progress: bar,
+                    value_size: cfg.value_size,
+                    client: i as u32,
+                };
+                let m = if load {
+                    runner::load_client(
+                        idx,
+                        &c,
+                        &env,
+                        load_keys(plan.format, cfg.items, i as u64, n as u64),
+                    )
+                    .await
+                } else {
+                    let src = op_source(plan, shared, cfg.seed, i, n);
+                    runner::run_client(idx, &c, &env, src, share(plan.ops, n, i)).await
+                };
+                (m, c.counts())
+            }
+        });
+        let ns = now() - t0;
+        bar.finish_and_clear();
+        let mut metrics = ClientMetrics::default();
+        let mut counts = VerbCounts::default();
+        for (m, c) in results {
+            metrics.merge(m);
+            counts += c;
+        }
+        Ok(Phase { metrics, ns, counts })
+    };
+    let load = phase("load", cfg.items, true)?;
+    let wall = Instant::now();
+    let run = phase("run", plan.ops, false)?;
+    let run_seconds = wall.elapsed().as_secs_f64();
+    let lf = run_tasks([handles[0].load_factor(&setup)]).remove(0)?;
+    let remote_bytes = fabric.allocated_bytes();
+    summarise(
+        cfg,
+        plan,
+        &handles,
+        Finished { load, run, run_seconds, remote_bytes, load_factor: lf, preset: None },
+    )
+}

@@ -1,0 +1,628 @@
+//! # dmindex-check: is this history linearizable?
+//!
+//! Clients record each operation's invocation and return (times from any common clock: virtual
+//! time on the simulator, a monotonic clock on `local`) into a [`History`]. [`History::check`]
+//! decides whether some order of the operations, consistent with real time, explains every
+//! result under the semantics of an ordered map (see `dmindex-index`).
+//!
+//! ## Per key
+//!
+//! Linearizability is local (Herlihy & Wing): a history is linearizable iff each key's
+//! sub-history is. So the history is split by key and each key is checked on its own with a
+//! Wing–Gong search: repeatedly pick an operation that no unlinearized operation precedes in real
+//! time, apply it to the key's state (absent, or a value), keep it if its recorded result matches,
+//! backtrack otherwise. Visited (linearized set, state) pairs are memoised (Lowe's refinement); the
+//! linearized set is kept as "the first k completed operations" plus the few linearized beyond,
+//! so memory stays proportional to concurrency, not history length.
+//!
+//! ## Operations that never returned
+//!
+//! A crashed client's operation, or one that failed with an error, may have taken effect at any
+//! instant after its invocation — or never. Such pending writes may be linearized anywhere after
+//! their invocation or left out; pending reads constrain nothing.
+//!
+//! ## Scans
+//!
+//! A completed scan from `f` returning pairs `R` (at most `n`) covers `[f, last key of R]` if it
+//! returned `n` pairs, else `[f, ∞)`. It must be ascending and inside its range; then each returned
+//! pair is a read of that key, and each key of the history inside the covered range that it did
+//! not return is a read that found nothing — all with the scan's invocation and return times.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::sync::Mutex;
+
+/// What a client asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Invocation {
+    Search { key: Vec<u8> },
+    Insert { key: Vec<u8>, value: Vec<u8> },
+    Update { key: Vec<u8>, value: Vec<u8> },
+    Delete { key: Vec<u8> },
+    Scan { from: Vec<u8>, count: usize },
+}
+
+/// What it got back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A search's result.
+    Found(Option<Vec<u8>>),
+    /// An insert completed.
+    Done,
+    /// An update's or delete's result: whether the key existed.
+    Existed(bool),
+    /// A scan's result.
+    Scanned(Vec<(Vec<u8>, Vec<u8>)>),
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    client: u32,
+    call: Invocation,
+    invoke: u64,
+    ret: Option<(u64, Outcome)>,
+}
+
+/// A concurrent history, recorded from any number of threads.
+#[derive(Debug, Default)]
+pub struct History {
+    entries: Mutex<Vec<Entry>>,
+}
+
+/// Handle of a recorded invocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpId(usize);
+
+/// Why a history is not linearizable (or could not be decided).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The key whose sub-history fails, if one does.
+    pub key: Option<Vec<u8>>,
+    /// What is wrong.
+    pub reason: String,
+    /// The key's sub-history, one operation a line.
+    pub ops: Vec<String>,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.key {
+            Some(k) => writeln!(f, "key {}: {}", show(k), self.reason)?,
+            None => writeln!(f, "{}", self.reason)?,
+        }
+        for op in self.ops.iter().take(40) {
+            writeln!(f, "  {op}")?;
+        }
+        if self.ops.len() > 40 {
+            writeln!(f, "  … {} more", self.ops.len() - 40)?;
+        }
+        Ok(())
+    }
+}
+
+/// Summary of a successful check.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CheckStats {
+    /// Operations recorded.
+    pub ops: usize,
+    /// Of those, never returned.
+    pub pending: usize,
+    /// Keys checked.
+    pub keys: usize,
+    /// Search steps taken.
+    pub steps: u64,
+}
+
+/// Bytes as hex (short keys) for messages.
+pub fn show(b: &[u8]) -> String {
+    if b.len() <= 16 {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    } else {
+        String::from_utf8_lossy(b).into_owned()
+    }
+}
+
+impl History {
+    /// An empty history.
+    pub fn new() -> History {
+        History::default()
+    }
+
+    /// Records an invocation at `time`.
+    pub fn invoke(&self, client: u32, call: Invocation, time: u64) -> OpId {
+        let mut e = self.entries.lock().expect("history lock");
+        e.push(Entry { client, call, invoke: time, ret: None });
+        OpId(e.len() - 1)
+    }
+
+    /// Records the return of `id` at `time`. Operations never completed count as pending.
+    pub fn complete(&self, id: OpId, outcome: Outcome, time: u64) {
+        let mut e = self.entries.lock().expect("history lock");
+        e[id.0].ret = Some((time, outcome));
+    }
+
+    /// Number of recorded operations.
+    pub fn len(&self) -> usize {
+        self.entries.lock().expect("history lock").len()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Checks the history; see the crate docs.
+    pub fn check(&self) -> Result<CheckStats, Violation> {
+        let entries = self.entries.lock().expect("history lock").clone();
+        check_entries(&entries)
+    }
+}
+
+/// A per-key operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KCall {
+    Get(Option<u32>),
+    Put(u32),
+    Update(u32, Option<bool>),
+    Delete(Option<bool>),
+}
+
+#[derive(Clone, Debug)]
+struct KOp {
+    call: KCall,
+    invoke: u64,
+    /// `u64::MAX` when pending.
+    ret: u64,
+    pending: bool,
+    desc: usize,
+}
+
+type State = Option<u32>;
+
+impl KCall {
+    /// The state after this op from `s`, or `None` if its recorded result is impossible.
+    fn apply(self, s: State) -> Option<State> {
+        match self {
+            KCall::Get(v) => (v == s).then_some(s),
+            KCall::Put(v) => Some(Some(v)),
+            KCall::Update(v, r) => {
+                if r.is_some_and(|r| r != s.is_some()) {
+                    return None;
+                }
+                Some(if s.is_some() { Some(v) } else { None })
+            }
+            KCall::Delete(r) => {
+                if r.is_some_and(|r| r != s.is_some()) {
+                    return None;
+                }
+                Some(None)
+            }
+        }
+    }
+}
+
+fn check_entries(entries: &[Entry]) -> Result<CheckStats, Violation> {
+    let mut values: HashMap<Vec<u8>, u32> = HashMap::new();
+    let mut intern = |v: &[u8]| {
+        let n = values.len() as u32;
+        *values.entry(v.to_vec()).or_insert(n)
+    };
+    let mut per_key: BTreeMap<Vec<u8>, Vec<KOp>> = BTreeMap::new();
+    let mut stats = CheckStats { ops: entries.len(), ..Default::default() };
+    let mut scans = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let ret = e.ret.as_ref().map_or(u64::MAX, |r| r.0);
+        let pending = e.ret.is_none();
+        stats.pending += pending as usize;
+        let outcome = e.ret.as_ref().map(|r| &r.1);
+        let (key, call) = match (&e.call, outcome) {
+            (Invocation::Search { .. }, None) | (Invocation::Scan { .. }, None) => continue,
+            (Invocation::Search { key }, Some(Outcome::Found(v))) => {
+                (key, KCall::Get(v.as_deref().map(&mut intern)))
+            }
+            (Invocation::Insert { key, value }, _) => (key, KCall::Put(intern(value))),
+            (Invocation::Update { key, value }, o) => {
+                let r = match o {
+                    Some(Outcome::Existed(b)) => Some(*b),
+                    None => None,
+                    Some(other) => return Err(mismatch(e, other)),
+                };
+                (key, KCall::Update(intern(value), r))
+            }
+            (Invocation::Delete { key }, o) => {
+                let r = match o {
+                    Some(Outcome::Existed(b)) => Some(*b),
+                    None => None,
+                    Some(other) => return Err(mismatch(e, other)),
+                };
+                (key, KCall::Delete(r))
+            }
+            (Invocation::Scan { from, count }, Some(Outcome::Scanned(r))) => {
+                scans.push((i, from, *count, r));
+                continue;
+            }
+            (_, Some(other)) => return Err(mismatch(e, other)),
+        };
+        per_key.entry(key.clone()).or_default().push(KOp {
+            call,
+            invoke: e.invoke,
+            ret,
+            pending,
+            desc: i,
+        });
+    }
+    // Scans become reads of every key in the range they cover.
+    let keys: Vec<Vec<u8>> = per_key.keys().cloned().collect();
+    for (i, from, count, result) in scans {
+        let e = &entries[i];
+        let ret = e.ret.as_ref().expect("completed scan").0;
+        for w in result.windows(2) {
+            if w[0].0 >= w[1].0 {
+                return Err(Violation {
+                    key: Some(w[1].0.clone()),
+                    reason: format!("scan #{i} is not in ascending key order"),
+                    ops: vec![describe(i, e)],
+                });
+            }
+        }
+        if result.len() > count
+            || result.first().is_some_and(|(k, _)| k.as_slice() < from.as_slice())
+        {
+            return Err(Violation {
+                key: None,
+                reason: format!("scan #{i} returned pairs outside its request"),
+                ops: vec![describe(i, e)],
+            });
+        }
+        let end = if result.len() == count { result.last().map(|(k, _)| k.clone()) } else { None };
+        let returned: HashMap<&[u8], &[u8]> =
+            result.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+        let start = keys.partition_point(|k| k.as_slice() < from.as_slice());
+        for k in &keys[start..] {
+            if end.as_ref().is_some_and(|e| k > e) {
+                break;
+            }
+            let seen = returned.get(k.as_slice()).map(|v| intern(v));
+            per_key.get_mut(k).expect("known key").push(KOp {
+                call: KCall::Get(seen),
+                invoke: e.invoke,
+                ret,
+                pending: false,
+                desc: i,
+            });
+        }
+        for (k, v) in result.iter() {
+            if !per_key.contains_key(k) {
+                // A key nobody wrote: only possible as garbage.
+                return Err(Violation {
+                    key: Some(k.clone()),
+                    reason: format!("scan #{i} returned a key never inserted (value {})", show(v)),
+                    ops: vec![describe(i, e)],
+                });
+            }
+        }
+    }
+    stats.keys = per_key.len();
+    for (key, ops) in per_key {
+        match check_key(ops, 50_000_000) {
+            Ok(steps) => stats.steps += steps,
+            Err((reason, ops)) => {
+                return Err(Violation {
+                    key: Some(key),
+                    reason,
+                    ops: ops.iter().map(|o| describe(o.desc, &entries[o.desc])).collect(),
+                })
+            }
+        }
+    }
+    Ok(stats)
+}
+
+fn mismatch(e: &Entry, o: &Outcome) -> Violation {
+    Violation { key: None, reason: format!("outcome {o:?} does not fit {:?}", e.call), ops: vec![] }
+}
+
+fn describe(i: usize, e: &Entry) -> String {
+    let call = match &e.call {
+        Invocation::Search { key } => format!("search {}", show(key)),
+        Invocation::Insert { key, value } => format!("insert {} = {}", show(key), show(value)),
+        Invocation::Update { key, value } => format!("update {} = {}", show(key), show(value)),
+        Invocation::Delete { key } => format!("delete {}", show(key)),
+        Invocation::Scan { from, count } => format!("scan from {} × {count}", show(from)),
+    };
+    let ret = match &e.ret {
+        None => "… (never returned)".to_string(),
+        Some((t, o)) => {
+            let o = match o {
+                Outcome::Found(Some(v)) => format!("found {}", show(v)),
+                Outcome::Found(None) => "not found".into(),
+                Outcome::Done => "ok".into(),
+                Outcome::Existed(b) => format!("existed={b}"),
+                Outcome::Scanned(r) => format!("{} pairs", r.len()),
+            };
+            format!("@{t} → {o}")
+        }
+    };
+    format!("#{i} client {} @{} {call} {ret}", e.client, e.invoke)
+}
+
+/// The linearized set: completed ops `0..prefix` (in invoke order) plus `extra` (sorted), plus
+/// the linearized pending ops.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Lin {
+    prefix: u32,
+    extra: Vec<u32>,
+    pend: Vec<u32>,
+    state: State,
+}
+
+/// Wing–Gong with memoisation over one key; returns the steps taken.
+#[allow(clippy::type_complexity)]
+fn check_key(ops: Vec<KOp>, budget: u64) -> Result<u64, (String, Vec<KOp>)> {
+    let (mut done, mut pend): (Vec<KOp>, Vec<KOp>) = ops.into_iter().partition(|o| !o.pending);
+    done.sort_by_key(|o| (o.invoke, o.ret));
+    // Pending reads constrain nothing.
+    pend.retain(|o| !matches!(o.call, KCall::Get(_)));
+    pend.sort_by_key(|o| o.invoke);
+    let n = done.len() as u32;
+    let is_lin = |l: &Lin, i: u32| i < l.prefix || l.extra.binary_search(&i).is_ok();
+    let mut seen: HashSet<Lin> = HashSet::new();
+    let start = Lin { prefix: 0, extra: vec![], pend: vec![], state: None };
+    let mut stack = vec![start];
+    let mut steps = 0u64;
+    let mut deepest = 0u32;
+    while let Some(l) = stack.pop() {
+        if l.prefix == n {
+            return Ok(steps);
+        }
+        steps += 1;
+        if steps > budget {
+            let all = done.into_iter().chain(pend).collect();
+            return Err((format!("inconclusive: search budget of {budget} steps exhausted"), all));
+        }
+        deepest = deepest.max(l.prefix);
+        // Earliest return among unlinearized completed ops bounds who may go next.
+        let mut min_ret = u64::MAX;
+        let mut i = l.prefix;
+        while i < n {
+            if !is_lin(&l, i) {
+                min_ret = min_ret.min(done[i as usize].ret);
+                if done[i as usize].invoke > min_ret {
+                    break;
+                }
+            }
+            i += 1;
+        }
+        let mut push = |next: Lin, stack: &mut Vec<Lin>| {
+            if seen.insert(next.clone()) {
+                stack.push(next);
+            }
+        };
+        // Pending writes first onto the stack, so completed ops are tried first.
+        for (p, op) in pend.iter().enumerate() {
+            let p = p as u32;
+            if op.invoke > min_ret || l.pend.contains(&p) {
+                continue;
+            }
+            if let Some(state) = op.call.apply(l.state) {
+                let mut next = l.clone();
+                next.pend.push(p);
+                next.pend.sort_unstable();
+                next.state = state;
+                push(next, &mut stack);
+            }
+        }
+        let mut i = l.prefix;
+        while i < n && done[i as usize].invoke <= min_ret {
+            if !is_lin(&l, i) {
+                if let Some(state) = done[i as usize].call.apply(l.state) {
+                    let mut next = l.clone();
+                    next.state = state;
+                    if i == next.prefix {
+                        next.prefix += 1;
+                        while next.extra.first() == Some(&next.prefix) {
+                            next.extra.remove(0);
+                            next.prefix += 1;
+                        }
+                    } else {
+                        let at = next.extra.binary_search(&i).unwrap_err();
+                        next.extra.insert(at, i);
+                    }
+                    push(next, &mut stack);
+                }
+            }
+            i += 1;
+        }
+    }
+    let around = deepest as usize;
+    let lo = around.saturating_sub(10);
+    let hi = (around + 10).min(done.len());
+    let mut shown: Vec<KOp> = done[lo..hi].to_vec();
+    shown.extend(pend);
+    Err((format!("not linearizable: no order explains the results (stuck after {deepest} of {n} operations)"), shown))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(x: u8) -> Vec<u8> {
+        vec![x]
+    }
+    fn v(x: u8) -> Vec<u8> {
+        vec![b'v', x]
+    }
+
+    /// (client, call, invoke, Option<(ret, outcome)>).
+    type Rec = (u32, Invocation, u64, Option<(u64, Outcome)>);
+
+    /// Builds a history from records.
+    fn h(ops: Vec<Rec>) -> History {
+        let hist = History::new();
+        for (c, call, t0, ret) in ops {
+            let id = hist.invoke(c, call, t0);
+            if let Some((t1, o)) = ret {
+                hist.complete(id, o, t1);
+            }
+        }
+        hist
+    }
+    fn ins(key: u8, val: u8) -> Invocation {
+        Invocation::Insert { key: k(key), value: v(val) }
+    }
+    fn get(key: u8) -> Invocation {
+        Invocation::Search { key: k(key) }
+    }
+    fn found(val: u8) -> Outcome {
+        Outcome::Found(Some(v(val)))
+    }
+
+    #[test]
+    fn sequential_and_concurrent_histories_pass() {
+        let ok = h(vec![
+            (0, ins(1, 1), 0, Some((10, Outcome::Done))),
+            (1, get(1), 20, Some((30, found(1)))),
+            // Concurrent write and read: either value is fine.
+            (0, ins(1, 2), 40, Some((60, Outcome::Done))),
+            (1, get(1), 45, Some((50, found(1)))),
+            (2, get(1), 46, Some((55, found(2)))),
+            (1, Invocation::Delete { key: k(1) }, 70, Some((80, Outcome::Existed(true)))),
+            (2, get(1), 90, Some((95, Outcome::Found(None)))),
+            (
+                2,
+                Invocation::Update { key: k(1), value: v(9) },
+                96,
+                Some((97, Outcome::Existed(false))),
+            ),
+        ]);
+        let s = ok.check().unwrap();
+        assert_eq!((s.ops, s.keys, s.pending), (8, 1, 0));
+    }
+
+    #[test]
+    fn stale_read_is_caught() {
+        let bad = h(vec![
+            (0, ins(1, 1), 0, Some((10, Outcome::Done))),
+            (0, ins(1, 2), 20, Some((30, Outcome::Done))),
+            (1, get(1), 40, Some((50, found(1)))),
+        ]);
+        let e = bad.check().unwrap_err();
+        assert_eq!(e.key, Some(k(1)));
+        assert!(e.reason.contains("not linearizable"), "{e}");
+        assert!(e.to_string().contains("search 01"), "{e}");
+    }
+
+    #[test]
+    fn lost_write_is_caught() {
+        // An acknowledged insert that no later read sees.
+        let bad = h(vec![
+            (0, ins(2, 1), 0, Some((10, Outcome::Done))),
+            (1, get(2), 20, Some((30, Outcome::Found(None)))),
+        ]);
+        assert!(bad.check().is_err());
+    }
+
+    #[test]
+    fn non_monotonic_reads_are_caught() {
+        // The write overlaps both reads, but the reads do not overlap each other: new then old.
+        let bad = h(vec![
+            (0, ins(3, 1), 0, Some((5, Outcome::Done))),
+            (0, ins(3, 2), 10, Some((100, Outcome::Done))),
+            (1, get(3), 20, Some((30, found(2)))),
+            (2, get(3), 40, Some((50, found(1)))),
+        ]);
+        assert!(bad.check().is_err());
+        // Overlapping reads may see the values in either order.
+        let ok = h(vec![
+            (0, ins(3, 1), 0, Some((5, Outcome::Done))),
+            (0, ins(3, 2), 10, Some((100, Outcome::Done))),
+            (1, get(3), 20, Some((45, found(2)))),
+            (2, get(3), 40, Some((50, found(1)))),
+        ]);
+        ok.check().unwrap();
+    }
+
+    #[test]
+    fn pending_writes_may_or_may_not_apply() {
+        for seen in [1u8, 2] {
+            let hist = h(vec![
+                (0, ins(4, 1), 0, Some((10, Outcome::Done))),
+                (1, ins(4, 2), 20, None), // crashed
+                (2, get(4), 30, Some((40, found(seen)))),
+                (2, get(4), 50, Some((60, found(seen)))),
+            ]);
+            let s = hist.check().unwrap();
+            assert_eq!(s.pending, 1);
+        }
+        // ... but not flip back once applied.
+        let bad = h(vec![
+            (0, ins(4, 1), 0, Some((10, Outcome::Done))),
+            (1, ins(4, 2), 20, None),
+            (2, get(4), 30, Some((40, found(2)))),
+            (2, get(4), 50, Some((60, found(1)))),
+        ]);
+        assert!(bad.check().is_err());
+        // A pending write cannot take effect before it was invoked.
+        let bad = h(vec![
+            (0, ins(4, 1), 0, Some((10, Outcome::Done))),
+            (2, get(4), 30, Some((40, found(2)))),
+            (1, ins(4, 2), 50, None),
+        ]);
+        assert!(bad.check().is_err());
+    }
+
+    #[test]
+    fn scans_are_checked_per_key() {
+        let scan = |from: u8, count, t0, t1, r: Vec<(u8, u8)>| {
+            (
+                9,
+                Invocation::Scan { from: k(from), count },
+                t0,
+                Some((t1, Outcome::Scanned(r.into_iter().map(|(a, b)| (k(a), v(b))).collect()))),
+            )
+        };
+        let base = || {
+            vec![
+                (0, ins(1, 1), 0, Some((1, Outcome::Done))),
+                (0, ins(3, 3), 2, Some((3, Outcome::Done))),
+                (0, ins(5, 5), 4, Some((5, Outcome::Done))),
+            ]
+        };
+        let mut ok = base();
+        ok.push(scan(2, 10, 10, 20, vec![(3, 3), (5, 5)]));
+        ok.push(scan(0, 2, 10, 20, vec![(1, 1), (3, 3)]));
+        h(ok).check().unwrap();
+        // Missing key 3 inside the covered range.
+        let mut bad = base();
+        bad.push(scan(2, 10, 10, 20, vec![(5, 5)]));
+        assert!(h(bad).check().is_err());
+        // Not ascending.
+        let mut bad = base();
+        bad.push(scan(0, 10, 10, 20, vec![(3, 3), (1, 1)]));
+        assert!(h(bad).check().unwrap_err().reason.contains("ascending"));
+        // Below its start.
+        let mut bad = base();
+        bad.push(scan(2, 10, 10, 20, vec![(1, 1), (3, 3), (5, 5)]));
+        assert!(h(bad).check().is_err());
+        // A key that was never written.
+        let mut bad = base();
+        bad.push(scan(0, 10, 10, 20, vec![(1, 1), (2, 2), (3, 3), (5, 5)]));
+        assert!(h(bad).check().unwrap_err().reason.contains("never inserted"));
+        // A scan concurrent with a delete may see the key or not.
+        let mut ok = base();
+        ok.push((1, Invocation::Delete { key: k(3) }, 12, Some((18, Outcome::Existed(true)))));
+        ok.push(scan(2, 10, 10, 20, vec![(5, 5)]));
+        h(ok).check().unwrap();
+    }
+
+    #[test]
+    fn long_sequential_history_is_cheap() {
+        let hist = History::new();
+        for i in 0..20_000u64 {
+            let id = hist.invoke(0, ins(1, (i % 200) as u8), 2 * i);
+            hist.complete(id, Outcome::Done, 2 * i + 1);
+        }
+        let s = hist.check().unwrap();
+        assert!(s.steps <= 20_001, "{s:?}");
+    }
+}

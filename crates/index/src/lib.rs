@@ -1,0 +1,164 @@
+//! # dmindex-index: what every index offers
+//!
+//! An index lives in remote memory and is reached through a [`dmindex_fabric::Client`]. Each
+//! compute node opens one handle ([`RangeIndex::open`]) shared by all of its clients — that is
+//! where CN-side caches live — and every operation names the client (task) doing it.
+//!
+//! ## Semantics every index must have (checked by `dmindex-check`)
+//!
+//! Keys are byte strings ordered lexicographically (integer keys are 8-byte big-endian, so byte
+//! order is numeric order); values are byte strings. Each operation is linearizable:
+//!
+//! | operation | effect | returns |
+//! |---|---|---|
+//! | `search(k)` | — | the value, or `None` |
+//! | `insert(k, v)` | k ↦ v (an existing key is updated: no duplicates, ever) | — |
+//! | `update(k, v)` | k ↦ v if k exists | whether k existed |
+//! | `delete(k)` | removes k if it exists | whether k existed |
+//! | `scan(from, n)` | — | up to n pairs with key ≥ from, ascending |
+//!
+//! A scan is linearizable per key: each returned pair was the key's value at some instant during
+//! the scan, and each key in the scanned range it did not return was absent at some such instant.
+//!
+//! ## The reference index
+//!
+//! [`reference::LockedShards`] is a deliberately simple index built on the fabric (sorted arrays
+//! behind one remote lock per key-range shard). It is the harness's and checker's test subject and
+//! the yardstick the real designs are compared against in model tests.
+
+use dmindex_fabric::{Client, FabricError, Transport};
+
+pub mod reference;
+
+/// What can go wrong in an index operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexError {
+    /// The fabric refused or failed a verb.
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+    /// The key is longer than the index was configured for.
+    #[error("key of {len} bytes exceeds the maximum of {max}")]
+    KeyTooLong { len: usize, max: usize },
+    /// The value is longer than the index was configured for.
+    #[error("value of {len} bytes exceeds the maximum of {max}")]
+    ValueTooLong { len: usize, max: usize },
+    /// The key is not one the index accepts (e.g. empty).
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    /// Remote memory does not hold what the index expects (wrong root, foreign data).
+    #[error("corrupt index: {0}")]
+    Corrupt(String),
+    /// The configuration is unusable.
+    #[error("bad index configuration: {0}")]
+    Config(String),
+}
+
+/// Result of an index operation.
+pub type IndexResult<T> = Result<T, IndexError>;
+
+/// A key-value pair returned by a scan.
+pub type Pair = (Vec<u8>, Vec<u8>);
+
+/// Options every index understands; each index documents what else it reads from `extra`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexConfig {
+    /// Longest key accepted, in bytes.
+    pub max_key: usize,
+    /// Longest value accepted, in bytes.
+    pub max_value: usize,
+    /// CN-side cache budget in bytes, per compute node.
+    pub cache_bytes: u64,
+    /// Expected number of items (a sizing hint).
+    pub expected_items: u64,
+    /// Root-table slot holding the index's root.
+    pub root_slot: u32,
+    /// Index-specific `name=value` options.
+    pub extra: Vec<(String, String)>,
+}
+
+impl Default for IndexConfig {
+    fn default() -> IndexConfig {
+        IndexConfig {
+            max_key: 8,
+            max_value: 8,
+            cache_bytes: 100 << 20,
+            expected_items: 1 << 20,
+            root_slot: 0,
+            extra: Vec::new(),
+        }
+    }
+}
+
+impl IndexConfig {
+    /// Checks key and value lengths against the configuration.
+    pub fn check_kv(&self, key: &[u8], value: Option<&[u8]>) -> IndexResult<()> {
+        if key.is_empty() {
+            return Err(IndexError::InvalidKey("empty key".into()));
+        }
+        if key.len() > self.max_key {
+            return Err(IndexError::KeyTooLong { len: key.len(), max: self.max_key });
+        }
+        if let Some(v) = value {
+            if v.len() > self.max_value {
+                return Err(IndexError::ValueTooLong { len: v.len(), max: self.max_value });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counters an index keeps on its compute node.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IndexStats {
+    /// Bytes of CN-side cache in use.
+    pub cache_bytes: u64,
+    /// Operation retries (validation failures, lock failures, re-reads).
+    pub retries: u64,
+}
+
+/// An ordered index on disaggregated memory, over transport `T`.
+///
+/// Futures are not `Send`: clients run on single-threaded executors. A handle may be shared by
+/// the clients of one compute node; handles that are `Sync` may be shared across threads.
+#[allow(async_fn_in_trait)]
+pub trait RangeIndex<T: Transport>: Sized {
+    /// The index's name as the CLI knows it.
+    const NAME: &'static str;
+
+    /// Builds an empty index in remote memory and publishes its root in `config.root_slot`.
+    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self>;
+
+    /// Opens a handle on compute node `cn` to the index published in `config.root_slot`.
+    async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self>;
+
+    /// The value of `key`, if present.
+    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>>;
+
+    /// Sets `key` to `value`, inserting it if absent.
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()>;
+
+    /// Sets `key` to `value` if present; returns whether it was.
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool>;
+
+    /// Removes `key`; returns whether it was present.
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool>;
+
+    /// Appends to `out` up to `count` pairs with key ≥ `from`, in ascending key order.
+    async fn scan(
+        &self,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()>;
+
+    /// CN-side counters.
+    fn stats(&self) -> IndexStats {
+        IndexStats::default()
+    }
+
+    /// Fraction of leaf slots holding items, where the index has such a notion.
+    async fn load_factor(&self, _c: &Client<T>) -> IndexResult<Option<f64>> {
+        Ok(None)
+    }
+}

@@ -1,0 +1,389 @@
+//! YCSB core workloads LOAD and A–F, and the per-client operation streams they generate.
+
+use std::sync::Arc;
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+use crate::generators::{
+    below, fnvhash64, next_double, zeta, AcknowledgedCounter, ScrambledZipfian, SkewedLatest,
+    Zipfian, ZIPFIAN_CONSTANT,
+};
+
+/// How YCSB picks the key of a read, update, scan or read-modify-write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Distribution {
+    /// YCSB's "zipfian": scrambled Zipfian, θ = 0.99.
+    Zipfian,
+    /// Plain Zipfian (Gray et al.) over the loaded keys: key number 0 is the hottest.
+    PlainZipfian,
+    /// YCSB's "latest": skewed towards the most recent acknowledged inserts.
+    Latest,
+    /// Uniform over the loaded keys.
+    Uniform,
+}
+
+/// A workload's operation mix and request distribution.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadSpec {
+    /// Name (load, a … f).
+    pub name: String,
+    /// Proportions of read, update, insert, scan, read-modify-write.
+    pub read: f64,
+    pub update: f64,
+    pub insert: f64,
+    pub scan: f64,
+    pub rmw: f64,
+    /// Key distribution.
+    pub distribution: Distribution,
+    /// Scan lengths are uniform in `[1, max_scan]`.
+    pub max_scan: u64,
+}
+
+impl WorkloadSpec {
+    /// YCSB's workload by name: `load`, `a` … `f` (case-insensitive).
+    pub fn named(name: &str) -> Result<WorkloadSpec, String> {
+        let (read, update, insert, scan, rmw, distribution) = match name
+            .to_ascii_lowercase()
+            .as_str()
+        {
+            "load" => (0.0, 0.0, 1.0, 0.0, 0.0, Distribution::Zipfian),
+            "a" => (0.5, 0.5, 0.0, 0.0, 0.0, Distribution::Zipfian),
+            "b" => (0.95, 0.05, 0.0, 0.0, 0.0, Distribution::Zipfian),
+            "c" => (1.0, 0.0, 0.0, 0.0, 0.0, Distribution::Zipfian),
+            "d" => (0.95, 0.0, 0.05, 0.0, 0.0, Distribution::Latest),
+            "e" => (0.0, 0.0, 0.05, 0.95, 0.0, Distribution::Zipfian),
+            "f" => (0.5, 0.0, 0.0, 0.0, 0.5, Distribution::Zipfian),
+            other => {
+                return Err(format!("unknown workload '{other}' (known: load, a, b, c, d, e, f)"))
+            }
+        };
+        Ok(WorkloadSpec {
+            name: name.to_ascii_lowercase(),
+            read,
+            update,
+            insert,
+            scan,
+            rmw,
+            distribution,
+            max_scan: 100,
+        })
+    }
+}
+
+/// What one operation does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    Read,
+    Update,
+    Insert,
+    Scan,
+    ReadModifyWrite,
+    Delete,
+}
+
+impl OpKind {
+    /// Every kind, in report order.
+    pub const ALL: [OpKind; 6] = [
+        OpKind::Read,
+        OpKind::Update,
+        OpKind::Insert,
+        OpKind::Scan,
+        OpKind::ReadModifyWrite,
+        OpKind::Delete,
+    ];
+
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Read => "read",
+            OpKind::Update => "update",
+            OpKind::Insert => "insert",
+            OpKind::Scan => "scan",
+            OpKind::ReadModifyWrite => "rmw",
+            OpKind::Delete => "delete",
+        }
+    }
+}
+
+/// Turns key numbers into key bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyFormat {
+    /// Key size in bytes: 8 means 8-byte big-endian integers, more means `user…` strings
+    /// zero-padded to exactly this length.
+    pub size: usize,
+    /// YCSB `insertorder=ordered`: key number n is key n + 1 (0 is kept free); otherwise hashed:
+    /// `fnvhash64(n)`.
+    pub ordered: bool,
+}
+
+impl KeyFormat {
+    /// Checks the size.
+    pub fn new(size: usize, ordered: bool) -> Result<KeyFormat, String> {
+        if size < 8 {
+            return Err(format!("key size {size} is below 8 bytes"));
+        }
+        if size > 255 {
+            return Err(format!("key size {size} exceeds 255 bytes"));
+        }
+        Ok(KeyFormat { size, ordered })
+    }
+
+    /// The key of key number `n`.
+    pub fn key(&self, n: u64) -> Vec<u8> {
+        let v = if self.ordered { n + 1 } else { fnvhash64(n) };
+        self.key_of_value(v)
+    }
+
+    /// The key for an already-hashed (or trace-given) integer `v`.
+    pub fn key_of_value(&self, v: u64) -> Vec<u8> {
+        if self.size == 8 {
+            return v.to_be_bytes().to_vec();
+        }
+        let digits = self.size - 4;
+        let v = if digits < 20 { v % 10u64.pow(digits as u32) } else { v };
+        format!("user{v:0digits$}").into_bytes()
+    }
+}
+
+/// One operation to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Op {
+    pub kind: OpKind,
+    pub key: Vec<u8>,
+    /// Scan length (scans only).
+    pub scan_len: usize,
+    /// The insert number to acknowledge when an insert completes.
+    pub insert_number: Option<u64>,
+}
+
+/// State shared by all clients of one run: the insert counter and the key-space size.
+#[derive(Debug)]
+pub struct Shared {
+    pub spec: WorkloadSpec,
+    pub format: KeyFormat,
+    /// Records loaded before the run.
+    pub records: u64,
+    /// Insert numbers for the run phase.
+    pub inserts: AcknowledgedCounter,
+    key_space: u64,
+    latest_zetan: f64,
+}
+
+impl Shared {
+    /// The shared state for a run over `records` loaded records and `ops` operations.
+    pub fn new(spec: WorkloadSpec, format: KeyFormat, records: u64, ops: u64) -> Arc<Shared> {
+        // YCSB sizes the zipfian key space to cover expected inserts so hot keys do not move.
+        let expected_new = (ops as f64 * spec.insert * 2.0) as u64;
+        let latest_zetan = if spec.distribution == Distribution::Latest {
+            zeta(0, records.max(1), ZIPFIAN_CONSTANT, 0.0)
+        } else {
+            0.0
+        };
+        Arc::new(Shared {
+            key_space: records + expected_new + 1,
+            inserts: AcknowledgedCounter::new(records),
+            spec,
+            format,
+            records,
+            latest_zetan,
+        })
+    }
+}
+
+enum Chooser {
+    Scrambled(ScrambledZipfian),
+    Plain(Zipfian),
+    Latest(SkewedLatest),
+    Uniform,
+}
+
+/// One client's operation stream.
+pub struct ClientStream {
+    shared: Arc<Shared>,
+    rng: ChaCha8Rng,
+    chooser: Chooser,
+    weights: [f64; 5],
+}
+
+impl ClientStream {
+    /// The stream of client `client` under `seed`.
+    pub fn new(shared: Arc<Shared>, seed: u64, client: u64) -> ClientStream {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        rng.set_stream(client + 1);
+        let records = shared.records.max(1);
+        let chooser = match shared.spec.distribution {
+            Distribution::Zipfian => {
+                Chooser::Scrambled(ScrambledZipfian::new(0, shared.key_space - 1))
+            }
+            Distribution::PlainZipfian => {
+                Chooser::Plain(Zipfian::new(0, records - 1, ZIPFIAN_CONSTANT, None))
+            }
+            Distribution::Latest => {
+                Chooser::Latest(SkewedLatest::new(records, Some(shared.latest_zetan)))
+            }
+            Distribution::Uniform => Chooser::Uniform,
+        };
+        let s = &shared.spec;
+        let weights = [s.read, s.update, s.insert, s.scan, s.rmw];
+        ClientStream { shared, rng, chooser, weights }
+    }
+
+    /// A key number for a non-insert operation, never above the last acknowledged insert.
+    fn key_number(&mut self) -> u64 {
+        let last = self.shared.inserts.last_value();
+        loop {
+            let n = match &mut self.chooser {
+                Chooser::Scrambled(z) => z.next(&mut self.rng),
+                Chooser::Plain(z) => z.next(&mut self.rng),
+                Chooser::Latest(z) => z.next(&mut self.rng, last),
+                Chooser::Uniform => below(&mut self.rng, last + 1),
+            };
+            if n <= last {
+                return n;
+            }
+        }
+    }
+
+    /// The next operation.
+    pub fn next_op(&mut self) -> Op {
+        let total: f64 = self.weights.iter().sum();
+        let mut u = next_double(&mut self.rng) * total;
+        let mut pick = 4;
+        for (i, w) in self.weights.iter().enumerate() {
+            if u < *w {
+                pick = i;
+                break;
+            }
+            u -= w;
+        }
+        let kind =
+            [OpKind::Read, OpKind::Update, OpKind::Insert, OpKind::Scan, OpKind::ReadModifyWrite]
+                [pick];
+        if kind == OpKind::Insert {
+            let n = self.shared.inserts.next();
+            return Op {
+                kind,
+                key: self.shared.format.key(n),
+                scan_len: 0,
+                insert_number: Some(n),
+            };
+        }
+        let n = self.key_number();
+        let scan_len = if kind == OpKind::Scan {
+            1 + below(&mut self.rng, self.shared.spec.max_scan) as usize
+        } else {
+            0
+        };
+        Op { kind, key: self.shared.format.key(n), scan_len, insert_number: None }
+    }
+
+    /// Acknowledges a completed insert (so later reads may pick it).
+    pub fn acknowledge(&self, op: &Op) {
+        if let Some(n) = op.insert_number {
+            self.shared.inserts.acknowledge(n);
+        }
+    }
+}
+
+/// The keys of the load phase for loader `i` of `loaders`: numbers `i, i + loaders, …` below
+/// `records`.
+pub fn load_keys(
+    format: KeyFormat,
+    records: u64,
+    i: u64,
+    loaders: u64,
+) -> impl Iterator<Item = Vec<u8>> {
+    (i..records).step_by(loaders.max(1) as usize).map(move |n| format.key(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proportions_follow_the_spec() {
+        for (name, want) in [
+            ("a", [0.5, 0.5, 0.0, 0.0, 0.0]),
+            ("b", [0.95, 0.05, 0.0, 0.0, 0.0]),
+            ("e", [0.0, 0.0, 0.05, 0.95, 0.0]),
+            ("f", [0.5, 0.0, 0.0, 0.0, 0.5]),
+        ] {
+            let spec = WorkloadSpec::named(name).unwrap();
+            let shared = Shared::new(spec, KeyFormat::new(8, false).unwrap(), 10_000, 20_000);
+            let mut s = ClientStream::new(shared, 1, 0);
+            let mut counts = [0usize; 5];
+            let n = 20_000;
+            for _ in 0..n {
+                let op = s.next_op();
+                let i = [
+                    OpKind::Read,
+                    OpKind::Update,
+                    OpKind::Insert,
+                    OpKind::Scan,
+                    OpKind::ReadModifyWrite,
+                ]
+                .iter()
+                .position(|k| *k == op.kind)
+                .unwrap();
+                counts[i] += 1;
+                if op.kind == OpKind::Scan {
+                    assert!((1..=100).contains(&op.scan_len));
+                }
+                s.acknowledge(&op);
+            }
+            for i in 0..5 {
+                let got = counts[i] as f64 / n as f64;
+                assert!(
+                    (got - want[i]).abs() < 0.015,
+                    "workload {name} op {i}: {got} vs {}",
+                    want[i]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn reads_never_pick_unacknowledged_inserts() {
+        let spec = WorkloadSpec::named("d").unwrap();
+        let f = KeyFormat::new(8, true).unwrap();
+        let shared = Shared::new(spec, f, 100, 1000);
+        let mut s = ClientStream::new(shared.clone(), 3, 0);
+        let mut pending = Vec::new();
+        for _ in 0..2000 {
+            let op = s.next_op();
+            if op.kind == OpKind::Insert {
+                pending.push(op); // never acknowledged
+            } else {
+                let n = u64::from_be_bytes(op.key.clone().try_into().unwrap()) - 1;
+                assert!(n < 100, "read of unacknowledged key number {n}");
+            }
+        }
+        assert!(!pending.is_empty());
+    }
+
+    #[test]
+    fn key_formats() {
+        let f = KeyFormat::new(8, false).unwrap();
+        assert_eq!(f.key(0), 6284781860667377211u64.to_be_bytes());
+        assert_eq!(KeyFormat::new(8, true).unwrap().key(0), 1u64.to_be_bytes());
+        let s = KeyFormat::new(24, false).unwrap();
+        assert_eq!(s.key(0), b"user06284781860667377211".to_vec());
+        let short = KeyFormat::new(10, true).unwrap();
+        assert_eq!(short.key(41), b"user000042".to_vec());
+        assert!(KeyFormat::new(4, false).is_err());
+        assert!(WorkloadSpec::named("z").unwrap_err().contains("unknown workload 'z'"));
+        let keys: Vec<_> = load_keys(KeyFormat::new(8, true).unwrap(), 10, 1, 3).collect();
+        assert_eq!(
+            keys,
+            vec![
+                2u64.to_be_bytes().to_vec(),
+                5u64.to_be_bytes().to_vec(),
+                8u64.to_be_bytes().to_vec()
+            ]
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! `dmindex bench` and `dmindex check`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use dmindex_bench::check::{check_seeds, CheckConfig};
+use dmindex_bench::{BenchConfig, TransportKind, INDEXES};
+
+fn parse_option(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .ok_or_else(|| format!("'{s}' is not name=value"))
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Index to run (ref).
+    #[arg(long, default_value = "ref")]
+    index: String,
+    /// Transport: local (in-process, real time) or sim (simulated cluster, virtual time).
+    #[arg(long, default_value = "local", value_parser = ["local", "sim"])]
+    transport: String,
+    /// Simulator fabric preset (with --transport sim).
+    #[arg(long, default_value = "chime-testbed")]
+    preset: String,
+    /// Override a simulator fabric parameter, e.g. --set link_gbps=25 (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    overrides: Vec<String>,
+    /// Memory nodes.
+    #[arg(long, default_value_t = 1)]
+    mns: u16,
+    /// Bytes of memory per memory node, in GiB (committed lazily).
+    #[arg(long, default_value_t = 4)]
+    mn_gb: u64,
+    /// Compute nodes.
+    #[arg(long, default_value_t = 1)]
+    cns: u16,
+    /// Client threads per compute node.
+    #[arg(long, default_value_t = 2)]
+    clients: usize,
+    /// Coroutines (client tasks) per client thread.
+    #[arg(long, default_value_t = 1)]
+    coroutines: usize,
+    /// Items loaded before the run phase.
+    #[arg(long, default_value_t = 100_000)]
+    items: u64,
+    /// Operations in the run phase (default: --items, or the trace length).
+    #[arg(long)]
+    ops: Option<u64>,
+    /// YCSB workload: load, a, b, c, d, e, f.
+    #[arg(long, default_value = "c")]
+    workload: String,
+    /// Replay this trace in the run phase instead of generating operations.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Key size in bytes (8: integer keys; more: `user…` strings).
+    #[arg(long, default_value_t = 8)]
+    key_size: usize,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 8)]
+    value_size: usize,
+    /// YCSB insertorder=ordered (keys 1, 2, 3, …) instead of hashed.
+    #[arg(long)]
+    ordered: bool,
+    /// CN-side cache budget per compute node, MB.
+    #[arg(long, default_value_t = 100)]
+    cache_mb: u64,
+    /// Index-specific option, e.g. --option span=64 (repeatable).
+    #[arg(long = "option", value_name = "NAME=VALUE", value_parser = parse_option)]
+    options: Vec<(String, String)>,
+    /// Seed for workload generation and the simulator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let cfg = BenchConfig {
+        index: a.index.clone(),
+        transport: if a.transport == "sim" { TransportKind::Sim } else { TransportKind::Local },
+        preset: a.preset.clone(),
+        overrides: a.overrides.clone(),
+        memory_nodes: a.mns,
+        mn_bytes: a
+            .mn_gb
+            .checked_mul(1 << 30)
+            .filter(|&b| b > 0)
+            .ok_or_else(|| anyhow::anyhow!("--mn-gb must be positive"))?,
+        cns: a.cns,
+        clients: a.clients,
+        coroutines: a.coroutines,
+        items: a.items,
+        ops: a.ops,
+        workload: a.workload.clone(),
+        trace: a.trace.clone(),
+        key_size: a.key_size,
+        value_size: a.value_size,
+        ordered_keys: a.ordered,
+        cache_mb: a.cache_mb,
+        seed: a.seed,
+        index_options: a.options.clone(),
+        progress: std::io::stderr().is_terminal(),
+    };
+    let report = dmindex_bench::run(&cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// Index to check.
+    #[arg(long, default_value = "ref")]
+    index: String,
+    /// Number of seeds to run, from --first-seed.
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// First seed.
+    #[arg(long, default_value_t = 0)]
+    first_seed: u64,
+    /// Run exactly this seed (replay).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Client tasks per run.
+    #[arg(long, default_value_t = 12)]
+    clients: usize,
+    /// Operations per client.
+    #[arg(long, default_value_t = 60)]
+    ops: u64,
+    /// Distinct keys (few keys = many collisions).
+    #[arg(long, default_value_t = 48)]
+    keys: u64,
+    /// Simulator fabric preset.
+    #[arg(long, default_value = "stress")]
+    preset: String,
+    /// No client crashes.
+    #[arg(long)]
+    no_crashes: bool,
+    /// No injected delays.
+    #[arg(long)]
+    no_delays: bool,
+    /// Index-specific option (repeatable).
+    #[arg(long = "option", value_name = "NAME=VALUE", value_parser = parse_option)]
+    options: Vec<(String, String)>,
+}
+
+pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
+    if !INDEXES.contains(&a.index.as_str()) {
+        bail!("unknown index '{}' (known: {})", a.index, INDEXES.join(", "));
+    }
+    let cfg = CheckConfig {
+        index: a.index.clone(),
+        clients: a.clients,
+        ops_per_client: a.ops,
+        keys: a.keys,
+        crashes: !a.no_crashes,
+        delays: !a.no_delays,
+        preset: a.preset.clone(),
+        index_options: a.options.clone(),
+        ..CheckConfig::default()
+    };
+    let seeds = match a.seed {
+        Some(s) => s..s + 1,
+        None => a.first_seed..a.first_seed + a.seeds,
+    };
+    let (mut ops, mut crashed, mut pending) = (0, 0, 0);
+    let result = check_seeds(&cfg, seeds.clone(), |r| {
+        ops += r.stats.ops;
+        crashed += r.crashed;
+        pending += r.stats.pending;
+        if a.seed.is_some() {
+            println!("seed {}: {} ops on {} keys, {} pending, {} clients crashed, {} stuck, trace {:016x}", r.seed, r.stats.ops, r.stats.keys, r.stats.pending, r.crashed, r.stuck, r.trace_hash);
+        }
+    });
+    match result {
+        Ok(reports) => {
+            println!(
+                "{} seeds linearizable ({}..{}): {} operations, {} pending, {} clients crashed",
+                reports.len(),
+                seeds.start,
+                seeds.end,
+                ops,
+                pending,
+                crashed
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{e:#}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
