@@ -198,3 +198,25 @@ fn check_passes_seeds_and_replays_one() {
     assert_eq!(a.stdout, b.stdout, "a seed replays exactly");
     assert!(String::from_utf8_lossy(&a.stdout).contains("seed 2:"));
 }
+
+#[test]
+fn bench_and_check_run_chime() {
+    for transport in ["local", "sim"] {
+        for w in ["load", "a", "c", "e"] {
+            let v = json(&dmindex(&[
+                "bench", "--index", "chime", "--transport", transport, "--workload", w, "--items", "3000",
+                "--ops", "1500", "--clients", "2", "--coroutines", "2", "--json",
+            ]));
+            assert_eq!(v["index"], "chime");
+            assert_eq!(v["ops"], 1500, "{transport}/{w}");
+            let lf = v["load_factor"].as_f64().expect("chime reports a load factor");
+            assert!(lf > 0.2 && lf <= 1.0, "{lf}");
+            assert!(v["cache_bytes"].as_u64().unwrap() > 0, "internal nodes are cached");
+        }
+    }
+    let out = dmindex(&["check", "--index", "chime", "--seeds", "3", "--option", "span=8", "--option", "h=4", "--option", "internal_span=4"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = dmindex(&["bench", "--index", "chime", "--option", "span=60"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("multiple of H"));
+}

@@ -13,6 +13,7 @@ use std::ops::Range;
 
 use anyhow::bail;
 use dmindex_check::{CheckStats, History};
+use dmindex_chime::Chime;
 use dmindex_index::reference::LockedShards;
 use dmindex_index::{IndexConfig, RangeIndex};
 use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
@@ -36,6 +37,8 @@ pub struct CheckConfig {
     /// Virtual-time budget of the run phase, ns.
     pub deadline_ns: u64,
     pub index_options: Vec<(String, String)>,
+    /// Use exactly these keys (8-byte big-endian integers, non-zero) instead of `1 ..= keys`.
+    pub key_list: Vec<u64>,
 }
 
 impl Default for CheckConfig {
@@ -51,6 +54,7 @@ impl Default for CheckConfig {
             preset: "stress".into(),
             deadline_ns: 200_000_000,
             index_options: Vec::new(),
+            key_list: Vec::new(),
         }
     }
 }
@@ -69,6 +73,7 @@ pub struct SeedReport {
 pub fn check_seed(cfg: &CheckConfig, seed: u64) -> anyhow::Result<SeedReport> {
     match cfg.index.as_str() {
         "ref" => check_seed_with::<LockedShards>(cfg, seed),
+        "chime" => check_seed_with::<Chime>(cfg, seed),
         other => bail!("unknown index '{other}' (known: {})", crate::INDEXES.join(", ")),
     }
 }
@@ -92,8 +97,22 @@ pub fn check_seeds(
     Ok(out)
 }
 
-fn key(k: u64) -> Vec<u8> {
-    (k + 1).to_be_bytes().to_vec()
+impl CheckConfig {
+    fn universe(&self) -> u64 {
+        if self.key_list.is_empty() {
+            self.keys
+        } else {
+            self.key_list.len() as u64
+        }
+    }
+
+    /// The `i`-th key of the run.
+    fn key(&self, i: u64) -> Vec<u8> {
+        match self.key_list.get(i as usize) {
+            Some(k) => k.to_be_bytes().to_vec(),
+            None => (i + 1).to_be_bytes().to_vec(),
+        }
+    }
 }
 
 /// Runs one seed on index `I`.
@@ -101,7 +120,7 @@ pub fn check_seed_with<I: RangeIndex<SimTransport>>(
     cfg: &CheckConfig,
     seed: u64,
 ) -> anyhow::Result<SeedReport> {
-    if cfg.clients == 0 || cfg.keys == 0 {
+    if cfg.clients == 0 || cfg.universe() == 0 || cfg.key_list.contains(&0) {
         bail!("clients and keys must be positive");
     }
     let net = NetParams::preset(&cfg.preset).map_err(anyhow::Error::msg)?;
@@ -115,7 +134,7 @@ pub fn check_seed_with<I: RangeIndex<SimTransport>>(
         max_key: 8,
         max_value: cfg.value_size,
         cache_bytes: 1 << 20,
-        expected_items: cfg.keys,
+        expected_items: cfg.universe(),
         root_slot: 0,
         extra: cfg.index_options.clone(),
     };
@@ -140,8 +159,8 @@ pub fn check_seed_with<I: RangeIndex<SimTransport>>(
         client: u32::MAX,
     };
     sim.block_on(async {
-        for k in (0..cfg.keys).step_by(2) {
-            runner::insert(&handles[0], &loader, &env, &key(k), &env.value(k)).await?;
+        for k in (0..cfg.universe()).step_by(2) {
+            runner::insert(&handles[0], &loader, &env, &cfg.key(k), &env.value(k)).await?;
         }
         Ok::<(), dmindex_index::IndexError>(())
     })?;
@@ -171,7 +190,7 @@ pub fn check_seed_with<I: RangeIndex<SimTransport>>(
             let mut rng = ChaCha8Rng::seed_from_u64(s);
             for seq in 0..cfg.ops_per_client {
                 let r = rng.next_u64();
-                let k = key((r >> 8) % cfg.keys);
+                let k = cfg.key((r >> 8) % cfg.universe());
                 let v = env.value(seq);
                 let res = match r % 100 {
                     0..=29 => runner::search(idx, c, &env, &k).await.map(drop),

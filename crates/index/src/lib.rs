@@ -28,6 +28,8 @@
 
 use dmindex_fabric::{Client, FabricError, Transport};
 
+pub mod cacheline;
+pub mod hash;
 pub mod reference;
 
 /// What can go wrong in an index operation.

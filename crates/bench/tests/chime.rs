@@ -1,0 +1,100 @@
+//! CHIME under the simulator: torn reads, delays, crashes, many seeds, every history checked.
+
+use dmindex_bench::check::{check_seed, CheckConfig};
+use dmindex_chime::leaf::home;
+use dmindex_sim::seeds::check_seeds;
+
+fn opts(span: usize, h: usize, internal: usize) -> Vec<(String, String)> {
+    vec![
+        ("span".into(), span.to_string()),
+        ("h".into(), h.to_string()),
+        ("internal_span".into(), internal.to_string()),
+    ]
+}
+
+fn run(name: &str, cfg: CheckConfig, seeds: std::ops::Range<u64>) {
+    check_seeds(name, seeds, |seed| check_seed(&cfg, seed).map(drop).map_err(|e| format!("{e:#}")));
+}
+
+/// Mixed operations over a small hot key space on tiny nodes: leaf splits, internal splits and
+/// root growth happen while readers read and other clients crash.
+#[test]
+fn chime_mixed_small_nodes_with_crashes() {
+    let cfg = CheckConfig {
+        index: "chime".into(),
+        index_options: opts(8, 4, 4),
+        keys: 120,
+        ..CheckConfig::default()
+    };
+    run("chime_mixed_small_nodes_with_crashes", cfg, 0..120);
+}
+
+#[test]
+fn chime_default_shape_with_crashes() {
+    let cfg = CheckConfig {
+        index: "chime".into(),
+        keys: 400,
+        clients: 16,
+        ops_per_client: 60,
+        ..CheckConfig::default()
+    };
+    run("chime_default_shape_with_crashes", cfg, 0..40);
+}
+
+#[test]
+fn chime_h2_and_h16() {
+    for (name, o) in [("chime_h2", opts(16, 2, 4)), ("chime_h16", opts(16, 16, 4))] {
+        let cfg = CheckConfig {
+            index: "chime".into(),
+            index_options: o,
+            keys: 100,
+            ..CheckConfig::default()
+        };
+        run(name, cfg, 0..40);
+    }
+}
+
+/// Keys that all hash to two adjacent homes of a 16-slot leaf with H = 4: every insert hops and
+/// readers constantly race hop-range writes (the third level of validation), and overflowing
+/// neighbourhoods force splits whose critical keys are exactly these.
+#[test]
+fn chime_readers_race_hop_range_writes() {
+    let keys: Vec<u64> = (1..).filter(|&k| matches!(home(k, 16), 3 | 4)).take(40).collect();
+    let cfg = CheckConfig {
+        index: "chime".into(),
+        index_options: opts(16, 4, 4),
+        key_list: keys,
+        crashes: false,
+        ..CheckConfig::default()
+    };
+    run("chime_readers_race_hop_range_writes", cfg, 0..60);
+}
+
+/// Consecutive keys: splits put separators right next to live keys, and inserts meet half
+/// splits (leaf written, parent not yet) while delays stretch every window.
+#[test]
+fn chime_inserts_race_half_splits() {
+    let cfg = CheckConfig {
+        index: "chime".into(),
+        index_options: opts(8, 2, 4),
+        keys: 60,
+        clients: 20,
+        ops_per_client: 50,
+        ..CheckConfig::default()
+    };
+    run("chime_inserts_race_half_splits", cfg, 0..60);
+}
+
+#[test]
+#[ignore = "long sweep: cargo test -p dmindex-bench --release -- --ignored"]
+fn chime_thousands_of_seeds() {
+    for (i, o) in [opts(8, 4, 4), opts(16, 2, 4), opts(64, 8, 64)].into_iter().enumerate() {
+        let cfg = CheckConfig {
+            index: "chime".into(),
+            index_options: o,
+            keys: 150,
+            ..CheckConfig::default()
+        };
+        run("chime_thousands_of_seeds", cfg, (i as u64 * 10_000)..(i as u64 * 10_000 + 1000));
+    }
+}

@@ -1,0 +1,268 @@
+//! Internal nodes (B+ tree style, B-link siblings, fence keys) and the CN-side node cache.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, RwLock};
+
+use dmindex_fabric::GlobalAddr;
+use dmindex_index::cacheline::{self, Torn};
+
+use crate::layout::{self, version, InternalLayout, INTERNAL_ENTRY, INTERNAL_HEADER};
+
+/// A decoded internal node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Internal {
+    pub version: u8,
+    pub level: u8,
+    pub valid: bool,
+    pub sibling: GlobalAddr,
+    pub leftmost: GlobalAddr,
+    pub sibling_leftmost: GlobalAddr,
+    /// Inclusive fences.
+    pub low: u64,
+    pub high: u64,
+    /// Sorted by pivot.
+    pub entries: Vec<(u64, GlobalAddr)>,
+}
+
+impl Internal {
+    /// Encodes the whole decoded node, every object at `self.version`.
+    pub fn encode(&self, l: &InternalLayout) -> Vec<u8> {
+        let mut b = vec![0u8; l.decoded()];
+        b[0] = self.version;
+        b[1] = self.level;
+        b[2] = self.valid as u8;
+        layout::put_addr(&mut b, 3, self.sibling);
+        layout::put_addr(&mut b, 11, self.leftmost);
+        layout::put_addr(&mut b, 19, self.sibling_leftmost);
+        layout::put_key(&mut b, 27, self.low);
+        layout::put_key(&mut b, 35, self.high);
+        for i in 0..l.span {
+            let at = l.entry(i);
+            b[at] = self.version;
+            if let Some(&(k, c)) = self.entries.get(i) {
+                layout::put_key(&mut b, at + 1, k);
+                layout::put_addr(&mut b, at + 9, c);
+            }
+        }
+        b
+    }
+
+    /// The physical bytes of the node followed by an unlocked lock word.
+    pub fn physical_with_lock(&self, l: &InternalLayout) -> Vec<u8> {
+        let mut out = Vec::new();
+        cacheline::encode(l, &self.encode(l), 0, l.decoded(), &mut out);
+        out.resize(l.lock_offset() + 8, 0);
+        out
+    }
+
+    /// Decodes a READ of the node's physical bytes; `Err` if torn or mid-write.
+    pub fn decode(l: &InternalLayout, phys: &[u8]) -> Result<Internal, Torn> {
+        let mut b = vec![0u8; l.decoded()];
+        cacheline::decode(l, &phys[..l.physical()], 0, l.decoded(), &mut b)?;
+        let v = b[0];
+        if (0..l.span).any(|i| b[l.entry(i)] != v) {
+            return Err(Torn);
+        }
+        let mut entries = Vec::new();
+        for i in 0..l.span {
+            let at = l.entry(i);
+            let c = layout::addr_at(&b, at + 9);
+            if c.is_null() {
+                break;
+            }
+            entries.push((layout::key_at(&b, at + 1), c));
+        }
+        Ok(Internal {
+            version: v,
+            level: b[1],
+            valid: b[2] != 0,
+            sibling: layout::addr_at(&b, 3),
+            leftmost: layout::addr_at(&b, 11),
+            sibling_leftmost: layout::addr_at(&b, 19),
+            low: layout::key_at(&b, 27),
+            high: layout::key_at(&b, 35),
+            entries,
+        })
+    }
+
+    /// Whether `k` lies within the fences.
+    pub fn covers(&self, k: u64) -> bool {
+        self.low <= k && k <= self.high
+    }
+
+    /// The child for `k` and the child's expected sibling (the next child, or the leftmost
+    /// child of this node's right sibling for the last child).
+    pub fn child_for(&self, k: u64) -> (GlobalAddr, GlobalAddr) {
+        let idx = self.entries.partition_point(|&(p, _)| p <= k);
+        let child = if idx == 0 { self.leftmost } else { self.entries[idx - 1].1 };
+        let next = self.entries.get(idx).map_or(self.sibling_leftmost, |&(_, c)| c);
+        (child, next)
+    }
+
+    /// Children in key order with their expected siblings, from the one covering `k`.
+    pub fn children_from(&self, k: u64) -> Vec<GlobalAddr> {
+        let idx = self.entries.partition_point(|&(p, _)| p <= k);
+        let mut out = Vec::new();
+        if idx == 0 {
+            out.push(self.leftmost);
+        }
+        out.extend(self.entries[idx.saturating_sub(1)..].iter().map(|&(_, c)| c));
+        out
+    }
+
+    /// The node with its version bumped (a node write).
+    pub fn bumped(mut self) -> Internal {
+        self.version = version::bump_nv(self.version);
+        self
+    }
+
+    /// Bytes this node costs in a CN cache (its decoded remote bytes plus its address), as the
+    /// reference implementation charges them.
+    pub fn cache_cost(&self) -> u64 {
+        (8 + INTERNAL_HEADER + INTERNAL_ENTRY * self.entries.len()) as u64
+    }
+}
+
+/// A cached copy of an internal node.
+#[derive(Debug)]
+pub struct Cached {
+    pub addr: GlobalAddr,
+    pub node: Internal,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    /// Per level, nodes by low fence.
+    levels: Vec<BTreeMap<u64, Arc<Cached>>>,
+    fifo: VecDeque<(u8, u64, GlobalAddr)>,
+    bytes: u64,
+}
+
+/// The CN-wide cache of internal nodes, with a byte budget and FIFO eviction.
+pub struct NodeCache {
+    inner: RwLock<CacheInner>,
+    budget: u64,
+}
+
+impl NodeCache {
+    pub fn new(budget: u64) -> NodeCache {
+        NodeCache { inner: RwLock::new(CacheInner::default()), budget }
+    }
+
+    /// Bytes in use.
+    pub fn bytes(&self) -> u64 {
+        self.inner.read().expect("cache lock").bytes
+    }
+
+    /// The cached node at `level` covering `k`.
+    pub fn lookup(&self, level: u8, k: u64) -> Option<Arc<Cached>> {
+        let g = self.inner.read().expect("cache lock");
+        let m = g.levels.get(level as usize)?;
+        let (_, c) = m.range(..=k).next_back()?;
+        c.node.covers(k).then(|| Arc::clone(c))
+    }
+
+    /// The lowest cached level above the leaves with a node covering `k`.
+    pub fn deepest(&self, k: u64) -> Option<Arc<Cached>> {
+        let levels = self.inner.read().expect("cache lock").levels.len();
+        (1..levels as u8).find_map(|lv| self.lookup(lv, k))
+    }
+
+    /// Caches (or refreshes) a node.
+    pub fn insert(&self, addr: GlobalAddr, node: Internal) {
+        if self.budget == 0 {
+            return;
+        }
+        let mut g = self.inner.write().expect("cache lock");
+        let (level, low, cost) = (node.level as usize, node.low, node.cache_cost());
+        if g.levels.len() <= level {
+            g.levels.resize_with(level + 1, BTreeMap::new);
+        }
+        let old = g.levels[level].insert(low, Arc::new(Cached { addr, node }));
+        if let Some(o) = old {
+            g.bytes -= o.node.cache_cost();
+        } else {
+            g.fifo.push_back((level as u8, low, addr));
+        }
+        g.bytes += cost;
+        while g.bytes > self.budget {
+            let Some((lv, lo, _)) = g.fifo.pop_front() else { break };
+            if let Some(o) = g.levels[lv as usize].remove(&lo) {
+                g.bytes -= o.node.cache_cost();
+            }
+        }
+    }
+
+    /// Drops the cached node at `level` with low fence `low` if it is still the copy of `addr`.
+    pub fn invalidate(&self, level: u8, low: u64, addr: GlobalAddr) {
+        let mut g = self.inner.write().expect("cache lock");
+        let Some(m) = g.levels.get_mut(level as usize) else { return };
+        if m.get(&low).is_some_and(|c| c.addr == addr) {
+            let o = m.remove(&low).expect("present");
+            g.bytes -= o.node.cache_cost();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node() -> Internal {
+        Internal {
+            version: 3,
+            level: 1,
+            valid: true,
+            sibling: GlobalAddr::new(0, 0x9000),
+            leftmost: GlobalAddr::new(0, 0x1000),
+            sibling_leftmost: GlobalAddr::new(0, 0x8000),
+            low: 10,
+            high: 99,
+            entries: vec![(20, GlobalAddr::new(0, 0x2000)), (50, GlobalAddr::new(1, 0x3000))],
+        }
+    }
+
+    #[test]
+    fn roundtrip_and_routing() {
+        let l = InternalLayout { span: 64 };
+        let n = node();
+        let phys = n.physical_with_lock(&l);
+        assert_eq!(phys.len(), 1160);
+        assert_eq!(Internal::decode(&l, &phys).unwrap(), n);
+        assert_eq!(n.child_for(10), (n.leftmost, GlobalAddr::new(0, 0x2000)));
+        assert_eq!(n.child_for(20), (GlobalAddr::new(0, 0x2000), GlobalAddr::new(1, 0x3000)));
+        assert_eq!(n.child_for(99), (GlobalAddr::new(1, 0x3000), n.sibling_leftmost));
+        assert_eq!(
+            n.children_from(25),
+            vec![GlobalAddr::new(0, 0x2000), GlobalAddr::new(1, 0x3000)]
+        );
+        // A version mismatch anywhere is a torn node.
+        let mut bad = phys.clone();
+        bad[cacheline::phys(l.entry(5))] ^= 1;
+        assert!(Internal::decode(&l, &bad).is_err());
+    }
+
+    #[test]
+    fn cache_budget_and_lookup() {
+        let c = NodeCache::new(300);
+        let n = node();
+        let cost = n.cache_cost();
+        assert_eq!(cost, 8 + 43 + 34);
+        c.insert(GlobalAddr::new(0, 1), n.clone());
+        assert_eq!(c.bytes(), cost);
+        assert!(c.lookup(1, 50).is_some());
+        assert!(c.lookup(1, 100).is_none());
+        assert!(c.lookup(1, 5).is_none());
+        // Over budget: the oldest goes.
+        for i in 0..5 {
+            let mut m = n.clone();
+            m.low = 1000 * (i + 1);
+            m.high = m.low + 10;
+            c.insert(GlobalAddr::new(0, 2 + i), m);
+        }
+        assert!(c.bytes() <= 300);
+        assert!(c.lookup(1, 50).is_none());
+        c.invalidate(1, 5000, GlobalAddr::new(0, 6));
+        assert!(c.lookup(1, 5005).is_none());
+    }
+}

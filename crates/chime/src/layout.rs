@@ -1,0 +1,330 @@
+//! Byte layouts of CHIME's remote nodes. Every offset here is pinned by the tests below.
+//!
+//! # Version byte
+//!
+//! Every object (replica, entry, internal header, internal entry) starts with one byte:
+//! low nibble = node-level version (NV), high nibble = entry-level version (EV), both wrapping at 16.
+//!
+//! # Leaf (span S, neighbourhood H, S a multiple of H; decoded form)
+//!
+//! ```text
+//! group g (g = 0 .. S/H), 10 + 19·H bytes:
+//! +---------------------------- metadata replica, 10 B ----------------------------+
+//! | version u8 | valid u8 | sibling: GlobalAddr u64 LE (null = rightmost leaf)     |
+//! +---------------------------------------------------------------------------------+
+//! | entry g·H + 0, 19 B: version u8 | hop bitmap u16 LE | key [8] | value [8]       |
+//! | ...                                                                             |
+//! | entry g·H + H-1                                                                 |
+//! +---------------------------------------------------------------------------------+
+//! ```
+//!
+//! Key bytes are the user key (8 bytes, big-endian integers sort numerically); all-zero marks an
+//! empty entry. The value slot holds the value inline, or a pointer to a block (indirect values).
+//! Hop bitmap bit `H-1-d` (MSB of the H used bits first) says "a key homed here sits at
+//! distance d". Physically the decoded bytes carry cache-line versions
+//! ([`dmindex_index::cacheline`]); then, 8-byte aligned:
+//!
+//! ```text
+//! +------------------------------+-----------------------------------------------+
+//! | lock word u64 LE             | upper bound: key [8] (inclusive; ff.. = none) |
+//! +------------------------------+-----------------------------------------------+
+//! lock word bits: 0 .. B-1 vacancy buckets (1 = every slot of the bucket is full)
+//!                 B .. B+A-1 argmax (slot of a key of the leaf, ideally the largest)
+//!                 63 lock
+//! ```
+//!
+//! With S = 64, H = 8: 1296 decoded bytes, 1316 physical, lock at 1320, upper bound at 1328,
+//! 1344 bytes allocated (64-aligned, so physical lines are cache lines).
+//!
+//! # Internal node (span S)
+//!
+//! ```text
+//! header, 43 B: version u8 | level u8 | valid u8 | sibling u64 | leftmost u64 |
+//!               sibling_leftmost u64 | low fence [8] | high fence [8]
+//! entries, S × 17 B: version u8 | pivot key [8] | child u64   (sorted; unused: child = 0)
+//! ```
+//!
+//! Fences: keys k with low ≤ k ≤ high (inclusive) belong here. `leftmost` covers
+//! [low, pivot 0); entry i covers [pivot i, pivot i+1). `sibling_leftmost` is the leftmost child
+//! of the right sibling: the expected sibling of this node's last child. Physically: 1131 decoded,
+//! 1148 physical, lock word at 1152 (bit 63), 1216 allocated for S = 64.
+
+use dmindex_fabric::GlobalAddr;
+use dmindex_index::cacheline::{phys_len, Objects};
+
+/// Bytes per metadata replica.
+pub const REPLICA: usize = 10;
+/// Bytes per leaf entry.
+pub const ENTRY: usize = 19;
+/// Bytes per key.
+pub const KEY: usize = 8;
+/// The lock bit.
+pub const LOCK_BIT: u64 = 1 << 63;
+/// Largest neighbourhood.
+pub const MAX_H: usize = 16;
+
+/// Geometry of a leaf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeafLayout {
+    pub span: usize,
+    pub h: usize,
+    /// Vacancy-bitmap buckets.
+    pub buckets: usize,
+    /// Bits of the argmax field.
+    pub argmax_bits: u32,
+}
+
+impl LeafLayout {
+    /// Checks and builds the geometry.
+    pub fn new(span: usize, h: usize) -> Result<LeafLayout, String> {
+        if !(2..=MAX_H).contains(&h) {
+            return Err(format!("neighbourhood H = {h} must be in 2..={MAX_H}"));
+        }
+        if span < h || span % h != 0 || span > 1024 {
+            return Err(format!("leaf span {span} must be a multiple of H = {h}, at most 1024"));
+        }
+        let argmax_bits = usize::BITS - (span - 1).leading_zeros();
+        let buckets = (63 - argmax_bits as usize).min(span);
+        Ok(LeafLayout { span, h, buckets, argmax_bits })
+    }
+
+    /// Bytes per group (replica + H entries).
+    pub fn group(&self) -> usize {
+        REPLICA + ENTRY * self.h
+    }
+
+    /// Decoded size.
+    pub fn decoded(&self) -> usize {
+        self.span / self.h * self.group()
+    }
+
+    /// Physical size of the versioned part.
+    pub fn physical(&self) -> usize {
+        phys_len(self.decoded())
+    }
+
+    /// Offset of the lock word.
+    pub fn lock_offset(&self) -> usize {
+        self.physical().div_ceil(8) * 8
+    }
+
+    /// Offset of the upper bound.
+    pub fn bound_offset(&self) -> usize {
+        self.lock_offset() + 8
+    }
+
+    /// Bytes to allocate.
+    pub fn alloc(&self) -> usize {
+        (self.bound_offset() + KEY).div_ceil(64) * 64
+    }
+
+    /// Decoded offset of replica `g`.
+    pub fn replica(&self, g: usize) -> usize {
+        g * self.group()
+    }
+
+    /// Decoded offset of entry `i`.
+    pub fn entry(&self, i: usize) -> usize {
+        let g = i / self.h;
+        g * self.group() + REPLICA + ENTRY * (i % self.h)
+    }
+
+    /// Bucket of slot `i`.
+    pub fn bucket(&self, i: usize) -> usize {
+        i * self.buckets / self.span
+    }
+
+    /// Slots of bucket `b`: `[first, last]`.
+    pub fn bucket_slots(&self, b: usize) -> (usize, usize) {
+        let first = (b * self.span).div_ceil(self.buckets);
+        let last = ((b + 1) * self.span).div_ceil(self.buckets) - 1;
+        (first, last)
+    }
+}
+
+impl Objects for LeafLayout {
+    fn object_start(&self, d: usize) -> usize {
+        let g = d / self.group();
+        let r = d % self.group();
+        if r < REPLICA {
+            g * self.group()
+        } else {
+            g * self.group() + REPLICA + (r - REPLICA) / ENTRY * ENTRY
+        }
+    }
+}
+
+/// A leaf's lock word, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockWord {
+    pub locked: bool,
+    /// Bit b set: bucket b has no empty slot.
+    pub full: u64,
+    pub argmax: usize,
+}
+
+impl LockWord {
+    pub fn decode(l: &LeafLayout, w: u64) -> LockWord {
+        let mask = if l.buckets == 64 { u64::MAX } else { (1u64 << l.buckets) - 1 };
+        LockWord {
+            locked: w & LOCK_BIT != 0,
+            full: w & mask,
+            argmax: ((w >> l.buckets) & ((1u64 << l.argmax_bits) - 1)) as usize,
+        }
+    }
+
+    pub fn encode(&self, l: &LeafLayout) -> u64 {
+        (if self.locked { LOCK_BIT } else { 0 }) | self.full | (self.argmax as u64) << l.buckets
+    }
+}
+
+/// Version-byte helpers.
+pub mod version {
+    /// Node-level version.
+    pub fn nv(v: u8) -> u8 {
+        v & 0x0F
+    }
+    /// `v` with NV incremented.
+    pub fn bump_nv(v: u8) -> u8 {
+        (v & 0xF0) | ((v + 1) & 0x0F)
+    }
+    /// `v` with EV incremented.
+    pub fn bump_ev(v: u8) -> u8 {
+        v.wrapping_add(0x10)
+    }
+    /// `v` with its NV replaced.
+    pub fn with_nv(v: u8, nv: u8) -> u8 {
+        (v & 0xF0) | (nv & 0x0F)
+    }
+}
+
+/// Bytes of an internal node's header.
+pub const INTERNAL_HEADER: usize = 43;
+/// Bytes per internal entry.
+pub const INTERNAL_ENTRY: usize = 17;
+
+/// Geometry of an internal node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InternalLayout {
+    pub span: usize,
+}
+
+impl InternalLayout {
+    pub fn decoded(&self) -> usize {
+        INTERNAL_HEADER + INTERNAL_ENTRY * self.span
+    }
+    pub fn physical(&self) -> usize {
+        phys_len(self.decoded())
+    }
+    pub fn lock_offset(&self) -> usize {
+        self.physical().div_ceil(8) * 8
+    }
+    pub fn alloc(&self) -> usize {
+        (self.lock_offset() + 8).div_ceil(64) * 64
+    }
+    pub fn entry(&self, i: usize) -> usize {
+        INTERNAL_HEADER + INTERNAL_ENTRY * i
+    }
+}
+
+impl Objects for InternalLayout {
+    fn object_start(&self, d: usize) -> usize {
+        if d < INTERNAL_HEADER {
+            0
+        } else {
+            INTERNAL_HEADER + (d - INTERNAL_HEADER) / INTERNAL_ENTRY * INTERNAL_ENTRY
+        }
+    }
+}
+
+/// Reads a little-endian word at `at`.
+pub fn word(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Reads a key (big-endian integer) at `at`.
+pub fn key_at(b: &[u8], at: usize) -> u64 {
+    u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Writes a key at `at`.
+pub fn put_key(b: &mut [u8], at: usize, k: u64) {
+    b[at..at + 8].copy_from_slice(&k.to_be_bytes());
+}
+
+/// Writes an address at `at`.
+pub fn put_addr(b: &mut [u8], at: usize, a: GlobalAddr) {
+    b[at..at + 8].copy_from_slice(&a.raw().to_le_bytes());
+}
+
+/// Reads an address at `at`.
+pub fn addr_at(b: &[u8], at: usize) -> GlobalAddr {
+    GlobalAddr::from_raw(word(b, at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaf_layout_is_pinned() {
+        let l = LeafLayout::new(64, 8).unwrap();
+        assert_eq!((l.group(), l.decoded(), l.physical()), (162, 1296, 1316));
+        assert_eq!((l.lock_offset(), l.bound_offset(), l.alloc()), (1320, 1328, 1344));
+        assert_eq!((l.buckets, l.argmax_bits), (57, 6));
+        assert_eq!(l.entry(0), 10);
+        assert_eq!(l.entry(7), 10 + 7 * 19);
+        assert_eq!(l.entry(8), 162 + 10);
+        assert_eq!(l.replica(3), 486);
+        assert_eq!(l.object_start(l.entry(9) + 5), l.entry(9));
+        assert_eq!(l.object_start(l.replica(2) + 9), l.replica(2));
+        // Buckets partition the slots in order, 1 or 2 slots each.
+        let mut next = 0;
+        for b in 0..l.buckets {
+            let (f, t) = l.bucket_slots(b);
+            assert_eq!(f, next);
+            assert!(t >= f && t - f <= 1);
+            for i in f..=t {
+                assert_eq!(l.bucket(i), b);
+            }
+            next = t + 1;
+        }
+        assert_eq!(next, 64);
+        // Other geometries from the reference facts.
+        assert_eq!(LeafLayout::new(64, 4).unwrap().decoded(), 16 * (10 + 4 * 19));
+        let l16 = LeafLayout::new(64, 16).unwrap();
+        assert_eq!(l16.decoded(), 4 * (10 + 16 * 19));
+        let big = LeafLayout::new(512, 8).unwrap();
+        assert_eq!((big.buckets, big.argmax_bits), (54, 9));
+        assert!(LeafLayout::new(60, 8).unwrap_err().contains("multiple"));
+        assert!(LeafLayout::new(64, 17).unwrap_err().contains("2..=16"));
+    }
+
+    #[test]
+    fn lock_word_bits_are_pinned() {
+        let l = LeafLayout::new(64, 8).unwrap();
+        let w = LockWord { locked: true, full: 0b101, argmax: 63 };
+        assert_eq!(w.encode(&l), (1 << 63) | 0b101 | (63 << 57));
+        assert_eq!(LockWord::decode(&l, w.encode(&l)), w);
+    }
+
+    #[test]
+    fn internal_layout_is_pinned() {
+        let l = InternalLayout { span: 64 };
+        assert_eq!(
+            (l.decoded(), l.physical(), l.lock_offset(), l.alloc()),
+            (1131, 1148, 1152, 1216)
+        );
+        assert_eq!(l.object_start(42), 0);
+        assert_eq!(l.object_start(43 + 17 + 3), 60);
+    }
+
+    #[test]
+    fn versions_wrap_per_nibble() {
+        use version::*;
+        assert_eq!(bump_nv(0x3F), 0x30);
+        assert_eq!(bump_ev(0xF3), 0x03);
+        assert_eq!(nv(0xA7), 7);
+        assert_eq!(with_nv(0xA7, 2), 0xA2);
+    }
+}

@@ -1,0 +1,477 @@
+//! A leaf as a client sees it: the parts it READ, decoded, plus the hopscotch algorithm.
+//!
+//! # Hopping
+//!
+//! To insert key k with home h: find the first empty slot e at or after h. While e is H or more
+//! slots from h, look at the H-1 slots before e, farthest first, for a key whose own
+//! neighbourhood also contains e; move it to e (updating its home's hop bitmap) and continue with
+//! its old slot as the new empty e. Every home whose bitmap changes lies strictly between h and the
+//! first e (a moved key's home is within H-1 slots before e, and e is at least H past h), so the
+//! range [h, first e] READ under the lock holds everything the hop touches.
+//!
+//! Choosing the farthest candidate means a slot's new key never has the same home as its old one
+//! (or the slot was empty) — the property that lets readers detect hops by rebuilding a home's
+//! bitmap from the keys they read (the third level of the optimistic synchronization).
+
+use dmindex_index::cacheline::{self, Torn};
+use dmindex_index::hash::hash_bytes;
+
+use crate::layout::{self, version, LeafLayout, ENTRY, REPLICA};
+
+/// The decoded leaf and which of its parts were read.
+#[derive(Clone)]
+pub struct LeafBuf {
+    pub l: LeafLayout,
+    pub bytes: Vec<u8>,
+    loaded: Vec<bool>,
+    replica_loaded: Vec<bool>,
+}
+
+/// Why a READ of a leaf cannot be trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Invalid {
+    /// A cache line disagreed with its object (entry write or node write in flight).
+    Torn,
+    /// Objects carry different node-level versions (node write in flight).
+    NodeVersion,
+    /// No metadata replica was read.
+    NoReplica,
+}
+
+impl From<Torn> for Invalid {
+    fn from(_: Torn) -> Invalid {
+        Invalid::Torn
+    }
+}
+
+/// What a hop attempt did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hop {
+    /// Inserted; these slots changed.
+    Done(Vec<usize>),
+    /// No empty slot among the loaded ones from the key's home on.
+    NoEmpty,
+    /// An empty slot, but no sequence of hops brings it into the neighbourhood.
+    NoHop,
+}
+
+/// The home slot of `key` in a leaf of `span` slots.
+pub fn home(key: u64, span: usize) -> usize {
+    (hash_bytes(&key.to_be_bytes()) % span as u64) as usize
+}
+
+impl LeafBuf {
+    pub fn new(l: LeafLayout) -> LeafBuf {
+        LeafBuf {
+            bytes: vec![0; l.decoded()],
+            loaded: vec![false; l.span],
+            replica_loaded: vec![false; l.span / l.h],
+            l,
+        }
+    }
+
+    /// A fresh, empty leaf (every object at version 0, valid, no sibling) fully "loaded".
+    pub fn empty(l: LeafLayout) -> LeafBuf {
+        let mut b = LeafBuf::new(l);
+        b.loaded.fill(true);
+        b.replica_loaded.fill(true);
+        for g in 0..l.span / l.h {
+            b.bytes[l.replica(g) + 1] = 1;
+        }
+        b
+    }
+
+    pub fn span(&self) -> usize {
+        self.l.span
+    }
+
+    pub fn dist(&self, a: usize, b: usize) -> usize {
+        (b + self.l.span - a) % self.l.span
+    }
+
+    pub fn is_loaded(&self, i: usize) -> bool {
+        self.loaded[i]
+    }
+
+    pub fn key(&self, i: usize) -> u64 {
+        layout::key_at(&self.bytes, self.l.entry(i) + 3)
+    }
+
+    pub fn value(&self, i: usize) -> [u8; 8] {
+        let at = self.l.entry(i) + 11;
+        self.bytes[at..at + 8].try_into().expect("8 bytes")
+    }
+
+    pub fn version(&self, i: usize) -> u8 {
+        self.bytes[self.l.entry(i)]
+    }
+
+    pub fn bitmap(&self, i: usize) -> u16 {
+        let at = self.l.entry(i) + 1;
+        u16::from_le_bytes([self.bytes[at], self.bytes[at + 1]])
+    }
+
+    fn set_bitmap(&mut self, i: usize, b: u16) {
+        let at = self.l.entry(i) + 1;
+        self.bytes[at..at + 2].copy_from_slice(&b.to_le_bytes());
+    }
+
+    /// Bit of distance `d` in a hop bitmap (MSB of the H used bits = distance 0).
+    pub fn hop_bit(&self, d: usize) -> u16 {
+        1 << (self.l.h - 1 - d)
+    }
+
+    pub fn set_entry(&mut self, i: usize, key: u64, value: [u8; 8]) {
+        let at = self.l.entry(i);
+        layout::put_key(&mut self.bytes, at + 3, key);
+        self.bytes[at + 11..at + 19].copy_from_slice(&value);
+    }
+
+    pub fn bump_ev(&mut self, i: usize) {
+        let at = self.l.entry(i);
+        self.bytes[at] = version::bump_ev(self.bytes[at]);
+    }
+
+    /// The sibling pointer and valid flag from any replica read.
+    pub fn meta(&self) -> Option<(dmindex_fabric::GlobalAddr, bool)> {
+        let g = self.replica_loaded.iter().position(|&r| r)?;
+        let at = self.l.replica(g);
+        Some((layout::addr_at(&self.bytes, at + 2), self.bytes[at + 1] != 0))
+    }
+
+    /// Sets every replica's sibling pointer.
+    pub fn set_sibling(&mut self, s: dmindex_fabric::GlobalAddr) {
+        for g in 0..self.l.span / self.l.h {
+            let at = self.l.replica(g);
+            layout::put_addr(&mut self.bytes, at + 2, s);
+            self.bytes[at + 1] = 1;
+        }
+    }
+
+    /// Bumps NV of every object (a node write).
+    pub fn bump_node_version(&mut self) {
+        let nv = version::bump_nv(self.bytes[0]) & 0x0F;
+        for g in 0..self.l.span / self.l.h {
+            let at = self.l.replica(g);
+            self.bytes[at] = version::with_nv(self.bytes[at], nv);
+        }
+        for i in 0..self.l.span {
+            let at = self.l.entry(i);
+            self.bytes[at] = version::with_nv(self.bytes[at], nv);
+        }
+    }
+
+    /// Decoded ranges covering slots `lo .. lo + n` (circular), each with a replica when it starts
+    /// at a group boundary. At most two ranges; `n >= span` is the whole leaf.
+    pub fn ranges(&self, lo: usize, n: usize) -> Vec<(usize, usize)> {
+        let s = self.l.span;
+        if n >= s {
+            return vec![(0, self.l.decoded())];
+        }
+        let start = |i: usize| {
+            if i % self.l.h == 0 {
+                self.l.replica(i / self.l.h)
+            } else {
+                self.l.entry(i)
+            }
+        };
+        let end = |i: usize| self.l.entry(i) + ENTRY;
+        if lo + n <= s {
+            vec![(start(lo), end(lo + n - 1))]
+        } else {
+            vec![(start(lo), end(s - 1)), (start(0), end(lo + n - 1 - s))]
+        }
+    }
+
+    /// Entry-only ranges covering slots `lo .. lo + n` (circular), for writes.
+    pub fn write_ranges(&self, lo: usize, n: usize) -> Vec<(usize, usize)> {
+        let s = self.l.span;
+        let (e0, e1) = (|i: usize| self.l.entry(i), |i: usize| self.l.entry(i) + ENTRY);
+        if lo + n <= s {
+            vec![(e0(lo), e1(lo + n - 1))]
+        } else {
+            vec![(e0(lo), e1(s - 1)), (e0(0), e1(lo + n - 1 - s))]
+        }
+    }
+
+    /// Decodes a READ of decoded range `[d0, d1)` and marks what it covered.
+    pub fn absorb(&mut self, d0: usize, d1: usize, phys: &[u8]) -> Result<(), Invalid> {
+        cacheline::decode(&self.l, phys, d0, d1, &mut self.bytes)?;
+        let l = self.l;
+        let mut d = d0;
+        while d < d1 {
+            let g = d / l.group();
+            let r = d % l.group();
+            if r < REPLICA {
+                self.replica_loaded[g] = true;
+                d = g * l.group() + REPLICA;
+            } else {
+                self.loaded[g * l.h + (r - REPLICA) / ENTRY] = true;
+                d += ENTRY;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that everything loaded carries one node-level version and a replica was read.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        let mut nv = None;
+        let mut check = |v: u8| -> Result<(), Invalid> {
+            match nv {
+                None => {
+                    nv = Some(version::nv(v));
+                    Ok(())
+                }
+                Some(n) if n == version::nv(v) => Ok(()),
+                Some(_) => Err(Invalid::NodeVersion),
+            }
+        };
+        for (g, &r) in self.replica_loaded.iter().enumerate() {
+            if r {
+                check(self.bytes[self.l.replica(g)])?;
+            }
+        }
+        for i in 0..self.l.span {
+            if self.loaded[i] {
+                check(self.version(i))?;
+            }
+        }
+        if !self.replica_loaded.iter().any(|&r| r) {
+            return Err(Invalid::NoReplica);
+        }
+        Ok(())
+    }
+
+    /// Rebuilds home `h`'s hop bitmap from the keys in its neighbourhood (all loaded).
+    pub fn status(&self, h: usize) -> u16 {
+        let mut b = 0;
+        for d in 0..self.l.h {
+            let i = (h + d) % self.l.span;
+            let k = self.key(i);
+            if k != 0 && home(k, self.l.span) == h {
+                b |= self.hop_bit(d);
+            }
+        }
+        b
+    }
+
+    /// Whether every home's hop bitmap matches the keys around it (whole leaf loaded): the third
+    /// level of validation applied to a whole-leaf READ, which a hop in flight would fail.
+    pub fn hops_settled(&self) -> bool {
+        (0..self.l.span).all(|h| self.status(h) == self.bitmap(h))
+    }
+
+    /// The slot of `key` within home `h`'s neighbourhood, if present.
+    pub fn find(&self, h: usize, key: u64) -> Option<usize> {
+        (0..self.l.h).map(|d| (h + d) % self.l.span).find(|&i| self.key(i) == key)
+    }
+
+    /// Inserts `key` (absent from its neighbourhood) by hopping, within the loaded slots.
+    pub fn hop_insert(&mut self, key: u64, value: [u8; 8]) -> Hop {
+        let s = self.l.span;
+        let hh = self.l.h;
+        let h = home(key, s);
+        let Some(mut e) =
+            (0..s).map(|d| (h + d) % s).take_while(|&i| self.loaded[i]).find(|&i| self.key(i) == 0)
+        else {
+            return Hop::NoEmpty;
+        };
+        let mut modified = Vec::new();
+        let mut work = self.clone();
+        while work.dist(h, e) >= hh {
+            let mut moved = false;
+            for back in (1..hh).rev() {
+                let j = (e + s - back) % s;
+                let kj = work.key(j);
+                if kj == 0 {
+                    continue;
+                }
+                let hj = home(kj, s);
+                if work.dist(hj, e) < hh && work.dist(hj, j) < work.dist(hj, e) {
+                    let v = work.value(j);
+                    let bm = work.bitmap(hj) & !work.hop_bit(work.dist(hj, j))
+                        | work.hop_bit(work.dist(hj, e));
+                    work.set_bitmap(hj, bm);
+                    work.set_entry(e, kj, v);
+                    work.set_entry(j, 0, [0; 8]);
+                    modified.extend([hj, e, j]);
+                    e = j;
+                    moved = true;
+                    break;
+                }
+            }
+            if !moved {
+                return Hop::NoHop;
+            }
+        }
+        work.set_entry(e, key, value);
+        let bm = work.bitmap(h) | work.hop_bit(work.dist(h, e));
+        work.set_bitmap(h, bm);
+        modified.extend([h, e]);
+        modified.sort_unstable();
+        modified.dedup();
+        for &i in &modified {
+            work.bump_ev(i);
+        }
+        *self = work;
+        Hop::Done(modified)
+    }
+
+    /// Whether every entry and replica was read.
+    pub fn all_loaded(&self) -> bool {
+        self.loaded.iter().all(|&x| x) && self.replica_loaded.iter().all(|&x| x)
+    }
+
+    /// Recomputes every hop bitmap from the keys (all loaded), e.g. after a split.
+    pub fn rebuild_bitmaps(&mut self) {
+        for h in 0..self.l.span {
+            let b = self.status(h);
+            self.set_bitmap(h, b);
+        }
+    }
+
+    /// Removes the key at slot `i` (home `h`): clears the entry and its home bit.
+    pub fn remove(&mut self, h: usize, i: usize) -> Vec<usize> {
+        let bm = self.bitmap(h) & !self.hop_bit(self.dist(h, i));
+        self.set_bitmap(h, bm);
+        self.set_entry(i, 0, [0; 8]);
+        self.bump_ev(i);
+        if h != i {
+            self.bump_ev(h);
+        }
+        let mut m = vec![h, i];
+        m.sort_unstable();
+        m.dedup();
+        m
+    }
+
+    /// The vacancy bitmap, exact for buckets fully loaded; `prev` kept for the others.
+    pub fn vacancy(&self, prev: u64) -> u64 {
+        let mut full = prev;
+        for b in 0..self.l.buckets {
+            let (f, t) = self.l.bucket_slots(b);
+            if (f..=t).all(|i| self.loaded[i]) {
+                if (f..=t).all(|i| self.key(i) != 0) {
+                    full |= 1 << b;
+                } else {
+                    full &= !(1 << b);
+                }
+            }
+        }
+        full
+    }
+
+    /// Occupied slots (all loaded).
+    pub fn count(&self) -> usize {
+        (0..self.l.span).filter(|&i| self.loaded[i] && self.key(i) != 0).count()
+    }
+
+    /// The slot of the largest key, if any (all loaded).
+    pub fn argmax(&self) -> Option<usize> {
+        (0..self.l.span).filter(|&i| self.key(i) != 0).max_by_key(|&i| self.key(i))
+    }
+
+    /// First slot at or after `from` (circularly) whose bucket may have a vacancy, per `full`.
+    pub fn first_vacant_bucket_slot(&self, full: u64, from: usize) -> Option<usize> {
+        let s = self.l.span;
+        (0..s).map(|d| (from + d) % s).find(|&i| full & (1 << self.l.bucket(i)) == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> LeafLayout {
+        LeafLayout::new(64, 8).unwrap()
+    }
+
+    /// Every key findable in its neighbourhood, bitmaps equal to the rebuilt status everywhere.
+    fn assert_invariants(b: &LeafBuf) {
+        for h in 0..b.span() {
+            assert_eq!(b.bitmap(h), b.status(h), "bitmap of home {h}");
+        }
+        for i in 0..b.span() {
+            let k = b.key(i);
+            if k != 0 {
+                assert_eq!(b.find(home(k, b.span()), k), Some(i));
+            }
+        }
+    }
+
+    #[test]
+    fn hopping_fills_most_of_a_leaf_and_keeps_invariants() {
+        let mut b = LeafBuf::empty(layout());
+        let mut inserted = 0;
+        for k in 1..=200u64 {
+            if b.find(home(k, 64), k).is_some() {
+                continue;
+            }
+            match b.hop_insert(k, k.to_le_bytes()) {
+                Hop::Done(m) => {
+                    inserted += 1;
+                    assert!(!m.is_empty());
+                }
+                _ => break,
+            }
+            assert_invariants(&b);
+        }
+        assert!(
+            inserted >= 32,
+            "hopping should fill at least half a 64-slot leaf with H=8, got {inserted}"
+        );
+        for i in 0..64 {
+            let k = b.key(i);
+            if k != 0 {
+                assert_eq!(u64::from_le_bytes(b.value(i)), k);
+            }
+        }
+    }
+
+    #[test]
+    fn remove_clears_home_bit() {
+        let mut b = LeafBuf::empty(layout());
+        for k in 1..=20u64 {
+            assert!(matches!(b.hop_insert(k, [0; 8]), Hop::Done(_)));
+        }
+        let k = 7;
+        let h = home(k, 64);
+        let i = b.find(h, k).unwrap();
+        b.remove(h, i);
+        assert_eq!(b.find(h, k), None);
+        assert_invariants(&b);
+        // The freed slot is reused.
+        assert!(matches!(b.hop_insert(1000, [1; 8]), Hop::Done(_)));
+        assert_invariants(&b);
+    }
+
+    #[test]
+    fn ranges_include_a_replica_and_wrap() {
+        let b = LeafBuf::new(layout());
+        let l = layout();
+        assert_eq!(b.ranges(8, 8), vec![(l.replica(1), l.entry(15) + 19)]);
+        assert_eq!(b.ranges(3, 8), vec![(l.entry(3), l.entry(10) + 19)]);
+        assert_eq!(
+            b.ranges(60, 8),
+            vec![(l.entry(60), l.entry(63) + 19), (l.replica(0), l.entry(3) + 19)]
+        );
+        assert_eq!(b.ranges(5, 64), vec![(0, l.decoded())]);
+        assert_eq!(
+            b.write_ranges(62, 4),
+            vec![(l.entry(62), l.entry(63) + 19), (l.entry(0), l.entry(1) + 19)]
+        );
+    }
+
+    #[test]
+    fn vacancy_tracks_loaded_buckets() {
+        let l = layout();
+        let mut b = LeafBuf::empty(l);
+        assert_eq!(b.vacancy(0), 0);
+        let (f, t) = l.bucket_slots(0);
+        for i in f..=t {
+            b.set_entry(i, 100 + i as u64, [0; 8]);
+        }
+        assert_eq!(b.vacancy(0) & 1, 1);
+        assert_eq!(b.first_vacant_bucket_slot(b.vacancy(0), 0), Some(t + 1));
+    }
+}

@@ -1,0 +1,852 @@
+//! CHIME's operations over remote nodes. See the crate docs for the protocol.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dmindex_fabric::{layout as mn, BatchOp, Client, GlobalAddr, Transport};
+use dmindex_index::cacheline::{self, phys_range};
+use dmindex_index::{IndexError, IndexResult};
+
+use crate::internal::{Internal, NodeCache};
+use crate::layout::{InternalLayout, LeafLayout, LockWord, LOCK_BIT};
+use crate::leaf::{home, Hop, LeafBuf};
+
+/// Where a key's leaf was found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Located {
+    pub leaf: GlobalAddr,
+    /// The leaf's sibling as its parent knows it (null for the rightmost leaf).
+    pub expected: GlobalAddr,
+    /// The cached parent that produced it, if it came from the cache: (low fence, address).
+    pub cached: Option<(u64, GlobalAddr)>,
+    /// The parent's address, when known.
+    pub parent: Option<GlobalAddr>,
+}
+
+/// Root word in the root-table slot: height (levels, 1 = the root is a leaf) in the top byte,
+/// then the root's memory node (8 bits) and offset (48 bits).
+pub(crate) fn root_word(height: u8, a: GlobalAddr) -> u64 {
+    (height as u64) << 56 | (a.node() as u64) << 48 | a.offset()
+}
+
+pub(crate) fn parse_root(w: u64) -> (u8, GlobalAddr) {
+    ((w >> 56) as u8, GlobalAddr::new(((w >> 48) & 0xFF) as u16, w & ((1 << 48) - 1)))
+}
+
+/// The tree's remote shape and CN-side state.
+pub(crate) struct Tree {
+    pub leaf: LeafLayout,
+    pub inner: InternalLayout,
+    pub root_slot: GlobalAddr,
+    pub cache: NodeCache,
+    pub retries: AtomicU64,
+}
+
+/// What an insert attempt on one leaf did.
+enum Attempt {
+    Done,
+    /// Move right to this leaf (half split: the key is beyond this leaf's bound).
+    Right(GlobalAddr),
+    /// Start over from the root (stale cache, or a split that did not place the key).
+    Restart,
+}
+
+impl Tree {
+    fn retry(&self) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn lock_addr(&self, leaf: GlobalAddr) -> GlobalAddr {
+        leaf.add(self.leaf.lock_offset() as u64)
+    }
+
+    /// Acquires a leaf's lock with one masked CAS that also returns the vacancy bitmap and argmax.
+    async fn lock_leaf<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+    ) -> IndexResult<LockWord> {
+        loop {
+            let old = c.masked_cas(self.lock_addr(leaf), 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
+            if old & LOCK_BIT == 0 {
+                return Ok(LockWord::decode(&self.leaf, old));
+            }
+            self.retry();
+        }
+    }
+
+    async fn unlock_leaf<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        lw: LockWord,
+    ) -> IndexResult<()> {
+        let w = LockWord { locked: false, ..lw }.encode(&self.leaf);
+        Ok(c.write(self.lock_addr(leaf), &w.to_le_bytes()).await?)
+    }
+
+    /// READs decoded `ranges` of a leaf (one doorbell) into `buf`; `Ok(false)` if what came back
+    /// is torn or mid-write.
+    async fn read_into<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        buf: &mut LeafBuf,
+        ranges: &[(usize, usize)],
+    ) -> IndexResult<bool> {
+        let mut bufs: Vec<Vec<u8>> = ranges
+            .iter()
+            .map(|&(d0, d1)| {
+                let (p0, p1) = phys_range(d0, d1);
+                vec![0u8; p1 - p0]
+            })
+            .collect();
+        if bufs.len() == 1 {
+            let (p0, _) = phys_range(ranges[0].0, ranges[0].1);
+            c.read(leaf.add(p0 as u64), &mut bufs[0]).await?;
+        } else {
+            let mut ops: Vec<BatchOp<'_>> = ranges
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&(d0, d1), b)| BatchOp::Read {
+                    addr: leaf.add(phys_range(d0, d1).0 as u64),
+                    buf: b,
+                })
+                .collect();
+            c.batch(&mut ops).await?;
+        }
+        for (&(d0, d1), b) in ranges.iter().zip(&bufs) {
+            if buf.absorb(d0, d1, b).is_err() {
+                return Ok(false);
+            }
+        }
+        Ok(buf.validate().is_ok())
+    }
+
+    /// READs slots `lo .. lo + n` of a leaf until the READ validates.
+    async fn read_slots<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        lo: usize,
+        n: usize,
+    ) -> IndexResult<LeafBuf> {
+        loop {
+            let mut buf = LeafBuf::new(self.leaf);
+            let ranges = buf.ranges(lo, n);
+            if self.read_into(c, leaf, &mut buf, &ranges).await? {
+                return Ok(buf);
+            }
+            self.retry();
+        }
+    }
+
+    /// Reads the root word.
+    async fn root<T: Transport>(&self, c: &Client<T>) -> IndexResult<(u8, GlobalAddr)> {
+        let w = c.read_word(self.root_slot).await?;
+        let (h, a) = parse_root(w);
+        if h == 0 || a.is_null() {
+            return Err(IndexError::Corrupt(format!("root word {w:#x}")));
+        }
+        Ok((h, a))
+    }
+
+    /// READs an internal node until it validates, and caches it.
+    async fn read_internal<T: Transport>(
+        &self,
+        c: &Client<T>,
+        addr: GlobalAddr,
+    ) -> IndexResult<Internal> {
+        let mut b = vec![0u8; self.inner.physical()];
+        for _ in 0..1_000_000 {
+            c.read(addr, &mut b).await?;
+            if let Ok(n) = Internal::decode(&self.inner, &b) {
+                if n.level == 0 {
+                    return Err(IndexError::Corrupt(format!(
+                        "internal node at {addr} has level 0"
+                    )));
+                }
+                self.cache.insert(addr, n.clone());
+                return Ok(n);
+            }
+            self.retry();
+        }
+        Err(IndexError::Corrupt(format!("internal node at {addr} never read consistently")))
+    }
+
+    /// Finds the leaf for `k`: the cached parent if any, else a remote traversal from the deepest
+    /// cached node above (or the root).
+    pub(crate) async fn locate<T: Transport>(&self, c: &Client<T>, k: u64) -> IndexResult<Located> {
+        if let Some(p) = self.cache.lookup(1, k) {
+            let (leaf, expected) = p.node.child_for(k);
+            return Ok(Located {
+                leaf,
+                expected,
+                cached: Some((p.node.low, p.addr)),
+                parent: Some(p.addr),
+            });
+        }
+        let mut from_cache = self.cache.deepest(k).filter(|n| n.node.level >= 2);
+        'restart: loop {
+            let mut addr = match from_cache.take() {
+                Some(n) => n.node.child_for(k).0,
+                None => {
+                    let (height, root) = self.root(c).await?;
+                    if height == 1 {
+                        return Ok(Located {
+                            leaf: root,
+                            expected: GlobalAddr::NULL,
+                            cached: None,
+                            parent: None,
+                        });
+                    }
+                    root
+                }
+            };
+            loop {
+                let n = self.read_internal(c, addr).await?;
+                if k > n.high && !n.sibling.is_null() {
+                    addr = n.sibling;
+                    continue;
+                }
+                if k < n.low {
+                    self.retry();
+                    continue 'restart;
+                }
+                let (child, expected) = n.child_for(k);
+                if n.level == 1 {
+                    return Ok(Located { leaf: child, expected, cached: None, parent: Some(addr) });
+                }
+                addr = child;
+            }
+        }
+    }
+
+    fn invalidate(&self, loc: &Located) {
+        if let Some((low, addr)) = loc.cached {
+            self.cache.invalidate(1, low, addr);
+        }
+        self.retry();
+    }
+
+    /// Search: neighbourhood READ, three-level validation, sibling-based validation.
+    pub(crate) async fn search<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+    ) -> IndexResult<Option<[u8; 8]>> {
+        let (s, hh) = (self.leaf.span, self.leaf.h);
+        let h = home(k, s);
+        'outer: loop {
+            let loc = self.locate(c, k).await?;
+            let mut cur = loc.leaf;
+            loop {
+                let buf = self.read_slots(c, cur, h, hh).await?;
+                let (sib, _) = buf.meta().expect("validated read has a replica");
+                if let Some(i) = buf.find(h, k) {
+                    return Ok(Some(buf.value(i)));
+                }
+                if buf.status(h) != buf.bitmap(h) {
+                    // A hop is in flight: what we read is an intermediate state.
+                    self.retry();
+                    continue;
+                }
+                if sib == loc.expected {
+                    return Ok(None);
+                }
+                if loc.cached.is_some() {
+                    self.invalidate(&loc);
+                    continue 'outer;
+                }
+                if sib.is_null() {
+                    return Ok(None);
+                }
+                // Half split: the key may have moved right.
+                cur = sib;
+            }
+        }
+    }
+
+    /// Whether `k` belongs to locked leaf `cur` although its sibling is not the expected one:
+    /// yes if it is at most a key the leaf holds (argmax, when read) or at most its upper bound.
+    async fn belongs<T: Transport>(
+        &self,
+        c: &Client<T>,
+        cur: GlobalAddr,
+        buf: &LeafBuf,
+        lw: &LockWord,
+        k: u64,
+    ) -> IndexResult<bool> {
+        if lw.argmax < self.leaf.span && buf.is_loaded(lw.argmax) {
+            let m = buf.key(lw.argmax);
+            if m != 0 && k <= m {
+                return Ok(true);
+            }
+        }
+        let bound = u64::from_be_bytes(
+            c.read_vec(cur.add(self.leaf.bound_offset() as u64), 8)
+                .await?
+                .try_into()
+                .expect("8 bytes"),
+        );
+        Ok(k <= bound)
+    }
+
+    /// Physical bytes and addresses to WRITE for slots `lo .. lo + n`, plus the unlocking lock
+    /// word, as (offset, bytes) pieces in write order. The lock word joins the last piece when
+    /// it ends at the leaf's last slot.
+    fn write_plan(
+        &self,
+        buf: &LeafBuf,
+        lo: usize,
+        n: usize,
+        lw: LockWord,
+    ) -> Vec<(usize, Vec<u8>)> {
+        let mut pieces = Vec::new();
+        for (d0, d1) in buf.write_ranges(lo, n) {
+            let mut out = Vec::new();
+            cacheline::encode(&self.leaf, &buf.bytes, d0, d1, &mut out);
+            pieces.push((phys_range(d0, d1).0, out));
+        }
+        let word = LockWord { locked: false, ..lw }.encode(&self.leaf).to_le_bytes();
+        let lock_at = self.leaf.lock_offset();
+        let last = pieces.last_mut().expect("at least one range");
+        if last.0 + last.1.len() == self.leaf.physical() {
+            last.1.resize(lock_at - last.0, 0);
+            last.1.extend_from_slice(&word);
+        } else {
+            pieces.push((lock_at, word.to_vec()));
+        }
+        pieces
+    }
+
+    /// WRITEs pieces to a leaf in order, as one doorbell batch.
+    async fn write_pieces<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        pieces: &[(usize, Vec<u8>)],
+    ) -> IndexResult<()> {
+        if pieces.len() == 1 {
+            c.write(leaf.add(pieces[0].0 as u64), &pieces[0].1).await?;
+        } else {
+            let mut ops: Vec<BatchOp<'_>> = pieces
+                .iter()
+                .map(|(o, b)| BatchOp::Write { addr: leaf.add(*o as u64), data: b })
+                .collect();
+            c.batch(&mut ops).await?;
+        }
+        Ok(())
+    }
+
+    /// The slots `modified` (all within `h ..` circularly) as (lo, n).
+    fn span_of(&self, buf: &LeafBuf, h: usize, modified: &[usize]) -> (usize, usize) {
+        let first = modified.iter().map(|&i| buf.dist(h, i)).min().expect("non-empty");
+        let last = modified.iter().map(|&i| buf.dist(h, i)).max().expect("non-empty");
+        ((h + first) % buf.span(), last - first + 1)
+    }
+
+    /// Insert (upsert).
+    pub(crate) async fn insert<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+        v: [u8; 8],
+    ) -> IndexResult<()> {
+        'outer: loop {
+            let loc = self.locate(c, k).await?;
+            let mut cur = loc.leaf;
+            loop {
+                match self.insert_at(c, &loc, cur, k, v).await? {
+                    Attempt::Done => return Ok(()),
+                    Attempt::Right(next) => cur = next,
+                    Attempt::Restart => continue 'outer,
+                }
+            }
+        }
+    }
+
+    async fn insert_at<T: Transport>(
+        &self,
+        c: &Client<T>,
+        loc: &Located,
+        cur: GlobalAddr,
+        k: u64,
+        v: [u8; 8],
+    ) -> IndexResult<Attempt> {
+        let (s, hh) = (self.leaf.span, self.leaf.h);
+        let h = home(k, s);
+        let lw = self.lock_leaf(c, cur).await?;
+        // Read whole buckets from h's bucket to the first bucket with a vacancy, at least the
+        // neighbourhood; everything if no bucket has one.
+        let lo = self.leaf.bucket_slots(self.leaf.bucket(h)).0;
+        let probe = LeafBuf::new(self.leaf);
+        let n = match probe.first_vacant_bucket_slot(lw.full, h) {
+            None => s,
+            Some(e) => {
+                let last = self.leaf.bucket_slots(self.leaf.bucket(e)).1;
+                probe.dist(lo, h) + (probe.dist(h, last) + 1).max(hh)
+            }
+        };
+        let mut buf = self.read_slots(c, cur, lo, n).await?;
+        let (sib, _) = buf.meta().expect("validated read has a replica");
+        if sib != loc.expected {
+            if loc.cached.is_some() {
+                self.unlock_leaf(c, cur, lw).await?;
+                self.invalidate(loc);
+                return Ok(Attempt::Restart);
+            }
+            if !sib.is_null() && !self.belongs(c, cur, &buf, &lw, k).await? {
+                self.unlock_leaf(c, cur, lw).await?;
+                self.retry();
+                return Ok(Attempt::Right(sib));
+            }
+        }
+        if let Some(i) = buf.find(h, k) {
+            buf.set_entry(i, k, v);
+            buf.bump_ev(i);
+            let pieces = self.write_plan(&buf, i, 1, lw);
+            self.write_pieces(c, cur, &pieces).await?;
+            return Ok(Attempt::Done);
+        }
+        let am_key = (lw.argmax < s && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax));
+        let mut outcome = buf.hop_insert(k, v);
+        if outcome == Hop::NoEmpty && n < s {
+            buf = self.read_slots(c, cur, 0, s).await?;
+            outcome = buf.hop_insert(k, v);
+        }
+        match outcome {
+            Hop::Done(modified) => {
+                // Lazy argmax: the new key if larger (or the slot was empty); follow a hopped max.
+                let argmax = match am_key {
+                    Some(m) if m == 0 || k > m => buf.find(h, k).expect("just inserted"),
+                    Some(m) if buf.key(lw.argmax) != m => {
+                        buf.find(home(m, s), m).unwrap_or(lw.argmax)
+                    }
+                    _ => lw.argmax,
+                };
+                let new = LockWord { locked: false, full: buf.vacancy(lw.full), argmax };
+                let (wlo, wn) = self.span_of(&buf, h, &modified);
+                let pieces = self.write_plan(&buf, wlo, wn, new);
+                self.write_pieces(c, cur, &pieces).await?;
+                Ok(Attempt::Done)
+            }
+            Hop::NoEmpty | Hop::NoHop => {
+                if !buf.all_loaded() {
+                    buf = self.read_slots(c, cur, 0, s).await?;
+                }
+                let placed = self.split_leaf(c, loc, cur, buf, k, v).await?;
+                Ok(if placed { Attempt::Done } else { Attempt::Restart })
+            }
+        }
+    }
+
+    /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.
+    fn leaf_image(&self, buf: &LeafBuf, lw: LockWord, bound: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        cacheline::encode(&self.leaf, &buf.bytes, 0, self.leaf.decoded(), &mut out);
+        out.resize(self.leaf.lock_offset(), 0);
+        out.extend_from_slice(&LockWord { locked: false, ..lw }.encode(&self.leaf).to_le_bytes());
+        out.extend_from_slice(&bound.to_be_bytes());
+        out
+    }
+
+    /// Splits locked leaf `cur` (wholly read in `buf`) and tries to place `k` on the proper side.
+    /// The split key is the median of the critical keys — the run of keys from k's home to the
+    /// first empty slot, which the hop could not get past — together with k. Keys above the left
+    /// half's maximum move to a new right sibling at the same slots. Returns whether k was placed.
+    async fn split_leaf<T: Transport>(
+        &self,
+        c: &Client<T>,
+        loc: &Located,
+        cur: GlobalAddr,
+        mut buf: LeafBuf,
+        k: u64,
+        v: [u8; 8],
+    ) -> IndexResult<bool> {
+        let s = self.leaf.span;
+        let h = home(k, s);
+        let mut crit: Vec<u64> =
+            (0..s).map(|d| buf.key((h + d) % s)).take_while(|&x| x != 0).collect();
+        let all: Vec<u64> = (0..s).map(|i| buf.key(i)).filter(|&x| x != 0).collect();
+        if crit.len() < 2 {
+            crit = all.clone();
+        }
+        crit.push(k);
+        crit.sort_unstable();
+        let mut split = crit[crit.len() / 2];
+        if !all.iter().any(|&x| x < split) {
+            let mut sorted = all.clone();
+            sorted.sort_unstable();
+            split = sorted[sorted.len() / 2].max(sorted[0] + 1);
+        }
+        let left_max =
+            all.iter().copied().filter(|&x| x < split).max().expect("left half is not empty");
+        let old_bound = u64::from_be_bytes(
+            c.read_vec(cur.add(self.leaf.bound_offset() as u64), 8)
+                .await?
+                .try_into()
+                .expect("8 bytes"),
+        );
+        let (old_sib, _) = buf.meta().expect("whole leaf");
+        let right_addr = c.alloc(self.leaf.alloc() as u64, 64).await?;
+        let mut right = LeafBuf::empty(self.leaf);
+        for i in 0..s {
+            let x = buf.key(i);
+            if x > left_max {
+                right.set_entry(i, x, buf.value(i));
+                buf.set_entry(i, 0, [0; 8]);
+            }
+        }
+        buf.rebuild_bitmaps();
+        right.rebuild_bitmaps();
+        right.set_sibling(old_sib);
+        buf.set_sibling(right_addr);
+        buf.bump_node_version();
+        let placed = if k <= left_max { buf.hop_insert(k, v) } else { right.hop_insert(k, v) };
+        let lock_of = |b: &LeafBuf| LockWord {
+            locked: false,
+            full: b.vacancy(0),
+            argmax: b.argmax().unwrap_or(0),
+        };
+        let right_img = self.leaf_image(&right, lock_of(&right), old_bound);
+        let left_img = self.leaf_image(&buf, lock_of(&buf), left_max);
+        // The new sibling lands before the leaf that points to it (one doorbell on one node).
+        if right_addr.node() == cur.node() {
+            c.batch(&mut [
+                BatchOp::Write { addr: right_addr, data: &right_img },
+                BatchOp::Write { addr: cur, data: &left_img },
+            ])
+            .await?;
+        } else {
+            c.write(right_addr, &right_img).await?;
+            c.write(cur, &left_img).await?;
+        }
+        self.insert_internal(c, 1, left_max + 1, right_addr, loc.parent).await?;
+        Ok(matches!(placed, Hop::Done(_)))
+    }
+
+    async fn lock_internal<T: Transport>(
+        &self,
+        c: &Client<T>,
+        addr: GlobalAddr,
+    ) -> IndexResult<()> {
+        let lock = addr.add(self.inner.lock_offset() as u64);
+        while c.masked_cas(lock, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await? & LOCK_BIT != 0 {
+            self.retry();
+        }
+        Ok(())
+    }
+
+    async fn unlock_internal<T: Transport>(
+        &self,
+        c: &Client<T>,
+        addr: GlobalAddr,
+    ) -> IndexResult<()> {
+        Ok(c.write(addr.add(self.inner.lock_offset() as u64), &0u64.to_le_bytes()).await?)
+    }
+
+    /// The node at `level` whose range holds `key`, or the root word if the tree is not that tall.
+    async fn find_level<T: Transport>(
+        &self,
+        c: &Client<T>,
+        level: u8,
+        key: u64,
+    ) -> IndexResult<Result<GlobalAddr, (u8, GlobalAddr)>> {
+        let (height, root) = self.root(c).await?;
+        if height <= level {
+            return Ok(Err((height, root)));
+        }
+        let mut addr = root;
+        loop {
+            let n = self.read_internal(c, addr).await?;
+            if key > n.high && !n.sibling.is_null() {
+                addr = n.sibling;
+            } else if n.level == level {
+                return Ok(Ok(addr));
+            } else {
+                addr = n.child_for(key).0;
+            }
+        }
+    }
+
+    /// Inserts separator `pivot` → `child` at `level` (Sherman-style up-propagation: lock, read,
+    /// move right past a concurrent split, insert, split in turn if full, grow the root by CAS).
+    async fn insert_internal<T: Transport>(
+        &self,
+        c: &Client<T>,
+        mut level: u8,
+        mut pivot: u64,
+        mut child: GlobalAddr,
+        mut hint: Option<GlobalAddr>,
+    ) -> IndexResult<()> {
+        loop {
+            let addr = match hint.take() {
+                Some(a) => a,
+                None => match self.find_level(c, level, pivot).await? {
+                    Ok(a) => a,
+                    Err((height, root)) => {
+                        let new_root = Internal {
+                            version: 0,
+                            level,
+                            valid: true,
+                            sibling: GlobalAddr::NULL,
+                            leftmost: root,
+                            sibling_leftmost: GlobalAddr::NULL,
+                            low: 0,
+                            high: u64::MAX,
+                            entries: vec![(pivot, child)],
+                        };
+                        let a = c.alloc(self.inner.alloc() as u64, 64).await?;
+                        c.write(a, &new_root.physical_with_lock(&self.inner)).await?;
+                        let old = root_word(height, root);
+                        if c.cas(self.root_slot, old, root_word(height + 1, a)).await? == old {
+                            self.cache.insert(a, new_root);
+                            return Ok(());
+                        }
+                        self.retry();
+                        continue;
+                    }
+                },
+            };
+            self.lock_internal(c, addr).await?;
+            let node = self.read_internal(c, addr).await?;
+            if node.level != level || pivot < node.low {
+                self.unlock_internal(c, addr).await?;
+                self.retry();
+                continue;
+            }
+            if pivot > node.high {
+                self.unlock_internal(c, addr).await?;
+                hint = (!node.sibling.is_null()).then_some(node.sibling);
+                continue;
+            }
+            if node.entries.iter().any(|&(p, _)| p == pivot) {
+                self.unlock_internal(c, addr).await?;
+                return Ok(());
+            }
+            let mut node = node.bumped();
+            let at = node.entries.partition_point(|&(p, _)| p < pivot);
+            node.entries.insert(at, (pivot, child));
+            if node.entries.len() <= self.inner.span {
+                c.write(addr, &node.physical_with_lock(&self.inner)).await?;
+                self.cache.insert(addr, node);
+                return Ok(());
+            }
+            let m = node.entries.len() / 2;
+            let (sep, mid) = node.entries[m];
+            let right = Internal {
+                version: 0,
+                level,
+                valid: true,
+                sibling: node.sibling,
+                leftmost: mid,
+                sibling_leftmost: node.sibling_leftmost,
+                low: sep,
+                high: node.high,
+                entries: node.entries[m + 1..].to_vec(),
+            };
+            let right_addr = c.alloc(self.inner.alloc() as u64, 64).await?;
+            node.entries.truncate(m);
+            node.high = sep - 1;
+            node.sibling = right_addr;
+            node.sibling_leftmost = mid;
+            let (ri, li) =
+                (right.physical_with_lock(&self.inner), node.physical_with_lock(&self.inner));
+            if right_addr.node() == addr.node() {
+                c.batch(&mut [
+                    BatchOp::Write { addr: right_addr, data: &ri },
+                    BatchOp::Write { addr, data: &li },
+                ])
+                .await?;
+            } else {
+                c.write(right_addr, &ri).await?;
+                c.write(addr, &li).await?;
+            }
+            self.cache.insert(right_addr, right);
+            self.cache.insert(addr, node);
+            level += 1;
+            pivot = sep;
+            child = right_addr;
+        }
+    }
+
+    /// Update (`Some(v)`) or delete (`None`) under the leaf's lock; returns whether the key existed.
+    pub(crate) async fn modify<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+        v: Option<[u8; 8]>,
+    ) -> IndexResult<bool> {
+        let (s, hh) = (self.leaf.span, self.leaf.h);
+        let h = home(k, s);
+        'outer: loop {
+            let loc = self.locate(c, k).await?;
+            let mut cur = loc.leaf;
+            loop {
+                let lw = self.lock_leaf(c, cur).await?;
+                let mut buf = self.read_slots(c, cur, h, hh).await?;
+                let (sib, _) = buf.meta().expect("validated read has a replica");
+                if let Some(i) = buf.find(h, k) {
+                    let (pieces, _) = match v {
+                        Some(v) => {
+                            buf.set_entry(i, k, v);
+                            buf.bump_ev(i);
+                            (self.write_plan(&buf, i, 1, lw), ())
+                        }
+                        None => {
+                            let modified = buf.remove(h, i);
+                            let full = lw.full & !(1 << self.leaf.bucket(i));
+                            let (wlo, wn) = self.span_of(&buf, h, &modified);
+                            (self.write_plan(&buf, wlo, wn, LockWord { full, ..lw }), ())
+                        }
+                    };
+                    self.write_pieces(c, cur, &pieces).await?;
+                    return Ok(true);
+                }
+                self.unlock_leaf(c, cur, lw).await?;
+                if sib == loc.expected || sib.is_null() {
+                    return Ok(false);
+                }
+                if loc.cached.is_some() {
+                    self.invalidate(&loc);
+                    continue 'outer;
+                }
+                self.retry();
+                cur = sib;
+            }
+        }
+    }
+
+    /// READs whole leaves (one doorbell per memory node) until each validates.
+    async fn read_leaves<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaves: &[GlobalAddr],
+    ) -> IndexResult<Vec<LeafBuf>> {
+        let whole = self.leaf.physical();
+        let mut raw: Vec<Vec<u8>> = leaves.iter().map(|_| vec![0u8; whole]).collect();
+        if leaves.len() > 1 && leaves.iter().all(|a| a.node() == leaves[0].node()) {
+            let mut ops: Vec<BatchOp<'_>> = leaves
+                .iter()
+                .zip(raw.iter_mut())
+                .map(|(a, b)| BatchOp::Read { addr: *a, buf: b })
+                .collect();
+            c.batch(&mut ops).await?;
+        } else {
+            for (a, b) in leaves.iter().zip(raw.iter_mut()) {
+                c.read(*a, b).await?;
+            }
+        }
+        let mut out = Vec::with_capacity(leaves.len());
+        for (a, r) in leaves.iter().zip(&raw) {
+            let mut buf = LeafBuf::new(self.leaf);
+            if buf.absorb(0, self.leaf.decoded(), r).is_ok()
+                && buf.validate().is_ok()
+                && buf.hops_settled()
+            {
+                out.push(buf);
+            } else {
+                self.retry();
+                loop {
+                    let b = self.read_slots(c, *a, 0, self.leaf.span).await?;
+                    if b.hops_settled() {
+                        out.push(b);
+                        break;
+                    }
+                    self.retry();
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Up to `count` pairs with key ≥ `from`, ascending: whole leaves along the sibling chain,
+    /// several per doorbell when the parent names the next ones.
+    pub(crate) async fn scan<T: Transport>(
+        &self,
+        c: &Client<T>,
+        from: u64,
+        count: usize,
+        out: &mut Vec<(u64, [u8; 8])>,
+    ) -> IndexResult<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let loc = self.locate(c, from).await?;
+        let mut ahead: VecDeque<GlobalAddr> =
+            match loc.parent.and_then(|p| self.cache.lookup(1, from).filter(|n| n.addr == p)) {
+                Some(p) => p.node.children_from(from).into_iter().skip(1).collect(),
+                None => VecDeque::new(),
+            };
+        let mut cur = loc.leaf;
+        let start = out.len();
+        loop {
+            let mut batch = vec![cur];
+            let need = (count - (out.len() - start)).div_ceil(self.leaf.span / 2).clamp(1, 4);
+            while batch.len() < need {
+                match ahead.pop_front() {
+                    Some(a) if a.node() == cur.node() => batch.push(a),
+                    _ => break,
+                }
+            }
+            let leaves = self.read_leaves(c, &batch).await?;
+            let mut next = GlobalAddr::NULL;
+            for (i, leaf) in leaves.iter().enumerate() {
+                let mut pairs: Vec<(u64, [u8; 8])> = (0..self.leaf.span)
+                    .map(|j| (leaf.key(j), leaf.value(j)))
+                    .filter(|&(x, _)| x != 0 && x >= from)
+                    .collect();
+                pairs.sort_unstable_by_key(|p| p.0);
+                out.extend(pairs.into_iter().take(count - (out.len() - start)));
+                if out.len() - start >= count {
+                    return Ok(());
+                }
+                let (sib, _) = leaf.meta().expect("whole leaf");
+                next = sib;
+                if batch.get(i + 1) != Some(&sib) {
+                    ahead.clear();
+                    break;
+                }
+            }
+            if next.is_null() {
+                return Ok(());
+            }
+            cur = next;
+        }
+    }
+
+    /// Keys per slot over all leaves, walking the leaf chain from the leftmost leaf.
+    pub(crate) async fn load_factor<T: Transport>(&self, c: &Client<T>) -> IndexResult<f64> {
+        let (height, mut addr) = self.root(c).await?;
+        for _ in 1..height {
+            addr = self.read_internal(c, addr).await?.leftmost;
+        }
+        let (mut keys, mut leaves) = (0usize, 0usize);
+        while !addr.is_null() {
+            let leaf = self.read_leaves(c, &[addr]).await?.remove(0);
+            keys += leaf.count();
+            leaves += 1;
+            addr = leaf.meta().expect("whole leaf").0;
+        }
+        Ok(keys as f64 / (leaves * self.leaf.span) as f64)
+    }
+
+    /// Creates the first (root) leaf and publishes it.
+    pub(crate) async fn create_root<T: Transport>(&self, c: &Client<T>) -> IndexResult<()> {
+        let buf = LeafBuf::empty(self.leaf);
+        let a = c.alloc(self.leaf.alloc() as u64, 64).await?;
+        c.write(
+            a,
+            &self.leaf_image(&buf, LockWord { locked: false, full: 0, argmax: 0 }, u64::MAX),
+        )
+        .await?;
+        if c.cas(self.root_slot, 0, root_word(1, a)).await? != 0 {
+            return Err(IndexError::Config(format!(
+                "root slot {} is already in use",
+                (self.root_slot.offset() - mn::ROOT_TABLE_OFFSET) / 8
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,193 @@
+//! CHIME against a `BTreeMap`, single client, across shapes small enough to split often.
+
+use std::collections::BTreeMap;
+
+use dmindex_chime::Chime;
+use dmindex_fabric::exec::run_tasks;
+use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+use dmindex_index::{IndexConfig, IndexError, RangeIndex};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Search(u64),
+    Insert(u64, u8),
+    Update(u64, u8),
+    Delete(u64),
+    Scan(u64, u8),
+}
+
+fn ops(keys: u64) -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        3 => (1..=keys).prop_map(Op::Search),
+        5 => (1..=keys, any::<u8>()).prop_map(|(k, v)| Op::Insert(k, v)),
+        2 => (1..=keys, any::<u8>()).prop_map(|(k, v)| Op::Update(k, v)),
+        2 => (1..=keys).prop_map(Op::Delete),
+        1 => (1..=keys, 0..30u8).prop_map(|(k, n)| Op::Scan(k, n)),
+    ];
+    prop::collection::vec(op, 1..600)
+}
+
+fn cfg(span: usize, h: usize, internal: usize) -> IndexConfig {
+    IndexConfig {
+        extra: vec![
+            ("span".into(), span.to_string()),
+            ("h".into(), h.to_string()),
+            ("internal_span".into(), internal.to_string()),
+        ],
+        cache_bytes: 1 << 20,
+        ..IndexConfig::default()
+    }
+}
+
+fn k(x: u64) -> Vec<u8> {
+    // Runs of 4 consecutive integers spread over the key space: separators (a leaf's largest
+    // key + 1) are then often real keys, which exercises every boundary.
+    ((x >> 2).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 4).wrapping_add(x & 3).to_be_bytes().to_vec()
+}
+
+fn run_model(shape: (usize, usize, usize), ops: Vec<Op>) {
+    let f = LocalFabric::new(LocalConfig {
+        node_size: 64 << 20,
+        chunk_size: 1 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let c = f.client(0).unwrap();
+    let cfg = cfg(shape.0, shape.1, shape.2);
+    run_tasks([async {
+        let t = Chime::create(&c, &cfg, 0).await.unwrap();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for op in ops {
+            match op {
+                Op::Search(x) => assert_eq!(
+                    t.search(&c, &k(x)).await.unwrap(),
+                    model.get(&k(x)).cloned(),
+                    "search {x}"
+                ),
+                Op::Insert(x, v) => {
+                    t.insert(&c, &k(x), &[v; 8]).await.unwrap();
+                    model.insert(k(x), vec![v; 8]);
+                }
+                Op::Update(x, v) => {
+                    let had = model.contains_key(&k(x));
+                    assert_eq!(t.update(&c, &k(x), &[v; 8]).await.unwrap(), had, "update {x}");
+                    if had {
+                        model.insert(k(x), vec![v; 8]);
+                    }
+                }
+                Op::Delete(x) => assert_eq!(
+                    t.delete(&c, &k(x)).await.unwrap(),
+                    model.remove(&k(x)).is_some(),
+                    "delete {x}"
+                ),
+                Op::Scan(x, n) => {
+                    let mut out = Vec::new();
+                    t.scan(&c, &k(x), n as usize, &mut out).await.unwrap();
+                    let want: Vec<_> = model
+                        .range(k(x)..)
+                        .take(n as usize)
+                        .map(|(a, b)| (a.clone(), b.clone()))
+                        .collect();
+                    assert_eq!(out, want, "scan from {x} × {n}");
+                }
+            }
+        }
+        // Everything is still there, through a fresh handle with a cold cache.
+        let other = Chime::open(&c, &cfg, 1).await.unwrap();
+        let mut all = Vec::new();
+        other.scan(&c, &[0, 0, 0, 0, 0, 0, 0, 1], usize::MAX, &mut all).await.unwrap();
+        assert_eq!(all, model.clone().into_iter().collect::<Vec<_>>());
+        for (key, v) in &model {
+            assert_eq!(other.search(&c, key).await.unwrap().as_ref(), Some(v));
+        }
+    }]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn default_shape(ops in ops(3000)) { run_model((64, 8, 64), ops) }
+
+    #[test]
+    fn tiny_nodes_split_everywhere(ops in ops(400)) { run_model((8, 4, 4), ops) }
+
+    #[test]
+    fn h2(ops in ops(300)) { run_model((16, 2, 4), ops) }
+
+    #[test]
+    fn h16(ops in ops(500)) { run_model((32, 16, 4), ops) }
+
+    #[test]
+    fn wide_h_equals_span(ops in ops(300)) { run_model((8, 8, 4), ops) }
+}
+
+#[test]
+fn bulk_load_grows_the_tree_and_reuses_deleted_slots() {
+    let f = LocalFabric::new(LocalConfig {
+        node_size: 256 << 20,
+        chunk_size: 4 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let c = f.client(0).unwrap();
+    let cfg = cfg(16, 4, 4);
+    run_tasks([async {
+        let t = Chime::create(&c, &cfg, 0).await.unwrap();
+        for x in 1..=5000u64 {
+            t.insert(&c, &k(x), &x.to_le_bytes()).await.unwrap();
+        }
+        for x in 1..=5000u64 {
+            assert_eq!(t.search(&c, &k(x)).await.unwrap(), Some(x.to_le_bytes().to_vec()));
+        }
+        let root_word = c.read_word(dmindex_fabric::layout::root_slot(0)).await.unwrap();
+        assert!(
+            root_word >> 56 >= 4,
+            "5000 keys in 16-slot leaves under 4-way nodes need height ≥ 4"
+        );
+        let before = f.allocated_bytes();
+        for x in 1..=2500u64 {
+            assert!(t.delete(&c, &k(x)).await.unwrap());
+        }
+        for x in 10_001..=12_500u64 {
+            t.insert(&c, &k(x), &x.to_le_bytes()).await.unwrap();
+        }
+        let lf = t.load_factor(&c).await.unwrap().unwrap();
+        assert!(lf > 0.3, "load factor {lf}");
+        let grown = f.allocated_bytes() - before;
+        assert!(
+            grown < (before / 2),
+            "re-inserting after deletes should mostly reuse slots ({grown} new bytes vs {before})"
+        );
+    }]);
+}
+
+#[test]
+fn bad_input_is_refused() {
+    let f = LocalFabric::new(LocalConfig {
+        node_size: 16 << 20,
+        chunk_size: 1 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let c = f.client(0).unwrap();
+    run_tasks([async {
+        let t = Chime::create(&c, &IndexConfig::default(), 0).await.unwrap();
+        assert!(matches!(t.insert(&c, &[0; 8], &[1; 8]).await, Err(IndexError::InvalidKey(_))));
+        assert!(matches!(t.insert(&c, &[1; 9], &[1; 8]).await, Err(IndexError::KeyTooLong { .. })));
+        assert!(matches!(t.insert(&c, &[1; 8], &[1; 3]).await, Err(IndexError::Config(_))));
+        let bad =
+            IndexConfig { extra: vec![("span".into(), "60".into())], ..IndexConfig::default() };
+        assert!(
+            matches!(Chime::create(&c, &bad, 0).await, Err(IndexError::Config(m)) if m.contains("multiple"))
+        );
+        let other = IndexConfig { extra: vec![("h".into(), "4".into())], ..IndexConfig::default() };
+        assert!(
+            matches!(Chime::open(&c, &other, 0).await, Err(IndexError::Config(m)) if m.contains("another shape"))
+        );
+        assert!(
+            matches!(Chime::create(&c, &IndexConfig::default(), 0).await, Err(IndexError::Config(m)) if m.contains("in use"))
+        );
+    }]);
+}
