@@ -52,6 +52,10 @@ pub struct BenchArgs {
     /// YCSB workload: load, a, b, c, d, e, f.
     #[arg(long, default_value = "c")]
     workload: String,
+    /// Override the workload's proportions, e.g. read=0.5,delete=0.5 (read, update, insert,
+    /// scan, rmw, delete).
+    #[arg(long)]
+    mix: Option<String>,
     /// Replay this trace in the run phase instead of generating operations.
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -96,6 +100,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         items: a.items,
         ops: a.ops,
         workload: a.workload.clone(),
+        mix: a.mix.clone(),
         trace: a.trace.clone(),
         key_size: a.key_size,
         value_size: a.value_size,

@@ -204,8 +204,22 @@ fn bench_and_check_run_chime() {
     for transport in ["local", "sim"] {
         for w in ["load", "a", "c", "e"] {
             let v = json(&dmindex(&[
-                "bench", "--index", "chime", "--transport", transport, "--workload", w, "--items", "3000",
-                "--ops", "1500", "--clients", "2", "--coroutines", "2", "--json",
+                "bench",
+                "--index",
+                "chime",
+                "--transport",
+                transport,
+                "--workload",
+                w,
+                "--items",
+                "3000",
+                "--ops",
+                "1500",
+                "--clients",
+                "2",
+                "--coroutines",
+                "2",
+                "--json",
             ]));
             assert_eq!(v["index"], "chime");
             assert_eq!(v["ops"], 1500, "{transport}/{w}");
@@ -214,7 +228,19 @@ fn bench_and_check_run_chime() {
             assert!(v["cache_bytes"].as_u64().unwrap() > 0, "internal nodes are cached");
         }
     }
-    let out = dmindex(&["check", "--index", "chime", "--seeds", "3", "--option", "span=8", "--option", "h=4", "--option", "internal_span=4"]);
+    let out = dmindex(&[
+        "check",
+        "--index",
+        "chime",
+        "--seeds",
+        "3",
+        "--option",
+        "span=8",
+        "--option",
+        "h=4",
+        "--option",
+        "internal_span=4",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = dmindex(&["bench", "--index", "chime", "--option", "span=60"]);
     assert_eq!(out.status.code(), Some(2));

@@ -55,6 +55,8 @@ pub struct BenchConfig {
     pub items: u64,
     pub ops: Option<u64>,
     pub workload: String,
+    /// Proportions overriding the workload's, e.g. `read=0.5,delete=0.5`.
+    pub mix: Option<String>,
     pub trace: Option<PathBuf>,
     pub key_size: usize,
     pub value_size: usize,
@@ -80,6 +82,7 @@ impl Default for BenchConfig {
             items: 100_000,
             ops: None,
             workload: "c".into(),
+            mix: None,
             trace: None,
             key_size: 8,
             value_size: 8,
@@ -140,6 +143,8 @@ pub struct BenchReport {
     /// Bytes allocated on memory nodes.
     pub remote_bytes: u64,
     pub load_factor: Option<f64>,
+    /// Index-specific counters summed over compute nodes (e.g. CHIME's leaf splits).
+    pub index_stats: std::collections::BTreeMap<String, u64>,
     pub per_op: Vec<OpBreakdown>,
     /// Seconds of real time the run phase took.
     pub run_seconds: f64,
@@ -183,6 +188,11 @@ impl BenchReport {
             self.remote_bytes as f64 / 1e6,
             self.load_factor.map(|l| format!(" | load factor {:.3}", l)).unwrap_or_default()
         );
+        if !self.index_stats.is_empty() {
+            let parts: Vec<String> =
+                self.index_stats.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            s += &format!("index: {}\n", parts.join(", "));
+        }
         s += &format!(
             "{:<8} {:>10} {:>9} {:>9} {:>8} {:>10} {:>10}\n",
             "op", "count", "p50 us", "p99 us", "RT/op", "B read", "B written"
@@ -222,7 +232,10 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     let format = KeyFormat::new(cfg.key_size, cfg.ordered_keys)
         .map_err(anyhow::Error::msg)
         .context("--key-size")?;
-    let spec = WorkloadSpec::named(&cfg.workload).map_err(anyhow::Error::msg)?;
+    let mut spec = WorkloadSpec::named(&cfg.workload).map_err(anyhow::Error::msg)?;
+    if let Some(m) = &cfg.mix {
+        spec = spec.with_mix(m).map_err(anyhow::Error::msg).context("--mix")?;
+    }
     let trace = match &cfg.trace {
         Some(p) => {
             let ops = dmindex_ycsb::trace::read(p, format)?;
@@ -383,6 +396,13 @@ fn summarise<T: Transport, I: RangeIndex<T>>(
         cache_bytes: stats.iter().map(|s| s.cache_bytes).sum::<u64>() / handles.len().max(1) as u64,
         remote_bytes,
         load_factor,
+        index_stats: stats.iter().flat_map(|s| s.extra.iter()).fold(
+            std::collections::BTreeMap::new(),
+            |mut m, (k, v)| {
+                *m.entry(k.to_string()).or_insert(0) += v;
+                m
+            },
+        ),
         per_op,
         run_seconds,
     })

@@ -98,3 +98,17 @@ fn chime_thousands_of_seeds() {
         run("chime_thousands_of_seeds", cfg, (i as u64 * 10_000)..(i as u64 * 10_000 + 1000));
     }
 }
+
+/// Indirect values (40 bytes, in blocks behind pointers): a reader must never see a pointer to a
+/// block that is not fully written.
+#[test]
+fn chime_indirect_values_with_crashes() {
+    let cfg = CheckConfig {
+        index: "chime".into(),
+        index_options: opts(8, 4, 4),
+        keys: 80,
+        value_size: 40,
+        ..CheckConfig::default()
+    };
+    run("chime_indirect_values_with_crashes", cfg, 0..40);
+}

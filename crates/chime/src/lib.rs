@@ -36,6 +36,12 @@
 //!   inclusive upper bound at the rear (written only by splits). An insert that meets a half split
 //!   first tries argmax (any key the leaf holds is below the bound), and only then READs the bound.
 //!   argmax is maintained lazily: it always names a slot, ideally the largest key's.
+//! * **Indirect values** (longer than 8 bytes, paper §4.5): an insert or update first writes a
+//!   fresh 64-B-aligned block `[length u64 LE][value]`, then publishes its address in the entry's
+//!   value slot; a search reads the block after the leaf (one more round trip; values up to 56
+//!   bytes come in that one READ). Blocks are immutable once published, so they need no
+//!   versions; replaced blocks are not reclaimed (as in the reference). Keys longer than 8 bytes
+//!   are not supported yet.
 //! * **Duplicate check** covers the key's whole neighbourhood, and a failed hop after a split
 //!   splits again instead of asserting.
 //!
@@ -53,7 +59,7 @@ mod tree;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use dmindex_fabric::{layout as mn, Client, Transport};
+use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexConfig, IndexError, IndexResult, IndexStats, Pair, RangeIndex};
 
 use crate::internal::NodeCache;
@@ -96,9 +102,9 @@ impl ChimeShape {
                 cfg.max_key
             )));
         }
-        if !(1..=8).contains(&cfg.max_value) {
+        if !(1..=MAX_INDIRECT).contains(&cfg.max_value) {
             return Err(IndexError::Config(format!(
-                "CHIME inline values are 1..=8 bytes (got {})",
+                "CHIME values are 1..={MAX_INDIRECT} bytes (got {})",
                 cfg.max_value
             )));
         }
@@ -112,6 +118,11 @@ impl ChimeShape {
         Ok(shape)
     }
 
+    /// Whether values live in blocks behind pointers (values longer than 8 bytes).
+    pub fn indirect(&self) -> bool {
+        self.value_len > 8
+    }
+
     /// The descriptor word kept in the root slot after the root word.
     fn descriptor(&self) -> u64 {
         0xC41E_u64 << 48
@@ -121,6 +132,11 @@ impl ChimeShape {
             | self.value_len as u64
     }
 }
+
+/// Largest indirect value.
+pub const MAX_INDIRECT: usize = 1 << 16;
+/// Bytes before the value in a value block: its length, u64 LE.
+pub const BLOCK_HEADER: usize = 8;
 
 /// A compute node's handle on a CHIME tree.
 pub struct Chime {
@@ -146,9 +162,44 @@ impl Chime {
                 root_slot: mn::root_slot(cfg.root_slot),
                 cache: NodeCache::new(cfg.cache_bytes),
                 retries: AtomicU64::new(0),
+                splits: AtomicU64::new(0),
+                keys_at_split: AtomicU64::new(0),
             },
             shape,
         }
+    }
+
+    /// The 8-byte slot for a value: the value itself, or a pointer to a fresh block holding it.
+    async fn slot_of<T: Transport>(&self, c: &Client<T>, v: &[u8]) -> IndexResult<[u8; 8]> {
+        if !self.shape.indirect() {
+            return self.value_of(v);
+        }
+        if v.len() > self.shape.value_len {
+            return Err(IndexError::ValueTooLong { len: v.len(), max: self.shape.value_len });
+        }
+        let mut block = Vec::with_capacity(BLOCK_HEADER + v.len());
+        block.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        block.extend_from_slice(v);
+        let a = c.alloc(block.len() as u64, 64).await?;
+        c.write(a, &block).await?;
+        Ok(a.raw().to_le_bytes())
+    }
+
+    /// The value a slot stands for.
+    async fn value_from<T: Transport>(&self, c: &Client<T>, slot: [u8; 8]) -> IndexResult<Vec<u8>> {
+        if !self.shape.indirect() {
+            return Ok(slot[..self.shape.value_len].to_vec());
+        }
+        let a = GlobalAddr::from_raw(u64::from_le_bytes(slot));
+        let head = c.read_vec(a, BLOCK_HEADER + self.shape.value_len.min(56)).await?;
+        let len = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
+        if len > self.shape.value_len {
+            return Err(IndexError::Corrupt(format!("value block at {a} claims {len} bytes")));
+        }
+        if BLOCK_HEADER + len <= head.len() {
+            return Ok(head[BLOCK_HEADER..BLOCK_HEADER + len].to_vec());
+        }
+        Ok(c.read_vec(a.add(BLOCK_HEADER as u64), len).await?)
     }
 
     fn value_of(&self, v: &[u8]) -> IndexResult<[u8; 8]> {
@@ -217,16 +268,21 @@ impl<T: Transport> RangeIndex<T> for Chime {
 
     async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
         let k = key_of(key)?;
-        Ok(self.tree.search(c, k).await?.map(|v| v[..self.shape.value_len].to_vec()))
+        match self.tree.search(c, k).await? {
+            Some(slot) => Ok(Some(self.value_from(c, slot).await?)),
+            None => Ok(None),
+        }
     }
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
-        let (k, v) = (key_of(key)?, self.value_of(value)?);
+        let k = key_of(key)?;
+        let v = self.slot_of(c, value).await?;
         self.tree.insert(c, k, v).await
     }
 
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
-        let (k, v) = (key_of(key)?, self.value_of(value)?);
+        let k = key_of(key)?;
+        let v = self.slot_of(c, value).await?;
         self.tree.modify(c, k, Some(v)).await
     }
 
@@ -246,18 +302,23 @@ impl<T: Transport> RangeIndex<T> for Chime {
             from.try_into().map_err(|_| IndexError::KeyTooLong { len: from.len(), max: 8 })?;
         let mut pairs = Vec::new();
         self.tree.scan(c, u64::from_be_bytes(from).max(1), count, &mut pairs).await?;
-        out.extend(
-            pairs
-                .into_iter()
-                .map(|(k, v)| (k.to_be_bytes().to_vec(), v[..self.shape.value_len].to_vec())),
-        );
+        for (k, slot) in pairs {
+            out.push((k.to_be_bytes().to_vec(), self.value_from(c, slot).await?));
+        }
         Ok(())
     }
 
     fn stats(&self) -> IndexStats {
+        let t = &self.tree;
+        let splits = t.splits.load(Ordering::Relaxed);
         IndexStats {
-            cache_bytes: self.tree.cache.bytes(),
-            retries: self.tree.retries.load(Ordering::Relaxed),
+            cache_bytes: t.cache.bytes(),
+            retries: t.retries.load(Ordering::Relaxed),
+            extra: vec![
+                ("leaf_splits", splits),
+                ("leaf_keys_at_split", t.keys_at_split.load(Ordering::Relaxed)),
+                ("leaf_slots_at_split", splits * t.leaf.span as u64),
+            ],
         }
     }
 

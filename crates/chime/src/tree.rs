@@ -40,6 +40,9 @@ pub(crate) struct Tree {
     pub root_slot: GlobalAddr,
     pub cache: NodeCache,
     pub retries: AtomicU64,
+    /// Leaf splits by this CN, and the keys their leaves held when the hop failed.
+    pub splits: AtomicU64,
+    pub keys_at_split: AtomicU64,
 }
 
 /// What an insert attempt on one leaf did.
@@ -482,6 +485,8 @@ impl Tree {
         }
         let left_max =
             all.iter().copied().filter(|&x| x < split).max().expect("left half is not empty");
+        self.splits.fetch_add(1, Ordering::Relaxed);
+        self.keys_at_split.fetch_add(all.len() as u64, Ordering::Relaxed);
         let old_bound = u64::from_be_bytes(
             c.read_vec(cur.add(self.leaf.bound_offset() as u64), 8)
                 .await?

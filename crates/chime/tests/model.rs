@@ -47,6 +47,19 @@ fn k(x: u64) -> Vec<u8> {
 }
 
 fn run_model(shape: (usize, usize, usize), ops: Vec<Op>) {
+    run_model_values(shape, ops, 8)
+}
+
+/// Values of `len` bytes derived from `v`, varying in length when indirect (> 8).
+fn val(v: u8, len: usize) -> Vec<u8> {
+    if len <= 8 {
+        vec![v; len]
+    } else {
+        vec![v; 1 + (v as usize * 7) % len]
+    }
+}
+
+fn run_model_values(shape: (usize, usize, usize), ops: Vec<Op>, vlen: usize) {
     let f = LocalFabric::new(LocalConfig {
         node_size: 64 << 20,
         chunk_size: 1 << 20,
@@ -54,7 +67,7 @@ fn run_model(shape: (usize, usize, usize), ops: Vec<Op>) {
     })
     .unwrap();
     let c = f.client(0).unwrap();
-    let cfg = cfg(shape.0, shape.1, shape.2);
+    let cfg = IndexConfig { max_value: vlen, ..cfg(shape.0, shape.1, shape.2) };
     run_tasks([async {
         let t = Chime::create(&c, &cfg, 0).await.unwrap();
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
@@ -66,14 +79,18 @@ fn run_model(shape: (usize, usize, usize), ops: Vec<Op>) {
                     "search {x}"
                 ),
                 Op::Insert(x, v) => {
-                    t.insert(&c, &k(x), &[v; 8]).await.unwrap();
-                    model.insert(k(x), vec![v; 8]);
+                    t.insert(&c, &k(x), &val(v, vlen)).await.unwrap();
+                    model.insert(k(x), val(v, vlen));
                 }
                 Op::Update(x, v) => {
                     let had = model.contains_key(&k(x));
-                    assert_eq!(t.update(&c, &k(x), &[v; 8]).await.unwrap(), had, "update {x}");
+                    assert_eq!(
+                        t.update(&c, &k(x), &val(v, vlen)).await.unwrap(),
+                        had,
+                        "update {x}"
+                    );
                     if had {
-                        model.insert(k(x), vec![v; 8]);
+                        model.insert(k(x), val(v, vlen));
                     }
                 }
                 Op::Delete(x) => assert_eq!(
@@ -121,6 +138,12 @@ proptest! {
 
     #[test]
     fn wide_h_equals_span(ops in ops(300)) { run_model((8, 8, 4), ops) }
+
+    #[test]
+    fn indirect_values(ops in ops(400)) { run_model_values((8, 4, 4), ops, 100) }
+
+    #[test]
+    fn short_inline_values(ops in ops(400)) { run_model_values((16, 4, 4), ops, 3) }
 }
 
 #[test]

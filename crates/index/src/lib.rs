@@ -110,12 +110,14 @@ impl IndexConfig {
 }
 
 /// Counters an index keeps on its compute node.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct IndexStats {
     /// Bytes of CN-side cache in use.
     pub cache_bytes: u64,
     /// Operation retries (validation failures, lock failures, re-reads).
     pub retries: u64,
+    /// Index-specific counters, summed over compute nodes by the harness.
+    pub extra: Vec<(&'static str, u64)>,
 }
 
 /// An ordered index on disaggregated memory, over transport `T`.

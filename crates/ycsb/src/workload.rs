@@ -36,6 +36,9 @@ pub struct WorkloadSpec {
     pub insert: f64,
     pub scan: f64,
     pub rmw: f64,
+    /// Not a YCSB operation: deletes of existing keys (for measuring them).
+    #[serde(default)]
+    pub delete: f64,
     /// Key distribution.
     pub distribution: Distribution,
     /// Scan lengths are uniform in `[1, max_scan]`.
@@ -67,9 +70,43 @@ impl WorkloadSpec {
             insert,
             scan,
             rmw,
+            delete: 0.0,
             distribution,
             max_scan: 100,
         })
+    }
+
+    /// Overrides proportions from `read=0.5,update=0.3,delete=0.2,…` (names: read, update,
+    /// insert, scan, rmw, delete); the others become 0.
+    pub fn with_mix(mut self, mix: &str) -> Result<WorkloadSpec, String> {
+        let (mut r, mut u, mut i, mut s, mut m, mut d) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        for part in mix.split(',').filter(|p| !p.trim().is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("mix entry '{part}' is not name=proportion"))?;
+            let v: f64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|x: &f64| *x >= 0.0 && x.is_finite())
+                .ok_or_else(|| format!("mix proportion '{v}' is not a non-negative number"))?;
+            match k.trim() {
+                "read" => r = v,
+                "update" => u = v,
+                "insert" => i = v,
+                "scan" => s = v,
+                "rmw" => m = v,
+                "delete" => d = v,
+                other => return Err(format!("unknown operation '{other}' in mix (known: read, update, insert, scan, rmw, delete)")),
+            }
+        }
+        if r + u + i + s + m + d <= 0.0 {
+            return Err("mix proportions sum to zero".into());
+        }
+        (self.read, self.update, self.insert, self.scan, self.rmw, self.delete) =
+            (r, u, i, s, m, d);
+        self.name = format!("{}+mix({mix})", self.name);
+        Ok(self)
     }
 }
 
@@ -206,7 +243,7 @@ pub struct ClientStream {
     shared: Arc<Shared>,
     rng: ChaCha8Rng,
     chooser: Chooser,
-    weights: [f64; 5],
+    weights: [f64; 6],
 }
 
 impl ClientStream {
@@ -228,7 +265,7 @@ impl ClientStream {
             Distribution::Uniform => Chooser::Uniform,
         };
         let s = &shared.spec;
-        let weights = [s.read, s.update, s.insert, s.scan, s.rmw];
+        let weights = [s.read, s.update, s.insert, s.scan, s.rmw, s.delete];
         ClientStream { shared, rng, chooser, weights }
     }
 
@@ -252,7 +289,8 @@ impl ClientStream {
     pub fn next_op(&mut self) -> Op {
         let total: f64 = self.weights.iter().sum();
         let mut u = next_double(&mut self.rng) * total;
-        let mut pick = 4;
+        // Rounding can leave u at the total: fall back to the last operation with weight.
+        let mut pick = self.weights.iter().rposition(|&w| w > 0.0).unwrap_or(0);
         for (i, w) in self.weights.iter().enumerate() {
             if u < *w {
                 pick = i;
@@ -260,9 +298,14 @@ impl ClientStream {
             }
             u -= w;
         }
-        let kind =
-            [OpKind::Read, OpKind::Update, OpKind::Insert, OpKind::Scan, OpKind::ReadModifyWrite]
-                [pick];
+        let kind = [
+            OpKind::Read,
+            OpKind::Update,
+            OpKind::Insert,
+            OpKind::Scan,
+            OpKind::ReadModifyWrite,
+            OpKind::Delete,
+        ][pick];
         if kind == OpKind::Insert {
             let n = self.shared.inserts.next();
             return Op {
@@ -376,6 +419,14 @@ mod tests {
         assert_eq!(short.key(41), b"user000042".to_vec());
         assert!(KeyFormat::new(4, false).is_err());
         assert!(WorkloadSpec::named("z").unwrap_err().contains("unknown workload 'z'"));
+        let m = WorkloadSpec::named("c").unwrap().with_mix("read=1,delete=1").unwrap();
+        assert_eq!((m.read, m.delete, m.update), (1.0, 1.0, 0.0));
+        assert!(WorkloadSpec::named("c")
+            .unwrap()
+            .with_mix("jump=1")
+            .unwrap_err()
+            .contains("unknown operation 'jump'"));
+        assert!(WorkloadSpec::named("c").unwrap().with_mix("read=0").unwrap_err().contains("zero"));
         let keys: Vec<_> = load_keys(KeyFormat::new(8, true).unwrap(), 10, 1, 3).collect();
         assert_eq!(
             keys,
