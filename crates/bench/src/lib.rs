@@ -312,6 +312,28 @@ fn op_source(
     }
 }
 
+/// Client `i` of `n` in the load phase (its share of the keys) or the run phase (its share of
+/// the operations).
+#[allow(clippy::too_many_arguments)]
+async fn client_phase<T: Transport, I: RangeIndex<T>>(
+    cfg: &BenchConfig,
+    plan: &Plan,
+    shared: &Arc<Shared>,
+    idx: &I,
+    c: &Client<T>,
+    env: &TaskEnv<'_>,
+    (i, n): (usize, usize),
+    load: bool,
+) -> ClientMetrics {
+    if load {
+        runner::load_client(idx, c, env, load_keys(plan.format, cfg.items, i as u64, n as u64))
+            .await
+    } else {
+        let src = op_source(plan, shared, cfg.seed, i, n);
+        runner::run_client(idx, c, env, src, share(plan.ops, n, i)).await
+    }
+}
+
 /// Splits `total` into `n` nearly equal shares.
 fn share(total: u64, n: usize, i: usize) -> u64 {
     total / n as u64 + u64::from((i as u64) < total % n as u64)
@@ -455,18 +477,7 @@ fn run_sim<I: RangeIndex<SimTransport>>(
                     value_size: cfg.value_size,
                     client: i as u32,
                 };
-                let m = if load {
-                    runner::load_client(
-                        idx,
-                        c,
-                        &env,
-                        load_keys(plan.format, cfg.items, i as u64, n as u64),
-                    )
-                    .await
-                } else {
-                    let src = op_source(plan, shared, cfg.seed, i, n);
-                    runner::run_client(idx, c, &env, src, share(plan.ops, n, i)).await
-                };
+                let m = client_phase(cfg, plan, shared, idx, c, &env, (i, n), load).await;
                 results.borrow_mut().push(m);
             }) as Task
         });
@@ -545,18 +556,7 @@ fn run_local<I: RangeIndex<LocalTransport> + Sync>(
                     value_size: cfg.value_size,
                     client: i as u32,
                 };
-                let m = if load {
-                    runner::load_client(
-                        idx,
-                        &c,
-                        &env,
-                        load_keys(plan.format, cfg.items, i as u64, n as u64),
-                    )
-                    .await
-                } else {
-                    let src = op_source(plan, shared, cfg.seed, i, n);
-                    runner::run_client(idx, &c, &env, src, share(plan.ops, n, i)).await
-                };
+                let m = client_phase(cfg, plan, shared, idx, &c, &env, (i, n), load).await;
                 (m, c.counts())
             }
         });

@@ -109,6 +109,11 @@ pub fn format(region: &Region, node: NodeId) {
     region.write(0, &sb.encode());
 }
 
+/// Heap bytes the allocation service has handed out on this node.
+pub fn heap_used(region: &Region) -> u64 {
+    region.load_word(HEAP_TOP_OFFSET) - HEAP_START
+}
+
 /// Address of root-table slot `slot` (on memory node 0).
 ///
 /// # Panics

@@ -129,11 +129,7 @@ impl LocalFabric {
 
     /// Bytes handed out by the allocation service on all nodes (heap top minus heap start).
     pub fn allocated_bytes(&self) -> u64 {
-        self.shared
-            .nodes
-            .iter()
-            .map(|n| n.region.load_word(layout::HEAP_TOP_OFFSET) - layout::HEAP_START)
-            .sum()
+        self.shared.nodes.iter().map(|n| layout::heap_used(&n.region)).sum()
     }
 }
 

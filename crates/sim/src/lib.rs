@@ -162,11 +162,7 @@ impl Sim {
 
     /// Bytes handed out by the allocation service on all nodes (heap top minus heap start).
     pub fn allocated_bytes(&self) -> u64 {
-        self.shared
-            .regions
-            .iter()
-            .map(|r| r.load_word(layout::HEAP_TOP_OFFSET) - layout::HEAP_START)
-            .sum()
+        self.shared.regions.iter().map(layout::heap_used).sum()
     }
 
     /// A number from the simulation's RNG (for workload choices that must replay with the seed).
