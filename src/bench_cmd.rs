@@ -145,6 +145,12 @@ pub struct CheckArgs {
     /// Simulator fabric preset.
     #[arg(long, default_value = "stress")]
     preset: String,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 8)]
+    value_size: usize,
+    /// String keys of 8 to 11 bytes, three sharing each 8-byte prefix.
+    #[arg(long)]
+    long_keys: bool,
     /// No client crashes.
     #[arg(long)]
     no_crashes: bool,
@@ -169,6 +175,8 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
         delays: !a.no_delays,
         preset: a.preset.clone(),
         index_options: a.options.clone(),
+        value_size: a.value_size,
+        long_keys: a.long_keys,
         ..CheckConfig::default()
     };
     let seeds = match a.seed {

@@ -39,6 +39,8 @@ pub struct CheckConfig {
     pub index_options: Vec<(String, String)>,
     /// Use exactly these keys (8-byte big-endian integers, non-zero) instead of `1 ..= keys`.
     pub key_list: Vec<u64>,
+    /// Use string keys of 8 to 11 bytes, three per 8-byte prefix.
+    pub long_keys: bool,
 }
 
 impl Default for CheckConfig {
@@ -55,6 +57,7 @@ impl Default for CheckConfig {
             deadline_ns: 200_000_000,
             index_options: Vec::new(),
             key_list: Vec::new(),
+            long_keys: false,
         }
     }
 }
@@ -108,6 +111,10 @@ impl CheckConfig {
 
     /// The `i`-th key of the run.
     fn key(&self, i: u64) -> Vec<u8> {
+        if self.long_keys {
+            let suffix: &[u8] = [&b""[..], b"-x", b"-yy"][(i % 3) as usize];
+            return [format!("k{:07}", i / 3).as_bytes(), suffix].concat();
+        }
         match self.key_list.get(i as usize) {
             Some(k) => k.to_be_bytes().to_vec(),
             None => (i + 1).to_be_bytes().to_vec(),
@@ -131,7 +138,7 @@ pub fn check_seed_with<I: RangeIndex<SimTransport>>(
     })
     .map_err(anyhow::Error::msg)?;
     let icfg = IndexConfig {
-        max_key: 8,
+        max_key: if cfg.long_keys { 11 } else { 8 },
         max_value: cfg.value_size,
         cache_bytes: 1 << 20,
         expected_items: cfg.universe(),

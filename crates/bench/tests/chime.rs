@@ -112,3 +112,17 @@ fn chime_indirect_values_with_crashes() {
     };
     run("chime_indirect_values_with_crashes", cfg, 0..40);
 }
+
+/// Keys longer than 8 bytes, three per 8-byte prefix: lookups resolve same-prefix entries
+/// through their blocks while splits, hops and crashes go on.
+#[test]
+fn chime_long_keys_sharing_prefixes_with_crashes() {
+    let cfg = CheckConfig {
+        index: "chime".into(),
+        index_options: opts(8, 4, 4),
+        keys: 90,
+        long_keys: true,
+        ..CheckConfig::default()
+    };
+    run("chime_long_keys_sharing_prefixes_with_crashes", cfg, 0..40);
+}

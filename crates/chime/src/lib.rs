@@ -32,16 +32,22 @@
 //! * **Deletes** exist (the reference has none): the entry is cleared, its home's bitmap bit and
 //!   its vacancy bucket cleared, under the leaf lock. Freed slots are reused. Leaves never merge.
 //! * **Upper bound**: with deletes, a leaf's largest key can shrink below the separator its parent
-//!   holds, so "key > key[argmax] ⇒ go right" would misplace keys. Each leaf keeps one copy of its
+//!   holds, so "key > key\[argmax\] ⇒ go right" would misplace keys. Each leaf keeps one copy of its
 //!   inclusive upper bound at the rear (written only by splits). An insert that meets a half split
 //!   first tries argmax (any key the leaf holds is below the bound), and only then READs the bound.
 //!   argmax is maintained lazily: it always names a slot, ideally the largest key's.
-//! * **Indirect values** (longer than 8 bytes, paper §4.5): an insert or update first writes a
-//!   fresh 64-B-aligned block `[length u64 LE][value]`, then publishes its address in the entry's
-//!   value slot; a search reads the block after the leaf (one more round trip; values up to 56
-//!   bytes come in that one READ). Blocks are immutable once published, so they need no
-//!   versions; replaced blocks are not reclaimed (as in the reference). Keys longer than 8 bytes
-//!   are not supported yet.
+//! * **Indirect values and long keys** (paper §4.5): with values longer than 8 bytes or keys
+//!   longer than 8 bytes, an insert or update first writes a fresh 64-B-aligned block
+//!   `[key length u32][value length u32][key][value]` (the key only for long keys), then
+//!   publishes its address in the entry's value slot. Long keys keep their first 8 bytes
+//!   (zero-padded) in the leaf: ordering, homes, pivots and bounds use that prefix, and entries
+//!   sharing it are told apart by reading their blocks (one READ each; all of them when several
+//!   share the prefix). A search reads the block after the leaf (one more round trip). Blocks
+//!   are immutable once published, so they need no versions; replaced blocks are not reclaimed
+//!   (as in the reference). Keys sharing a prefix share a home and cannot be split apart, so at
+//!   most H of them fit in the tree: one more is refused with [`IndexError::Full`]. (YCSB's
+//!   zero-padded `user…` keys share few prefixes and hit this limit quickly; the paper assumes
+//!   rare prefix collisions.)
 //! * **Duplicate check** covers the key's whole neighbourhood, and a failed hop after a split
 //!   splits again instead of asserting.
 //!
@@ -64,7 +70,7 @@ use dmindex_index::{IndexConfig, IndexError, IndexResult, IndexStats, Pair, Rang
 
 use crate::internal::NodeCache;
 use crate::layout::{InternalLayout, LeafLayout};
-use crate::tree::Tree;
+use crate::tree::{Probe, Tree};
 
 /// CHIME's shape, from [`IndexConfig::extra`]: `span` (leaf entries, default 64), `h`
 /// (neighbourhood, default 8), `internal_span` (default 64).
@@ -73,14 +79,23 @@ pub struct ChimeShape {
     pub span: usize,
     pub h: usize,
     pub internal_span: usize,
-    /// Inline value length (1..=8).
+    /// Inline value length (1..=8), or the longest value kept in blocks.
     pub value_len: usize,
+    /// Longest key: 8 means 8-byte keys in the leaf; more means the leaf holds the first 8
+    /// bytes and the block holds the full key.
+    pub key_len: usize,
 }
 
 impl ChimeShape {
     /// Reads and checks the options.
     pub fn from_config(cfg: &IndexConfig) -> IndexResult<ChimeShape> {
-        let mut shape = ChimeShape { span: 64, h: 8, internal_span: 64, value_len: cfg.max_value };
+        let mut shape = ChimeShape {
+            span: 64,
+            h: 8,
+            internal_span: 64,
+            value_len: cfg.max_value,
+            key_len: cfg.max_key,
+        };
         for (k, v) in &cfg.extra {
             let n: usize = v
                 .parse()
@@ -96,9 +111,9 @@ impl ChimeShape {
                 }
             }
         }
-        if cfg.max_key != 8 {
+        if !(8..=255).contains(&cfg.max_key) {
             return Err(IndexError::Config(format!(
-                "CHIME keys are 8 bytes (got --key-size {})",
+                "CHIME keys are up to 8..=255 bytes long (got --key-size {})",
                 cfg.max_key
             )));
         }
@@ -118,24 +133,32 @@ impl ChimeShape {
         Ok(shape)
     }
 
-    /// Whether values live in blocks behind pointers (values longer than 8 bytes).
+    /// Whether values live in blocks behind pointers (long values, or long keys).
     pub fn indirect(&self) -> bool {
-        self.value_len > 8
+        self.value_len > 8 || self.long_keys()
     }
 
-    /// The descriptor word kept in the root slot after the root word.
+    /// Whether keys may be longer than the 8 bytes a leaf entry holds.
+    pub fn long_keys(&self) -> bool {
+        self.key_len > 8
+    }
+
+    /// The descriptor word kept in the root slot after the root word:
+    /// magic 0xC41 (12 bits) | span (11) | H (5) | internal span (11) | key length (8) |
+    /// value length (17).
     fn descriptor(&self) -> u64 {
-        0xC41E_u64 << 48
-            | (self.span as u64) << 32
-            | (self.h as u64) << 24
-            | (self.internal_span as u64) << 8
+        0xC41_u64 << 52
+            | (self.span as u64) << 41
+            | (self.h as u64) << 36
+            | (self.internal_span as u64) << 25
+            | (self.key_len as u64) << 17
             | self.value_len as u64
     }
 }
 
 /// Largest indirect value.
 pub const MAX_INDIRECT: usize = 1 << 16;
-/// Bytes before the value in a value block: its length, u64 LE.
+/// Bytes before the key in a block: key length u32 LE, value length u32 LE.
 pub const BLOCK_HEADER: usize = 8;
 
 /// A compute node's handle on a CHIME tree.
@@ -144,13 +167,10 @@ pub struct Chime {
     shape: ChimeShape,
 }
 
-fn key_of(key: &[u8]) -> IndexResult<u64> {
-    let k: [u8; 8] =
-        key.try_into().map_err(|_| IndexError::KeyTooLong { len: key.len(), max: 8 })?;
-    match u64::from_be_bytes(k) {
-        0 => Err(IndexError::InvalidKey("key 0 is reserved (it marks empty entries)".into())),
-        k => Ok(k),
-    }
+/// A block's parts: `[key length u32 LE][value length u32 LE][key][value]`.
+struct Block {
+    key: Vec<u8>,
+    value: Vec<u8>,
 }
 
 impl Chime {
@@ -169,20 +189,78 @@ impl Chime {
         }
     }
 
-    /// The 8-byte slot for a value: the value itself, or a pointer to a fresh block holding it.
-    async fn slot_of<T: Transport>(&self, c: &Client<T>, v: &[u8]) -> IndexResult<[u8; 8]> {
+    /// The 8-byte leaf key of `key` and how to recognise it among entries sharing it.
+    fn key_of<'k>(&self, key: &'k [u8]) -> IndexResult<(u64, Probe<'k>)> {
+        if key.is_empty() {
+            return Err(IndexError::InvalidKey("empty key".into()));
+        }
+        if key.len() > self.shape.key_len {
+            return Err(IndexError::KeyTooLong { len: key.len(), max: self.shape.key_len });
+        }
+        if !self.shape.long_keys() && key.len() != 8 {
+            return Err(IndexError::InvalidKey(format!(
+                "this CHIME tree takes 8-byte keys, got {} bytes",
+                key.len()
+            )));
+        }
+        let mut prefix = [0u8; 8];
+        let n = key.len().min(8);
+        prefix[..n].copy_from_slice(&key[..n]);
+        match u64::from_be_bytes(prefix) {
+            0 => Err(IndexError::InvalidKey(
+                "keys whose first 8 bytes are all zero are reserved (they mark empty entries)"
+                    .into(),
+            )),
+            k if self.shape.long_keys() => Ok((k, Probe::Full(key))),
+            k => Ok((k, Probe::Exact)),
+        }
+    }
+
+    /// The 8-byte slot for a value: the value itself, or a pointer to a fresh block holding it
+    /// (and the full key, with long keys). Blocks are padded so that a key probe of up to
+    /// `key_len` bytes never reads past them.
+    async fn slot_of<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        v: &[u8],
+    ) -> IndexResult<[u8; 8]> {
         if !self.shape.indirect() {
             return self.value_of(v);
         }
         if v.len() > self.shape.value_len {
             return Err(IndexError::ValueTooLong { len: v.len(), max: self.shape.value_len });
         }
-        let mut block = Vec::with_capacity(BLOCK_HEADER + v.len());
-        block.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        let key = if self.shape.long_keys() { key } else { &[] };
+        let mut block = Vec::with_capacity(BLOCK_HEADER + key.len() + v.len());
+        block.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        block.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        block.extend_from_slice(key);
         block.extend_from_slice(v);
-        let a = c.alloc(block.len() as u64, 64).await?;
+        let size = block.len().max(BLOCK_HEADER + self.shape.key_len) as u64;
+        let a = c.alloc(size, 64).await?;
         c.write(a, &block).await?;
         Ok(a.raw().to_le_bytes())
+    }
+
+    /// The block behind a slot (immutable once published).
+    async fn block<T: Transport>(&self, c: &Client<T>, slot: [u8; 8]) -> IndexResult<Block> {
+        let a = GlobalAddr::from_raw(u64::from_le_bytes(slot));
+        let guess = (BLOCK_HEADER + self.shape.key_len + self.shape.value_len).min(128);
+        let mut b = c.read_vec(a, guess).await?;
+        let klen = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
+        let vlen = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")) as usize;
+        if klen > self.shape.key_len || vlen > self.shape.value_len {
+            return Err(IndexError::Corrupt(format!("block at {a} claims {klen}+{vlen} bytes")));
+        }
+        let total = BLOCK_HEADER + klen + vlen;
+        if total > b.len() {
+            b.extend(c.read_vec(a.add(b.len() as u64), total - b.len()).await?);
+        }
+        Ok(Block {
+            key: b[BLOCK_HEADER..BLOCK_HEADER + klen].to_vec(),
+            value: b[BLOCK_HEADER + klen..total].to_vec(),
+        })
     }
 
     /// The value a slot stands for.
@@ -190,16 +268,7 @@ impl Chime {
         if !self.shape.indirect() {
             return Ok(slot[..self.shape.value_len].to_vec());
         }
-        let a = GlobalAddr::from_raw(u64::from_le_bytes(slot));
-        let head = c.read_vec(a, BLOCK_HEADER + self.shape.value_len.min(56)).await?;
-        let len = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
-        if len > self.shape.value_len {
-            return Err(IndexError::Corrupt(format!("value block at {a} claims {len} bytes")));
-        }
-        if BLOCK_HEADER + len <= head.len() {
-            return Ok(head[BLOCK_HEADER..BLOCK_HEADER + len].to_vec());
-        }
-        Ok(c.read_vec(a.add(BLOCK_HEADER as u64), len).await?)
+        Ok(self.block(c, slot).await?.value)
     }
 
     fn value_of(&self, v: &[u8]) -> IndexResult<[u8; 8]> {
@@ -252,7 +321,7 @@ impl<T: Transport> RangeIndex<T> for Chime {
     async fn open(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
         let shape = ChimeShape::from_config(cfg)?;
         let d = c.read_word(mn::root_slot(cfg.root_slot + 1)).await?;
-        if d >> 48 != 0xC41E {
+        if d >> 52 != 0xC41 {
             return Err(IndexError::Corrupt(format!(
                 "no CHIME tree at root slot {}",
                 cfg.root_slot
@@ -267,28 +336,28 @@ impl<T: Transport> RangeIndex<T> for Chime {
     }
 
     async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-        let k = key_of(key)?;
-        match self.tree.search(c, k).await? {
+        let (k, probe) = self.key_of(key)?;
+        match self.tree.search(c, k, probe).await? {
             Some(slot) => Ok(Some(self.value_from(c, slot).await?)),
             None => Ok(None),
         }
     }
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
-        let k = key_of(key)?;
-        let v = self.slot_of(c, value).await?;
-        self.tree.insert(c, k, v).await
+        let (k, probe) = self.key_of(key)?;
+        let v = self.slot_of(c, key, value).await?;
+        self.tree.insert(c, k, v, probe).await
     }
 
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
-        let k = key_of(key)?;
-        let v = self.slot_of(c, value).await?;
-        self.tree.modify(c, k, Some(v)).await
+        let (k, probe) = self.key_of(key)?;
+        let v = self.slot_of(c, key, value).await?;
+        self.tree.modify(c, k, Some(v), probe).await
     }
 
     async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
-        let k = key_of(key)?;
-        self.tree.modify(c, k, None).await
+        let (k, probe) = self.key_of(key)?;
+        self.tree.modify(c, k, None, probe).await
     }
 
     async fn scan(
@@ -298,13 +367,33 @@ impl<T: Transport> RangeIndex<T> for Chime {
         count: usize,
         out: &mut Vec<Pair>,
     ) -> IndexResult<()> {
-        let from: [u8; 8] =
-            from.try_into().map_err(|_| IndexError::KeyTooLong { len: from.len(), max: 8 })?;
-        let mut pairs = Vec::new();
-        self.tree.scan(c, u64::from_be_bytes(from).max(1), count, &mut pairs).await?;
-        for (k, slot) in pairs {
-            out.push((k.to_be_bytes().to_vec(), self.value_from(c, slot).await?));
+        if from.len() > self.shape.key_len {
+            return Err(IndexError::KeyTooLong { len: from.len(), max: self.shape.key_len });
         }
+        let mut prefix = [0u8; 8];
+        prefix[..from.len().min(8)].copy_from_slice(&from[..from.len().min(8)]);
+        let start = u64::from_be_bytes(prefix).max(1);
+        let mut pairs = Vec::new();
+        if !self.shape.long_keys() {
+            self.tree.scan(c, start, count, false, &mut pairs).await?;
+            for (k, slot) in pairs {
+                out.push((k.to_be_bytes().to_vec(), self.value_from(c, slot).await?));
+            }
+            return Ok(());
+        }
+        // Keys sharing a prefix stay in one leaf and come back as whole groups; up to H of
+        // them may sort before `from`, so ask for that many more, then order by full key.
+        let extra = self.tree.leaf.h;
+        self.tree.scan(c, start, count.saturating_add(extra), true, &mut pairs).await?;
+        let mut full = Vec::with_capacity(pairs.len());
+        for (_, slot) in pairs {
+            let b = self.block(c, slot).await?;
+            if b.key.as_slice() >= from {
+                full.push((b.key, b.value));
+            }
+        }
+        full.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        out.extend(full.into_iter().take(count));
         Ok(())
     }
 

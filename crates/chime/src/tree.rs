@@ -45,6 +45,16 @@ pub(crate) struct Tree {
     pub keys_at_split: AtomicU64,
 }
 
+/// How an operation recognises its key among entries whose 8-byte key field matches.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Probe<'a> {
+    /// The 8-byte field is the whole key.
+    Exact,
+    /// The field is the key's first 8 bytes; the full key is in the block the value slot points
+    /// to (`[key length u32][value length u32][key][value]`).
+    Full(&'a [u8]),
+}
+
 /// What an insert attempt on one leaf did.
 enum Attempt {
     Done,
@@ -232,11 +242,39 @@ impl Tree {
         self.retry();
     }
 
+    /// The slot of the probed key in home `h`'s neighbourhood (loaded). With long keys, the
+    /// blocks of entries sharing the prefix are read (immutable once published, so any READ
+    /// of them is consistent with the validated leaf READ that named them).
+    async fn resolve<T: Transport>(
+        &self,
+        c: &Client<T>,
+        buf: &LeafBuf,
+        h: usize,
+        k: u64,
+        probe: Probe<'_>,
+    ) -> IndexResult<Option<usize>> {
+        let Probe::Full(full) = probe else { return Ok(buf.find(h, k)) };
+        for d in 0..self.leaf.h {
+            let i = (h + d) % self.leaf.span;
+            if buf.key(i) != k {
+                continue;
+            }
+            let block = GlobalAddr::from_raw(u64::from_le_bytes(buf.value(i)));
+            let b = c.read_vec(block, 8 + full.len()).await?;
+            let klen = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
+            if klen == full.len() && &b[8..] == full {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+
     /// Search: neighbourhood READ, three-level validation, sibling-based validation.
     pub(crate) async fn search<T: Transport>(
         &self,
         c: &Client<T>,
         k: u64,
+        probe: Probe<'_>,
     ) -> IndexResult<Option<[u8; 8]>> {
         let (s, hh) = (self.leaf.span, self.leaf.h);
         let h = home(k, s);
@@ -246,7 +284,7 @@ impl Tree {
             loop {
                 let buf = self.read_slots(c, cur, h, hh).await?;
                 let (sib, _) = buf.meta().expect("validated read has a replica");
-                if let Some(i) = buf.find(h, k) {
+                if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
                     return Ok(Some(buf.value(i)));
                 }
                 if buf.status(h) != buf.bitmap(h) {
@@ -355,12 +393,13 @@ impl Tree {
         c: &Client<T>,
         k: u64,
         v: [u8; 8],
+        probe: Probe<'_>,
     ) -> IndexResult<()> {
         'outer: loop {
             let loc = self.locate(c, k).await?;
             let mut cur = loc.leaf;
             loop {
-                match self.insert_at(c, &loc, cur, k, v).await? {
+                match self.insert_at(c, &loc, cur, k, v, probe).await? {
                     Attempt::Done => return Ok(()),
                     Attempt::Right(next) => cur = next,
                     Attempt::Restart => continue 'outer,
@@ -369,6 +408,7 @@ impl Tree {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn insert_at<T: Transport>(
         &self,
         c: &Client<T>,
@@ -376,6 +416,7 @@ impl Tree {
         cur: GlobalAddr,
         k: u64,
         v: [u8; 8],
+        probe: Probe<'_>,
     ) -> IndexResult<Attempt> {
         let (s, hh) = (self.leaf.span, self.leaf.h);
         let h = home(k, s);
@@ -383,12 +424,12 @@ impl Tree {
         // Read whole buckets from h's bucket to the first bucket with a vacancy, at least the
         // neighbourhood; everything if no bucket has one.
         let lo = self.leaf.bucket_slots(self.leaf.bucket(h)).0;
-        let probe = LeafBuf::new(self.leaf);
-        let n = match probe.first_vacant_bucket_slot(lw.full, h) {
+        let plan = LeafBuf::new(self.leaf);
+        let n = match plan.first_vacant_bucket_slot(lw.full, h) {
             None => s,
             Some(e) => {
                 let last = self.leaf.bucket_slots(self.leaf.bucket(e)).1;
-                probe.dist(lo, h) + (probe.dist(h, last) + 1).max(hh)
+                plan.dist(lo, h) + (plan.dist(h, last) + 1).max(hh)
             }
         };
         let mut buf = self.read_slots(c, cur, lo, n).await?;
@@ -405,7 +446,7 @@ impl Tree {
                 return Ok(Attempt::Right(sib));
             }
         }
-        if let Some(i) = buf.find(h, k) {
+        if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
             buf.set_entry(i, k, v);
             buf.bump_ev(i);
             let pieces = self.write_plan(&buf, i, 1, lw);
@@ -485,6 +526,17 @@ impl Tree {
         }
         let left_max =
             all.iter().copied().filter(|&x| x < split).max().expect("left half is not empty");
+        if k <= left_max && all.iter().all(|&x| x <= left_max) {
+            // Nothing can move: every key shares k's side, so only duplicate 8-byte prefixes
+            // (long keys) can be crowding the neighbourhood, and splits cannot separate them.
+            let lw = LockWord::decode(&self.leaf, c.read_word(self.lock_addr(cur)).await?);
+            self.unlock_leaf(c, cur, lw).await?;
+            return Err(IndexError::Full(format!(
+                "more than {} keys of one leaf share the 8-byte prefix {k:016x}; CHIME cannot \
+                 separate them (paper §4.5)",
+                self.leaf.h
+            )));
+        }
         self.splits.fetch_add(1, Ordering::Relaxed);
         self.keys_at_split.fetch_add(all.len() as u64, Ordering::Relaxed);
         let old_bound = u64::from_be_bytes(
@@ -682,6 +734,7 @@ impl Tree {
         c: &Client<T>,
         k: u64,
         v: Option<[u8; 8]>,
+        probe: Probe<'_>,
     ) -> IndexResult<bool> {
         let (s, hh) = (self.leaf.span, self.leaf.h);
         let h = home(k, s);
@@ -692,7 +745,7 @@ impl Tree {
                 let lw = self.lock_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, h, hh).await?;
                 let (sib, _) = buf.meta().expect("validated read has a replica");
-                if let Some(i) = buf.find(h, k) {
+                if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
                     let (pieces, _) = match v {
                         Some(v) => {
                             buf.set_entry(i, k, v);
@@ -773,6 +826,7 @@ impl Tree {
         c: &Client<T>,
         from: u64,
         count: usize,
+        whole_groups: bool,
         out: &mut Vec<(u64, [u8; 8])>,
     ) -> IndexResult<()> {
         if count == 0 {
@@ -803,7 +857,15 @@ impl Tree {
                     .filter(|&(x, _)| x != 0 && x >= from)
                     .collect();
                 pairs.sort_unstable_by_key(|p| p.0);
-                out.extend(pairs.into_iter().take(count - (out.len() - start)));
+                for p in pairs {
+                    // With long keys, never cut a group of equal prefixes: the caller orders
+                    // them by full key.
+                    let full = out.len() - start >= count;
+                    if full && !(whole_groups && out.last().is_some_and(|l| l.0 == p.0)) {
+                        return Ok(());
+                    }
+                    out.push(p);
+                }
                 if out.len() - start >= count {
                     return Ok(());
                 }

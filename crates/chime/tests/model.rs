@@ -50,6 +50,25 @@ fn run_model(shape: (usize, usize, usize), ops: Vec<Op>) {
     run_model_values(shape, ops, 8)
 }
 
+fn run_model_values(shape: (usize, usize, usize), ops: Vec<Op>, vlen: usize) {
+    run_model_with(shape, ops, vlen, 8, k)
+}
+
+/// Long keys: groups of 4 keys share their first 8 bytes (one of them is exactly those 8
+/// bytes, one is shorter than 8 and so zero-padded), so every lookup must tell same-prefix
+/// entries apart through their blocks.
+fn long_key(x: u64) -> Vec<u8> {
+    let g = (x >> 2).wrapping_mul(2_654_435_761) % 100_000_000;
+    let mut key = format!("{g:08}").into_bytes();
+    match x & 3 {
+        0 => {}
+        1 => key.extend_from_slice(b"-a"),
+        2 => key.extend_from_slice(b"-bbb"),
+        _ => key.truncate(5),
+    }
+    key
+}
+
 /// Values of `len` bytes derived from `v`, varying in length when indirect (> 8).
 fn val(v: u8, len: usize) -> Vec<u8> {
     if len <= 8 {
@@ -59,7 +78,13 @@ fn val(v: u8, len: usize) -> Vec<u8> {
     }
 }
 
-fn run_model_values(shape: (usize, usize, usize), ops: Vec<Op>, vlen: usize) {
+fn run_model_with(
+    shape: (usize, usize, usize),
+    ops: Vec<Op>,
+    vlen: usize,
+    key_len: usize,
+    k: fn(u64) -> Vec<u8>,
+) {
     let f = LocalFabric::new(LocalConfig {
         node_size: 64 << 20,
         chunk_size: 1 << 20,
@@ -67,7 +92,7 @@ fn run_model_values(shape: (usize, usize, usize), ops: Vec<Op>, vlen: usize) {
     })
     .unwrap();
     let c = f.client(0).unwrap();
-    let cfg = IndexConfig { max_value: vlen, ..cfg(shape.0, shape.1, shape.2) };
+    let cfg = IndexConfig { max_value: vlen, max_key: key_len, ..cfg(shape.0, shape.1, shape.2) };
     run_tasks([async {
         let t = Chime::create(&c, &cfg, 0).await.unwrap();
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
@@ -113,7 +138,8 @@ fn run_model_values(shape: (usize, usize, usize), ops: Vec<Op>, vlen: usize) {
         // Everything is still there, through a fresh handle with a cold cache.
         let other = Chime::open(&c, &cfg, 1).await.unwrap();
         let mut all = Vec::new();
-        other.scan(&c, &[0, 0, 0, 0, 0, 0, 0, 1], usize::MAX, &mut all).await.unwrap();
+        let first: &[u8] = if key_len == 8 { &[0, 0, 0, 0, 0, 0, 0, 1] } else { &[1] };
+        other.scan(&c, first, usize::MAX, &mut all).await.unwrap();
         assert_eq!(all, model.clone().into_iter().collect::<Vec<_>>());
         for (key, v) in &model {
             assert_eq!(other.search(&c, key).await.unwrap().as_ref(), Some(v));
@@ -144,6 +170,12 @@ proptest! {
 
     #[test]
     fn short_inline_values(ops in ops(400)) { run_model_values((16, 4, 4), ops, 3) }
+
+    #[test]
+    fn long_keys_sharing_prefixes(ops in ops(400)) { run_model_with((8, 4, 4), ops, 8, 12, long_key) }
+
+    #[test]
+    fn long_keys_default_shape(ops in ops(2000)) { run_model_with((64, 8, 64), ops, 24, 12, long_key) }
 }
 
 #[test]
@@ -183,6 +215,42 @@ fn bulk_load_grows_the_tree_and_reuses_deleted_slots() {
             grown < (before / 2),
             "re-inserting after deletes should mostly reuse slots ({grown} new bytes vs {before})"
         );
+    }]);
+}
+
+#[test]
+fn more_than_h_keys_with_one_prefix_is_a_clear_error() {
+    let f = LocalFabric::new(LocalConfig {
+        node_size: 16 << 20,
+        chunk_size: 1 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let c = f.client(0).unwrap();
+    let cfg = IndexConfig { max_key: 12, ..cfg(8, 4, 4) };
+    run_tasks([async {
+        let t = Chime::create(&c, &cfg, 0).await.unwrap();
+        for i in 0..4u8 {
+            t.insert(&c, &[b'p', b'r', b'e', b'f', b'i', b'x', b'!', b'!', i], &[i; 8])
+                .await
+                .unwrap();
+        }
+        let err = t.insert(&c, b"prefix!!zz", &[9; 8]).await.unwrap_err();
+        assert!(
+            matches!(&err, IndexError::Full(m) if m.contains("share the 8-byte prefix")),
+            "{err}"
+        );
+        // The tree is intact and unlocked afterwards.
+        for i in 0..4u8 {
+            let key = [b'p', b'r', b'e', b'f', b'i', b'x', b'!', b'!', i];
+            assert_eq!(t.search(&c, &key).await.unwrap(), Some(vec![i; 8]));
+            assert!(t.update(&c, &key, &[7; 8]).await.unwrap());
+        }
+        assert!(matches!(t.insert(&c, &[0; 9], &[1; 8]).await, Err(IndexError::InvalidKey(_))));
+        assert!(matches!(
+            t.insert(&c, &[1; 13], &[1; 8]).await,
+            Err(IndexError::KeyTooLong { .. })
+        ));
     }]);
 }
 

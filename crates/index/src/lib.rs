@@ -53,6 +53,9 @@ pub enum IndexError {
     /// The configuration is unusable.
     #[error("bad index configuration: {0}")]
     Config(String),
+    /// The index cannot hold this item (a structural limit, not a lack of memory).
+    #[error("index full: {0}")]
+    Full(String),
 }
 
 /// Result of an index operation.
