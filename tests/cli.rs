@@ -251,10 +251,30 @@ fn bench_and_check_run_chime() {
 fn chime_takes_long_keys_and_refuses_prefix_overflow_clearly() {
     // Ordered 10-byte keys ("user" + 6 digits): up to 100 keys share each 8-byte prefix, far more
     // than H = 8, so the load stops with CHIME's structural error and exit code 2, not a panic.
-    let out = dmindex(&["bench", "--index", "chime", "--key-size", "10", "--ordered", "--items", "2000", "--ops", "10"]);
+    let out = dmindex(&[
+        "bench",
+        "--index",
+        "chime",
+        "--key-size",
+        "10",
+        "--ordered",
+        "--items",
+        "2000",
+        "--ops",
+        "10",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("share the 8-byte prefix"), "{err}");
-    let out = dmindex(&["check", "--index", "chime", "--seeds", "2", "--long-keys", "--value-size", "20"]);
+    let out = dmindex(&[
+        "check",
+        "--index",
+        "chime",
+        "--seeds",
+        "2",
+        "--long-keys",
+        "--value-size",
+        "20",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

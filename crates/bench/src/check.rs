@@ -204,8 +204,13 @@ pub fn check_seed_with<I: RangeIndex<SimTransport>>(
                     30..=54 => runner::insert(idx, c, &env, &k, &v).await,
                     55..=69 => runner::update(idx, c, &env, &k, &v).await.map(drop),
                     70..=79 => runner::delete(idx, c, &env, &k).await.map(drop),
-                    _ => {
+                    80..=89 => {
                         runner::scan(idx, c, &env, &k, 1 + (r >> 40) as usize % 12).await.map(drop)
+                    }
+                    _ => {
+                        // A range over the next few keys of the universe (in its key order).
+                        let hi = cfg.key((r >> 8) % cfg.universe() + 1 + (r >> 40) % 16);
+                        runner::scan_range(idx, c, &env, &k, &hi).await.map(drop)
                     }
                 };
                 if let Err(e) = res {

@@ -195,6 +195,22 @@ pub async fn scan<T: Transport, I: RangeIndex<T>>(
     Ok(n)
 }
 
+/// Recorded range scan.
+pub async fn scan_range<T: Transport, I: RangeIndex<T>>(
+    idx: &I,
+    c: &Client<T>,
+    env: &TaskEnv<'_>,
+    lo: &[u8],
+    hi: &[u8],
+) -> IndexResult<usize> {
+    let id = env.invoke(|| Invocation::ScanRange { lo: lo.to_vec(), hi: hi.to_vec() });
+    let mut out = Vec::new();
+    idx.scan_range(c, lo, hi, &mut out).await?;
+    let n = out.len();
+    env.complete(id, || Outcome::Scanned(out));
+    Ok(n)
+}
+
 /// Runs one operation.
 pub async fn run_op<T: Transport, I: RangeIndex<T>>(
     idx: &I,

@@ -35,11 +35,29 @@ use std::sync::Mutex;
 /// What a client asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Invocation {
-    Search { key: Vec<u8> },
-    Insert { key: Vec<u8>, value: Vec<u8> },
-    Update { key: Vec<u8>, value: Vec<u8> },
-    Delete { key: Vec<u8> },
-    Scan { from: Vec<u8>, count: usize },
+    Search {
+        key: Vec<u8>,
+    },
+    Insert {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Update {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        key: Vec<u8>,
+    },
+    Scan {
+        from: Vec<u8>,
+        count: usize,
+    },
+    /// Every pair with `lo` ≤ key < `hi`.
+    ScanRange {
+        lo: Vec<u8>,
+        hi: Vec<u8>,
+    },
 }
 
 /// What it got back.
@@ -216,7 +234,9 @@ fn check_entries(entries: &[Entry]) -> Result<CheckStats, Violation> {
         stats.pending += pending as usize;
         let outcome = e.ret.as_ref().map(|r| &r.1);
         let (key, call) = match (&e.call, outcome) {
-            (Invocation::Search { .. }, None) | (Invocation::Scan { .. }, None) => continue,
+            (Invocation::Search { .. }, None)
+            | (Invocation::Scan { .. }, None)
+            | (Invocation::ScanRange { .. }, None) => continue,
             (Invocation::Search { key }, Some(Outcome::Found(v))) => {
                 (key, KCall::Get(v.as_deref().map(&mut intern)))
             }
@@ -238,7 +258,11 @@ fn check_entries(entries: &[Entry]) -> Result<CheckStats, Violation> {
                 (key, KCall::Delete(r))
             }
             (Invocation::Scan { from, count }, Some(Outcome::Scanned(r))) => {
-                scans.push((i, from, *count, r));
+                scans.push((i, from, Some(*count), None, r));
+                continue;
+            }
+            (Invocation::ScanRange { lo, hi }, Some(Outcome::Scanned(r))) => {
+                scans.push((i, lo, None, Some(hi), r));
                 continue;
             }
             (_, Some(other)) => return Err(mismatch(e, other)),
@@ -253,7 +277,7 @@ fn check_entries(entries: &[Entry]) -> Result<CheckStats, Violation> {
     }
     // Scans become reads of every key in the range they cover.
     let keys: Vec<Vec<u8>> = per_key.keys().cloned().collect();
-    for (i, from, count, result) in scans {
+    for (i, from, count, hi, result) in scans {
         let e = &entries[i];
         let ret = e.ret.as_ref().expect("completed scan").0;
         for w in result.windows(2) {
@@ -265,8 +289,9 @@ fn check_entries(entries: &[Entry]) -> Result<CheckStats, Violation> {
                 });
             }
         }
-        if result.len() > count
+        if count.is_some_and(|n| result.len() > n)
             || result.first().is_some_and(|(k, _)| k.as_slice() < from.as_slice())
+            || hi.is_some_and(|h| result.last().is_some_and(|(k, _)| k >= h))
         {
             return Err(Violation {
                 key: None,
@@ -274,12 +299,17 @@ fn check_entries(entries: &[Entry]) -> Result<CheckStats, Violation> {
                 ops: vec![describe(i, e)],
             });
         }
-        let end = if result.len() == count { result.last().map(|(k, _)| k.clone()) } else { None };
+        // The keys the scan speaks for: up to its last pair when it filled its count, up to
+        // `hi` for a range scan, else everything from `from` on.
+        let inclusive_end = match count {
+            Some(n) if result.len() == n => result.last().map(|(k, _)| k.clone()),
+            _ => None,
+        };
         let returned: HashMap<&[u8], &[u8]> =
             result.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
         let start = keys.partition_point(|k| k.as_slice() < from.as_slice());
         for k in &keys[start..] {
-            if end.as_ref().is_some_and(|e| k > e) {
+            if inclusive_end.as_ref().is_some_and(|e| k > e) || hi.is_some_and(|h| k >= h) {
                 break;
             }
             let seen = returned.get(k.as_slice()).map(|v| intern(v));
@@ -329,6 +359,7 @@ fn describe(i: usize, e: &Entry) -> String {
         Invocation::Update { key, value } => format!("update {} = {}", show(key), show(value)),
         Invocation::Delete { key } => format!("delete {}", show(key)),
         Invocation::Scan { from, count } => format!("scan from {} × {count}", show(from)),
+        Invocation::ScanRange { lo, hi } => format!("scan [{}, {})", show(lo), show(hi)),
     };
     let ret = match &e.ret {
         None => "… (never returned)".to_string(),
@@ -608,6 +639,25 @@ mod tests {
         let mut bad = base();
         bad.push(scan(0, 10, 10, 20, vec![(1, 1), (2, 2), (3, 3), (5, 5)]));
         assert!(h(bad).check().unwrap_err().reason.contains("never inserted"));
+        // Range scans cover exactly [lo, hi).
+        let range = |lo: u8, hi: u8, r: Vec<(u8, u8)>| {
+            (
+                8,
+                Invocation::ScanRange { lo: k(lo), hi: k(hi) },
+                10,
+                Some((20, Outcome::Scanned(r.into_iter().map(|(a, b)| (k(a), v(b))).collect()))),
+            )
+        };
+        let mut ok = base();
+        ok.push(range(2, 5, vec![(3, 3)]));
+        ok.push(range(0, 9, vec![(1, 1), (3, 3), (5, 5)]));
+        h(ok).check().unwrap();
+        let mut bad = base();
+        bad.push(range(2, 6, vec![(3, 3)]));
+        assert!(h(bad).check().is_err(), "key 5 is inside [2, 6) and was missed");
+        let mut bad = base();
+        bad.push(range(2, 5, vec![(3, 3), (5, 5)]));
+        assert!(h(bad).check().is_err(), "key 5 is outside [2, 5)");
         // A scan concurrent with a delete may see the key or not.
         let mut ok = base();
         ok.push((1, Invocation::Delete { key: k(3) }, 12, Some((18, Outcome::Existed(true)))));

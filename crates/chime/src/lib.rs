@@ -53,6 +53,9 @@
 //!
 //! ## Operations and round trips (internal nodes cached)
 //!
+//! scan_range [lo, hi) walks leaves the same way and stops at the first leaf holding a key
+//! beyond the range (later leaves hold only larger keys).
+//!
 //! search 1 (a wrap-around neighbourhood is two READs in one doorbell); insert 3 (masked CAS, READ of
 //! the hop range, WRITE of the range + unlock in one doorbell); update/delete 3; scan 1 per batch
 //! of up to 4 leaves. A split adds the whole-leaf READ, one doorbell writing the new sibling then
@@ -375,7 +378,7 @@ impl<T: Transport> RangeIndex<T> for Chime {
         let start = u64::from_be_bytes(prefix).max(1);
         let mut pairs = Vec::new();
         if !self.shape.long_keys() {
-            self.tree.scan(c, start, count, false, &mut pairs).await?;
+            self.tree.scan(c, start, count, false, None, &mut pairs).await?;
             for (k, slot) in pairs {
                 out.push((k.to_be_bytes().to_vec(), self.value_from(c, slot).await?));
             }
@@ -384,7 +387,7 @@ impl<T: Transport> RangeIndex<T> for Chime {
         // Keys sharing a prefix stay in one leaf and come back as whole groups; up to H of
         // them may sort before `from`, so ask for that many more, then order by full key.
         let extra = self.tree.leaf.h;
-        self.tree.scan(c, start, count.saturating_add(extra), true, &mut pairs).await?;
+        self.tree.scan(c, start, count.saturating_add(extra), true, None, &mut pairs).await?;
         let mut full = Vec::with_capacity(pairs.len());
         for (_, slot) in pairs {
             let b = self.block(c, slot).await?;
@@ -394,6 +397,48 @@ impl<T: Transport> RangeIndex<T> for Chime {
         }
         full.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         out.extend(full.into_iter().take(count));
+        Ok(())
+    }
+
+    async fn scan_range(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        for k in [lo, hi] {
+            if k.len() > self.shape.key_len {
+                return Err(IndexError::KeyTooLong { len: k.len(), max: self.shape.key_len });
+            }
+        }
+        if lo >= hi {
+            return Ok(());
+        }
+        let prefix = |k: &[u8]| {
+            let mut p = [0u8; 8];
+            p[..k.len().min(8)].copy_from_slice(&k[..k.len().min(8)]);
+            u64::from_be_bytes(p)
+        };
+        // Leaves are walked up to the group of hi's prefix; full keys settle the ends.
+        let (start, until) = (prefix(lo).max(1), prefix(hi));
+        let long = self.shape.long_keys();
+        let mut pairs = Vec::new();
+        self.tree.scan(c, start, usize::MAX, long, Some(until), &mut pairs).await?;
+        let mut found = Vec::with_capacity(pairs.len());
+        for (k, slot) in pairs {
+            let (key, value) = if long {
+                let b = self.block(c, slot).await?;
+                (b.key, b.value)
+            } else {
+                (k.to_be_bytes().to_vec(), self.value_from(c, slot).await?)
+            };
+            if key.as_slice() >= lo && key.as_slice() < hi {
+                found.push((key, value));
+            }
+        }
+        found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        out.extend(found);
         Ok(())
     }
 

@@ -827,6 +827,7 @@ impl Tree {
         from: u64,
         count: usize,
         whole_groups: bool,
+        until: Option<u64>,
         out: &mut Vec<(u64, [u8; 8])>,
     ) -> IndexResult<()> {
         if count == 0 {
@@ -857,6 +858,22 @@ impl Tree {
                     .filter(|&(x, _)| x != 0 && x >= from)
                     .collect();
                 pairs.sort_unstable_by_key(|p| p.0);
+                // A range scan ends at the first leaf holding a key beyond the range: every
+                // later leaf holds only larger keys.
+                if let Some(u) = until {
+                    let beyond = pairs.iter().any(|p| p.0 > u);
+                    out.extend(pairs.into_iter().filter(|p| p.0 <= u));
+                    if beyond {
+                        return Ok(());
+                    }
+                    let (sib, _) = leaf.meta().expect("whole leaf");
+                    next = sib;
+                    if batch.get(i + 1) != Some(&sib) {
+                        ahead.clear();
+                        break;
+                    }
+                    continue;
+                }
                 for p in pairs {
                     // With long keys, never cut a group of equal prefixes: the caller orders
                     // them by full key.

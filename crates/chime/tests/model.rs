@@ -15,6 +15,7 @@ enum Op {
     Update(u64, u8),
     Delete(u64),
     Scan(u64, u8),
+    ScanRange(u64, u64),
 }
 
 fn ops(keys: u64) -> impl Strategy<Value = Vec<Op>> {
@@ -24,6 +25,7 @@ fn ops(keys: u64) -> impl Strategy<Value = Vec<Op>> {
         2 => (1..=keys, any::<u8>()).prop_map(|(k, v)| Op::Update(k, v)),
         2 => (1..=keys).prop_map(Op::Delete),
         1 => (1..=keys, 0..30u8).prop_map(|(k, n)| Op::Scan(k, n)),
+        1 => (1..=keys, 1..=keys).prop_map(|(a, b)| Op::ScanRange(a, b)),
     ];
     prop::collection::vec(op, 1..600)
 }
@@ -132,6 +134,20 @@ fn run_model_with(
                         .map(|(a, b)| (a.clone(), b.clone()))
                         .collect();
                     assert_eq!(out, want, "scan from {x} × {n}");
+                }
+                Op::ScanRange(a, b) => {
+                    let (lo, hi) = (k(a), k(b));
+                    let mut out = Vec::new();
+                    t.scan_range(&c, &lo, &hi, &mut out).await.unwrap();
+                    let want: Vec<_> = if lo < hi {
+                        model
+                            .range(lo.clone()..hi.clone())
+                            .map(|(a, b)| (a.clone(), b.clone()))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    assert_eq!(out, want, "scan [{a}, {b})");
                 }
             }
         }

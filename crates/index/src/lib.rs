@@ -16,6 +16,7 @@
 //! | `update(k, v)` | k ↦ v if k exists | whether k existed |
 //! | `delete(k)` | removes k if it exists | whether k existed |
 //! | `scan(from, n)` | — | up to n pairs with key ≥ from, ascending |
+//! | `scan_range(lo, hi)` | — | every pair with lo ≤ key < hi, ascending |
 //!
 //! A scan is linearizable per key: each returned pair was the key's value at some instant during
 //! the scan, and each key in the scanned range it did not return was absent at some such instant.
@@ -158,6 +159,40 @@ pub trait RangeIndex<T: Transport>: Sized {
         count: usize,
         out: &mut Vec<Pair>,
     ) -> IndexResult<()>;
+
+    /// Appends to `out` every pair with `lo` ≤ key < `hi`, in ascending key order.
+    ///
+    /// The default walks [`RangeIndex::scan`] in chunks from successive keys; indexes override
+    /// it when they can stop at the range's end directly.
+    async fn scan_range(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        const CHUNK: usize = 64;
+        let mut cursor = lo.to_vec();
+        let mut chunk = Vec::with_capacity(CHUNK);
+        while cursor.as_slice() < hi {
+            chunk.clear();
+            self.scan(c, &cursor, CHUNK, &mut chunk).await?;
+            let done = chunk.len() < CHUNK;
+            for (k, v) in chunk.drain(..) {
+                if k.as_slice() >= hi {
+                    return Ok(());
+                }
+                cursor = k.clone();
+                out.push((k, v));
+            }
+            if done {
+                return Ok(());
+            }
+            // The next key after `cursor`: append a zero byte.
+            cursor.push(0);
+        }
+        Ok(())
+    }
 
     /// CN-side counters.
     fn stats(&self) -> IndexStats {

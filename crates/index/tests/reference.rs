@@ -15,6 +15,7 @@ enum Op {
     Update(u16, u8),
     Delete(u16),
     Scan(u16, u8),
+    ScanRange(u16, u16),
 }
 
 fn key(k: u16) -> Vec<u8> {
@@ -31,6 +32,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0..300u16, any::<u8>()).prop_map(|(k, v)| Op::Update(k, v)),
         (0..300u16).prop_map(Op::Delete),
         (0..300u16, 0..40u8).prop_map(|(k, n)| Op::Scan(k, n)),
+        (0..300u16, 0..300u16).prop_map(|(a, b)| Op::ScanRange(a, b)),
     ]
 }
 
@@ -62,6 +64,17 @@ proptest! {
                         idx.scan(&c, &key(k), n as usize, &mut out).await.unwrap();
                         let want: Vec<_> = model.range(key(k)..).take(n as usize).map(|(a, b)| (a.clone(), b.clone())).collect();
                         assert_eq!(out, want);
+                    }
+                    Op::ScanRange(a, b) => {
+                        let (lo, hi) = (key(a), key(b));
+                        let mut out = Vec::new();
+                        idx.scan_range(&c, &lo, &hi, &mut out).await.unwrap();
+                        let want: Vec<_> = if lo < hi {
+                            model.range(lo.clone()..hi.clone()).map(|(a, b)| (a.clone(), b.clone())).collect()
+                        } else {
+                            Vec::new()
+                        };
+                        assert_eq!(out, want, "scan_range");
                     }
                 }
             }
