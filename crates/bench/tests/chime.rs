@@ -126,3 +126,71 @@ fn chime_long_keys_sharing_prefixes_with_crashes() {
     };
     run("chime_long_keys_sharing_prefixes_with_crashes", cfg, 0..40);
 }
+
+/// Real threads on the `local` transport (line-atomic memory, hardware atomics): hot keys on tiny
+/// nodes, every history checked. Timestamps come from one monotonic clock.
+#[test]
+fn chime_on_local_threads_is_linearizable() {
+    use dmindex_bench::runner::{self, TaskEnv};
+    use dmindex_check::History;
+    use dmindex_fabric::exec::{run_on_threads, run_tasks};
+    use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+    use dmindex_index::{IndexConfig, RangeIndex};
+    use indicatif::ProgressBar;
+    use rand_chacha::ChaCha8Rng;
+    use rand_core::{RngCore, SeedableRng};
+
+    for round in 0..30u64 {
+        let f = LocalFabric::new(LocalConfig {
+            node_size: 64 << 20,
+            chunk_size: 1 << 20,
+            yield_per_verb: true,
+            ..LocalConfig::default()
+        })
+        .unwrap();
+        let cfg =
+            IndexConfig { extra: opts(8, 4, 4), expected_items: 64, ..IndexConfig::default() };
+        let setup = f.client(0).unwrap();
+        run_tasks([dmindex_chime::Chime::create(&setup, &cfg, 0)]).remove(0).unwrap();
+        let handles: Vec<dmindex_chime::Chime> = (0..2)
+            .map(|cn| run_tasks([dmindex_chime::Chime::open(&setup, &cfg, cn)]).remove(0).unwrap())
+            .collect();
+        let history = History::new();
+        let start = std::time::Instant::now();
+        let now = move || start.elapsed().as_nanos() as u64;
+        let bar = ProgressBar::hidden();
+        run_on_threads(2, 4, |t, task| {
+            let (c, idx, history, bar) = (f.client(t as u16).unwrap(), &handles[t], &history, &bar);
+            async move {
+                let env = TaskEnv {
+                    now: &now,
+                    history: Some(history),
+                    progress: bar,
+                    value_size: 8,
+                    client: (t * 4 + task) as u32,
+                };
+                let mut rng = ChaCha8Rng::seed_from_u64(round * 100 + (t * 4 + task) as u64);
+                for seq in 0..600u64 {
+                    let r = rng.next_u64();
+                    let k = (1 + (r >> 8) % 64).to_be_bytes();
+                    let v = env.value(seq);
+                    match r % 10 {
+                        0..=3 => drop(runner::search(idx, &c, &env, &k).await.unwrap()),
+                        4..=6 => runner::insert(idx, &c, &env, &k, &v).await.unwrap(),
+                        7 => drop(runner::update(idx, &c, &env, &k, &v).await.unwrap()),
+                        8 => drop(runner::delete(idx, &c, &env, &k).await.unwrap()),
+                        _ => drop(
+                            runner::scan(idx, &c, &env, &k, 1 + (r >> 40) as usize % 8)
+                                .await
+                                .unwrap(),
+                        ),
+                    }
+                }
+            }
+        });
+        if let Err(v) = history.check() {
+            panic!("round {round}: {v}");
+        }
+        let _ = RangeIndex::<dmindex_fabric::local::LocalTransport>::stats(&handles[0]);
+    }
+}
