@@ -334,6 +334,14 @@ async fn client_phase<T: Transport, I: RangeIndex<T>>(
     }
 }
 
+/// Chunk size for clients: CHIME's 16 MiB, shrunk so that every client taking a chunk from
+/// every memory node uses at most a quarter of the memory (many clients, small nodes).
+fn chunk_size(cfg: &BenchConfig) -> u64 {
+    let clients = (cfg.cns as u64 * cfg.clients as u64 * cfg.coroutines as u64).max(1);
+    let fair = cfg.mn_bytes / 4 / clients;
+    (16u64 << 20).min(fair.next_power_of_two() / 2).max(64 << 10)
+}
+
 /// Splits `total` into `n` nearly equal shares.
 fn share(total: u64, n: usize, i: usize) -> u64 {
     total / n as u64 + u64::from((i as u64) < total % n as u64)
@@ -441,7 +449,7 @@ fn run_sim<I: RangeIndex<SimTransport>>(
     let sim = Sim::new(SimConfig {
         memory_nodes: cfg.memory_nodes,
         node_size: cfg.mn_bytes,
-        chunk_size: 16 << 20,
+        chunk_size: chunk_size(cfg),
         ..SimConfig::new(cfg.seed, net)
     })
     .map_err(anyhow::Error::msg)?;
@@ -516,7 +524,7 @@ fn run_local<I: RangeIndex<LocalTransport> + Sync>(
         memory_nodes: cfg.memory_nodes,
         node_size: cfg.mn_bytes,
         mn_cores: 4,
-        chunk_size: 16 << 20,
+        chunk_size: chunk_size(cfg),
         yield_per_verb: cfg.coroutines > 1,
     })
     .map_err(anyhow::Error::msg)?;

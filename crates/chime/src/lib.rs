@@ -48,6 +48,12 @@
 //!   most H of them fit in the tree: one more is refused with [`IndexError::Full`]. (YCSB's
 //!   zero-padded `user…` keys share few prefixes and hit this limit quickly; the paper assumes
 //!   rare prefix collisions.)
+//! * **Local lock table** (from Sherman, used by the reference through RDWC): clients of one
+//!   compute node queue on a CN-local async lock (4096 slots, hashed by lock address) before
+//!   spinning on the remote lock word, so at most one client per CN spins remotely. A slot is
+//!   released right after the remote unlock and never held while another lock is taken.
+//! * **Out of memory** during a split unlocks the node and reports the error; the tree stays
+//!   usable.
 //! * **Duplicate check** covers the key's whole neighbourhood, and a failed hop after a split
 //!   splits again instead of asserting.
 //!
@@ -184,6 +190,9 @@ impl Chime {
                 inner: InternalLayout { span: shape.internal_span },
                 root_slot: mn::root_slot(cfg.root_slot),
                 cache: NodeCache::new(cfg.cache_bytes),
+                local_locks: (0..tree::LOCAL_LOCKS)
+                    .map(|_| futures::lock::Mutex::new(()))
+                    .collect(),
                 retries: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
                 keys_at_split: AtomicU64::new(0),

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use dmindex_fabric::{layout as mn, BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::cacheline::{self, phys_range};
+use dmindex_index::hash::mix64;
 use dmindex_index::{IndexError, IndexResult};
 
 use crate::internal::{Internal, NodeCache};
@@ -39,11 +40,19 @@ pub(crate) struct Tree {
     pub inner: InternalLayout,
     pub root_slot: GlobalAddr,
     pub cache: NodeCache,
+    /// The CN-local lock table.
+    pub local_locks: Box<[futures::lock::Mutex<()>]>,
     pub retries: AtomicU64,
     /// Leaf splits by this CN, and the keys their leaves held when the hop failed.
     pub splits: AtomicU64,
     pub keys_at_split: AtomicU64,
 }
+
+/// A held slot of the CN-local lock table.
+pub(crate) type LocalGuard<'a> = futures::lock::MutexGuard<'a, ()>;
+
+/// Slots in each compute node's local lock table.
+pub(crate) const LOCAL_LOCKS: usize = 4096;
 
 /// How an operation recognises its key among entries whose 8-byte key field matches.
 #[derive(Clone, Copy, Debug)]
@@ -73,16 +82,25 @@ impl Tree {
         leaf.add(self.leaf.lock_offset() as u64)
     }
 
+    /// This compute node's local lock for remote lock word `a` (Sherman's local lock table):
+    /// clients of one CN queue here, so at most one of them spins on the remote word.
+    fn local_lock(&self, a: GlobalAddr) -> &futures::lock::Mutex<()> {
+        &self.local_locks[(mix64(a.raw()) % self.local_locks.len() as u64) as usize]
+    }
+
     /// Acquires a leaf's lock with one masked CAS that also returns the vacancy bitmap and argmax.
+    /// The returned guard holds the CN-local lock: drop it right after the remote unlock, and
+    /// never hold it while taking another lock (table slots are shared by hashing).
     async fn lock_leaf<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: GlobalAddr,
-    ) -> IndexResult<LockWord> {
+    ) -> IndexResult<(LockWord, LocalGuard<'_>)> {
+        let guard = self.local_lock(self.lock_addr(leaf)).lock().await;
         loop {
             let old = c.masked_cas(self.lock_addr(leaf), 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
             if old & LOCK_BIT == 0 {
-                return Ok(LockWord::decode(&self.leaf, old));
+                return Ok((LockWord::decode(&self.leaf, old), guard));
             }
             self.retry();
         }
@@ -420,7 +438,7 @@ impl Tree {
     ) -> IndexResult<Attempt> {
         let (s, hh) = (self.leaf.span, self.leaf.h);
         let h = home(k, s);
-        let lw = self.lock_leaf(c, cur).await?;
+        let (lw, guard) = self.lock_leaf(c, cur).await?;
         // Read whole buckets from h's bucket to the first bucket with a vacancy, at least the
         // neighbourhood; everything if no bucket has one.
         let lo = self.leaf.bucket_slots(self.leaf.bucket(h)).0;
@@ -479,7 +497,7 @@ impl Tree {
                 if !buf.all_loaded() {
                     buf = self.read_slots(c, cur, 0, s).await?;
                 }
-                let placed = self.split_leaf(c, loc, cur, buf, k, v).await?;
+                let placed = self.split_leaf(c, loc, cur, buf, k, v, guard).await?;
                 Ok(if placed { Attempt::Done } else { Attempt::Restart })
             }
         }
@@ -499,6 +517,7 @@ impl Tree {
     /// The split key is the median of the critical keys — the run of keys from k's home to the
     /// first empty slot, which the hop could not get past — together with k. Keys above the left
     /// half's maximum move to a new right sibling at the same slots. Returns whether k was placed.
+    #[allow(clippy::too_many_arguments)]
     async fn split_leaf<T: Transport>(
         &self,
         c: &Client<T>,
@@ -507,6 +526,7 @@ impl Tree {
         mut buf: LeafBuf,
         k: u64,
         v: [u8; 8],
+        guard: LocalGuard<'_>,
     ) -> IndexResult<bool> {
         let s = self.leaf.span;
         let h = home(k, s);
@@ -546,7 +566,15 @@ impl Tree {
                 .expect("8 bytes"),
         );
         let (old_sib, _) = buf.meta().expect("whole leaf");
-        let right_addr = c.alloc(self.leaf.alloc() as u64, 64).await?;
+        let right_addr = match c.alloc(self.leaf.alloc() as u64, 64).await {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of memory: leave the leaf as it was, unlocked, and report.
+                let lw = LockWord::decode(&self.leaf, c.read_word(self.lock_addr(cur)).await?);
+                self.unlock_leaf(c, cur, lw).await?;
+                return Err(e.into());
+            }
+        };
         let mut right = LeafBuf::empty(self.leaf);
         for i in 0..s {
             let x = buf.key(i);
@@ -579,6 +607,8 @@ impl Tree {
             c.write(right_addr, &right_img).await?;
             c.write(cur, &left_img).await?;
         }
+        // The leaf is unlocked: release the local lock before taking the parent's.
+        drop(guard);
         self.insert_internal(c, 1, left_max + 1, right_addr, loc.parent).await?;
         Ok(matches!(placed, Hop::Done(_)))
     }
@@ -587,12 +617,13 @@ impl Tree {
         &self,
         c: &Client<T>,
         addr: GlobalAddr,
-    ) -> IndexResult<()> {
+    ) -> IndexResult<LocalGuard<'_>> {
         let lock = addr.add(self.inner.lock_offset() as u64);
+        let guard = self.local_lock(lock).lock().await;
         while c.masked_cas(lock, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await? & LOCK_BIT != 0 {
             self.retry();
         }
-        Ok(())
+        Ok(guard)
     }
 
     async fn unlock_internal<T: Transport>(
@@ -666,7 +697,7 @@ impl Tree {
                     }
                 },
             };
-            self.lock_internal(c, addr).await?;
+            let _guard = self.lock_internal(c, addr).await?;
             let node = self.read_internal(c, addr).await?;
             if node.level != level || pivot < node.low {
                 self.unlock_internal(c, addr).await?;
@@ -703,7 +734,13 @@ impl Tree {
                 high: node.high,
                 entries: node.entries[m + 1..].to_vec(),
             };
-            let right_addr = c.alloc(self.inner.alloc() as u64, 64).await?;
+            let right_addr = match c.alloc(self.inner.alloc() as u64, 64).await {
+                Ok(a) => a,
+                Err(e) => {
+                    self.unlock_internal(c, addr).await?;
+                    return Err(e.into());
+                }
+            };
             node.entries.truncate(m);
             node.high = sep - 1;
             node.sibling = right_addr;
@@ -742,7 +779,7 @@ impl Tree {
             let loc = self.locate(c, k).await?;
             let mut cur = loc.leaf;
             loop {
-                let lw = self.lock_leaf(c, cur).await?;
+                let (lw, _guard) = self.lock_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, h, hh).await?;
                 let (sib, _) = buf.meta().expect("validated read has a replica");
                 if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {

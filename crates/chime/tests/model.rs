@@ -298,3 +298,34 @@ fn bad_input_is_refused() {
         );
     }]);
 }
+
+/// Running out of remote memory mid-split is an error, and leaves every node unlocked: the
+/// keys inserted so far stay readable and writable.
+#[test]
+fn out_of_memory_releases_locks() {
+    let f = LocalFabric::new(LocalConfig {
+        node_size: dmindex_fabric::layout::MIN_REGION * 4,
+        chunk_size: 64 << 10,
+        ..Default::default()
+    })
+    .unwrap();
+    let c = f.client(0).unwrap();
+    let cfg = cfg(8, 4, 4);
+    run_tasks([async {
+        let t = Chime::create(&c, &cfg, 0).await.unwrap();
+        let mut inserted = Vec::new();
+        let err = loop {
+            let x = inserted.len() as u64 + 1;
+            match t.insert(&c, &k(x), &[1; 8]).await {
+                Ok(()) => inserted.push(x),
+                Err(e) => break e,
+            }
+            assert!(inserted.len() < 100_000, "never ran out of memory");
+        };
+        assert!(err.to_string().contains("out of memory"), "{err}");
+        for &x in &inserted {
+            assert_eq!(t.search(&c, &k(x)).await.unwrap(), Some(vec![1; 8]));
+            assert!(t.update(&c, &k(x), &[2; 8]).await.unwrap(), "leaf of {x} left locked?");
+        }
+    }]);
+}
