@@ -895,32 +895,30 @@ impl Tree {
                     .filter(|&(x, _)| x != 0 && x >= from)
                     .collect();
                 pairs.sort_unstable_by_key(|p| p.0);
-                // A range scan ends at the first leaf holding a key beyond the range: every
-                // later leaf holds only larger keys.
-                if let Some(u) = until {
-                    let beyond = pairs.iter().any(|p| p.0 > u);
-                    out.extend(pairs.into_iter().filter(|p| p.0 <= u));
-                    if beyond {
-                        return Ok(());
+                let stop = match until {
+                    // A range scan ends at the first leaf holding a key beyond the range: every
+                    // later leaf holds only larger keys.
+                    Some(u) => {
+                        let beyond = pairs.iter().any(|p| p.0 > u);
+                        out.extend(pairs.into_iter().filter(|p| p.0 <= u));
+                        beyond
                     }
-                    let (sib, _) = leaf.meta().expect("whole leaf");
-                    next = sib;
-                    if batch.get(i + 1) != Some(&sib) {
-                        ahead.clear();
-                        break;
+                    None => {
+                        let mut cut = false;
+                        for p in pairs {
+                            // With long keys, never cut a group of equal prefixes: the caller
+                            // orders them by full key.
+                            let full = out.len() - start >= count;
+                            if full && !(whole_groups && out.last().is_some_and(|l| l.0 == p.0)) {
+                                cut = true;
+                                break;
+                            }
+                            out.push(p);
+                        }
+                        cut || out.len() - start >= count
                     }
-                    continue;
-                }
-                for p in pairs {
-                    // With long keys, never cut a group of equal prefixes: the caller orders
-                    // them by full key.
-                    let full = out.len() - start >= count;
-                    if full && !(whole_groups && out.last().is_some_and(|l| l.0 == p.0)) {
-                        return Ok(());
-                    }
-                    out.push(p);
-                }
-                if out.len() - start >= count {
+                };
+                if stop {
                     return Ok(());
                 }
                 let (sib, _) = leaf.meta().expect("whole leaf");
