@@ -194,3 +194,14 @@ fn chime_on_local_threads_is_linearizable() {
         let _ = RangeIndex::<dmindex_fabric::local::LocalTransport>::stats(&handles[0]);
     }
 }
+
+/// Speculative reads on: hot keys are read one entry at a time while hops, splits, deletes and
+/// crashes move them around; every history checked.
+#[test]
+fn chime_speculative_reads_with_crashes() {
+    let mut o = opts(8, 4, 4);
+    o.push(("speculative".into(), "1".into()));
+    let cfg =
+        CheckConfig { index: "chime".into(), index_options: o, keys: 60, ..CheckConfig::default() };
+    run("chime_speculative_reads_with_crashes", cfg, 0..60);
+}

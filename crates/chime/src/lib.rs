@@ -67,6 +67,7 @@
 //! of up to 4 leaves. A split adds the whole-leaf READ, one doorbell writing the new sibling then
 //! the old leaf (which unlocks it), and the separator's insertion into the parent.
 
+pub mod hotspot;
 pub mod internal;
 pub mod layout;
 pub mod leaf;
@@ -93,6 +94,8 @@ pub struct ChimeShape {
     /// Longest key: 8 means 8-byte keys in the leaf; more means the leaf holds the first 8
     /// bytes and the block holds the full key.
     pub key_len: usize,
+    /// Hotness-aware speculative reads (a CN-side choice, not part of the remote shape).
+    pub speculative: bool,
 }
 
 impl ChimeShape {
@@ -104,6 +107,7 @@ impl ChimeShape {
             internal_span: 64,
             value_len: cfg.max_value,
             key_len: cfg.max_key,
+            speculative: false,
         };
         for (k, v) in &cfg.extra {
             let n: usize = v
@@ -113,10 +117,11 @@ impl ChimeShape {
                 "span" => shape.span = n,
                 "h" | "neighbourhood" => shape.h = n,
                 "internal_span" => shape.internal_span = n,
+                "speculative" => shape.speculative = n != 0,
                 other => {
                     return Err(IndexError::Config(format!(
-                        "unknown CHIME option '{other}' (known: span, h, internal_span)"
-                    )))
+                    "unknown CHIME option '{other}' (known: span, h, internal_span, speculative)"
+                )))
                 }
             }
         }
@@ -189,7 +194,16 @@ impl Chime {
                 leaf: LeafLayout::new(shape.span, shape.h).expect("checked"),
                 inner: InternalLayout { span: shape.internal_span },
                 root_slot: mn::root_slot(cfg.root_slot),
-                cache: NodeCache::new(cfg.cache_bytes),
+                // With speculative reads, 30 % of the budget is the hotspot buffer (as the paper:
+                // 30 MB of 100 MB) and the node cache gets the rest.
+                cache: NodeCache::new(if shape.speculative {
+                    cfg.cache_bytes - cfg.cache_bytes * 3 / 10
+                } else {
+                    cfg.cache_bytes
+                }),
+                hotspots: shape
+                    .speculative
+                    .then(|| hotspot::Hotspots::new(cfg.cache_bytes * 3 / 10)),
                 local_locks: (0..tree::LOCAL_LOCKS)
                     .map(|_| futures::lock::Mutex::new(()))
                     .collect(),
@@ -455,12 +469,20 @@ impl<T: Transport> RangeIndex<T> for Chime {
         let t = &self.tree;
         let splits = t.splits.load(Ordering::Relaxed);
         IndexStats {
-            cache_bytes: t.cache.bytes(),
+            cache_bytes: t.cache.bytes() + t.hotspots.as_ref().map_or(0, |h| h.bytes()),
             retries: t.retries.load(Ordering::Relaxed),
             extra: vec![
                 ("leaf_splits", splits),
                 ("leaf_keys_at_split", t.keys_at_split.load(Ordering::Relaxed)),
                 ("leaf_slots_at_split", splits * t.leaf.span as u64),
+                (
+                    "speculative_reads",
+                    t.hotspots.as_ref().map_or(0, |h| h.attempts.load(Ordering::Relaxed)),
+                ),
+                (
+                    "speculative_hits",
+                    t.hotspots.as_ref().map_or(0, |h| h.hits.load(Ordering::Relaxed)),
+                ),
             ],
         }
     }

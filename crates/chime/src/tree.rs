@@ -8,6 +8,7 @@ use dmindex_index::cacheline::{self, phys_range};
 use dmindex_index::hash::mix64;
 use dmindex_index::{IndexError, IndexResult};
 
+use crate::hotspot::Hotspots;
 use crate::internal::{Internal, NodeCache};
 use crate::layout::{InternalLayout, LeafLayout, LockWord, LOCK_BIT};
 use crate::leaf::{home, Hop, LeafBuf};
@@ -42,6 +43,8 @@ pub(crate) struct Tree {
     pub cache: NodeCache,
     /// The CN-local lock table.
     pub local_locks: Box<[futures::lock::Mutex<()>]>,
+    /// The hotspot buffer, when speculative reads are on.
+    pub hotspots: Option<Hotspots>,
     pub retries: AtomicU64,
     /// Leaf splits by this CN, and the keys their leaves held when the hop failed.
     pub splits: AtomicU64,
@@ -287,6 +290,36 @@ impl Tree {
         Ok(None)
     }
 
+    /// Hotness-aware speculative read: READ only the hottest buffered slot of k's neighbourhood
+    /// whose fingerprint matches; a whole entry holding k is k's value at that instant (see
+    /// [`crate::hotspot`]). Long keys are not speculated on (their blocks would need reading).
+    async fn speculate<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        h: usize,
+        k: u64,
+        probe: Probe<'_>,
+    ) -> IndexResult<Option<[u8; 8]>> {
+        let (Some(hs), Probe::Exact) = (&self.hotspots, probe) else { return Ok(None) };
+        let Some(slot) = hs.best(leaf, (0..self.leaf.h).map(|d| (h + d) % self.leaf.span), k)
+        else {
+            return Ok(None);
+        };
+        hs.attempts.fetch_add(1, Ordering::Relaxed);
+        let d0 = self.leaf.entry(slot);
+        let (p0, p1) = phys_range(d0, d0 + crate::layout::ENTRY);
+        let raw = c.read_vec(leaf.add(p0 as u64), p1 - p0).await?;
+        let mut buf = LeafBuf::new(self.leaf);
+        if buf.absorb(d0, d0 + crate::layout::ENTRY, &raw).is_ok() && buf.key(slot) == k {
+            hs.hits.fetch_add(1, Ordering::Relaxed);
+            hs.touch(leaf, slot, k);
+            return Ok(Some(buf.value(slot)));
+        }
+        hs.forget(leaf, slot);
+        Ok(None)
+    }
+
     /// Search: neighbourhood READ, three-level validation, sibling-based validation.
     pub(crate) async fn search<T: Transport>(
         &self,
@@ -299,10 +332,16 @@ impl Tree {
         'outer: loop {
             let loc = self.locate(c, k).await?;
             let mut cur = loc.leaf;
+            if let Some(v) = self.speculate(c, cur, h, k, probe).await? {
+                return Ok(Some(v));
+            }
             loop {
                 let buf = self.read_slots(c, cur, h, hh).await?;
                 let (sib, _) = buf.meta().expect("validated read has a replica");
                 if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
+                    if let Some(hs) = &self.hotspots {
+                        hs.touch(cur, i, k);
+                    }
                     return Ok(Some(buf.value(i)));
                 }
                 if buf.status(h) != buf.bitmap(h) {
@@ -783,6 +822,9 @@ impl Tree {
                 let mut buf = self.read_slots(c, cur, h, hh).await?;
                 let (sib, _) = buf.meta().expect("validated read has a replica");
                 if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
+                    if let (Some(hs), Some(_)) = (&self.hotspots, v) {
+                        hs.touch(cur, i, k);
+                    }
                     let (pieces, _) = match v {
                         Some(v) => {
                             buf.set_entry(i, k, v);
