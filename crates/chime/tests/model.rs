@@ -56,58 +56,6 @@ fn run_model_values(shape: (usize, usize, usize), ops: Vec<Op>, vlen: usize) {
     run_model_with(shape, ops, vlen, 8, k)
 }
 
-/// Speculative reads on: searches of hot keys read one entry; results must not change.
-fn run_model_speculative(ops: Vec<Op>) {
-    let f = LocalFabric::new(LocalConfig {
-        node_size: 64 << 20,
-        chunk_size: 1 << 20,
-        ..Default::default()
-    })
-    .unwrap();
-    let c = f.client(0).unwrap();
-    let mut cfg = cfg(8, 4, 4);
-    cfg.extra.push(("speculative".into(), "1".into()));
-    run_tasks([async {
-        let t = Chime::create(&c, &cfg, 0).await.unwrap();
-        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        for op in ops {
-            let touched = match op {
-                Op::Search(x) | Op::Insert(x, _) | Op::Update(x, _) | Op::Delete(x) => x,
-                Op::Scan(x, _) | Op::ScanRange(x, _) => x,
-            };
-            match op {
-                Op::Insert(x, v) => {
-                    t.insert(&c, &k(x), &[v; 8]).await.unwrap();
-                    model.insert(k(x), vec![v; 8]);
-                }
-                Op::Delete(x) => {
-                    assert_eq!(t.delete(&c, &k(x)).await.unwrap(), model.remove(&k(x)).is_some())
-                }
-                Op::Update(x, v) => {
-                    let had = model.contains_key(&k(x));
-                    assert_eq!(t.update(&c, &k(x), &[v; 8]).await.unwrap(), had);
-                    if had {
-                        model.insert(k(x), vec![v; 8]);
-                    }
-                }
-                _ => {}
-            }
-            // Search the key twice (the second READ is speculative when the key is present), and
-            // a hot key that hops and splits around as the tree changes.
-            for x in [touched, touched, 1, 1] {
-                assert_eq!(
-                    t.search(&c, &k(x)).await.unwrap(),
-                    model.get(&k(x)).cloned(),
-                    "search {x}"
-                );
-            }
-        }
-        let stats = dmindex_index::RangeIndex::<dmindex_fabric::local::LocalTransport>::stats(&t);
-        let get = |n: &str| stats.extra.iter().find(|(k, _)| *k == n).map(|(_, v)| *v).unwrap();
-        assert!(get("speculative_hits") > 0 || model.is_empty(), "no speculative hit: {stats:?}");
-    }]);
-}
-
 /// Long keys: groups of 4 keys share their first 8 bytes (one of them is exactly those 8
 /// bytes, one is shorter than 8 and so zero-padded), so every lookup must tell same-prefix
 /// entries apart through their blocks.
@@ -139,6 +87,19 @@ fn run_model_with(
     key_len: usize,
     k: fn(u64) -> Vec<u8>,
 ) {
+    run_model_full(shape, ops, vlen, key_len, k, false)
+}
+
+/// With `speculative`, hotness-aware speculative reads are on and every operation's key is
+/// searched twice more (the second READ is speculative when the key is present).
+fn run_model_full(
+    shape: (usize, usize, usize),
+    ops: Vec<Op>,
+    vlen: usize,
+    key_len: usize,
+    k: fn(u64) -> Vec<u8>,
+    speculative: bool,
+) {
     let f = LocalFabric::new(LocalConfig {
         node_size: 64 << 20,
         chunk_size: 1 << 20,
@@ -146,11 +107,19 @@ fn run_model_with(
     })
     .unwrap();
     let c = f.client(0).unwrap();
-    let cfg = IndexConfig { max_value: vlen, max_key: key_len, ..cfg(shape.0, shape.1, shape.2) };
+    let mut cfg =
+        IndexConfig { max_value: vlen, max_key: key_len, ..cfg(shape.0, shape.1, shape.2) };
+    if speculative {
+        cfg.extra.push(("speculative".into(), "1".into()));
+    }
     run_tasks([async {
         let t = Chime::create(&c, &cfg, 0).await.unwrap();
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         for op in ops {
+            let touched = match op {
+                Op::Search(x) | Op::Insert(x, _) | Op::Update(x, _) | Op::Delete(x) => x,
+                Op::Scan(x, _) | Op::ScanRange(x, _) => x,
+            };
             match op {
                 Op::Search(x) => assert_eq!(
                     t.search(&c, &k(x)).await.unwrap(),
@@ -202,6 +171,18 @@ fn run_model_with(
                     assert_eq!(out, want, "scan [{a}, {b})");
                 }
             }
+            if speculative {
+                for _ in 0..2 {
+                    let got = t.search(&c, &k(touched)).await.unwrap();
+                    assert_eq!(got, model.get(&k(touched)).cloned(), "search {touched} after op");
+                }
+            }
+        }
+        if speculative && !model.is_empty() {
+            let stats =
+                dmindex_index::RangeIndex::<dmindex_fabric::local::LocalTransport>::stats(&t);
+            let hits = stats.extra.iter().find(|(n, _)| *n == "speculative_hits").map(|(_, v)| *v);
+            assert!(hits.unwrap_or(0) > 0, "no speculative hit: {stats:?}");
         }
         // Everything is still there, through a fresh handle with a cold cache.
         let other = Chime::open(&c, &cfg, 1).await.unwrap();
@@ -237,7 +218,7 @@ proptest! {
     fn indirect_values(ops in ops(400)) { run_model_values((8, 4, 4), ops, 100) }
 
     #[test]
-    fn speculative_reads(ops in ops(300)) { run_model_speculative(ops) }
+    fn speculative_reads(ops in ops(300)) { run_model_full((8, 4, 4), ops, 8, 8, k, true) }
 
     #[test]
     fn short_inline_values(ops in ops(400)) { run_model_values((16, 4, 4), ops, 3) }
