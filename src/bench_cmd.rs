@@ -16,8 +16,8 @@ fn parse_option(s: &str) -> Result<(String, String), String> {
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Index to run (ref).
-    #[arg(long, default_value = "ref")]
+    /// Index to run (chime, ref).
+    #[arg(long, default_value = "chime")]
     index: String,
     /// Transport: local (in-process, real time) or sim (simulated cluster, virtual time).
     #[arg(long, default_value = "local", value_parser = ["local", "sim"])]
@@ -121,8 +121,8 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
-    /// Index to check.
-    #[arg(long, default_value = "ref")]
+    /// Index to check (chime, ref).
+    #[arg(long, default_value = "chime")]
     index: String,
     /// Number of seeds to run, from --first-seed.
     #[arg(long, default_value_t = 100)]

@@ -79,6 +79,8 @@ fn bench_runs_every_workload_on_both_transports_with_the_documented_fields() {
         for w in ["load", "a", "b", "c", "d", "e", "f"] {
             let out = dmindex(&[
                 "bench",
+                "--index",
+                "ref",
                 "--transport",
                 transport,
                 "--workload",
@@ -130,6 +132,8 @@ fn bench_on_sim_replays_by_seed() {
     let run = || {
         json(&dmindex(&[
             "bench",
+            "--index",
+            "ref",
             "--transport",
             "sim",
             "--workload",
@@ -189,7 +193,7 @@ fn bench_refuses_bad_input() {
 
 #[test]
 fn check_passes_seeds_and_replays_one() {
-    let out = dmindex(&["check", "--seeds", "3"]);
+    let out = dmindex(&["check", "--index", "ref", "--seeds", "3"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("3 seeds linearizable"));
     let a = dmindex(&["check", "--seed", "2"]);

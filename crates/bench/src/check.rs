@@ -46,7 +46,7 @@ pub struct CheckConfig {
 impl Default for CheckConfig {
     fn default() -> CheckConfig {
         CheckConfig {
-            index: "ref".into(),
+            index: "chime".into(),
             clients: 12,
             ops_per_client: 60,
             keys: 48,

@@ -70,7 +70,7 @@ pub struct BenchConfig {
 impl Default for BenchConfig {
     fn default() -> BenchConfig {
         BenchConfig {
-            index: "ref".into(),
+            index: "chime".into(),
             transport: TransportKind::Local,
             preset: "chime-testbed".into(),
             overrides: Vec::new(),

@@ -7,7 +7,7 @@ use dmindex_sim::seeds::check_seeds;
 
 #[test]
 fn reference_index_is_linearizable_under_faults() {
-    let cfg = CheckConfig::default();
+    let cfg = CheckConfig { index: "ref".into(), ..CheckConfig::default() };
     let crashed = std::cell::Cell::new(0);
     check_seeds("reference_index_is_linearizable_under_faults", 0..40, |seed| {
         let r = check_seed(&cfg, seed).map_err(|e| format!("{e:#}"))?;
