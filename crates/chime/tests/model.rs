@@ -30,6 +30,11 @@ fn ops(keys: u64) -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op, 1..600)
 }
 
+/// An in-process cluster of one memory node.
+fn fabric(node_size: u64, chunk_size: u64) -> LocalFabric {
+    LocalFabric::new(LocalConfig { node_size, chunk_size, ..Default::default() }).unwrap()
+}
+
 fn cfg(span: usize, h: usize, internal: usize) -> IndexConfig {
     IndexConfig {
         extra: vec![
@@ -100,12 +105,7 @@ fn run_model_full(
     k: fn(u64) -> Vec<u8>,
     speculative: bool,
 ) {
-    let f = LocalFabric::new(LocalConfig {
-        node_size: 64 << 20,
-        chunk_size: 1 << 20,
-        ..Default::default()
-    })
-    .unwrap();
+    let f = fabric(64 << 20, 1 << 20);
     let c = f.client(0).unwrap();
     let mut cfg =
         IndexConfig { max_value: vlen, max_key: key_len, ..cfg(shape.0, shape.1, shape.2) };
@@ -232,12 +232,7 @@ proptest! {
 
 #[test]
 fn bulk_load_grows_the_tree_and_reuses_deleted_slots() {
-    let f = LocalFabric::new(LocalConfig {
-        node_size: 256 << 20,
-        chunk_size: 4 << 20,
-        ..Default::default()
-    })
-    .unwrap();
+    let f = fabric(256 << 20, 4 << 20);
     let c = f.client(0).unwrap();
     let cfg = cfg(16, 4, 4);
     run_tasks([async {
@@ -272,12 +267,7 @@ fn bulk_load_grows_the_tree_and_reuses_deleted_slots() {
 
 #[test]
 fn more_than_h_keys_with_one_prefix_is_a_clear_error() {
-    let f = LocalFabric::new(LocalConfig {
-        node_size: 16 << 20,
-        chunk_size: 1 << 20,
-        ..Default::default()
-    })
-    .unwrap();
+    let f = fabric(16 << 20, 1 << 20);
     let c = f.client(0).unwrap();
     let cfg = IndexConfig { max_key: 12, ..cfg(8, 4, 4) };
     run_tasks([async {
@@ -308,12 +298,7 @@ fn more_than_h_keys_with_one_prefix_is_a_clear_error() {
 
 #[test]
 fn bad_input_is_refused() {
-    let f = LocalFabric::new(LocalConfig {
-        node_size: 16 << 20,
-        chunk_size: 1 << 20,
-        ..Default::default()
-    })
-    .unwrap();
+    let f = fabric(16 << 20, 1 << 20);
     let c = f.client(0).unwrap();
     run_tasks([async {
         let t = Chime::create(&c, &IndexConfig::default(), 0).await.unwrap();
@@ -339,12 +324,7 @@ fn bad_input_is_refused() {
 /// keys inserted so far stay readable and writable.
 #[test]
 fn out_of_memory_releases_locks() {
-    let f = LocalFabric::new(LocalConfig {
-        node_size: dmindex_fabric::layout::MIN_REGION * 4,
-        chunk_size: 64 << 10,
-        ..Default::default()
-    })
-    .unwrap();
+    let f = fabric(dmindex_fabric::layout::MIN_REGION * 4, 64 << 10);
     let c = f.client(0).unwrap();
     let cfg = cfg(8, 4, 4);
     run_tasks([async {
