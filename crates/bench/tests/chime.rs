@@ -191,7 +191,6 @@ fn chime_on_local_threads_is_linearizable() {
         if let Err(v) = history.check() {
             panic!("round {round}: {v}");
         }
-        let _ = RangeIndex::<dmindex_fabric::local::LocalTransport>::stats(&handles[0]);
     }
 }
 

@@ -181,6 +181,14 @@ pub struct Chime {
     shape: ChimeShape,
 }
 
+/// The 8-byte leaf key of a key: its first 8 bytes, zero-padded, as a big-endian integer.
+fn prefix_of(key: &[u8]) -> u64 {
+    let mut p = [0u8; 8];
+    let n = key.len().min(8);
+    p[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(p)
+}
+
 /// A block's parts: `[key length u32 LE][value length u32 LE][key][value]`.
 struct Block {
     key: Vec<u8>,
@@ -229,10 +237,7 @@ impl Chime {
                 key.len()
             )));
         }
-        let mut prefix = [0u8; 8];
-        let n = key.len().min(8);
-        prefix[..n].copy_from_slice(&key[..n]);
-        match u64::from_be_bytes(prefix) {
+        match prefix_of(key) {
             0 => Err(IndexError::InvalidKey(
                 "keys whose first 8 bytes are all zero are reserved (they mark empty entries)"
                     .into(),
@@ -396,9 +401,7 @@ impl<T: Transport> RangeIndex<T> for Chime {
         if from.len() > self.shape.key_len {
             return Err(IndexError::KeyTooLong { len: from.len(), max: self.shape.key_len });
         }
-        let mut prefix = [0u8; 8];
-        prefix[..from.len().min(8)].copy_from_slice(&from[..from.len().min(8)]);
-        let start = u64::from_be_bytes(prefix).max(1);
+        let start = prefix_of(from).max(1);
         let mut pairs = Vec::new();
         if !self.shape.long_keys() {
             self.tree.scan(c, start, count, false, None, &mut pairs).await?;
@@ -438,13 +441,8 @@ impl<T: Transport> RangeIndex<T> for Chime {
         if lo >= hi {
             return Ok(());
         }
-        let prefix = |k: &[u8]| {
-            let mut p = [0u8; 8];
-            p[..k.len().min(8)].copy_from_slice(&k[..k.len().min(8)]);
-            u64::from_be_bytes(p)
-        };
         // Leaves are walked up to the group of hi's prefix; full keys settle the ends.
-        let (start, until) = (prefix(lo).max(1), prefix(hi));
+        let (start, until) = (prefix_of(lo).max(1), prefix_of(hi));
         let long = self.shape.long_keys();
         let mut pairs = Vec::new();
         self.tree.scan(c, start, usize::MAX, long, Some(until), &mut pairs).await?;

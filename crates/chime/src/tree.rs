@@ -381,13 +381,13 @@ impl Tree {
                 return Ok(true);
             }
         }
-        let bound = u64::from_be_bytes(
-            c.read_vec(cur.add(self.leaf.bound_offset() as u64), 8)
-                .await?
-                .try_into()
-                .expect("8 bytes"),
-        );
-        Ok(k <= bound)
+        Ok(k <= self.read_bound(c, cur).await?)
+    }
+
+    /// READs a leaf's inclusive upper bound (big-endian, at the rear).
+    async fn read_bound<T: Transport>(&self, c: &Client<T>, leaf: GlobalAddr) -> IndexResult<u64> {
+        let b = c.read_vec(leaf.add(self.leaf.bound_offset() as u64), 8).await?;
+        Ok(u64::from_be_bytes(b.try_into().expect("8 bytes")))
     }
 
     /// Physical bytes and addresses to WRITE for slots `lo .. lo + n`, plus the unlocking lock
@@ -536,7 +536,7 @@ impl Tree {
                 if !buf.all_loaded() {
                     buf = self.read_slots(c, cur, 0, s).await?;
                 }
-                let placed = self.split_leaf(c, loc, cur, buf, k, v, guard).await?;
+                let placed = self.split_leaf(c, loc, cur, buf, k, v, (lw, guard)).await?;
                 Ok(if placed { Attempt::Done } else { Attempt::Restart })
             }
         }
@@ -565,7 +565,7 @@ impl Tree {
         mut buf: LeafBuf,
         k: u64,
         v: [u8; 8],
-        guard: LocalGuard<'_>,
+        (lw, guard): (LockWord, LocalGuard<'_>),
     ) -> IndexResult<bool> {
         let s = self.leaf.span;
         let h = home(k, s);
@@ -588,7 +588,6 @@ impl Tree {
         if k <= left_max && all.iter().all(|&x| x <= left_max) {
             // Nothing can move: every key shares k's side, so only duplicate 8-byte prefixes
             // (long keys) can be crowding the neighbourhood, and splits cannot separate them.
-            let lw = LockWord::decode(&self.leaf, c.read_word(self.lock_addr(cur)).await?);
             self.unlock_leaf(c, cur, lw).await?;
             return Err(IndexError::Full(format!(
                 "more than {} keys of one leaf share the 8-byte prefix {k:016x}; CHIME cannot \
@@ -598,18 +597,12 @@ impl Tree {
         }
         self.splits.fetch_add(1, Ordering::Relaxed);
         self.keys_at_split.fetch_add(all.len() as u64, Ordering::Relaxed);
-        let old_bound = u64::from_be_bytes(
-            c.read_vec(cur.add(self.leaf.bound_offset() as u64), 8)
-                .await?
-                .try_into()
-                .expect("8 bytes"),
-        );
+        let old_bound = self.read_bound(c, cur).await?;
         let (old_sib, _) = buf.meta().expect("whole leaf");
         let right_addr = match c.alloc(self.leaf.alloc() as u64, 64).await {
             Ok(a) => a,
             Err(e) => {
                 // Out of memory: leave the leaf as it was, unlocked, and report.
-                let lw = LockWord::decode(&self.leaf, c.read_word(self.lock_addr(cur)).await?);
                 self.unlock_leaf(c, cur, lw).await?;
                 return Err(e.into());
             }
@@ -825,17 +818,17 @@ impl Tree {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
                         hs.touch(cur, i, k);
                     }
-                    let (pieces, _) = match v {
+                    let pieces = match v {
                         Some(v) => {
                             buf.set_entry(i, k, v);
                             buf.bump_ev(i);
-                            (self.write_plan(&buf, i, 1, lw), ())
+                            self.write_plan(&buf, i, 1, lw)
                         }
                         None => {
                             let modified = buf.remove(h, i);
                             let full = lw.full & !(1 << self.leaf.bucket(i));
                             let (wlo, wn) = self.span_of(&buf, h, &modified);
-                            (self.write_plan(&buf, wlo, wn, LockWord { full, ..lw }), ())
+                            self.write_plan(&buf, wlo, wn, LockWord { full, ..lw })
                         }
                     };
                     self.write_pieces(c, cur, &pieces).await?;

@@ -298,14 +298,8 @@ impl ClientStream {
             }
             u -= w;
         }
-        let kind = [
-            OpKind::Read,
-            OpKind::Update,
-            OpKind::Insert,
-            OpKind::Scan,
-            OpKind::ReadModifyWrite,
-            OpKind::Delete,
-        ][pick];
+        // `weights` follow `OpKind::ALL`'s order.
+        let kind = OpKind::ALL[pick];
         if kind == OpKind::Insert {
             let n = self.shared.inserts.next();
             return Op {
