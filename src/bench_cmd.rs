@@ -16,7 +16,7 @@ fn parse_option(s: &str) -> Result<(String, String), String> {
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Index to run (chime, ref).
+    /// Index to run (chime, sherman, ref).
     #[arg(long, default_value = "chime")]
     index: String,
     /// Transport: local (in-process, real time) or sim (simulated cluster, virtual time).
@@ -121,7 +121,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
-    /// Index to check (chime, ref).
+    /// Index to check (chime, sherman, ref).
     #[arg(long, default_value = "chime")]
     index: String,
     /// Number of seeds to run, from --first-seed.

@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use anyhow::bail;
 use dmindex_check::{CheckStats, History};
-use dmindex_chime::Chime;
+use dmindex_chime::{Chime, Sherman};
 use dmindex_index::reference::LockedShards;
 use dmindex_index::{IndexConfig, RangeIndex};
 use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
@@ -77,6 +77,7 @@ pub fn check_seed(cfg: &CheckConfig, seed: u64) -> anyhow::Result<SeedReport> {
     match cfg.index.as_str() {
         "ref" => check_seed_with::<LockedShards>(cfg, seed),
         "chime" => check_seed_with::<Chime>(cfg, seed),
+        "sherman" => check_seed_with::<Sherman>(cfg, seed),
         other => bail!("unknown index '{other}' (known: {})", crate::INDEXES.join(", ")),
     }
 }

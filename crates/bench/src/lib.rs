@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use dmindex_chime::Chime;
+use dmindex_chime::{Chime, Sherman};
 use dmindex_fabric::exec::{run_on_threads, run_tasks};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric, Transport, VerbCounts};
@@ -30,7 +30,7 @@ use serde::Serialize;
 use runner::{ClientMetrics, OpSource, TaskEnv};
 
 /// Index names `bench` and `check` accept.
-pub const INDEXES: &[&str] = &["chime", "ref"];
+pub const INDEXES: &[&str] = &["chime", "sherman", "ref"];
 
 /// Which transport to run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -251,6 +251,8 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     match (cfg.index.as_str(), cfg.transport) {
         ("chime", TransportKind::Local) => run_local::<Chime>(cfg, &plan),
         ("chime", TransportKind::Sim) => run_sim::<Chime>(cfg, &plan),
+        ("sherman", TransportKind::Local) => run_local::<Sherman>(cfg, &plan),
+        ("sherman", TransportKind::Sim) => run_sim::<Sherman>(cfg, &plan),
         ("ref", TransportKind::Local) => run_local::<LockedShards>(cfg, &plan),
         ("ref", TransportKind::Sim) => run_sim::<LockedShards>(cfg, &plan),
         (other, _) => bail!("unknown index '{other}' (known: {})", INDEXES.join(", ")),

@@ -204,3 +204,56 @@ fn chime_speculative_reads_with_crashes() {
         CheckConfig { index: "chime".into(), index_options: o, keys: 60, ..CheckConfig::default() };
     run("chime_speculative_reads_with_crashes", cfg, 0..60);
 }
+
+/// Sherman (every factor off: sorted leaves read whole, fence keys) under the same races:
+/// shift-inserts and shift-deletes rewrite whole leaves while readers read them.
+#[test]
+fn sherman_mixed_small_nodes_with_crashes() {
+    for (name, o, keys) in
+        [("sherman_small", opts(8, 4, 4), 120), ("sherman_default", opts(64, 8, 64), 400)]
+    {
+        let cfg = CheckConfig {
+            index: "sherman".into(),
+            index_options: o,
+            keys,
+            ..CheckConfig::default()
+        };
+        run(name, cfg, 0..60);
+    }
+}
+
+#[test]
+fn sherman_long_keys_and_indirect_values_with_crashes() {
+    let cfg = CheckConfig {
+        index: "sherman".into(),
+        index_options: opts(8, 4, 4),
+        keys: 90,
+        long_keys: true,
+        value_size: 24,
+        ..CheckConfig::default()
+    };
+    run("sherman_long_keys_and_indirect_values_with_crashes", cfg, 0..40);
+}
+
+/// Each step of the factor staircase (Fig. 15) on hot keys of small nodes: the separate vacancy
+/// READ, the dedicated metadata READ and fence-key validation each race hops and splits.
+#[test]
+fn factor_staircase_with_crashes() {
+    let steps: [&[(&str, &str)]; 4] = [
+        &[("hopscotch", "1")],
+        &[("hopscotch", "1"), ("vacancy_piggyback", "1")],
+        &[("hopscotch", "1"), ("vacancy_piggyback", "1"), ("metadata_replication", "1")],
+        &[("hopscotch", "1"), ("metadata_replication", "0"), ("sibling_validation", "1")],
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        let mut o = opts(16, 4, 4);
+        o.extend(step.iter().map(|(a, b)| (a.to_string(), b.to_string())));
+        let cfg = CheckConfig {
+            index: "sherman".into(),
+            index_options: o,
+            keys: 80,
+            ..CheckConfig::default()
+        };
+        run(&format!("factor_staircase step {i}"), cfg, 0..40);
+    }
+}

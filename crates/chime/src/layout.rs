@@ -36,6 +36,18 @@
 //! With S = 64, H = 8: 1296 decoded bytes, 1316 physical, lock at 1320, upper bound at 1328,
 //! 1344 bytes allocated (64-aligned, so physical lines are cache lines).
 //!
+//! # Ablated leaves (paper §5.3; [`LeafKind`])
+//!
+//! * **Fence keys** (sibling-based validation off): every replica grows to 26 B,
+//!   `version u8 | valid u8 | sibling u64 | low key [8] | high key [8]` (inclusive fences).
+//! * **No metadata replication**: one replica (header) at offset 0, then all S entries
+//!   back to back; a neighbourhood READ adds a dedicated READ of the header (same doorbell).
+//! * **Sorted leaf** (hopscotch off, Sherman): one 26-B fenced header, then S sorted 17-B
+//!   entries `version u8 | key [8] | value [8]` packed from slot 0 (no hop bitmap). S = 64:
+//!   1114 decoded, 1131 physical, lock at 1136, upper bound at 1144, 1152 allocated.
+//!
+//! Lock word and upper bound follow the versioned part as above in every kind.
+//!
 //! # Internal node (span S)
 //!
 //! ```text
@@ -52,10 +64,14 @@
 use dmindex_fabric::GlobalAddr;
 use dmindex_index::cacheline::{phys_len, Objects};
 
-/// Bytes per metadata replica.
+/// Bytes per metadata replica (sibling-based validation).
 pub const REPLICA: usize = 10;
-/// Bytes per leaf entry.
+/// Bytes per metadata replica carrying fence keys (sibling-based validation off).
+pub const REPLICA_FENCED: usize = REPLICA + 2 * KEY;
+/// Bytes per hopscotch leaf entry.
 pub const ENTRY: usize = 19;
+/// Bytes per sorted (Sherman) leaf entry: no hop bitmap.
+pub const SORTED_ENTRY: usize = 17;
 /// Bytes per key.
 pub const KEY: usize = 8;
 /// The lock bit.
@@ -63,11 +79,36 @@ pub const LOCK_BIT: u64 = 1 << 63;
 /// Largest neighbourhood.
 pub const MAX_H: usize = 16;
 
+/// Which remote leaf structure the ablation flags ask for (paper §5.3, Fig. 15).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeafKind {
+    /// Hopscotch leaf; off = a sorted leaf read whole (Sherman), which implies one metadata
+    /// header with fence keys.
+    pub hopscotch: bool,
+    /// A metadata replica before every H entries; off = one header at the front.
+    pub replicated: bool,
+    /// Metadata carries fence keys (sibling-based validation off).
+    pub fenced: bool,
+}
+
+impl LeafKind {
+    /// CHIME's leaf.
+    pub const CHIME: LeafKind = LeafKind { hopscotch: true, replicated: true, fenced: false };
+    /// The enhanced Sherman leaf.
+    pub const SHERMAN: LeafKind = LeafKind { hopscotch: false, replicated: false, fenced: true };
+}
+
 /// Geometry of a leaf.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeafLayout {
     pub span: usize,
     pub h: usize,
+    pub kind: LeafKind,
+    /// Entries per metadata replica: H, or the whole span with one header.
+    pub rg: usize,
+    /// Bytes per entry and per metadata replica.
+    pub entry_len: usize,
+    pub meta_len: usize,
     /// Vacancy-bitmap buckets.
     pub buckets: usize,
     /// Bits of the argmax field.
@@ -75,27 +116,54 @@ pub struct LeafLayout {
 }
 
 impl LeafLayout {
-    /// Checks and builds the geometry.
+    /// Checks and builds CHIME's geometry.
     pub fn new(span: usize, h: usize) -> Result<LeafLayout, String> {
+        LeafLayout::with_kind(span, h, LeafKind::CHIME)
+    }
+
+    /// Checks and builds the geometry of a leaf of `kind`.
+    pub fn with_kind(span: usize, h: usize, kind: LeafKind) -> Result<LeafLayout, String> {
         if !(2..=MAX_H).contains(&h) {
             return Err(format!("neighbourhood H = {h} must be in 2..={MAX_H}"));
         }
         if span < h || span % h != 0 || span > 1024 {
             return Err(format!("leaf span {span} must be a multiple of H = {h}, at most 1024"));
         }
+        if !kind.hopscotch && (kind.replicated || !kind.fenced) {
+            return Err("a sorted leaf has one header with fence keys".into());
+        }
         let argmax_bits = usize::BITS - (span - 1).leading_zeros();
         let buckets = (63 - argmax_bits as usize).min(span);
-        Ok(LeafLayout { span, h, buckets, argmax_bits })
+        Ok(LeafLayout {
+            span,
+            h,
+            kind,
+            rg: if kind.replicated { h } else { span },
+            entry_len: if kind.hopscotch { ENTRY } else { SORTED_ENTRY },
+            meta_len: if kind.fenced { REPLICA_FENCED } else { REPLICA },
+            buckets,
+            argmax_bits,
+        })
     }
 
-    /// Bytes per group (replica + H entries).
+    /// Metadata replicas per leaf.
+    pub fn groups(&self) -> usize {
+        self.span / self.rg
+    }
+
+    /// Bytes per group (replica + its entries).
     pub fn group(&self) -> usize {
-        REPLICA + ENTRY * self.h
+        self.meta_len + self.entry_len * self.rg
+    }
+
+    /// Offset of the key within an entry (after the version byte and any hop bitmap).
+    pub fn key_off(&self) -> usize {
+        self.entry_len - 2 * KEY
     }
 
     /// Decoded size.
     pub fn decoded(&self) -> usize {
-        self.span / self.h * self.group()
+        self.groups() * self.group()
     }
 
     /// Physical size of the versioned part.
@@ -125,8 +193,8 @@ impl LeafLayout {
 
     /// Decoded offset of entry `i`.
     pub fn entry(&self, i: usize) -> usize {
-        let g = i / self.h;
-        g * self.group() + REPLICA + ENTRY * (i % self.h)
+        let g = i / self.rg;
+        g * self.group() + self.meta_len + self.entry_len * (i % self.rg)
     }
 
     /// Bucket of slot `i`.
@@ -146,10 +214,10 @@ impl Objects for LeafLayout {
     fn object_start(&self, d: usize) -> usize {
         let g = d / self.group();
         let r = d % self.group();
-        if r < REPLICA {
+        if r < self.meta_len {
             g * self.group()
         } else {
-            g * self.group() + REPLICA + (r - REPLICA) / ENTRY * ENTRY
+            g * self.group() + self.meta_len + (r - self.meta_len) / self.entry_len * self.entry_len
         }
     }
 }
@@ -298,6 +366,29 @@ mod tests {
         assert_eq!((big.buckets, big.argmax_bits), (54, 9));
         assert!(LeafLayout::new(60, 8).unwrap_err().contains("multiple"));
         assert!(LeafLayout::new(64, 17).unwrap_err().contains("2..=16"));
+    }
+
+    #[test]
+    fn ablation_layouts_are_pinned() {
+        // Sherman: one 26-byte header (version, valid, sibling, low, high), 17-byte entries.
+        let sh = LeafLayout::with_kind(64, 8, LeafKind::SHERMAN).unwrap();
+        assert_eq!((sh.rg, sh.entry_len, sh.meta_len, sh.key_off()), (64, 17, 26, 1));
+        assert_eq!(
+            (sh.decoded(), sh.physical(), sh.lock_offset(), sh.alloc()),
+            (1114, 1131, 1136, 1152)
+        );
+        assert_eq!((sh.entry(0), sh.entry(63)), (26, 26 + 63 * 17));
+        assert_eq!(sh.object_start(sh.entry(5) + 16), sh.entry(5));
+        // Hopscotch leaf, no replication, fence keys: one 26-byte header then 19-byte entries.
+        let k = LeafKind { hopscotch: true, replicated: false, fenced: true };
+        let one = LeafLayout::with_kind(64, 8, k).unwrap();
+        assert_eq!((one.groups(), one.decoded(), one.entry(8)), (1, 26 + 64 * 19, 26 + 8 * 19));
+        // Replicas with fence keys: 26 + 19·H per group.
+        let k = LeafKind { hopscotch: true, replicated: true, fenced: true };
+        let fenced = LeafLayout::with_kind(64, 8, k).unwrap();
+        assert_eq!((fenced.group(), fenced.decoded(), fenced.entry(9)), (178, 1424, 178 + 26 + 19));
+        let bad = LeafKind { hopscotch: false, replicated: true, fenced: true };
+        assert!(LeafLayout::with_kind(64, 8, bad).is_err());
     }
 
     #[test]

@@ -16,7 +16,7 @@
 use dmindex_index::cacheline::{self, Torn};
 use dmindex_index::hash::hash_bytes;
 
-use crate::layout::{self, version, LeafLayout, ENTRY, REPLICA};
+use crate::layout::{self, version, LeafLayout, KEY};
 
 /// The decoded leaf and which of its parts were read.
 #[derive(Clone)]
@@ -65,7 +65,7 @@ impl LeafBuf {
         LeafBuf {
             bytes: vec![0; l.decoded()],
             loaded: vec![false; l.span],
-            replica_loaded: vec![false; l.span / l.h],
+            replica_loaded: vec![false; l.groups()],
             l,
         }
     }
@@ -75,8 +75,11 @@ impl LeafBuf {
         let mut b = LeafBuf::new(l);
         b.loaded.fill(true);
         b.replica_loaded.fill(true);
-        for g in 0..l.span / l.h {
+        for g in 0..l.groups() {
             b.bytes[l.replica(g) + 1] = 1;
+        }
+        if l.kind.fenced {
+            b.set_fences(0, u64::MAX);
         }
         b
     }
@@ -94,11 +97,11 @@ impl LeafBuf {
     }
 
     pub fn key(&self, i: usize) -> u64 {
-        layout::key_at(&self.bytes, self.l.entry(i) + 3)
+        layout::key_at(&self.bytes, self.l.entry(i) + self.l.key_off())
     }
 
     pub fn value(&self, i: usize) -> [u8; 8] {
-        let at = self.l.entry(i) + 11;
+        let at = self.l.entry(i) + self.l.key_off() + KEY;
         self.bytes[at..at + 8].try_into().expect("8 bytes")
     }
 
@@ -122,9 +125,9 @@ impl LeafBuf {
     }
 
     pub fn set_entry(&mut self, i: usize, key: u64, value: [u8; 8]) {
-        let at = self.l.entry(i);
-        layout::put_key(&mut self.bytes, at + 3, key);
-        self.bytes[at + 11..at + 19].copy_from_slice(&value);
+        let at = self.l.entry(i) + self.l.key_off();
+        layout::put_key(&mut self.bytes, at, key);
+        self.bytes[at + KEY..at + 2 * KEY].copy_from_slice(&value);
     }
 
     pub fn bump_ev(&mut self, i: usize) {
@@ -139,9 +142,25 @@ impl LeafBuf {
         Some((layout::addr_at(&self.bytes, at + 2), self.bytes[at + 1] != 0))
     }
 
+    /// The fence keys `[low, high]` (inclusive) from any replica read (fenced leaves only).
+    pub fn fences(&self) -> Option<(u64, u64)> {
+        let g = self.replica_loaded.iter().position(|&r| r)?;
+        let at = self.l.replica(g) + super::layout::REPLICA;
+        Some((layout::key_at(&self.bytes, at), layout::key_at(&self.bytes, at + KEY)))
+    }
+
+    /// Sets every replica's fence keys.
+    pub fn set_fences(&mut self, low: u64, high: u64) {
+        for g in 0..self.l.groups() {
+            let at = self.l.replica(g) + super::layout::REPLICA;
+            layout::put_key(&mut self.bytes, at, low);
+            layout::put_key(&mut self.bytes, at + KEY, high);
+        }
+    }
+
     /// Sets every replica's sibling pointer.
     pub fn set_sibling(&mut self, s: dmindex_fabric::GlobalAddr) {
-        for g in 0..self.l.span / self.l.h {
+        for g in 0..self.l.groups() {
             let at = self.l.replica(g);
             layout::put_addr(&mut self.bytes, at + 2, s);
             self.bytes[at + 1] = 1;
@@ -151,7 +170,7 @@ impl LeafBuf {
     /// Bumps NV of every object (a node write).
     pub fn bump_node_version(&mut self) {
         let nv = version::bump_nv(self.bytes[0]) & 0x0F;
-        for g in 0..self.l.span / self.l.h {
+        for g in 0..self.l.groups() {
             let at = self.l.replica(g);
             self.bytes[at] = version::with_nv(self.bytes[at], nv);
         }
@@ -162,31 +181,32 @@ impl LeafBuf {
     }
 
     /// Decoded ranges covering slots `lo .. lo + n` (circular), each with a replica when it starts
-    /// at a group boundary. At most two ranges; `n >= span` is the whole leaf.
+    /// at a group boundary; `n >= span` is the whole leaf. Without metadata replication a range
+    /// that misses the header is preceded by a dedicated READ of it (same doorbell).
     pub fn ranges(&self, lo: usize, n: usize) -> Vec<(usize, usize)> {
         let s = self.l.span;
         if n >= s {
             return vec![(0, self.l.decoded())];
         }
-        let start = |i: usize| {
-            if i % self.l.h == 0 {
-                self.l.replica(i / self.l.h)
-            } else {
-                self.l.entry(i)
-            }
-        };
-        let end = |i: usize| self.l.entry(i) + ENTRY;
-        if lo + n <= s {
+        let rg = self.l.rg;
+        let start = |i: usize| if i % rg == 0 { self.l.replica(i / rg) } else { self.l.entry(i) };
+        let end = |i: usize| self.l.entry(i) + self.l.entry_len;
+        let mut out = if lo + n <= s {
             vec![(start(lo), end(lo + n - 1))]
         } else {
             vec![(start(lo), end(s - 1)), (start(0), end(lo + n - 1 - s))]
+        };
+        if !self.l.kind.replicated && out.iter().all(|&(d0, _)| d0 != 0) {
+            out.insert(0, (0, self.l.meta_len));
         }
+        out
     }
 
     /// Entry-only ranges covering slots `lo .. lo + n` (circular), for writes.
     pub fn write_ranges(&self, lo: usize, n: usize) -> Vec<(usize, usize)> {
         let s = self.l.span;
-        let (e0, e1) = (|i: usize| self.l.entry(i), |i: usize| self.l.entry(i) + ENTRY);
+        let len = self.l.entry_len;
+        let (e0, e1) = (|i: usize| self.l.entry(i), |i: usize| self.l.entry(i) + len);
         if lo + n <= s {
             vec![(e0(lo), e1(lo + n - 1))]
         } else {
@@ -202,12 +222,12 @@ impl LeafBuf {
         while d < d1 {
             let g = d / l.group();
             let r = d % l.group();
-            if r < REPLICA {
+            if r < l.meta_len {
                 self.replica_loaded[g] = true;
-                d = g * l.group() + REPLICA;
+                d = g * l.group() + l.meta_len;
             } else {
-                self.loaded[g * l.h + (r - REPLICA) / ENTRY] = true;
-                d += ENTRY;
+                self.loaded[g * l.rg + (r - l.meta_len) / l.entry_len] = true;
+                d += l.entry_len;
             }
         }
         Ok(())
@@ -258,7 +278,43 @@ impl LeafBuf {
     /// Whether every home's hop bitmap matches the keys around it (whole leaf loaded): the third
     /// level of validation applied to a whole-leaf READ, which a hop in flight would fail.
     pub fn hops_settled(&self) -> bool {
-        (0..self.l.span).all(|h| self.status(h) == self.bitmap(h))
+        !self.l.kind.hopscotch || (0..self.l.span).all(|h| self.status(h) == self.bitmap(h))
+    }
+
+    /// Sorted leaf: the slot of `key`, or where it would go (keys packed from slot 0).
+    pub fn sorted_search(&self, key: u64) -> Result<usize, usize> {
+        let n = self.count();
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.key(mid).cmp(&key) {
+                std::cmp::Ordering::Equal => return Ok(mid),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        Err(lo)
+    }
+
+    /// Sorted leaf: puts `key` at slot `at`, shifting the larger keys right (not full).
+    pub fn sorted_insert(&mut self, at: usize, key: u64, value: [u8; 8]) {
+        let n = self.count();
+        debug_assert!(n < self.l.span);
+        for i in (at..n).rev() {
+            let (k, v) = (self.key(i), self.value(i));
+            self.set_entry(i + 1, k, v);
+        }
+        self.set_entry(at, key, value);
+    }
+
+    /// Sorted leaf: removes slot `at`, shifting the larger keys left.
+    pub fn sorted_remove(&mut self, at: usize) {
+        let n = self.count();
+        for i in at + 1..n {
+            let (k, v) = (self.key(i), self.value(i));
+            self.set_entry(i - 1, k, v);
+        }
+        self.set_entry(n - 1, 0, [0; 8]);
     }
 
     /// The slot of `key` within home `h`'s neighbourhood, if present.

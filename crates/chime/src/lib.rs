@@ -71,6 +71,7 @@ pub mod hotspot;
 pub mod internal;
 pub mod layout;
 pub mod leaf;
+mod sorted;
 mod tree;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,7 +80,7 @@ use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexConfig, IndexError, IndexResult, IndexStats, Pair, RangeIndex};
 
 use crate::internal::NodeCache;
-use crate::layout::{InternalLayout, LeafLayout};
+use crate::layout::{InternalLayout, LeafKind, LeafLayout};
 use crate::tree::{Probe, Tree};
 
 /// CHIME's shape, from [`IndexConfig::extra`]: `span` (leaf entries, default 64), `h`
@@ -94,37 +95,84 @@ pub struct ChimeShape {
     /// Longest key: 8 means 8-byte keys in the leaf; more means the leaf holds the first 8
     /// bytes and the block holds the full key.
     pub key_len: usize,
-    /// Hotness-aware speculative reads (a CN-side choice, not part of the remote shape).
+    /// The factors of the paper's analysis (§5.3): which leaf is remote ([`LeafKind`]) …
+    pub kind: LeafKind,
+    /// … whether the lock word carries the vacancy bitmap (off: a separate READ of it after
+    /// locking) …
+    pub vacancy: bool,
+    /// … and hotness-aware speculative reads (CN-side choices, not part of the remote shape).
     pub speculative: bool,
 }
 
+/// The ablation options, in the order the paper adds them to Sherman.
+pub const FACTORS: [&str; 5] =
+    ["hopscotch", "vacancy_piggyback", "metadata_replication", "sibling_validation", "speculative"];
+
 impl ChimeShape {
-    /// Reads and checks the options.
+    /// Reads and checks the options; `sherman` starts from every factor off.
     pub fn from_config(cfg: &IndexConfig) -> IndexResult<ChimeShape> {
+        ChimeShape::from_config_with(cfg, false)
+    }
+
+    fn from_config_with(cfg: &IndexConfig, sherman: bool) -> IndexResult<ChimeShape> {
         let mut shape = ChimeShape {
             span: 64,
             h: 8,
             internal_span: 64,
             value_len: cfg.max_value,
             key_len: cfg.max_key,
+            kind: LeafKind::CHIME,
+            vacancy: true,
             speculative: false,
         };
+        // Factors as given; the unset ones follow the index (all on for chime except
+        // speculative reads, all off for sherman and whenever the leaf is sorted).
+        let mut f: [Option<bool>; 5] = [None; 5];
         for (k, v) in &cfg.extra {
             let n: usize = v
                 .parse()
                 .map_err(|_| IndexError::Config(format!("option {k}={v}: not a number")))?;
+            let flag = |f: &mut [Option<bool>; 5], i: usize| {
+                if n > 1 {
+                    return Err(IndexError::Config(format!("option {k}={v}: use 0 or 1")));
+                }
+                f[i] = Some(n == 1);
+                Ok(())
+            };
             match k.as_str() {
                 "span" => shape.span = n,
                 "h" | "neighbourhood" => shape.h = n,
                 "internal_span" => shape.internal_span = n,
-                "speculative" => shape.speculative = n != 0,
+                "hopscotch" => flag(&mut f, 0)?,
+                "vacancy_piggyback" | "vacancy" => flag(&mut f, 1)?,
+                "metadata_replication" | "replication" => flag(&mut f, 2)?,
+                "sibling_validation" | "sbv" => flag(&mut f, 3)?,
+                "speculative" => flag(&mut f, 4)?,
                 other => {
                     return Err(IndexError::Config(format!(
-                    "unknown CHIME option '{other}' (known: span, h, internal_span, speculative)"
-                )))
+                        "unknown CHIME option '{other}' (known: span, h, internal_span, {})",
+                        FACTORS.join(", ")
+                    )))
                 }
             }
         }
+        let hopscotch = f[0].unwrap_or(!sherman);
+        let default = !sherman && hopscotch;
+        if !hopscotch {
+            if let Some(i) = (1..5).find(|&i| f[i] == Some(true)) {
+                return Err(IndexError::Config(format!(
+                    "{}=1 needs hopscotch leaves (hopscotch=0 is Sherman's sorted leaf, read whole)",
+                    FACTORS[i]
+                )));
+            }
+        }
+        shape.kind = LeafKind {
+            hopscotch,
+            replicated: f[2].unwrap_or(default),
+            fenced: !f[3].unwrap_or(default),
+        };
+        shape.vacancy = f[1].unwrap_or(default);
+        shape.speculative = f[4].unwrap_or(false);
         if !(8..=255).contains(&cfg.max_key) {
             return Err(IndexError::Config(format!(
                 "CHIME keys are up to 8..=255 bytes long (got --key-size {})",
@@ -137,7 +185,7 @@ impl ChimeShape {
                 cfg.max_value
             )));
         }
-        LeafLayout::new(shape.span, shape.h).map_err(IndexError::Config)?;
+        LeafLayout::with_kind(shape.span, shape.h, shape.kind).map_err(IndexError::Config)?;
         if !(4..=1024).contains(&shape.internal_span) {
             return Err(IndexError::Config(format!(
                 "internal_span {} must be in 4..=1024",
@@ -158,10 +206,14 @@ impl ChimeShape {
     }
 
     /// The descriptor word kept in the root slot after the root word:
-    /// magic 0xC41 (12 bits) | span (11) | H (5) | internal span (11) | key length (8) |
-    /// value length (17).
+    /// magic 0x62 (7 bits) | hopscotch, replicated, fenced (1 bit each) | span (11) | H (5) |
+    /// internal span (11) | key length (8) | value length (17).
     fn descriptor(&self) -> u64 {
-        0xC41_u64 << 52
+        let k = self.kind;
+        DESCRIPTOR_MAGIC << 57
+            | (k.hopscotch as u64) << 56
+            | (k.replicated as u64) << 55
+            | (k.fenced as u64) << 54
             | (self.span as u64) << 41
             | (self.h as u64) << 36
             | (self.internal_span as u64) << 25
@@ -169,6 +221,8 @@ impl ChimeShape {
             | self.value_len as u64
     }
 }
+
+const DESCRIPTOR_MAGIC: u64 = 0x62;
 
 /// Largest indirect value.
 pub const MAX_INDIRECT: usize = 1 << 16;
@@ -199,7 +253,8 @@ impl Chime {
     fn new(cfg: &IndexConfig, shape: ChimeShape) -> Chime {
         Chime {
             tree: Tree {
-                leaf: LeafLayout::new(shape.span, shape.h).expect("checked"),
+                leaf: LeafLayout::with_kind(shape.span, shape.h, shape.kind).expect("checked"),
+                vacancy: shape.vacancy,
                 inner: InternalLayout { span: shape.internal_span },
                 root_slot: mn::root_slot(cfg.root_slot),
                 // With speculative reads, 30 % of the budget is the hotspot buffer (as the paper:
@@ -315,22 +370,11 @@ impl Chime {
         Ok(out)
     }
 
-    /// Bytes of the CN-side cache in use.
-    pub fn cache_bytes(&self) -> u64 {
-        self.tree.cache.bytes()
-    }
-
-    /// The tree's shape.
-    pub fn shape(&self) -> ChimeShape {
-        self.shape
-    }
-}
-
-impl<T: Transport> RangeIndex<T> for Chime {
-    const NAME: &'static str = "chime";
-
-    async fn create(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
-        let shape = ChimeShape::from_config(cfg)?;
+    async fn create_shaped<T: Transport>(
+        c: &Client<T>,
+        cfg: &IndexConfig,
+        shape: ChimeShape,
+    ) -> IndexResult<Chime> {
         if c.info().nodes() > 256 {
             return Err(IndexError::Config(
                 "CHIME root words address at most 256 memory nodes".into(),
@@ -345,14 +389,16 @@ impl<T: Transport> RangeIndex<T> for Chime {
         let me = Chime::new(cfg, shape);
         me.tree.create_root(c).await?;
         c.write(mn::root_slot(cfg.root_slot + 1), &shape.descriptor().to_le_bytes()).await?;
-        let _ = cn;
         Ok(me)
     }
 
-    async fn open(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        let shape = ChimeShape::from_config(cfg)?;
+    async fn open_shaped<T: Transport>(
+        c: &Client<T>,
+        cfg: &IndexConfig,
+        shape: ChimeShape,
+    ) -> IndexResult<Chime> {
         let d = c.read_word(mn::root_slot(cfg.root_slot + 1)).await?;
-        if d >> 52 != 0xC41 {
+        if d >> 57 != DESCRIPTOR_MAGIC {
             return Err(IndexError::Corrupt(format!(
                 "no CHIME tree at root slot {}",
                 cfg.root_slot
@@ -364,6 +410,28 @@ impl<T: Transport> RangeIndex<T> for Chime {
             )));
         }
         Ok(Chime::new(cfg, shape))
+    }
+
+    /// Bytes of the CN-side cache in use.
+    pub fn cache_bytes(&self) -> u64 {
+        self.tree.cache.bytes()
+    }
+
+    /// The tree's shape.
+    pub fn shape(&self) -> ChimeShape {
+        self.shape
+    }
+}
+
+impl<T: Transport> RangeIndex<T> for Chime {
+    const NAME: &'static str = "chime";
+
+    async fn create(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        Chime::create_shaped(c, cfg, ChimeShape::from_config(cfg)?).await
+    }
+
+    async fn open(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        Chime::open_shaped(c, cfg, ChimeShape::from_config(cfg)?).await
     }
 
     async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
@@ -412,7 +480,7 @@ impl<T: Transport> RangeIndex<T> for Chime {
         }
         // Keys sharing a prefix stay in one leaf and come back as whole groups; up to H of
         // them may sort before `from`, so ask for that many more, then order by full key.
-        let extra = self.tree.leaf.h;
+        let extra = if self.shape.kind.hopscotch { self.tree.leaf.h } else { self.tree.leaf.span };
         self.tree.scan(c, start, count.saturating_add(extra), true, None, &mut pairs).await?;
         let mut full = Vec::with_capacity(pairs.len());
         for (_, slot) in pairs {
@@ -487,5 +555,76 @@ impl<T: Transport> RangeIndex<T> for Chime {
 
     async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
         Ok(Some(self.tree.load_factor(c).await?))
+    }
+}
+
+/// The paper's enhanced Sherman baseline (§5.1): this code with every factor of the analysis off
+/// — sorted leaves read whole, fence keys, one metadata header, cache-line versions, the
+/// embedded lock and the CN-local lock table. `--option` may turn factors back on one by one
+/// (`hopscotch=1`, then `vacancy_piggyback=1`, …), which is Fig. 15's staircase.
+pub struct Sherman(Chime);
+
+impl Sherman {
+    /// The underlying tree.
+    pub fn tree(&self) -> &Chime {
+        &self.0
+    }
+}
+
+impl<T: Transport> RangeIndex<T> for Sherman {
+    const NAME: &'static str = "sherman";
+
+    async fn create(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        let shape = ChimeShape::from_config_with(cfg, true)?;
+        Ok(Sherman(Chime::create_shaped(c, cfg, shape).await?))
+    }
+
+    async fn open(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        let shape = ChimeShape::from_config_with(cfg, true)?;
+        Ok(Sherman(Chime::open_shaped(c, cfg, shape).await?))
+    }
+
+    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+        RangeIndex::<T>::search(&self.0, c, key).await
+    }
+
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        RangeIndex::<T>::insert(&self.0, c, key, value).await
+    }
+
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        RangeIndex::<T>::update(&self.0, c, key, value).await
+    }
+
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        RangeIndex::<T>::delete(&self.0, c, key).await
+    }
+
+    async fn scan(
+        &self,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        RangeIndex::<T>::scan(&self.0, c, from, count, out).await
+    }
+
+    async fn scan_range(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        RangeIndex::<T>::scan_range(&self.0, c, lo, hi, out).await
+    }
+
+    fn stats(&self) -> IndexStats {
+        RangeIndex::<T>::stats(&self.0)
+    }
+
+    async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
+        RangeIndex::<T>::load_factor(&self.0, c).await
     }
 }

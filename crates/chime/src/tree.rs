@@ -40,6 +40,8 @@ pub(crate) struct Tree {
     pub leaf: LeafLayout,
     pub inner: InternalLayout,
     pub root_slot: GlobalAddr,
+    /// Vacancy-bitmap piggybacking: off, the bitmap is READ separately after locking.
+    pub vacancy: bool,
     pub cache: NodeCache,
     /// The CN-local lock table.
     pub local_locks: Box<[futures::lock::Mutex<()>]>,
@@ -67,8 +69,18 @@ pub(crate) enum Probe<'a> {
     Full(&'a [u8]),
 }
 
+/// Where a validated READ of a leaf that lacks the key says the key lives.
+pub(crate) enum Where {
+    /// Nowhere: the leaf covers the key.
+    Absent,
+    /// Further right (half split).
+    Right(GlobalAddr),
+    /// The path was stale: drop the cached parent and start over.
+    Stale,
+}
+
 /// What an insert attempt on one leaf did.
-enum Attempt {
+pub(crate) enum Attempt {
     Done,
     /// Move right to this leaf (half split: the key is beyond this leaf's bound).
     Right(GlobalAddr),
@@ -94,7 +106,7 @@ impl Tree {
     /// Acquires a leaf's lock with one masked CAS that also returns the vacancy bitmap and argmax.
     /// The returned guard holds the CN-local lock: drop it right after the remote unlock, and
     /// never hold it while taking another lock (table slots are shared by hashing).
-    async fn lock_leaf<T: Transport>(
+    pub(crate) async fn lock_leaf<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: GlobalAddr,
@@ -103,13 +115,19 @@ impl Tree {
         loop {
             let old = c.masked_cas(self.lock_addr(leaf), 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
             if old & LOCK_BIT == 0 {
+                if !self.vacancy && self.leaf.kind.hopscotch {
+                    // Without piggybacking the lock CAS is used as a plain lock and the vacancy
+                    // bitmap costs its own READ (it shares the word here; the cost is the same).
+                    let w = c.read_word(self.lock_addr(leaf)).await? & !LOCK_BIT;
+                    return Ok((LockWord::decode(&self.leaf, w), guard));
+                }
                 return Ok((LockWord::decode(&self.leaf, old), guard));
             }
             self.retry();
         }
     }
 
-    async fn unlock_leaf<T: Transport>(
+    pub(crate) async fn unlock_leaf<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: GlobalAddr,
@@ -158,7 +176,7 @@ impl Tree {
     }
 
     /// READs slots `lo .. lo + n` of a leaf until the READ validates.
-    async fn read_slots<T: Transport>(
+    pub(crate) async fn read_slots<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: GlobalAddr,
@@ -256,7 +274,33 @@ impl Tree {
         }
     }
 
-    fn invalidate(&self, loc: &Located) {
+    /// Where `k`, absent from validated READ `buf` of a leaf reached through `loc`, lives:
+    /// sibling-based validation compares the sibling with the one the parent expects; with
+    /// fence keys (sibling-based validation off) the key must lie within them.
+    pub(crate) fn judge(&self, loc: &Located, buf: &LeafBuf, k: u64) -> Where {
+        let (sib, _) = buf.meta().expect("validated read has a replica");
+        if self.leaf.kind.fenced {
+            let (low, high) = buf.fences().expect("validated read has a replica");
+            return if (low..=high).contains(&k) {
+                Where::Absent
+            } else if loc.cached.is_none() && k > high && !sib.is_null() {
+                Where::Right(sib)
+            } else {
+                Where::Stale
+            };
+        }
+        if sib == loc.expected {
+            Where::Absent
+        } else if loc.cached.is_some() {
+            Where::Stale
+        } else if sib.is_null() {
+            Where::Absent
+        } else {
+            Where::Right(sib)
+        }
+    }
+
+    pub(crate) fn invalidate(&self, loc: &Located) {
         if let Some((low, addr)) = loc.cached {
             self.cache.invalidate(1, low, addr);
         }
@@ -266,7 +310,7 @@ impl Tree {
     /// The slot of the probed key in home `h`'s neighbourhood (loaded). With long keys, the
     /// blocks of entries sharing the prefix are read (immutable once published, so any READ
     /// of them is consistent with the validated leaf READ that named them).
-    async fn resolve<T: Transport>(
+    pub(crate) async fn resolve<T: Transport>(
         &self,
         c: &Client<T>,
         buf: &LeafBuf,
@@ -274,9 +318,16 @@ impl Tree {
         k: u64,
         probe: Probe<'_>,
     ) -> IndexResult<Option<usize>> {
-        let Probe::Full(full) = probe else { return Ok(buf.find(h, k)) };
-        for d in 0..self.leaf.h {
-            let i = (h + d) % self.leaf.span;
+        let sorted = !self.leaf.kind.hopscotch;
+        let Probe::Full(full) = probe else {
+            return Ok(if sorted { buf.sorted_search(k).ok() } else { buf.find(h, k) });
+        };
+        let slots: Vec<usize> = if sorted {
+            (0..buf.count()).collect()
+        } else {
+            (0..self.leaf.h).map(|d| (h + d) % self.leaf.span).collect()
+        };
+        for i in slots {
             if buf.key(i) != k {
                 continue;
             }
@@ -308,10 +359,11 @@ impl Tree {
         };
         hs.attempts.fetch_add(1, Ordering::Relaxed);
         let d0 = self.leaf.entry(slot);
-        let (p0, p1) = phys_range(d0, d0 + crate::layout::ENTRY);
+        let d1 = d0 + self.leaf.entry_len;
+        let (p0, p1) = phys_range(d0, d1);
         let raw = c.read_vec(leaf.add(p0 as u64), p1 - p0).await?;
         let mut buf = LeafBuf::new(self.leaf);
-        if buf.absorb(d0, d0 + crate::layout::ENTRY, &raw).is_ok() && buf.key(slot) == k {
+        if buf.absorb(d0, d1, &raw).is_ok() && buf.key(slot) == k {
             hs.hits.fetch_add(1, Ordering::Relaxed);
             hs.touch(leaf, slot, k);
             return Ok(Some(buf.value(slot)));
@@ -328,6 +380,9 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<Option<[u8; 8]>> {
         let (s, hh) = (self.leaf.span, self.leaf.h);
+        if !self.leaf.kind.hopscotch {
+            return self.sorted_search(c, k, probe).await;
+        }
         let h = home(k, s);
         'outer: loop {
             let loc = self.locate(c, k).await?;
@@ -337,7 +392,6 @@ impl Tree {
             }
             loop {
                 let buf = self.read_slots(c, cur, h, hh).await?;
-                let (sib, _) = buf.meta().expect("validated read has a replica");
                 if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
                     if let Some(hs) = &self.hotspots {
                         hs.touch(cur, i, k);
@@ -349,20 +403,43 @@ impl Tree {
                     self.retry();
                     continue;
                 }
-                if sib == loc.expected {
-                    return Ok(None);
+                match self.judge(&loc, &buf, k) {
+                    Where::Absent => return Ok(None),
+                    Where::Stale => {
+                        self.invalidate(&loc);
+                        continue 'outer;
+                    }
+                    // Half split: the key may have moved right.
+                    Where::Right(sib) => cur = sib,
                 }
-                if loc.cached.is_some() {
-                    self.invalidate(&loc);
-                    continue 'outer;
-                }
-                if sib.is_null() {
-                    return Ok(None);
-                }
-                // Half split: the key may have moved right.
-                cur = sib;
             }
         }
+    }
+
+    /// With fence keys: `None` if `k` lies within locked leaf `cur`'s fences, else what to do
+    /// next (the leaf is unlocked).
+    pub(crate) async fn outside_fences<T: Transport>(
+        &self,
+        c: &Client<T>,
+        loc: &Located,
+        cur: GlobalAddr,
+        buf: &LeafBuf,
+        lw: LockWord,
+        k: u64,
+    ) -> IndexResult<Option<Attempt>> {
+        let next = match self.judge(loc, buf, k) {
+            Where::Absent => return Ok(None),
+            Where::Right(sib) => {
+                self.retry();
+                Attempt::Right(sib)
+            }
+            Where::Stale => {
+                self.invalidate(loc);
+                Attempt::Restart
+            }
+        };
+        self.unlock_leaf(c, cur, lw).await?;
+        Ok(Some(next))
     }
 
     /// Whether `k` belongs to locked leaf `cur` although its sibling is not the expected one:
@@ -393,7 +470,7 @@ impl Tree {
     /// Physical bytes and addresses to WRITE for slots `lo .. lo + n`, plus the unlocking lock
     /// word, as (offset, bytes) pieces in write order. The lock word joins the last piece when
     /// it ends at the leaf's last slot.
-    fn write_plan(
+    pub(crate) fn write_plan(
         &self,
         buf: &LeafBuf,
         lo: usize,
@@ -419,7 +496,7 @@ impl Tree {
     }
 
     /// WRITEs pieces to a leaf in order, as one doorbell batch.
-    async fn write_pieces<T: Transport>(
+    pub(crate) async fn write_pieces<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: GlobalAddr,
@@ -456,7 +533,12 @@ impl Tree {
             let loc = self.locate(c, k).await?;
             let mut cur = loc.leaf;
             loop {
-                match self.insert_at(c, &loc, cur, k, v, probe).await? {
+                let attempt = if self.leaf.kind.hopscotch {
+                    self.insert_at(c, &loc, cur, k, v, probe).await?
+                } else {
+                    self.sorted_insert_at(c, &loc, cur, k, v, probe).await?
+                };
+                match attempt {
                     Attempt::Done => return Ok(()),
                     Attempt::Right(next) => cur = next,
                     Attempt::Restart => continue 'outer,
@@ -491,7 +573,11 @@ impl Tree {
         };
         let mut buf = self.read_slots(c, cur, lo, n).await?;
         let (sib, _) = buf.meta().expect("validated read has a replica");
-        if sib != loc.expected {
+        if self.leaf.kind.fenced {
+            if let Some(a) = self.outside_fences(c, loc, cur, &buf, lw, k).await? {
+                return Ok(a);
+            }
+        } else if sib != loc.expected {
             if loc.cached.is_some() {
                 self.unlock_leaf(c, cur, lw).await?;
                 self.invalidate(loc);
@@ -543,7 +629,7 @@ impl Tree {
     }
 
     /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.
-    fn leaf_image(&self, buf: &LeafBuf, lw: LockWord, bound: u64) -> Vec<u8> {
+    pub(crate) fn leaf_image(&self, buf: &LeafBuf, lw: LockWord, bound: u64) -> Vec<u8> {
         let mut out = Vec::new();
         cacheline::encode(&self.leaf, &buf.bytes, 0, self.leaf.decoded(), &mut out);
         out.resize(self.leaf.lock_offset(), 0);
@@ -597,8 +683,11 @@ impl Tree {
         }
         self.splits.fetch_add(1, Ordering::Relaxed);
         self.keys_at_split.fetch_add(all.len() as u64, Ordering::Relaxed);
-        let old_bound = self.read_bound(c, cur).await?;
         let (old_sib, _) = buf.meta().expect("whole leaf");
+        let (low, old_bound) = match buf.fences() {
+            Some(f) if self.leaf.kind.fenced => f,
+            _ => (0, self.read_bound(c, cur).await?),
+        };
         let right_addr = match c.alloc(self.leaf.alloc() as u64, 64).await {
             Ok(a) => a,
             Err(e) => {
@@ -619,6 +708,10 @@ impl Tree {
         right.rebuild_bitmaps();
         right.set_sibling(old_sib);
         buf.set_sibling(right_addr);
+        if self.leaf.kind.fenced {
+            right.set_fences(left_max + 1, old_bound);
+            buf.set_fences(low, left_max);
+        }
         buf.bump_node_version();
         let placed = if k <= left_max { buf.hop_insert(k, v) } else { right.hop_insert(k, v) };
         let lock_of = |b: &LeafBuf| LockWord {
@@ -692,7 +785,7 @@ impl Tree {
 
     /// Inserts separator `pivot` → `child` at `level` (Sherman-style up-propagation: lock, read,
     /// move right past a concurrent split, insert, split in turn if full, grow the root by CAS).
-    async fn insert_internal<T: Transport>(
+    pub(crate) async fn insert_internal<T: Transport>(
         &self,
         c: &Client<T>,
         mut level: u8,
@@ -806,6 +899,9 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<bool> {
         let (s, hh) = (self.leaf.span, self.leaf.h);
+        if !self.leaf.kind.hopscotch {
+            return self.sorted_modify(c, k, v, probe).await;
+        }
         let h = home(k, s);
         'outer: loop {
             let loc = self.locate(c, k).await?;
@@ -813,7 +909,6 @@ impl Tree {
             loop {
                 let (lw, _guard) = self.lock_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, h, hh).await?;
-                let (sib, _) = buf.meta().expect("validated read has a replica");
                 if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
                         hs.touch(cur, i, k);
@@ -835,15 +930,17 @@ impl Tree {
                     return Ok(true);
                 }
                 self.unlock_leaf(c, cur, lw).await?;
-                if sib == loc.expected || sib.is_null() {
-                    return Ok(false);
+                match self.judge(&loc, &buf, k) {
+                    Where::Absent => return Ok(false),
+                    Where::Stale => {
+                        self.invalidate(&loc);
+                        continue 'outer;
+                    }
+                    Where::Right(sib) => {
+                        self.retry();
+                        cur = sib;
+                    }
                 }
-                if loc.cached.is_some() {
-                    self.invalidate(&loc);
-                    continue 'outer;
-                }
-                self.retry();
-                cur = sib;
             }
         }
     }

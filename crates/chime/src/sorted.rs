@@ -1,0 +1,210 @@
+//! Sherman's sorted leaf (`hopscotch=0`, the all-off variant of the paper's factor analysis).
+//!
+//! # Layout
+//!
+//! One 26-byte header (version | valid | sibling | low fence | high fence), then `span` sorted
+//! 17-byte entries (version | key | value) packed from slot 0, then the lock word and the upper
+//! bound as in CHIME's leaf ([`crate::layout`]). Cache-line versions cover the header and
+//! entries exactly as in a hopscotch leaf.
+//!
+//! # Protocol
+//!
+//! Every operation READs the whole leaf (the read amplification CHIME removes). Readers check
+//! cache-line versions, one node-level version over all objects, and that the key lies within
+//! the fences (else the cached parent was stale, or a split moved the key right). Writers lock
+//! the leaf. An update rewrites one entry with its entry-level version bumped; an insert or a
+//! delete shifts entries, so it bumps the node-level version of every object and rewrites the
+//! whole leaf (unlocking it in the same WRITE): a reader that sees some old and some new lines
+//! sees two node-level versions and retries. A full leaf splits at its median; the new sibling
+//! is written before the old leaf points to it.
+
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_index::{IndexError, IndexResult};
+
+use crate::leaf::LeafBuf;
+use crate::tree::{Attempt, Located, Probe, Tree, Where};
+
+impl Tree {
+    /// Search: READ the whole leaf, validate, binary search.
+    pub(crate) async fn sorted_search<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+        probe: Probe<'_>,
+    ) -> IndexResult<Option<[u8; 8]>> {
+        'outer: loop {
+            let loc = self.locate(c, k).await?;
+            let mut cur = loc.leaf;
+            loop {
+                let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
+                if let Some(i) = self.resolve(c, &buf, 0, k, probe).await? {
+                    return Ok(Some(buf.value(i)));
+                }
+                match self.judge(&loc, &buf, k) {
+                    Where::Absent => return Ok(None),
+                    Where::Right(sib) => cur = sib,
+                    Where::Stale => {
+                        self.invalidate(&loc);
+                        continue 'outer;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One insert attempt on leaf `cur`: lock, READ it whole, update in place, shift-insert, or
+    /// split.
+    pub(crate) async fn sorted_insert_at<T: Transport>(
+        &self,
+        c: &Client<T>,
+        loc: &Located,
+        cur: GlobalAddr,
+        k: u64,
+        v: [u8; 8],
+        probe: Probe<'_>,
+    ) -> IndexResult<Attempt> {
+        let s = self.leaf.span;
+        let (lw, guard) = self.lock_leaf(c, cur).await?;
+        let mut buf = self.read_slots(c, cur, 0, s).await?;
+        if let Some(a) = self.outside_fences(c, loc, cur, &buf, lw, k).await? {
+            return Ok(a);
+        }
+        if let Some(i) = self.resolve(c, &buf, 0, k, probe).await? {
+            buf.set_entry(i, k, v);
+            buf.bump_ev(i);
+            let pieces = self.write_plan(&buf, i, 1, lw);
+            self.write_pieces(c, cur, &pieces).await?;
+            return Ok(Attempt::Done);
+        }
+        let at = buf.sorted_search(k).unwrap_or_else(|i| i);
+        if buf.count() < s {
+            buf.sorted_insert(at, k, v);
+            buf.bump_node_version();
+            let high = buf.fences().expect("whole leaf").1;
+            c.write(cur, &self.leaf_image(&buf, lw, high)).await?;
+            return Ok(Attempt::Done);
+        }
+        self.sorted_split(c, loc, cur, buf, at, (k, v), guard).await?;
+        Ok(Attempt::Done)
+    }
+
+    /// Splits full, locked leaf `cur` at the median of its keys and `kv` (placed at `at`); keys
+    /// sharing an 8-byte prefix stay together.
+    #[allow(clippy::too_many_arguments)]
+    async fn sorted_split<T: Transport>(
+        &self,
+        c: &Client<T>,
+        loc: &Located,
+        cur: GlobalAddr,
+        mut buf: LeafBuf,
+        at: usize,
+        kv: (u64, [u8; 8]),
+        guard: crate::tree::LocalGuard<'_>,
+    ) -> IndexResult<()> {
+        let s = self.leaf.span;
+        let lw = crate::layout::LockWord { locked: false, full: 0, argmax: 0 };
+        let mut all: Vec<(u64, [u8; 8])> = (0..s).map(|i| (buf.key(i), buf.value(i))).collect();
+        all.insert(at, kv);
+        let n = all.len();
+        let cut = (n / 2..n)
+            .chain((1..n / 2).rev())
+            .find(|&m| all[m - 1].0 != all[m].0)
+            .ok_or_else(|| {
+                IndexError::Full(format!(
+                    "all {n} keys of a leaf share the 8-byte prefix {:016x}",
+                    kv.0
+                ))
+            });
+        let cut = match cut {
+            Ok(m) => m,
+            Err(e) => {
+                self.unlock_leaf(c, cur, lw).await?;
+                return Err(e);
+            }
+        };
+        let right_addr = match c.alloc(self.leaf.alloc() as u64, 64).await {
+            Ok(a) => a,
+            Err(e) => {
+                self.unlock_leaf(c, cur, lw).await?;
+                return Err(e.into());
+            }
+        };
+        self.splits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.keys_at_split.fetch_add(s as u64, std::sync::atomic::Ordering::Relaxed);
+        let (sib, _) = buf.meta().expect("whole leaf");
+        let (low, high) = buf.fences().expect("whole leaf");
+        let left_max = all[cut - 1].0;
+        let mut right = LeafBuf::empty(self.leaf);
+        for (i, &(x, y)) in all[cut..].iter().enumerate() {
+            right.set_entry(i, x, y);
+        }
+        right.set_sibling(sib);
+        right.set_fences(left_max + 1, high);
+        for i in 0..s {
+            let (x, y) = all.get(i).filter(|_| i < cut).copied().unwrap_or((0, [0; 8]));
+            buf.set_entry(i, x, y);
+        }
+        buf.set_sibling(right_addr);
+        buf.set_fences(low, left_max);
+        buf.bump_node_version();
+        let right_img = self.leaf_image(&right, lw, high);
+        let left_img = self.leaf_image(&buf, lw, left_max);
+        if right_addr.node() == cur.node() {
+            c.batch(&mut [
+                BatchOp::Write { addr: right_addr, data: &right_img },
+                BatchOp::Write { addr: cur, data: &left_img },
+            ])
+            .await?;
+        } else {
+            c.write(right_addr, &right_img).await?;
+            c.write(cur, &left_img).await?;
+        }
+        drop(guard);
+        self.insert_internal(c, 1, left_max + 1, right_addr, loc.parent).await
+    }
+
+    /// Update (`Some(v)`: one entry rewritten) or delete (`None`: shift left, whole leaf
+    /// rewritten); returns whether the key existed.
+    pub(crate) async fn sorted_modify<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+        v: Option<[u8; 8]>,
+        probe: Probe<'_>,
+    ) -> IndexResult<bool> {
+        'outer: loop {
+            let loc = self.locate(c, k).await?;
+            let mut cur = loc.leaf;
+            loop {
+                let (lw, _guard) = self.lock_leaf(c, cur).await?;
+                let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
+                if let Some(i) = self.resolve(c, &buf, 0, k, probe).await? {
+                    match v {
+                        Some(v) => {
+                            buf.set_entry(i, k, v);
+                            buf.bump_ev(i);
+                            let pieces = self.write_plan(&buf, i, 1, lw);
+                            self.write_pieces(c, cur, &pieces).await?;
+                        }
+                        None => {
+                            buf.sorted_remove(i);
+                            buf.bump_node_version();
+                            let high = buf.fences().expect("whole leaf").1;
+                            c.write(cur, &self.leaf_image(&buf, lw, high)).await?;
+                        }
+                    }
+                    return Ok(true);
+                }
+                self.unlock_leaf(c, cur, lw).await?;
+                match self.judge(&loc, &buf, k) {
+                    Where::Absent => return Ok(false),
+                    Where::Right(sib) => cur = sib,
+                    Where::Stale => {
+                        self.invalidate(&loc);
+                        continue 'outer;
+                    }
+                }
+            }
+        }
+    }
+}
