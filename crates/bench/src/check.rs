@@ -14,6 +14,7 @@ use std::ops::Range;
 use anyhow::bail;
 use dmindex_check::{CheckStats, History};
 use dmindex_chime::{Chime, Sherman};
+use dmindex_index::rdwc::Rdwc;
 use dmindex_index::reference::LockedShards;
 use dmindex_index::{IndexConfig, RangeIndex};
 use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
@@ -76,8 +77,8 @@ pub struct SeedReport {
 pub fn check_seed(cfg: &CheckConfig, seed: u64) -> anyhow::Result<SeedReport> {
     match cfg.index.as_str() {
         "ref" => check_seed_with::<LockedShards>(cfg, seed),
-        "chime" => check_seed_with::<Chime>(cfg, seed),
-        "sherman" => check_seed_with::<Sherman>(cfg, seed),
+        "chime" => check_seed_with::<Rdwc<Chime>>(cfg, seed),
+        "sherman" => check_seed_with::<Rdwc<Sherman>>(cfg, seed),
         other => bail!("unknown index '{other}' (known: {})", crate::INDEXES.join(", ")),
     }
 }

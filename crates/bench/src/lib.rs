@@ -19,6 +19,7 @@ use dmindex_chime::{Chime, Sherman};
 use dmindex_fabric::exec::{run_on_threads, run_tasks};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric, Transport, VerbCounts};
+use dmindex_index::rdwc::Rdwc;
 use dmindex_index::reference::LockedShards;
 use dmindex_index::{IndexConfig, RangeIndex};
 use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
@@ -249,10 +250,11 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
     let ops = cfg.ops.unwrap_or_else(|| trace.as_ref().map_or(cfg.items, |t| t.len() as u64));
     let plan = Plan { format, spec, trace, ops };
     match (cfg.index.as_str(), cfg.transport) {
-        ("chime", TransportKind::Local) => run_local::<Chime>(cfg, &plan),
-        ("chime", TransportKind::Sim) => run_sim::<Chime>(cfg, &plan),
-        ("sherman", TransportKind::Local) => run_local::<Sherman>(cfg, &plan),
-        ("sherman", TransportKind::Sim) => run_sim::<Sherman>(cfg, &plan),
+        // RDWC is on for CHIME and its baselines, as in the paper (`--option rdwc=0` turns it off).
+        ("chime", TransportKind::Local) => run_local::<Rdwc<Chime>>(cfg, &plan),
+        ("chime", TransportKind::Sim) => run_sim::<Rdwc<Chime>>(cfg, &plan),
+        ("sherman", TransportKind::Local) => run_local::<Rdwc<Sherman>>(cfg, &plan),
+        ("sherman", TransportKind::Sim) => run_sim::<Rdwc<Sherman>>(cfg, &plan),
         ("ref", TransportKind::Local) => run_local::<LockedShards>(cfg, &plan),
         ("ref", TransportKind::Sim) => run_sim::<LockedShards>(cfg, &plan),
         (other, _) => bail!("unknown index '{other}' (known: {})", INDEXES.join(", ")),

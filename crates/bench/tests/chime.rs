@@ -257,3 +257,21 @@ fn factor_staircase_with_crashes() {
         run(&format!("factor_staircase step {i}"), cfg, 0..40);
     }
 }
+
+/// RDWC under fire: a handful of hot keys, eight clients per compute node, so searches and
+/// writes of one key constantly queue behind a leader on each CN (a mutation that hands a
+/// leader's result to clients that arrived mid-flight is caught here).
+#[test]
+fn rdwc_hot_keys_stay_linearizable() {
+    for index in ["chime", "sherman"] {
+        let cfg = CheckConfig {
+            index: index.into(),
+            index_options: opts(8, 4, 4),
+            keys: 6,
+            clients: 24,
+            ops_per_client: 40,
+            ..CheckConfig::default()
+        };
+        run(&format!("rdwc_hot_keys {index}"), cfg, 0..30);
+    }
+}

@@ -31,6 +31,7 @@ use dmindex_fabric::{Client, FabricError, Transport};
 
 pub mod cacheline;
 pub mod hash;
+pub mod rdwc;
 pub mod reference;
 
 /// What can go wrong in an index operation.

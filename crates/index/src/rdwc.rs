@@ -1,0 +1,520 @@
+//! Read delegation and write combining (RDWC, from SMART; used by CHIME and its baselines).
+//!
+//! # What it does
+//!
+//! Clients of one compute node that work on the same key at the same time share remote work:
+//! * **Read delegation** — searches of one key queue behind one *leader*, which does the
+//!   remote search and hands its result to them.
+//! * **Write combining** — updates (or upserts) of one key queue likewise; the leader writes
+//!   the latest queued value once and every queued writer returns.
+//!
+//! # Why it stays linearizable
+//!
+//! A client never takes the result of a remote operation that began before it arrived (that
+//! result may predate a write completed before the client was invoked). Clients that arrive
+//! while a leader is busy form the *next* batch; when the leader finishes, the earliest of them
+//! becomes the next leader and performs a fresh remote operation for the whole batch. Every
+//! member of a batch is invoked before that operation starts and returns after it ends, so all
+//! of them linearize at its linearization point: readers see its value; combined writers
+//! linearize in arrival order immediately before the leader's write of the latest value, each
+//! overwritten at once (so they need no remote write of their own). Updates and upserts are
+//! batched separately, so every member's return value is the remote operation's.
+//!
+//! A leader whose operation fails, or that is dropped (a crashed client), sends its batch back
+//! to do their own operations, and the next waiting batch still gets a leader.
+//!
+//! # Table
+//!
+//! Keys hash into [`SLOTS`] slots; a slot lists the keys with a leader in flight and the batch
+//! waiting behind each. Locks are held only to edit those lists, never across a verb.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use dmindex_fabric::{Client, Transport};
+use futures::channel::oneshot;
+
+use crate::hash::hash_bytes;
+use crate::{IndexConfig, IndexResult, IndexStats, Pair, RangeIndex};
+
+/// Slots per compute node.
+pub const SLOTS: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Read,
+    Insert,
+    Update,
+}
+
+/// A finished operation's result, as handed to a batch.
+#[derive(Clone, Debug)]
+enum Out {
+    Read(Option<Vec<u8>>),
+    Insert,
+    Update(bool),
+}
+
+enum Msg {
+    /// Lead the batch: these waiters (arrival order) follow.
+    Lead(Vec<Waiter>),
+    /// The batch's operation finished with this.
+    Done(Out),
+    /// Do your own operation.
+    Retry,
+}
+
+struct Waiter {
+    value: Vec<u8>,
+    tx: oneshot::Sender<Msg>,
+}
+
+struct Active {
+    key: Vec<u8>,
+    kind: Kind,
+    /// The next batch, in arrival order.
+    waiting: Vec<Waiter>,
+}
+
+/// What a client does after joining.
+enum Role<'a> {
+    Lead(Ticket<'a>),
+    Done(Out),
+}
+
+/// A leader's duty: report to its followers and hand the key on, even if dropped midway.
+struct Ticket<'a> {
+    table: &'a Table,
+    slot: usize,
+    key: Vec<u8>,
+    kind: Kind,
+    followers: Vec<Waiter>,
+    /// The value to write (the latest deposited).
+    value: Vec<u8>,
+    out: Option<Out>,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        for f in self.followers.drain(..) {
+            let msg = match &self.out {
+                Some(o) => Msg::Done(o.clone()),
+                None => Msg::Retry,
+            };
+            let _ = f.tx.send(msg);
+        }
+        let mut slot = self.table.slots[self.slot].lock().unwrap_or_else(|e| e.into_inner());
+        let Some(at) = slot.iter().position(|a| a.kind == self.kind && a.key == self.key) else {
+            return;
+        };
+        let mut next = std::mem::take(&mut slot[at].waiting);
+        while !next.is_empty() {
+            let first = next.remove(0);
+            match first.tx.send(Msg::Lead(next)) {
+                Ok(()) => return,
+                // That client is gone (crashed): offer the lead to the next one.
+                Err(Msg::Lead(rest)) => next = rest,
+                Err(_) => unreachable!("a Lead message comes back as sent"),
+            }
+        }
+        slot.swap_remove(at);
+    }
+}
+
+/// A compute node's RDWC table.
+pub struct Table {
+    slots: Box<[Mutex<Vec<Active>>]>,
+    reads: AtomicU64,
+    delegated: AtomicU64,
+    writes: AtomicU64,
+    combined: AtomicU64,
+}
+
+impl Default for Table {
+    fn default() -> Table {
+        Table {
+            slots: (0..SLOTS).map(|_| Mutex::new(Vec::new())).collect(),
+            reads: AtomicU64::new(0),
+            delegated: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            combined: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Table {
+    /// Joins the batch for (`key`, `kind`) depositing `value`: lead it, or get its result.
+    async fn join(&self, key: &[u8], kind: Kind, value: &[u8]) -> Role<'_> {
+        let slot = (hash_bytes(key) % SLOTS as u64) as usize;
+        loop {
+            let rx = {
+                let mut s = self.slots[slot].lock().unwrap_or_else(|e| e.into_inner());
+                match s.iter_mut().find(|a| a.kind == kind && a.key == key) {
+                    None => {
+                        s.push(Active { key: key.to_vec(), kind, waiting: Vec::new() });
+                        return Role::Lead(self.ticket(slot, key, kind, Vec::new(), value));
+                    }
+                    Some(a) => {
+                        let (tx, rx) = oneshot::channel();
+                        a.waiting.push(Waiter { value: value.to_vec(), tx });
+                        rx
+                    }
+                }
+            };
+            match rx.await {
+                Ok(Msg::Done(out)) => return Role::Done(out),
+                Ok(Msg::Lead(followers)) => {
+                    return Role::Lead(self.ticket(slot, key, kind, followers, value))
+                }
+                Ok(Msg::Retry) | Err(_) => continue,
+            }
+        }
+    }
+
+    fn ticket(
+        &self,
+        slot: usize,
+        key: &[u8],
+        kind: Kind,
+        followers: Vec<Waiter>,
+        own: &[u8],
+    ) -> Ticket<'_> {
+        let value = followers.last().map_or(own, |w| &w.value).to_vec();
+        Ticket { table: self, slot, key: key.to_vec(), kind, followers, value, out: None }
+    }
+}
+
+/// Index `I` with RDWC on each compute node's handle (option `rdwc=0` turns it off).
+pub struct Rdwc<I> {
+    inner: I,
+    table: Option<Table>,
+}
+
+impl<I> Rdwc<I> {
+    /// The wrapped index.
+    pub fn inner(&self) -> &I {
+        &self.inner
+    }
+
+    /// Strips the `rdwc` option from `cfg`; returns whether RDWC is on (default) and the rest.
+    fn options(cfg: &IndexConfig) -> IndexResult<(bool, IndexConfig)> {
+        let mut on = true;
+        let mut rest = cfg.clone();
+        rest.extra.clear();
+        for (k, v) in &cfg.extra {
+            if k == "rdwc" {
+                on = match v.as_str() {
+                    "0" => false,
+                    "1" => true,
+                    _ => {
+                        return Err(crate::IndexError::Config(format!(
+                            "option rdwc={v}: use 0 or 1"
+                        )))
+                    }
+                };
+            } else {
+                rest.extra.push((k.clone(), v.clone()));
+            }
+        }
+        Ok((on, rest))
+    }
+
+    fn wrap(inner: I, on: bool) -> Rdwc<I> {
+        Rdwc { inner, table: on.then(Table::default) }
+    }
+}
+
+impl<T: Transport, I: RangeIndex<T>> RangeIndex<T> for Rdwc<I> {
+    const NAME: &'static str = I::NAME;
+
+    async fn create(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        let (on, cfg) = Self::options(cfg)?;
+        Ok(Self::wrap(I::create(c, &cfg, cn).await?, on))
+    }
+
+    async fn open(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        let (on, cfg) = Self::options(cfg)?;
+        Ok(Self::wrap(I::open(c, &cfg, cn).await?, on))
+    }
+
+    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+        let Some(t) = &self.table else { return self.inner.search(c, key).await };
+        t.reads.fetch_add(1, Ordering::Relaxed);
+        match t.join(key, Kind::Read, &[]).await {
+            Role::Done(Out::Read(v)) => {
+                t.delegated.fetch_add(1, Ordering::Relaxed);
+                Ok(v)
+            }
+            Role::Done(_) => unreachable!("read batches get read results"),
+            Role::Lead(mut ticket) => {
+                let v = self.inner.search(c, key).await?;
+                ticket.out = Some(Out::Read(v.clone()));
+                Ok(v)
+            }
+        }
+    }
+
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        let Some(t) = &self.table else { return self.inner.insert(c, key, value).await };
+        t.writes.fetch_add(1, Ordering::Relaxed);
+        match t.join(key, Kind::Insert, value).await {
+            Role::Done(_) => {
+                t.combined.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Role::Lead(mut ticket) => {
+                self.inner.insert(c, key, &ticket.value).await?;
+                ticket.out = Some(Out::Insert);
+                Ok(())
+            }
+        }
+    }
+
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        let Some(t) = &self.table else { return self.inner.update(c, key, value).await };
+        t.writes.fetch_add(1, Ordering::Relaxed);
+        match t.join(key, Kind::Update, value).await {
+            Role::Done(Out::Update(existed)) => {
+                t.combined.fetch_add(1, Ordering::Relaxed);
+                Ok(existed)
+            }
+            Role::Done(_) => unreachable!("update batches get update results"),
+            Role::Lead(mut ticket) => {
+                let existed = self.inner.update(c, key, &ticket.value).await?;
+                ticket.out = Some(Out::Update(existed));
+                Ok(existed)
+            }
+        }
+    }
+
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        self.inner.delete(c, key).await
+    }
+
+    async fn scan(
+        &self,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        self.inner.scan(c, from, count, out).await
+    }
+
+    async fn scan_range(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        self.inner.scan_range(c, lo, hi, out).await
+    }
+
+    fn stats(&self) -> IndexStats {
+        let mut s = self.inner.stats();
+        if let Some(t) = &self.table {
+            s.extra.extend([
+                ("rdwc_reads", t.reads.load(Ordering::Relaxed)),
+                ("rdwc_reads_delegated", t.delegated.load(Ordering::Relaxed)),
+                ("rdwc_writes", t.writes.load(Ordering::Relaxed)),
+                ("rdwc_writes_combined", t.combined.load(Ordering::Relaxed)),
+            ]);
+        }
+        s
+    }
+
+    async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
+        self.inner.load_factor(c).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::{Cell, RefCell};
+    use std::future::Future;
+    use std::pin::Pin;
+
+    use dmindex_fabric::exec::{run_tasks, yield_now};
+    use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+
+    use super::*;
+
+    /// One key's value in a cell; searches and updates wait at a gate after taking effect, so
+    /// a test decides what arrives while they are in flight.
+    #[derive(Default)]
+    struct Gated {
+        value: Cell<u8>,
+        gate: Cell<bool>,
+        searches: Cell<u32>,
+        updates: RefCell<Vec<u8>>,
+    }
+
+    impl Gated {
+        async fn wait(&self) {
+            while !self.gate.get() {
+                yield_now().await;
+            }
+        }
+    }
+
+    impl<T: Transport> RangeIndex<T> for Gated {
+        const NAME: &'static str = "gated";
+        async fn create(_: &Client<T>, _: &IndexConfig, _: u16) -> IndexResult<Self> {
+            Ok(Gated::default())
+        }
+        async fn open(_: &Client<T>, _: &IndexConfig, _: u16) -> IndexResult<Self> {
+            Ok(Gated::default())
+        }
+        async fn search(&self, _: &Client<T>, _: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+            let v = self.value.get();
+            self.searches.set(self.searches.get() + 1);
+            self.wait().await;
+            Ok(Some(vec![v]))
+        }
+        async fn insert(&self, _: &Client<T>, _: &[u8], _: &[u8]) -> IndexResult<()> {
+            Ok(())
+        }
+        async fn update(&self, _: &Client<T>, _: &[u8], v: &[u8]) -> IndexResult<bool> {
+            self.value.set(v[0]);
+            self.updates.borrow_mut().push(v[0]);
+            self.wait().await;
+            Ok(true)
+        }
+        async fn delete(&self, _: &Client<T>, _: &[u8]) -> IndexResult<bool> {
+            Ok(false)
+        }
+        async fn scan(
+            &self,
+            _: &Client<T>,
+            _: &[u8],
+            _: usize,
+            _: &mut Vec<Pair>,
+        ) -> IndexResult<()> {
+            Ok(())
+        }
+    }
+
+    type Task<'a> = Pin<Box<dyn Future<Output = Option<Vec<u8>>> + 'a>>;
+
+    async fn spin(n: usize) {
+        for _ in 0..n {
+            yield_now().await;
+        }
+    }
+
+    /// A search that arrives while a leader's read is in flight must not take that read's
+    /// result: a write completed before it arrived would be lost to it.
+    #[test]
+    fn a_late_reader_never_takes_an_older_read() {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let c = f.client(0).unwrap();
+        let t = Rdwc::wrap(Gated::default(), true);
+        let (t, c) = (&t, &c);
+        let key = b"k".as_slice();
+        let tasks: Vec<Task<'_>> = vec![
+            // The leader reads 0 and stays in flight.
+            Box::pin(async move { t.search(c, key).await.unwrap() }),
+            // Then a write completes and a second reader arrives; later the gate opens.
+            Box::pin(async move {
+                spin(3).await;
+                t.inner.value.set(7);
+                let fut = t.search(c, key);
+                fut.await.unwrap()
+            }),
+            Box::pin(async move {
+                spin(10).await;
+                t.inner.gate.set(true);
+                None
+            }),
+        ];
+        let out = run_tasks(tasks);
+        assert_eq!(out[0], Some(vec![0]));
+        assert_eq!(
+            out[1],
+            Some(vec![7]),
+            "the late reader saw a value older than a completed write"
+        );
+        assert_eq!(t.inner.searches.get(), 2);
+    }
+
+    /// Readers that queue behind one in-flight read share the next one; writers that queue
+    /// behind one update are combined into one update of the latest value.
+    #[test]
+    fn queued_readers_share_and_queued_writers_combine() {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let c = f.client(0).unwrap();
+        let t = Rdwc::wrap(Gated::default(), true);
+        let (t, c) = (&t, &c);
+        let key = b"k".as_slice();
+        let mut tasks: Vec<Task<'_>> =
+            vec![Box::pin(async move { t.search(c, key).await.unwrap() })];
+        for i in 0..5 {
+            tasks.push(Box::pin(async move {
+                spin(2 + i).await;
+                t.search(c, key).await.unwrap()
+            }));
+        }
+        tasks.push(Box::pin(async move {
+            t.update(c, key, &[1]).await.unwrap();
+            None
+        }));
+        for v in 2..=4u8 {
+            tasks.push(Box::pin(async move {
+                spin(v as usize).await;
+                assert!(t.update(c, key, &[v]).await.unwrap());
+                None
+            }));
+        }
+        tasks.push(Box::pin(async move {
+            spin(20).await;
+            t.inner.gate.set(true);
+            None
+        }));
+        run_tasks(tasks);
+        assert_eq!(t.inner.searches.get(), 2, "six readers, two remote reads");
+        assert_eq!(*t.inner.updates.borrow(), vec![1, 4], "the batch writes its latest value");
+        let s = RangeIndex::<dmindex_fabric::local::LocalTransport>::stats(t);
+        let get = |n: &str| s.extra.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
+        assert_eq!(get("rdwc_reads_delegated"), Some(4));
+        assert_eq!(get("rdwc_writes_combined"), Some(2));
+    }
+
+    /// A leader that is dropped midway (a crashed client) sends its batch off to retry, and the
+    /// key is free again.
+    #[test]
+    fn a_dropped_leader_releases_its_batch() {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let c = f.client(0).unwrap();
+        let t = Rdwc::wrap(Gated::default(), true);
+        let (t, c) = (&t, &c);
+        let key = b"k".as_slice();
+        let tasks: Vec<Task<'_>> = vec![
+            Box::pin(async move {
+                // Lead, then give up before the gate opens.
+                let lead = t.search(c, key);
+                futures::pin_mut!(lead);
+                for _ in 0..5 {
+                    if futures::poll!(lead.as_mut()).is_ready() {
+                        panic!("the gate is closed");
+                    }
+                    yield_now().await;
+                }
+                None
+            }),
+            Box::pin(async move {
+                spin(2).await;
+                t.search(c, key).await.unwrap()
+            }),
+            Box::pin(async move {
+                spin(12).await;
+                t.inner.gate.set(true);
+                None
+            }),
+        ];
+        let out = run_tasks(tasks);
+        assert_eq!(out[1], Some(vec![0]));
+        assert_eq!(t.inner.searches.get(), 2);
+        assert!(t.table.as_ref().unwrap().slots.iter().all(|s| s.lock().unwrap().is_empty()));
+    }
+}
