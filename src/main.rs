@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench_cmd;
+mod experiment_cmd;
 mod fabric_bench;
 mod sim_bench;
 
@@ -24,6 +25,8 @@ enum Command {
     /// Run mixed workloads on the simulator with torn reads, delays and crashes, and check every
     /// history for linearizability.
     Check(bench_cmd::CheckArgs),
+    /// Reproduce the CHIME paper's figures on the simulated testbed: JSON reports and SVG charts.
+    Experiment(experiment_cmd::Args),
     /// Measure the cost of each verb on the in-process (local) transport.
     FabricBench(fabric_bench::Args),
     /// Run a mixed READ/WRITE/CAS load on the deterministic simulator and report virtual-time
@@ -36,6 +39,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(args) => bench_cmd::bench(&args),
         Command::Check(args) => bench_cmd::check(&args),
+        Command::Experiment(args) => experiment_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::FabricBench(args) => fabric_bench::run(&args).map(|()| ExitCode::SUCCESS),
         Command::SimBench(args) => sim_bench::run(&args).map(|()| ExitCode::SUCCESS),
     };

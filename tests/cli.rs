@@ -282,3 +282,66 @@ fn chime_takes_long_keys_and_refuses_prefix_overflow_clearly() {
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn experiment_writes_json_and_svg_and_refuses_unknown_names() {
+    let out = dmindex(&["experiment", "--list"]);
+    assert!(out.status.success());
+    let list = String::from_utf8_lossy(&out.stdout);
+    for name in ["load-factor", "ycsb", "factors", "speculative", "span", "hotspot"] {
+        assert!(list.contains(name), "{list}");
+    }
+    let dir = std::env::temp_dir().join(format!("dmindex-exp-{}", std::process::id()));
+    let d = dir.to_str().unwrap();
+    let out = dmindex(&[
+        "experiment",
+        "hotspot",
+        "--items",
+        "3000",
+        "--ops",
+        "3000",
+        "--cns",
+        "2",
+        "--peak-clients",
+        "2",
+        "--out",
+        d,
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("hotspot.json")).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    // No buffer, no speculation; a buffer speculates on hot keys.
+    let spec = |r: &serde_json::Value| r["report"]["index_stats"]["speculative_reads"].as_u64();
+    assert_eq!(spec(&runs[0]), Some(0));
+    assert!(spec(&runs[2]).unwrap() > 0);
+    for f in ["hotspot-throughput.svg", "hotspot-hit-ratio.svg"] {
+        let svg = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("<polyline"), "{f}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dmindex(&["experiment", "fig99"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown experiment 'fig99'"));
+}
+
+#[test]
+fn sherman_and_factor_options_run_and_bad_factors_are_refused() {
+    for opts in [&["--index", "sherman"][..], &["--index", "sherman", "--option", "hopscotch=1"]] {
+        let mut args =
+            vec!["bench", "--items", "3000", "--ops", "3000", "--workload", "a", "--json"];
+        args.extend_from_slice(opts);
+        let out = dmindex(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v = json(&out);
+        assert!(v["index_stats"]["rdwc_writes"].as_u64().unwrap() > 0, "RDWC is on by default");
+    }
+    let out =
+        dmindex(&["bench", "--index", "sherman", "--option", "speculative=1", "--items", "10"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs hopscotch leaves"));
+    let out = dmindex(&["bench", "--index", "chime", "--option", "rdwc=2", "--items", "10"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rdwc=2"));
+}

@@ -7,6 +7,8 @@
 //! recorded histories for linearizability.
 
 pub mod check;
+pub mod experiment;
+pub mod plot;
 pub mod runner;
 
 use std::cell::RefCell;

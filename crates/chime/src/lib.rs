@@ -27,6 +27,14 @@
 //!   a remote parent, a mismatch means a half split: the reader follows sibling pointers until it
 //!   finds the key or a leaf whose sibling is the expected one.
 //!
+//! ## Factors, and Sherman as all of them off
+//!
+//! Each technique can be turned off (options `hopscotch`, `vacancy_piggyback`,
+//! `metadata_replication`, `sibling_validation`, `speculative`; the paper's Fig. 15) and
+//! [`Sherman`] starts with all of them off: sorted leaves read whole ([`sorted`]). Leaf layouts
+//! follow [`layout::LeafKind`]; the remote ones are recorded in the descriptor, so a tree is
+//! always opened with the kind it was created with.
+//!
 //! ## Where we differ from the reference code, and why
 //!
 //! * **Deletes** exist (the reference has none): the entry is cleared, its home's bitmap bit and
@@ -71,7 +79,7 @@ pub mod hotspot;
 pub mod internal;
 pub mod layout;
 pub mod leaf;
-mod sorted;
+pub mod sorted;
 mod tree;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -102,6 +110,8 @@ pub struct ChimeShape {
     pub vacancy: bool,
     /// … and hotness-aware speculative reads (CN-side choices, not part of the remote shape).
     pub speculative: bool,
+    /// Bytes of the hotspot buffer (default 30 % of the cache budget, as the paper's 30 of 100 MB).
+    pub hotspot_bytes: Option<u64>,
 }
 
 /// The ablation options, in the order the paper adds them to Sherman.
@@ -124,6 +134,7 @@ impl ChimeShape {
             kind: LeafKind::CHIME,
             vacancy: true,
             speculative: false,
+            hotspot_bytes: None,
         };
         // Factors as given; the unset ones follow the index (all on for chime except
         // speculative reads, all off for sherman and whenever the leaf is sorted).
@@ -148,9 +159,14 @@ impl ChimeShape {
                 "metadata_replication" | "replication" => flag(&mut f, 2)?,
                 "sibling_validation" | "sbv" => flag(&mut f, 3)?,
                 "speculative" => flag(&mut f, 4)?,
+                "hotspot_mb" => {
+                    shape.hotspot_bytes = Some(n as u64 * MIB);
+                    f[4] = Some(f[4].unwrap_or(true) && n > 0);
+                }
                 other => {
                     return Err(IndexError::Config(format!(
-                        "unknown CHIME option '{other}' (known: span, h, internal_span, {})",
+                        "unknown CHIME option '{other}' (known: span, h, internal_span, \
+                         hotspot_mb, {})",
                         FACTORS.join(", ")
                     )))
                 }
@@ -223,6 +239,7 @@ impl ChimeShape {
 }
 
 const DESCRIPTOR_MAGIC: u64 = 0x62;
+const MIB: u64 = 1 << 20;
 
 /// Largest indirect value.
 pub const MAX_INDIRECT: usize = 1 << 16;
@@ -251,22 +268,21 @@ struct Block {
 
 impl Chime {
     fn new(cfg: &IndexConfig, shape: ChimeShape) -> Chime {
+        let hotspot = match (shape.speculative, shape.hotspot_bytes) {
+            (false, _) => 0,
+            (true, Some(b)) => b.min(cfg.cache_bytes),
+            (true, None) => cfg.cache_bytes * 3 / 10,
+        };
         Chime {
             tree: Tree {
                 leaf: LeafLayout::with_kind(shape.span, shape.h, shape.kind).expect("checked"),
                 vacancy: shape.vacancy,
                 inner: InternalLayout { span: shape.internal_span },
                 root_slot: mn::root_slot(cfg.root_slot),
-                // With speculative reads, 30 % of the budget is the hotspot buffer (as the paper:
-                // 30 MB of 100 MB) and the node cache gets the rest.
-                cache: NodeCache::new(if shape.speculative {
-                    cfg.cache_bytes - cfg.cache_bytes * 3 / 10
-                } else {
-                    cfg.cache_bytes
-                }),
-                hotspots: shape
-                    .speculative
-                    .then(|| hotspot::Hotspots::new(cfg.cache_bytes * 3 / 10)),
+                // With speculative reads the hotspot buffer is carved from the cache budget and
+                // the node cache gets the rest.
+                cache: NodeCache::new(cfg.cache_bytes.saturating_sub(hotspot)),
+                hotspots: shape.speculative.then(|| hotspot::Hotspots::new(hotspot)),
                 local_locks: (0..tree::LOCAL_LOCKS)
                     .map(|_| futures::lock::Mutex::new(()))
                     .collect(),

@@ -1,0 +1,78 @@
+//! `dmindex experiment`: the paper's figures on the simulated CHIME testbed.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::bail;
+use dmindex_bench::experiment::{run_experiment, Scale, EXPERIMENTS};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Experiment to run (load-factor, ycsb, cache, factors, speculative, span, neighbourhood,
+    /// hotspot) or `all`; `--list` describes them.
+    #[arg(required_unless_present = "list")]
+    name: Option<String>,
+    /// List the experiments and the figures they reproduce.
+    #[arg(long)]
+    list: bool,
+    /// Directory for the JSON reports and SVG charts.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Items loaded before each run phase.
+    #[arg(long, default_value_t = Scale::default().items)]
+    items: u64,
+    /// Operations per run phase.
+    #[arg(long, default_value_t = Scale::default().ops)]
+    ops: u64,
+    /// Compute nodes.
+    #[arg(long, default_value_t = Scale::default().cns)]
+    cns: u16,
+    /// Clients per CN along throughput–latency curves (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = Scale::default().clients)]
+    clients: Vec<usize>,
+    /// Clients per CN for single-point comparisons (factor and sensitivity analyses).
+    #[arg(long, default_value_t = Scale::default().peak_clients)]
+    peak_clients: usize,
+    /// Coroutines per client.
+    #[arg(long, default_value_t = Scale::default().coroutines)]
+    coroutines: usize,
+    /// Simulator seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    if args.list {
+        for (name, what) in EXPERIMENTS {
+            println!("{name:<14} {what}");
+        }
+        return Ok(());
+    }
+    let name = args.name.as_deref().unwrap_or_default();
+    if args.items == 0 || args.ops == 0 || args.cns == 0 || args.coroutines == 0 {
+        bail!("--items, --ops, --cns and --coroutines must be positive");
+    }
+    if args.clients.is_empty() || args.clients.contains(&0) || args.peak_clients == 0 {
+        bail!("client counts must be positive");
+    }
+    let scale = Scale {
+        items: args.items,
+        ops: args.ops,
+        cns: args.cns,
+        clients: args.clients.clone(),
+        peak_clients: args.peak_clients,
+        coroutines: args.coroutines,
+        seed: args.seed,
+    };
+    let names: Vec<&str> =
+        if name == "all" { EXPERIMENTS.iter().map(|e| e.0).collect() } else { vec![name] };
+    for n in names {
+        let t = Instant::now();
+        let out = run_experiment(n, &scale, &args.out, |line| eprintln!("{line}"))?;
+        println!("{n}: {} runs in {:.1} s", out.runs.len(), t.elapsed().as_secs_f64());
+        for f in &out.files {
+            println!("  wrote {}", f.display());
+        }
+    }
+    Ok(())
+}
