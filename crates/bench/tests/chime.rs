@@ -131,6 +131,18 @@ fn chime_long_keys_sharing_prefixes_with_crashes() {
 /// nodes, every history checked. Timestamps come from one monotonic clock.
 #[test]
 fn chime_on_local_threads_is_linearizable() {
+    on_local_threads::<dmindex_index::rdwc::Rdwc<dmindex_chime::Chime>>();
+}
+
+#[test]
+fn sherman_on_local_threads_is_linearizable() {
+    on_local_threads::<dmindex_index::rdwc::Rdwc<dmindex_chime::Sherman>>();
+}
+
+fn on_local_threads<I>()
+where
+    I: dmindex_index::RangeIndex<dmindex_fabric::local::LocalTransport> + Sync,
+{
     use dmindex_bench::runner::{self, TaskEnv};
     use dmindex_check::History;
     use dmindex_fabric::exec::{run_on_threads, run_tasks};
@@ -151,10 +163,9 @@ fn chime_on_local_threads_is_linearizable() {
         let cfg =
             IndexConfig { extra: opts(8, 4, 4), expected_items: 64, ..IndexConfig::default() };
         let setup = f.client(0).unwrap();
-        run_tasks([dmindex_chime::Chime::create(&setup, &cfg, 0)]).remove(0).unwrap();
-        let handles: Vec<dmindex_chime::Chime> = (0..2)
-            .map(|cn| run_tasks([dmindex_chime::Chime::open(&setup, &cfg, cn)]).remove(0).unwrap())
-            .collect();
+        run_tasks([I::create(&setup, &cfg, 0)]).remove(0).unwrap();
+        let handles: Vec<I> =
+            (0..2).map(|cn| run_tasks([I::open(&setup, &cfg, cn)]).remove(0).unwrap()).collect();
         let history = History::new();
         let start = std::time::Instant::now();
         let now = move || start.elapsed().as_nanos() as u64;
