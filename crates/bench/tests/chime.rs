@@ -147,7 +147,7 @@ where
     use dmindex_check::History;
     use dmindex_fabric::exec::{run_on_threads, run_tasks};
     use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
-    use dmindex_index::{IndexConfig, RangeIndex};
+    use dmindex_index::IndexConfig;
     use indicatif::ProgressBar;
     use rand_chacha::ChaCha8Rng;
     use rand_core::{RngCore, SeedableRng};
