@@ -1,0 +1,19 @@
+//! # dmindex over OpenUCX: the `ucx` transport and the memnode server
+//!
+//! Memory nodes run `dmindex memnode`: a pool allocated by UCX, a progress loop, and a TCP
+//! control port ([`proto`]). Compute nodes connect with [`transport::UcxFabric`] and issue
+//! verbs as UCX RMA and atomics (RDMA verbs on real NICs; TCP or shared memory here).
+//!
+//! Only [`proto`] (the control protocol) builds without the `ucx` cargo feature; the rest links
+//! libucp (Debian's libucx-dev 1.13.1, found with pkg-config). See `docs/ucx.md`.
+
+pub mod proto;
+
+#[cfg(feature = "ucx")]
+pub mod server;
+#[cfg(feature = "ucx")]
+pub mod sys;
+#[cfg(feature = "ucx")]
+pub mod transport;
+#[cfg(feature = "ucx")]
+pub mod ucp;

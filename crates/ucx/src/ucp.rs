@@ -1,0 +1,350 @@
+//! Safe wrappers over [`crate::sys`]: context, worker, endpoint, remote key, UCX-allocated pool,
+//! and request completion.
+//!
+//! Ownership mirrors UCX's rules: a [`Worker`] owns its context; endpoints and remote keys must
+//! be dropped before their worker (callers hold them in fields declared before it).
+
+use std::ffi::{c_void, CStr};
+use std::ptr;
+
+use crate::sys::*;
+
+/// A UCX call that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: {message} (UCX status {status})")]
+pub struct UcxError {
+    pub what: &'static str,
+    pub status: i8,
+    pub message: String,
+}
+
+pub type Result<T> = std::result::Result<T, UcxError>;
+
+fn check(what: &'static str, status: ucs_status_t) -> Result<()> {
+    if status == UCS_OK {
+        return Ok(());
+    }
+    // SAFETY: ucs_status_string returns a pointer to a static NUL-terminated string for any
+    // status value.
+    let message = unsafe { CStr::from_ptr(ucs_status_string(status)) }.to_string_lossy().into();
+    Err(UcxError { what, status, message })
+}
+
+/// A non-blocking operation's outcome at posting time.
+pub enum Posted {
+    /// Completed in place.
+    Done,
+    /// In flight: poll with [`Worker::check`], then [`Worker::free`].
+    Pending(*mut c_void),
+}
+
+fn posted(what: &'static str, p: ucs_status_ptr_t) -> Result<Posted> {
+    if p.is_null() {
+        Ok(Posted::Done)
+    } else if p as isize >= UCS_ERR_LAST && (p as isize) < 0 {
+        check(what, p as isize as ucs_status_t).map(|()| Posted::Done)
+    } else {
+        Ok(Posted::Pending(p))
+    }
+}
+
+/// A UCP worker and the context it was created from (one per thread: single-threaded mode).
+pub struct Worker {
+    worker: ucp_worker_h,
+    context: ucp_context_h,
+}
+
+impl Worker {
+    /// A context with RMA and 64-bit atomics (configured from `UCX_*` variables) and a worker.
+    pub fn new() -> Result<Worker> {
+        let mut config: *mut ucp_config = ptr::null_mut();
+        // SAFETY: null prefix and file select the defaults; config receives a handle we release.
+        check("ucp_config_read", unsafe { ucp_config_read(ptr::null(), ptr::null(), &mut config) })?;
+        let params = ucp_params_t {
+            field_mask: UCP_PARAM_FIELD_FEATURES,
+            features: UCP_FEATURE_RMA | UCP_FEATURE_AMO64,
+            request_size: 0,
+            request_init: ptr::null(),
+            request_cleanup: ptr::null(),
+            tag_sender_mask: 0,
+            mt_workers_shared: 0,
+            estimated_num_eps: 0,
+            estimated_num_ppn: 0,
+            name: ptr::null(),
+        };
+        let mut context: ucp_context_h = ptr::null_mut();
+        // SAFETY: params is a valid ucp_params_t of the 1.13 layout (pinned by sys tests);
+        // config came from ucp_config_read and is released right after.
+        let st = unsafe {
+            let st = ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &mut context);
+            ucp_config_release(config);
+            st
+        };
+        check("ucp_init", st)?;
+        let wp = ucp_worker_params_t {
+            field_mask: UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+            thread_mode: UCS_THREAD_MODE_SINGLE,
+            _rest: [0; 188],
+        };
+        let mut worker: ucp_worker_h = ptr::null_mut();
+        // SAFETY: context is live; wp has the C layout with only the thread mode set.
+        if let Err(e) = check("ucp_worker_create", unsafe {
+            ucp_worker_create(context, &wp, &mut worker)
+        }) {
+            // SAFETY: the context is ours and nothing else uses it.
+            unsafe { ucp_cleanup(context) };
+            return Err(e);
+        }
+        Ok(Worker { worker, context })
+    }
+
+    /// This worker's address, for peers to connect to.
+    pub fn address(&self) -> Result<Vec<u8>> {
+        let mut a: *mut ucp_address = ptr::null_mut();
+        let mut len = 0usize;
+        // SAFETY: the worker is live; UCX fills a buffer we copy and release.
+        unsafe {
+            check("ucp_worker_get_address", ucp_worker_get_address(self.worker, &mut a, &mut len))?;
+            let v = std::slice::from_raw_parts(a as *const u8, len).to_vec();
+            ucp_worker_release_address(self.worker, a);
+            Ok(v)
+        }
+    }
+
+    /// Makes progress on outstanding communication; returns whether anything happened.
+    pub fn progress(&self) -> bool {
+        // SAFETY: the worker is live and used by this thread only.
+        unsafe { ucp_worker_progress(self.worker) != 0 }
+    }
+
+    /// Orders every later operation after every earlier one (remote completion order).
+    pub fn fence(&self) -> Result<()> {
+        // SAFETY: the worker is live.
+        check("ucp_worker_fence", unsafe { ucp_worker_fence(self.worker) })
+    }
+
+    /// Starts flushing every outstanding operation to remote completion.
+    pub fn flush(&self) -> Result<Posted> {
+        let p = ucp_request_param_t::new(UCP_DATATYPE_BYTES, ptr::null_mut());
+        // SAFETY: the worker is live; p is a valid parameter block.
+        posted("ucp_worker_flush_nbx", unsafe { ucp_worker_flush_nbx(self.worker, &p) })
+    }
+
+    /// Whether request `r` finished (`Ok(true)`), failed, or is still running.
+    pub fn check(&self, r: *mut c_void) -> Result<bool> {
+        // SAFETY: r is a live request returned by a *_nbx call and not yet freed.
+        match unsafe { ucp_request_check_status(r) } {
+            UCS_INPROGRESS => Ok(false),
+            s => check("request", s).map(|()| true),
+        }
+    }
+
+    /// Releases a finished request.
+    pub fn free(&self, r: *mut c_void) {
+        // SAFETY: r is a request that check() reported finished; it is freed once.
+        unsafe { ucp_request_free(r) }
+    }
+
+    /// Progresses until `p` completes (blocking).
+    pub fn wait(&self, p: Posted) -> Result<()> {
+        let Posted::Pending(r) = p else { return Ok(()) };
+        loop {
+            self.progress();
+            match self.check(r) {
+                Ok(false) => continue,
+                done => {
+                    self.free(r);
+                    return done.map(drop);
+                }
+            }
+        }
+    }
+
+    /// An endpoint to the worker whose address is `address`.
+    pub fn connect(&self, address: &[u8]) -> Result<Endpoint> {
+        let params = ucp_ep_params_t {
+            field_mask: UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+            address: address.as_ptr() as *const ucp_address,
+            err_mode: UCP_ERR_HANDLING_MODE_NONE,
+            _rest: [0; 84],
+        };
+        let mut ep: ucp_ep_h = ptr::null_mut();
+        // SAFETY: the worker is live; address is a worker address a peer produced and UCX copies
+        // what it needs during the call.
+        check("ucp_ep_create", unsafe { ucp_ep_create(self.worker, &params, &mut ep) })?;
+        Ok(Endpoint { ep, worker: self.worker })
+    }
+
+    /// A pool of `len` bytes allocated and registered by UCX (`UCP_MEM_MAP_ALLOCATE`, so shared
+    /// memory transports can reach it one-sidedly).
+    pub fn map_pool(&self, len: usize) -> Result<Pool> {
+        let params = ucp_mem_map_params_t {
+            field_mask: UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+            address: ptr::null_mut(),
+            length: len,
+            flags: UCP_MEM_MAP_ALLOCATE,
+            prot: 0,
+            memory_type: 0,
+            _pad: 0,
+        };
+        let mut memh: ucp_mem_h = ptr::null_mut();
+        // SAFETY: the context is live; params asks UCX to allocate `len` bytes.
+        check("ucp_mem_map", unsafe { ucp_mem_map(self.context, &params, &mut memh) })?;
+        let mut attr = ucp_mem_attr_t {
+            field_mask: UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH,
+            address: ptr::null_mut(),
+            length: 0,
+            mem_type: 0,
+            _pad: 0,
+        };
+        // SAFETY: memh was just mapped.
+        check("ucp_mem_query", unsafe { ucp_mem_query(memh, &mut attr) })?;
+        let mut rkey: *mut c_void = ptr::null_mut();
+        let mut rlen = 0usize;
+        // SAFETY: memh is live; UCX fills a buffer we copy and release.
+        let rkey_bytes = unsafe {
+            check("ucp_rkey_pack", ucp_rkey_pack(self.context, memh, &mut rkey, &mut rlen))?;
+            let v = std::slice::from_raw_parts(rkey as *const u8, rlen).to_vec();
+            ucp_rkey_buffer_release(rkey);
+            v
+        };
+        Ok(Pool {
+            context: self.context,
+            memh,
+            base: attr.address as *mut u8,
+            len: attr.length.min(len),
+            rkey: rkey_bytes,
+        })
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // SAFETY: endpoints, keys and pools of this worker were dropped before it (ownership
+        // rule above); the handles are destroyed once.
+        unsafe {
+            ucp_worker_destroy(self.worker);
+            ucp_cleanup(self.context);
+        }
+    }
+}
+
+/// A connection to a peer worker.
+pub struct Endpoint {
+    ep: ucp_ep_h,
+    worker: ucp_worker_h,
+}
+
+impl Endpoint {
+    /// Unpacks a peer's packed remote key for use on this endpoint.
+    pub fn unpack(&self, packed: &[u8]) -> Result<RemoteKey> {
+        let mut k: ucp_rkey_h = ptr::null_mut();
+        // SAFETY: the endpoint is live; packed came from the peer's ucp_rkey_pack.
+        check("ucp_ep_rkey_unpack", unsafe {
+            ucp_ep_rkey_unpack(self.ep, packed.as_ptr() as *const c_void, &mut k)
+        })?;
+        Ok(RemoteKey { k })
+    }
+
+    /// Posts a WRITE of `data` to remote `addr`.
+    ///
+    /// # Safety
+    /// `data` must stay valid and unmodified until the operation completes.
+    pub unsafe fn put(&self, data: &[u8], addr: u64, key: &RemoteKey) -> Result<Posted> {
+        let p = ucp_request_param_t::new(UCP_DATATYPE_BYTES, ptr::null_mut());
+        // SAFETY: live endpoint and key; the caller keeps data alive until completion.
+        posted("ucp_put_nbx", unsafe {
+            ucp_put_nbx(self.ep, data.as_ptr() as *const c_void, data.len(), addr, key.k, &p)
+        })
+    }
+
+    /// Posts a READ of remote `addr` into `buf`.
+    ///
+    /// # Safety
+    /// `buf` must stay valid and untouched until the operation completes.
+    pub unsafe fn get(&self, buf: &mut [u8], addr: u64, key: &RemoteKey) -> Result<Posted> {
+        let p = ucp_request_param_t::new(UCP_DATATYPE_BYTES, ptr::null_mut());
+        // SAFETY: live endpoint and key; the caller keeps buf alive until completion.
+        posted("ucp_get_nbx", unsafe {
+            ucp_get_nbx(self.ep, buf.as_mut_ptr() as *mut c_void, buf.len(), addr, key.k, &p)
+        })
+    }
+
+    /// Posts a fetching 64-bit atomic. CSWAP: `operand` is the compare value and `reply` carries
+    /// the new value in and the old value out; ADD/OR: `operand` is the argument and `reply`
+    /// receives the old value.
+    ///
+    /// # Safety
+    /// `operand` and `reply` must stay valid until the operation completes.
+    pub unsafe fn atomic(
+        &self,
+        op: ucp_atomic_op_t,
+        operand: *const u64,
+        reply: *mut u64,
+        addr: u64,
+        key: &RemoteKey,
+    ) -> Result<Posted> {
+        let p = ucp_request_param_t::new(UCP_DATATYPE_U64, reply as *mut c_void);
+        // SAFETY: live endpoint and key; the caller keeps operand and reply alive.
+        posted("ucp_atomic_op_nbx", unsafe {
+            ucp_atomic_op_nbx(self.ep, op, operand as *const c_void, 1, addr, key.k, &p)
+        })
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        let mut p = ucp_request_param_t::new(UCP_DATATYPE_BYTES, ptr::null_mut());
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        // SAFETY: the endpoint and its worker are live; a forced close needs no peer reply and
+        // we progress the worker until it completes, then free the request once.
+        unsafe {
+            let r = ucp_ep_close_nbx(self.ep, &p);
+            if !r.is_null() && (r as isize) > 0 {
+                while ucp_request_check_status(r) == UCS_INPROGRESS {
+                    ucp_worker_progress(self.worker);
+                }
+                ucp_request_free(r);
+            }
+        }
+    }
+}
+
+/// A peer's memory key, unpacked for one endpoint.
+pub struct RemoteKey {
+    k: ucp_rkey_h,
+}
+
+impl Drop for RemoteKey {
+    fn drop(&mut self) {
+        // SAFETY: the key is live and destroyed once, before its endpoint's worker.
+        unsafe { ucp_rkey_destroy(self.k) }
+    }
+}
+
+/// Memory UCX allocated and registered (the memnode's pool).
+pub struct Pool {
+    context: ucp_context_h,
+    memh: ucp_mem_h,
+    pub base: *mut u8,
+    pub len: usize,
+    /// The packed remote key clients unpack.
+    pub rkey: Vec<u8>,
+}
+
+// SAFETY: the pool is plain memory; concurrent access is through atomics or copies whose
+// tearing the fabric's semantics allow (see `server`).
+unsafe impl Send for Pool {}
+// SAFETY: as above.
+unsafe impl Sync for Pool {}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // SAFETY: memh was mapped by this context, which outlives the pool (the server drops
+        // the pool before its worker).
+        unsafe {
+            ucp_mem_unmap(self.context, self.memh);
+        }
+    }
+}

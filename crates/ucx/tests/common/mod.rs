@@ -1,0 +1,116 @@
+//! A memnode on loopback inside the test process, and the checks every UCX transport must pass.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Once};
+
+use dmindex_fabric::exec::{run_on_threads, run_tasks};
+use dmindex_fabric::{conformance, Fabric};
+use dmindex_ucx::server::{serve, MemnodeConfig};
+use dmindex_ucx::transport::UcxFabric;
+
+pub const TOKEN: &[u8] = b"test-token";
+
+/// Selects UCX transports for this test process (before any UCX object exists).
+pub fn use_tls(tls: &str) {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY-free: set before any thread of this process reads the environment through UCX.
+        std::env::set_var("UCX_TLS", tls);
+    });
+}
+
+pub struct Memnode {
+    pub addr: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Drop for Memnode {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap().unwrap();
+        }
+    }
+}
+
+/// Starts memnode `id` of `size` bytes on an ephemeral loopback port.
+pub fn memnode(id: u16, size: u64) -> Memnode {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let cfg = MemnodeConfig {
+        listen: "127.0.0.1:0".into(),
+        size,
+        token: TOKEN.to_vec(),
+        id,
+        cores: 2,
+    };
+    let s = Arc::clone(&stop);
+    let thread = std::thread::spawn(move || serve(&cfg, s, |a| tx.send(a).unwrap()));
+    let addr = rx.recv().expect("memnode started").to_string();
+    Memnode { addr, stop, thread: Some(thread) }
+}
+
+/// The conformance suite on one or two memnodes, with clients on two threads × 3 tasks.
+pub fn conformance_suite() {
+    let mns = [memnode(0, 64 << 20), memnode(1, 64 << 20)];
+    let addrs: Vec<String> = mns.iter().map(|m| m.addr.clone()).collect();
+    let f = UcxFabric::connect(&addrs, TOKEN, 1 << 20).unwrap();
+    assert_eq!(f.info().nodes(), 2);
+    let c = f.client(0).unwrap();
+    run_tasks([conformance::single_client(&c)]);
+    // Concurrent increments from 6 clients on 2 threads: no lost update.
+    let counter = run_tasks([c.alloc(64, 64)]).remove(0).unwrap();
+    let failures: u64 = run_on_threads(2, 3, |_, _| {
+        let f = &f;
+        async move {
+            let c = f.client(1).unwrap();
+            conformance::increment(&c, counter, 200).await
+        }
+    })
+    .into_iter()
+    .sum();
+    assert_eq!(run_tasks([c.read_word(counter)]).remove(0).unwrap(), 1200);
+    assert_eq!(run_tasks([c.read_word(counter.add(8))]).remove(0).unwrap(), 1200);
+    eprintln!("CAS failures under contention: {failures}");
+    // Allocations from many clients never overlap.
+    let all: Vec<Vec<dmindex_fabric::GlobalAddr>> = run_on_threads(2, 2, |t, k| {
+        let f = &f;
+        async move {
+            let c = f.client(0).unwrap();
+            conformance::allocate_and_stamp(&c, 50, 200, (t * 2 + k) as u64 + 1).await
+        }
+    });
+    for (i, list) in all.iter().enumerate() {
+        for (j, a) in list.iter().enumerate() {
+            let w = run_tasks([c.read_word(*a)]).remove(0).unwrap();
+            assert_eq!(w, ((i as u64 + 1) << 32) | j as u64, "allocation {a} overlaps another");
+        }
+    }
+}
+
+/// Refusals are clear errors, not hangs.
+pub fn bad_connections_are_refused() {
+    let mn = memnode(0, 8 << 20);
+    let e = UcxFabric::connect(std::slice::from_ref(&mn.addr), b"wrong", 1 << 20).err().unwrap();
+    assert!(e.contains("refused") && e.contains("wrong token"), "{e}");
+    let e = UcxFabric::connect(&["127.0.0.1:1".into()], TOKEN, 1 << 20).err().unwrap();
+    assert!(e.contains("cannot reach memnode at 127.0.0.1:1"), "{e}");
+    let other = memnode(1, 8 << 20);
+    let e = UcxFabric::connect(std::slice::from_ref(&other.addr), TOKEN, 1 << 20).err().unwrap();
+    assert!(e.contains("is memory node 1"), "{e}");
+    // A client that speaks garbage does not take the memnode down.
+    {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(&mn.addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    }
+    let f = UcxFabric::connect(std::slice::from_ref(&mn.addr), TOKEN, 1 << 20).unwrap();
+    let c = f.client(0).unwrap();
+    let a = run_tasks([c.alloc(64, 64)]).remove(0).unwrap();
+    run_tasks([c.write(a, &7u64.to_le_bytes())]).remove(0).unwrap();
+    assert_eq!(run_tasks([c.read_word(a)]).remove(0).unwrap(), 7);
+    // Out of memory comes back as such.
+    let e = run_tasks([c.alloc(1 << 40, 64)]).remove(0).unwrap_err();
+    assert!(matches!(e, dmindex_fabric::FabricError::OutOfMemory { .. }), "{e}");
+}

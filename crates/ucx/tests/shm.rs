@@ -1,0 +1,10 @@
+//! The `ucx` transport over shared memory (the pool is UCX-allocated, so truly one-sided).
+#![cfg(feature = "ucx")]
+
+mod common;
+
+#[test]
+fn conformance_over_shared_memory() {
+    common::use_tls("sm,self");
+    common::conformance_suite();
+}
