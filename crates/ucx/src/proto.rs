@@ -264,7 +264,10 @@ mod tests {
 
     #[test]
     fn malformed_input_is_refused_not_trusted() {
-        assert!(read_hello(&mut &b"GET / HTTP/1.1\r\n"[..]).unwrap_err().to_string().contains("magic"));
+        assert!(read_hello(&mut &b"GET / HTTP/1.1\r\n"[..])
+            .unwrap_err()
+            .to_string()
+            .contains("magic"));
         let mut huge = MAGIC.to_vec();
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(read_hello(&mut &huge[..]).unwrap_err().to_string().contains("exceeds"));

@@ -54,15 +54,26 @@ impl MnMemory for PoolMemory {
         assert!(offset + buf.len() as u64 <= self.len, "service read out of bounds");
         // SAFETY: in bounds (checked); concurrent remote writes may tear the copy, which the
         // fabric's semantics allow.
-        unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset as usize), buf.as_mut_ptr(), buf.len()) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.add(offset as usize),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        }
     }
     fn write(&self, offset: u64, data: &[u8]) {
         assert!(offset + data.len() as u64 <= self.len, "service write out of bounds");
         // SAFETY: in bounds (checked); see read.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset as usize), data.len()) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset as usize), data.len())
+        }
     }
     fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
-        assert!(offset % 8 == 0 && offset + 8 <= self.len, "service atomic misaligned or out of bounds");
+        assert!(
+            offset % 8 == 0 && offset + 8 <= self.len,
+            "service atomic misaligned or out of bounds"
+        );
         // SAFETY: aligned, in bounds, and the pool lives as long as the server.
         let w = unsafe { AtomicU64::from_ptr(self.base.add(offset as usize) as *mut u64) };
         let mut old = w.load(Ordering::Acquire);
@@ -86,7 +97,8 @@ pub fn serve(
     if cfg.size < MIN_REGION {
         return Err(format!("--size {} is below the minimum of {MIN_REGION} bytes", cfg.size));
     }
-    let size = usize::try_from(cfg.size).map_err(|_| format!("--size {} is too large", cfg.size))?;
+    let size =
+        usize::try_from(cfg.size).map_err(|_| format!("--size {} is too large", cfg.size))?;
     let listener = TcpListener::bind(&cfg.listen)
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
     listener.set_nonblocking(true).map_err(|e| format!("listener: {e}"))?;
@@ -125,14 +137,20 @@ pub fn serve(
             Ok((stream, peer)) => {
                 busy = true;
                 next_client += 1;
-                let (welcome, services, token, mem) =
-                    (Arc::clone(&welcome), Arc::clone(&services), Arc::clone(&token), Arc::clone(&mem));
+                let (welcome, services, token, mem) = (
+                    Arc::clone(&welcome),
+                    Arc::clone(&services),
+                    Arc::clone(&token),
+                    Arc::clone(&mem),
+                );
                 let id = cfg.id;
                 let n = next_client;
                 std::thread::spawn(move || {
                     let r = control(stream, &welcome, &services, &token, &mem, id);
                     match r {
-                        Ok(calls) => eprintln!("memnode[{id}]: client {n} ({peer}) disconnected after {calls} calls"),
+                        Ok(calls) => eprintln!(
+                            "memnode[{id}]: client {n} ({peer}) disconnected after {calls} calls"
+                        ),
                         Err(e) => eprintln!("memnode[{id}]: client {n} ({peer}): {e}"),
                     }
                 });

@@ -43,7 +43,7 @@ use dmindex_fabric::{
 
 use crate::proto::{self, Reply, Welcome};
 use crate::sys::{UCP_ATOMIC_OP_ADD, UCP_ATOMIC_OP_CSWAP, UCP_ATOMIC_OP_OR};
-use crate::ucp::{Endpoint, Posted, RemoteKey, UcxError, Worker};
+use crate::ucp::{Endpoint, Posted, RemoteKey, Request, UcxError, Worker};
 
 /// How long to wait for a memnode to accept and answer the bootstrap.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,7 +77,11 @@ fn unavailable(node: NodeId, reason: impl Into<String>) -> FabricError {
 impl UcxFabric {
     /// Connects to memnodes `addrs` (HOST:PORT; memnode ids must be 0, 1, … in this order)
     /// presenting `token`. Unreachable memnodes and refusals are errors naming the memnode.
-    pub fn connect(addrs: &[String], token: &[u8], chunk_size: u64) -> std::result::Result<UcxFabric, String> {
+    pub fn connect(
+        addrs: &[String],
+        token: &[u8],
+        chunk_size: u64,
+    ) -> std::result::Result<UcxFabric, String> {
         if addrs.is_empty() {
             return Err("no memnode given (--memnode HOST:PORT)".into());
         }
@@ -106,9 +110,14 @@ impl UcxFabric {
                 ));
             }
             reader.get_ref().set_read_timeout(None).map_err(io)?;
-            nodes.push(Memnode { addr: a.clone(), welcome, control: Mutex::new(Control { reader, writer }) });
+            nodes.push(Memnode {
+                addr: a.clone(),
+                welcome,
+                control: Mutex::new(Control { reader, writer }),
+            });
         }
-        let info = Arc::new(ClusterInfo { node_sizes: nodes.iter().map(|n| n.welcome.length).collect() });
+        let info =
+            Arc::new(ClusterInfo { node_sizes: nodes.iter().map(|n| n.welcome.length).collect() });
         Ok(UcxFabric {
             id: NEXT_FABRIC.fetch_add(1, Ordering::Relaxed),
             nodes: Arc::new(nodes),
@@ -168,7 +177,7 @@ struct ThreadConn {
     keys: Vec<RemoteKey>,
     eps: Vec<Endpoint>,
     /// Zero-wait WRITEs in flight, with the bytes they read from.
-    pending: RefCell<Vec<(*mut std::ffi::c_void, Vec<u8>)>>,
+    pending: RefCell<Vec<(Request, Vec<u8>)>>,
     /// A WRITE was posted since the last fence.
     fence: Cell<bool>,
     worker: Worker,
@@ -200,19 +209,18 @@ pub struct UcxTransport {
 /// done with the buffers the operation uses.
 struct InFlight<'a> {
     conn: &'a ThreadConn,
-    req: Option<*mut std::ffi::c_void>,
+    req: Option<Request>,
 }
 
 impl InFlight<'_> {
     async fn done(mut self, node: NodeId) -> Result<()> {
-        let Some(r) = self.req else { return Ok(()) };
         loop {
+            let Some(r) = &self.req else { return Ok(()) };
             self.conn.worker.progress();
             match self.conn.worker.check(r) {
                 Ok(false) => yield_now().await,
                 res => {
-                    self.conn.worker.free(r);
-                    self.req = None;
+                    self.conn.worker.free(self.req.take().expect("checked above"));
                     return res.map(drop).map_err(|e| unavailable(node, e.to_string()));
                 }
             }
@@ -236,27 +244,41 @@ impl UcxTransport {
     /// Fences if a WRITE was posted since the last fence, and reaps finished zero-wait WRITEs.
     fn before(&self, node: NodeId) -> Result<()> {
         let c = &self.conn;
-        c.pending.borrow_mut().retain(|(r, _)| match c.worker.check(*r) {
-            Ok(false) => true,
-            _ => {
-                c.worker.free(*r);
-                false
+        let mut pending = c.pending.borrow_mut();
+        let mut i = 0;
+        while i < pending.len() {
+            if let Ok(false) = c.worker.check(&pending[i].0) {
+                i += 1;
+            } else {
+                let (r, _data) = pending.swap_remove(i);
+                c.worker.free(r);
             }
-        });
+        }
+        drop(pending);
         if c.fence.replace(false) {
             c.worker.fence().map_err(|e| unavailable(node, e.to_string()))?;
         }
         Ok(())
     }
 
-    fn flight(&self, node: NodeId, p: std::result::Result<Posted, UcxError>) -> Result<InFlight<'_>> {
+    fn flight(
+        &self,
+        node: NodeId,
+        p: std::result::Result<Posted, UcxError>,
+    ) -> Result<InFlight<'_>> {
         match p.map_err(|e| unavailable(node, e.to_string()))? {
             Posted::Done => Ok(InFlight { conn: &self.conn, req: None }),
             Posted::Pending(r) => Ok(InFlight { conn: &self.conn, req: Some(r) }),
         }
     }
 
-    async fn word_atomic(&self, addr: GlobalAddr, op: i32, operand: u64, reply: u64) -> Result<u64> {
+    async fn word_atomic(
+        &self,
+        addr: GlobalAddr,
+        op: i32,
+        operand: u64,
+        reply: u64,
+    ) -> Result<u64> {
         let node = addr.node();
         self.before(node)?;
         let operand = Box::new(operand);
@@ -385,7 +407,9 @@ impl Transport for UcxTransport {
             .ok_or(FabricError::UnknownNode { node, nodes: self.nodes.len() as u16 })?;
         let mut ctl = mn.control.lock().unwrap_or_else(|e| e.into_inner());
         let Control { reader, writer } = &mut *ctl;
-        let lost = |e: std::io::Error| unavailable(node, format!("memnode {} control connection: {e}", mn.addr));
+        let lost = |e: std::io::Error| {
+            unavailable(node, format!("memnode {} control connection: {e}", mn.addr))
+        };
         proto::write_call(writer, service.0, request).map_err(lost)?;
         match proto::read_reply(reader).map_err(lost)? {
             Reply::Ok(b) => Ok(b),

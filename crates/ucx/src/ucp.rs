@@ -30,12 +30,16 @@ fn check(what: &'static str, status: ucs_status_t) -> Result<()> {
     Err(UcxError { what, status, message })
 }
 
+/// A request UCX handed back for an operation in flight (only made from a `*_nbx` result).
+#[derive(Debug)]
+pub struct Request(*mut c_void);
+
 /// A non-blocking operation's outcome at posting time.
 pub enum Posted {
     /// Completed in place.
     Done,
     /// In flight: poll with [`Worker::check`], then [`Worker::free`].
-    Pending(*mut c_void),
+    Pending(Request),
 }
 
 fn posted(what: &'static str, p: ucs_status_ptr_t) -> Result<Posted> {
@@ -44,7 +48,7 @@ fn posted(what: &'static str, p: ucs_status_ptr_t) -> Result<Posted> {
     } else if p as isize >= UCS_ERR_LAST && (p as isize) < 0 {
         check(what, p as isize as ucs_status_t).map(|()| Posted::Done)
     } else {
-        Ok(Posted::Pending(p))
+        Ok(Posted::Pending(Request(p)))
     }
 }
 
@@ -59,7 +63,9 @@ impl Worker {
     pub fn new() -> Result<Worker> {
         let mut config: *mut ucp_config = ptr::null_mut();
         // SAFETY: null prefix and file select the defaults; config receives a handle we release.
-        check("ucp_config_read", unsafe { ucp_config_read(ptr::null(), ptr::null(), &mut config) })?;
+        check("ucp_config_read", unsafe {
+            ucp_config_read(ptr::null(), ptr::null(), &mut config)
+        })?;
         let params = ucp_params_t {
             field_mask: UCP_PARAM_FIELD_FEATURES,
             features: UCP_FEATURE_RMA | UCP_FEATURE_AMO64,
@@ -88,9 +94,8 @@ impl Worker {
         };
         let mut worker: ucp_worker_h = ptr::null_mut();
         // SAFETY: context is live; wp has the C layout with only the thread mode set.
-        if let Err(e) = check("ucp_worker_create", unsafe {
-            ucp_worker_create(context, &wp, &mut worker)
-        }) {
+        let st = unsafe { ucp_worker_create(context, &wp, &mut worker) };
+        if let Err(e) = check("ucp_worker_create", st) {
             // SAFETY: the context is ours and nothing else uses it.
             unsafe { ucp_cleanup(context) };
             return Err(e);
@@ -131,18 +136,20 @@ impl Worker {
     }
 
     /// Whether request `r` finished (`Ok(true)`), failed, or is still running.
-    pub fn check(&self, r: *mut c_void) -> Result<bool> {
-        // SAFETY: r is a live request returned by a *_nbx call and not yet freed.
-        match unsafe { ucp_request_check_status(r) } {
+    pub fn check(&self, r: &Request) -> Result<bool> {
+        // SAFETY: r is a live request returned by a *_nbx call and not yet freed (free
+        // consumes it).
+        match unsafe { ucp_request_check_status(r.0) } {
             UCS_INPROGRESS => Ok(false),
             s => check("request", s).map(|()| true),
         }
     }
 
     /// Releases a finished request.
-    pub fn free(&self, r: *mut c_void) {
-        // SAFETY: r is a request that check() reported finished; it is freed once.
-        unsafe { ucp_request_free(r) }
+    pub fn free(&self, r: Request) {
+        // SAFETY: r is a live request, freed once (free consumes it); UCX lets a request be
+        // freed before completion, which only happens on paths that waited for it first.
+        unsafe { ucp_request_free(r.0) }
     }
 
     /// Progresses until `p` completes (blocking).
@@ -150,7 +157,7 @@ impl Worker {
         let Posted::Pending(r) = p else { return Ok(()) };
         loop {
             self.progress();
-            match self.check(r) {
+            match self.check(&r) {
                 Ok(false) => continue,
                 done => {
                     self.free(r);

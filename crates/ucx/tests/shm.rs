@@ -8,3 +8,9 @@ fn conformance_over_shared_memory() {
     common::use_tls("sm,self");
     common::conformance_suite();
 }
+
+#[test]
+fn bad_connections_over_shared_memory() {
+    common::use_tls("sm,self");
+    common::bad_connections_are_refused();
+}
