@@ -19,9 +19,21 @@ pub struct BenchArgs {
     /// Index to run (chime, sherman, ref).
     #[arg(long, default_value = "chime")]
     index: String,
-    /// Transport: local (in-process, real time) or sim (simulated cluster, virtual time).
-    #[arg(long, default_value = "local", value_parser = ["local", "sim"])]
+    /// Transport: local (in-process, real time), sim (simulated cluster, virtual time) or ucx
+    /// (memnodes over OpenUCX; needs a build with `--features ucx`).
+    #[arg(long, default_value = "local", value_parser = ["local", "sim", "ucx"])]
     transport: String,
+    /// Memnodes for --transport ucx, HOST:PORT in memory-node id order (comma-separated or
+    /// repeated).
+    #[arg(long = "memnode", value_name = "HOST:PORT", value_delimiter = ',')]
+    memnodes: Vec<String>,
+    /// File holding the memnodes' token (--transport ucx).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Open the index another `bench` process created and loaded on the same memnodes (no
+    /// create, no load phase; --transport ucx).
+    #[arg(long)]
+    attach: bool,
     /// Simulator fabric preset (with --transport sim).
     #[arg(long, default_value = "chime-testbed")]
     preset: String,
@@ -85,7 +97,11 @@ pub struct BenchArgs {
 pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     let cfg = BenchConfig {
         index: a.index.clone(),
-        transport: if a.transport == "sim" { TransportKind::Sim } else { TransportKind::Local },
+        transport: match a.transport.as_str() {
+            "sim" => TransportKind::Sim,
+            "ucx" => TransportKind::Ucx,
+            _ => TransportKind::Local,
+        },
         preset: a.preset.clone(),
         overrides: a.overrides.clone(),
         memory_nodes: a.mns,
@@ -109,7 +125,16 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         seed: a.seed,
         index_options: a.options.clone(),
         progress: std::io::stderr().is_terminal(),
+        memnodes: a.memnodes.clone(),
+        token: match &a.token_file {
+            Some(f) => dmindex_ucx::proto::read_token_file(f).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        },
+        attach: a.attach,
     };
+    if a.transport != "ucx" && (!a.memnodes.is_empty() || a.token_file.is_some() || a.attach) {
+        bail!("--memnode, --token-file and --attach go with --transport ucx");
+    }
     let report = dmindex_bench::run(&cfg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

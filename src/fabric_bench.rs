@@ -1,4 +1,5 @@
-//! `dmindex fabric-bench`: nanoseconds per verb on the `local` transport.
+//! `dmindex fabric-bench`: nanoseconds per verb on the `local` transport, or on memnodes over
+//! UCX (`--transport ucx`, with a `--features ucx` build).
 //!
 //! Each client task works on its own 64 KiB of remote memory and issues one kind of verb in a
 //! loop; a run reports the wall time per verb as seen by one thread (`ns_per_verb`) and the
@@ -10,6 +11,7 @@ use anyhow::{bail, Context};
 use dmindex_fabric::exec::run_on_threads;
 use dmindex_fabric::{BatchOp, Fabric, LocalConfig, LocalFabric};
 use serde::Serialize;
+use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -28,6 +30,15 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Transport: local, or ucx (memnodes given with --memnode and --token-file).
+    #[arg(long, default_value = "local", value_parser = ["local", "ucx"])]
+    transport: String,
+    /// Memnodes for --transport ucx, HOST:PORT in id order.
+    #[arg(long = "memnode", value_name = "HOST:PORT", value_delimiter = ',')]
+    memnodes: Vec<String>,
+    /// The memnodes' token file (--transport ucx).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -39,17 +50,20 @@ enum Verb {
     Write256,
     Cas,
     MaskedCas,
+    /// Masked CAS in the lock-acquire pattern (set bit 63 if clear).
+    LockCas,
     Faa,
     Batch2,
 }
 
-const VERBS: [Verb; 8] = [
+const VERBS: [Verb; 9] = [
     Verb::Read8,
     Verb::Read256,
     Verb::Write8,
     Verb::Write256,
     Verb::Cas,
     Verb::MaskedCas,
+    Verb::LockCas,
     Verb::Faa,
     Verb::Batch2,
 ];
@@ -72,6 +86,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         bail!("--ops, --tasks and every --threads value must be positive");
     }
     let max_tasks = args.threads.iter().max().copied().unwrap_or(1) * args.tasks;
+    if args.transport == "ucx" {
+        return run_ucx(args);
+    }
     let fabric = LocalFabric::new(LocalConfig {
         node_size: (max_tasks as u64 * SPAN * 2).max(64 << 20),
         chunk_size: 1 << 20,
@@ -80,17 +97,35 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     })
     .map_err(anyhow::Error::msg)
     .context("building the local fabric")?;
+    report(args, "local", &fabric)
+}
+
+#[cfg(feature = "ucx")]
+fn run_ucx(args: &Args) -> anyhow::Result<()> {
+    let Some(tf) = &args.token_file else { bail!("--transport ucx needs --token-file") };
+    let token = dmindex_ucx::proto::read_token_file(tf).map_err(anyhow::Error::msg)?;
+    let fabric = dmindex_ucx::transport::UcxFabric::connect(&args.memnodes, &token, 1 << 20)
+        .map_err(anyhow::Error::msg)?;
+    report(args, "ucx", &fabric)
+}
+
+#[cfg(not(feature = "ucx"))]
+fn run_ucx(_: &Args) -> anyhow::Result<()> {
+    bail!("this dmindex was built without UCX: rebuild with `cargo build --release --features ucx`")
+}
+
+fn report<F: Fabric + Sync>(args: &Args, transport: &str, fabric: &F) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for &threads in &args.threads {
         for verb in VERBS {
-            rows.push(measure(&fabric, verb, threads, args.tasks, args.ops)?);
+            rows.push(measure(fabric, verb, threads, args.tasks, args.ops)?);
         }
     }
     if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({ "transport": "local", "rows": rows })
+                &serde_json::json!({ "transport": transport, "rows": rows })
             )?
         );
     } else {
@@ -113,8 +148,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn measure(
-    fabric: &LocalFabric,
+fn measure<F: Fabric + Sync>(
+    fabric: &F,
     verb: Verb,
     threads: usize,
     tasks: usize,
@@ -142,6 +177,9 @@ fn measure(
                     }
                     Verb::MaskedCas => {
                         c.masked_cas(a, 0, 1 << 63, u64::MAX, u64::MAX).await?;
+                    }
+                    Verb::LockCas => {
+                        c.masked_cas(a, 0, 1 << 63, 1 << 63, 1 << 63).await?;
                     }
                     Verb::Faa => {
                         c.faa(a, 1).await?;

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod bench_cmd;
 mod experiment_cmd;
 mod fabric_bench;
+mod memnode_cmd;
 mod sim_bench;
 
 /// Indexes for disaggregated memory (CHIME, SepHash, Dolphin, HiStore and baselines).
@@ -27,6 +28,9 @@ enum Command {
     Check(bench_cmd::CheckArgs),
     /// Reproduce the CHIME paper's figures on the simulated testbed: JSON reports and SVG charts.
     Experiment(experiment_cmd::Args),
+    /// Serve a memory node over OpenUCX: a UCX-allocated pool, a progress loop, and a TCP port
+    /// for bootstrap and two-sided requests (needs a build with `--features ucx`).
+    Memnode(memnode_cmd::Args),
     /// Measure the cost of each verb on the in-process (local) transport.
     FabricBench(fabric_bench::Args),
     /// Run a mixed READ/WRITE/CAS load on the deterministic simulator and report virtual-time
@@ -40,6 +44,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::bench(&args),
         Command::Check(args) => bench_cmd::check(&args),
         Command::Experiment(args) => experiment_cmd::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Memnode(args) => memnode_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::FabricBench(args) => fabric_bench::run(&args).map(|()| ExitCode::SUCCESS),
         Command::SimBench(args) => sim_bench::run(&args).map(|()| ExitCode::SUCCESS),
     };

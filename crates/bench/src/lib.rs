@@ -41,6 +41,8 @@ pub const INDEXES: &[&str] = &["chime", "sherman", "ref"];
 pub enum TransportKind {
     Local,
     Sim,
+    /// Memnodes over OpenUCX (needs the `ucx` feature).
+    Ucx,
 }
 
 /// Everything `dmindex bench` takes.
@@ -68,6 +70,12 @@ pub struct BenchConfig {
     pub seed: u64,
     pub index_options: Vec<(String, String)>,
     pub progress: bool,
+    /// Memnodes to connect to (`ucx`), in memory-node id order.
+    pub memnodes: Vec<String>,
+    /// The memnodes' token (`ucx`).
+    pub token: Vec<u8>,
+    /// Open the index another process created and loaded (`ucx`): no create, no load phase.
+    pub attach: bool,
 }
 
 impl Default for BenchConfig {
@@ -94,6 +102,9 @@ impl Default for BenchConfig {
             seed: 1,
             index_options: Vec::new(),
             progress: false,
+            memnodes: Vec::new(),
+            token: Vec::new(),
+            attach: false,
         }
     }
 }
@@ -259,6 +270,17 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
         ("sherman", TransportKind::Sim) => run_sim::<Rdwc<Sherman>>(cfg, &plan),
         ("ref", TransportKind::Local) => run_local::<LockedShards>(cfg, &plan),
         ("ref", TransportKind::Sim) => run_sim::<LockedShards>(cfg, &plan),
+        #[cfg(feature = "ucx")]
+        ("chime", TransportKind::Ucx) => ucx::run::<Rdwc<Chime>>(cfg, &plan),
+        #[cfg(feature = "ucx")]
+        ("sherman", TransportKind::Ucx) => ucx::run::<Rdwc<Sherman>>(cfg, &plan),
+        #[cfg(feature = "ucx")]
+        ("ref", TransportKind::Ucx) => ucx::run::<LockedShards>(cfg, &plan),
+        #[cfg(not(feature = "ucx"))]
+        (_, TransportKind::Ucx) => bail!(
+            "this dmindex was built without UCX: rebuild with `cargo build --release --features ucx` \
+             (needs libucx-dev)"
+        ),
         (other, _) => bail!("unknown index '{other}' (known: {})", INDEXES.join(", ")),
     }
 }
@@ -534,9 +556,26 @@ fn run_local<I: RangeIndex<LocalTransport> + Sync>(
         yield_per_verb: cfg.coroutines > 1,
     })
     .map_err(anyhow::Error::msg)?;
+    run_threads::<I, _>(cfg, plan, &fabric, || fabric.allocated_bytes())
+}
+
+/// Loads (unless attaching) and runs on real threads over any fabric whose clients are made on
+/// the thread that uses them.
+fn run_threads<I, F>(
+    cfg: &BenchConfig,
+    plan: &Plan,
+    fabric: &F,
+    remote_bytes: impl Fn() -> u64,
+) -> anyhow::Result<BenchReport>
+where
+    F: Fabric + Sync,
+    I: RangeIndex<F::Transport> + Sync,
+{
     let icfg = index_config(cfg);
     let setup = fabric.client(0)?;
-    run_tasks([I::create(&setup, &icfg, 0)]).remove(0)?;
+    if !cfg.attach {
+        run_tasks([I::create(&setup, &icfg, 0)]).remove(0)?;
+    }
     let mut handles = Vec::new();
     for cn in 0..cfg.cns {
         let c = fabric.client(cn)?;
@@ -554,7 +593,7 @@ fn run_local<I: RangeIndex<LocalTransport> + Sync>(
         let results = run_on_threads(threads, cfg.coroutines, |t, co| {
             let cn = (t / cfg.clients) as u16;
             let i = t * cfg.coroutines + co;
-            let (idx, bar, shared, fabric) = (&handles[cn as usize], &bar, &shared, &fabric);
+            let (idx, bar, shared) = (&handles[cn as usize], &bar, &shared);
             async move {
                 let c = match fabric.client(cn) {
                     Ok(c) => c,
@@ -584,16 +623,50 @@ fn run_local<I: RangeIndex<LocalTransport> + Sync>(
         }
         Ok(Phase { metrics, ns, counts })
     };
-    let load = phase("load", cfg.items, true)?;
+    let load = if cfg.attach { phase("load", 0, true)? } else { phase("load", cfg.items, true)? };
     let wall = Instant::now();
     let run = phase("run", plan.ops, false)?;
     let run_seconds = wall.elapsed().as_secs_f64();
     let lf = run_tasks([handles[0].load_factor(&setup)]).remove(0)?;
-    let remote_bytes = fabric.allocated_bytes();
+    let remote_bytes = remote_bytes();
     summarise(
         cfg,
         plan,
         &handles,
         Finished { load, run, run_seconds, remote_bytes, load_factor: lf, preset: None },
     )
+}
+
+/// Runs on memnodes over OpenUCX.
+#[cfg(feature = "ucx")]
+mod ucx {
+    use dmindex_fabric::exec::run_tasks;
+    use dmindex_fabric::layout::{HEAP_START, HEAP_TOP_OFFSET};
+    use dmindex_fabric::{Fabric, GlobalAddr};
+    use dmindex_index::RangeIndex;
+    use dmindex_ucx::transport::{UcxFabric, UcxTransport};
+
+    use super::{chunk_size, run_threads, BenchConfig, BenchReport, Plan};
+
+    pub(crate) fn run<I: RangeIndex<UcxTransport> + Sync>(
+        cfg: &BenchConfig,
+        plan: &Plan,
+    ) -> anyhow::Result<BenchReport> {
+        if cfg.token.is_empty() {
+            anyhow::bail!("--transport ucx needs --token-file (the memnodes' token)");
+        }
+        let fabric = UcxFabric::connect(&cfg.memnodes, &cfg.token, chunk_size(cfg))
+            .map_err(anyhow::Error::msg)?;
+        let probe = fabric.client(0)?;
+        let nodes = fabric.info().nodes();
+        let remote = || {
+            (0..nodes)
+                .map(|n| {
+                    let top = GlobalAddr::new(n, HEAP_TOP_OFFSET);
+                    run_tasks([probe.read_word(top)]).remove(0).unwrap_or(HEAP_START) - HEAP_START
+                })
+                .sum()
+        };
+        run_threads::<I, _>(cfg, plan, &fabric, remote)
+    }
 }

@@ -131,6 +131,8 @@ pub fn serve(
     );
     ready(local);
     let mut next_client = 0u64;
+    // Spin (yielding the core) while there is traffic; sleep once it has been quiet a while.
+    let mut idle = 0u32;
     while !stop.load(Ordering::Relaxed) {
         let mut busy = worker.progress();
         match listener.accept() {
@@ -158,8 +160,11 @@ pub fn serve(
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => eprintln!("memnode[{}]: accept failed: {e}", cfg.id),
         }
-        if !busy {
-            std::thread::sleep(Duration::from_micros(50));
+        idle = if busy { 0 } else { idle.saturating_add(1) };
+        if idle > 100_000 {
+            std::thread::sleep(Duration::from_micros(200));
+        } else if idle > 0 {
+            std::thread::yield_now();
         }
     }
     eprintln!("memnode[{}]: shutting down", cfg.id);

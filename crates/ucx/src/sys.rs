@@ -28,7 +28,7 @@ pub const UCS_THREAD_MODE_SINGLE: c_int = 0;
 
 pub const UCP_EP_PARAM_FIELD_REMOTE_ADDRESS: u64 = 1;
 pub const UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE: u64 = 2;
-pub const UCP_ERR_HANDLING_MODE_NONE: c_int = 0;
+pub const UCP_ERR_HANDLING_MODE_PEER: c_int = 1;
 
 pub const UCP_MEM_MAP_PARAM_FIELD_LENGTH: u64 = 2;
 pub const UCP_MEM_MAP_PARAM_FIELD_FLAGS: u64 = 4;

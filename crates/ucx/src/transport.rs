@@ -141,6 +141,11 @@ impl UcxFabric {
                 keys.push(ep.unpack(&n.welcome.rkey)?);
                 eps.push(ep);
             }
+            // Finish the endpoints' wireup now, before any verb: a client that dies while its
+            // wireup is still in flight can trip an assertion in UCX 1.13.1's TCP transport on the
+            // memnode (see docs/ucx.md).
+            let p = worker.flush()?;
+            worker.wait(p)?;
             let c = Rc::new(ThreadConn {
                 keys,
                 eps,

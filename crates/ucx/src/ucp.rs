@@ -172,7 +172,9 @@ impl Worker {
         let params = ucp_ep_params_t {
             field_mask: UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
             address: address.as_ptr() as *const ucp_address,
-            err_mode: UCP_ERR_HANDLING_MODE_NONE,
+            // Peer mode: the memnode's reply endpoint to this client inherits it, so a client that
+            // dies mid-verb is an endpoint error there, not a fatal one.
+            err_mode: UCP_ERR_HANDLING_MODE_PEER,
             _rest: [0; 84],
         };
         let mut ep: ucp_ep_h = ptr::null_mut();

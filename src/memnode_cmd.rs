@@ -1,0 +1,85 @@
+//! `dmindex memnode`: serve a memory node over OpenUCX.
+
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Address for the TCP control port (bootstrap and two-sided requests).
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: String,
+    /// Pool size in bytes (suffixes k, m, g accepted, e.g. 4g).
+    #[arg(long, value_parser = parse_size)]
+    size: u64,
+    /// File holding the token clients must present.
+    #[arg(long)]
+    token_file: PathBuf,
+    /// This memory node's id (clients list memnodes in id order).
+    #[arg(long, default_value_t = 0)]
+    id: u16,
+    /// Cores answering two-sided requests.
+    #[arg(long, default_value_t = 1)]
+    cores: usize,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mul) = match t.strip_suffix(['k', 'm', 'g']) {
+        Some(n) => {
+            (n, 1u64 << (10 * (1 + "kmg".find(t.chars().last().unwrap_or('k')).unwrap_or(0))))
+        }
+        None => (t.as_str(), 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("'{s}' is not a positive size (e.g. 1073741824, 512m, 4g)"))
+}
+
+#[cfg(feature = "ucx")]
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let token = dmindex_ucx::proto::read_token_file(&a.token_file).map_err(anyhow::Error::msg)?;
+    if a.cores == 0 {
+        anyhow::bail!("--cores must be positive");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = Arc::clone(&stop);
+    let id = a.id;
+    ctrlc::set_handler(move || {
+        eprintln!("memnode[{id}]: signal received, stopping");
+        s.store(true, Ordering::Relaxed);
+    })?;
+    let cfg = dmindex_ucx::server::MemnodeConfig {
+        listen: a.listen.clone(),
+        size: a.size,
+        token,
+        id: a.id,
+        cores: a.cores,
+    };
+    dmindex_ucx::server::serve(&cfg, stop, |addr| println!("memnode {} ready on {addr}", cfg.id))
+        .map_err(anyhow::Error::msg)
+}
+
+#[cfg(not(feature = "ucx"))]
+pub fn run(_: &Args) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "this dmindex was built without UCX: rebuild with `cargo build --release --features ucx` \
+         (needs libucx-dev)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_parse_with_suffixes_and_refuse_nonsense() {
+        assert_eq!(super::parse_size("4096"), Ok(4096));
+        assert_eq!(super::parse_size("512m"), Ok(512 << 20));
+        assert_eq!(super::parse_size("4G"), Ok(4 << 30));
+        assert_eq!(super::parse_size("2k"), Ok(2048));
+        assert!(super::parse_size("0").is_err());
+        assert!(super::parse_size("lots").is_err());
+    }
+}
