@@ -347,9 +347,14 @@ fn sherman_and_factor_options_run_and_bad_factors_are_refused() {
 }
 
 /// Memnode processes on loopback, `bench --transport ucx` against them, and the refusals.
+/// The UCX tests run one at a time: memnodes spin on the two cores.
+#[cfg(feature = "ucx")]
+static UCX_SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(feature = "ucx")]
 #[test]
 fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
+    let _serial = UCX_SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
 
@@ -431,5 +436,68 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
         Command::new("kill").arg("-INT").arg(m.id().to_string()).status().unwrap();
         assert!(m.wait().unwrap().success(), "memnode exits cleanly on SIGINT");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A memnode process over shared memory: the client's verbs are one-sided, so they complete
+/// while the memnode process is stopped (SIGSTOP) once the client has its chunk.
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_shared_memory_is_one_sided_across_processes() {
+    let _serial = UCX_SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let dir = std::env::temp_dir().join(format!("dmindex-ucx-shm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "shm-token").unwrap();
+    let bin = env!("CARGO_BIN_EXE_dmindex");
+    let mut mn = Command::new(bin)
+        .env("UCX_TLS", "sm,self")
+        .args(["memnode", "--listen", "127.0.0.1:0", "--size", "64m", "--token-file"])
+        .arg(&token)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(mn.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let out = Command::new(bin)
+        .env("UCX_TLS", "sm,self")
+        .args(["bench", "--transport", "ucx", "--memnode", &addr, "--token-file"])
+        .arg(&token)
+        .args(["--items", "3000", "--ops", "3000", "--workload", "a", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // fabric-bench's first client takes its chunk at once, then issues 10 M READs (about a
+    // second). Stop the memnode for 6 s half a second in: if READs needed the memnode's CPU,
+    // that row would take at least until the memnode resumes. (Each later row starts a new
+    // client, whose chunk request does wait for the memnode.)
+    let fb = Command::new(bin)
+        .env("UCX_TLS", "sm,self")
+        .args(["fabric-bench", "--transport", "ucx", "--memnode", &addr, "--token-file"])
+        .arg(&token)
+        .args(["--ops", "10000000", "--threads", "1", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = mn.id().to_string();
+    Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+    let out = fb.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v = json(&out);
+    let read8 = &v["rows"][0];
+    assert_eq!(read8["verb"], "read8");
+    let secs = read8["seconds"].as_f64().unwrap();
+    assert!(secs < 4.0, "10 M READs took {secs:.1} s: they waited for the stopped memnode");
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    assert!(mn.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -13,6 +13,7 @@ pub type ucp_datatype_t = u64;
 
 pub const UCS_OK: ucs_status_t = 0;
 pub const UCS_INPROGRESS: ucs_status_t = 1;
+pub const UCS_ERR_UNREACHABLE: ucs_status_t = -6;
 /// `UCS_ERR_LAST`: status pointers at or above `(uintptr_t)-100` are errors.
 pub const UCS_ERR_LAST: isize = -100;
 
@@ -28,6 +29,7 @@ pub const UCS_THREAD_MODE_SINGLE: c_int = 0;
 
 pub const UCP_EP_PARAM_FIELD_REMOTE_ADDRESS: u64 = 1;
 pub const UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE: u64 = 2;
+pub const UCP_ERR_HANDLING_MODE_NONE: c_int = 0;
 pub const UCP_ERR_HANDLING_MODE_PEER: c_int = 1;
 
 pub const UCP_MEM_MAP_PARAM_FIELD_LENGTH: u64 = 2;

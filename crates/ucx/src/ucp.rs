@@ -168,13 +168,38 @@ impl Worker {
     }
 
     /// An endpoint to the worker whose address is `address`.
+    ///
+    /// Peer error handling first: over TCP the memnode's reply endpoint to this client inherits
+    /// it, so a client that dies mid-verb is an endpoint error there, not a fatal one. Shared
+    /// memory transports do not offer that mode in UCX 1.13 (and need no reply endpoint: their
+    /// RMA is one-sided), so an unreachable answer falls back to no error handling.
     pub fn connect(&self, address: &[u8]) -> Result<Endpoint> {
+        // Skip the (logged) failed attempt when UCX_TLS names only shared-memory transports.
+        let shm_only = std::env::var("UCX_TLS").is_ok_and(|t| {
+            !t.starts_with('^')
+                && t.split(',').all(|x| {
+                    matches!(
+                        x.trim(),
+                        "sm" | "shm" | "self" | "posix" | "sysv" | "cma" | "knem" | "xpmem"
+                    )
+                })
+        });
+        if shm_only {
+            return self.connect_with(address, UCP_ERR_HANDLING_MODE_NONE);
+        }
+        match self.connect_with(address, UCP_ERR_HANDLING_MODE_PEER) {
+            Err(e) if e.status == UCS_ERR_UNREACHABLE => {
+                self.connect_with(address, UCP_ERR_HANDLING_MODE_NONE)
+            }
+            r => r,
+        }
+    }
+
+    fn connect_with(&self, address: &[u8], err_mode: std::ffi::c_int) -> Result<Endpoint> {
         let params = ucp_ep_params_t {
             field_mask: UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
             address: address.as_ptr() as *const ucp_address,
-            // Peer mode: the memnode's reply endpoint to this client inherits it, so a client that
-            // dies mid-verb is an endpoint error there, not a fatal one.
-            err_mode: UCP_ERR_HANDLING_MODE_PEER,
+            err_mode,
             _rest: [0; 84],
         };
         let mut ep: ucp_ep_h = ptr::null_mut();
