@@ -25,6 +25,7 @@
 
 use crate::addr::{GlobalAddr, NodeId};
 use crate::memory::Region;
+use crate::service::MnMemory;
 
 /// `b"DMINDEX1"` as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMINDEX1");
@@ -97,12 +98,12 @@ impl Superblock {
 }
 
 /// Writes a fresh superblock into `region` for node `node`. The rest of the region must be zero.
-pub fn format(region: &Region, node: NodeId) {
-    assert!(region.len() >= MIN_REGION, "region smaller than {MIN_REGION} bytes");
+pub fn format(region: &dyn MnMemory, node: NodeId) {
+    assert!(region.size() >= MIN_REGION, "region smaller than {MIN_REGION} bytes");
     let sb = Superblock {
         version: LAYOUT_VERSION,
         node,
-        region_len: region.len(),
+        region_len: region.size(),
         heap_start: HEAP_START,
         heap_top: HEAP_START,
     };

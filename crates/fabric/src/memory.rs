@@ -161,25 +161,7 @@ impl Region {
     /// If `offset` is misaligned or outside the region (callers validate first).
     pub fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
         assert!(offset % 8 == 0 && self.contains(offset, 8), "bad atomic offset");
-        let word = &self.words[(offset / 8) as usize];
-        match op {
-            AtomicOp::Cas { expected, new } => {
-                match word.compare_exchange(expected, new, Ordering::SeqCst, Ordering::SeqCst) {
-                    Ok(old) | Err(old) => old,
-                }
-            }
-            AtomicOp::Faa { delta } => word.fetch_add(delta, Ordering::SeqCst),
-            AtomicOp::MaskedCas { .. } => {
-                let mut old = word.load(Ordering::SeqCst);
-                loop {
-                    let Some(new) = op.apply(old) else { return old };
-                    match word.compare_exchange_weak(old, new, Ordering::SeqCst, Ordering::SeqCst) {
-                        Ok(_) => return old,
-                        Err(cur) => old = cur,
-                    }
-                }
-            }
-        }
+        op.apply_to(&self.words[(offset / 8) as usize])
     }
 
     /// Reads the aligned word at `offset` atomically (a convenience for memory-node services).

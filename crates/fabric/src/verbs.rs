@@ -19,6 +19,7 @@
 //!   issues after it to the same node.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::addr::{GlobalAddr, NodeId};
 use crate::error::Result;
@@ -66,6 +67,28 @@ impl AtomicOp {
     #[inline]
     pub const fn failed(self, old: u64) -> bool {
         self.apply(old).is_none()
+    }
+
+    /// Performs the verb on `word` atomically (sequentially consistent); returns the old word.
+    pub fn apply_to(self, word: &AtomicU64) -> u64 {
+        match self {
+            AtomicOp::Cas { expected, new } => {
+                match word.compare_exchange(expected, new, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(old) | Err(old) => old,
+                }
+            }
+            AtomicOp::Faa { delta } => word.fetch_add(delta, Ordering::SeqCst),
+            AtomicOp::MaskedCas { .. } => {
+                let mut old = word.load(Ordering::SeqCst);
+                loop {
+                    let Some(new) = self.apply(old) else { return old };
+                    match word.compare_exchange_weak(old, new, Ordering::SeqCst, Ordering::SeqCst) {
+                        Ok(_) => return old,
+                        Err(cur) => old = cur,
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dmindex_fabric::layout::{Superblock, HEAP_START, LAYOUT_VERSION, MIN_REGION};
+use dmindex_fabric::layout::{self, MIN_REGION};
 use dmindex_fabric::service::{MnContext, MnMemory, Services};
 use dmindex_fabric::verbs::AtomicOp;
 use dmindex_fabric::FabricError;
@@ -75,15 +75,7 @@ impl MnMemory for PoolMemory {
             "service atomic misaligned or out of bounds"
         );
         // SAFETY: aligned, in bounds, and the pool lives as long as the server.
-        let w = unsafe { AtomicU64::from_ptr(self.base.add(offset as usize) as *mut u64) };
-        let mut old = w.load(Ordering::Acquire);
-        loop {
-            let Some(new) = op.apply(old) else { return old };
-            match w.compare_exchange_weak(old, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return old,
-                Err(cur) => old = cur,
-            }
-        }
+        op.apply_to(unsafe { AtomicU64::from_ptr(self.base.add(offset as usize) as *mut u64) })
     }
 }
 
@@ -108,14 +100,7 @@ pub fn serve(
     let (pool, worker) = (Arc::new(pool), worker);
     let mem = Arc::new(PoolMemory { base: pool.base, len: pool.len as u64 });
     // The pool comes from anonymous or shared memory, so it is zero; write the superblock.
-    let sb = Superblock {
-        version: LAYOUT_VERSION,
-        node: cfg.id,
-        region_len: mem.len,
-        heap_start: HEAP_START,
-        heap_top: HEAP_START,
-    };
-    mem.write(0, &sb.encode());
+    layout::format(&*mem, cfg.id);
     let welcome = Arc::new(Welcome {
         mn_id: cfg.id,
         base: pool.base as u64,
