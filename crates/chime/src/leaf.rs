@@ -142,8 +142,12 @@ impl LeafBuf {
         Some((layout::addr_at(&self.bytes, at + 2), self.bytes[at + 1] != 0))
     }
 
-    /// The fence keys `[low, high]` (inclusive) from any replica read (fenced leaves only).
+    /// The fence keys `[low, high]` (inclusive) from any replica read; `None` for leaves
+    /// without fences.
     pub fn fences(&self) -> Option<(u64, u64)> {
+        if !self.l.kind.fenced {
+            return None;
+        }
         let g = self.replica_loaded.iter().position(|&r| r)?;
         let at = self.l.replica(g) + super::layout::REPLICA;
         Some((layout::key_at(&self.bytes, at), layout::key_at(&self.bytes, at + KEY)))

@@ -82,6 +82,7 @@ pub mod leaf;
 pub mod sorted;
 mod tree;
 
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
@@ -120,11 +121,7 @@ pub const FACTORS: [&str; 5] =
 
 impl ChimeShape {
     /// Reads and checks the options; `sherman` starts from every factor off.
-    pub fn from_config(cfg: &IndexConfig) -> IndexResult<ChimeShape> {
-        ChimeShape::from_config_with(cfg, false)
-    }
-
-    fn from_config_with(cfg: &IndexConfig, sherman: bool) -> IndexResult<ChimeShape> {
+    pub fn from_config(cfg: &IndexConfig, sherman: bool) -> IndexResult<ChimeShape> {
         let mut shape = ChimeShape {
             span: 64,
             h: 8,
@@ -246,11 +243,44 @@ pub const MAX_INDIRECT: usize = 1 << 16;
 /// Bytes before the key in a block: key length u32 LE, value length u32 LE.
 pub const BLOCK_HEADER: usize = 8;
 
-/// A compute node's handle on a CHIME tree.
-pub struct Chime {
+/// Which index a [`ChimeIndex`] is: the factors it starts from and its name.
+pub trait Variant: 'static {
+    /// The name `bench` knows it by.
+    const NAME: &'static str;
+    /// Start from every factor off (Sherman) rather than CHIME's defaults.
+    const SHERMAN: bool;
+}
+
+/// CHIME's defaults: every technique on except speculative reads.
+pub struct Flagship;
+
+/// The paper's enhanced Sherman baseline (§5.1): every factor of the analysis off — sorted
+/// leaves read whole, fence keys, one metadata header, cache-line versions, the embedded lock
+/// and the CN-local lock table. `--option` may turn factors back on one by one
+/// (`hopscotch=1`, then `vacancy_piggyback=1`, …), which is Fig. 15's staircase.
+pub struct ShermanBaseline;
+
+impl Variant for Flagship {
+    const NAME: &'static str = "chime";
+    const SHERMAN: bool = false;
+}
+
+impl Variant for ShermanBaseline {
+    const NAME: &'static str = "sherman";
+    const SHERMAN: bool = true;
+}
+
+/// A compute node's handle on a CHIME tree of variant `V`.
+pub struct ChimeIndex<V> {
     tree: Tree,
     shape: ChimeShape,
+    variant: PhantomData<fn() -> V>,
 }
+
+/// CHIME.
+pub type Chime = ChimeIndex<Flagship>;
+/// The same code with every factor off: the `sherman` baseline.
+pub type Sherman = ChimeIndex<ShermanBaseline>;
 
 /// The 8-byte leaf key of a key: its first 8 bytes, zero-padded, as a big-endian integer.
 fn prefix_of(key: &[u8]) -> u64 {
@@ -266,14 +296,15 @@ struct Block {
     value: Vec<u8>,
 }
 
-impl Chime {
-    fn new(cfg: &IndexConfig, shape: ChimeShape) -> Chime {
+impl<V> ChimeIndex<V> {
+    fn new(cfg: &IndexConfig, shape: ChimeShape) -> ChimeIndex<V> {
         let hotspot = match (shape.speculative, shape.hotspot_bytes) {
             (false, _) => 0,
             (true, Some(b)) => b.min(cfg.cache_bytes),
             (true, None) => cfg.cache_bytes * 3 / 10,
         };
-        Chime {
+        ChimeIndex {
+            variant: PhantomData,
             tree: Tree {
                 leaf: LeafLayout::with_kind(shape.span, shape.h, shape.kind).expect("checked"),
                 vacancy: shape.vacancy,
@@ -390,7 +421,7 @@ impl Chime {
         c: &Client<T>,
         cfg: &IndexConfig,
         shape: ChimeShape,
-    ) -> IndexResult<Chime> {
+    ) -> IndexResult<Self> {
         if c.info().nodes() > 256 {
             return Err(IndexError::Config(
                 "CHIME root words address at most 256 memory nodes".into(),
@@ -402,7 +433,7 @@ impl Chime {
                 cfg.root_slot
             )));
         }
-        let me = Chime::new(cfg, shape);
+        let me = Self::new(cfg, shape);
         me.tree.create_root(c).await?;
         c.write(mn::root_slot(cfg.root_slot + 1), &shape.descriptor().to_le_bytes()).await?;
         Ok(me)
@@ -412,7 +443,7 @@ impl Chime {
         c: &Client<T>,
         cfg: &IndexConfig,
         shape: ChimeShape,
-    ) -> IndexResult<Chime> {
+    ) -> IndexResult<Self> {
         let d = c.read_word(mn::root_slot(cfg.root_slot + 1)).await?;
         if d >> 57 != DESCRIPTOR_MAGIC {
             return Err(IndexError::Corrupt(format!(
@@ -425,7 +456,7 @@ impl Chime {
                 "the tree was created with another shape (descriptor {d:#x})"
             )));
         }
-        Ok(Chime::new(cfg, shape))
+        Ok(Self::new(cfg, shape))
     }
 
     /// Bytes of the CN-side cache in use.
@@ -439,15 +470,15 @@ impl Chime {
     }
 }
 
-impl<T: Transport> RangeIndex<T> for Chime {
-    const NAME: &'static str = "chime";
+impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
+    const NAME: &'static str = V::NAME;
 
     async fn create(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        Chime::create_shaped(c, cfg, ChimeShape::from_config(cfg)?).await
+        Self::create_shaped(c, cfg, ChimeShape::from_config(cfg, V::SHERMAN)?).await
     }
 
     async fn open(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        Chime::open_shaped(c, cfg, ChimeShape::from_config(cfg)?).await
+        Self::open_shaped(c, cfg, ChimeShape::from_config(cfg, V::SHERMAN)?).await
     }
 
     async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
@@ -496,7 +527,7 @@ impl<T: Transport> RangeIndex<T> for Chime {
         }
         // Keys sharing a prefix stay in one leaf and come back as whole groups; up to H of
         // them may sort before `from`, so ask for that many more, then order by full key.
-        let extra = if self.shape.kind.hopscotch { self.tree.leaf.h } else { self.tree.leaf.span };
+        let extra = self.tree.leaf.prefix_run();
         self.tree.scan(c, start, count.saturating_add(extra), true, None, &mut pairs).await?;
         let mut full = Vec::with_capacity(pairs.len());
         for (_, slot) in pairs {
@@ -571,76 +602,5 @@ impl<T: Transport> RangeIndex<T> for Chime {
 
     async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
         Ok(Some(self.tree.load_factor(c).await?))
-    }
-}
-
-/// The paper's enhanced Sherman baseline (§5.1): this code with every factor of the analysis off
-/// — sorted leaves read whole, fence keys, one metadata header, cache-line versions, the
-/// embedded lock and the CN-local lock table. `--option` may turn factors back on one by one
-/// (`hopscotch=1`, then `vacancy_piggyback=1`, …), which is Fig. 15's staircase.
-pub struct Sherman(Chime);
-
-impl Sherman {
-    /// The underlying tree.
-    pub fn tree(&self) -> &Chime {
-        &self.0
-    }
-}
-
-impl<T: Transport> RangeIndex<T> for Sherman {
-    const NAME: &'static str = "sherman";
-
-    async fn create(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        let shape = ChimeShape::from_config_with(cfg, true)?;
-        Ok(Sherman(Chime::create_shaped(c, cfg, shape).await?))
-    }
-
-    async fn open(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        let shape = ChimeShape::from_config_with(cfg, true)?;
-        Ok(Sherman(Chime::open_shaped(c, cfg, shape).await?))
-    }
-
-    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-        RangeIndex::<T>::search(&self.0, c, key).await
-    }
-
-    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
-        RangeIndex::<T>::insert(&self.0, c, key, value).await
-    }
-
-    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
-        RangeIndex::<T>::update(&self.0, c, key, value).await
-    }
-
-    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
-        RangeIndex::<T>::delete(&self.0, c, key).await
-    }
-
-    async fn scan(
-        &self,
-        c: &Client<T>,
-        from: &[u8],
-        count: usize,
-        out: &mut Vec<Pair>,
-    ) -> IndexResult<()> {
-        RangeIndex::<T>::scan(&self.0, c, from, count, out).await
-    }
-
-    async fn scan_range(
-        &self,
-        c: &Client<T>,
-        lo: &[u8],
-        hi: &[u8],
-        out: &mut Vec<Pair>,
-    ) -> IndexResult<()> {
-        RangeIndex::<T>::scan_range(&self.0, c, lo, hi, out).await
-    }
-
-    fn stats(&self) -> IndexStats {
-        RangeIndex::<T>::stats(&self.0)
-    }
-
-    async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
-        RangeIndex::<T>::load_factor(&self.0, c).await
     }
 }

@@ -18,7 +18,7 @@
 //! sees two node-level versions and retries. A full leaf splits at its median; the new sibling
 //! is written before the old leaf points to it.
 
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 
 use crate::leaf::LeafBuf;
@@ -140,8 +140,8 @@ impl Tree {
         }
         right.set_sibling(sib);
         right.set_fences(left_max + 1, high);
-        for i in 0..s {
-            let (x, y) = all.get(i).filter(|_| i < cut).copied().unwrap_or((0, [0; 8]));
+        let left = all[..cut].iter().copied().chain(std::iter::repeat((0, [0; 8])));
+        for (i, (x, y)) in left.take(s).enumerate() {
             buf.set_entry(i, x, y);
         }
         buf.set_sibling(right_addr);
@@ -149,16 +149,7 @@ impl Tree {
         buf.bump_node_version();
         let right_img = self.leaf_image(&right, lw, high);
         let left_img = self.leaf_image(&buf, lw, left_max);
-        if right_addr.node() == cur.node() {
-            c.batch(&mut [
-                BatchOp::Write { addr: right_addr, data: &right_img },
-                BatchOp::Write { addr: cur, data: &left_img },
-            ])
-            .await?;
-        } else {
-            c.write(right_addr, &right_img).await?;
-            c.write(cur, &left_img).await?;
-        }
+        self.write_split(c, (right_addr, &right_img), (cur, &left_img)).await?;
         drop(guard);
         self.insert_internal(c, 1, left_max + 1, right_addr, loc.parent).await
     }

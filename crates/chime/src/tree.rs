@@ -629,6 +629,27 @@ impl Tree {
     }
 
     /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.
+    /// Writes a split's new right node, then the split node that points to it (and whose
+    /// image unlocks it): one doorbell when both live on one memory node.
+    pub(crate) async fn write_split<T: Transport>(
+        &self,
+        c: &Client<T>,
+        (right, right_img): (GlobalAddr, &[u8]),
+        (left, left_img): (GlobalAddr, &[u8]),
+    ) -> IndexResult<()> {
+        if right.node() == left.node() {
+            c.batch(&mut [
+                BatchOp::Write { addr: right, data: right_img },
+                BatchOp::Write { addr: left, data: left_img },
+            ])
+            .await?;
+        } else {
+            c.write(right, right_img).await?;
+            c.write(left, left_img).await?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn leaf_image(&self, buf: &LeafBuf, lw: LockWord, bound: u64) -> Vec<u8> {
         let mut out = Vec::new();
         cacheline::encode(&self.leaf, &buf.bytes, 0, self.leaf.decoded(), &mut out);
@@ -685,8 +706,8 @@ impl Tree {
         self.keys_at_split.fetch_add(all.len() as u64, Ordering::Relaxed);
         let (old_sib, _) = buf.meta().expect("whole leaf");
         let (low, old_bound) = match buf.fences() {
-            Some(f) if self.leaf.kind.fenced => f,
-            _ => (0, self.read_bound(c, cur).await?),
+            Some(f) => f,
+            None => (0, self.read_bound(c, cur).await?),
         };
         let right_addr = match c.alloc(self.leaf.alloc() as u64, 64).await {
             Ok(a) => a,
@@ -721,17 +742,7 @@ impl Tree {
         };
         let right_img = self.leaf_image(&right, lock_of(&right), old_bound);
         let left_img = self.leaf_image(&buf, lock_of(&buf), left_max);
-        // The new sibling lands before the leaf that points to it (one doorbell on one node).
-        if right_addr.node() == cur.node() {
-            c.batch(&mut [
-                BatchOp::Write { addr: right_addr, data: &right_img },
-                BatchOp::Write { addr: cur, data: &left_img },
-            ])
-            .await?;
-        } else {
-            c.write(right_addr, &right_img).await?;
-            c.write(cur, &left_img).await?;
-        }
+        self.write_split(c, (right_addr, &right_img), (cur, &left_img)).await?;
         // The leaf is unlocked: release the local lock before taking the parent's.
         drop(guard);
         self.insert_internal(c, 1, left_max + 1, right_addr, loc.parent).await?;
@@ -872,16 +883,7 @@ impl Tree {
             node.sibling_leftmost = mid;
             let (ri, li) =
                 (right.physical_with_lock(&self.inner), node.physical_with_lock(&self.inner));
-            if right_addr.node() == addr.node() {
-                c.batch(&mut [
-                    BatchOp::Write { addr: right_addr, data: &ri },
-                    BatchOp::Write { addr, data: &li },
-                ])
-                .await?;
-            } else {
-                c.write(right_addr, &ri).await?;
-                c.write(addr, &li).await?;
-            }
+            self.write_split(c, (right_addr, &ri), (addr, &li)).await?;
             self.cache.insert(right_addr, right);
             self.cache.insert(addr, node);
             level += 1;
