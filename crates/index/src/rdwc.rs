@@ -86,12 +86,19 @@ enum Role<'a> {
 struct Ticket<'a> {
     table: &'a Table,
     slot: usize,
-    key: Vec<u8>,
+    key: &'a [u8],
     kind: Kind,
     followers: Vec<Waiter>,
-    /// The value to write (the latest deposited).
-    value: Vec<u8>,
+    /// The leader's own value.
+    own: &'a [u8],
     out: Option<Out>,
+}
+
+impl Ticket<'_> {
+    /// The value to write: the latest deposited in the batch.
+    fn value(&self) -> &[u8] {
+        self.followers.last().map_or(self.own, |w| &w.value)
+    }
 }
 
 impl Drop for Ticket<'_> {
@@ -144,15 +151,15 @@ impl Default for Table {
 
 impl Table {
     /// Joins the batch for (`key`, `kind`) depositing `value`: lead it, or get its result.
-    async fn join(&self, key: &[u8], kind: Kind, value: &[u8]) -> Role<'_> {
+    async fn join<'a>(&'a self, key: &'a [u8], kind: Kind, value: &'a [u8]) -> Role<'a> {
         let slot = (hash_bytes(key) % SLOTS as u64) as usize;
-        loop {
+        let followers = loop {
             let rx = {
                 let mut s = self.slots[slot].lock().unwrap_or_else(|e| e.into_inner());
                 match s.iter_mut().find(|a| a.kind == kind && a.key == key) {
                     None => {
                         s.push(Active { key: key.to_vec(), kind, waiting: Vec::new() });
-                        return Role::Lead(self.ticket(slot, key, kind, Vec::new(), value));
+                        break Vec::new();
                     }
                     Some(a) => {
                         let (tx, rx) = oneshot::channel();
@@ -163,24 +170,11 @@ impl Table {
             };
             match rx.await {
                 Ok(Msg::Done(out)) => return Role::Done(out),
-                Ok(Msg::Lead(followers)) => {
-                    return Role::Lead(self.ticket(slot, key, kind, followers, value))
-                }
+                Ok(Msg::Lead(followers)) => break followers,
                 Ok(Msg::Retry) | Err(_) => continue,
             }
-        }
-    }
-
-    fn ticket(
-        &self,
-        slot: usize,
-        key: &[u8],
-        kind: Kind,
-        followers: Vec<Waiter>,
-        own: &[u8],
-    ) -> Ticket<'_> {
-        let value = followers.last().map_or(own, |w| &w.value).to_vec();
-        Ticket { table: self, slot, key: key.to_vec(), kind, followers, value, out: None }
+        };
+        Role::Lead(Ticket { table: self, slot, key, kind, followers, own: value, out: None })
     }
 }
 
@@ -263,7 +257,7 @@ impl<T: Transport, I: RangeIndex<T>> RangeIndex<T> for Rdwc<I> {
                 Ok(())
             }
             Role::Lead(mut ticket) => {
-                self.inner.insert(c, key, &ticket.value).await?;
+                self.inner.insert(c, key, ticket.value()).await?;
                 ticket.out = Some(Out::Insert);
                 Ok(())
             }
@@ -280,7 +274,7 @@ impl<T: Transport, I: RangeIndex<T>> RangeIndex<T> for Rdwc<I> {
             }
             Role::Done(_) => unreachable!("update batches get update results"),
             Role::Lead(mut ticket) => {
-                let existed = self.inner.update(c, key, &ticket.value).await?;
+                let existed = self.inner.update(c, key, ticket.value()).await?;
                 ticket.out = Some(Out::Update(existed));
                 Ok(existed)
             }
@@ -336,6 +330,7 @@ mod tests {
     use std::pin::Pin;
 
     use dmindex_fabric::exec::{run_tasks, yield_now};
+    use dmindex_fabric::local::LocalTransport;
     use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 
     use super::*;
@@ -395,6 +390,12 @@ mod tests {
         }
     }
 
+    /// A gated index with RDWC on, and a client for it.
+    fn gated() -> (Rdwc<Gated>, Client<LocalTransport>) {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        (Rdwc::wrap(Gated::default(), true), f.client(0).unwrap())
+    }
+
     type Task<'a> = Pin<Box<dyn Future<Output = Option<Vec<u8>>> + 'a>>;
 
     async fn spin(n: usize) {
@@ -407,9 +408,7 @@ mod tests {
     /// result: a write completed before it arrived would be lost to it.
     #[test]
     fn a_late_reader_never_takes_an_older_read() {
-        let f = LocalFabric::new(LocalConfig::default()).unwrap();
-        let c = f.client(0).unwrap();
-        let t = Rdwc::wrap(Gated::default(), true);
+        let (t, c) = gated();
         let (t, c) = (&t, &c);
         let key = b"k".as_slice();
         let tasks: Vec<Task<'_>> = vec![
@@ -442,9 +441,7 @@ mod tests {
     /// behind one update are combined into one update of the latest value.
     #[test]
     fn queued_readers_share_and_queued_writers_combine() {
-        let f = LocalFabric::new(LocalConfig::default()).unwrap();
-        let c = f.client(0).unwrap();
-        let t = Rdwc::wrap(Gated::default(), true);
+        let (t, c) = gated();
         let (t, c) = (&t, &c);
         let key = b"k".as_slice();
         let mut tasks: Vec<Task<'_>> =
@@ -484,9 +481,7 @@ mod tests {
     /// key is free again.
     #[test]
     fn a_dropped_leader_releases_its_batch() {
-        let f = LocalFabric::new(LocalConfig::default()).unwrap();
-        let c = f.client(0).unwrap();
-        let t = Rdwc::wrap(Gated::default(), true);
+        let (t, c) = gated();
         let (t, c) = (&t, &c);
         let key = b"k".as_slice();
         let tasks: Vec<Task<'_>> = vec![
