@@ -23,11 +23,11 @@ pub struct Args {
 
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim().to_ascii_lowercase();
-    let (num, mul) = match t.strip_suffix(['k', 'm', 'g']) {
-        Some(n) => {
-            (n, 1u64 << (10 * (1 + "kmg".find(t.chars().last().unwrap_or('k')).unwrap_or(0))))
-        }
-        None => (t.as_str(), 1),
+    let (num, mul) = match t.as_bytes().last() {
+        Some(b'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some(b'm') => (&t[..t.len() - 1], 1 << 20),
+        Some(b'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t.as_str(), 1),
     };
     num.parse::<u64>()
         .ok()

@@ -347,6 +347,31 @@ fn sherman_and_factor_options_run_and_bad_factors_are_refused() {
 }
 
 /// Memnode processes on loopback, `bench --transport ucx` against them, and the refusals.
+/// Starts a memnode process on an ephemeral loopback port; returns it and its address.
+#[cfg(feature = "ucx")]
+fn memnode(
+    tls: &str,
+    id: u16,
+    size: &str,
+    token: &std::path::Path,
+    stderr: std::process::Stdio,
+) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dmindex"))
+        .env("UCX_TLS", tls)
+        .args(["memnode", "--listen", "127.0.0.1:0", "--size", size, "--id", &id.to_string()])
+        .arg("--token-file")
+        .arg(token)
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    (child, line.trim().rsplit(' ').next().unwrap().to_string())
+}
+
 /// The UCX tests run one at a time: memnodes spin on the two cores.
 #[cfg(feature = "ucx")]
 static UCX_SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -355,7 +380,6 @@ static UCX_SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
     let _serial = UCX_SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    use std::io::{BufRead, BufReader};
     use std::process::Stdio;
 
     let dir = std::env::temp_dir().join(format!("dmindex-ucx-{}", std::process::id()));
@@ -368,19 +392,9 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
     let mut mns = Vec::new();
     let mut addrs = Vec::new();
     for id in 0..2 {
-        let mut child = Command::new(bin)
-            .env("UCX_TLS", "tcp")
-            .args(["memnode", "--listen", "127.0.0.1:0", "--size", "256m", "--id"])
-            .arg(id.to_string())
-            .arg("--token-file")
-            .arg(&token)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(dir.join(format!("memnode{id}.log"))).unwrap())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        addrs.push(line.trim().rsplit(' ').next().unwrap().to_string());
+        let log = std::fs::File::create(dir.join(format!("memnode{id}.log"))).unwrap();
+        let (child, addr) = memnode("tcp", id, "256m", &token, log.into());
+        addrs.push(addr);
         mns.push(child);
     }
     let list = addrs.join(",");
@@ -445,7 +459,6 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
 #[test]
 fn ucx_shared_memory_is_one_sided_across_processes() {
     let _serial = UCX_SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    use std::io::{BufRead, BufReader};
     use std::process::Stdio;
 
     let dir = std::env::temp_dir().join(format!("dmindex-ucx-shm-{}", std::process::id()));
@@ -453,17 +466,7 @@ fn ucx_shared_memory_is_one_sided_across_processes() {
     let token = dir.join("token");
     std::fs::write(&token, "shm-token").unwrap();
     let bin = env!("CARGO_BIN_EXE_dmindex");
-    let mut mn = Command::new(bin)
-        .env("UCX_TLS", "sm,self")
-        .args(["memnode", "--listen", "127.0.0.1:0", "--size", "64m", "--token-file"])
-        .arg(&token)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(mn.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let (mut mn, addr) = memnode("sm,self", 0, "64m", &token, Stdio::null());
     let out = Command::new(bin)
         .env("UCX_TLS", "sm,self")
         .args(["bench", "--transport", "ucx", "--memnode", &addr, "--token-file"])

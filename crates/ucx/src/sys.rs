@@ -53,34 +53,17 @@ pub const UCP_ATOMIC_OP_ADD: ucp_atomic_op_t = 0;
 pub const UCP_ATOMIC_OP_CSWAP: ucp_atomic_op_t = 2;
 pub const UCP_ATOMIC_OP_OR: ucp_atomic_op_t = 4;
 
-#[repr(C)]
-pub struct ucp_context {
-    _p: [u8; 0],
+/// Opaque UCX handle types (only ever used behind pointers).
+macro_rules! opaque {
+    ($($name:ident),*) => {$(
+        #[repr(C)]
+        pub struct $name {
+            _p: [u8; 0],
+        }
+    )*};
 }
-#[repr(C)]
-pub struct ucp_worker {
-    _p: [u8; 0],
-}
-#[repr(C)]
-pub struct ucp_ep {
-    _p: [u8; 0],
-}
-#[repr(C)]
-pub struct ucp_mem {
-    _p: [u8; 0],
-}
-#[repr(C)]
-pub struct ucp_rkey {
-    _p: [u8; 0],
-}
-#[repr(C)]
-pub struct ucp_config {
-    _p: [u8; 0],
-}
-#[repr(C)]
-pub struct ucp_address {
-    _p: [u8; 0],
-}
+
+opaque!(ucp_context, ucp_worker, ucp_ep, ucp_mem, ucp_rkey, ucp_config, ucp_address);
 
 pub type ucp_context_h = *mut ucp_context;
 pub type ucp_worker_h = *mut ucp_worker;

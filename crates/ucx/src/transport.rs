@@ -286,14 +286,13 @@ impl UcxTransport {
     ) -> Result<u64> {
         let node = addr.node();
         self.before(node)?;
-        let operand = Box::new(operand);
-        let mut reply = Box::new(reply);
+        let mut reply = reply;
         let (ep, key) = (&self.conn.eps[node as usize], &self.conn.keys[node as usize]);
-        // SAFETY: operand and reply are boxed and outlive the operation: `done` (or InFlight's
-        // drop) waits for completion before they are dropped.
-        let p = unsafe { ep.atomic(op, &*operand, &mut *reply, self.remote(addr), key) };
+        // SAFETY: operand and reply live in this future, which is pinned while polled, and are
+        // dropped after the flight: `done` (or InFlight's drop) waits for completion first.
+        let p = unsafe { ep.atomic(op, &operand, &mut reply, self.remote(addr), key) };
         self.flight(node, p)?.done(node).await?;
-        Ok(*reply)
+        Ok(reply)
     }
 }
 
@@ -383,7 +382,7 @@ impl Transport for UcxTransport {
         let mut wrote = false;
         for op in ops.iter_mut() {
             if wrote {
-                // In order, as a doorbell batch executes.
+                // Nothing overtakes an earlier WRITE, as in a doorbell batch.
                 self.conn.worker.fence().map_err(|e| unavailable(node, e.to_string()))?;
             }
             let p = match op {
@@ -393,10 +392,10 @@ impl Transport for UcxTransport {
                 // SAFETY: as above.
                 BatchOp::Write { addr, data } => unsafe { ep.put(data, self.remote(*addr), key) },
             };
-            wrote = matches!(op, BatchOp::Write { .. });
+            wrote |= matches!(op, BatchOp::Write { .. });
             flights.push(self.flight(node, p)?);
         }
-        if ops.iter().any(|o| matches!(o, BatchOp::Write { .. })) {
+        if wrote {
             self.conn.fence.set(true);
         }
         for f in flights {
