@@ -166,11 +166,11 @@ fn hit_ratio(r: &BenchReport) -> f64 {
     }
 }
 
-/// Lines of `y` against each run's x, one per series, in run order.
-fn lines(runs: &[Run], y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
+/// One line per series of `y` against `x`, in run order.
+fn plot(runs: &[Run], x: impl Fn(&Run) -> f64, y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
     let mut out: Vec<Series> = Vec::new();
     for r in runs {
-        let p = (r.x, y(&r.report));
+        let p = (x(r), y(&r.report));
         match out.iter_mut().find(|s| s.name == r.series) {
             Some(s) => s.points.push(p),
             None => out.push(Series { name: r.series.clone(), points: vec![p] }),
@@ -179,15 +179,14 @@ fn lines(runs: &[Run], y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
     out
 }
 
-/// Throughput–latency lines: x = Mops/s, y = latency, one line per series.
+/// Lines of `y` against each run's x (clients, span, H, …).
+fn lines(runs: &[Run], y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
+    plot(runs, |r| r.x, y)
+}
+
+/// Throughput–latency lines: x = Mops/s.
 fn curves(runs: &[Run], y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
-    let mut out = lines(runs, |r| y(r));
-    for (s, pts) in out.iter_mut().zip(lines(runs, mops)) {
-        for (p, q) in s.points.iter_mut().zip(pts.points) {
-            *p = (q.1, p.1);
-        }
-    }
-    out
+    plot(runs, |r| mops(&r.report), y)
 }
 
 fn chart(title: &str, x: &str, y: &str, series: Vec<Series>) -> Chart {
