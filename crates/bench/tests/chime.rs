@@ -270,8 +270,9 @@ fn factor_staircase_with_crashes() {
 }
 
 /// RDWC under fire: a handful of hot keys, eight clients per compute node, so searches and
-/// writes of one key constantly queue behind a leader on each CN (a mutation that hands a
-/// leader's result to clients that arrived mid-flight is caught here).
+/// writes of one key constantly queue behind a leader on each CN, and every history is checked.
+/// (Handing a leader's result to clients that arrived mid-flight is too rare a race to show up
+/// here; `rdwc::tests::a_late_reader_never_takes_an_older_read` stages it and catches it.)
 #[test]
 fn rdwc_hot_keys_stay_linearizable() {
     for index in ["chime", "sherman"] {
