@@ -380,7 +380,6 @@ static UCX_SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
     let _serial = UCX_SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    use std::process::Stdio;
 
     let dir = std::env::temp_dir().join(format!("dmindex-ucx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -415,31 +414,6 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
         v["per_op"].as_array().unwrap().iter().map(|o| o["count"].as_u64().unwrap()).sum::<u64>(),
         3000
     );
-    // A second client process attaches to the loaded index and is killed mid-run (SIGKILL):
-    // the memnodes stay up and keep serving new clients. (The index itself may now hold a lock
-    // or a half-written leaf of the dead client: CHIME, like the paper, has no client-crash
-    // recovery.)
-    let mut crasher = Command::new(bin)
-        .env("UCX_TLS", "tcp")
-        .args(["bench", "--transport", "ucx", "--attach", "--memnode", &list, "--token-file"])
-        .arg(&token)
-        .args(["--items", "3000", "--ops", "10000000", "--workload", "a"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    crasher.kill().unwrap();
-    crasher.wait().unwrap();
-    let out = Command::new(bin)
-        .env("UCX_TLS", "tcp")
-        .args(["fabric-bench", "--transport", "ucx", "--memnode", &list, "--token-file"])
-        .arg(&token)
-        .args(["--ops", "200", "--threads", "1", "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(json(&out)["rows"].as_array().unwrap().len(), 9);
     let out = run(&bad, &list);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("wrong token"));
@@ -453,8 +427,10 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A memnode process over shared memory: the client's verbs are one-sided, so they complete
-/// while the memnode process is stopped (SIGSTOP) once the client has its chunk.
+/// A memnode process over shared memory: the client's verbs are one-sided, so a client killed
+/// mid-run leaves the memnode serving, and verbs complete while the memnode process is stopped
+/// (SIGSTOP) once the client has its chunk. (Over TCP, UCX 1.13.1 can abort the memnode when a
+/// client dies mid-verb — see docs/ucx.md — so that case is not claimed or tested.)
 #[cfg(feature = "ucx")]
 #[test]
 fn ucx_shared_memory_is_one_sided_across_processes() {
@@ -466,7 +442,7 @@ fn ucx_shared_memory_is_one_sided_across_processes() {
     let token = dir.join("token");
     std::fs::write(&token, "shm-token").unwrap();
     let bin = env!("CARGO_BIN_EXE_dmindex");
-    let (mut mn, addr) = memnode("sm,self", 0, "64m", &token, Stdio::null());
+    let (mut mn, addr) = memnode("sm,self", 0, "512m", &token, Stdio::null());
     let out = Command::new(bin)
         .env("UCX_TLS", "sm,self")
         .args(["bench", "--transport", "ucx", "--memnode", &addr, "--token-file"])
@@ -475,6 +451,32 @@ fn ucx_shared_memory_is_one_sided_across_processes() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A second client process attaches to the loaded index and is killed mid-run (SIGKILL):
+    // over shared memory (as over RDMA) the memnode never answers a client's verbs, so
+    // it stays up and keeps serving new clients. (The index itself may now hold a lock
+    // or a half-written leaf of the dead client: CHIME, like the paper, has no client-crash
+    // recovery.)
+    let mut crasher = Command::new(bin)
+        .env("UCX_TLS", "sm,self")
+        .args(["bench", "--transport", "ucx", "--attach", "--memnode", &addr, "--token-file"])
+        .arg(&token)
+        .args(["--items", "3000", "--ops", "10000000", "--workload", "a"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    crasher.kill().unwrap();
+    crasher.wait().unwrap();
+    let out = Command::new(bin)
+        .env("UCX_TLS", "sm,self")
+        .args(["fabric-bench", "--transport", "ucx", "--memnode", &addr, "--token-file"])
+        .arg(&token)
+        .args(["--ops", "200", "--threads", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json(&out)["rows"].as_array().unwrap().len(), 9);
     // fabric-bench's first client takes its chunk at once, then issues 10 M READs (about a
     // second). Stop the memnode for 6 s half a second in: if READs needed the memnode's CPU,
     // that row would take at least until the memnode resumes. (Each later row starts a new
