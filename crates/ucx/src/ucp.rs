@@ -170,7 +170,8 @@ impl Worker {
     /// An endpoint to the worker whose address is `address`.
     ///
     /// Peer error handling first: over TCP the memnode's reply endpoint to this client inherits
-    /// it, so a client that dies mid-verb is an endpoint error there, not a fatal one. Shared
+    /// it, so the memnode's wireup with a client that died is an endpoint error, not a fatal
+    /// one (UCX 1.13.1 still aborts on a failed verb completion: see docs/ucx.md). Shared
     /// memory transports do not offer that mode in UCX 1.13 (and need no reply endpoint: their
     /// RMA is one-sided), so an unreachable answer falls back to no error handling.
     pub fn connect(&self, address: &[u8]) -> Result<Endpoint> {
