@@ -4,9 +4,13 @@
 //! control port ([`proto`]). Compute nodes connect with [`transport::UcxFabric`] and issue
 //! verbs as UCX RMA and atomics (RDMA verbs on real NICs; TCP or shared memory here).
 //!
-//! Only [`proto`] (the control protocol) builds without the `ucx` cargo feature; the rest links
-//! libucp (Debian's libucx-dev 1.13.1, found with pkg-config). See `docs/ucx.md`.
+//! Where UCX would emulate RMA on the memnode's CPU (TCP), verbs travel as active messages the
+//! memnode executes itself ([`message_verbs`]).
+//!
+//! Only [`proto`] and [`message_verbs`] (wire formats) build without the `ucx` cargo feature; the
+//! rest links libucp (Debian's libucx-dev 1.13.1, found with pkg-config). See `docs/ucx.md`.
 
+pub mod message_verbs;
 pub mod proto;
 
 #[cfg(feature = "ucx")]

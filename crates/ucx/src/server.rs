@@ -3,8 +3,10 @@
 //!
 //! # Threads
 //!
-//! The main thread owns the worker: it progresses it (software RMA and atomics over TCP need the
-//! target to progress) and accepts control connections. Each control connection gets a thread
+//! The main thread owns the worker: it progresses it and accepts control connections. Progress
+//! executes the verbs of clients that cannot reach the pool one-sidedly (TCP), which arrive as
+//! active messages ([`crate::message_verbs`]); a client that dies meanwhile only loses its
+//! replies. Each control connection gets a thread
 //! that checks the client's token, sends the welcome, then answers calls (chunk allocation,
 //! node info, index services) on the memnode's CPU. A client that disconnects, even mid-call,
 //! only ends its thread; the pool and everything in it stay.
@@ -20,8 +22,9 @@ use dmindex_fabric::service::{MnContext, MnMemory, Services};
 use dmindex_fabric::verbs::AtomicOp;
 use dmindex_fabric::FabricError;
 
+use crate::message_verbs::{self, Request, REPLY_AM, REPLY_LEN, REQUEST_AM};
 use crate::proto::{self, Reply, Welcome};
-use crate::ucp::Worker;
+use crate::ucp::{ReplyEndpoint, Worker};
 
 /// What `dmindex memnode` takes.
 #[derive(Clone, Debug)]
@@ -95,12 +98,30 @@ pub fn serve(
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
     listener.set_nonblocking(true).map_err(|e| format!("listener: {e}"))?;
     let local = listener.local_addr().map_err(|e| format!("listener: {e}"))?;
-    let worker = Worker::new().map_err(|e| format!("UCX setup failed: {e}"))?;
+    let mut worker = Worker::new().map_err(|e| format!("UCX setup failed: {e}"))?;
     let pool = worker.map_pool(size).map_err(|e| format!("cannot allocate the pool: {e}"))?;
-    let (pool, worker) = (Arc::new(pool), worker);
+    let pool = Arc::new(pool);
     let mem = Arc::new(PoolMemory { base: pool.base, len: pool.len as u64 });
     // The pool comes from anonymous or shared memory, so it is zero; write the superblock.
     layout::format(&*mem, cfg.id);
+    let (verbs_mem, id) = (Arc::clone(&mem), cfg.id);
+    let mut malformed = 0u64;
+    worker
+        .on_message(
+            REQUEST_AM,
+            Box::new(move |header, payload, reply| {
+                let ok = execute_message(&verbs_mem, header, payload, reply);
+                if !ok {
+                    malformed += 1;
+                    if malformed <= 10 || malformed.is_power_of_two() {
+                        eprintln!(
+                            "memnode[{id}]: dropped a malformed verb message ({malformed} so far)"
+                        );
+                    }
+                }
+            }),
+        )
+        .map_err(|e| format!("UCX setup failed: {e}"))?;
     let welcome = Arc::new(Welcome {
         mn_id: cfg.id,
         base: pool.base as u64,
@@ -158,6 +179,27 @@ pub fn serve(
     drop(pool);
     drop(worker);
     Ok(())
+}
+
+/// Executes one verb message and replies to it; false if it was malformed (then it is dropped,
+/// or refused when the client can hear it).
+fn execute_message(
+    mem: &PoolMemory,
+    header: &[u8],
+    payload: &[u8],
+    reply: Option<ReplyEndpoint>,
+) -> bool {
+    let Some(req) = Request::decode(header) else { return false };
+    let (answer, data) = message_verbs::execute(mem, &req, payload);
+    if req.tag == 0 {
+        return true;
+    }
+    let Some(ep) = reply else { return false };
+    let mut message = Vec::with_capacity(REPLY_LEN + data.len());
+    message.extend_from_slice(&answer.encode());
+    message.extend_from_slice(&data);
+    ep.send(REPLY_AM, message, REPLY_LEN);
+    true
 }
 
 /// One control connection: token check, welcome, then calls until the client goes away.

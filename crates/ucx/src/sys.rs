@@ -14,6 +14,7 @@ pub type ucp_datatype_t = u64;
 pub const UCS_OK: ucs_status_t = 0;
 pub const UCS_INPROGRESS: ucs_status_t = 1;
 pub const UCS_ERR_UNREACHABLE: ucs_status_t = -6;
+pub const UCS_ERR_NO_RESOURCE: ucs_status_t = -2;
 /// `UCS_ERR_LAST`: status pointers at or above `(uintptr_t)-100` are errors.
 pub const UCS_ERR_LAST: isize = -100;
 
@@ -23,12 +24,14 @@ pub const UCP_API_MINOR: c_uint = 13;
 pub const UCP_PARAM_FIELD_FEATURES: u64 = 1;
 pub const UCP_FEATURE_RMA: u64 = 2;
 pub const UCP_FEATURE_AMO64: u64 = 8;
+pub const UCP_FEATURE_AM: u64 = 64;
 
 pub const UCP_WORKER_PARAM_FIELD_THREAD_MODE: u64 = 1;
 pub const UCS_THREAD_MODE_SINGLE: c_int = 0;
 
 pub const UCP_EP_PARAM_FIELD_REMOTE_ADDRESS: u64 = 1;
 pub const UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE: u64 = 2;
+pub const UCP_EP_PARAM_FIELD_ERR_HANDLER: u64 = 4;
 pub const UCP_ERR_HANDLING_MODE_NONE: c_int = 0;
 pub const UCP_ERR_HANDLING_MODE_PEER: c_int = 1;
 
@@ -38,10 +41,23 @@ pub const UCP_MEM_MAP_ALLOCATE: c_uint = 2;
 pub const UCP_MEM_ATTR_FIELD_ADDRESS: u64 = 1;
 pub const UCP_MEM_ATTR_FIELD_LENGTH: u64 = 2;
 
+pub const UCP_OP_ATTR_FIELD_CALLBACK: u32 = 2;
+pub const UCP_OP_ATTR_FIELD_USER_DATA: u32 = 4;
 pub const UCP_OP_ATTR_FIELD_DATATYPE: u32 = 8;
 pub const UCP_OP_ATTR_FIELD_REPLY_BUFFER: u32 = 32;
 pub const UCP_OP_ATTR_FIELD_FLAGS: u32 = 16;
 pub const UCP_EP_CLOSE_FLAG_FORCE: u32 = 1;
+
+pub const UCP_AM_HANDLER_PARAM_FIELD_ID: u64 = 1;
+pub const UCP_AM_HANDLER_PARAM_FIELD_FLAGS: u64 = 2;
+pub const UCP_AM_HANDLER_PARAM_FIELD_CB: u64 = 4;
+pub const UCP_AM_HANDLER_PARAM_FIELD_ARG: u64 = 8;
+/// Deliver a message only once all of it has arrived.
+pub const UCP_AM_FLAG_WHOLE_MSG: u32 = 1;
+pub const UCP_AM_SEND_FLAG_REPLY: u32 = 1;
+pub const UCP_AM_SEND_FLAG_EAGER: u32 = 2;
+pub const UCP_AM_RECV_ATTR_FIELD_REPLY_EP: u64 = 1;
+pub const UCP_AM_RECV_ATTR_FLAG_RNDV: u64 = 1 << 17;
 
 /// `ucp_dt_make_contig(1)`: bytes.
 pub const UCP_DATATYPE_BYTES: ucp_datatype_t = 8;
@@ -99,7 +115,36 @@ pub struct ucp_ep_params_t {
     pub field_mask: u64,
     pub address: *const ucp_address,
     pub err_mode: c_int,
-    pub _rest: [u8; 84],
+    /// `err_handler.cb` and `err_handler.arg`.
+    pub err_handler_cb: Option<ucp_err_handler_cb_t>,
+    pub err_handler_arg: *mut c_void,
+    pub _rest: [u8; 64],
+}
+
+pub type ucp_err_handler_cb_t =
+    unsafe extern "C" fn(arg: *mut c_void, ep: ucp_ep_h, status: ucs_status_t);
+pub type ucp_am_recv_callback_t = unsafe extern "C" fn(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const ucp_am_recv_param_t,
+) -> ucs_status_t;
+
+#[repr(C)]
+pub struct ucp_am_handler_param_t {
+    pub field_mask: u64,
+    pub id: u32,
+    pub flags: u32,
+    pub cb: Option<ucp_am_recv_callback_t>,
+    pub arg: *mut c_void,
+}
+
+#[repr(C)]
+pub struct ucp_am_recv_param_t {
+    pub recv_attr: u64,
+    pub reply_ep: ucp_ep_h,
 }
 
 #[repr(C)]
@@ -135,6 +180,12 @@ pub struct ucp_request_param_t {
     pub _rest: [u8; 20],
 }
 
+/// A C stdio stream (only used behind pointers).
+#[repr(C)]
+pub struct FILE {
+    _p: [u8; 0],
+}
+
 impl ucp_request_param_t {
     /// Parameters with the given datatype (and reply buffer, for fetching atomics).
     pub fn new(datatype: ucp_datatype_t, reply: *mut c_void) -> ucp_request_param_t {
@@ -162,6 +213,11 @@ extern "C" {
         config_p: *mut *mut ucp_config,
     ) -> ucs_status_t;
     pub fn ucp_config_release(config: *mut ucp_config);
+    pub fn ucp_config_modify(
+        config: *mut ucp_config,
+        name: *const c_char,
+        value: *const c_char,
+    ) -> ucs_status_t;
     pub fn ucp_init_version(
         api_major_version: c_uint,
         api_minor_version: c_uint,
@@ -239,9 +295,30 @@ extern "C" {
         rkey: ucp_rkey_h,
         param: *const ucp_request_param_t,
     ) -> ucs_status_ptr_t;
+    pub fn ucp_worker_set_am_recv_handler(
+        worker: ucp_worker_h,
+        param: *const ucp_am_handler_param_t,
+    ) -> ucs_status_t;
+    pub fn ucp_am_send_nbx(
+        ep: ucp_ep_h,
+        id: c_uint,
+        header: *const c_void,
+        header_length: usize,
+        buffer: *const c_void,
+        count: usize,
+        param: *const ucp_request_param_t,
+    ) -> ucs_status_ptr_t;
+    pub fn ucp_ep_print_info(ep: ucp_ep_h, stream: *mut FILE);
     pub fn ucp_request_check_status(request: *mut c_void) -> ucs_status_t;
     pub fn ucp_request_free(request: *mut c_void);
     pub fn ucs_status_string(status: ucs_status_t) -> *const c_char;
+}
+
+// The C library (linked by std on every Linux target).
+extern "C" {
+    pub fn open_memstream(ptr: *mut *mut c_char, size: *mut usize) -> *mut FILE;
+    pub fn fclose(stream: *mut FILE) -> c_int;
+    pub fn free(ptr: *mut c_void);
 }
 
 #[cfg(test)]
@@ -261,6 +338,15 @@ mod tests {
         assert_eq!(size_of::<ucp_ep_params_t>(), 104);
         assert_eq!(offset_of!(ucp_ep_params_t, address), 8);
         assert_eq!(offset_of!(ucp_ep_params_t, err_mode), 16);
+        assert_eq!(offset_of!(ucp_ep_params_t, err_handler_cb), 24);
+        assert_eq!(offset_of!(ucp_ep_params_t, err_handler_arg), 32);
+        assert_eq!(size_of::<ucp_am_handler_param_t>(), 32);
+        assert_eq!(offset_of!(ucp_am_handler_param_t, id), 8);
+        assert_eq!(offset_of!(ucp_am_handler_param_t, flags), 12);
+        assert_eq!(offset_of!(ucp_am_handler_param_t, cb), 16);
+        assert_eq!(offset_of!(ucp_am_handler_param_t, arg), 24);
+        assert_eq!(size_of::<ucp_am_recv_param_t>(), 16);
+        assert_eq!(offset_of!(ucp_am_recv_param_t, reply_ep), 8);
         assert_eq!(size_of::<ucp_mem_map_params_t>(), 40);
         assert_eq!(offset_of!(ucp_mem_map_params_t, length), 16);
         assert_eq!(offset_of!(ucp_mem_map_params_t, flags), 24);

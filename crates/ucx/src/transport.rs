@@ -7,27 +7,39 @@
 //! fabric's two-sided calls). Each OS thread that makes clients gets one UCX worker with an
 //! endpoint and an unpacked rkey per memnode, shared by every client (task) on that thread.
 //!
+//! # One-sided verbs and message verbs
+//!
+//! After wireup each endpoint is classified ([`Endpoint::one_sided`]). Where some lane carries
+//! atomics (shared memory; RDMA), verbs are UCX RMA and atomics that never involve the memnode's
+//! CPU. Where none does (TCP), UCX would emulate them on the memnode's CPU, and UCX 1.13.1 aborts
+//! the memnode when such an emulated verb's reply meets a dead client; there verbs travel as
+//! active messages that the memnode executes itself ([`crate::message_verbs`]), and a dead client
+//! only loses its replies.
+//!
 //! # Verbs and what they cost
 //!
-//! | verb | UCX | round trips |
-//! |---|---|---|
-//! | READ / WRITE | `ucp_get_nbx` / `ucp_put_nbx` | 1 |
-//! | CAS | `ucp_atomic_op_nbx(CSWAP)` (`buffer` = compare, `reply_buffer` = new in, old out) | 1 |
-//! | FAA | `ucp_atomic_op_nbx(ADD)` | 1 |
-//! | masked CAS, lock pattern (compare bits 0, swap = compare mask = swap mask) | fetch-OR | 1 |
-//! | masked CAS, otherwise | READ of the word, then CSWAP until it holds or fails | 2 (+1 per lost race) |
-//! | doorbell batch | every READ/WRITE posted, then all awaited | 1 |
-//! | zero-wait WRITE | posted, reaped by `flush` or later verbs | 0 |
-//! | call | request/reply on the TCP control connection (blocks the thread) | 1 |
+//! | verb | one-sided (UCX) | message | round trips |
+//! |---|---|---|---|
+//! | READ / WRITE | `ucp_get_nbx` / `ucp_put_nbx` | READ / WRITE message, reply (data / ack) | 1 |
+//! | CAS | `ucp_atomic_op_nbx(CSWAP)` (`buffer` = compare, `reply_buffer` = new in, old out) | CAS message | 1 |
+//! | FAA | `ucp_atomic_op_nbx(ADD)` | FAA message | 1 |
+//! | masked CAS, lock pattern (compare bits 0, swap = compare mask = swap mask) | fetch-OR | MASKED message | 1 |
+//! | masked CAS, otherwise | READ of the word, then CSWAP until it holds or fails: 2 (+1 per lost race) | MASKED message: 1 | 1–2+ |
+//! | doorbell batch | every READ/WRITE posted, then all awaited | same, messages | 1 |
+//! | zero-wait WRITE | posted, reaped by `flush` or later verbs | WRITE message without reply | 0 |
+//! | call | request/reply on the TCP control connection (blocks the thread) | same | 1 |
 //!
 //! # Ordering
 //!
 //! UCX completes a put when its buffer may be reused, not when it is remote, and does not order
-//! later operations after it. Whenever a WRITE was posted since the last fence, the next verb is
-//! preceded by `ucp_worker_fence`, so "data, then unlock" and read-your-writes hold as on RDMA;
-//! writes inside a batch are fenced from the operations after them.
+//! later operations after it. Whenever a one-sided WRITE was posted since the last fence, the next
+//! verb is preceded by `ucp_worker_fence`, so "data, then unlock" and read-your-writes hold as on
+//! RDMA; writes inside a batch are fenced from the operations after them. Messages need no fence:
+//! an endpoint's messages arrive in order and the memnode executes them as they arrive; a WRITE
+//! message completes when the memnode acknowledges it.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::io::{BufReader, BufWriter};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::rc::Rc;
@@ -41,9 +53,10 @@ use dmindex_fabric::{
     Transport,
 };
 
+use crate::message_verbs::{self as msg, Request, Verb, REPLY_AM, REQUEST_AM, REQUEST_LEN};
 use crate::proto::{self, Reply, Welcome};
 use crate::sys::{UCP_ATOMIC_OP_ADD, UCP_ATOMIC_OP_CSWAP, UCP_ATOMIC_OP_OR};
-use crate::ucp::{Endpoint, Posted, RemoteKey, Request, UcxError, Worker};
+use crate::ucp::{Endpoint, Posted, RemoteKey, Request as UcxRequest, UcxError, Worker};
 
 /// How long to wait for a memnode to accept and answer the bootstrap.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -126,6 +139,12 @@ impl UcxFabric {
         })
     }
 
+    /// Per memnode, whether this thread's verbs reach its pool one-sidedly (UCX RMA) rather
+    /// than as messages the memnode executes (see the module docs).
+    pub fn one_sided(&self) -> std::result::Result<Vec<bool>, String> {
+        Ok(self.thread_conn().map_err(|e| e.to_string())?.one_sided.clone())
+    }
+
     /// This thread's worker and endpoints for this fabric, made on first use.
     fn thread_conn(&self) -> std::result::Result<Rc<ThreadConn>, UcxError> {
         THREAD_CONNS.with(|t| {
@@ -133,7 +152,19 @@ impl UcxFabric {
             if let Some((_, c)) = t.iter().find(|(id, _)| *id == self.id) {
                 return Ok(Rc::clone(c));
             }
-            let worker = Worker::new()?;
+            let mut worker = Worker::new()?;
+            let replies = Rc::new(Replies::default());
+            let r = Rc::clone(&replies);
+            worker.on_message(
+                REPLY_AM,
+                Box::new(move |header, payload, _| {
+                    let Some(reply) = msg::Reply::decode(header) else { return };
+                    // A reply nobody waits for any more (its verb was dropped) is discarded.
+                    if let Some(slot) = r.slots.borrow_mut().get_mut(&reply.tag) {
+                        *slot = Some((reply, payload.to_vec()));
+                    }
+                }),
+            )?;
             let mut eps = Vec::new();
             let mut keys = Vec::new();
             for n in self.nodes.iter() {
@@ -148,9 +179,11 @@ impl UcxFabric {
             worker.wait(p)?;
             let c = Rc::new(ThreadConn {
                 keys,
+                one_sided: eps.iter().map(Endpoint::one_sided).collect(),
                 eps,
                 pending: RefCell::new(Vec::new()),
                 fence: Cell::new(false),
+                replies,
                 worker,
             });
             t.push((self.id, Rc::clone(&c)));
@@ -172,6 +205,7 @@ impl dmindex_fabric::Fabric for UcxFabric {
             conn,
             bases: self.nodes.iter().map(|n| n.welcome.base).collect(),
             nodes: Arc::clone(&self.nodes),
+            info: Arc::clone(&self.info),
         };
         Ok(Client::new(t, Arc::clone(&self.info), cn, self.chunk_size))
     }
@@ -181,11 +215,25 @@ impl dmindex_fabric::Fabric for UcxFabric {
 struct ThreadConn {
     keys: Vec<RemoteKey>,
     eps: Vec<Endpoint>,
-    /// Zero-wait WRITEs in flight, with the bytes they read from.
-    pending: RefCell<Vec<(Request, Vec<u8>)>>,
-    /// A WRITE was posted since the last fence.
+    /// Per memnode: UCX RMA reaches its pool without its CPU (else verbs go as messages).
+    one_sided: Vec<bool>,
+    /// Sends in flight that nobody awaits (zero-wait WRITEs, messages), with their bytes.
+    pending: RefCell<Vec<(UcxRequest, Vec<u8>)>>,
+    /// A one-sided WRITE was posted since the last fence.
     fence: Cell<bool>,
+    replies: Rc<Replies>,
     worker: Worker,
+}
+
+/// A reply header and its payload (a READ's bytes).
+type Delivered = (msg::Reply, Vec<u8>);
+
+/// Replies to this thread's verb messages, by tag, as the worker's handler delivers them.
+#[derive(Default)]
+struct Replies {
+    slots: RefCell<HashMap<u64, Option<Delivered>>>,
+    /// Tag 0 means "no reply".
+    last_tag: Cell<u64>,
 }
 
 impl Drop for ThreadConn {
@@ -208,13 +256,14 @@ pub struct UcxTransport {
     conn: Rc<ThreadConn>,
     bases: Vec<u64>,
     nodes: Arc<Vec<Memnode>>,
+    info: Arc<ClusterInfo>,
 }
 
 /// Waits for an operation; if dropped first (the client stopped mid-verb), blocks until UCX is
 /// done with the buffers the operation uses.
 struct InFlight<'a> {
     conn: &'a ThreadConn,
-    req: Option<Request>,
+    req: Option<UcxRequest>,
 }
 
 impl InFlight<'_> {
@@ -241,7 +290,109 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// A verb message awaiting its reply; if dropped first, the reply is discarded when it comes.
+struct Awaited<'a> {
+    conn: &'a ThreadConn,
+    node: NodeId,
+    tag: u64,
+}
+
+impl Awaited<'_> {
+    /// The memnode's reply: `Ok` with the READ bytes, or the error it reported for `addr` (a
+    /// verb of `len` bytes), or the connection's failure.
+    async fn reply(self, info: &ClusterInfo, addr: GlobalAddr, len: u64) -> Result<(u64, Vec<u8>)> {
+        let node = self.node;
+        loop {
+            self.conn.worker.progress();
+            let got =
+                self.conn.replies.slots.borrow_mut().get_mut(&self.tag).and_then(Option::take);
+            if let Some((reply, data)) = got {
+                return match reply.status {
+                    msg::Status::Ok => Ok((reply.value, data)),
+                    msg::Status::OutOfBounds => Err(FabricError::OutOfBounds {
+                        addr,
+                        len,
+                        size: info.node_sizes[node as usize],
+                    }),
+                    msg::Status::Misaligned => Err(FabricError::Misaligned { addr, required: 8 }),
+                    msg::Status::Malformed => {
+                        Err(unavailable(node, "the memnode could not parse a verb message"))
+                    }
+                };
+            }
+            if let Some(e) = self.conn.eps[node as usize].failure() {
+                return Err(unavailable(node, format!("connection lost: {e}")));
+            }
+            yield_now().await;
+        }
+    }
+}
+
+impl Drop for Awaited<'_> {
+    fn drop(&mut self) {
+        self.conn.replies.slots.borrow_mut().remove(&self.tag);
+    }
+}
+
 impl UcxTransport {
+    /// Whether `node`'s verbs go as messages the memnode executes.
+    fn messages(&self, node: NodeId) -> bool {
+        !self.conn.one_sided[node as usize]
+    }
+
+    /// Sends `verb` on `addr` (a WRITE's bytes in `payload`) as a message; returns the reply to
+    /// await, or nothing when `reply` is false (a zero-wait WRITE).
+    fn post_message(
+        &self,
+        addr: GlobalAddr,
+        verb: Verb,
+        payload: &[u8],
+        reply: bool,
+    ) -> Result<Option<Awaited<'_>>> {
+        let (c, node) = (&*self.conn, addr.node());
+        self.before(node)?;
+        let awaited = reply.then(|| {
+            let tag = c.replies.last_tag.get() + 1;
+            c.replies.last_tag.set(tag);
+            c.replies.slots.borrow_mut().insert(tag, None);
+            Awaited { conn: c, node, tag }
+        });
+        let tag = awaited.as_ref().map_or(0, |a| a.tag);
+        let mut message = Vec::with_capacity(REQUEST_LEN + payload.len());
+        message.extend_from_slice(&Request { tag, offset: addr.offset(), verb }.encode());
+        message.extend_from_slice(payload);
+        // SAFETY: if the send is still in flight, `message` moves into the pending list (its heap
+        // buffer does not move) and is dropped only after the send completes.
+        let p = unsafe {
+            c.eps[node as usize].send_message(
+                REQUEST_AM,
+                &message[..REQUEST_LEN],
+                &message[REQUEST_LEN..],
+            )
+        };
+        match p.map_err(|e| unavailable(node, e.to_string()))? {
+            Posted::Done => {}
+            Posted::Pending(r) => c.pending.borrow_mut().push((r, message)),
+        }
+        Ok(awaited)
+    }
+
+    /// One verb as a message, awaited: (old word, READ bytes).
+    async fn message(
+        &self,
+        addr: GlobalAddr,
+        verb: Verb,
+        payload: &[u8],
+    ) -> Result<(u64, Vec<u8>)> {
+        let len = match verb {
+            Verb::Read { len } => len,
+            Verb::Write => payload.len() as u64,
+            _ => 8,
+        };
+        let a = self.post_message(addr, verb, payload, true)?.expect("a reply was asked for");
+        a.reply(&self.info, addr, len).await
+    }
+
     fn remote(&self, addr: GlobalAddr) -> u64 {
         self.bases[addr.node() as usize] + addr.offset()
     }
@@ -299,6 +450,10 @@ impl UcxTransport {
 impl Transport for UcxTransport {
     async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<()> {
         let node = addr.node();
+        if self.messages(node) {
+            let (_, data) = self.message(addr, Verb::Read { len: buf.len() as u64 }, &[]).await?;
+            return copy_read(node, buf, &data);
+        }
         self.before(node)?;
         let (ep, key) = (&self.conn.eps[node as usize], &self.conn.keys[node as usize]);
         // SAFETY: buf is borrowed for this whole future; `done` (or the guard's drop) waits for
@@ -309,6 +464,9 @@ impl Transport for UcxTransport {
 
     async fn write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
         let node = addr.node();
+        if self.messages(node) {
+            return self.message(addr, Verb::Write, data).await.map(drop);
+        }
         self.before(node)?;
         let (ep, key) = (&self.conn.eps[node as usize], &self.conn.keys[node as usize]);
         // SAFETY: as in read.
@@ -319,6 +477,9 @@ impl Transport for UcxTransport {
 
     fn post_write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
         let node = addr.node();
+        if self.messages(node) {
+            return self.post_message(addr, Verb::Write, data, false).map(drop);
+        }
         self.before(node)?;
         let owned = data.to_vec();
         let (ep, key) = (&self.conn.eps[node as usize], &self.conn.keys[node as usize]);
@@ -341,10 +502,19 @@ impl Transport for UcxTransport {
             InFlight { conn: &self.conn, req: Some(r) }.done(0).await?;
         }
         self.conn.fence.set(false);
+        // Zero-wait WRITE messages are executed once a later message is answered.
+        for node in 0..self.bases.len() as NodeId {
+            if self.messages(node) {
+                self.message(GlobalAddr::new(node, 0), Verb::Flush, &[]).await?;
+            }
+        }
         Ok(())
     }
 
     async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
+        if self.messages(addr.node()) {
+            return self.message(addr, Verb::Atomic(op), &[]).await.map(|(old, _)| old);
+        }
         match op {
             AtomicOp::Cas { expected, new } => {
                 self.word_atomic(addr, UCP_ATOMIC_OP_CSWAP, expected, new).await
@@ -376,6 +546,27 @@ impl Transport for UcxTransport {
     }
 
     async fn batch(&self, node: NodeId, ops: &mut [BatchOp<'_>]) -> Result<()> {
+        if self.messages(node) {
+            // Every message posted, then every reply awaited: one round trip.
+            let mut awaited = Vec::with_capacity(ops.len());
+            for op in ops.iter() {
+                let (addr, verb, payload, len) = match op {
+                    BatchOp::Read { addr, buf } => {
+                        (*addr, Verb::Read { len: buf.len() as u64 }, &[][..], buf.len())
+                    }
+                    BatchOp::Write { addr, data } => (*addr, Verb::Write, &data[..], data.len()),
+                };
+                let a = self.post_message(addr, verb, payload, true)?.expect("reply asked for");
+                awaited.push((a, addr, len as u64));
+            }
+            for (op, (a, addr, len)) in ops.iter_mut().zip(awaited) {
+                let (_, data) = a.reply(&self.info, addr, len).await?;
+                if let BatchOp::Read { buf, .. } = op {
+                    copy_read(node, buf, &data)?;
+                }
+            }
+            return Ok(());
+        }
         self.before(node)?;
         let (ep, key) = (&self.conn.eps[node as usize], &self.conn.keys[node as usize]);
         let mut flights = Vec::with_capacity(ops.len());
@@ -424,4 +615,16 @@ impl Transport for UcxTransport {
             Reply::UnknownService => Err(FabricError::UnknownService { node, service }),
         }
     }
+}
+
+/// Copies a READ message's reply into the caller's buffer.
+fn copy_read(node: NodeId, buf: &mut [u8], data: &[u8]) -> Result<()> {
+    if data.len() != buf.len() {
+        return Err(unavailable(
+            node,
+            format!("the memnode answered a READ of {} bytes with {}", buf.len(), data.len()),
+        ));
+    }
+    buf.copy_from_slice(data);
+    Ok(())
 }

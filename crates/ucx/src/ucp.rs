@@ -4,7 +4,8 @@
 //! Ownership mirrors UCX's rules: a [`Worker`] owns its context; endpoints and remote keys must
 //! be dropped before their worker (callers hold them in fields declared before it).
 
-use std::ffi::{c_void, CStr};
+use std::cell::Cell;
+use std::ffi::{c_char, c_void, CStr};
 use std::ptr;
 
 use crate::sys::*;
@@ -52,23 +53,40 @@ fn posted(what: &'static str, p: ucs_status_ptr_t) -> Result<Posted> {
     }
 }
 
+/// A received active message's handler: header, payload, and the endpoint to reply on (when the
+/// sender asked for replies).
+pub type MessageHandler = Box<dyn FnMut(&[u8], &[u8], Option<ReplyEndpoint>)>;
+
 /// A UCP worker and the context it was created from (one per thread: single-threaded mode).
 pub struct Worker {
     worker: ucp_worker_h,
     context: ucp_context_h,
+    /// Active-message handlers; UCX holds a thin pointer to each (the outer box keeps its
+    /// address as the vector grows) until the worker is destroyed.
+    #[allow(clippy::vec_box)]
+    handlers: Vec<Box<MessageHandler>>,
 }
 
 impl Worker {
-    /// A context with RMA and 64-bit atomics (configured from `UCX_*` variables) and a worker.
+    /// A context with RMA, 64-bit atomics and active messages (configured from `UCX_*`
+    /// variables) and a worker. Peers must enable the same features to connect.
     pub fn new() -> Result<Worker> {
         let mut config: *mut ucp_config = ptr::null_mut();
         // SAFETY: null prefix and file select the defaults; config receives a handle we release.
         check("ucp_config_read", unsafe {
             ucp_config_read(ptr::null(), ptr::null(), &mut config)
         })?;
+        // Verb messages rely on an endpoint's messages arriving in order: one eager lane.
+        // SAFETY: config is live; both strings are NUL-terminated literals.
+        let st = unsafe { ucp_config_modify(config, c"MAX_EAGER_RAILS".as_ptr(), c"1".as_ptr()) };
+        if let Err(e) = check("ucp_config_modify(MAX_EAGER_RAILS)", st) {
+            // SAFETY: config came from ucp_config_read and is released once.
+            unsafe { ucp_config_release(config) };
+            return Err(e);
+        }
         let params = ucp_params_t {
             field_mask: UCP_PARAM_FIELD_FEATURES,
-            features: UCP_FEATURE_RMA | UCP_FEATURE_AMO64,
+            features: UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM,
             request_size: 0,
             request_init: ptr::null(),
             request_cleanup: ptr::null(),
@@ -100,7 +118,7 @@ impl Worker {
             unsafe { ucp_cleanup(context) };
             return Err(e);
         }
-        Ok(Worker { worker, context })
+        Ok(Worker { worker, context, handlers: Vec::new() })
     }
 
     /// This worker's address, for peers to connect to.
@@ -167,6 +185,30 @@ impl Worker {
         }
     }
 
+    /// Calls `handler` for every active message `id` that arrives (from within
+    /// [`Worker::progress`], whole messages only).
+    pub fn on_message(&mut self, id: u32, handler: MessageHandler) -> Result<()> {
+        let mut boxed = Box::new(handler);
+        let arg: *mut MessageHandler = &mut *boxed;
+        let param = ucp_am_handler_param_t {
+            field_mask: UCP_AM_HANDLER_PARAM_FIELD_ID
+                | UCP_AM_HANDLER_PARAM_FIELD_FLAGS
+                | UCP_AM_HANDLER_PARAM_FIELD_CB
+                | UCP_AM_HANDLER_PARAM_FIELD_ARG,
+            id,
+            flags: UCP_AM_FLAG_WHOLE_MSG,
+            cb: Some(message_trampoline),
+            arg: arg as *mut c_void,
+        };
+        // SAFETY: the worker is live; `arg` points into a box kept in `self.handlers` until the
+        // worker is destroyed (after which UCX calls no handler).
+        check("ucp_worker_set_am_recv_handler", unsafe {
+            ucp_worker_set_am_recv_handler(self.worker, &param)
+        })?;
+        self.handlers.push(boxed);
+        Ok(())
+    }
+
     /// An endpoint to the worker whose address is `address`.
     ///
     /// Peer error handling first: over TCP the memnode's reply endpoint to this client inherits
@@ -197,17 +239,24 @@ impl Worker {
     }
 
     fn connect_with(&self, address: &[u8], err_mode: std::ffi::c_int) -> Result<Endpoint> {
+        let failure = Box::new(Cell::new(UCS_OK));
+        let peer = err_mode == UCP_ERR_HANDLING_MODE_PEER;
         let params = ucp_ep_params_t {
-            field_mask: UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+            field_mask: UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+                | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+                | if peer { UCP_EP_PARAM_FIELD_ERR_HANDLER } else { 0 },
             address: address.as_ptr() as *const ucp_address,
             err_mode,
-            _rest: [0; 84],
+            err_handler_cb: Some(endpoint_failed),
+            err_handler_arg: &*failure as *const Cell<ucs_status_t> as *mut c_void,
+            _rest: [0; 64],
         };
         let mut ep: ucp_ep_h = ptr::null_mut();
         // SAFETY: the worker is live; address is a worker address a peer produced and UCX copies
-        // what it needs during the call.
+        // what it needs during the call; the error handler's argument is boxed in the endpoint,
+        // which closes the UCX endpoint before freeing it.
         check("ucp_ep_create", unsafe { ucp_ep_create(self.worker, &params, &mut ep) })?;
-        Ok(Endpoint { ep, worker: self.worker })
+        Ok(Endpoint { ep, worker: self.worker, failure })
     }
 
     /// A pool of `len` bytes allocated and registered by UCX (`UCP_MEM_MAP_ALLOCATE`, so shared
@@ -253,6 +302,98 @@ impl Worker {
     }
 }
 
+/// UCX's active-message callback: hands the message to the Rust handler `arg` points to.
+unsafe extern "C" fn message_trampoline(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const ucp_am_recv_param_t,
+) -> ucs_status_t {
+    // SAFETY: `arg` is the boxed handler registered in `on_message`, alive as long as the worker
+    // calling us; UCX calls handlers from this thread's progress only, one at a time.
+    let handler = unsafe { &mut *(arg as *mut MessageHandler) };
+    let bytes = |p: *const c_void, n: usize| {
+        if n == 0 || p.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: UCX passes `n` readable bytes at `p` for the duration of the callback.
+            unsafe { std::slice::from_raw_parts(p as *const u8, n) }
+        }
+    };
+    // SAFETY: UCX passes a valid parameter block for the duration of the callback.
+    let param = unsafe { &*param };
+    if param.recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV != 0 {
+        // A rendezvous descriptor, not data: our peers send eagerly only, so it is not ours.
+        return UCS_OK;
+    }
+    let reply = (param.recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP != 0)
+        .then_some(ReplyEndpoint { ep: param.reply_ep });
+    handler(bytes(header, header_length), bytes(data, length), reply);
+    // The data is not kept past the callback.
+    UCS_OK
+}
+
+/// UCX's endpoint error callback: records the failure for [`Endpoint::failure`].
+unsafe extern "C" fn endpoint_failed(arg: *mut c_void, _ep: ucp_ep_h, status: ucs_status_t) {
+    // SAFETY: `arg` is the endpoint's boxed failure cell, alive until after the endpoint is
+    // closed; UCX calls this from this thread's progress.
+    unsafe { &*(arg as *const Cell<ucs_status_t>) }.set(status);
+}
+
+/// Frees a reply's bytes once UCX is done sending them.
+unsafe extern "C" fn reply_sent(
+    request: *mut c_void,
+    _status: ucs_status_t,
+    user_data: *mut c_void,
+) {
+    // SAFETY: user_data is the box leaked in `ReplyEndpoint::send` for this request, freed
+    // once here; the request came from ucp_am_send_nbx and is freed once.
+    unsafe {
+        drop(Box::from_raw(user_data as *mut Vec<u8>));
+        ucp_request_free(request);
+    }
+}
+
+/// The endpoint an active message came from, usable while its handler runs.
+pub struct ReplyEndpoint {
+    ep: ucp_ep_h,
+}
+
+impl ReplyEndpoint {
+    /// Sends active message `id` (header `message[..header_len]`, payload the rest) eagerly,
+    /// owning the bytes until UCX is done. A peer that went away is no error of ours: the
+    /// message is dropped (UCX completes the send with an error instead of aborting).
+    pub fn send(&self, id: u32, message: Vec<u8>, header_len: usize) {
+        assert!(header_len <= message.len());
+        let owned = Box::into_raw(Box::new(message));
+        let mut p = ucp_request_param_t::new(UCP_DATATYPE_BYTES, ptr::null_mut());
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = UCP_AM_SEND_FLAG_EAGER;
+        p.cb = reply_sent as *const c_void;
+        p.user_data = owned as *mut c_void;
+        // SAFETY: the endpoint is live during the handler; the bytes are boxed and freed by
+        // `reply_sent` when UCX returns a request, or right here otherwise.
+        unsafe {
+            let m = &*owned;
+            let r = ucp_am_send_nbx(
+                self.ep,
+                id,
+                m.as_ptr() as *const c_void,
+                header_len,
+                m.as_ptr().add(header_len) as *const c_void,
+                m.len() - header_len,
+                &p,
+            );
+            if r.is_null() || ((r as isize) < 0 && (r as isize) >= UCS_ERR_LAST) {
+                drop(Box::from_raw(owned));
+            }
+        }
+    }
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         // SAFETY: endpoints, keys and pools of this worker were dropped before it (ownership
@@ -268,9 +409,69 @@ impl Drop for Worker {
 pub struct Endpoint {
     ep: ucp_ep_h,
     worker: ucp_worker_h,
+    /// Set by UCX's error callback (peer error mode) when the connection fails.
+    failure: Box<Cell<ucs_status_t>>,
 }
 
 impl Endpoint {
+    /// The error the connection failed with, if it did (peer error mode only).
+    pub fn failure(&self) -> Option<UcxError> {
+        check("endpoint", self.failure.get()).err()
+    }
+
+    /// Whether verbs on this endpoint reach the peer's memory without its CPU: some lane carries
+    /// atomics (shared memory, RDMA). Otherwise (TCP) UCX would emulate RMA and atomics on the
+    /// peer's CPU. Read from UCX's description of the endpoint's lanes, so ask after wireup.
+    pub fn one_sided(&self) -> bool {
+        self.lanes().lines().any(|l| l.contains("lane[") && l.contains(" amo#"))
+    }
+
+    /// UCX's description of this endpoint (`ucp_ep_print_info`).
+    pub fn lanes(&self) -> String {
+        let mut buf: *mut c_char = ptr::null_mut();
+        let mut len = 0usize;
+        // SAFETY: open_memstream gives a stream writing into a malloc'd buffer that is valid
+        // (NUL-terminated, `len` bytes) after fclose; we copy it and free it once.
+        unsafe {
+            let f = open_memstream(&mut buf, &mut len);
+            if f.is_null() {
+                return String::new();
+            }
+            ucp_ep_print_info(self.ep, f);
+            fclose(f);
+            if buf.is_null() {
+                return String::new();
+            }
+            let text = String::from_utf8_lossy(std::slice::from_raw_parts(buf as *const u8, len))
+                .into_owned();
+            free(buf as *mut c_void);
+            text
+        }
+    }
+
+    /// Posts active message `id` with `header` and `payload`, eagerly, asking for replies on
+    /// this endpoint.
+    ///
+    /// # Safety
+    /// `header` and `payload` must stay valid and unmodified until the send completes.
+    pub unsafe fn send_message(&self, id: u32, header: &[u8], payload: &[u8]) -> Result<Posted> {
+        let mut p = ucp_request_param_t::new(UCP_DATATYPE_BYTES, ptr::null_mut());
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+        // SAFETY: live endpoint; the caller keeps the bytes alive until completion.
+        posted("ucp_am_send_nbx", unsafe {
+            ucp_am_send_nbx(
+                self.ep,
+                id,
+                header.as_ptr() as *const c_void,
+                header.len(),
+                payload.as_ptr() as *const c_void,
+                payload.len(),
+                &p,
+            )
+        })
+    }
+
     /// Unpacks a peer's packed remote key for use on this endpoint.
     pub fn unpack(&self, packed: &[u8]) -> Result<RemoteKey> {
         let mut k: ucp_rkey_h = ptr::null_mut();

@@ -6,11 +6,17 @@ mod common;
 #[test]
 fn conformance_over_shared_memory() {
     common::use_tls("sm,self");
-    common::conformance_suite();
+    common::conformance_suite(true);
 }
 
 #[test]
 fn bad_connections_over_shared_memory() {
     common::use_tls("sm,self");
     common::bad_connections_are_refused();
+}
+
+#[test]
+fn abandoned_verbs_over_shared_memory() {
+    common::use_tls("sm,self");
+    common::abandoned_verbs_do_not_confuse_later_ones();
 }

@@ -1,4 +1,4 @@
-//! The `ucx` transport over TCP (software RMA and atomics progressed by the memnode).
+//! The `ucx` transport over TCP: no one-sided lane, so verbs are messages the memnode executes.
 #![cfg(feature = "ucx")]
 
 mod common;
@@ -6,11 +6,23 @@ mod common;
 #[test]
 fn conformance_over_tcp() {
     common::use_tls("tcp");
-    common::conformance_suite();
+    common::conformance_suite(false);
 }
 
 #[test]
 fn bad_connections_over_tcp() {
     common::use_tls("tcp");
     common::bad_connections_are_refused();
+}
+
+#[test]
+fn abandoned_verbs_over_tcp() {
+    common::use_tls("tcp");
+    common::abandoned_verbs_do_not_confuse_later_ones();
+}
+
+#[test]
+fn lost_memnode_over_tcp() {
+    common::use_tls("tcp");
+    common::lost_memnode_is_an_error();
 }

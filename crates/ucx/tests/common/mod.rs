@@ -1,4 +1,6 @@
 //! A memnode on loopback inside the test process, and the checks every UCX transport must pass.
+// Each test binary (transport) uses the checks that apply to it.
+#![allow(dead_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Once};
@@ -46,12 +48,14 @@ pub fn memnode(id: u16, size: u64) -> Memnode {
     Memnode { addr, stop, thread: Some(thread) }
 }
 
-/// The conformance suite on one or two memnodes, with clients on two threads × 3 tasks.
-pub fn conformance_suite() {
+/// The conformance suite on one or two memnodes, with clients on two threads × 3 tasks; `one_sided`
+/// says whether the transports reach the pools without the memnodes' CPU (else verbs are messages).
+pub fn conformance_suite(one_sided: bool) {
     let mns = [memnode(0, 64 << 20), memnode(1, 64 << 20)];
     let addrs: Vec<String> = mns.iter().map(|m| m.addr.clone()).collect();
     let f = UcxFabric::connect(&addrs, TOKEN, 1 << 20).unwrap();
     assert_eq!(f.info().nodes(), 2);
+    assert_eq!(f.one_sided().unwrap(), [one_sided; 2]);
     let c = f.client(0).unwrap();
     run_tasks([conformance::single_client(&c)]);
     // Concurrent increments from 6 clients on 2 threads: no lost update.
@@ -108,4 +112,59 @@ pub fn bad_connections_are_refused() {
     // Out of memory comes back as such.
     let e = run_tasks([c.alloc(1 << 40, 64)]).remove(0).unwrap_err();
     assert!(matches!(e, dmindex_fabric::FabricError::OutOfMemory { .. }), "{e}");
+}
+
+/// A verb abandoned mid-flight (its future dropped after it was sent, as when a client task is
+/// cancelled) does not disturb later ones: its late reply is discarded, never taken by another.
+pub fn abandoned_verbs_do_not_confuse_later_ones() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    let mn = memnode(0, 16 << 20);
+    let f = UcxFabric::connect(std::slice::from_ref(&mn.addr), TOKEN, 1 << 20).unwrap();
+    let c = f.client(0).unwrap();
+    let a = run_tasks([c.alloc(64, 64)]).remove(0).unwrap();
+    run_tasks([c.write(a, &1u64.to_le_bytes())]).remove(0).unwrap();
+    run_tasks([c.write(a.add(8), &2u64.to_le_bytes())]).remove(0).unwrap();
+    for i in 0..200u64 {
+        let mut abandoned = Box::pin(c.read_word(a));
+        let _ = abandoned.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        drop(abandoned);
+        let mut cas = Box::pin(c.cas(a, i + 1, i + 2));
+        let _ = cas.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        drop(cas);
+        assert_eq!(run_tasks([c.read_word(a.add(8))]).remove(0).unwrap(), 2, "round {i}");
+    }
+    // Each abandoned CAS was sent, so it took effect (once): 1 → 2 → … → 201.
+    assert_eq!(run_tasks([c.read_word(a)]).remove(0).unwrap(), 201);
+}
+
+/// A memnode that goes away: the client's next verb fails with an error naming it, not a hang.
+pub fn lost_memnode_is_an_error() {
+    let mn = memnode(0, 16 << 20);
+    let addr = mn.addr.clone();
+    let (tx, rx) = mpsc::channel();
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let client = std::thread::spawn(move || {
+        let f = UcxFabric::connect(&[addr], TOKEN, 1 << 20).unwrap();
+        let c = f.client(0).unwrap();
+        let a = run_tasks([c.alloc(64, 64)]).remove(0).unwrap();
+        run_tasks([c.write(a, &5u64.to_le_bytes())]).remove(0).unwrap();
+        assert_eq!(run_tasks([c.read_word(a)]).remove(0).unwrap(), 5);
+        stop_tx.send(()).unwrap();
+        // Verbs until one fails (the memnode is stopping meanwhile).
+        let e = loop {
+            if let Err(e) = run_tasks([c.read_word(a)]).remove(0) {
+                break e;
+            }
+        };
+        tx.send(e.to_string()).unwrap();
+    });
+    stop_rx.recv().unwrap();
+    drop(mn);
+    let e = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("a verb hung after its memnode went away");
+    assert!(e.contains("memory node 0 unavailable"), "{e}");
+    client.join().unwrap();
 }

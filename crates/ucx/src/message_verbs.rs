@@ -1,0 +1,304 @@
+//! Memnode-executed verbs: READ, WRITE and the atomics sent as UCX active messages and carried
+//! out by the memnode's progress thread on its pool.
+//!
+//! # Why
+//!
+//! Where a transport cannot reach the pool one-sidedly (TCP), UCX 1.13.1 emulates RMA and atomics
+//! in software: the memnode's worker executes each `ucp_put_nbx`/`ucp_get_nbx`/atomic and sends
+//! an acknowledgement or the data back (`rma_sw.c`, `amo_sw.c`). If that reply cannot be sent
+//! because the client has died, `ucp_request_try_send` aborts the whole memnode ("Fatal:
+//! unexpected error: Endpoint timeout"), and the pool is lost with it. Active messages complete a
+//! failed send with an error instead. So on such endpoints (no atomic lane: see
+//! `Endpoint::one_sided`) the transport sends its verbs as messages and the memnode executes
+//! them itself: the same work UCX's emulation does, but a dead client only loses its replies.
+//! Transports that reach the pool one-sidedly (shared memory, RDMA) keep using UCX RMA.
+//!
+//! # Wire format
+//!
+//! All integers little-endian. A request is one active message [`REQUEST_AM`] whose header is:
+//!
+//! ```text
+//!  0        1          8           16          24          32          40          48          56
+//!  +--------+----------+-----------+-----------+-----------+-----------+-----------+-----------+
+//!  | verb   | zero     | tag       | offset    | a         | b         | c         | d         |
+//!  +--------+----------+-----------+-----------+-----------+-----------+-----------+-----------+
+//!  verb 1 READ      a = length
+//!       2 WRITE     the bytes are the message's payload
+//!       3 CAS       a = expected, b = new
+//!       4 FAA       a = delta
+//!       5 MASKED    a = compare, b = compare mask, c = swap, d = swap mask
+//!       6 FLUSH     (nothing: answered once every earlier verb has been executed)
+//!  tag     the client's request number, echoed in the reply; 0 = no reply (a posted WRITE)
+//!  offset  byte offset in the pool
+//! ```
+//!
+//! The reply is one active message [`REPLY_AM`] with a 24-byte header and, for a READ that
+//! succeeded, the bytes read as payload:
+//!
+//! ```text
+//!  0           8           16          24
+//!  +-----------+-----------+-----------+
+//!  | tag       | status    | value     |     status 0 ok, 1 out of bounds, 2 misaligned,
+//!  +-----------+-----------+-----------+            3 malformed request; value = the old word
+//! ```
+//!
+//! # Ordering and atomicity
+//!
+//! An endpoint's messages travel in order on its one eager lane (`Worker::new` pins
+//! `MAX_EAGER_RAILS` to 1), and the memnode executes each
+//! as it arrives, so a verb never overtakes an earlier one from the same worker ("data, then
+//! unlock" holds without a fence). Atomics are 8-byte CPU atomics on the pool, so they are atomic
+//! with each other, with the memnode's services, and with one-sided atomics of shared-memory
+//! clients on the same pool. A WRITE's reply means the bytes are in the pool; a READ may see a
+//! concurrent WRITE's bytes partly (as any READ racing a WRITE may).
+
+use dmindex_fabric::service::MnMemory;
+use dmindex_fabric::AtomicOp;
+
+/// Active-message id of requests (client → memnode).
+pub const REQUEST_AM: u32 = 0xd1;
+/// Active-message id of replies (memnode → client).
+pub const REPLY_AM: u32 = 0xd2;
+/// Request header length.
+pub const REQUEST_LEN: usize = 56;
+/// Reply header length.
+pub const REPLY_LEN: usize = 24;
+/// Longest READ a memnode answers.
+pub const MAX_READ: u64 = 64 << 20;
+
+/// What a request asks the memnode to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Read { len: u64 },
+    Write,
+    Atomic(AtomicOp),
+    Flush,
+}
+
+/// A decoded request header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub tag: u64,
+    pub offset: u64,
+    pub verb: Verb,
+}
+
+/// How a request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum Status {
+    Ok = 0,
+    OutOfBounds = 1,
+    Misaligned = 2,
+    Malformed = 3,
+}
+
+/// A decoded reply header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub tag: u64,
+    pub status: Status,
+    /// The word before an atomic; 0 otherwise.
+    pub value: u64,
+}
+
+fn word(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl Request {
+    pub fn encode(&self) -> [u8; REQUEST_LEN] {
+        let (code, ops) = match self.verb {
+            Verb::Read { len } => (1u8, [len, 0, 0, 0]),
+            Verb::Write => (2, [0; 4]),
+            Verb::Atomic(AtomicOp::Cas { expected, new }) => (3, [expected, new, 0, 0]),
+            Verb::Atomic(AtomicOp::Faa { delta }) => (4, [delta, 0, 0, 0]),
+            Verb::Atomic(AtomicOp::MaskedCas { compare, compare_mask, swap, swap_mask }) => {
+                (5, [compare, compare_mask, swap, swap_mask])
+            }
+            Verb::Flush => (6, [0; 4]),
+        };
+        let mut h = [0u8; REQUEST_LEN];
+        h[0] = code;
+        h[8..16].copy_from_slice(&self.tag.to_le_bytes());
+        h[16..24].copy_from_slice(&self.offset.to_le_bytes());
+        for (i, v) in ops.iter().enumerate() {
+            h[24 + 8 * i..32 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        h
+    }
+
+    /// `None` for a header of the wrong length or an unknown verb.
+    pub fn decode(h: &[u8]) -> Option<Request> {
+        if h.len() != REQUEST_LEN {
+            return None;
+        }
+        let (a, b, c, d) = (word(h, 24), word(h, 32), word(h, 40), word(h, 48));
+        let verb = match h[0] {
+            1 => Verb::Read { len: a },
+            2 => Verb::Write,
+            3 => Verb::Atomic(AtomicOp::Cas { expected: a, new: b }),
+            4 => Verb::Atomic(AtomicOp::Faa { delta: a }),
+            5 => Verb::Atomic(AtomicOp::MaskedCas {
+                compare: a,
+                compare_mask: b,
+                swap: c,
+                swap_mask: d,
+            }),
+            6 => Verb::Flush,
+            _ => return None,
+        };
+        Some(Request { tag: word(h, 8), offset: word(h, 16), verb })
+    }
+}
+
+impl Reply {
+    pub fn encode(&self) -> [u8; REPLY_LEN] {
+        let mut h = [0u8; REPLY_LEN];
+        h[0..8].copy_from_slice(&self.tag.to_le_bytes());
+        h[8..16].copy_from_slice(&(self.status as u64).to_le_bytes());
+        h[16..24].copy_from_slice(&self.value.to_le_bytes());
+        h
+    }
+
+    /// `None` for a header of the wrong length or an unknown status.
+    pub fn decode(h: &[u8]) -> Option<Reply> {
+        if h.len() != REPLY_LEN {
+            return None;
+        }
+        let status = match word(h, 8) {
+            0 => Status::Ok,
+            1 => Status::OutOfBounds,
+            2 => Status::Misaligned,
+            3 => Status::Malformed,
+            _ => return None,
+        };
+        Some(Reply { tag: word(h, 0), status, value: word(h, 16) })
+    }
+}
+
+/// Carries out `req` (`payload`: a WRITE's bytes) on `mem`. Returns the reply and, for a READ,
+/// the bytes read. Nothing a client sends can make it panic: bounds and alignment are checked
+/// here, before `mem` (whose own checks assert).
+pub fn execute(mem: &dyn MnMemory, req: &Request, payload: &[u8]) -> (Reply, Vec<u8>) {
+    let reply = |status, value| Reply { tag: req.tag, status, value };
+    let fits = |len: u64| req.offset.checked_add(len).is_some_and(|end| end <= mem.size());
+    match req.verb {
+        Verb::Read { len } if len > MAX_READ || !fits(len) => {
+            (reply(Status::OutOfBounds, 0), Vec::new())
+        }
+        Verb::Read { len } => {
+            let mut buf = vec![0u8; len as usize];
+            mem.read(req.offset, &mut buf);
+            (reply(Status::Ok, 0), buf)
+        }
+        Verb::Write if !fits(payload.len() as u64) => (reply(Status::OutOfBounds, 0), Vec::new()),
+        Verb::Write => {
+            mem.write(req.offset, payload);
+            (reply(Status::Ok, 0), Vec::new())
+        }
+        Verb::Atomic(_) if !fits(8) => (reply(Status::OutOfBounds, 0), Vec::new()),
+        Verb::Atomic(_) if req.offset % 8 != 0 => (reply(Status::Misaligned, 0), Vec::new()),
+        Verb::Atomic(op) => (reply(Status::Ok, mem.atomic(req.offset, op)), Vec::new()),
+        Verb::Flush => (reply(Status::Ok, 0), Vec::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dmindex_fabric::memory::Region;
+
+    use super::*;
+
+    #[test]
+    fn request_layout_is_pinned() {
+        let r = Request {
+            tag: 0x1122,
+            offset: 0x40,
+            verb: Verb::Atomic(AtomicOp::MaskedCas {
+                compare: 1,
+                compare_mask: 2,
+                swap: 3,
+                swap_mask: 4,
+            }),
+        };
+        let h = r.encode();
+        let mut want = [0u8; REQUEST_LEN];
+        want[0] = 5;
+        want[8] = 0x22;
+        want[9] = 0x11;
+        want[16] = 0x40;
+        want[24] = 1;
+        want[32] = 2;
+        want[40] = 3;
+        want[48] = 4;
+        assert_eq!(h, want);
+        assert_eq!(Request::decode(&h), Some(r));
+        let read = Request { tag: 9, offset: 16, verb: Verb::Read { len: 300 } }.encode();
+        assert_eq!((read[0], word(&read, 24)), (1, 300));
+        for v in [
+            Verb::Write,
+            Verb::Flush,
+            Verb::Atomic(AtomicOp::Cas { expected: 7, new: 8 }),
+            Verb::Atomic(AtomicOp::Faa { delta: u64::MAX }),
+        ] {
+            let r = Request { tag: 3, offset: 8, verb: v };
+            assert_eq!(Request::decode(&r.encode()), Some(r));
+        }
+        let mut bad = h;
+        bad[0] = 7;
+        assert_eq!(Request::decode(&bad), None);
+        assert_eq!(Request::decode(&h[..REQUEST_LEN - 1]), None);
+    }
+
+    #[test]
+    fn reply_layout_is_pinned() {
+        let r = Reply { tag: 5, status: Status::Misaligned, value: 0xabcd };
+        let h = r.encode();
+        assert_eq!(h[0], 5);
+        assert_eq!(h[8], 2);
+        assert_eq!((h[16], h[17]), (0xcd, 0xab));
+        assert_eq!(Reply::decode(&h), Some(r));
+        let mut bad = h;
+        bad[8] = 9;
+        assert_eq!(Reply::decode(&bad), None);
+    }
+
+    #[test]
+    fn execute_matches_the_verbs_and_refuses_bad_requests() {
+        let mem = Region::new(4096);
+        let req = |offset, verb| Request { tag: 1, offset, verb };
+        let (r, _) = execute(&mem, &req(64, Verb::Write), &[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(r, Reply { tag: 1, status: Status::Ok, value: 0 });
+        let (r, data) = execute(&mem, &req(64, Verb::Read { len: 9 }), &[]);
+        assert_eq!((r.status, data), (Status::Ok, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]));
+        let cas = Verb::Atomic(AtomicOp::Cas { expected: 0x0807060504030201, new: 5 });
+        assert_eq!(execute(&mem, &req(64, cas), &[]).0.value, 0x0807060504030201);
+        assert_eq!(execute(&mem, &req(64, cas), &[]).0.value, 5, "a failed CAS returns the word");
+        let faa = Verb::Atomic(AtomicOp::Faa { delta: 10 });
+        assert_eq!(execute(&mem, &req(64, faa), &[]).0.value, 5);
+        let lock = Verb::Atomic(AtomicOp::MaskedCas {
+            compare: 0,
+            compare_mask: 1,
+            swap: 1,
+            swap_mask: 1,
+        });
+        assert_eq!(execute(&mem, &req(80, lock), &[]).0.value, 0);
+        assert_eq!(execute(&mem, &req(80, lock), &[]).0.value, 1, "a held lock stays held");
+        let (_, data) = execute(&mem, &req(64, Verb::Read { len: 24 }), &[]);
+        assert_eq!([word(&data, 0), word(&data, 8), word(&data, 16)], [15, 9, 1]);
+        // Refusals, never panics.
+        for (offset, verb, payload, status) in [
+            (4090, Verb::Write, &[0u8; 8][..], Status::OutOfBounds),
+            (4000, Verb::Read { len: 97 }, &[], Status::OutOfBounds),
+            (u64::MAX - 2, Verb::Read { len: 8 }, &[], Status::OutOfBounds),
+            (0, Verb::Read { len: MAX_READ + 1 }, &[], Status::OutOfBounds),
+            (4096, faa, &[], Status::OutOfBounds),
+            (12, faa, &[], Status::Misaligned),
+        ] {
+            assert_eq!(execute(&mem, &req(offset, verb), payload).0.status, status, "{verb:?}");
+        }
+        assert_eq!(execute(&mem, &req(4088, faa), &[]).0.status, Status::Ok);
+        assert_eq!(execute(&mem, &req(0, Verb::Flush), &[]).0.status, Status::Ok);
+    }
+}
