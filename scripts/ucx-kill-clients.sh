@@ -19,8 +19,9 @@ mn=$!
 for _ in $(seq 100); do grep -q listening "$dir/out" 2>/dev/null && break; sleep 0.1; done
 addr=$(head -1 "$dir/out" | awk '{print $NF}')
 [ -n "$addr" ] || { echo "memnode did not start"; cat "$dir/memnode.log"; exit 1; }
+# `exec`, so that `$!` of `client … &` is the client process itself, which SIGKILL must hit.
 client() {
-    UCX_TLS=$tls "$bin" fabric-bench --transport ucx --memnode "$addr" \
+    UCX_TLS=$tls exec "$bin" fabric-bench --transport ucx --memnode "$addr" \
         --token-file "$dir/token" "$@"
 }
 for i in $(seq "$n"); do
@@ -31,11 +32,11 @@ for i in $(seq "$n"); do
     wait "$c" 2>/dev/null
     if ! kill -0 "$mn" 2>/dev/null; then
         echo "the memnode died after $i client kills:"
-        tail -5 "$dir/memnode.log"
+        grep -E "Fatal|Assert|panicked" "$dir/memnode.log" || tail -5 "$dir/memnode.log"
         exit 1
     fi
 done
-if client --ops 200 --threads 1 > "$dir/final" 2>&1; then
+if (client --ops 200 --threads 1) > "$dir/final" 2>&1; then
     echo "the memnode survived $n client kills (UCX_TLS=$tls) and still serves"
 else
     echo "the memnode is up after $n kills but a new client failed:"

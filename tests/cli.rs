@@ -433,7 +433,7 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
     // loaded index, then fabric-bench clients in the middle of their verbs. Over TCP the
     // memnodes execute those verbs (as messages), so each death leaves replies that cannot be
     // delivered; the memnodes stay up and keep serving. (UCX 1.13.1's own software RMA aborted
-    // the memnode in such a case within 3–11 kills here: docs/ucx.md.) The index may now hold
+    // the memnode in such a case within 3–15 kills here: docs/ucx.md.) The index may now hold
     // a lock or a half-written leaf of a dead client: CHIME, like the paper, has no client-crash
     // recovery, so only the fabric is used afterwards.
     let crasher = |args: &[&str]| {
