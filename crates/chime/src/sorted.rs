@@ -70,22 +70,31 @@ impl Tree {
             return Ok(a);
         }
         if let Some(i) = self.resolve(c, &buf, 0, k, probe).await? {
-            buf.set_entry(i, k, v);
-            buf.bump_ev(i);
-            let pieces = self.write_plan(&buf, i, 1, lw);
-            self.write_pieces(c, cur, &pieces).await?;
+            self.update_in_place(c, cur, &mut buf, i, k, v, lw).await?;
             return Ok(Attempt::Done);
         }
         let at = buf.sorted_search(k).unwrap_or_else(|i| i);
         if buf.count() < s {
             buf.sorted_insert(at, k, v);
-            buf.bump_node_version();
-            let high = buf.fences().expect("whole leaf").1;
-            c.write(cur, &self.leaf_image(&buf, lw, high)).await?;
+            self.rewrite_sorted_leaf(c, cur, &mut buf, lw).await?;
             return Ok(Attempt::Done);
         }
         self.sorted_split(c, loc, cur, buf, at, (k, v), guard).await?;
         Ok(Attempt::Done)
+    }
+
+    /// Writes locked leaf `cur` whole after a shift (insert or delete) under a new node-level
+    /// version, unlocking it in the same WRITE.
+    async fn rewrite_sorted_leaf<T: Transport>(
+        &self,
+        c: &Client<T>,
+        cur: GlobalAddr,
+        buf: &mut LeafBuf,
+        lw: crate::layout::LockWord,
+    ) -> IndexResult<()> {
+        buf.bump_node_version();
+        let high = buf.fences().expect("whole leaf").1;
+        Ok(c.write(cur, &self.leaf_image(buf, lw, high)).await?)
     }
 
     /// Splits full, locked leaf `cur` at the median of its keys and `kv` (placed at `at`); keys
@@ -122,13 +131,7 @@ impl Tree {
                 return Err(e);
             }
         };
-        let right_addr = match c.alloc(self.leaf.alloc() as u64, 64).await {
-            Ok(a) => a,
-            Err(e) => {
-                self.unlock_leaf(c, cur, lw).await?;
-                return Err(e.into());
-            }
-        };
+        let right_addr = self.alloc_split_leaf(c, cur, lw).await?;
         self.splits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.keys_at_split.fetch_add(s as u64, std::sync::atomic::Ordering::Relaxed);
         let (sib, _) = buf.meta().expect("whole leaf");
@@ -171,17 +174,10 @@ impl Tree {
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 if let Some(i) = self.resolve(c, &buf, 0, k, probe).await? {
                     match v {
-                        Some(v) => {
-                            buf.set_entry(i, k, v);
-                            buf.bump_ev(i);
-                            let pieces = self.write_plan(&buf, i, 1, lw);
-                            self.write_pieces(c, cur, &pieces).await?;
-                        }
+                        Some(v) => self.update_in_place(c, cur, &mut buf, i, k, v, lw).await?,
                         None => {
                             buf.sorted_remove(i);
-                            buf.bump_node_version();
-                            let high = buf.fences().expect("whole leaf").1;
-                            c.write(cur, &self.leaf_image(&buf, lw, high)).await?;
+                            self.rewrite_sorted_leaf(c, cur, &mut buf, lw).await?;
                         }
                     }
                     return Ok(true);

@@ -496,6 +496,42 @@ impl Tree {
     }
 
     /// WRITEs pieces to a leaf in order, as one doorbell batch.
+    /// Rewrites entry `i` of locked leaf `cur` as (k, v) with its entry-level version bumped,
+    /// unlocking the leaf in the same WRITE.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn update_in_place<T: Transport>(
+        &self,
+        c: &Client<T>,
+        cur: GlobalAddr,
+        buf: &mut LeafBuf,
+        i: usize,
+        k: u64,
+        v: [u8; 8],
+        lw: LockWord,
+    ) -> IndexResult<()> {
+        buf.set_entry(i, k, v);
+        buf.bump_ev(i);
+        let pieces = self.write_plan(buf, i, 1, lw);
+        self.write_pieces(c, cur, &pieces).await
+    }
+
+    /// A new leaf for splitting locked leaf `cur`; out of memory leaves `cur` as it was,
+    /// unlocked, and reports.
+    pub(crate) async fn alloc_split_leaf<T: Transport>(
+        &self,
+        c: &Client<T>,
+        cur: GlobalAddr,
+        lw: LockWord,
+    ) -> IndexResult<GlobalAddr> {
+        match c.alloc(self.leaf.alloc() as u64, 64).await {
+            Ok(a) => Ok(a),
+            Err(e) => {
+                self.unlock_leaf(c, cur, lw).await?;
+                Err(e.into())
+            }
+        }
+    }
+
     pub(crate) async fn write_pieces<T: Transport>(
         &self,
         c: &Client<T>,
@@ -590,10 +626,7 @@ impl Tree {
             }
         }
         if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
-            buf.set_entry(i, k, v);
-            buf.bump_ev(i);
-            let pieces = self.write_plan(&buf, i, 1, lw);
-            self.write_pieces(c, cur, &pieces).await?;
+            self.update_in_place(c, cur, &mut buf, i, k, v, lw).await?;
             return Ok(Attempt::Done);
         }
         let am_key = (lw.argmax < s && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax));
@@ -709,14 +742,7 @@ impl Tree {
             Some(f) => f,
             None => (0, self.read_bound(c, cur).await?),
         };
-        let right_addr = match c.alloc(self.leaf.alloc() as u64, 64).await {
-            Ok(a) => a,
-            Err(e) => {
-                // Out of memory: leave the leaf as it was, unlocked, and report.
-                self.unlock_leaf(c, cur, lw).await?;
-                return Err(e.into());
-            }
-        };
+        let right_addr = self.alloc_split_leaf(c, cur, lw).await?;
         let mut right = LeafBuf::empty(self.leaf);
         for i in 0..s {
             let x = buf.key(i);
@@ -915,20 +941,17 @@ impl Tree {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
                         hs.touch(cur, i, k);
                     }
-                    let pieces = match v {
-                        Some(v) => {
-                            buf.set_entry(i, k, v);
-                            buf.bump_ev(i);
-                            self.write_plan(&buf, i, 1, lw)
-                        }
+                    match v {
+                        Some(v) => self.update_in_place(c, cur, &mut buf, i, k, v, lw).await?,
                         None => {
                             let modified = buf.remove(h, i);
                             let full = lw.full & !(1 << self.leaf.bucket(i));
                             let (wlo, wn) = self.span_of(&buf, h, &modified);
-                            self.write_plan(&buf, wlo, wn, LockWord { full, ..lw })
+                            let lw = LockWord { full, ..lw };
+                            let pieces = self.write_plan(&buf, wlo, wn, lw);
+                            self.write_pieces(c, cur, &pieces).await?;
                         }
-                    };
-                    self.write_pieces(c, cur, &pieces).await?;
+                    }
                     return Ok(true);
                 }
                 self.unlock_leaf(c, cur, lw).await?;
