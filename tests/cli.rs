@@ -447,20 +447,16 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
             .spawn()
             .unwrap()
     };
-    let mut kills =
-        vec![(crasher(&["bench", "--attach", "--items", "3000", "--ops", "10000000"]), 500)];
-    for i in 0..8 {
-        let args = ["fabric-bench", "--ops", "1000000", "--threads", "1,2", "--tasks", "4"];
-        kills.push((crasher(&args), 100 + 90 * i));
-        let (mut c, ms) = kills.remove(0);
+    let kill_after = |mut c: std::process::Child, ms: u64| {
         std::thread::sleep(std::time::Duration::from_millis(ms));
         c.kill().unwrap();
         c.wait().unwrap();
+    };
+    kill_after(crasher(&["bench", "--attach", "--items", "3000", "--ops", "10000000"]), 500);
+    for i in 0..8 {
+        let args = ["fabric-bench", "--ops", "1000000", "--threads", "1,2", "--tasks", "4"];
+        kill_after(crasher(&args), 100 + 90 * i);
     }
-    let (mut c, _) = kills.remove(0);
-    std::thread::sleep(std::time::Duration::from_millis(400));
-    c.kill().unwrap();
-    c.wait().unwrap();
     for m in &mut mns {
         assert!(m.try_wait().unwrap().is_none(), "a memnode died with a client");
     }

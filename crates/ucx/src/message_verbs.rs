@@ -38,8 +38,8 @@
 //! ```text
 //!  0           8           16          24
 //!  +-----------+-----------+-----------+
-//!  | tag       | status    | value     |     status 0 ok, 1 out of bounds, 2 misaligned,
-//!  +-----------+-----------+-----------+            3 malformed request; value = the old word
+//!  | tag       | status    | value     |     status 0 ok, 1 out of bounds, 2 misaligned;
+//!  +-----------+-----------+-----------+     value = the old word (atomics)
 //! ```
 //!
 //! # Ordering and atomicity
@@ -90,7 +90,6 @@ pub enum Status {
     Ok = 0,
     OutOfBounds = 1,
     Misaligned = 2,
-    Malformed = 3,
 }
 
 /// A decoded reply header.
@@ -170,37 +169,36 @@ impl Reply {
             0 => Status::Ok,
             1 => Status::OutOfBounds,
             2 => Status::Misaligned,
-            3 => Status::Malformed,
             _ => return None,
         };
         Some(Reply { tag: word(h, 0), status, value: word(h, 16) })
     }
 }
 
-/// Carries out `req` (`payload`: a WRITE's bytes) on `mem`. Returns the reply and, for a READ,
-/// the bytes read. Nothing a client sends can make it panic: bounds and alignment are checked
-/// here, before `mem` (whose own checks assert).
-pub fn execute(mem: &dyn MnMemory, req: &Request, payload: &[u8]) -> (Reply, Vec<u8>) {
+/// Carries out `req` (`payload`: a WRITE's bytes) on `mem`, appending a READ's bytes to `out`
+/// (the reply message being built, so they are copied once); returns the reply header. Nothing a
+/// client sends can make it panic: bounds and alignment are checked here, before `mem` (whose
+/// own checks assert).
+pub fn execute(mem: &dyn MnMemory, req: &Request, payload: &[u8], out: &mut Vec<u8>) -> Reply {
     let reply = |status, value| Reply { tag: req.tag, status, value };
     let fits = |len: u64| req.offset.checked_add(len).is_some_and(|end| end <= mem.size());
     match req.verb {
-        Verb::Read { len } if len > MAX_READ || !fits(len) => {
-            (reply(Status::OutOfBounds, 0), Vec::new())
-        }
+        Verb::Read { len } if len > MAX_READ || !fits(len) => reply(Status::OutOfBounds, 0),
         Verb::Read { len } => {
-            let mut buf = vec![0u8; len as usize];
-            mem.read(req.offset, &mut buf);
-            (reply(Status::Ok, 0), buf)
+            let at = out.len();
+            out.resize(at + len as usize, 0);
+            mem.read(req.offset, &mut out[at..]);
+            reply(Status::Ok, 0)
         }
-        Verb::Write if !fits(payload.len() as u64) => (reply(Status::OutOfBounds, 0), Vec::new()),
+        Verb::Write if !fits(payload.len() as u64) => reply(Status::OutOfBounds, 0),
         Verb::Write => {
             mem.write(req.offset, payload);
-            (reply(Status::Ok, 0), Vec::new())
+            reply(Status::Ok, 0)
         }
-        Verb::Atomic(_) if !fits(8) => (reply(Status::OutOfBounds, 0), Vec::new()),
-        Verb::Atomic(_) if req.offset % 8 != 0 => (reply(Status::Misaligned, 0), Vec::new()),
-        Verb::Atomic(op) => (reply(Status::Ok, mem.atomic(req.offset, op)), Vec::new()),
-        Verb::Flush => (reply(Status::Ok, 0), Vec::new()),
+        Verb::Atomic(_) if !fits(8) => reply(Status::OutOfBounds, 0),
+        Verb::Atomic(_) if req.offset % 8 != 0 => reply(Status::Misaligned, 0),
+        Verb::Atomic(op) => reply(Status::Ok, mem.atomic(req.offset, op)),
+        Verb::Flush => reply(Status::Ok, 0),
     }
 }
 
@@ -209,6 +207,12 @@ mod tests {
     use dmindex_fabric::memory::Region;
 
     use super::*;
+
+    /// `super::execute` with the READ bytes apart.
+    fn execute(mem: &dyn MnMemory, req: &Request, payload: &[u8]) -> (Reply, Vec<u8>) {
+        let mut data = Vec::new();
+        (super::execute(mem, req, payload, &mut data), data)
+    }
 
     #[test]
     fn request_layout_is_pinned() {

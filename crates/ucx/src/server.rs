@@ -181,8 +181,7 @@ pub fn serve(
     Ok(())
 }
 
-/// Executes one verb message and replies to it; false if it was malformed (then it is dropped,
-/// or refused when the client can hear it).
+/// Executes one verb message and replies to it; false if it was malformed (then it is dropped).
 fn execute_message(
     mem: &PoolMemory,
     header: &[u8],
@@ -190,14 +189,14 @@ fn execute_message(
     reply: Option<ReplyEndpoint>,
 ) -> bool {
     let Some(req) = Request::decode(header) else { return false };
-    let (answer, data) = message_verbs::execute(mem, &req, payload);
+    // The reply header goes in front of the READ bytes once it is known.
+    let mut message = vec![0u8; REPLY_LEN];
+    let answer = message_verbs::execute(mem, &req, payload, &mut message);
     if req.tag == 0 {
         return true;
     }
     let Some(ep) = reply else { return false };
-    let mut message = Vec::with_capacity(REPLY_LEN + data.len());
-    message.extend_from_slice(&answer.encode());
-    message.extend_from_slice(&data);
+    message[..REPLY_LEN].copy_from_slice(&answer.encode());
     ep.send(REPLY_AM, message, REPLY_LEN);
     true
 }

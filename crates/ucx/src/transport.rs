@@ -315,9 +315,6 @@ impl Awaited<'_> {
                         size: info.node_sizes[node as usize],
                     }),
                     msg::Status::Misaligned => Err(FabricError::Misaligned { addr, required: 8 }),
-                    msg::Status::Malformed => {
-                        Err(unavailable(node, "the memnode could not parse a verb message"))
-                    }
                 };
             }
             if let Some(e) = self.conn.eps[node as usize].failure() {

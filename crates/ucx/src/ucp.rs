@@ -427,7 +427,7 @@ impl Endpoint {
     }
 
     /// UCX's description of this endpoint (`ucp_ep_print_info`).
-    pub fn lanes(&self) -> String {
+    fn lanes(&self) -> String {
         let mut buf: *mut c_char = ptr::null_mut();
         let mut len = 0usize;
         // SAFETY: open_memstream gives a stream writing into a malloc'd buffer that is valid
