@@ -111,7 +111,7 @@ fn run_ucx(args: &Args) -> anyhow::Result<()> {
 
 #[cfg(not(feature = "ucx"))]
 fn run_ucx(_: &Args) -> anyhow::Result<()> {
-    bail!("this dmindex was built without UCX: rebuild with `cargo build --release --features ucx`")
+    bail!(dmindex_ucx::NOT_BUILT)
 }
 
 fn report<F: Fabric + Sync>(args: &Args, transport: &str, fabric: &F) -> anyhow::Result<()> {

@@ -65,10 +65,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
 
 #[cfg(not(feature = "ucx"))]
 pub fn run(_: &Args) -> anyhow::Result<()> {
-    anyhow::bail!(
-        "this dmindex was built without UCX: rebuild with `cargo build --release --features ucx` \
-         (needs libucx-dev)"
-    )
+    anyhow::bail!(dmindex_ucx::NOT_BUILT)
 }
 
 #[cfg(test)]

@@ -277,10 +277,7 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
         #[cfg(feature = "ucx")]
         ("ref", TransportKind::Ucx) => ucx::run::<LockedShards>(cfg, &plan),
         #[cfg(not(feature = "ucx"))]
-        (_, TransportKind::Ucx) => bail!(
-            "this dmindex was built without UCX: rebuild with `cargo build --release --features ucx` \
-             (needs libucx-dev)"
-        ),
+        (_, TransportKind::Ucx) => bail!(dmindex_ucx::NOT_BUILT),
         (other, _) => bail!("unknown index '{other}' (known: {})", INDEXES.join(", ")),
     }
 }

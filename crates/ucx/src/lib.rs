@@ -10,6 +10,10 @@
 //! Only [`proto`] and [`message_verbs`] (wire formats) build without the `ucx` cargo feature; the
 //! rest links libucp (Debian's libucx-dev 1.13.1, found with pkg-config). See `docs/ucx.md`.
 
+/// What commands that need UCX say in a build without the `ucx` feature.
+pub const NOT_BUILT: &str = "this dmindex was built without UCX: rebuild with \
+     `cargo build --release --features ucx` (needs libucx-dev)";
+
 pub mod message_verbs;
 pub mod proto;
 
