@@ -38,6 +38,8 @@ pub struct Client<T> {
     stats: ClientStats,
     chunk_size: u64,
     chunk: Cell<Option<Chunk>>,
+    /// Chunks for [`Client::alloc_on`], one per memory node, taken on first use.
+    placed: Box<[Cell<Option<Chunk>>]>,
     next_node: Cell<NodeId>,
 }
 
@@ -51,6 +53,7 @@ impl<T: Transport> Client<T> {
             stats: ClientStats::default(),
             chunk_size: align_up(chunk_size.max(CHUNK_ALIGN), CHUNK_ALIGN),
             chunk: Cell::new(None),
+            placed: (0..info.nodes()).map(|_| Cell::new(None)).collect(),
             next_node: Cell::new(cn % nodes),
             info,
         }
@@ -247,22 +250,9 @@ impl<T: Transport> Client<T> {
     /// 1 GiB). Carved from the client's current chunk; a new chunk is taken from the memory nodes
     /// round-robin when it runs out (one two-sided request). Remote memory is never freed.
     pub async fn alloc(&self, len: u64, align: u64) -> Result<GlobalAddr> {
-        if len == 0 || !align.is_power_of_two() || align > service::MAX_ALIGN {
-            return Err(FabricError::Service {
-                node: self.next_node.get(),
-                service: ALLOC_CHUNK,
-                message: format!("bad allocation: {len} bytes aligned to {align}"),
-            });
-        }
-        if let Some(c) = self.chunk.get() {
-            let start = align_up(c.next.offset(), align);
-            if start.checked_add(len).is_some_and(|e| e <= c.end) {
-                self.chunk.set(Some(Chunk {
-                    next: GlobalAddr::new(c.next.node(), start + len),
-                    end: c.end,
-                }));
-                return Ok(GlobalAddr::new(c.next.node(), start));
-            }
+        self.check_alloc(self.next_node.get(), len, align)?;
+        if let Some(a) = carve(&self.chunk, len, align) {
+            return Ok(a);
         }
         if len > self.chunk_size / 4 {
             // Large objects get a range of their own rather than wasting most of a chunk.
@@ -274,6 +264,46 @@ impl<T: Transport> Client<T> {
         Ok(base)
     }
 
+    /// Like [`Client::alloc`], but on memory node `node`: for designs that place data on a
+    /// chosen node (replicas, segments). Carved from a chunk of that node's, taken on first use.
+    pub async fn alloc_on(&self, node: NodeId, len: u64, align: u64) -> Result<GlobalAddr> {
+        let nodes = self.info.nodes();
+        let slot =
+            self.placed.get(node as usize).ok_or(FabricError::UnknownNode { node, nodes })?;
+        self.check_alloc(node, len, align)?;
+        if let Some(a) = carve(slot, len, align) {
+            return Ok(a);
+        }
+        if len > self.chunk_size / 4 {
+            return self.alloc_at(node, len, align.max(8)).await;
+        }
+        let base = self.alloc_at(node, self.chunk_size, CHUNK_ALIGN.max(align)).await?;
+        slot.set(Some(Chunk { next: base.add(len), end: base.offset() + self.chunk_size }));
+        Ok(base)
+    }
+
+    fn check_alloc(&self, node: NodeId, len: u64, align: u64) -> Result<()> {
+        if len == 0 || !align.is_power_of_two() || align > service::MAX_ALIGN {
+            return Err(FabricError::Service {
+                node,
+                service: ALLOC_CHUNK,
+                message: format!("bad allocation: {len} bytes aligned to {align}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// One allocation request to memory node `node`.
+    async fn alloc_at(&self, node: NodeId, len: u64, align: u64) -> Result<GlobalAddr> {
+        let reply = self.call(node, ALLOC_CHUNK, &service::alloc_request(len, align)).await?;
+        let off = service::decode_word(&reply).ok_or_else(|| FabricError::Service {
+            node,
+            service: ALLOC_CHUNK,
+            message: format!("malformed reply of {} bytes", reply.len()),
+        })?;
+        Ok(GlobalAddr::new(node, off))
+    }
+
     /// Asks the memory nodes, round-robin from the next one, for `len` bytes; fails only when
     /// every node is out of memory.
     async fn alloc_from_nodes(&self, len: u64, align: u64) -> Result<GlobalAddr> {
@@ -282,19 +312,23 @@ impl<T: Transport> Client<T> {
         for _ in 0..nodes {
             let node = self.next_node.get();
             self.next_node.set((node + 1) % nodes);
-            match self.call(node, ALLOC_CHUNK, &service::alloc_request(len, align)).await {
-                Ok(reply) => {
-                    let off = service::decode_word(&reply).ok_or_else(|| FabricError::Service {
-                        node,
-                        service: ALLOC_CHUNK,
-                        message: format!("malformed reply of {} bytes", reply.len()),
-                    })?;
-                    return Ok(GlobalAddr::new(node, off));
-                }
+            match self.alloc_at(node, len, align).await {
+                Ok(a) => return Ok(a),
                 Err(e @ FabricError::OutOfMemory { .. }) => last_err = Some(e),
                 Err(e) => return Err(e),
             }
         }
         Err(last_err.unwrap_or(FabricError::UnknownNode { node: 0, nodes }))
     }
+}
+
+/// `len` bytes aligned to `align` from the chunk in `slot`, if they fit.
+fn carve(slot: &Cell<Option<Chunk>>, len: u64, align: u64) -> Option<GlobalAddr> {
+    let c = slot.get()?;
+    let start = align_up(c.next.offset(), align);
+    if start.checked_add(len).is_none_or(|e| e > c.end) {
+        return None;
+    }
+    slot.set(Some(Chunk { next: GlobalAddr::new(c.next.node(), start + len), end: c.end }));
+    Some(GlobalAddr::new(c.next.node(), start))
 }

@@ -197,7 +197,20 @@ pub async fn single_client<T: Transport>(c: &Client<T>) {
         Err(FabricError::OutOfBounds { .. })
     ));
     assert!(c.alloc(0, 8).await.is_err() && c.alloc(8, 3).await.is_err());
+    let nodes = c.info().nodes();
+    assert!(matches!(c.alloc_on(nodes, 8, 8).await, Err(FabricError::UnknownNode { .. })));
+    assert!(c.alloc_on(0, 0, 8).await.is_err());
     assert_eq!(c.counts(), s0, "refused verbs are not counted");
+
+    // Placed allocations land on the node asked for, zeroed, aligned and apart.
+    for node in 0..nodes {
+        let a = c.alloc_on(node, 100, 64).await.expect("alloc_on");
+        let b = c.alloc_on(node, 100, 64).await.expect("alloc_on");
+        assert_eq!((a.node(), b.node()), (node, node), "alloc_on places on the node asked for");
+        assert!(a.is_aligned(64) && b.is_aligned(64));
+        assert!(b.offset() >= a.offset() + 100 || a.offset() >= b.offset() + 100);
+        assert_eq!(c.read_word(a).await.unwrap(), 0, "fresh placed allocation is zero");
+    }
 
     // The root table is CAS-able at its fixed place on node 0 (a slot per compute node, so that
     // clients of different CNs may run this suite at once).
