@@ -5,8 +5,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::bail;
-use dmindex_bench::check::{check_seeds, CheckConfig};
-use dmindex_bench::{BenchConfig, TransportKind, INDEXES};
+use dmindex_bench::{BenchConfig, TransportKind};
+use dmindex_catalog::DEFAULT_INDEX;
+use dmindex_index::conformance::{CheckConfig, Crashes, Summary};
+
+/// An index name the catalog knows; the error lists the known ones.
+pub fn parse_index(s: &str) -> Result<String, String> {
+    dmindex_catalog::find(s).map(|e| e.name.to_string()).map_err(|e| e.to_string())
+}
 
 fn parse_option(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
@@ -16,8 +22,8 @@ fn parse_option(s: &str) -> Result<(String, String), String> {
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// Index to run (chime, sherman, ref).
-    #[arg(long, default_value = "chime")]
+    #[arg(long, default_value = DEFAULT_INDEX, help = dmindex_catalog::index_help(),
+          value_parser = parse_index)]
     index: String,
     /// Transport: local (in-process, real time), sim (simulated cluster, virtual time) or ucx
     /// (memnodes over OpenUCX; needs a build with `--features ucx`).
@@ -135,7 +141,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     if a.transport != "ucx" && (!a.memnodes.is_empty() || a.token_file.is_some() || a.attach) {
         bail!("--memnode, --token-file and --attach go with --transport ucx");
     }
-    let report = dmindex_bench::run(&cfg)?;
+    let report = dmindex_catalog::bench(&cfg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -146,8 +152,8 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
-    /// Index to check (chime, sherman, ref).
-    #[arg(long, default_value = "chime")]
+    #[arg(long, default_value = DEFAULT_INDEX, help = dmindex_catalog::index_help(),
+          value_parser = parse_index)]
     index: String,
     /// Number of seeds to run, from --first-seed.
     #[arg(long, default_value_t = 100)]
@@ -179,6 +185,9 @@ pub struct CheckArgs {
     /// No client crashes.
     #[arg(long)]
     no_crashes: bool,
+    /// Crash clients in one seed of every N (the others run without crashes; 1: every seed).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    crash_every: u64,
     /// No injected delays.
     #[arg(long)]
     no_delays: bool,
@@ -188,15 +197,16 @@ pub struct CheckArgs {
 }
 
 pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
-    if !INDEXES.contains(&a.index.as_str()) {
-        bail!("unknown index '{}' (known: {})", a.index, INDEXES.join(", "));
-    }
+    let entry = dmindex_catalog::find(&a.index)?;
     let cfg = CheckConfig {
-        index: a.index.clone(),
         clients: a.clients,
         ops_per_client: a.ops,
         keys: a.keys,
-        crashes: !a.no_crashes,
+        crashes: match (a.no_crashes, a.crash_every) {
+            (true, _) => Crashes::Never,
+            (false, 1) => Crashes::EverySeed,
+            (false, n) => Crashes::OneSeedIn(n),
+        },
         delays: !a.no_delays,
         preset: a.preset.clone(),
         index_options: a.options.clone(),
@@ -208,31 +218,52 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
         Some(s) => s..s + 1,
         None => a.first_seed..a.first_seed + a.seeds,
     };
-    let (mut ops, mut crashed, mut pending) = (0, 0, 0);
-    let result = check_seeds(&cfg, seeds.clone(), |r| {
-        ops += r.stats.ops;
-        crashed += r.crashed;
-        pending += r.stats.pending;
-        if a.seed.is_some() {
-            println!("seed {}: {} ops on {} keys, {} pending, {} clients crashed, {} stuck, trace {:016x}", r.seed, r.stats.ops, r.stats.keys, r.stats.pending, r.crashed, r.stuck, r.trace_hash);
-        }
-    });
-    match result {
-        Ok(reports) => {
-            println!(
-                "{} seeds linearizable ({}..{}): {} operations, {} pending, {} clients crashed",
-                reports.len(),
-                seeds.start,
-                seeds.end,
-                ops,
-                pending,
-                crashed
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("{e:#}");
-            Ok(ExitCode::from(1))
+    let mut sum = Summary::default();
+    for seed in seeds.clone() {
+        match (entry.check)(&cfg, seed) {
+            Ok(r) => {
+                if a.seed.is_some() {
+                    println!("{r}");
+                }
+                sum.add(&r);
+            }
+            Err(e) => {
+                eprintln!(
+                    "{}: seed {seed} failed (replay with: dmindex check --index {} --seed {seed}{}): {e:#}",
+                    a.index,
+                    a.index,
+                    replay_flags(a)
+                );
+                println!("{}: {sum} before seed {seed}", a.index);
+                return Ok(ExitCode::from(1));
+            }
         }
     }
+    println!("{} ({}..{}): {sum}", a.index, seeds.start, seeds.end);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The flags besides the seed that a replay needs.
+fn replay_flags(a: &CheckArgs) -> String {
+    let d = CheckConfig::default();
+    let mut s = String::new();
+    let mut flag = |on: bool, f: String| {
+        if on {
+            s.push(' ');
+            s.push_str(&f);
+        }
+    };
+    flag(a.clients != d.clients, format!("--clients {}", a.clients));
+    flag(a.ops != d.ops_per_client, format!("--ops {}", a.ops));
+    flag(a.keys != d.keys, format!("--keys {}", a.keys));
+    flag(a.preset != d.preset, format!("--preset {}", a.preset));
+    flag(a.value_size != d.value_size, format!("--value-size {}", a.value_size));
+    flag(a.long_keys, "--long-keys".into());
+    flag(a.no_crashes, "--no-crashes".into());
+    flag(a.crash_every != 4, format!("--crash-every {}", a.crash_every));
+    flag(a.no_delays, "--no-delays".into());
+    for (k, v) in &a.options {
+        flag(true, format!("--option {k}={v}"));
+    }
+    s
 }

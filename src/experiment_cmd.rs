@@ -1,18 +1,22 @@
-//! `dmindex experiment`: the paper's figures on the simulated CHIME testbed.
+//! `dmindex experiment`: the papers' figures on their simulated testbeds.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::bail;
-use dmindex_bench::experiment::{run_experiment, Scale, EXPERIMENTS};
+use dmindex_bench::experiment::{run_experiment, Scale};
+use dmindex_catalog::papers::{resolve, PAPERS};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Experiment to run (load-factor, ycsb, cache, factors, speculative, span, neighbourhood,
-    /// hotspot) or `all`; `--list` describes them.
+    /// Experiment to run: PAPER/NAME (e.g. chime/ycsb), PAPER/all, a name only one paper has,
+    /// or `all`; `--list` names them and the figures they reproduce.
     #[arg(required_unless_present = "list")]
     name: Option<String>,
-    /// List the experiments and the figures they reproduce.
+    /// The paper whose experiments a bare NAME (or `all`) means.
+    #[arg(long)]
+    paper: Option<String>,
+    /// List the papers' experiments and the figures they reproduce.
     #[arg(long)]
     list: bool,
     /// Directory for the JSON reports and SVG charts.
@@ -43,8 +47,14 @@ pub struct Args {
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.list {
-        for (name, what) in EXPERIMENTS {
-            println!("{name:<14} {what}");
+        for p in PAPERS {
+            if args.paper.as_deref().is_some_and(|only| only != p.name) {
+                continue;
+            }
+            println!("{} — {} (testbed preset {})", p.name, p.title, p.testbed);
+            for e in p.experiments {
+                println!("  {:<22} {}", format!("{}/{}", p.name, e.name), e.figure);
+            }
         }
         return Ok(());
     }
@@ -64,11 +74,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         coroutines: args.coroutines,
         seed: args.seed,
     };
-    let names: Vec<&str> =
-        if name == "all" { EXPERIMENTS.iter().map(|e| e.0).collect() } else { vec![name] };
-    for n in names {
+    for (paper, e) in resolve(name, args.paper.as_deref())? {
         let t = Instant::now();
-        let out = run_experiment(n, &scale, &args.out, |line| eprintln!("{line}"))?;
+        let out =
+            run_experiment(paper, e.name, &scale, &args.out, &dmindex_catalog::bench, |line| {
+                eprintln!("{line}")
+            })?;
+        let n = format!("{}/{}", paper.name, e.name);
         println!("{n}: {} runs in {:.1} s", out.runs.len(), t.elapsed().as_secs_f64());
         for f in &out.files {
             println!("  wrote {}", f.display());

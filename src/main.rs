@@ -10,7 +10,8 @@ mod fabric_bench;
 mod memnode_cmd;
 mod sim_bench;
 
-/// Indexes for disaggregated memory (CHIME, SepHash, Dolphin, HiStore and baselines).
+/// Indexes for disaggregated memory, reached through one-sided verbs (`dmindex indexes` lists
+/// them).
 #[derive(Parser, Debug)]
 #[command(name = "dmindex", version, about)]
 struct Cli {
@@ -26,8 +27,10 @@ enum Command {
     /// Run mixed workloads on the simulator with torn reads, delays and crashes, and check every
     /// history for linearizability.
     Check(bench_cmd::CheckArgs),
-    /// Reproduce the CHIME paper's figures on the simulated testbed: JSON reports and SVG charts.
+    /// Reproduce a paper's figures on its simulated testbed: JSON reports and SVG charts.
     Experiment(experiment_cmd::Args),
+    /// List the indexes: name, kind (point or ordered), RDWC, memory-node services.
+    Indexes,
     /// Serve a memory node over OpenUCX: a UCX-allocated pool, a progress loop, and a TCP port
     /// for bootstrap and two-sided requests (needs a build with `--features ucx`).
     Memnode(memnode_cmd::Args),
@@ -44,6 +47,10 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::bench(&args),
         Command::Check(args) => bench_cmd::check(&args),
         Command::Experiment(args) => experiment_cmd::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Indexes => {
+            print!("{}", dmindex_catalog::table());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Memnode(args) => memnode_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::FabricBench(args) => fabric_bench::run(&args).map(|()| ExitCode::SUCCESS),
         Command::SimBench(args) => sim_bench::run(&args).map(|()| ExitCode::SUCCESS),

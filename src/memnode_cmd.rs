@@ -19,6 +19,9 @@ pub struct Args {
     /// Cores answering two-sided requests.
     #[arg(long, default_value_t = 1)]
     cores: usize,
+    /// Also run the memory-node services of this index (see `dmindex indexes`).
+    #[arg(long, value_parser = crate::bench_cmd::parse_index)]
+    index: Option<String>,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -52,12 +55,17 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         eprintln!("memnode[{id}]: signal received, stopping");
         s.store(true, Ordering::Relaxed);
     })?;
+    let services = match &a.index {
+        Some(name) => Some(dmindex_catalog::find(name)?.memnode_services(a.cores)?),
+        None => None,
+    };
     let cfg = dmindex_ucx::server::MemnodeConfig {
         listen: a.listen.clone(),
         size: a.size,
         token,
         id: a.id,
         cores: a.cores,
+        services,
     };
     dmindex_ucx::server::serve(&cfg, stop, |addr| println!("memnode {} ready on {addr}", cfg.id))
         .map_err(anyhow::Error::msg)

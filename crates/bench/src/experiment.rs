@@ -1,9 +1,10 @@
-//! The paper's experiments (CHIME, SOSP '24, §5) as runs of [`crate::run`] on the simulated
-//! CHIME testbed, each writing `<name>.json` (every run's full report) and SVG charts.
+//! Reproducing a paper's figures: each experiment is a set of [`crate::run`]s on a simulated
+//! testbed, written as `<name>.json` (every run's full report) and SVG charts.
 //!
-//! Every run uses the `chime-testbed` preset (100 Gbps NICs, one MN), `cns` compute nodes with
-//! 2 coroutines per client, a 100 MB cache per CN, zipf 0.99, 8-byte keys and values, as the
-//! paper. Item and operation counts are scaled down to fit this machine (see `docs/reproduce.md`).
+//! This module is the framework — scale, the run loop, chart helpers, files. What each paper's
+//! experiments run lives in one table per paper (the catalog's `papers`), as [`Paper`]s of
+//! [`Experiment`]s whose bodies call [`Session::go`] and [`Session::chart`]. The harness runs an
+//! index by name through a runner it is handed, so it depends on no index.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -14,50 +15,39 @@ use serde::Serialize;
 use crate::plot::{Chart, Series};
 use crate::{BenchConfig, BenchReport, TransportKind};
 
-/// Experiment names and what they reproduce.
-pub const EXPERIMENTS: &[(&str, &str)] = &[
-    ("load-factor", "Fig. 3d: leaf load factor vs neighbourhood size H"),
-    ("ycsb", "Fig. 12: throughput vs P99 latency, YCSB LOAD/A/B/C/D/E, CHIME vs Sherman"),
-    ("cache", "Fig. 14: CN cache consumption vs items loaded"),
-    ("factors", "Fig. 15: factor analysis, Sherman + each CHIME technique in turn"),
-    ("speculative", "Fig. 17: speculative reads at high client counts (YCSB C)"),
-    ("span", "Fig. 18e/19a: span size vs throughput, cache and load factor"),
-    ("neighbourhood", "Fig. 18f/19b: neighbourhood size vs throughput, cache and load factor"),
-    ("hotspot", "Fig. 19c: hotspot buffer size vs throughput and hit ratio"),
-];
+/// A paper whose figures can be reproduced.
+pub struct Paper {
+    /// Short name (`chime`), the prefix of `dmindex experiment chime/ycsb`.
+    pub name: &'static str,
+    /// Title and venue.
+    pub title: &'static str,
+    /// The simulator preset that models the paper's testbed.
+    pub testbed: &'static str,
+    pub experiments: &'static [Experiment],
+}
 
-/// The YCSB workloads of Fig. 12 and 15.
-pub const WORKLOADS: [&str; 6] = ["load", "a", "b", "c", "d", "e"];
+impl Paper {
+    /// The experiment called `name`.
+    pub fn experiment(&self, name: &str) -> anyhow::Result<&Experiment> {
+        self.experiments.iter().find(|e| e.name == name).ok_or_else(|| {
+            let known: Vec<_> = self.experiments.iter().map(|e| e.name).collect();
+            anyhow::anyhow!(
+                "unknown experiment '{name}' of paper '{}' (known: {}, all)",
+                self.name,
+                known.join(", ")
+            )
+        })
+    }
+}
 
-/// The factor staircase of Fig. 15: (label, index, options).
-pub const STAIRCASE: [(&str, &[(&str, &str)]); 6] = [
-    ("Sherman", &[]),
-    ("+hopscotch", &[("hopscotch", "1")]),
-    ("+vacancy", &[("hopscotch", "1"), ("vacancy_piggyback", "1")]),
-    (
-        "+replication",
-        &[("hopscotch", "1"), ("vacancy_piggyback", "1"), ("metadata_replication", "1")],
-    ),
-    (
-        "+sibling",
-        &[
-            ("hopscotch", "1"),
-            ("vacancy_piggyback", "1"),
-            ("metadata_replication", "1"),
-            ("sibling_validation", "1"),
-        ],
-    ),
-    (
-        "+speculative",
-        &[
-            ("hopscotch", "1"),
-            ("vacancy_piggyback", "1"),
-            ("metadata_replication", "1"),
-            ("sibling_validation", "1"),
-            ("speculative", "1"),
-        ],
-    ),
-];
+/// One figure (or group of figures) of a paper.
+pub struct Experiment {
+    pub name: &'static str,
+    /// The figure(s) it reproduces.
+    pub figure: &'static str,
+    /// Issues the runs and charts.
+    pub body: fn(&mut Session<'_>) -> anyhow::Result<()>,
+}
 
 /// Scale and placement of an experiment's runs.
 #[derive(Clone, Debug, Serialize)]
@@ -102,6 +92,7 @@ pub struct Run {
 /// What an experiment wrote.
 #[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
+    pub paper: String,
     pub experiment: String,
     pub description: String,
     pub scale: Scale,
@@ -111,63 +102,93 @@ pub struct Outcome {
     pub files: Vec<PathBuf>,
 }
 
-fn base(scale: &Scale, index: &str, workload: &str) -> BenchConfig {
-    BenchConfig {
-        index: index.into(),
-        transport: TransportKind::Sim,
-        preset: "chime-testbed".into(),
-        cns: scale.cns,
-        clients: scale.peak_clients,
-        coroutines: scale.coroutines,
-        items: scale.items,
-        ops: Some(scale.ops),
-        workload: workload.into(),
-        // YCSB E scans dense integer keys (as the paper's traces).
-        ordered_keys: workload == "e",
-        cache_mb: 100,
-        seed: scale.seed,
-        ..BenchConfig::default()
+/// Runs an index by name (the catalog's dispatch).
+pub type Runner<'a> = &'a dyn Fn(&BenchConfig) -> anyhow::Result<BenchReport>;
+
+/// An experiment in progress: its scale, its runs so far and the charts to write.
+pub struct Session<'a> {
+    pub scale: &'a Scale,
+    pub runs: Vec<Run>,
+    charts: Vec<(String, Chart)>,
+    name: &'a str,
+    testbed: &'a str,
+    runner: Runner<'a>,
+    log: &'a mut dyn FnMut(&str),
+}
+
+impl Session<'_> {
+    /// The configuration every run starts from: the paper's testbed preset, `peak_clients`
+    /// clients per CN, a 100 MB cache per CN, zipf 0.99, 8-byte keys and values.
+    pub fn base(&self, index: &str, workload: &str) -> BenchConfig {
+        let scale = self.scale;
+        BenchConfig {
+            index: index.into(),
+            transport: TransportKind::Sim,
+            preset: self.testbed.into(),
+            cns: scale.cns,
+            clients: scale.peak_clients,
+            coroutines: scale.coroutines,
+            items: scale.items,
+            ops: Some(scale.ops),
+            workload: workload.into(),
+            // YCSB E scans dense integer keys (as the papers' traces).
+            ordered_keys: workload == "e",
+            cache_mb: 100,
+            seed: scale.seed,
+            ..BenchConfig::default()
+        }
+    }
+
+    /// Runs `cfg` as point `x` of line `series`.
+    pub fn go(&mut self, series: &str, x: f64, cfg: BenchConfig) -> anyhow::Result<&mut Run> {
+        let t = Instant::now();
+        let name = self.name;
+        let report = (self.runner)(&cfg).with_context(|| format!("{name}: {series} at {x}"))?;
+        (self.log)(&format!(
+            "{name}: {series} x={x}: {:.2} Mops/s, p50 {:.2} us, p99 {:.2} us, cache {:.1} MB ({:.1} s)",
+            mops(&report),
+            report.latency_us.p50,
+            report.latency_us.p99,
+            cache_mb(&report),
+            t.elapsed().as_secs_f64()
+        ));
+        self.runs.push(Run { series: series.into(), x, report });
+        Ok(self.runs.last_mut().expect("just pushed"))
+    }
+
+    /// Adds a chart, written as `<file>.svg`.
+    pub fn chart(&mut self, file: &str, chart: Chart) {
+        self.charts.push((file.into(), chart));
     }
 }
 
-fn opts(o: &[(&str, &str)]) -> Vec<(String, String)> {
+/// `name=value` pairs from string slices.
+pub fn opts(o: &[(&str, &str)]) -> Vec<(String, String)> {
     o.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
 }
 
-fn stat(r: &BenchReport, name: &str) -> f64 {
+/// An index counter summed over compute nodes (0 when the index does not keep it).
+pub fn stat(r: &BenchReport, name: &str) -> f64 {
     r.index_stats.get(name).copied().unwrap_or(0) as f64
 }
 
-/// Keys per slot in leaves when their hop first failed (CHIME's "load factor at split").
-fn split_load_factor(r: &BenchReport) -> f64 {
-    let slots = stat(r, "leaf_slots_at_split");
-    if slots == 0.0 {
-        0.0
-    } else {
-        stat(r, "leaf_keys_at_split") / slots
-    }
-}
-
-fn mops(r: &BenchReport) -> f64 {
+/// Run-phase throughput in Mops/s.
+pub fn mops(r: &BenchReport) -> f64 {
     r.throughput_ops / 1e6
 }
 
-fn mb(r: &BenchReport) -> f64 {
+/// CN cache per compute node in MB.
+pub fn cache_mb(r: &BenchReport) -> f64 {
     r.cache_bytes as f64 / (1 << 20) as f64
 }
 
-/// Hotspot hit ratio: speculative hits per search (reads of the run phase).
-fn hit_ratio(r: &BenchReport) -> f64 {
-    let reads = r.per_op.iter().find(|o| o.op == "read").map_or(0, |o| o.count) as f64;
-    if reads == 0.0 {
-        0.0
-    } else {
-        stat(r, "speculative_hits") / reads
-    }
+/// Searches (reads) of the run phase.
+pub fn reads(r: &BenchReport) -> f64 {
+    r.per_op.iter().find(|o| o.op == "read").map_or(0, |o| o.count) as f64
 }
 
 /// One line per series of `y` against `x`, in run order.
-fn plot(runs: &[Run], x: impl Fn(&Run) -> f64, y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
+pub fn plot(runs: &[Run], x: impl Fn(&Run) -> f64, y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
     let mut out: Vec<Series> = Vec::new();
     for r in runs {
         let p = (x(r), y(&r.report));
@@ -180,236 +201,48 @@ fn plot(runs: &[Run], x: impl Fn(&Run) -> f64, y: impl Fn(&BenchReport) -> f64) 
 }
 
 /// Lines of `y` against each run's x (clients, span, H, …).
-fn lines(runs: &[Run], y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
+pub fn lines(runs: &[Run], y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
     plot(runs, |r| r.x, y)
 }
 
 /// Throughput–latency lines: x = Mops/s.
-fn curves(runs: &[Run], y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
+pub fn curves(runs: &[Run], y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
     plot(runs, |r| mops(&r.report), y)
 }
 
-fn chart(title: &str, x: &str, y: &str, series: Vec<Series>) -> Chart {
+/// A chart with no categorical x names.
+pub fn chart(title: &str, x: &str, y: &str, series: Vec<Series>) -> Chart {
     Chart { title: title.into(), x_label: x.into(), y_label: y.into(), series, x_names: Vec::new() }
 }
 
-/// Runs experiment `name` at `scale`, writing its JSON and charts into `out`; `log` hears about
-/// each run as it finishes.
+/// Runs experiment `name` of `paper` at `scale` through `runner`, writing its JSON and charts
+/// into `out`; `log` hears about each run as it finishes.
 pub fn run_experiment(
+    paper: &Paper,
     name: &str,
     scale: &Scale,
     out: &Path,
+    runner: Runner<'_>,
     mut log: impl FnMut(&str),
 ) -> anyhow::Result<Outcome> {
-    let description =
-        EXPERIMENTS.iter().find(|e| e.0 == name).map(|e| e.1.to_string()).ok_or_else(|| {
-            let known: Vec<_> = EXPERIMENTS.iter().map(|e| e.0).collect();
-            anyhow::anyhow!("unknown experiment '{name}' (known: {}, all)", known.join(", "))
-        })?;
+    let e = paper.experiment(name)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let start = Instant::now();
-    let mut runs: Vec<Run> = Vec::new();
-    let mut go = |series: &str, x: f64, cfg: BenchConfig, runs: &mut Vec<Run>| {
-        let t = Instant::now();
-        let report = crate::run(&cfg).with_context(|| format!("{name}: {series} at {x}"))?;
-        log(&format!(
-            "{name}: {series} x={x}: {:.2} Mops/s, p50 {:.2} us, p99 {:.2} us, cache {:.1} MB ({:.1} s)",
-            mops(&report),
-            report.latency_us.p50,
-            report.latency_us.p99,
-            mb(&report),
-            t.elapsed().as_secs_f64()
-        ));
-        runs.push(Run { series: series.into(), x, report });
-        anyhow::Ok(())
+    let mut s = Session {
+        scale,
+        runs: Vec::new(),
+        charts: Vec::new(),
+        name,
+        testbed: paper.testbed,
+        runner,
+        log: &mut log,
     };
-    let mut charts: Vec<(String, Chart)> = Vec::new();
-    match name {
-        "load-factor" => {
-            for h in [2usize, 4, 8, 16] {
-                let mut c = base(scale, "chime", "c");
-                c.ops = Some(1000);
-                c.clients = 4;
-                c.index_options = opts(&[("h", &h.to_string())]);
-                go("chime", h as f64, c, &mut runs)?;
-            }
-            let mut s = lines(&runs, split_load_factor);
-            s[0].name = "when a hop first fails".into();
-            s.extend(lines(&runs, |r| r.load_factor.unwrap_or(0.0)).into_iter().map(|mut l| {
-                l.name = "average after loading".into();
-                l
-            }));
-            charts.push((
-                "load-factor".into(),
-                chart("Leaf load factor vs H (span 64)", "neighbourhood size H", "load factor", s),
-            ));
-        }
-        "ycsb" => {
-            for w in WORKLOADS {
-                let first = runs.len();
-                for index in ["chime", "sherman"] {
-                    for &cl in &scale.clients {
-                        let mut c = base(scale, index, w);
-                        c.clients = cl;
-                        go(&format!("{index} {w}"), cl as f64, c, &mut runs)?;
-                    }
-                }
-                let s = curves(&runs[first..], |r| r.latency_us.p99);
-                charts.push((
-                    format!("ycsb-{w}"),
-                    chart(
-                        &format!("YCSB {}", w.to_uppercase()),
-                        "throughput (Mops/s)",
-                        "P99 latency (us)",
-                        s,
-                    ),
-                ));
-            }
-        }
-        "cache" => {
-            for index in ["chime", "sherman"] {
-                for f in [1u64, 2, 4, 8] {
-                    let mut c = base(scale, index, "c");
-                    c.items = scale.items * f / 4;
-                    c.ops = Some(1000);
-                    c.clients = 4;
-                    // Enough cache to hold every internal node (the paper's "sufficient caches").
-                    c.cache_mb = 4096;
-                    go(index, c.items as f64, c, &mut runs)?;
-                }
-            }
-            charts.push((
-                "cache".into(),
-                chart(
-                    "CN cache consumption",
-                    "items loaded",
-                    "cache per CN (MB)",
-                    lines(&runs, mb),
-                ),
-            ));
-        }
-        "factors" => {
-            for w in WORKLOADS {
-                for (i, (label, o)) in STAIRCASE.iter().enumerate() {
-                    let mut c = base(scale, "sherman", w);
-                    c.index_options = opts(o);
-                    go(&format!("YCSB {} {label}", w.to_uppercase()), i as f64, c, &mut runs)?;
-                    // One line per workload across the steps.
-                    let r = runs.last_mut().expect("just pushed");
-                    r.series = format!("YCSB {}", w.to_uppercase());
-                }
-            }
-            let mut ch = chart(
-                &format!("Factor analysis ({} clients)", scale.peak_clients * scale.cns as usize),
-                "technique added",
-                "throughput (Mops/s)",
-                lines(&runs, mops),
-            );
-            ch.x_names = STAIRCASE.iter().map(|s| s.0.to_string()).collect();
-            charts.push(("factors".into(), ch));
-        }
-        "speculative" => {
-            let mut cl = scale.clients.clone();
-            cl.extend([96, 128].into_iter().filter(|c| !scale.clients.contains(c)));
-            for (series, spec) in [("CHIME without SR", "0"), ("CHIME", "1")] {
-                for &n in &cl {
-                    let mut c = base(scale, "chime", "c");
-                    c.clients = n;
-                    c.index_options = opts(&[("speculative", spec)]);
-                    go(series, n as f64, c, &mut runs)?;
-                }
-            }
-            charts.push((
-                "speculative".into(),
-                chart(
-                    "Speculative reads, YCSB C",
-                    "throughput (Mops/s)",
-                    "P50 latency (us)",
-                    curves(&runs, |r| r.latency_us.p50),
-                ),
-            ));
-        }
-        "span" => {
-            for index in ["chime", "sherman"] {
-                for span in [16usize, 32, 64, 128, 256] {
-                    let mut c = base(scale, index, "c");
-                    c.index_options = opts(&[("span", &span.to_string())]);
-                    go(index, span as f64, c, &mut runs)?;
-                }
-            }
-            let chime: Vec<Run> = runs.iter().filter(|r| r.series == "chime").cloned().collect();
-            charts.push((
-                "span-throughput".into(),
-                chart("Span size, YCSB C", "span", "throughput (Mops/s)", lines(&runs, mops)),
-            ));
-            charts.push((
-                "span-cache".into(),
-                chart("Span size: CHIME cache", "span", "cache per CN (MB)", lines(&chime, mb)),
-            ));
-            charts.push((
-                "span-load-factor".into(),
-                chart(
-                    "Span size: CHIME load factor when a hop first fails",
-                    "span",
-                    "load factor",
-                    lines(&chime, split_load_factor),
-                ),
-            ));
-        }
-        "neighbourhood" => {
-            for h in [2usize, 4, 8, 16] {
-                let mut c = base(scale, "chime", "c");
-                c.index_options = opts(&[("h", &h.to_string())]);
-                go("chime", h as f64, c, &mut runs)?;
-            }
-            charts.push((
-                "neighbourhood-throughput".into(),
-                chart("Neighbourhood size, YCSB C", "H", "throughput (Mops/s)", lines(&runs, mops)),
-            ));
-            charts.push((
-                "neighbourhood-cache".into(),
-                chart("Neighbourhood size: cache", "H", "cache per CN (MB)", lines(&runs, mb)),
-            ));
-            charts.push((
-                "neighbourhood-load-factor".into(),
-                chart(
-                    "Neighbourhood size: load factor when a hop first fails",
-                    "H",
-                    "load factor",
-                    lines(&runs, split_load_factor),
-                ),
-            ));
-        }
-        "hotspot" => {
-            for mb_size in [0u64, 10, 30, 50] {
-                let mut c = base(scale, "chime", "c");
-                c.index_options = opts(&[("hotspot_mb", &mb_size.to_string())]);
-                go("chime", mb_size as f64, c, &mut runs)?;
-            }
-            charts.push((
-                "hotspot-throughput".into(),
-                chart(
-                    "Hotspot buffer, YCSB C",
-                    "hotspot buffer (MB)",
-                    "throughput (Mops/s)",
-                    lines(&runs, mops),
-                ),
-            ));
-            charts.push((
-                "hotspot-hit-ratio".into(),
-                chart(
-                    "Hotspot buffer hit ratio",
-                    "hotspot buffer (MB)",
-                    "speculative hits per search",
-                    lines(&runs, hit_ratio),
-                ),
-            ));
-        }
-        _ => unreachable!("checked above"),
-    }
+    (e.body)(&mut s)?;
+    let Session { runs, charts, .. } = s;
     let mut outcome = Outcome {
+        paper: paper.name.into(),
         experiment: name.into(),
-        description,
+        description: e.figure.into(),
         scale: scale.clone(),
         seconds: start.elapsed().as_secs_f64(),
         runs,

@@ -1,12 +1,13 @@
 //! # dmindex-bench: load, run, measure
 //!
-//! [`run`] builds a cluster on the chosen transport (`local` or `sim`), creates the index, opens
-//! one handle per compute node, loads `items` keys with every client in parallel, then runs `ops`
-//! operations of a YCSB workload (or a replayed trace) on `cns × clients × coroutines` client
-//! tasks, and reports a [`BenchReport`]. [`check`] drives the simulator with faults and checks the
-//! recorded histories for linearizability.
+//! [`run`] builds a cluster on the chosen transport (`local`, `sim` or `ucx`), creates the index,
+//! opens one handle per compute node, loads `items` keys with every client in parallel, then runs
+//! `ops` operations of a YCSB workload (or a replayed trace) on `cns × clients × coroutines`
+//! client tasks, and reports a [`BenchReport`].
+//!
+//! The harness knows no index by name: it is generic over the index type and its scan access
+//! ([`dmindex_index::Scans`]), and the catalog instantiates it once per index.
 
-pub mod check;
 pub mod experiment;
 pub mod plot;
 pub mod runner;
@@ -17,13 +18,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use dmindex_chime::{Chime, Sherman};
 use dmindex_fabric::exec::{run_on_threads, run_tasks};
 use dmindex_fabric::local::LocalTransport;
-use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric, Transport, VerbCounts};
-use dmindex_index::rdwc::Rdwc;
-use dmindex_index::reference::LockedShards;
-use dmindex_index::{IndexConfig, RangeIndex};
+use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric, Services, Transport, VerbCounts};
+use dmindex_index::recorded::Recorder;
+use dmindex_index::{install_services, IndexConfig, IndexKind, PointIndex, Scans};
 use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
 use dmindex_ycsb::workload::load_keys;
 use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
@@ -31,9 +30,6 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use runner::{ClientMetrics, OpSource, TaskEnv};
-
-/// Index names `bench` and `check` accept.
-pub const INDEXES: &[&str] = &["chime", "sherman", "ref"];
 
 /// Which transport to run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -81,7 +77,7 @@ pub struct BenchConfig {
 impl Default for BenchConfig {
     fn default() -> BenchConfig {
         BenchConfig {
-            index: "chime".into(),
+            index: String::new(),
             transport: TransportKind::Local,
             preset: "chime-testbed".into(),
             overrides: Vec::new(),
@@ -122,6 +118,12 @@ pub struct Latency {
 pub struct OpBreakdown {
     pub op: String,
     pub count: u64,
+    /// Of `count`, operations that found their key: searches that hit, updates and deletes of
+    /// present keys, read-modify-writes of present keys, scans that returned pairs (`null` for
+    /// inserts, which are upserts).
+    pub found: Option<u64>,
+    /// Of `count`, operations that did not.
+    pub not_found: Option<u64>,
     pub latency_us: Latency,
     pub round_trips_per_op: f64,
     pub bytes_read_per_op: f64,
@@ -208,14 +210,15 @@ impl BenchReport {
             s += &format!("index: {}\n", parts.join(", "));
         }
         s += &format!(
-            "{:<8} {:>10} {:>9} {:>9} {:>8} {:>10} {:>10}\n",
-            "op", "count", "p50 us", "p99 us", "RT/op", "B read", "B written"
+            "{:<8} {:>10} {:>10} {:>9} {:>9} {:>8} {:>10} {:>10}\n",
+            "op", "count", "not found", "p50 us", "p99 us", "RT/op", "B read", "B written"
         );
         for o in &self.per_op {
             s += &format!(
-                "{:<8} {:>10} {:>9.2} {:>9.2} {:>8.2} {:>10.1} {:>10.1}\n",
+                "{:<8} {:>10} {:>10} {:>9.2} {:>9.2} {:>8.2} {:>10.1} {:>10.1}\n",
                 o.op,
                 o.count,
+                o.not_found.map_or("-".to_string(), |n| n.to_string()),
                 o.latency_us.p50,
                 o.latency_us.p99,
                 o.round_trips_per_op,
@@ -232,8 +235,80 @@ fn latency(h: &hdrhistogram::Histogram<u64>) -> Latency {
     Latency { p50: q(0.5), p99: q(0.99), p999: q(0.999) }
 }
 
-/// Validates the configuration and runs the benchmark.
-pub fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
+/// An index the harness can run on every transport this build has.
+#[cfg(not(feature = "ucx"))]
+pub trait Runnable: PointIndex<LocalTransport> + PointIndex<SimTransport> + Sync {}
+#[cfg(not(feature = "ucx"))]
+impl<I: PointIndex<LocalTransport> + PointIndex<SimTransport> + Sync> Runnable for I {}
+
+/// An index the harness can run on every transport this build has.
+#[cfg(feature = "ucx")]
+pub trait Runnable:
+    PointIndex<LocalTransport> + PointIndex<SimTransport> + PointIndex<UcxTransport> + Sync
+{
+}
+#[cfg(feature = "ucx")]
+impl<I> Runnable for I where
+    I: PointIndex<LocalTransport> + PointIndex<SimTransport> + PointIndex<UcxTransport> + Sync
+{
+}
+
+/// Scan access to `I` on every transport this build has.
+#[cfg(not(feature = "ucx"))]
+pub trait RunnableScans<I: Runnable>: Scans<LocalTransport, I> + Scans<SimTransport, I> {}
+#[cfg(not(feature = "ucx"))]
+impl<I: Runnable, S: Scans<LocalTransport, I> + Scans<SimTransport, I>> RunnableScans<I> for S {}
+
+/// Scan access to `I` on every transport this build has.
+#[cfg(feature = "ucx")]
+pub trait RunnableScans<I: Runnable>:
+    Scans<LocalTransport, I> + Scans<SimTransport, I> + Scans<UcxTransport, I>
+{
+}
+#[cfg(feature = "ucx")]
+impl<I: Runnable, S> RunnableScans<I> for S where
+    S: Scans<LocalTransport, I> + Scans<SimTransport, I> + Scans<UcxTransport, I>
+{
+}
+
+#[cfg(feature = "ucx")]
+use dmindex_ucx::transport::UcxTransport;
+
+/// The kind of index `S` gives scan access to.
+fn kind_of<I: Runnable, S: RunnableScans<I>>() -> IndexKind {
+    <S as Scans<LocalTransport, I>>::KIND
+}
+
+/// Validates the configuration and runs the benchmark on index `I` (scans through `S`).
+pub fn run<I: Runnable, S: RunnableScans<I>>(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
+    let plan = plan(cfg)?;
+    if kind_of::<I, S>() == IndexKind::Point {
+        let scans = match &plan.trace {
+            Some(t) => t.iter().any(|op| op.kind == OpKind::Scan),
+            None => plan.spec.scan > 0.0,
+        };
+        if scans {
+            bail!(
+                "index '{}' is a point index (no key order), so it cannot run scans: workload \
+                 '{}' has them; pick a workload without scans (load, a, b, c, d, f) or an \
+                 ordered index",
+                cfg.index,
+                if cfg.trace.is_some() { "trace" } else { &plan.spec.name }
+            );
+        }
+    }
+    match cfg.transport {
+        TransportKind::Local => run_local::<I, S>(cfg, &plan),
+        TransportKind::Sim => run_sim::<I, S>(cfg, &plan),
+        #[cfg(feature = "ucx")]
+        TransportKind::Ucx => ucx::run::<I, S>(cfg, &plan),
+        #[cfg(not(feature = "ucx"))]
+        TransportKind::Ucx => bail!(dmindex_ucx::NOT_BUILT),
+    }
+}
+
+/// Checks what does not depend on the index and decides what to run.
+fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     if cfg.cns == 0 || cfg.clients == 0 || cfg.coroutines == 0 {
         bail!("--cns, --clients and --coroutines must be positive");
     }
@@ -261,25 +336,14 @@ pub fn run(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
         None => None,
     };
     let ops = cfg.ops.unwrap_or_else(|| trace.as_ref().map_or(cfg.items, |t| t.len() as u64));
-    let plan = Plan { format, spec, trace, ops };
-    match (cfg.index.as_str(), cfg.transport) {
-        // RDWC is on for CHIME and its baselines, as in the paper (`--option rdwc=0` turns it off).
-        ("chime", TransportKind::Local) => run_local::<Rdwc<Chime>>(cfg, &plan),
-        ("chime", TransportKind::Sim) => run_sim::<Rdwc<Chime>>(cfg, &plan),
-        ("sherman", TransportKind::Local) => run_local::<Rdwc<Sherman>>(cfg, &plan),
-        ("sherman", TransportKind::Sim) => run_sim::<Rdwc<Sherman>>(cfg, &plan),
-        ("ref", TransportKind::Local) => run_local::<LockedShards>(cfg, &plan),
-        ("ref", TransportKind::Sim) => run_sim::<LockedShards>(cfg, &plan),
-        #[cfg(feature = "ucx")]
-        ("chime", TransportKind::Ucx) => ucx::run::<Rdwc<Chime>>(cfg, &plan),
-        #[cfg(feature = "ucx")]
-        ("sherman", TransportKind::Ucx) => ucx::run::<Rdwc<Sherman>>(cfg, &plan),
-        #[cfg(feature = "ucx")]
-        ("ref", TransportKind::Ucx) => ucx::run::<LockedShards>(cfg, &plan),
-        #[cfg(not(feature = "ucx"))]
-        (_, TransportKind::Ucx) => bail!(dmindex_ucx::NOT_BUILT),
-        (other, _) => bail!("unknown index '{other}' (known: {})", INDEXES.join(", ")),
-    }
+    Ok(Plan { format, spec, trace, ops })
+}
+
+/// The built-in memory-node services plus index `I`'s, on `cores` MN cores.
+fn services<T: Transport, I: PointIndex<T>>(cores: usize) -> anyhow::Result<Services> {
+    let mut s = Services::new(cores);
+    install_services(&mut s, I::SERVICES)?;
+    Ok(s)
 }
 
 /// What to run, decided once.
@@ -340,7 +404,7 @@ fn op_source(
 /// Client `i` of `n` in the load phase (its share of the keys) or the run phase (its share of
 /// the operations).
 #[allow(clippy::too_many_arguments)]
-async fn client_phase<T: Transport, I: RangeIndex<T>>(
+async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     cfg: &BenchConfig,
     plan: &Plan,
     shared: &Arc<Shared>,
@@ -355,7 +419,7 @@ async fn client_phase<T: Transport, I: RangeIndex<T>>(
             .await
     } else {
         let src = op_source(plan, shared, cfg.seed, i, n);
-        runner::run_client(idx, c, env, src, share(plan.ops, n, i)).await
+        runner::run_client::<T, I, S>(idx, c, env, src, share(plan.ops, n, i)).await
     }
 }
 
@@ -388,7 +452,7 @@ struct Finished {
     preset: Option<String>,
 }
 
-fn summarise<T: Transport, I: RangeIndex<T>>(
+fn summarise<T: Transport, I: PointIndex<T>>(
     cfg: &BenchConfig,
     plan: &Plan,
     handles: &[I],
@@ -412,9 +476,12 @@ fn summarise<T: Transport, I: RangeIndex<T>>(
         .filter(|(i, _)| m.counts[*i] > 0)
         .map(|(i, k)| {
             let n = m.counts[i] as f64;
+            let missed = (*k != OpKind::Insert).then_some(m.not_found[i]);
             OpBreakdown {
                 op: k.name().into(),
                 count: m.counts[i],
+                found: missed.map(|x| m.counts[i] - x),
+                not_found: missed,
                 latency_us: latency(&m.latency[i]),
                 round_trips_per_op: m.verbs[i].round_trips as f64 / n,
                 bytes_read_per_op: m.verbs[i].bytes_read as f64 / n,
@@ -463,7 +530,7 @@ fn summarise<T: Transport, I: RangeIndex<T>>(
     })
 }
 
-fn run_sim<I: RangeIndex<SimTransport>>(
+fn run_sim<I: Runnable, S: RunnableScans<I>>(
     cfg: &BenchConfig,
     plan: &Plan,
 ) -> anyhow::Result<BenchReport> {
@@ -471,20 +538,24 @@ fn run_sim<I: RangeIndex<SimTransport>>(
     for o in &cfg.overrides {
         net.set(o).map_err(anyhow::Error::msg)?;
     }
-    let sim = Sim::new(SimConfig {
-        memory_nodes: cfg.memory_nodes,
-        node_size: cfg.mn_bytes,
-        chunk_size: chunk_size(cfg),
-        ..SimConfig::new(cfg.seed, net)
-    })
+    let services = services::<SimTransport, I>(net.mn_cores)?;
+    let sim = Sim::with_services(
+        SimConfig {
+            memory_nodes: cfg.memory_nodes,
+            node_size: cfg.mn_bytes,
+            chunk_size: chunk_size(cfg),
+            ..SimConfig::new(cfg.seed, net)
+        },
+        services,
+    )
     .map_err(anyhow::Error::msg)?;
     let icfg = index_config(cfg);
     let setup = sim.client_on_own_thread(0);
-    sim.block_on(I::create(&setup, &icfg, 0))?;
-    let mut handles = Vec::new();
+    sim.block_on(<I as PointIndex<SimTransport>>::create(&setup, &icfg, 0))?;
+    let mut handles: Vec<I> = Vec::new();
     for cn in 0..cfg.cns {
         let c = sim.client_on_own_thread(cn);
-        handles.push(sim.block_on(I::open(&c, &icfg, cn))?);
+        handles.push(sim.block_on(<I as PointIndex<SimTransport>>::open(&c, &icfg, cn))?);
     }
     let per_cn = cfg.clients * cfg.coroutines;
     let clients: Vec<(u16, Client<SimTransport>)> = (0..cfg.cns)
@@ -503,14 +574,11 @@ fn run_sim<I: RangeIndex<SimTransport>>(
             let (idx, bar, results, now, shared) =
                 (&handles[*cn as usize], &bar, &results, &now, &shared);
             Box::pin(async move {
-                let env = TaskEnv {
-                    now,
-                    history: None,
-                    progress: bar,
-                    value_size: cfg.value_size,
-                    client: i as u32,
-                };
-                let m = client_phase(cfg, plan, shared, idx, c, &env, (i, n), load).await;
+                let rec =
+                    Recorder { now, history: None, client: i as u32, value_size: cfg.value_size };
+                let env = TaskEnv { rec, progress: bar };
+                let m =
+                    client_phase::<_, _, S>(cfg, plan, shared, idx, c, &env, (i, n), load).await;
                 results.borrow_mut().push(m);
             }) as Task
         });
@@ -530,10 +598,10 @@ fn run_sim<I: RangeIndex<SimTransport>>(
     let wall = Instant::now();
     let run = phase("run", plan.ops, false)?;
     let run_seconds = wall.elapsed().as_secs_f64();
-    let lf = sim.block_on(handles[0].load_factor(&setup))?;
+    let lf = sim.block_on(PointIndex::<SimTransport>::load_factor(&handles[0], &setup))?;
     let remote_bytes = sim.allocated_bytes();
     let preset = Some(cfg.preset.clone());
-    summarise(
+    summarise::<SimTransport, I>(
         cfg,
         plan,
         &handles,
@@ -541,24 +609,25 @@ fn run_sim<I: RangeIndex<SimTransport>>(
     )
 }
 
-fn run_local<I: RangeIndex<LocalTransport> + Sync>(
+fn run_local<I: Runnable, S: RunnableScans<I>>(
     cfg: &BenchConfig,
     plan: &Plan,
 ) -> anyhow::Result<BenchReport> {
-    let fabric = LocalFabric::new(LocalConfig {
+    let local = LocalConfig {
         memory_nodes: cfg.memory_nodes,
         node_size: cfg.mn_bytes,
         mn_cores: 4,
         chunk_size: chunk_size(cfg),
         yield_per_verb: cfg.coroutines > 1,
-    })
-    .map_err(anyhow::Error::msg)?;
-    run_threads::<I, _>(cfg, plan, &fabric, || fabric.allocated_bytes())
+    };
+    let services = services::<LocalTransport, I>(local.mn_cores)?;
+    let fabric = LocalFabric::with_services(local, services).map_err(anyhow::Error::msg)?;
+    run_threads::<I, S, _>(cfg, plan, &fabric, || fabric.allocated_bytes())
 }
 
 /// Loads (unless attaching) and runs on real threads over any fabric whose clients are made on
 /// the thread that uses them.
-fn run_threads<I, F>(
+fn run_threads<I, S, F>(
     cfg: &BenchConfig,
     plan: &Plan,
     fabric: &F,
@@ -566,7 +635,8 @@ fn run_threads<I, F>(
 ) -> anyhow::Result<BenchReport>
 where
     F: Fabric + Sync,
-    I: RangeIndex<F::Transport> + Sync,
+    I: PointIndex<F::Transport> + Sync,
+    S: Scans<F::Transport, I>,
 {
     let icfg = index_config(cfg);
     let setup = fabric.client(0)?;
@@ -599,14 +669,15 @@ where
                         return (m, VerbCounts::default());
                     }
                 };
-                let env = TaskEnv {
+                let rec = Recorder {
                     now: &now,
                     history: None,
-                    progress: bar,
-                    value_size: cfg.value_size,
                     client: i as u32,
+                    value_size: cfg.value_size,
                 };
-                let m = client_phase(cfg, plan, shared, idx, &c, &env, (i, n), load).await;
+                let env = TaskEnv { rec, progress: bar };
+                let m =
+                    client_phase::<_, _, S>(cfg, plan, shared, idx, &c, &env, (i, n), load).await;
                 (m, c.counts())
             }
         });
@@ -640,12 +711,11 @@ mod ucx {
     use dmindex_fabric::exec::run_tasks;
     use dmindex_fabric::layout::{HEAP_START, HEAP_TOP_OFFSET};
     use dmindex_fabric::{Fabric, GlobalAddr};
-    use dmindex_index::RangeIndex;
-    use dmindex_ucx::transport::{UcxFabric, UcxTransport};
+    use dmindex_ucx::transport::UcxFabric;
 
-    use super::{chunk_size, run_threads, BenchConfig, BenchReport, Plan};
+    use super::{chunk_size, run_threads, BenchConfig, BenchReport, Plan, Runnable, RunnableScans};
 
-    pub(crate) fn run<I: RangeIndex<UcxTransport> + Sync>(
+    pub(crate) fn run<I: Runnable, S: RunnableScans<I>>(
         cfg: &BenchConfig,
         plan: &Plan,
     ) -> anyhow::Result<BenchReport> {
@@ -664,6 +734,6 @@ mod ucx {
                 })
                 .sum()
         };
-        run_threads::<I, _>(cfg, plan, &fabric, remote)
+        run_threads::<I, S, _>(cfg, plan, &fabric, remote)
     }
 }

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use dmindex_check::{History, Invocation, Outcome};
 use dmindex_fabric::{Client, Transport, VerbCounts};
-use dmindex_index::{IndexError, IndexResult, RangeIndex};
+use dmindex_index::recorded::Recorder;
+use dmindex_index::{IndexError, IndexResult, PointIndex, Scans};
 use dmindex_ycsb::{ClientStream, Op, OpKind};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -41,6 +41,8 @@ impl OpSource {
 pub struct ClientMetrics {
     pub latency: Vec<Histogram<u64>>,
     pub counts: Vec<u64>,
+    /// Operations that did not find their key (see [`run_op`]).
+    pub not_found: Vec<u64>,
     pub verbs: Vec<VerbCounts>,
     pub failures: u64,
     pub first_error: Option<IndexError>,
@@ -52,6 +54,7 @@ impl Default for ClientMetrics {
         ClientMetrics {
             latency: (0..n).map(|_| new_histogram()).collect(),
             counts: vec![0; n],
+            not_found: vec![0; n],
             verbs: vec![VerbCounts::default(); n],
             failures: 0,
             first_error: None,
@@ -73,6 +76,9 @@ impl ClientMetrics {
         for (a, b) in self.counts.iter_mut().zip(&o.counts) {
             *a += b;
         }
+        for (a, b) in self.not_found.iter_mut().zip(&o.not_found) {
+            *a += b;
+        }
         for (a, b) in self.verbs.iter_mut().zip(&o.verbs) {
             *a += *b;
         }
@@ -82,158 +88,47 @@ impl ClientMetrics {
         }
     }
 
-    fn record(&mut self, kind: OpKind, ns: u64, verbs: VerbCounts) {
+    fn record(&mut self, kind: OpKind, found: bool, ns: u64, verbs: VerbCounts) {
         let i = OpKind::ALL.iter().position(|k| *k == kind).expect("known kind");
         let _ = self.latency[i].record(ns.max(1));
         self.counts[i] += 1;
+        self.not_found[i] += u64::from(!found);
         self.verbs[i] += verbs;
     }
 }
 
 /// Everything a client task needs besides its index handle and fabric client.
 pub struct TaskEnv<'a> {
-    /// Current time in ns (virtual on the simulator).
-    pub now: &'a dyn Fn() -> u64,
-    /// History to record into, when checking.
-    pub history: Option<&'a History>,
+    /// Time, history and value stamping.
+    pub rec: Recorder<'a>,
     /// Operations completed, for the progress bar.
     pub progress: &'a ProgressBar,
-    /// Bytes per value.
-    pub value_size: usize,
-    /// Client number (unique in the run), stamped into values.
-    pub client: u32,
 }
 
-impl TaskEnv<'_> {
-    /// A value unique to this client and write.
-    pub fn value(&self, seq: u64) -> Vec<u8> {
-        let mut v = vec![0x5Au8; self.value_size];
-        let tag = ((self.client as u64) << 40 | (seq & 0xFF_FFFF_FFFF)).to_le_bytes();
-        let n = v.len().min(8);
-        v[..n].copy_from_slice(&tag[..n]);
-        v
-    }
-
-    fn invoke(&self, call: impl FnOnce() -> Invocation) -> Option<dmindex_check::OpId> {
-        self.history.map(|h| h.invoke(self.client, call(), (self.now)()))
-    }
-
-    fn complete(&self, id: Option<dmindex_check::OpId>, outcome: impl FnOnce() -> Outcome) {
-        if let (Some(h), Some(id)) = (self.history, id) {
-            h.complete(id, outcome(), (self.now)());
-        }
-    }
-}
-
-/// Recorded search.
-pub async fn search<T: Transport, I: RangeIndex<T>>(
+/// Runs one operation; returns whether it found its key (a search that hit, an update or delete
+/// of a present key, a scan that returned pairs; an insert always counts as found).
+pub async fn run_op<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     idx: &I,
     c: &Client<T>,
-    env: &TaskEnv<'_>,
-    key: &[u8],
-) -> IndexResult<Option<Vec<u8>>> {
-    let id = env.invoke(|| Invocation::Search { key: key.to_vec() });
-    let r = idx.search(c, key).await?;
-    env.complete(id, || Outcome::Found(r.clone()));
-    Ok(r)
-}
-
-/// Recorded insert.
-pub async fn insert<T: Transport, I: RangeIndex<T>>(
-    idx: &I,
-    c: &Client<T>,
-    env: &TaskEnv<'_>,
-    key: &[u8],
-    value: &[u8],
-) -> IndexResult<()> {
-    let id = env.invoke(|| Invocation::Insert { key: key.to_vec(), value: value.to_vec() });
-    idx.insert(c, key, value).await?;
-    env.complete(id, || Outcome::Done);
-    Ok(())
-}
-
-/// Recorded update.
-pub async fn update<T: Transport, I: RangeIndex<T>>(
-    idx: &I,
-    c: &Client<T>,
-    env: &TaskEnv<'_>,
-    key: &[u8],
-    value: &[u8],
-) -> IndexResult<bool> {
-    let id = env.invoke(|| Invocation::Update { key: key.to_vec(), value: value.to_vec() });
-    let r = idx.update(c, key, value).await?;
-    env.complete(id, || Outcome::Existed(r));
-    Ok(r)
-}
-
-/// Recorded delete.
-pub async fn delete<T: Transport, I: RangeIndex<T>>(
-    idx: &I,
-    c: &Client<T>,
-    env: &TaskEnv<'_>,
-    key: &[u8],
-) -> IndexResult<bool> {
-    let id = env.invoke(|| Invocation::Delete { key: key.to_vec() });
-    let r = idx.delete(c, key).await?;
-    env.complete(id, || Outcome::Existed(r));
-    Ok(r)
-}
-
-/// Recorded scan.
-pub async fn scan<T: Transport, I: RangeIndex<T>>(
-    idx: &I,
-    c: &Client<T>,
-    env: &TaskEnv<'_>,
-    from: &[u8],
-    count: usize,
-) -> IndexResult<usize> {
-    let id = env.invoke(|| Invocation::Scan { from: from.to_vec(), count });
-    let mut out = Vec::with_capacity(count);
-    idx.scan(c, from, count, &mut out).await?;
-    let n = out.len();
-    env.complete(id, || Outcome::Scanned(out));
-    Ok(n)
-}
-
-/// Recorded range scan.
-pub async fn scan_range<T: Transport, I: RangeIndex<T>>(
-    idx: &I,
-    c: &Client<T>,
-    env: &TaskEnv<'_>,
-    lo: &[u8],
-    hi: &[u8],
-) -> IndexResult<usize> {
-    let id = env.invoke(|| Invocation::ScanRange { lo: lo.to_vec(), hi: hi.to_vec() });
-    let mut out = Vec::new();
-    idx.scan_range(c, lo, hi, &mut out).await?;
-    let n = out.len();
-    env.complete(id, || Outcome::Scanned(out));
-    Ok(n)
-}
-
-/// Runs one operation.
-pub async fn run_op<T: Transport, I: RangeIndex<T>>(
-    idx: &I,
-    c: &Client<T>,
-    env: &TaskEnv<'_>,
+    rec: &Recorder<'_>,
     op: &Op,
     seq: u64,
-) -> IndexResult<()> {
+) -> IndexResult<bool> {
     match op.kind {
-        OpKind::Read => search(idx, c, env, &op.key).await.map(drop),
-        OpKind::Update => update(idx, c, env, &op.key, &env.value(seq)).await.map(drop),
-        OpKind::Insert => insert(idx, c, env, &op.key, &env.value(seq)).await,
-        OpKind::Scan => scan(idx, c, env, &op.key, op.scan_len).await.map(drop),
-        OpKind::Delete => delete(idx, c, env, &op.key).await.map(drop),
+        OpKind::Read => rec.search(idx, c, &op.key).await.map(|v| v.is_some()),
+        OpKind::Update => rec.update(idx, c, &op.key, &rec.value(seq)).await,
+        OpKind::Insert => rec.insert(idx, c, &op.key, &rec.value(seq)).await.map(|()| true),
+        OpKind::Scan => rec.scan::<T, I, S>(idx, c, &op.key, op.scan_len).await.map(|n| n > 0),
+        OpKind::Delete => rec.delete(idx, c, &op.key).await,
         OpKind::ReadModifyWrite => {
-            search(idx, c, env, &op.key).await?;
-            update(idx, c, env, &op.key, &env.value(seq)).await.map(drop)
+            let hit = rec.search(idx, c, &op.key).await?.is_some();
+            Ok(rec.update(idx, c, &op.key, &rec.value(seq)).await? && hit)
         }
     }
 }
 
 /// The load phase of one client: inserts `keys`.
-pub async fn load_client<T: Transport, I: RangeIndex<T>>(
+pub async fn load_client<T: Transport, I: PointIndex<T>>(
     idx: &I,
     c: &Client<T>,
     env: &TaskEnv<'_>,
@@ -241,8 +136,8 @@ pub async fn load_client<T: Transport, I: RangeIndex<T>>(
 ) -> ClientMetrics {
     let mut m = ClientMetrics::default();
     for (seq, key) in keys.enumerate() {
-        let (t0, v0) = ((env.now)(), c.counts());
-        let r = insert(idx, c, env, &key, &env.value(seq as u64)).await;
+        let (t0, v0) = ((env.rec.now)(), c.counts());
+        let r = env.rec.insert(idx, c, &key, &env.rec.value(seq as u64)).await.map(|()| true);
         record(&mut m, OpKind::Insert, r, t0, v0, c, env);
         if m.first_error.is_some() {
             break;
@@ -252,7 +147,7 @@ pub async fn load_client<T: Transport, I: RangeIndex<T>>(
 }
 
 /// The run phase of one client: `ops` operations from `source`.
-pub async fn run_client<T: Transport, I: RangeIndex<T>>(
+pub async fn run_client<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     idx: &I,
     c: &Client<T>,
     env: &TaskEnv<'_>,
@@ -262,8 +157,8 @@ pub async fn run_client<T: Transport, I: RangeIndex<T>>(
     let mut m = ClientMetrics::default();
     for seq in 0..ops {
         let op = source.next_op();
-        let (t0, v0) = ((env.now)(), c.counts());
-        let r = run_op(idx, c, env, &op, (1 << 39) | seq).await;
+        let (t0, v0) = ((env.rec.now)(), c.counts());
+        let r = run_op::<T, I, S>(idx, c, &env.rec, &op, (1 << 39) | seq).await;
         if r.is_ok() {
             source.acknowledge(&op);
         }
@@ -278,14 +173,14 @@ pub async fn run_client<T: Transport, I: RangeIndex<T>>(
 fn record<T: Transport>(
     m: &mut ClientMetrics,
     kind: OpKind,
-    r: IndexResult<()>,
+    r: IndexResult<bool>,
     t0: u64,
     v0: VerbCounts,
     c: &Client<T>,
     env: &TaskEnv<'_>,
 ) {
     match r {
-        Ok(()) => m.record(kind, (env.now)() - t0, c.counts() - v0),
+        Ok(found) => m.record(kind, found, (env.rec.now)() - t0, c.counts() - v0),
         Err(e) => {
             m.failures += 1;
             m.first_error.get_or_insert(e);

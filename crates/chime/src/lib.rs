@@ -86,7 +86,9 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
-use dmindex_index::{IndexConfig, IndexError, IndexResult, IndexStats, Pair, RangeIndex};
+use dmindex_index::{
+    IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
+};
 
 use crate::internal::NodeCache;
 use crate::layout::{InternalLayout, LeafKind, LeafLayout};
@@ -470,9 +472,7 @@ impl<V> ChimeIndex<V> {
     }
 }
 
-impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
-    const NAME: &'static str = V::NAME;
-
+impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
     async fn create(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
         Self::create_shaped(c, cfg, ChimeShape::from_config(cfg, V::SHERMAN)?).await
     }
@@ -506,6 +506,34 @@ impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
         self.tree.modify(c, k, None, probe).await
     }
 
+    fn stats(&self) -> IndexStats {
+        let t = &self.tree;
+        let splits = t.splits.load(Ordering::Relaxed);
+        IndexStats {
+            cache_bytes: t.cache.bytes() + t.hotspots.as_ref().map_or(0, |h| h.bytes()),
+            retries: t.retries.load(Ordering::Relaxed),
+            extra: vec![
+                ("leaf_splits", splits),
+                ("leaf_keys_at_split", t.keys_at_split.load(Ordering::Relaxed)),
+                ("leaf_slots_at_split", splits * t.leaf.span as u64),
+                (
+                    "speculative_reads",
+                    t.hotspots.as_ref().map_or(0, |h| h.attempts.load(Ordering::Relaxed)),
+                ),
+                (
+                    "speculative_hits",
+                    t.hotspots.as_ref().map_or(0, |h| h.hits.load(Ordering::Relaxed)),
+                ),
+            ],
+        }
+    }
+
+    async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
+        Ok(Some(self.tree.load_factor(c).await?))
+    }
+}
+
+impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
     async fn scan(
         &self,
         c: &Client<T>,
@@ -576,31 +604,5 @@ impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
         found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         out.extend(found);
         Ok(())
-    }
-
-    fn stats(&self) -> IndexStats {
-        let t = &self.tree;
-        let splits = t.splits.load(Ordering::Relaxed);
-        IndexStats {
-            cache_bytes: t.cache.bytes() + t.hotspots.as_ref().map_or(0, |h| h.bytes()),
-            retries: t.retries.load(Ordering::Relaxed),
-            extra: vec![
-                ("leaf_splits", splits),
-                ("leaf_keys_at_split", t.keys_at_split.load(Ordering::Relaxed)),
-                ("leaf_slots_at_split", splits * t.leaf.span as u64),
-                (
-                    "speculative_reads",
-                    t.hotspots.as_ref().map_or(0, |h| h.attempts.load(Ordering::Relaxed)),
-                ),
-                (
-                    "speculative_hits",
-                    t.hotspots.as_ref().map_or(0, |h| h.hits.load(Ordering::Relaxed)),
-                ),
-            ],
-        }
-    }
-
-    async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
-        Ok(Some(self.tree.load_factor(c).await?))
     }
 }

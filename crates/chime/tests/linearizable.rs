@@ -1,8 +1,11 @@
-//! CHIME under the simulator: torn reads, delays, crashes, many seeds, every history checked.
+//! CHIME and Sherman under the simulator (torn reads, delays, crashes, many seeds, every history
+//! checked, liveness and coverage stated) and on real threads, through the conformance kit.
 
-use dmindex_bench::check::{check_seed, CheckConfig};
 use dmindex_chime::leaf::home;
-use dmindex_sim::seeds::check_seeds;
+use dmindex_chime::{Chime, Sherman};
+use dmindex_index::conformance::{on_local_threads, suite, CheckConfig, Crashes};
+use dmindex_index::rdwc::Rdwc;
+use dmindex_index::{IndexConfig, Ordered};
 
 fn opts(span: usize, h: usize, internal: usize) -> Vec<(String, String)> {
     vec![
@@ -12,45 +15,34 @@ fn opts(span: usize, h: usize, internal: usize) -> Vec<(String, String)> {
     ]
 }
 
-fn run(name: &str, cfg: CheckConfig, seeds: std::ops::Range<u64>) {
-    check_seeds(name, seeds, |seed| check_seed(&cfg, seed).map(drop).map_err(|e| format!("{e:#}")));
+/// CHIME as `bench` and `check` run it: behind RDWC.
+fn chime(name: &str, cfg: CheckConfig, seeds: std::ops::Range<u64>) {
+    suite::<Rdwc<Chime>, Ordered>(name, &cfg, seeds);
+}
+
+fn sherman(name: &str, cfg: CheckConfig, seeds: std::ops::Range<u64>) {
+    suite::<Rdwc<Sherman>, Ordered>(name, &cfg, seeds);
 }
 
 /// Mixed operations over a small hot key space on tiny nodes: leaf splits, internal splits and
 /// root growth happen while readers read and other clients crash.
 #[test]
 fn chime_mixed_small_nodes_with_crashes() {
-    let cfg = CheckConfig {
-        index: "chime".into(),
-        index_options: opts(8, 4, 4),
-        keys: 120,
-        ..CheckConfig::default()
-    };
-    run("chime_mixed_small_nodes_with_crashes", cfg, 0..120);
+    let cfg = CheckConfig { index_options: opts(8, 4, 4), keys: 120, ..CheckConfig::default() };
+    chime("chime_mixed_small_nodes_with_crashes", cfg, 0..120);
 }
 
 #[test]
 fn chime_default_shape_with_crashes() {
-    let cfg = CheckConfig {
-        index: "chime".into(),
-        keys: 400,
-        clients: 16,
-        ops_per_client: 60,
-        ..CheckConfig::default()
-    };
-    run("chime_default_shape_with_crashes", cfg, 0..40);
+    let cfg = CheckConfig { keys: 400, clients: 16, ops_per_client: 60, ..CheckConfig::default() };
+    chime("chime_default_shape_with_crashes", cfg, 0..40);
 }
 
 #[test]
 fn chime_h2_and_h16() {
     for (name, o) in [("chime_h2", opts(16, 2, 4)), ("chime_h16", opts(16, 16, 4))] {
-        let cfg = CheckConfig {
-            index: "chime".into(),
-            index_options: o,
-            keys: 100,
-            ..CheckConfig::default()
-        };
-        run(name, cfg, 0..40);
+        let cfg = CheckConfig { index_options: o, keys: 100, ..CheckConfig::default() };
+        chime(name, cfg, 0..40);
     }
 }
 
@@ -61,13 +53,12 @@ fn chime_h2_and_h16() {
 fn chime_readers_race_hop_range_writes() {
     let keys: Vec<u64> = (1..).filter(|&k| matches!(home(k, 16), 3 | 4)).take(40).collect();
     let cfg = CheckConfig {
-        index: "chime".into(),
         index_options: opts(16, 4, 4),
         key_list: keys,
-        crashes: false,
+        crashes: Crashes::Never,
         ..CheckConfig::default()
     };
-    run("chime_readers_race_hop_range_writes", cfg, 0..60);
+    chime("chime_readers_race_hop_range_writes", cfg, 0..60);
 }
 
 /// Consecutive keys: splits put separators right next to live keys, and inserts meet half
@@ -75,27 +66,21 @@ fn chime_readers_race_hop_range_writes() {
 #[test]
 fn chime_inserts_race_half_splits() {
     let cfg = CheckConfig {
-        index: "chime".into(),
         index_options: opts(8, 2, 4),
         keys: 60,
         clients: 20,
         ops_per_client: 50,
         ..CheckConfig::default()
     };
-    run("chime_inserts_race_half_splits", cfg, 0..60);
+    chime("chime_inserts_race_half_splits", cfg, 0..60);
 }
 
 #[test]
-#[ignore = "long sweep: cargo test -p dmindex-bench --release -- --ignored"]
+#[ignore = "long sweep: cargo test -p dmindex-chime --release -- --ignored"]
 fn chime_thousands_of_seeds() {
     for (i, o) in [opts(8, 4, 4), opts(16, 2, 4), opts(64, 8, 64)].into_iter().enumerate() {
-        let cfg = CheckConfig {
-            index: "chime".into(),
-            index_options: o,
-            keys: 150,
-            ..CheckConfig::default()
-        };
-        run("chime_thousands_of_seeds", cfg, (i as u64 * 10_000)..(i as u64 * 10_000 + 1000));
+        let cfg = CheckConfig { index_options: o, keys: 150, ..CheckConfig::default() };
+        chime("chime_thousands_of_seeds", cfg, (i as u64 * 10_000)..(i as u64 * 10_000 + 1000));
     }
 }
 
@@ -104,13 +89,12 @@ fn chime_thousands_of_seeds() {
 #[test]
 fn chime_indirect_values_with_crashes() {
     let cfg = CheckConfig {
-        index: "chime".into(),
         index_options: opts(8, 4, 4),
         keys: 80,
         value_size: 40,
         ..CheckConfig::default()
     };
-    run("chime_indirect_values_with_crashes", cfg, 0..40);
+    chime("chime_indirect_values_with_crashes", cfg, 0..40);
 }
 
 /// Keys longer than 8 bytes, three per 8-byte prefix: lookups resolve same-prefix entries
@@ -118,91 +102,25 @@ fn chime_indirect_values_with_crashes() {
 #[test]
 fn chime_long_keys_sharing_prefixes_with_crashes() {
     let cfg = CheckConfig {
-        index: "chime".into(),
         index_options: opts(8, 4, 4),
         keys: 90,
         long_keys: true,
         ..CheckConfig::default()
     };
-    run("chime_long_keys_sharing_prefixes_with_crashes", cfg, 0..40);
+    chime("chime_long_keys_sharing_prefixes_with_crashes", cfg, 0..40);
 }
 
-/// Real threads on the `local` transport (line-atomic memory, hardware atomics): hot keys on tiny
-/// nodes, every history checked. Timestamps come from one monotonic clock.
+/// Real threads on the `local` transport: hot keys on tiny nodes, every history checked.
 #[test]
 fn chime_on_local_threads_is_linearizable() {
-    on_local_threads::<dmindex_index::rdwc::Rdwc<dmindex_chime::Chime>>();
+    let cfg = IndexConfig { extra: opts(8, 4, 4), expected_items: 64, ..IndexConfig::default() };
+    on_local_threads::<Rdwc<Chime>, Ordered>(&cfg, 30);
 }
 
 #[test]
 fn sherman_on_local_threads_is_linearizable() {
-    on_local_threads::<dmindex_index::rdwc::Rdwc<dmindex_chime::Sherman>>();
-}
-
-fn on_local_threads<I>()
-where
-    I: dmindex_index::RangeIndex<dmindex_fabric::local::LocalTransport> + Sync,
-{
-    use dmindex_bench::runner::{self, TaskEnv};
-    use dmindex_check::History;
-    use dmindex_fabric::exec::{run_on_threads, run_tasks};
-    use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
-    use dmindex_index::IndexConfig;
-    use indicatif::ProgressBar;
-    use rand_chacha::ChaCha8Rng;
-    use rand_core::{RngCore, SeedableRng};
-
-    for round in 0..30u64 {
-        let f = LocalFabric::new(LocalConfig {
-            node_size: 64 << 20,
-            chunk_size: 1 << 20,
-            yield_per_verb: true,
-            ..LocalConfig::default()
-        })
-        .unwrap();
-        let cfg =
-            IndexConfig { extra: opts(8, 4, 4), expected_items: 64, ..IndexConfig::default() };
-        let setup = f.client(0).unwrap();
-        run_tasks([I::create(&setup, &cfg, 0)]).remove(0).unwrap();
-        let handles: Vec<I> =
-            (0..2).map(|cn| run_tasks([I::open(&setup, &cfg, cn)]).remove(0).unwrap()).collect();
-        let history = History::new();
-        let start = std::time::Instant::now();
-        let now = move || start.elapsed().as_nanos() as u64;
-        let bar = ProgressBar::hidden();
-        run_on_threads(2, 4, |t, task| {
-            let (c, idx, history, bar) = (f.client(t as u16).unwrap(), &handles[t], &history, &bar);
-            async move {
-                let env = TaskEnv {
-                    now: &now,
-                    history: Some(history),
-                    progress: bar,
-                    value_size: 8,
-                    client: (t * 4 + task) as u32,
-                };
-                let mut rng = ChaCha8Rng::seed_from_u64(round * 100 + (t * 4 + task) as u64);
-                for seq in 0..600u64 {
-                    let r = rng.next_u64();
-                    let k = (1 + (r >> 8) % 64).to_be_bytes();
-                    let v = env.value(seq);
-                    match r % 10 {
-                        0..=3 => drop(runner::search(idx, &c, &env, &k).await.unwrap()),
-                        4..=6 => runner::insert(idx, &c, &env, &k, &v).await.unwrap(),
-                        7 => drop(runner::update(idx, &c, &env, &k, &v).await.unwrap()),
-                        8 => drop(runner::delete(idx, &c, &env, &k).await.unwrap()),
-                        _ => drop(
-                            runner::scan(idx, &c, &env, &k, 1 + (r >> 40) as usize % 8)
-                                .await
-                                .unwrap(),
-                        ),
-                    }
-                }
-            }
-        });
-        if let Err(v) = history.check() {
-            panic!("round {round}: {v}");
-        }
-    }
+    let cfg = IndexConfig { extra: opts(8, 4, 4), expected_items: 64, ..IndexConfig::default() };
+    on_local_threads::<Rdwc<Sherman>, Ordered>(&cfg, 30);
 }
 
 /// Speculative reads on: hot keys are read one entry at a time while hops, splits, deletes and
@@ -211,9 +129,8 @@ where
 fn chime_speculative_reads_with_crashes() {
     let mut o = opts(8, 4, 4);
     o.push(("speculative".into(), "1".into()));
-    let cfg =
-        CheckConfig { index: "chime".into(), index_options: o, keys: 60, ..CheckConfig::default() };
-    run("chime_speculative_reads_with_crashes", cfg, 0..60);
+    let cfg = CheckConfig { index_options: o, keys: 60, ..CheckConfig::default() };
+    chime("chime_speculative_reads_with_crashes", cfg, 0..60);
 }
 
 /// Sherman (every factor off: sorted leaves read whole, fence keys) under the same races:
@@ -223,27 +140,21 @@ fn sherman_mixed_small_nodes_with_crashes() {
     for (name, o, keys) in
         [("sherman_small", opts(8, 4, 4), 120), ("sherman_default", opts(64, 8, 64), 400)]
     {
-        let cfg = CheckConfig {
-            index: "sherman".into(),
-            index_options: o,
-            keys,
-            ..CheckConfig::default()
-        };
-        run(name, cfg, 0..60);
+        let cfg = CheckConfig { index_options: o, keys, ..CheckConfig::default() };
+        sherman(name, cfg, 0..60);
     }
 }
 
 #[test]
 fn sherman_long_keys_and_indirect_values_with_crashes() {
     let cfg = CheckConfig {
-        index: "sherman".into(),
         index_options: opts(8, 4, 4),
         keys: 90,
         long_keys: true,
         value_size: 24,
         ..CheckConfig::default()
     };
-    run("sherman_long_keys_and_indirect_values_with_crashes", cfg, 0..40);
+    sherman("sherman_long_keys_and_indirect_values_with_crashes", cfg, 0..40);
 }
 
 /// Each step of the factor staircase (Fig. 15) on hot keys of small nodes: the separate vacancy
@@ -259,13 +170,8 @@ fn factor_staircase_with_crashes() {
     for (i, step) in steps.iter().enumerate() {
         let mut o = opts(16, 4, 4);
         o.extend(step.iter().map(|(a, b)| (a.to_string(), b.to_string())));
-        let cfg = CheckConfig {
-            index: "sherman".into(),
-            index_options: o,
-            keys: 80,
-            ..CheckConfig::default()
-        };
-        run(&format!("factor_staircase step {i}"), cfg, 0..40);
+        let cfg = CheckConfig { index_options: o, keys: 80, ..CheckConfig::default() };
+        sherman(&format!("factor_staircase step {i}"), cfg, 0..40);
     }
 }
 
@@ -275,15 +181,13 @@ fn factor_staircase_with_crashes() {
 /// here; `rdwc::tests::a_late_reader_never_takes_an_older_read` stages it and catches it.)
 #[test]
 fn rdwc_hot_keys_stay_linearizable() {
-    for index in ["chime", "sherman"] {
-        let cfg = CheckConfig {
-            index: index.into(),
-            index_options: opts(8, 4, 4),
-            keys: 6,
-            clients: 24,
-            ops_per_client: 40,
-            ..CheckConfig::default()
-        };
-        run(&format!("rdwc_hot_keys {index}"), cfg, 0..30);
-    }
+    let cfg = CheckConfig {
+        index_options: opts(8, 4, 4),
+        keys: 6,
+        clients: 24,
+        ops_per_client: 40,
+        ..CheckConfig::default()
+    };
+    chime("rdwc_hot_keys chime", cfg.clone(), 0..30);
+    sherman("rdwc_hot_keys sherman", cfg, 0..30);
 }

@@ -1,35 +1,11 @@
-//! CHIME against a `BTreeMap`, single client, across shapes small enough to split often.
-
-use std::collections::BTreeMap;
+//! CHIME and Sherman against a `BTreeMap` (the conformance kit's model test), single client,
+//! across shapes small enough to split often; then CHIME-specific refusals and limits.
 
 use dmindex_chime::{Chime, Sherman};
 use dmindex_fabric::exec::run_tasks;
-use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
-use dmindex_index::{IndexConfig, IndexError, RangeIndex};
-use proptest::prelude::*;
-
-#[derive(Clone, Debug)]
-enum Op {
-    Search(u64),
-    Insert(u64, u8),
-    Update(u64, u8),
-    Delete(u64),
-    Scan(u64, u8),
-    ScanRange(u64, u64),
-}
-
-fn ops(keys: u64) -> impl Strategy<Value = Vec<Op>> {
-    let op = prop_oneof![
-        3 => (1..=keys).prop_map(Op::Search),
-        5 => (1..=keys, any::<u8>()).prop_map(|(k, v)| Op::Insert(k, v)),
-        2 => (1..=keys, any::<u8>()).prop_map(|(k, v)| Op::Update(k, v)),
-        2 => (1..=keys).prop_map(Op::Delete),
-        1 => (1..=keys, 0..30u8).prop_map(|(k, n)| Op::Scan(k, n)),
-        1 => (1..=keys, 1..=keys).prop_map(|(a, b)| Op::ScanRange(a, b)),
-    ];
-    prop::collection::vec(op, 1..600)
-}
+use dmindex_index::conformance::{model_test, ModelConfig};
+use dmindex_index::{IndexConfig, IndexError, Ordered, PointIndex};
 
 /// An in-process cluster of one memory node.
 fn fabric(node_size: u64, chunk_size: u64) -> LocalFabric {
@@ -52,14 +28,6 @@ fn k(x: u64) -> Vec<u8> {
     // Runs of 4 consecutive integers spread over the key space: separators (a leaf's largest
     // key + 1) are then often real keys, which exercises every boundary.
     ((x >> 2).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 4).wrapping_add(x & 3).to_be_bytes().to_vec()
-}
-
-fn run_model(shape: (usize, usize, usize), ops: Vec<Op>) {
-    run_model_values(shape, ops, 8)
-}
-
-fn run_model_values(shape: (usize, usize, usize), ops: Vec<Op>, vlen: usize) {
-    run_model_with(shape, ops, vlen, 8, k)
 }
 
 /// Long keys: groups of 4 keys share their first 8 bytes (one of them is exactly those 8
@@ -86,150 +54,109 @@ fn val(v: u8, len: usize) -> Vec<u8> {
     }
 }
 
-fn run_model_with(
-    shape: (usize, usize, usize),
-    ops: Vec<Op>,
-    vlen: usize,
-    key_len: usize,
-    k: fn(u64) -> Vec<u8>,
-) {
-    run_model_full::<Chime>(shape, ops, vlen, key_len, k, &[])
+/// A model test of index `I` of `shape` (span, H, internal span) over `keys` keys.
+struct Model {
+    cfg: ModelConfig,
 }
 
-/// Index `I` with `options` (ablation factors). With `speculative=1`, every operation's key is
-/// searched twice more (the second READ is speculative when the key is present).
-fn run_model_full<I: RangeIndex<LocalTransport>>(
-    shape: (usize, usize, usize),
-    ops: Vec<Op>,
-    vlen: usize,
-    key_len: usize,
-    k: fn(u64) -> Vec<u8>,
-    options: &[(&str, &str)],
-) {
-    let f = fabric(64 << 20, 1 << 20);
-    let c = f.client(0).unwrap();
-    let mut cfg =
-        IndexConfig { max_value: vlen, max_key: key_len, ..cfg(shape.0, shape.1, shape.2) };
-    cfg.extra.extend(options.iter().map(|(a, b)| (a.to_string(), b.to_string())));
-    let speculative = options.contains(&("speculative", "1"));
-    run_tasks([async {
-        let t = I::create(&c, &cfg, 0).await.unwrap();
-        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        for op in ops {
-            let touched = match op {
-                Op::Search(x) | Op::Insert(x, _) | Op::Update(x, _) | Op::Delete(x) => x,
-                Op::Scan(x, _) | Op::ScanRange(x, _) => x,
-            };
-            match op {
-                Op::Search(x) => assert_eq!(
-                    t.search(&c, &k(x)).await.unwrap(),
-                    model.get(&k(x)).cloned(),
-                    "search {x}"
-                ),
-                Op::Insert(x, v) => {
-                    t.insert(&c, &k(x), &val(v, vlen)).await.unwrap();
-                    model.insert(k(x), val(v, vlen));
-                }
-                Op::Update(x, v) => {
-                    let had = model.contains_key(&k(x));
-                    assert_eq!(
-                        t.update(&c, &k(x), &val(v, vlen)).await.unwrap(),
-                        had,
-                        "update {x}"
-                    );
-                    if had {
-                        model.insert(k(x), val(v, vlen));
-                    }
-                }
-                Op::Delete(x) => assert_eq!(
-                    t.delete(&c, &k(x)).await.unwrap(),
-                    model.remove(&k(x)).is_some(),
-                    "delete {x}"
-                ),
-                Op::Scan(x, n) => {
-                    let mut out = Vec::new();
-                    t.scan(&c, &k(x), n as usize, &mut out).await.unwrap();
-                    let want: Vec<_> = model
-                        .range(k(x)..)
-                        .take(n as usize)
-                        .map(|(a, b)| (a.clone(), b.clone()))
-                        .collect();
-                    assert_eq!(out, want, "scan from {x} × {n}");
-                }
-                Op::ScanRange(a, b) => {
-                    let (lo, hi) = (k(a), k(b));
-                    let mut out = Vec::new();
-                    t.scan_range(&c, &lo, &hi, &mut out).await.unwrap();
-                    let want: Vec<_> = if lo < hi {
-                        model
-                            .range(lo.clone()..hi.clone())
-                            .map(|(a, b)| (a.clone(), b.clone()))
-                            .collect()
-                    } else {
-                        Vec::new()
-                    };
-                    assert_eq!(out, want, "scan [{a}, {b})");
-                }
-            }
-            if speculative {
-                for _ in 0..2 {
-                    let got = t.search(&c, &k(touched)).await.unwrap();
-                    assert_eq!(got, model.get(&k(touched)).cloned(), "search {touched} after op");
-                }
-            }
-        }
-        // (Long keys are never speculated on: their blocks would need reading.)
-        if speculative && key_len == 8 && !model.is_empty() {
-            let stats = t.stats();
-            let hits = stats.extra.iter().find(|(n, _)| *n == "speculative_hits").map(|(_, v)| *v);
-            assert!(hits.unwrap_or(0) > 0, "no speculative hit: {stats:?}");
-        }
-        // Everything is still there, through a fresh handle with a cold cache.
-        let other = I::open(&c, &cfg, 1).await.unwrap();
-        let mut all = Vec::new();
-        let first: &[u8] = if key_len == 8 { &[0, 0, 0, 0, 0, 0, 0, 1] } else { &[1] };
-        other.scan(&c, first, usize::MAX, &mut all).await.unwrap();
-        assert_eq!(all, model.clone().into_iter().collect::<Vec<_>>());
-        for (key, v) in &model {
-            assert_eq!(other.search(&c, key).await.unwrap().as_ref(), Some(v));
-        }
-    }]);
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
-
-    #[test]
-    fn default_shape(ops in ops(3000)) { run_model((64, 8, 64), ops) }
-
-    #[test]
-    fn tiny_nodes_split_everywhere(ops in ops(400)) { run_model((8, 4, 4), ops) }
-
-    #[test]
-    fn h2(ops in ops(300)) { run_model((16, 2, 4), ops) }
-
-    #[test]
-    fn h16(ops in ops(500)) { run_model((32, 16, 4), ops) }
-
-    #[test]
-    fn wide_h_equals_span(ops in ops(300)) { run_model((8, 8, 4), ops) }
-
-    #[test]
-    fn indirect_values(ops in ops(400)) { run_model_values((8, 4, 4), ops, 100) }
-
-    #[test]
-    fn speculative_reads(ops in ops(300)) {
-        run_model_full::<Chime>((8, 4, 4), ops, 8, 8, k, &[("speculative", "1")])
+impl Model {
+    fn new(shape: (usize, usize, usize), keys: u64, cases: u32) -> Model {
+        let mut cfg = ModelConfig::new(cfg(shape.0, shape.1, shape.2), keys, cases);
+        cfg.key = k;
+        cfg.value = val;
+        Model { cfg }
     }
 
-    #[test]
-    fn short_inline_values(ops in ops(400)) { run_model_values((16, 4, 4), ops, 3) }
+    /// Values of up to `len` bytes (in blocks when > 8).
+    fn values(mut self, len: usize) -> Model {
+        self.cfg.index.max_value = len;
+        self
+    }
 
-    #[test]
-    fn long_keys_sharing_prefixes(ops in ops(400)) { run_model_with((8, 4, 4), ops, 8, 12, long_key) }
+    /// Keys of up to 12 bytes, four per 8-byte prefix.
+    fn long_keys(mut self) -> Model {
+        self.cfg.index.max_key = 12;
+        self.cfg.key = long_key;
+        self
+    }
 
-    #[test]
-    fn long_keys_default_shape(ops in ops(2000)) { run_model_with((64, 8, 64), ops, 24, 12, long_key) }
+    /// Index options (ablation factors). With `speculative=1`, every step's key is searched
+    /// twice more (the second READ is speculative when the key is present), and some must hit.
+    fn options(mut self, options: &[(&str, &str)]) -> Model {
+        self.cfg.index.extra.extend(options.iter().map(|(a, b)| (a.to_string(), b.to_string())));
+        if options.contains(&("speculative", "1")) {
+            self.cfg.search_again = true;
+            // (Long keys are never speculated on: their blocks would need reading.)
+            if self.cfg.index.max_key == 8 {
+                self.cfg.after = Some(|stats, items| {
+                    let hits = stats.extra.iter().find(|(n, _)| *n == "speculative_hits");
+                    assert!(
+                        items == 0 || hits.is_some_and(|h| h.1 > 0),
+                        "no speculative hit: {stats:?}"
+                    );
+                });
+            }
+        }
+        self
+    }
+
+    fn chime(self) {
+        model_test::<Chime, Ordered>(&self.cfg)
+    }
+
+    fn sherman(self) {
+        model_test::<Sherman, Ordered>(&self.cfg)
+    }
+}
+
+#[test]
+fn default_shape() {
+    Model::new((64, 8, 64), 3000, 24).chime()
+}
+
+#[test]
+fn tiny_nodes_split_everywhere() {
+    Model::new((8, 4, 4), 400, 24).chime()
+}
+
+#[test]
+fn h2() {
+    Model::new((16, 2, 4), 300, 24).chime()
+}
+
+#[test]
+fn h16() {
+    Model::new((32, 16, 4), 500, 24).chime()
+}
+
+#[test]
+fn wide_h_equals_span() {
+    Model::new((8, 8, 4), 300, 24).chime()
+}
+
+#[test]
+fn indirect_values() {
+    Model::new((8, 4, 4), 400, 24).values(100).chime()
+}
+
+#[test]
+fn speculative_reads() {
+    Model::new((8, 4, 4), 300, 24).options(&[("speculative", "1")]).chime()
+}
+
+#[test]
+fn short_inline_values() {
+    Model::new((16, 4, 4), 400, 24).values(3).chime()
+}
+
+#[test]
+fn long_keys_sharing_prefixes() {
+    Model::new((8, 4, 4), 400, 24).long_keys().chime()
+}
+
+#[test]
+fn long_keys_default_shape() {
+    Model::new((64, 8, 64), 2000, 24).long_keys().values(24).chime()
 }
 
 /// The factor staircase of the paper's Fig. 15, from Sherman (all off) towards CHIME: each prefix
@@ -252,30 +179,32 @@ const STAIRCASE: [&[(&str, &str)]; 5] = [
     ],
 ];
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+#[test]
+fn sherman_default_shape() {
+    Model::new((64, 8, 64), 3000, 12).sherman()
+}
 
-    #[test]
-    fn sherman_default_shape(ops in ops(3000)) {
-        run_model_full::<Sherman>((64, 8, 64), ops, 8, 8, k, &[])
+#[test]
+fn sherman_tiny_nodes() {
+    Model::new((8, 4, 4), 400, 12).sherman()
+}
+
+#[test]
+fn sherman_indirect_and_long_keys() {
+    Model::new((8, 4, 4), 400, 12).long_keys().values(24).sherman()
+}
+
+#[test]
+fn factor_staircase() {
+    for step in STAIRCASE {
+        Model::new((16, 4, 4), 400, 3).options(step).sherman()
     }
+}
 
-    #[test]
-    fn sherman_tiny_nodes(ops in ops(400)) { run_model_full::<Sherman>((8, 4, 4), ops, 8, 8, k, &[]) }
-
-    #[test]
-    fn sherman_indirect_and_long_keys(ops in ops(400)) {
-        run_model_full::<Sherman>((8, 4, 4), ops, 24, 12, long_key, &[])
-    }
-
-    #[test]
-    fn factor_staircase(ops in ops(400), step in 0..STAIRCASE.len()) {
-        run_model_full::<Sherman>((16, 4, 4), ops, 8, 8, k, STAIRCASE[step])
-    }
-
-    #[test]
-    fn factors_with_long_keys(ops in ops(400), step in 0..STAIRCASE.len()) {
-        run_model_full::<Sherman>((8, 4, 4), ops, 24, 12, long_key, STAIRCASE[step])
+#[test]
+fn factors_with_long_keys() {
+    for step in STAIRCASE {
+        Model::new((8, 4, 4), 400, 3).long_keys().values(24).options(step).sherman()
     }
 }
 

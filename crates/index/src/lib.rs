@@ -1,7 +1,7 @@
 //! # dmindex-index: what every index offers
 //!
 //! An index lives in remote memory and is reached through a [`dmindex_fabric::Client`]. Each
-//! compute node opens one handle ([`RangeIndex::open`]) shared by all of its clients — that is
+//! compute node opens one handle ([`PointIndex::open`]) shared by all of its clients — that is
 //! where CN-side caches live — and every operation names the client (task) doing it.
 //!
 //! ## Semantics every index must have (checked by `dmindex-check`)
@@ -27,11 +27,16 @@
 //! behind one remote lock per key-range shard). It is the harness's and checker's test subject and
 //! the yardstick the real designs are compared against in model tests.
 
-use dmindex_fabric::{Client, FabricError, Transport};
+use std::sync::Arc;
+
+use dmindex_fabric::service::Service;
+use dmindex_fabric::{Client, FabricError, ServiceId, Services, Transport};
 
 pub mod cacheline;
+pub mod conformance;
 pub mod hash;
 pub mod rdwc;
+pub mod recorded;
 pub mod reference;
 
 /// What can go wrong in an index operation.
@@ -58,6 +63,9 @@ pub enum IndexError {
     /// The index cannot hold this item (a structural limit, not a lack of memory).
     #[error("index full: {0}")]
     Full(String),
+    /// The index does not offer this operation (e.g. a scan on a hash index).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
 }
 
 /// Result of an index operation.
@@ -125,14 +133,59 @@ pub struct IndexStats {
     pub extra: Vec<(&'static str, u64)>,
 }
 
-/// An ordered index on disaggregated memory, over transport `T`.
+/// Whether an index keeps its keys in order (and so offers scans).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexKind {
+    /// Point operations only (hash indexes): search, insert, update, delete.
+    Point,
+    /// Point operations and ordered scans.
+    Ordered,
+}
+
+impl IndexKind {
+    /// `point` or `ordered`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexKind::Point => "point",
+            IndexKind::Ordered => "ordered",
+        }
+    }
+}
+
+/// A memory-node service an index installs on every memory node (e.g. HiStore's server-side
+/// skiplists): its id (at least [`dmindex_fabric::service::FIRST_USER_SERVICE`]), a short name
+/// and a constructor.
+#[derive(Clone, Copy)]
+pub struct MnService {
+    pub id: ServiceId,
+    pub name: &'static str,
+    pub make: fn() -> Arc<dyn Service>,
+}
+
+impl std::fmt::Debug for MnService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.id, self.name)
+    }
+}
+
+/// Registers `services` in `table`; an id clash is an error naming both.
+pub fn install_services(table: &mut Services, services: &[MnService]) -> IndexResult<()> {
+    for s in services {
+        table
+            .register(s.id, (s.make)())
+            .map_err(|e| IndexError::Config(format!("memory-node service {}: {e}", s.name)))?;
+    }
+    Ok(())
+}
+
+/// An index on disaggregated memory, over transport `T`: the point operations every design has.
 ///
 /// Futures are not `Send`: clients run on single-threaded executors. A handle may be shared by
 /// the clients of one compute node; handles that are `Sync` may be shared across threads.
 #[allow(async_fn_in_trait)]
-pub trait RangeIndex<T: Transport>: Sized {
-    /// The index's name as the CLI knows it.
-    const NAME: &'static str;
+pub trait PointIndex<T: Transport>: Sized {
+    /// Services this index needs on every memory node, installed before it is created.
+    const SERVICES: &'static [MnService] = &[];
 
     /// Builds an empty index in remote memory and publishes its root in `config.root_slot`.
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self>;
@@ -143,7 +196,7 @@ pub trait RangeIndex<T: Transport>: Sized {
     /// The value of `key`, if present.
     async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>>;
 
-    /// Sets `key` to `value`, inserting it if absent.
+    /// Sets `key` to `value`, inserting it if absent (an upsert: never a duplicate).
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()>;
 
     /// Sets `key` to `value` if present; returns whether it was.
@@ -152,6 +205,20 @@ pub trait RangeIndex<T: Transport>: Sized {
     /// Removes `key`; returns whether it was present.
     async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool>;
 
+    /// CN-side counters.
+    fn stats(&self) -> IndexStats {
+        IndexStats::default()
+    }
+
+    /// Fraction of slots holding items, where the index has such a notion.
+    async fn load_factor(&self, _c: &Client<T>) -> IndexResult<Option<f64>> {
+        Ok(None)
+    }
+}
+
+/// An ordered index: point operations and scans.
+#[allow(async_fn_in_trait)]
+pub trait RangeIndex<T: Transport>: PointIndex<T> {
     /// Appends to `out` up to `count` pairs with key ≥ `from`, in ascending key order.
     async fn scan(
         &self,
@@ -173,35 +240,104 @@ pub trait RangeIndex<T: Transport>: Sized {
         out: &mut Vec<Pair>,
     ) -> IndexResult<()> {
         const CHUNK: usize = 64;
-        let mut cursor = lo.to_vec();
+        // Each chunk starts at the last key returned (a key the index accepts, unlike a made-up
+        // successor, which may be longer than its longest key) and skips it.
+        let mut from = lo.to_vec();
+        let mut last: Option<Vec<u8>> = None;
         let mut chunk = Vec::with_capacity(CHUNK);
-        while cursor.as_slice() < hi {
+        loop {
             chunk.clear();
-            self.scan(c, &cursor, CHUNK, &mut chunk).await?;
+            self.scan(c, &from, CHUNK, &mut chunk).await?;
             let done = chunk.len() < CHUNK;
             for (k, v) in chunk.drain(..) {
+                if last.as_deref().is_some_and(|l| k.as_slice() <= l) {
+                    continue;
+                }
                 if k.as_slice() >= hi {
                     return Ok(());
                 }
-                cursor = k.clone();
+                last = Some(k.clone());
                 out.push((k, v));
             }
-            if done {
-                return Ok(());
+            match &last {
+                Some(l) if !done => from.clone_from(l),
+                _ => return Ok(()),
             }
-            // The next key after `cursor`: append a zero byte.
-            cursor.push(0);
         }
-        Ok(())
+    }
+}
+
+/// How a harness reaches an index's scans without knowing its kind: [`Ordered`] through
+/// [`RangeIndex`], [`PointOnly`] not at all ([`IndexError::Unsupported`]). The catalog picks one
+/// per index, so generic code is written once for both kinds.
+#[allow(async_fn_in_trait)]
+pub trait Scans<T: Transport, I: PointIndex<T>> {
+    /// The kind this access stands for.
+    const KIND: IndexKind;
+
+    /// [`RangeIndex::scan`], or `Unsupported`.
+    async fn scan(
+        idx: &I,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()>;
+
+    /// [`RangeIndex::scan_range`], or `Unsupported`.
+    async fn scan_range(
+        idx: &I,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()>;
+}
+
+/// Scans of an ordered index.
+pub struct Ordered;
+
+/// No scans: a point index.
+pub struct PointOnly;
+
+impl<T: Transport, I: RangeIndex<T>> Scans<T, I> for Ordered {
+    const KIND: IndexKind = IndexKind::Ordered;
+
+    async fn scan(
+        idx: &I,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        idx.scan(c, from, count, out).await
     }
 
-    /// CN-side counters.
-    fn stats(&self) -> IndexStats {
-        IndexStats::default()
+    async fn scan_range(
+        idx: &I,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        idx.scan_range(c, lo, hi, out).await
+    }
+}
+
+impl<T: Transport, I: PointIndex<T>> Scans<T, I> for PointOnly {
+    const KIND: IndexKind = IndexKind::Point;
+
+    async fn scan(_: &I, _: &Client<T>, _: &[u8], _: usize, _: &mut Vec<Pair>) -> IndexResult<()> {
+        Err(IndexError::Unsupported("scan on a point index".into()))
     }
 
-    /// Fraction of leaf slots holding items, where the index has such a notion.
-    async fn load_factor(&self, _c: &Client<T>) -> IndexResult<Option<f64>> {
-        Ok(None)
+    async fn scan_range(
+        _: &I,
+        _: &Client<T>,
+        _: &[u8],
+        _: &[u8],
+        _: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        Err(IndexError::Unsupported("range scan on a point index".into()))
     }
 }

@@ -35,7 +35,7 @@ use dmindex_fabric::{Client, Transport};
 use futures::channel::oneshot;
 
 use crate::hash::hash_bytes;
-use crate::{IndexConfig, IndexResult, IndexStats, Pair, RangeIndex};
+use crate::{IndexConfig, IndexResult, IndexStats, Pair, PointIndex, RangeIndex};
 
 /// Slots per compute node.
 pub const SLOTS: usize = 4096;
@@ -218,8 +218,8 @@ impl<I> Rdwc<I> {
     }
 }
 
-impl<T: Transport, I: RangeIndex<T>> RangeIndex<T> for Rdwc<I> {
-    const NAME: &'static str = I::NAME;
+impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
+    const SERVICES: &'static [crate::MnService] = I::SERVICES;
 
     async fn create(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
         let (on, cfg) = Self::options(cfg)?;
@@ -285,6 +285,26 @@ impl<T: Transport, I: RangeIndex<T>> RangeIndex<T> for Rdwc<I> {
         self.inner.delete(c, key).await
     }
 
+    fn stats(&self) -> IndexStats {
+        let mut s = self.inner.stats();
+        if let Some(t) = &self.table {
+            s.extra.extend([
+                ("rdwc_reads", t.reads.load(Ordering::Relaxed)),
+                ("rdwc_reads_delegated", t.delegated.load(Ordering::Relaxed)),
+                ("rdwc_writes", t.writes.load(Ordering::Relaxed)),
+                ("rdwc_writes_combined", t.combined.load(Ordering::Relaxed)),
+            ]);
+        }
+        s
+    }
+
+    async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
+        self.inner.load_factor(c).await
+    }
+}
+
+/// Scans pass through: RDWC combines point operations only.
+impl<T: Transport, I: RangeIndex<T>> RangeIndex<T> for Rdwc<I> {
     async fn scan(
         &self,
         c: &Client<T>,
@@ -303,23 +323,6 @@ impl<T: Transport, I: RangeIndex<T>> RangeIndex<T> for Rdwc<I> {
         out: &mut Vec<Pair>,
     ) -> IndexResult<()> {
         self.inner.scan_range(c, lo, hi, out).await
-    }
-
-    fn stats(&self) -> IndexStats {
-        let mut s = self.inner.stats();
-        if let Some(t) = &self.table {
-            s.extra.extend([
-                ("rdwc_reads", t.reads.load(Ordering::Relaxed)),
-                ("rdwc_reads_delegated", t.delegated.load(Ordering::Relaxed)),
-                ("rdwc_writes", t.writes.load(Ordering::Relaxed)),
-                ("rdwc_writes_combined", t.combined.load(Ordering::Relaxed)),
-            ]);
-        }
-        s
-    }
-
-    async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
-        self.inner.load_factor(c).await
     }
 }
 
@@ -353,8 +356,7 @@ mod tests {
         }
     }
 
-    impl<T: Transport> RangeIndex<T> for Gated {
-        const NAME: &'static str = "gated";
+    impl<T: Transport> PointIndex<T> for Gated {
         async fn create(_: &Client<T>, _: &IndexConfig, _: u16) -> IndexResult<Self> {
             Ok(Gated::default())
         }
@@ -378,15 +380,6 @@ mod tests {
         }
         async fn delete(&self, _: &Client<T>, _: &[u8]) -> IndexResult<bool> {
             Ok(false)
-        }
-        async fn scan(
-            &self,
-            _: &Client<T>,
-            _: &[u8],
-            _: usize,
-            _: &mut Vec<Pair>,
-        ) -> IndexResult<()> {
-            Ok(())
         }
     }
 
@@ -471,7 +464,7 @@ mod tests {
         run_tasks(tasks);
         assert_eq!(t.inner.searches.get(), 2, "six readers, two remote reads");
         assert_eq!(*t.inner.updates.borrow(), vec![1, 4], "the batch writes its latest value");
-        let s = RangeIndex::<dmindex_fabric::local::LocalTransport>::stats(t);
+        let s = PointIndex::<dmindex_fabric::local::LocalTransport>::stats(t);
         let get = |n: &str| s.extra.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
         assert_eq!(get("rdwc_reads_delegated"), Some(4));
         assert_eq!(get("rdwc_writes_combined"), Some(2));

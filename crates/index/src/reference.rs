@@ -31,7 +31,7 @@
 
 use dmindex_fabric::{layout, BatchOp, Client, GlobalAddr, Transport};
 
-use crate::{IndexConfig, IndexError, IndexResult, IndexStats, Pair, RangeIndex};
+use crate::{IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"DMIREF01");
 const HEADER: u64 = 64;
@@ -187,9 +187,7 @@ impl LockedShards {
     }
 }
 
-impl<T: Transport> RangeIndex<T> for LockedShards {
-    const NAME: &'static str = "ref";
-
+impl<T: Transport> PointIndex<T> for LockedShards {
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
         if config.max_key == 0 || config.max_key > 255 || config.max_value > 255 {
             return Err(IndexError::Config(format!(
@@ -300,6 +298,12 @@ impl<T: Transport> RangeIndex<T> for LockedShards {
         }
     }
 
+    fn stats(&self) -> IndexStats {
+        IndexStats::default()
+    }
+}
+
+impl<T: Transport> RangeIndex<T> for LockedShards {
     async fn scan(
         &self,
         c: &Client<T>,
@@ -321,9 +325,5 @@ impl<T: Transport> RangeIndex<T> for LockedShards {
             shard += 1;
         }
         Ok(())
-    }
-
-    fn stats(&self) -> IndexStats {
-        IndexStats::default()
     }
 }

@@ -1,30 +1,42 @@
-//! The checking pipeline: a correct index passes many seeds with crashes; a racy one is caught.
+//! The conformance kit itself: a correct index passes, a racy one is caught, a stuck client with
+//! no crash to explain it fails the seed, and runs replay by seed.
 
-use dmindex_bench::check::{check_seed, check_seed_with, CheckConfig};
 use dmindex_fabric::{layout, Client, GlobalAddr, Transport};
-use dmindex_index::{IndexConfig, IndexError, IndexResult, Pair, RangeIndex};
-use dmindex_sim::seeds::check_seeds;
+use dmindex_index::conformance::{
+    check_seed, model_test, suite, CheckConfig, Crashes, ModelConfig,
+};
+use dmindex_index::reference::LockedShards;
+use dmindex_index::{
+    IndexConfig, IndexError, IndexResult, Ordered, Pair, PointIndex, PointOnly, RangeIndex,
+};
 
 #[test]
 fn reference_index_is_linearizable_under_faults() {
-    let cfg = CheckConfig { index: "ref".into(), ..CheckConfig::default() };
-    let crashed = std::cell::Cell::new(0);
-    check_seeds("reference_index_is_linearizable_under_faults", 0..40, |seed| {
-        let r = check_seed(&cfg, seed).map_err(|e| format!("{e:#}"))?;
-        crashed.set(crashed.get() + r.crashed);
-        Ok(())
-    });
-    assert!(
-        crashed.get() > 0 || dmindex_sim::seeds::seed_override().is_some(),
-        "no client ever crashed"
-    );
+    let cfg = CheckConfig { crashes: Crashes::EverySeed, ..CheckConfig::default() };
+    let sum =
+        suite::<LockedShards, Ordered>("reference_index_is_linearizable_under_faults", &cfg, 0..40);
+    if dmindex_sim::seeds::seed_override().is_none() {
+        assert_eq!(sum.seeds, 40);
+        assert!(sum.completed > 0 && sum.completed <= sum.requested);
+    }
+}
+
+/// The point-only path of the suite: no scans are issued, and the summary counts every client.
+#[test]
+fn reference_index_as_a_point_index() {
+    let cfg = CheckConfig { crashes: Crashes::Never, ..CheckConfig::default() };
+    let sum = suite::<LockedShards, PointOnly>("reference_index_as_a_point_index", &cfg, 0..10);
+    if dmindex_sim::seeds::seed_override().is_none() {
+        assert_eq!(sum.completed, sum.requested, "no crashes: every operation completes");
+        assert_eq!((sum.crashed, sum.stuck), (0, 0));
+    }
 }
 
 #[test]
 fn same_seed_same_run() {
-    let cfg = CheckConfig::default();
-    let a = check_seed(&cfg, 5).unwrap();
-    let b = check_seed(&cfg, 5).unwrap();
+    let cfg = CheckConfig { crashes: Crashes::EverySeed, ..CheckConfig::default() };
+    let a = check_seed::<LockedShards, Ordered>(&cfg, 5).unwrap();
+    let b = check_seed::<LockedShards, Ordered>(&cfg, 5).unwrap();
     assert_eq!(a, b);
 }
 
@@ -45,9 +57,7 @@ impl Racy {
     }
 }
 
-impl<T: Transport> RangeIndex<T> for Racy {
-    const NAME: &'static str = "racy";
-
+impl<T: Transport> PointIndex<T> for Racy {
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
         let base = c.alloc(16 * config.expected_items.max(1), 64).await?;
         c.write(layout::root_slot(config.root_slot), &base.raw().to_le_bytes()).await?;
@@ -84,7 +94,9 @@ impl<T: Transport> RangeIndex<T> for Racy {
         c.write(self.slot(key)?, &[0u8; 16]).await?;
         Ok(present)
     }
+}
 
+impl<T: Transport> RangeIndex<T> for Racy {
     async fn scan(
         &self,
         c: &Client<T>,
@@ -110,10 +122,87 @@ impl<T: Transport> RangeIndex<T> for Racy {
 
 #[test]
 fn a_racy_index_is_caught() {
-    let cfg = CheckConfig { crashes: false, ..CheckConfig::default() };
+    let cfg = CheckConfig { crashes: Crashes::Never, ..CheckConfig::default() };
     let caught =
-        (0..20).find_map(|seed| check_seed_with::<Racy>(&cfg, seed).err().map(|e| (seed, e)));
+        (0..20).find_map(|seed| check_seed::<Racy, Ordered>(&cfg, seed).err().map(|e| (seed, e)));
     let (seed, e) = caught.expect("20 seeds and the racy index was never caught");
     let msg = format!("{e:#}");
     assert!(msg.contains("not linearizable"), "seed {seed}: {msg}");
+}
+
+/// One remote lock word that every operation takes and releases, except deletes, which take it
+/// and forget it (a client that did not crash): everyone behind it is stuck, nothing explains it,
+/// and the seed must fail as a deadlock.
+struct Leaky;
+
+impl Leaky {
+    async fn lock<T: Transport>(c: &Client<T>, release: bool) -> IndexResult<()> {
+        let word = layout::root_slot(7);
+        while c.cas(word, 0, 1).await? != 0 {}
+        if release {
+            c.write(word, &0u64.to_le_bytes()).await?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: Transport> PointIndex<T> for Leaky {
+    async fn create(_: &Client<T>, _: &IndexConfig, _: u16) -> IndexResult<Self> {
+        Ok(Leaky)
+    }
+    async fn open(_: &Client<T>, _: &IndexConfig, _: u16) -> IndexResult<Self> {
+        Ok(Leaky)
+    }
+    async fn search(&self, c: &Client<T>, _: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+        Leaky::lock(c, true).await.map(|()| None)
+    }
+    async fn insert(&self, c: &Client<T>, _: &[u8], _: &[u8]) -> IndexResult<()> {
+        Leaky::lock(c, true).await
+    }
+    async fn update(&self, c: &Client<T>, _: &[u8], _: &[u8]) -> IndexResult<bool> {
+        Leaky::lock(c, true).await.map(|()| false)
+    }
+    async fn delete(&self, c: &Client<T>, _: &[u8]) -> IndexResult<bool> {
+        Leaky::lock(c, false).await.map(|()| false)
+    }
+}
+
+#[test]
+fn a_client_stuck_without_a_crash_fails_the_seed() {
+    let cfg = CheckConfig { crashes: Crashes::Never, ..CheckConfig::default() };
+    let e = check_seed::<Leaky, PointOnly>(&cfg, 1).expect_err("a leaked lock must be caught");
+    let msg = format!("{e:#}");
+    assert!(msg.contains("stuck") && msg.contains("deadlock or livelock"), "{msg}");
+}
+
+/// An index that acknowledges deletes without deleting: the model test must catch it.
+struct Forgetful(LockedShards);
+
+impl<T: Transport> PointIndex<T> for Forgetful {
+    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        Ok(Forgetful(<LockedShards as PointIndex<T>>::create(c, config, cn).await?))
+    }
+    async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        Ok(Forgetful(<LockedShards as PointIndex<T>>::open(c, config, cn).await?))
+    }
+    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+        self.0.search(c, key).await
+    }
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        self.0.insert(c, key, value).await
+    }
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        self.0.update(c, key, value).await
+    }
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        Ok(self.0.search(c, key).await?.is_some())
+    }
+}
+
+#[test]
+fn the_model_test_catches_a_lost_delete() {
+    let cfg = ModelConfig::new(IndexConfig::default(), 20, 32);
+    let r = std::panic::catch_unwind(|| model_test::<Forgetful, PointOnly>(&cfg));
+    let msg = r.err().and_then(|p| p.downcast_ref::<String>().cloned()).expect("must fail");
+    assert!(msg.contains("model test failed"), "{msg}");
 }

@@ -35,6 +35,9 @@ pub struct MemnodeConfig {
     pub id: u16,
     /// Cores answering two-sided requests (at most this many at once).
     pub cores: usize,
+    /// The services to run, built for `cores` cores (the built-in ones and an index's); `None`:
+    /// the built-in ones.
+    pub services: Option<Services>,
 }
 
 /// The pool as the memnode's CPU sees it.
@@ -129,7 +132,7 @@ pub fn serve(
         rkey: pool.rkey.clone(),
         worker_address: worker.address().map_err(|e| format!("worker address: {e}"))?,
     });
-    let services = Arc::new(Services::new(cfg.cores));
+    let services = Arc::new(cfg.services.clone().unwrap_or_else(|| Services::new(cfg.cores)));
     let token: Arc<[u8]> = cfg.token.clone().into();
     eprintln!(
         "memnode[{}]: listening on {local}, pool {} bytes at {:#x}",

@@ -40,8 +40,14 @@ impl Drop for Memnode {
 pub fn memnode(id: u16, size: u64) -> Memnode {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
-    let cfg =
-        MemnodeConfig { listen: "127.0.0.1:0".into(), size, token: TOKEN.to_vec(), id, cores: 2 };
+    let cfg = MemnodeConfig {
+        listen: "127.0.0.1:0".into(),
+        size,
+        token: TOKEN.to_vec(),
+        id,
+        cores: 2,
+        services: None,
+    };
     let s = Arc::clone(&stop);
     let thread = std::thread::spawn(move || serve(&cfg, s, |a| tx.send(a).unwrap()));
     let addr = rx.recv().expect("memnode started").to_string();

@@ -1,0 +1,175 @@
+//! # dmindex-catalog: the one list of indexes and of each paper's figures
+//!
+//! `bench`, `check`, `experiment`, `memnode` and the CLI's help read names, descriptions, kinds
+//! and services from here; the harness is generic and instantiated once per line below, so
+//! **adding an index = its crate + one line in [`INDEXES`]** (and a dependency in this crate's
+//! manifest). Paper figures live in [`papers`], one table per paper.
+
+pub mod papers;
+
+use std::fmt::Write;
+
+use dmindex_bench::{BenchConfig, BenchReport, Runnable, RunnableScans};
+use dmindex_fabric::local::LocalTransport;
+use dmindex_fabric::Services;
+use dmindex_index::conformance::{CheckConfig, SeedReport};
+use dmindex_index::rdwc::Rdwc;
+use dmindex_index::{install_services, IndexKind, MnService, Ordered, PointIndex, Scans};
+
+/// Whether compute nodes combine concurrent operations on one key (read delegation and write
+/// combining, [`dmindex_index::rdwc`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RdwcPolicy {
+    /// Not used.
+    None,
+    /// On by default; `--option rdwc=0` turns it off.
+    On,
+}
+
+/// One index: what the CLI shows and how the harness runs it.
+pub struct IndexEntry {
+    pub name: &'static str,
+    /// One line for `--help` and `dmindex indexes`.
+    pub about: &'static str,
+    pub kind: IndexKind,
+    pub rdwc: RdwcPolicy,
+    /// Services it installs on every memory node.
+    pub services: &'static [MnService],
+    /// `dmindex bench` on it.
+    pub bench: fn(&BenchConfig) -> anyhow::Result<BenchReport>,
+    /// One seed of `dmindex check` on it.
+    pub check: fn(&CheckConfig, u64) -> anyhow::Result<SeedReport>,
+}
+
+impl IndexEntry {
+    /// Built-in memory-node services on `cores` cores plus this index's.
+    pub fn memnode_services(&self, cores: usize) -> anyhow::Result<Services> {
+        let mut s = Services::new(cores);
+        install_services(&mut s, self.services)?;
+        Ok(s)
+    }
+}
+
+/// A catalog line for index type `$ty` with scan access `$scans`, optionally behind RDWC.
+macro_rules! index {
+    ($name:literal, $about:literal, $ty:ty, $scans:ty, rdwc) => {
+        index!(@entry $name, $about, Rdwc<$ty>, $scans, RdwcPolicy::On)
+    };
+    ($name:literal, $about:literal, $ty:ty, $scans:ty) => {
+        index!(@entry $name, $about, $ty, $scans, RdwcPolicy::None)
+    };
+    (@entry $name:literal, $about:literal, $ty:ty, $scans:ty, $rdwc:expr) => {
+        IndexEntry {
+            name: $name,
+            about: $about,
+            kind: <$scans as Scans<LocalTransport, $ty>>::KIND,
+            rdwc: $rdwc,
+            services: <$ty as PointIndex<LocalTransport>>::SERVICES,
+            bench: run::<$ty, $scans>,
+            check: dmindex_index::conformance::check_seed::<$ty, $scans>,
+        }
+    };
+}
+
+fn run<I: Runnable, S: RunnableScans<I>>(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
+    dmindex_bench::run::<I, S>(cfg)
+}
+
+/// Every index dmindex has, in the order `dmindex indexes` lists them.
+pub static INDEXES: &[IndexEntry] = &[
+    index!(
+        "chime",
+        "CHIME (SOSP '24): B+ tree with hopscotch leaves, 3-level optimistic sync",
+        dmindex_chime::Chime,
+        Ordered,
+        rdwc
+    ),
+    index!(
+        "sherman",
+        "Sherman (SIGMOD '22, CHIME's enhanced baseline): sorted leaves read whole",
+        dmindex_chime::Sherman,
+        Ordered,
+        rdwc
+    ),
+    index!(
+        "ref",
+        "reference: sorted shards behind one remote lock each (the harness's yardstick)",
+        dmindex_index::reference::LockedShards,
+        Ordered
+    ),
+];
+
+/// The index `bench` and `check` run when none is named.
+pub const DEFAULT_INDEX: &str = "chime";
+
+/// Index names, in catalog order.
+pub fn names() -> Vec<&'static str> {
+    INDEXES.iter().map(|e| e.name).collect()
+}
+
+/// The index called `name`; the error names the known ones.
+pub fn find(name: &str) -> anyhow::Result<&'static IndexEntry> {
+    INDEXES
+        .iter()
+        .find(|e| e.name == name)
+        .ok_or_else(|| anyhow::anyhow!("unknown index '{name}' (known: {})", names().join(", ")))
+}
+
+/// Runs `dmindex bench` on the index `cfg.index` names.
+pub fn bench(cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
+    (find(&cfg.index)?.bench)(cfg)
+}
+
+/// `--index` help: every name with its one-line description.
+pub fn index_help() -> String {
+    let mut s = String::from("Index to run:");
+    for e in INDEXES {
+        let _ = write!(s, "\n  {} — {}", e.name, e.about);
+    }
+    s
+}
+
+/// The table `dmindex indexes` prints.
+pub fn table() -> String {
+    let mut s = format!("{:<9} {:<8} {:<26} {:<9} about\n", "name", "kind", "rdwc", "services");
+    for e in INDEXES {
+        let rdwc = match e.rdwc {
+            RdwcPolicy::None => "-",
+            RdwcPolicy::On => "on (--option rdwc=0: off)",
+        };
+        let services = if e.services.is_empty() {
+            "-".to_string()
+        } else {
+            e.services.iter().map(|m| m.name).collect::<Vec<_>>().join(",")
+        };
+        let _ =
+            writeln!(s, "{:<9} {:<8} {rdwc:<26} {services:<9} {}", e.name, e.kind.name(), e.about);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_lookups_name_the_known_ones() {
+        let mut n = names();
+        n.sort_unstable();
+        n.dedup();
+        assert_eq!(n.len(), INDEXES.len());
+        assert!(find(DEFAULT_INDEX).is_ok());
+        let e = find("nope").err().expect("unknown").to_string();
+        assert!(e.contains("unknown index 'nope'") && e.contains("chime, sherman, ref"), "{e}");
+    }
+
+    #[test]
+    fn the_table_lists_every_index_with_its_kind() {
+        let t = table();
+        for e in INDEXES {
+            assert!(t.contains(e.name) && t.contains(e.about), "{t}");
+        }
+        assert_eq!(find("chime").unwrap().rdwc, RdwcPolicy::On);
+        assert_eq!(find("ref").unwrap().kind, IndexKind::Ordered);
+    }
+}

@@ -1,0 +1,278 @@
+//! CHIME (SOSP '24, §5): the figures it reproduces on the simulated CHIME testbed.
+//!
+//! Every run uses the `chime-testbed` preset (100 Gbps NICs, one MN), `cns` compute nodes with
+//! 2 coroutines per client, a 100 MB cache per CN, zipf 0.99, 8-byte keys and values, as the
+//! paper. Item and operation counts are scaled down to fit this machine (see
+//! `docs/reproduce.md`).
+
+use dmindex_bench::experiment::{
+    cache_mb, chart, curves, lines, mops, opts, reads, stat, Experiment, Paper, Run, Session,
+};
+use dmindex_bench::BenchReport;
+
+pub static PAPER: Paper = Paper {
+    name: "chime",
+    title: "CHIME: A Cache-Efficient and High-Performance Hybrid Index on Disaggregated Memory (SOSP '24)",
+    testbed: "chime-testbed",
+    experiments: &[
+        Experiment {
+            name: "load-factor",
+            figure: "Fig. 3d: leaf load factor vs neighbourhood size H",
+            body: load_factor,
+        },
+        Experiment {
+            name: "ycsb",
+            figure: "Fig. 12: throughput vs P99 latency, YCSB LOAD/A/B/C/D/E, CHIME vs Sherman",
+            body: ycsb,
+        },
+        Experiment { name: "cache", figure: "Fig. 14: CN cache consumption vs items loaded", body: cache },
+        Experiment {
+            name: "factors",
+            figure: "Fig. 15: factor analysis, Sherman + each CHIME technique in turn",
+            body: factors,
+        },
+        Experiment {
+            name: "speculative",
+            figure: "Fig. 17: speculative reads at high client counts (YCSB C)",
+            body: speculative,
+        },
+        Experiment {
+            name: "span",
+            figure: "Fig. 18e/19a: span size vs throughput, cache and load factor",
+            body: span,
+        },
+        Experiment {
+            name: "neighbourhood",
+            figure: "Fig. 18f/19b: neighbourhood size vs throughput, cache and load factor",
+            body: neighbourhood,
+        },
+        Experiment {
+            name: "hotspot",
+            figure: "Fig. 19c: hotspot buffer size vs throughput and hit ratio",
+            body: hotspot,
+        },
+    ],
+};
+
+/// The YCSB workloads of Fig. 12 and 15.
+const WORKLOADS: [&str; 6] = ["load", "a", "b", "c", "d", "e"];
+
+/// The factor staircase of Fig. 15, from Sherman: (label, options). The one list of CHIME's
+/// factors in the order the paper adds them is `dmindex_chime::FACTORS`.
+fn staircase() -> Vec<(String, Vec<(String, String)>)> {
+    const LABELS: [&str; 5] = ["hopscotch", "vacancy", "replication", "sibling", "speculative"];
+    let mut steps = vec![("Sherman".to_string(), Vec::new())];
+    let mut on = Vec::new();
+    for (f, label) in dmindex_chime::FACTORS.iter().zip(LABELS) {
+        on.push((f.to_string(), "1".to_string()));
+        steps.push((format!("+{label}"), on.clone()));
+    }
+    steps
+}
+
+/// Keys per slot in leaves when their hop first failed (CHIME's "load factor at split").
+fn split_load_factor(r: &BenchReport) -> f64 {
+    let slots = stat(r, "leaf_slots_at_split");
+    if slots == 0.0 {
+        0.0
+    } else {
+        stat(r, "leaf_keys_at_split") / slots
+    }
+}
+
+/// Hotspot hit ratio: speculative hits per search (reads of the run phase).
+fn hit_ratio(r: &BenchReport) -> f64 {
+    let n = reads(r);
+    if n == 0.0 {
+        0.0
+    } else {
+        stat(r, "speculative_hits") / n
+    }
+}
+
+fn load_factor(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for h in [2usize, 4, 8, 16] {
+        let mut c = s.base("chime", "c");
+        c.ops = Some(1000);
+        c.clients = 4;
+        c.index_options = opts(&[("h", &h.to_string())]);
+        s.go("chime", h as f64, c)?;
+    }
+    let mut series = lines(&s.runs, split_load_factor);
+    series[0].name = "when a hop first fails".into();
+    series.extend(lines(&s.runs, |r| r.load_factor.unwrap_or(0.0)).into_iter().map(|mut l| {
+        l.name = "average after loading".into();
+        l
+    }));
+    s.chart(
+        "load-factor",
+        chart("Leaf load factor vs H (span 64)", "neighbourhood size H", "load factor", series),
+    );
+    Ok(())
+}
+
+fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for w in WORKLOADS {
+        let first = s.runs.len();
+        for index in ["chime", "sherman"] {
+            for cl in s.scale.clients.clone() {
+                let mut c = s.base(index, w);
+                c.clients = cl;
+                s.go(&format!("{index} {w}"), cl as f64, c)?;
+            }
+        }
+        let series = curves(&s.runs[first..], |r| r.latency_us.p99);
+        let title = format!("YCSB {}", w.to_uppercase());
+        s.chart(
+            &format!("ycsb-{w}"),
+            chart(&title, "throughput (Mops/s)", "P99 latency (us)", series),
+        );
+    }
+    Ok(())
+}
+
+fn cache(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for index in ["chime", "sherman"] {
+        for f in [1u64, 2, 4, 8] {
+            let mut c = s.base(index, "c");
+            c.items = s.scale.items * f / 4;
+            c.ops = Some(1000);
+            c.clients = 4;
+            // Enough cache to hold every internal node (the paper's "sufficient caches").
+            c.cache_mb = 4096;
+            s.go(index, c.items as f64, c)?;
+        }
+    }
+    let series = lines(&s.runs, cache_mb);
+    s.chart("cache", chart("CN cache consumption", "items loaded", "cache per CN (MB)", series));
+    Ok(())
+}
+
+fn factors(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let steps = staircase();
+    for w in WORKLOADS {
+        for (i, (label, o)) in steps.iter().enumerate() {
+            let mut c = s.base("sherman", w);
+            c.index_options = o.clone();
+            let line = format!("YCSB {}", w.to_uppercase());
+            // One line per workload across the steps.
+            let run = s.go(&format!("{line} {label}"), i as f64, c)?;
+            run.series = line;
+        }
+    }
+    let title =
+        format!("Factor analysis ({} clients)", s.scale.peak_clients * s.scale.cns as usize);
+    let mut ch = chart(&title, "technique added", "throughput (Mops/s)", lines(&s.runs, mops));
+    ch.x_names = steps.into_iter().map(|(label, _)| label).collect();
+    s.chart("factors", ch);
+    Ok(())
+}
+
+fn speculative(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let mut cl = s.scale.clients.clone();
+    cl.extend([96, 128].into_iter().filter(|c| !s.scale.clients.contains(c)));
+    for (series, spec) in [("CHIME without SR", "0"), ("CHIME", "1")] {
+        for &n in &cl {
+            let mut c = s.base("chime", "c");
+            c.clients = n;
+            c.index_options = opts(&[("speculative", spec)]);
+            s.go(series, n as f64, c)?;
+        }
+    }
+    let series = curves(&s.runs, |r| r.latency_us.p50);
+    s.chart(
+        "speculative",
+        chart("Speculative reads, YCSB C", "throughput (Mops/s)", "P50 latency (us)", series),
+    );
+    Ok(())
+}
+
+fn span(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for index in ["chime", "sherman"] {
+        for span in [16usize, 32, 64, 128, 256] {
+            let mut c = s.base(index, "c");
+            c.index_options = opts(&[("span", &span.to_string())]);
+            s.go(index, span as f64, c)?;
+        }
+    }
+    let chime: Vec<Run> = s.runs.iter().filter(|r| r.series == "chime").cloned().collect();
+    let all = lines(&s.runs, mops);
+    s.chart("span-throughput", chart("Span size, YCSB C", "span", "throughput (Mops/s)", all));
+    s.chart(
+        "span-cache",
+        chart("Span size: CHIME cache", "span", "cache per CN (MB)", lines(&chime, cache_mb)),
+    );
+    s.chart(
+        "span-load-factor",
+        chart(
+            "Span size: CHIME load factor when a hop first fails",
+            "span",
+            "load factor",
+            lines(&chime, split_load_factor),
+        ),
+    );
+    Ok(())
+}
+
+fn neighbourhood(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for h in [2usize, 4, 8, 16] {
+        let mut c = s.base("chime", "c");
+        c.index_options = opts(&[("h", &h.to_string())]);
+        s.go("chime", h as f64, c)?;
+    }
+    let (tput, cache, lf) =
+        (lines(&s.runs, mops), lines(&s.runs, cache_mb), lines(&s.runs, split_load_factor));
+    s.chart(
+        "neighbourhood-throughput",
+        chart("Neighbourhood size, YCSB C", "H", "throughput (Mops/s)", tput),
+    );
+    s.chart(
+        "neighbourhood-cache",
+        chart("Neighbourhood size: cache", "H", "cache per CN (MB)", cache),
+    );
+    s.chart(
+        "neighbourhood-load-factor",
+        chart("Neighbourhood size: load factor when a hop first fails", "H", "load factor", lf),
+    );
+    Ok(())
+}
+
+fn hotspot(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for mb in [0u64, 10, 30, 50] {
+        let mut c = s.base("chime", "c");
+        c.index_options = opts(&[("hotspot_mb", &mb.to_string())]);
+        s.go("chime", mb as f64, c)?;
+    }
+    let (tput, hits) = (lines(&s.runs, mops), lines(&s.runs, hit_ratio));
+    s.chart(
+        "hotspot-throughput",
+        chart("Hotspot buffer, YCSB C", "hotspot buffer (MB)", "throughput (Mops/s)", tput),
+    );
+    s.chart(
+        "hotspot-hit-ratio",
+        chart(
+            "Hotspot buffer hit ratio",
+            "hotspot buffer (MB)",
+            "speculative hits per search",
+            hits,
+        ),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The staircase derived from CHIME's factor list is the paper's Fig. 15 order.
+    #[test]
+    fn staircase_follows_the_factor_list() {
+        let labels: Vec<String> = staircase().into_iter().map(|s| s.0).collect();
+        assert_eq!(
+            labels,
+            ["Sherman", "+hopscotch", "+vacancy", "+replication", "+sibling", "+speculative"]
+        );
+        let last = staircase().pop().unwrap().1;
+        assert_eq!(last.len(), dmindex_chime::FACTORS.len());
+    }
+}

@@ -1,0 +1,360 @@
+//! The simulator suite: mixed operations on a small, hot key space with torn reads, delays and
+//! client crashes, every history checked for linearizability, liveness and coverage.
+//!
+//! One seed decides everything: the fabric's schedule, the faults, and each client's operations.
+//! The workload is small and hot on purpose — a few dozen keys, many clients, every kind of
+//! operation the index offers (scans only on ordered indexes) — so that operations collide on
+//! keys, nodes and locks. Setup and a preload run fault-free; then faults switch on.
+//!
+//! ## Liveness and coverage
+//!
+//! A client still running at the virtual deadline is *stuck*. With no crash in the run nothing
+//! can explain that, so the seed fails (a deadlock or livelock is a bug). After a crash it is
+//! reported as stuck behind the crash: a crashed client may have left a lock held, and until
+//! client-crash recovery exists that lock stays held. Every report counts the operations
+//! requested and those that completed and were checked, so a run in which most clients stalled
+//! cannot pass for a thorough one. Crashes come in a seed mix ([`Crashes::OneSeedIn`]) that keeps
+//! coverage high while every crash path is still exercised.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::ops::Range;
+
+use dmindex_check::{CheckStats, History};
+use dmindex_fabric::Services;
+use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+
+use crate::recorded::Recorder;
+use crate::{install_services, IndexConfig, IndexError, IndexKind, PointIndex, Scans};
+
+/// Which seeds crash clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Crashes {
+    /// No crashes.
+    Never,
+    /// Every seed may crash clients.
+    EverySeed,
+    /// Seeds that are multiples of `n` may crash clients; the others run without crashes.
+    OneSeedIn(u64),
+}
+
+impl Crashes {
+    /// Whether `seed` runs with crashes.
+    pub fn on(self, seed: u64) -> bool {
+        match self {
+            Crashes::Never => false,
+            Crashes::EverySeed => true,
+            Crashes::OneSeedIn(n) => seed % n.max(1) == 0,
+        }
+    }
+}
+
+/// Shape of one checked run.
+#[derive(Clone, Debug)]
+pub struct CheckConfig {
+    pub clients: usize,
+    pub ops_per_client: u64,
+    pub keys: u64,
+    pub value_size: usize,
+    pub crashes: Crashes,
+    pub delays: bool,
+    pub preset: String,
+    /// Virtual-time budget of the run phase, ns.
+    pub deadline_ns: u64,
+    pub index_options: Vec<(String, String)>,
+    /// Use exactly these keys (8-byte big-endian integers, non-zero) instead of `1 ..= keys`.
+    pub key_list: Vec<u64>,
+    /// Use string keys of 8 to 11 bytes, three per 8-byte prefix.
+    pub long_keys: bool,
+}
+
+impl Default for CheckConfig {
+    fn default() -> CheckConfig {
+        CheckConfig {
+            clients: 12,
+            ops_per_client: 60,
+            keys: 48,
+            value_size: 8,
+            crashes: Crashes::OneSeedIn(4),
+            delays: true,
+            preset: "stress".into(),
+            deadline_ns: 200_000_000,
+            index_options: Vec::new(),
+            key_list: Vec::new(),
+            long_keys: false,
+        }
+    }
+}
+
+/// What one seed's run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeedReport {
+    pub seed: u64,
+    pub stats: CheckStats,
+    /// Operations the clients were asked to run (after the fault-free preload).
+    pub requested: u64,
+    /// Of those, operations that completed and were checked.
+    pub completed: u64,
+    pub crashed: usize,
+    /// Clients still running at the deadline, behind a crash (with no crash the seed fails).
+    pub stuck: usize,
+    pub trace_hash: u64,
+}
+
+impl fmt::Display for SeedReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed {}: {} of {} operations checked on {} keys, {} clients crashed, {} stuck \
+             behind a crash, trace {:016x}",
+            self.seed,
+            self.completed,
+            self.requested,
+            self.stats.keys,
+            self.crashed,
+            self.stuck,
+            self.trace_hash
+        )
+    }
+}
+
+/// Sums over seeds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub seeds: u64,
+    pub requested: u64,
+    pub completed: u64,
+    pub crashed: usize,
+    pub stuck: usize,
+    /// Seeds in which a client crashed.
+    pub seeds_with_crashes: u64,
+    /// Seeds in which a client was stuck behind a crash.
+    pub seeds_with_stuck: u64,
+}
+
+impl Summary {
+    /// Adds one seed.
+    pub fn add(&mut self, r: &SeedReport) {
+        self.seeds += 1;
+        self.requested += r.requested;
+        self.completed += r.completed;
+        self.crashed += r.crashed;
+        self.stuck += r.stuck;
+        self.seeds_with_crashes += u64::from(r.crashed > 0);
+        self.seeds_with_stuck += u64::from(r.stuck > 0);
+    }
+
+    /// Completed (checked) operations per requested one.
+    pub fn coverage(&self) -> f64 {
+        if self.requested == 0 {
+            0.0
+        } else {
+            self.completed as f64 / self.requested as f64
+        }
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} seeds linearizable: {} of {} operations checked ({:.1} %), {} clients crashed \
+             in {} seeds, {} clients stuck behind a crash in {} seeds",
+            self.seeds,
+            self.completed,
+            self.requested,
+            100.0 * self.coverage(),
+            self.crashed,
+            self.seeds_with_crashes,
+            self.stuck,
+            self.seeds_with_stuck
+        )
+    }
+}
+
+impl CheckConfig {
+    fn universe(&self) -> u64 {
+        if self.key_list.is_empty() {
+            self.keys
+        } else {
+            self.key_list.len() as u64
+        }
+    }
+
+    /// The `i`-th key of the run.
+    fn key(&self, i: u64) -> Vec<u8> {
+        if self.long_keys {
+            let suffix: &[u8] = [&b""[..], b"-x", b"-yy"][(i % 3) as usize];
+            return [format!("k{:07}", i / 3).as_bytes(), suffix].concat();
+        }
+        match self.key_list.get(i as usize) {
+            Some(k) => k.to_be_bytes().to_vec(),
+            None => (i + 1).to_be_bytes().to_vec(),
+        }
+    }
+}
+
+/// Runs one seed on index `I` (scans through `S`); `Err` describes a linearizability violation,
+/// a failed operation, or clients stuck with no crash to explain it.
+pub fn check_seed<I, S>(cfg: &CheckConfig, seed: u64) -> anyhow::Result<SeedReport>
+where
+    I: PointIndex<SimTransport>,
+    S: Scans<SimTransport, I>,
+{
+    use anyhow::bail;
+    if cfg.clients == 0 || cfg.universe() == 0 || cfg.key_list.contains(&0) {
+        bail!("clients and keys must be positive");
+    }
+    let net = NetParams::preset(&cfg.preset).map_err(anyhow::Error::msg)?;
+    let mut services = Services::new(net.mn_cores);
+    install_services(&mut services, I::SERVICES)?;
+    let sim = Sim::with_services(
+        SimConfig { node_size: 64 << 20, chunk_size: 1 << 20, ..SimConfig::new(seed, net) },
+        services,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let icfg = IndexConfig {
+        max_key: if cfg.long_keys { 11 } else { 8 },
+        max_value: cfg.value_size,
+        cache_bytes: 1 << 20,
+        expected_items: cfg.universe(),
+        root_slot: 0,
+        extra: cfg.index_options.clone(),
+    };
+    let history = History::new();
+    let setup = sim.client_on_own_thread(0);
+    sim.block_on(I::create(&setup, &icfg, 0))?;
+    let cns = 3u16;
+    let mut handles = Vec::new();
+    for cn in 0..cns {
+        let c = sim.client_on_own_thread(cn);
+        handles.push(sim.block_on(I::open(&c, &icfg, cn))?);
+    }
+    let now = || sim.now_ns();
+    // Preload every other key, recorded, fault-free.
+    let loader = sim.client_on_own_thread(0);
+    let rec = Recorder {
+        now: &now,
+        history: Some(&history),
+        client: u32::MAX,
+        value_size: cfg.value_size,
+    };
+    sim.block_on(async {
+        for k in (0..cfg.universe()).step_by(2) {
+            rec.insert(&handles[0], &loader, &cfg.key(k), &rec.value(k)).await?;
+        }
+        Ok::<(), IndexError>(())
+    })?;
+
+    let crashes = cfg.crashes.on(seed);
+    sim.set_faults(Faults {
+        delay_prob: if cfg.delays { 0.05 } else { 0.0 },
+        delay_max_ns: 20_000,
+        crash_prob: if crashes { 0.002 } else { 0.0 },
+        max_crashes: if crashes { (cfg.clients as u32 / 4).max(1) } else { 0 },
+    });
+    let clients: Vec<_> =
+        (0..cfg.clients).map(|i| sim.client_on_own_thread((i % cns as usize) as u16)).collect();
+    let seeds: Vec<u64> = clients.iter().map(|_| sim.random_u64()).collect();
+    let errors = RefCell::new(Vec::new());
+    let completed = Cell::new(0u64);
+    let ordered = S::KIND == IndexKind::Ordered;
+    let start = sim.now_ns();
+    let tasks = clients.iter().zip(seeds).enumerate().map(|(i, (c, s))| {
+        let (idx, history, errors, now, completed) =
+            (&handles[i % cns as usize], &history, &errors, &now, &completed);
+        Box::pin(async move {
+            let rec = Recorder {
+                now,
+                history: Some(history),
+                client: i as u32,
+                value_size: cfg.value_size,
+            };
+            let mut rng = ChaCha8Rng::seed_from_u64(s);
+            for seq in 0..cfg.ops_per_client {
+                let r = rng.next_u64();
+                let k = cfg.key((r >> 8) % cfg.universe());
+                let v = rec.value(seq);
+                // Point indexes get searches and updates where ordered ones get scans.
+                let res = match (r % 100, ordered) {
+                    (0..=29, _) | (80..=89, false) => rec.search(idx, c, &k).await.map(drop),
+                    (30..=54, _) => rec.insert(idx, c, &k, &v).await,
+                    (55..=69, _) | (90.., false) => rec.update(idx, c, &k, &v).await.map(drop),
+                    (70..=79, _) => rec.delete(idx, c, &k).await.map(drop),
+                    (80..=89, true) => {
+                        let n = 1 + (r >> 40) as usize % 12;
+                        rec.scan::<_, _, S>(idx, c, &k, n).await.map(drop)
+                    }
+                    _ => {
+                        // A range over the next few keys of the universe (in its key order).
+                        let hi = cfg.key((r >> 8) % cfg.universe() + 1 + (r >> 40) % 16);
+                        rec.scan_range::<_, _, S>(idx, c, &k, &hi).await.map(drop)
+                    }
+                };
+                if let Err(e) = res {
+                    errors.borrow_mut().push(format!("client {i}: {e}"));
+                    return;
+                }
+                completed.set(completed.get() + 1);
+            }
+        }) as Task
+    });
+    let out = sim.run_until(tasks, start + cfg.deadline_ns);
+    if let Some(e) = errors.into_inner().into_iter().next() {
+        bail!("an operation failed: {e}");
+    }
+    if !out.stuck.is_empty() && out.crashed.is_empty() {
+        bail!(
+            "{} of {} clients are stuck at the deadline ({} ms of virtual time) and no client \
+             crashed: a deadlock or livelock",
+            out.stuck.len(),
+            cfg.clients,
+            cfg.deadline_ns / 1_000_000
+        );
+    }
+    match history.check() {
+        Ok(stats) => Ok(SeedReport {
+            seed,
+            stats,
+            requested: cfg.clients as u64 * cfg.ops_per_client,
+            completed: completed.get(),
+            crashed: out.crashed.len(),
+            stuck: out.stuck.len(),
+            trace_hash: sim.trace_hash(),
+        }),
+        Err(v) => bail!("history is not linearizable: {v}"),
+    }
+}
+
+/// Least share of requested operations a suite must check, unless every seed crashes clients.
+pub const MIN_COVERAGE: f64 = 0.8;
+
+/// Runs `seeds` (or only `DMINDEX_SEED` when set) and returns their sum; the first failing seed
+/// panics with its replay command. With crashes on, at least one client must have crashed; unless
+/// every seed crashes, at least [`MIN_COVERAGE`] of the requested operations must be checked.
+pub fn suite<I, S>(name: &str, cfg: &CheckConfig, seeds: Range<u64>) -> Summary
+where
+    I: PointIndex<SimTransport>,
+    S: Scans<SimTransport, I>,
+{
+    let sum = RefCell::new(Summary::default());
+    let crashing = seeds.clone().any(|s| cfg.crashes.on(s));
+    dmindex_sim::seeds::check_seeds(name, seeds, |seed| {
+        let r = check_seed::<I, S>(cfg, seed).map_err(|e| format!("{e:#}"))?;
+        sum.borrow_mut().add(&r);
+        Ok(())
+    });
+    let sum = sum.into_inner();
+    eprintln!("{name}: {sum}");
+    if dmindex_sim::seeds::seed_override().is_none() {
+        assert!(!crashing || sum.crashed > 0, "{name}: crashes were on and no client ever crashed");
+        assert!(
+            cfg.crashes == Crashes::EverySeed || sum.coverage() >= MIN_COVERAGE,
+            "{name}: only {:.1} % of the requested operations were checked",
+            100.0 * sum.coverage()
+        );
+    }
+    sum
+}

@@ -1,0 +1,128 @@
+//! Index operations that record themselves into a history when one is given.
+//!
+//! The benchmark harness and the conformance kit drive indexes through these, so a checked run
+//! and a measured run execute exactly the same calls; without a history they cost one branch.
+
+use dmindex_check::{History, Invocation, OpId, Outcome};
+use dmindex_fabric::{Client, Transport};
+
+use crate::{IndexResult, PointIndex, Scans};
+
+/// Who is calling and where the calls are recorded.
+pub struct Recorder<'a> {
+    /// Current time in ns (virtual on the simulator).
+    pub now: &'a dyn Fn() -> u64,
+    /// History to record into, when checking.
+    pub history: Option<&'a History>,
+    /// Client number (unique in the run), stamped into values.
+    pub client: u32,
+    /// Bytes per value.
+    pub value_size: usize,
+}
+
+impl Recorder<'_> {
+    /// A value unique to this client and write: the client and `seq` in its first 8 bytes.
+    pub fn value(&self, seq: u64) -> Vec<u8> {
+        let mut v = vec![0x5Au8; self.value_size];
+        let tag = ((self.client as u64) << 40 | (seq & 0xFF_FFFF_FFFF)).to_le_bytes();
+        let n = v.len().min(8);
+        v[..n].copy_from_slice(&tag[..n]);
+        v
+    }
+
+    fn invoke(&self, call: impl FnOnce() -> Invocation) -> Option<OpId> {
+        self.history.map(|h| h.invoke(self.client, call(), (self.now)()))
+    }
+
+    fn complete(&self, id: Option<OpId>, outcome: impl FnOnce() -> Outcome) {
+        if let (Some(h), Some(id)) = (self.history, id) {
+            h.complete(id, outcome(), (self.now)());
+        }
+    }
+
+    /// Recorded search.
+    pub async fn search<T: Transport, I: PointIndex<T>>(
+        &self,
+        idx: &I,
+        c: &Client<T>,
+        key: &[u8],
+    ) -> IndexResult<Option<Vec<u8>>> {
+        let id = self.invoke(|| Invocation::Search { key: key.to_vec() });
+        let r = idx.search(c, key).await?;
+        self.complete(id, || Outcome::Found(r.clone()));
+        Ok(r)
+    }
+
+    /// Recorded insert.
+    pub async fn insert<T: Transport, I: PointIndex<T>>(
+        &self,
+        idx: &I,
+        c: &Client<T>,
+        key: &[u8],
+        value: &[u8],
+    ) -> IndexResult<()> {
+        let id = self.invoke(|| Invocation::Insert { key: key.to_vec(), value: value.to_vec() });
+        idx.insert(c, key, value).await?;
+        self.complete(id, || Outcome::Done);
+        Ok(())
+    }
+
+    /// Recorded update.
+    pub async fn update<T: Transport, I: PointIndex<T>>(
+        &self,
+        idx: &I,
+        c: &Client<T>,
+        key: &[u8],
+        value: &[u8],
+    ) -> IndexResult<bool> {
+        let id = self.invoke(|| Invocation::Update { key: key.to_vec(), value: value.to_vec() });
+        let r = idx.update(c, key, value).await?;
+        self.complete(id, || Outcome::Existed(r));
+        Ok(r)
+    }
+
+    /// Recorded delete.
+    pub async fn delete<T: Transport, I: PointIndex<T>>(
+        &self,
+        idx: &I,
+        c: &Client<T>,
+        key: &[u8],
+    ) -> IndexResult<bool> {
+        let id = self.invoke(|| Invocation::Delete { key: key.to_vec() });
+        let r = idx.delete(c, key).await?;
+        self.complete(id, || Outcome::Existed(r));
+        Ok(r)
+    }
+
+    /// Recorded scan of up to `count` pairs from `from`; returns how many came back.
+    pub async fn scan<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
+        &self,
+        idx: &I,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+    ) -> IndexResult<usize> {
+        let id = self.invoke(|| Invocation::Scan { from: from.to_vec(), count });
+        let mut out = Vec::with_capacity(count);
+        S::scan(idx, c, from, count, &mut out).await?;
+        let n = out.len();
+        self.complete(id, || Outcome::Scanned(out));
+        Ok(n)
+    }
+
+    /// Recorded range scan of [lo, hi); returns how many pairs came back.
+    pub async fn scan_range<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
+        &self,
+        idx: &I,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+    ) -> IndexResult<usize> {
+        let id = self.invoke(|| Invocation::ScanRange { lo: lo.to_vec(), hi: hi.to_vec() });
+        let mut out = Vec::new();
+        S::scan_range(idx, c, lo, hi, &mut out).await?;
+        let n = out.len();
+        self.complete(id, || Outcome::Scanned(out));
+        Ok(n)
+    }
+}
