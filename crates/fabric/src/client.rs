@@ -30,6 +30,16 @@ struct Chunk {
     end: u64,
 }
 
+/// A cluster that hands out clients: one per task, each for a given compute node.
+pub trait Fabric {
+    /// The transport its clients use.
+    type Transport: Transport;
+    /// The memory nodes' sizes.
+    fn info(&self) -> &ClusterInfo;
+    /// A new client on compute node `cn`.
+    fn client(&self, cn: u16) -> Result<Client<Self::Transport>>;
+}
+
 /// A task's handle on remote memory over transport `T`.
 pub struct Client<T> {
     transport: T,

@@ -259,3 +259,17 @@ pub async fn allocate_and_stamp<T: Transport>(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::AtomicOp;
+
+    #[test]
+    fn truth_table_rows_agree_with_apply() {
+        for &(old, c, cm, s, sm, after) in MASKED_CAS_TABLE {
+            let op = AtomicOp::MaskedCas { compare: c, compare_mask: cm, swap: s, swap_mask: sm };
+            assert_eq!(op.apply(old).unwrap_or(old), after);
+        }
+    }
+}

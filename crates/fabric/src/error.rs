@@ -1,7 +1,7 @@
 //! Errors of the verb API and the memory-node services.
 
 use crate::addr::{GlobalAddr, NodeId};
-use crate::service::ServiceId;
+use crate::ids::ServiceId;
 
 /// Result of a fabric operation.
 pub type Result<T, E = FabricError> = std::result::Result<T, E>;

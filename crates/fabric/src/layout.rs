@@ -24,8 +24,7 @@
 //! start zero, i.e. [`crate::GlobalAddr::NULL`], and live on memory node 0.
 
 use crate::addr::{GlobalAddr, NodeId};
-use crate::memory::Region;
-use crate::service::MnMemory;
+use crate::memory::{MnMemory, Region};
 
 /// `b"DMINDEX1"` as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DMINDEX1");

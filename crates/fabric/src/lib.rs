@@ -35,6 +35,7 @@ pub mod client;
 pub mod conformance;
 pub mod error;
 pub mod exec;
+mod ids;
 pub mod layout;
 pub mod local;
 pub mod memory;
@@ -43,19 +44,9 @@ pub mod stats;
 pub mod verbs;
 
 pub use addr::{GlobalAddr, NodeId};
-pub use client::Client;
+pub use client::{Client, Fabric};
 pub use error::{FabricError, Result};
 pub use local::{LocalConfig, LocalFabric};
 pub use service::{ServiceId, Services};
 pub use stats::{ClientStats, VerbCounts};
 pub use verbs::{AtomicOp, BatchOp, ClusterInfo, Transport};
-
-/// A cluster that hands out clients: one per task, each for a given compute node.
-pub trait Fabric {
-    /// The transport its clients use.
-    type Transport: Transport;
-    /// The memory nodes' sizes.
-    fn info(&self) -> &ClusterInfo;
-    /// A new client on compute node `cn`.
-    fn client(&self, cn: u16) -> Result<Client<Self::Transport>>;
-}

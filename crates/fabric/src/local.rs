@@ -14,14 +14,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::addr::{GlobalAddr, NodeId};
-use crate::client::{Client, DEFAULT_CHUNK};
+use crate::client::{Client, Fabric, DEFAULT_CHUNK};
 use crate::error::{FabricError, Result};
 use crate::exec::yield_now;
 use crate::layout;
 use crate::memory::Region;
 use crate::service::{MnContext, ServiceId, Services};
 use crate::verbs::{AtomicOp, BatchOp, ClusterInfo, Transport};
-use crate::Fabric;
 
 /// Shape of an in-process cluster.
 #[derive(Clone, Debug)]

@@ -171,6 +171,35 @@ impl Region {
     }
 }
 
+/// What a memory node's CPU can do to its own memory: what its services
+/// ([`crate::service::Service`]) and [`crate::layout::format`] work through. A [`Region`] is one;
+/// a transport that keeps a node's memory elsewhere implements it for that memory.
+pub trait MnMemory: Sync {
+    /// Region size.
+    fn size(&self) -> u64;
+    /// Copy bytes out.
+    fn read(&self, offset: u64, buf: &mut [u8]);
+    /// Copy bytes in.
+    fn write(&self, offset: u64, data: &[u8]);
+    /// Atomic verb on an aligned word; returns the old word.
+    fn atomic(&self, offset: u64, op: AtomicOp) -> u64;
+}
+
+impl MnMemory for Region {
+    fn size(&self) -> u64 {
+        Region::len(self)
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) {
+        Region::read(self, offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8]) {
+        Region::write(self, offset, data)
+    }
+    fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
+        Region::atomic(self, offset, op)
+    }
+}
+
 /// Copies bytes `[pos, pos + dst.len())` of the word array into `dst`.
 #[inline]
 fn copy_out(words: &[AtomicU64], pos: usize, dst: &mut [u8]) {

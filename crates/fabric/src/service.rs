@@ -20,54 +20,15 @@ use std::sync::Arc;
 use crate::addr::{align_up, NodeId};
 use crate::error::FabricError;
 use crate::layout::{self, HEAP_TOP_OFFSET};
-use crate::memory::Region;
 use crate::verbs::AtomicOp;
 
-/// Identifies a service on a memory node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServiceId(pub u16);
+// Defined in modules below this one (the error type and the verbs name services too), and
+// re-exported here, where services are.
+pub use crate::ids::{ServiceId, ALLOC_CHUNK, FIRST_USER_SERVICE, NODE_INFO};
+pub use crate::memory::MnMemory;
 
-impl fmt::Display for ServiceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "#{}", self.0)
-    }
-}
-
-/// Chunk allocation: a bump allocator over the node's heap.
-pub const ALLOC_CHUNK: ServiceId = ServiceId(0);
-/// The node's superblock.
-pub const NODE_INFO: ServiceId = ServiceId(1);
-/// First id free for index-specific services.
-pub const FIRST_USER_SERVICE: u16 = 16;
 /// Largest alignment an allocation may ask for (1 GiB).
 pub const MAX_ALIGN: u64 = 1 << 30;
-
-/// What a memory node's CPU can do to its own memory.
-pub trait MnMemory: Sync {
-    /// Region size.
-    fn size(&self) -> u64;
-    /// Copy bytes out.
-    fn read(&self, offset: u64, buf: &mut [u8]);
-    /// Copy bytes in.
-    fn write(&self, offset: u64, data: &[u8]);
-    /// Atomic verb on an aligned word; returns the old word.
-    fn atomic(&self, offset: u64, op: AtomicOp) -> u64;
-}
-
-impl MnMemory for Region {
-    fn size(&self) -> u64 {
-        Region::len(self)
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) {
-        Region::read(self, offset, buf)
-    }
-    fn write(&self, offset: u64, data: &[u8]) {
-        Region::write(self, offset, data)
-    }
-    fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
-        Region::atomic(self, offset, op)
-    }
-}
 
 /// What a service sees of the node it runs on.
 pub struct MnContext<'a> {
@@ -256,6 +217,7 @@ impl Service for NodeInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::Region;
 
     fn node(len: u64) -> Region {
         let r = Region::new(len);

@@ -5,12 +5,17 @@
 //!   Java, pinned by YCSB's own test vectors.
 //! * [`workload`]: LOAD and A–F with YCSB's proportions (one uniform draw against the normalised
 //!   weights), E's scan lengths uniform in 1..=100, F's read-modify-write, hashed or ordered insert
-//!   order, integer or `user…` string keys.
+//!   order; keys as 8-byte integers, fixed-size `user…` strings, or exactly YCSB's own
+//!   ([`KeyFormat::ycsb`]).
 //! * [`trace`]: replay of real YCSB output and of the compact `OP key [len]` traces of the
-//!   CHIME/SMART pipeline; malformed lines are errors naming file and line.
+//!   CHIME/SMART pipeline, and the keys of a YCSB load ([`trace::read_load`]); malformed lines
+//!   are errors naming file and line.
 
 pub mod generators;
 pub mod trace;
 pub mod workload;
 
-pub use workload::{ClientStream, Distribution, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
+pub use workload::{
+    ClientStream, Distribution, KeyFormat, KeyStyle, Op, OpKind, Shared, WorkloadSpec,
+    YCSB_MAX_KEY_LEN,
+};

@@ -13,12 +13,21 @@
 //! RMW user123
 //! ```
 //!
-//! Empty lines and lines starting with `#` or `[` (YCSB's `[OVERALL]` statistics) are skipped.
-//! Anything else is an error naming the file and line.
+//! Empty lines and lines starting with `#` or `[` (YCSB's `[OVERALL]` statistics), `*` or `"`
+//! (the properties list BasicDB prints when it starts) are skipped. Anything else is an error
+//! naming the file and line.
+//!
+//! Keys: with 8-byte integer keys the word after `user` is the integer; with fixed-size string
+//! keys the word is the key; with [`KeyStyle::Ycsb`] keys a `user…` word is the key and a bare
+//! number (the compact form, which drops `user`) gets `user` back, so both give the bytes
+//! [`KeyFormat::key`] makes.
+//!
+//! A load trace ([`read_load`]) is the output of `ycsb load`: INSERT lines only, whose keys are
+//! loaded in file order.
 
 use std::path::{Path, PathBuf};
 
-use crate::workload::{KeyFormat, Op, OpKind};
+use crate::workload::{KeyFormat, KeyStyle, Op, OpKind, YCSB_MAX_KEY_LEN};
 
 /// A trace line that could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,7 +41,7 @@ pub struct TraceError {
 /// Parses one line; `Ok(None)` for lines to skip.
 pub fn parse_line(line: &str, format: KeyFormat) -> Result<Option<Op>, String> {
     let t = line.trim();
-    if t.is_empty() || t.starts_with('#') || t.starts_with('[') {
+    if t.is_empty() || t.starts_with(['#', '[', '*', '"']) {
         return Ok(None);
     }
     // Drop YCSB's bracketed field list.
@@ -75,7 +84,24 @@ pub fn parse_line(line: &str, format: KeyFormat) -> Result<Option<Op>, String> {
 
 fn parse_key(word: &str, format: KeyFormat) -> Result<Vec<u8>, String> {
     let digits = word.strip_prefix("user").unwrap_or(word);
-    if format.size == 8 {
+    if format.style == KeyStyle::Ycsb {
+        // `user` and a Java long in decimal; kept as written (a trace made with zeropadding > 1
+        // has leading zeros, and those are its keys).
+        let unsigned = digits.strip_prefix('-').unwrap_or(digits);
+        if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!(
+                "key '{word}' is not 'user' and a decimal number, as YCSB writes keys"
+            ));
+        }
+        let key = format!("user{digits}");
+        if key.len() > YCSB_MAX_KEY_LEN {
+            return Err(format!(
+                "key '{word}' is longer than the longest YCSB key ({YCSB_MAX_KEY_LEN} bytes)"
+            ));
+        }
+        return Ok(key.into_bytes());
+    }
+    if format.is_integer() {
         let v: u64 = digits.parse().map_err(|_| {
             format!("key '{word}' is not an integer (use --key-size > 8 for string keys)")
         })?;
@@ -87,29 +113,70 @@ fn parse_key(word: &str, format: KeyFormat) -> Result<Vec<u8>, String> {
     Ok(word.as_bytes().to_vec())
 }
 
+/// The operations of `text` with their (1-based) line numbers, or errors naming `path` and the
+/// line; callers stop at the first error.
+fn numbered_ops<'a>(
+    text: &'a str,
+    path: &'a Path,
+    format: KeyFormat,
+) -> impl Iterator<Item = Result<(usize, Op), TraceError>> + 'a {
+    text.lines().enumerate().filter_map(move |(i, line)| match parse_line(line, format) {
+        Ok(Some(op)) => Some(Ok((i + 1, op))),
+        Ok(None) => None,
+        Err(message) => Some(Err(TraceError { path: path.to_path_buf(), line: i + 1, message })),
+    })
+}
+
 /// Parses a whole trace.
 pub fn parse(text: &str, path: &Path, format: KeyFormat) -> Result<Vec<Op>, TraceError> {
-    let mut ops = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        match parse_line(line, format) {
-            Ok(Some(op)) => ops.push(op),
-            Ok(None) => {}
-            Err(message) => {
-                return Err(TraceError { path: path.to_path_buf(), line: i + 1, message })
-            }
+    numbered_ops(text, path, format).map(|r| r.map(|(_, op)| op)).collect()
+}
+
+/// Parses a load trace: the keys of its INSERT lines, in file order. Any other operation is an
+/// error naming its line, and so is a trace with no INSERT line at all (reported as line 0).
+pub fn parse_load(text: &str, path: &Path, format: KeyFormat) -> Result<Vec<Vec<u8>>, TraceError> {
+    let mut keys = Vec::new();
+    for r in numbered_ops(text, path, format) {
+        let (line, op) = r?;
+        if op.kind != OpKind::Insert {
+            return Err(TraceError {
+                path: path.to_path_buf(),
+                line,
+                message: format!(
+                    "{} in a load trace, which may hold only INSERT lines",
+                    op.kind.name().to_ascii_uppercase()
+                ),
+            });
         }
+        keys.push(op.key);
     }
-    Ok(ops)
+    if keys.is_empty() {
+        return Err(TraceError {
+            path: path.to_path_buf(),
+            line: 0,
+            message: "load trace has no INSERT lines".into(),
+        });
+    }
+    Ok(keys)
+}
+
+fn read_text(path: &Path) -> Result<String, TraceError> {
+    std::fs::read_to_string(path).map_err(|e| TraceError {
+        path: path.to_path_buf(),
+        line: 0,
+        message: format!("cannot read trace: {e}"),
+    })
 }
 
 /// Reads and parses a trace file.
 pub fn read(path: &Path, format: KeyFormat) -> Result<Vec<Op>, TraceError> {
-    let text = std::fs::read_to_string(path).map_err(|e| TraceError {
-        path: path.to_path_buf(),
-        line: 0,
-        message: format!("cannot read trace: {e}"),
-    })?;
-    parse(&text, path, format)
+    parse(&read_text(path)?, path, format)
+}
+
+/// Reads a load trace (the output of `ycsb load`, or compact `INSERT key` lines): the keys to
+/// load, in file order. See [`parse_load`].
+pub fn read_load(path: &Path, format: KeyFormat) -> Result<Vec<Vec<u8>>, TraceError> {
+    parse_load(&read_text(path)?, path, format)
 }
 
 #[cfg(test)]
@@ -177,5 +244,102 @@ DELETE usertable user5
         assert!(e.message.contains("longer than the key size"));
         let e = read(Path::new("/no/such/trace"), int()).unwrap_err();
         assert!(e.to_string().contains("cannot read trace"));
+    }
+
+    #[test]
+    fn ycsb_keys_in_traces_are_the_generator_s() {
+        let f = KeyFormat::ycsb(false);
+        let read = |line: &str, f| parse_line(line, f).unwrap().unwrap();
+        let op = read("READ usertable user6284781860667377211 [ field0 ]", f);
+        assert_eq!((op.kind, op.key), (OpKind::Read, f.key(0)));
+        assert_eq!(read("READ usertable user412164360235391016 [ <all fields>]", f).key, f.key(13));
+        let op = read("SCAN usertable user8517097267634966620 56 [ <all fields>]", f);
+        assert_eq!((op.key, op.scan_len), (f.key(1), 56));
+        assert_eq!(read("UPDATE usertable user1820151046732198393 [ field0=a ]", f).key, f.key(2));
+        // The compact form drops "user"; the key gets it back.
+        assert_eq!(read("READ 6284781860667377211", f).key, f.key(0));
+        assert_eq!(read("RMW 412164360235391016 8", f).key, f.key(13));
+        let o = KeyFormat::ycsb(true);
+        assert_eq!(read("READ usertable user41 [ <all fields>]", o).key, o.key(41));
+        assert_eq!(read("INSERT 0", o).key, b"user0");
+        assert_eq!(read("READ user-9223372036854775808", f).key, f.key_of_value(1 << 63));
+        for (line, msg) in [
+            ("READ usertable userX [ <all fields>]", "is not 'user' and a decimal number"),
+            ("READ user", "is not 'user' and a decimal number"),
+            ("READ user12a", "is not 'user' and a decimal number"),
+            ("READ user123456789012345678901", "longer than the longest YCSB key (24 bytes)"),
+        ] {
+            let e = parse_line(line, f).unwrap_err();
+            assert!(e.contains(msg), "{line}: {e}");
+        }
+    }
+
+    fn testdata(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata").join(name)
+    }
+
+    #[test]
+    fn load_trace_of_real_ycsb_output() {
+        // `ycsb load basic` (YCSB 0.17.0, BasicDB, basicdb.verbose=true, recordcount=20,
+        // fieldcount=1, fieldlength=8): BasicDB's properties list, 20 INSERT lines, statistics.
+        let path = testdata("ycsb-0.17-load-20.txt");
+        let f = KeyFormat::ycsb(false);
+        let keys = read_load(&path, f).unwrap();
+        assert_eq!(keys, crate::workload::load_keys(f, 20, 0, 1).collect::<Vec<_>>());
+        assert_eq!(keys[13], b"user412164360235391016");
+        let ints = read_load(&path, int()).unwrap();
+        let want: Vec<_> =
+            (0..20).map(|n| crate::generators::fnvhash64(n).to_be_bytes().to_vec()).collect();
+        assert_eq!(ints, want);
+    }
+
+    #[test]
+    fn load_trace_compact_form() {
+        let text = "# load\nINSERT 5\ninsert user7 8\n\nINSERT usertable user9 [ field0=x ]\n";
+        let keys = parse_load(text, Path::new("l"), int()).unwrap();
+        assert_eq!(keys, [5u64, 7, 9].map(|v| v.to_be_bytes().to_vec()));
+        let keys = parse_load(text, Path::new("l"), KeyFormat::ycsb(true)).unwrap();
+        assert_eq!(keys, [b"user5".to_vec(), b"user7".to_vec(), b"user9".to_vec()]);
+    }
+
+    #[test]
+    fn load_trace_rejects_other_operations() {
+        let text = "INSERT usertable user1 [ field0=x ]\n\nREAD usertable user1 [ <all fields>]\n";
+        let e = parse_load(text, Path::new("load.txt"), int()).unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.to_string().starts_with("load.txt:3: READ in a load trace"), "{e}");
+        let e = parse_load("INSERT 1\nRMW 1\n", Path::new("c"), int()).unwrap_err();
+        assert_eq!((e.line, e.message.starts_with("RMW ")), (2, true), "{e}");
+    }
+
+    #[test]
+    fn load_trace_without_inserts_is_an_error() {
+        let path = std::env::temp_dir().join(format!("dmindex-ycsb-empty-{}", std::process::id()));
+        std::fs::write(&path, "").unwrap();
+        let e = read_load(&path, int()).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!((e.path, e.line), (path, 0));
+        assert!(e.message.contains("no INSERT lines"), "{}", e.message);
+        // Only BasicDB's banner and YCSB's statistics: no keys either.
+        let text = "***** properties *****\n\"db\"=\"site.ycsb.BasicDB\"\n*****\n[OVERALL], RunTime(ms), 1\n";
+        let e = parse_load(text, Path::new("s"), int()).unwrap_err();
+        assert_eq!(e.to_string(), "s:0: load trace has no INSERT lines");
+        let e = read_load(Path::new("/no/such/load"), int()).unwrap_err();
+        assert!(e.to_string().contains("cannot read trace"), "{e}");
+    }
+
+    #[test]
+    fn load_trace_malformed_lines_name_file_and_line() {
+        let f = KeyFormat::ycsb(false);
+        for (text, line, msg) in [
+            ("INSERT usertable user1 [ field0=x ]\nFROB 2\n", 2, "unknown operation 'FROB'"),
+            ("INSERT 1\nINSERT\n", 2, "INSERT without a key"),
+            ("INSERT usertable userABC [ field0=x ]\n", 1, "not 'user' and a decimal number"),
+        ] {
+            let e = parse_load(text, Path::new("bad.load"), f).unwrap_err();
+            assert_eq!(e.line, line, "{text:?}");
+            assert!(e.message.contains(msg), "{e}");
+            assert!(e.to_string().starts_with(&format!("bad.load:{line}: ")), "{e}");
+        }
     }
 }

@@ -146,19 +146,44 @@ impl OpKind {
     }
 }
 
+/// Longest key [`KeyStyle::Ycsb`] makes: `"user"` and a Java `long` in decimal, which is at most
+/// 20 characters (19 digits, or `-9223372036854775808`: YCSB's `fnvhash64` applies `Math.abs`,
+/// which leaves `Long.MIN_VALUE` negative).
+pub const YCSB_MAX_KEY_LEN: usize = 24;
+
+/// How a [`KeyFormat`] spells a key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyStyle {
+    /// Every key is exactly `size` bytes: an 8-byte big-endian integer when `size` is 8, else
+    /// `user` and the number zero-padded (and, below 20 digits, cut to its low digits) to fill
+    /// `size`. Ordered key numbers start at 1.
+    #[default]
+    Fixed,
+    /// YCSB 0.17 CoreWorkload's own keys (`buildKeyName` with the default `zeropadding=1`):
+    /// `user` followed by the number as Java's `Long.toString` writes it, with no padding, so keys
+    /// are 5 to [`YCSB_MAX_KEY_LEN`] bytes long and byte-equal to the keys of a real YCSB trace.
+    /// Ordered key number n is `user<n>` (from `user0`), as in YCSB.
+    Ycsb,
+}
+
 /// Turns key numbers into key bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyFormat {
-    /// Key size in bytes: 8 means 8-byte big-endian integers, more means `user…` strings
-    /// zero-padded to exactly this length.
+    /// [`KeyStyle::Fixed`]: the key size in bytes (8 means 8-byte big-endian integers, more means
+    /// `user…` strings zero-padded to exactly this length). [`KeyStyle::Ycsb`]: the longest key,
+    /// [`YCSB_MAX_KEY_LEN`]. Either way [`KeyFormat::max_key_len`].
     pub size: usize,
-    /// YCSB `insertorder=ordered`: key number n is key n + 1 (0 is kept free); otherwise hashed:
-    /// `fnvhash64(n)`.
+    /// YCSB `insertorder=ordered`: the key number itself is the value (plus one for
+    /// [`KeyStyle::Fixed`], which keeps 0 free); otherwise hashed: `fnvhash64(n)`.
     pub ordered: bool,
+    /// How keys are spelled.
+    #[serde(default)]
+    pub style: KeyStyle,
 }
 
 impl KeyFormat {
-    /// Checks the size.
+    /// Fixed-size keys of `size` bytes ([`KeyStyle::Fixed`]); checks the size.
     pub fn new(size: usize, ordered: bool) -> Result<KeyFormat, String> {
         if size < 8 {
             return Err(format!("key size {size} is below 8 bytes"));
@@ -166,17 +191,46 @@ impl KeyFormat {
         if size > 255 {
             return Err(format!("key size {size} exceeds 255 bytes"));
         }
-        Ok(KeyFormat { size, ordered })
+        Ok(KeyFormat { size, ordered, style: KeyStyle::Fixed })
+    }
+
+    /// Keys exactly as YCSB 0.17 forms them ([`KeyStyle::Ycsb`]): `"user" + fnvhash64(n)`, or
+    /// `"user" + n` when `ordered`, in plain decimal.
+    pub fn ycsb(ordered: bool) -> KeyFormat {
+        KeyFormat { size: YCSB_MAX_KEY_LEN, ordered, style: KeyStyle::Ycsb }
+    }
+
+    /// The longest key this format makes (every key has this length for [`KeyStyle::Fixed`]): what
+    /// an index must be sized for.
+    pub fn max_key_len(&self) -> usize {
+        match self.style {
+            KeyStyle::Fixed => self.size,
+            KeyStyle::Ycsb => YCSB_MAX_KEY_LEN,
+        }
+    }
+
+    /// Whether keys are 8-byte big-endian integers.
+    pub fn is_integer(&self) -> bool {
+        self.style == KeyStyle::Fixed && self.size == 8
     }
 
     /// The key of key number `n`.
     pub fn key(&self, n: u64) -> Vec<u8> {
-        let v = if self.ordered { n + 1 } else { fnvhash64(n) };
+        let v = match (self.style, self.ordered) {
+            (KeyStyle::Fixed, true) => n + 1,
+            (KeyStyle::Ycsb, true) => n,
+            (_, false) => fnvhash64(n),
+        };
         self.key_of_value(v)
     }
 
-    /// The key for an already-hashed (or trace-given) integer `v`.
+    /// The key for an already-hashed (or trace-given) integer `v`. For [`KeyStyle::Ycsb`], `v` is
+    /// the bits of YCSB's Java `long`, written as that `long` (so 2^63 is `user-9223372036854775808`,
+    /// what YCSB writes for `fnvhash64`'s one negative result).
     pub fn key_of_value(&self, v: u64) -> Vec<u8> {
+        if self.style == KeyStyle::Ycsb {
+            return format!("user{}", v as i64).into_bytes();
+        }
         if self.size == 8 {
             return v.to_be_bytes().to_vec();
         }
@@ -400,6 +454,37 @@ mod tests {
             }
         }
         assert!(!pending.is_empty());
+    }
+
+    #[test]
+    fn ycsb_keys_are_ycsb_s() {
+        let f = KeyFormat::ycsb(false);
+        assert_eq!((f.style, f.max_key_len(), f.is_integer()), (KeyStyle::Ycsb, 24, false));
+        // Key numbers 0, 1, 2 and 13 as YCSB 0.17 (BasicDB, default properties) writes them in a
+        // load; 13 hashes to an 18-digit number, which gets no zero padding.
+        assert_eq!(f.key(0), b"user6284781860667377211");
+        assert_eq!(f.key(1), b"user8517097267634966620");
+        assert_eq!(f.key(2), b"user1820151046732198393");
+        assert_eq!(f.key(13), b"user412164360235391016");
+        for n in [0, 1, 2, 13, 999, 1000, 123_456_789] {
+            assert_eq!(f.key(n), format!("user{}", fnvhash64(n)).into_bytes(), "key number {n}");
+            assert_eq!(f.key(n), f.key_of_value(fnvhash64(n)));
+        }
+        let o = KeyFormat::ycsb(true);
+        assert_eq!(o.key(0), b"user0");
+        assert_eq!(o.key(41), b"user41");
+        assert_eq!(o.key(1000), b"user1000");
+        // A Java long in decimal: the longest keys are 23 bytes, and 24 for Long.MIN_VALUE, which
+        // is what YCSB's fnvhash64 returns when Math.abs overflows.
+        assert_eq!(f.key_of_value(i64::MAX as u64), b"user9223372036854775807");
+        assert_eq!(f.key_of_value(1 << 63), b"user-9223372036854775808");
+        assert_eq!(f.key_of_value(1 << 63).len(), YCSB_MAX_KEY_LEN);
+        assert!((0..10_000).all(|n| (5..=YCSB_MAX_KEY_LEN).contains(&f.key(n).len())));
+        // The fixed-size styles are unchanged and report their size.
+        let fixed = KeyFormat::new(24, false).unwrap();
+        assert_eq!((fixed.style, fixed.max_key_len()), (KeyStyle::Fixed, 24));
+        assert!(KeyFormat::new(8, true).unwrap().is_integer());
+        assert_ne!(fixed.key(13), f.key(13));
     }
 
     #[test]
