@@ -77,9 +77,17 @@ pub struct BenchArgs {
     /// Replay this trace in the run phase instead of generating operations.
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Key size in bytes (8: integer keys; more: `user…` strings).
+    /// Load the keys of this YCSB load trace (`INSERT usertable user… [ … ]` lines, or `INSERT
+    /// key`) in file order instead of generating --items keys.
+    #[arg(long)]
+    load_trace: Option<PathBuf>,
+    /// Key size in bytes (8: integer keys; more: `user…` strings padded to this size).
     #[arg(long, default_value_t = 8)]
     key_size: usize,
+    /// Keys exactly as YCSB forms them ("user" + the decimal key hash, no padding, up to 24
+    /// bytes), so generated keys match a real YCSB trace's; overrides --key-size.
+    #[arg(long)]
+    ycsb_keys: bool,
     /// Value size in bytes.
     #[arg(long, default_value_t = 8)]
     value_size: usize,
@@ -124,7 +132,9 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         workload: a.workload.clone(),
         mix: a.mix.clone(),
         trace: a.trace.clone(),
+        load_trace: a.load_trace.clone(),
         key_size: a.key_size,
+        ycsb_keys: a.ycsb_keys,
         value_size: a.value_size,
         ordered_keys: a.ordered,
         cache_mb: a.cache_mb,

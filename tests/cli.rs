@@ -544,3 +544,41 @@ fn ucx_shared_memory_is_one_sided_across_processes() {
     assert!(mn.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A real YCSB 0.17 load trace loads as written, and with `--ycsb-keys` the generated reads hit
+/// those keys; with padded keys every read misses, and the table says so.
+#[test]
+fn a_real_ycsb_load_trace_matches_ycsb_keys_and_misses_are_reported() {
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/ycsb/testdata/ycsb-0.17-load-20.txt");
+    let base =
+        ["bench", "--index", "ref", "--load-trace", trace, "--workload", "c", "--ops", "400"];
+    let v = json(&dmindex(&[&base[..], &["--ycsb-keys", "--json"]].concat()));
+    assert_eq!(v["items"], 20);
+    let read = &v["per_op"][0];
+    assert_eq!((read["op"].as_str(), read["count"].as_u64()), (Some("read"), Some(400)));
+    assert_eq!((read["found"].as_u64(), read["not_found"].as_u64()), (Some(400), Some(0)));
+    let out = dmindex(&[&base[..], &["--key-size", "24"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("warning: all 400 reads found no key"), "{table}");
+    let out = dmindex(&["bench", "--load-trace", "/definitely/not/here"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// The catalog is the one list: `indexes` prints it, help and errors name its indexes.
+#[test]
+fn the_catalog_drives_indexes_help_and_errors() {
+    let out = dmindex(&["indexes"]);
+    assert!(out.status.success());
+    let t = String::from_utf8_lossy(&out.stdout);
+    for name in ["chime", "sherman", "ref"] {
+        assert!(t.lines().any(|l| l.starts_with(name) && l.contains("ordered")), "{t}");
+    }
+    let help = String::from_utf8_lossy(&dmindex(&["bench", "--help"]).stdout).to_string();
+    assert!(help.contains("sherman —") && help.contains("ref —"), "{help}");
+    let out = dmindex(&["experiment", "--list"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("chime/ycsb"));
+    let out = dmindex(&["experiment", "chime/nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown experiment 'nope'"));
+}

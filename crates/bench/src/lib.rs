@@ -59,7 +59,12 @@ pub struct BenchConfig {
     /// Proportions overriding the workload's, e.g. `read=0.5,delete=0.5`.
     pub mix: Option<String>,
     pub trace: Option<PathBuf>,
+    /// Load the keys of this YCSB load trace (in file order) instead of generating `items`.
+    pub load_trace: Option<PathBuf>,
     pub key_size: usize,
+    /// Keys exactly as YCSB forms them: "user" + the decimal key hash, no padding (so generated
+    /// keys and a real trace's keys are the same bytes); `key_size` is then ignored.
+    pub ycsb_keys: bool,
     pub value_size: usize,
     pub ordered_keys: bool,
     pub cache_mb: u64,
@@ -91,7 +96,9 @@ impl Default for BenchConfig {
             workload: "c".into(),
             mix: None,
             trace: None,
+            load_trace: None,
             key_size: 8,
+            ycsb_keys: false,
             value_size: 8,
             ordered_keys: false,
             cache_mb: 100,
@@ -209,6 +216,14 @@ impl BenchReport {
                 self.index_stats.iter().map(|(k, v)| format!("{k} {v}")).collect();
             s += &format!("index: {}\n", parts.join(", "));
         }
+        if let Some(r) = self.per_op.iter().find(|o| o.op == "read" && o.not_found == Some(o.count))
+        {
+            s += &format!(
+                "warning: all {} reads found no key: do the loaded keys match the workload's or \
+                 trace's (key size, --ordered, --ycsb-keys, --load-trace)?\n",
+                r.count
+            );
+        }
         s += &format!(
             "{:<8} {:>10} {:>10} {:>9} {:>9} {:>8} {:>10} {:>10}\n",
             "op", "count", "not found", "p50 us", "p99 us", "RT/op", "B read", "B written"
@@ -318,9 +333,13 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     if cfg.value_size == 0 || cfg.value_size > 4096 {
         bail!("--value-size must be in 1..=4096, got {}", cfg.value_size);
     }
-    let format = KeyFormat::new(cfg.key_size, cfg.ordered_keys)
-        .map_err(anyhow::Error::msg)
-        .context("--key-size")?;
+    let format = if cfg.ycsb_keys {
+        KeyFormat::ycsb(cfg.ordered_keys)
+    } else {
+        KeyFormat::new(cfg.key_size, cfg.ordered_keys)
+            .map_err(anyhow::Error::msg)
+            .context("--key-size")?
+    };
     let mut spec = WorkloadSpec::named(&cfg.workload).map_err(anyhow::Error::msg)?;
     if let Some(m) = &cfg.mix {
         spec = spec.with_mix(m).map_err(anyhow::Error::msg).context("--mix")?;
@@ -335,8 +354,13 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
         }
         None => None,
     };
-    let ops = cfg.ops.unwrap_or_else(|| trace.as_ref().map_or(cfg.items, |t| t.len() as u64));
-    Ok(Plan { format, spec, trace, ops })
+    let load = match &cfg.load_trace {
+        Some(p) => Some(Arc::new(dmindex_ycsb::trace::read_load(p, format)?)),
+        None => None,
+    };
+    let items = load.as_ref().map_or(cfg.items, |l| l.len() as u64);
+    let ops = cfg.ops.unwrap_or_else(|| trace.as_ref().map_or(items, |t| t.len() as u64));
+    Ok(Plan { format, spec, trace, load, items, ops })
 }
 
 /// The built-in memory-node services plus index `I`'s, on `cores` MN cores.
@@ -351,15 +375,19 @@ struct Plan {
     format: KeyFormat,
     spec: WorkloadSpec,
     trace: Option<Arc<Vec<Op>>>,
+    /// The keys of a load trace, when one is given.
+    load: Option<Arc<Vec<Vec<u8>>>>,
+    /// Items loaded: the load trace's length, or `--items`.
+    items: u64,
     ops: u64,
 }
 
-fn index_config(cfg: &BenchConfig) -> IndexConfig {
+fn index_config(cfg: &BenchConfig, plan: &Plan) -> IndexConfig {
     IndexConfig {
-        max_key: cfg.key_size,
+        max_key: plan.format.max_key_len(),
         max_value: cfg.value_size,
         cache_bytes: cfg.cache_mb << 20,
-        expected_items: cfg.items + cfg.ops.unwrap_or(cfg.items),
+        expected_items: plan.items + plan.ops,
         root_slot: 0,
         extra: cfg.index_options.clone(),
     }
@@ -415,8 +443,16 @@ async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     load: bool,
 ) -> ClientMetrics {
     if load {
-        runner::load_client(idx, c, env, load_keys(plan.format, cfg.items, i as u64, n as u64))
-            .await
+        match &plan.load {
+            Some(keys) => {
+                let mine = keys.iter().skip(i).step_by(n).cloned();
+                runner::load_client(idx, c, env, mine).await
+            }
+            None => {
+                let keys = load_keys(plan.format, plan.items, i as u64, n as u64);
+                runner::load_client(idx, c, env, keys).await
+            }
+        }
     } else {
         let src = op_source(plan, shared, cfg.seed, i, n);
         runner::run_client::<T, I, S>(idx, c, env, src, share(plan.ops, n, i)).await
@@ -496,7 +532,7 @@ fn summarise<T: Transport, I: PointIndex<T>>(
         transport: cfg.transport,
         preset,
         workload: if cfg.trace.is_some() { "trace".into() } else { plan.spec.name.clone() },
-        items: cfg.items,
+        items: plan.items,
         ops,
         cns: cfg.cns,
         clients: cfg.clients,
@@ -549,7 +585,7 @@ fn run_sim<I: Runnable, S: RunnableScans<I>>(
         services,
     )
     .map_err(anyhow::Error::msg)?;
-    let icfg = index_config(cfg);
+    let icfg = index_config(cfg, plan);
     let setup = sim.client_on_own_thread(0);
     sim.block_on(<I as PointIndex<SimTransport>>::create(&setup, &icfg, 0))?;
     let mut handles: Vec<I> = Vec::new();
@@ -564,7 +600,7 @@ fn run_sim<I: Runnable, S: RunnableScans<I>>(
         .collect();
     let n = clients.len();
     let now = || sim.now_ns();
-    let shared = Shared::new(plan.spec.clone(), plan.format, cfg.items, plan.ops);
+    let shared = Shared::new(plan.spec.clone(), plan.format, plan.items, plan.ops);
 
     let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
         let bar = progress_bar(cfg, total, name);
@@ -594,7 +630,7 @@ fn run_sim<I: Runnable, S: RunnableScans<I>>(
         let counts = clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>() - v0;
         Ok(Phase { metrics, ns: sim.now_ns() - t0, counts })
     };
-    let load = phase("load", cfg.items, true)?;
+    let load = phase("load", plan.items, true)?;
     let wall = Instant::now();
     let run = phase("run", plan.ops, false)?;
     let run_seconds = wall.elapsed().as_secs_f64();
@@ -638,7 +674,7 @@ where
     I: PointIndex<F::Transport> + Sync,
     S: Scans<F::Transport, I>,
 {
-    let icfg = index_config(cfg);
+    let icfg = index_config(cfg, plan);
     let setup = fabric.client(0)?;
     if !cfg.attach {
         run_tasks([I::create(&setup, &icfg, 0)]).remove(0)?;
@@ -650,7 +686,7 @@ where
     }
     let threads = cfg.cns as usize * cfg.clients;
     let n = threads * cfg.coroutines;
-    let shared = Shared::new(plan.spec.clone(), plan.format, cfg.items, plan.ops);
+    let shared = Shared::new(plan.spec.clone(), plan.format, plan.items, plan.ops);
     let start = Instant::now();
     let now = move || start.elapsed().as_nanos() as u64;
 
@@ -691,7 +727,7 @@ where
         }
         Ok(Phase { metrics, ns, counts })
     };
-    let load = if cfg.attach { phase("load", 0, true)? } else { phase("load", cfg.items, true)? };
+    let load = if cfg.attach { phase("load", 0, true)? } else { phase("load", plan.items, true)? };
     let wall = Instant::now();
     let run = phase("run", plan.ops, false)?;
     let run_seconds = wall.elapsed().as_secs_f64();
