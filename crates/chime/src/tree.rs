@@ -31,6 +31,7 @@ pub(crate) fn root_word(height: u8, a: GlobalAddr) -> u64 {
     (height as u64) << 56 | (a.node() as u64) << 48 | a.offset()
 }
 
+/// The height and root address a root word holds.
 pub(crate) fn parse_root(w: u64) -> (u8, GlobalAddr) {
     ((w >> 56) as u8, GlobalAddr::new(((w >> 48) & 0xFF) as u16, w & ((1 << 48) - 1)))
 }
@@ -48,8 +49,9 @@ pub(crate) struct Tree {
     /// The hotspot buffer, when speculative reads are on.
     pub hotspots: Option<Hotspots>,
     pub retries: AtomicU64,
-    /// Leaf splits by this CN, and the keys their leaves held when the hop failed.
+    /// Leaf splits by this CN.
     pub splits: AtomicU64,
+    /// Keys the leaves held when they split (hopscotch leaves: when the hop failed).
     pub keys_at_split: AtomicU64,
 }
 
@@ -81,6 +83,7 @@ pub(crate) enum Where {
 
 /// What an insert attempt on one leaf did.
 pub(crate) enum Attempt {
+    /// The key is in place.
     Done,
     /// Move right to this leaf (half split: the key is beyond this leaf's bound).
     Right(GlobalAddr),
@@ -127,6 +130,8 @@ impl Tree {
         }
     }
 
+    /// Releases a leaf's remote lock: one WRITE of lock word `lw` (vacancy bitmap and argmax)
+    /// with the lock bit clear.
     pub(crate) async fn unlock_leaf<T: Transport>(
         &self,
         c: &Client<T>,
@@ -300,6 +305,8 @@ impl Tree {
         }
     }
 
+    /// Drops the cached parent that led to a stale leaf, if it came from the cache, and counts
+    /// a retry.
     pub(crate) fn invalidate(&self, loc: &Located) {
         if let Some((low, addr)) = loc.cached {
             self.cache.invalidate(1, low, addr);
@@ -495,7 +502,6 @@ impl Tree {
         pieces
     }
 
-    /// WRITEs pieces to a leaf in order, as one doorbell batch.
     /// Rewrites entry `i` of locked leaf `cur` as (k, v) with its entry-level version bumped,
     /// unlocking the leaf in the same WRITE.
     #[allow(clippy::too_many_arguments)]
@@ -532,6 +538,7 @@ impl Tree {
         }
     }
 
+    /// WRITEs pieces to a leaf in order, as one doorbell batch.
     pub(crate) async fn write_pieces<T: Transport>(
         &self,
         c: &Client<T>,
@@ -661,7 +668,6 @@ impl Tree {
         }
     }
 
-    /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.
     /// Writes a split's new right node, then the split node that points to it (and whose
     /// image unlocks it): one doorbell when both live on one memory node.
     pub(crate) async fn write_split<T: Transport>(
@@ -683,6 +689,7 @@ impl Tree {
         Ok(())
     }
 
+    /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.
     pub(crate) fn leaf_image(&self, buf: &LeafBuf, lw: LockWord, bound: u64) -> Vec<u8> {
         let mut out = Vec::new();
         cacheline::encode(&self.leaf, &buf.bytes, 0, self.leaf.decoded(), &mut out);
@@ -970,7 +977,8 @@ impl Tree {
         }
     }
 
-    /// READs whole leaves (one doorbell per memory node) until each validates.
+    /// READs whole leaves (one doorbell when they share a memory node, else one READ each),
+    /// re-reading each until it validates and no hop is in flight in it.
     async fn read_leaves<T: Transport>(
         &self,
         c: &Client<T>,
