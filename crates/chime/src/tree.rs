@@ -58,6 +58,15 @@ pub(crate) struct Tree {
 /// A held slot of the CN-local lock table.
 pub(crate) type LocalGuard<'a> = futures::lock::MutexGuard<'a, ()>;
 
+/// A leaf under this client's lock: its address, the lock word the locking CAS returned
+/// (vacancy bitmap and argmax), and the slot of the CN-local lock table held with it, released
+/// when this is dropped (right after the remote unlock).
+pub(crate) struct LockedLeaf<'t> {
+    pub addr: GlobalAddr,
+    pub lw: LockWord,
+    pub guard: LocalGuard<'t>,
+}
+
 /// Slots in each compute node's local lock table.
 pub(crate) const LOCAL_LOCKS: usize = 4096;
 
@@ -91,6 +100,16 @@ pub(crate) enum Attempt {
     Restart,
 }
 
+/// One insert (upsert) as a descent found it: the key's 8-byte field and probe, the value slot
+/// to write, and where its leaf was found. Each attempt on a leaf, and a split, reads it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Insert<'p> {
+    pub k: u64,
+    pub v: [u8; 8],
+    pub probe: Probe<'p>,
+    pub loc: Located,
+}
+
 impl Tree {
     fn retry(&self) {
         self.retries.fetch_add(1, Ordering::Relaxed);
@@ -107,13 +126,13 @@ impl Tree {
     }
 
     /// Acquires a leaf's lock with one masked CAS that also returns the vacancy bitmap and argmax.
-    /// The returned guard holds the CN-local lock: drop it right after the remote unlock, and
-    /// never hold it while taking another lock (table slots are shared by hashing).
+    /// The returned [`LockedLeaf`] holds the CN-local lock: drop it right after the remote
+    /// unlock, and never hold it while taking another lock (table slots are shared by hashing).
     pub(crate) async fn lock_leaf<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: GlobalAddr,
-    ) -> IndexResult<(LockWord, LocalGuard<'_>)> {
+    ) -> IndexResult<LockedLeaf<'_>> {
         let guard = self.local_lock(self.lock_addr(leaf)).lock().await;
         loop {
             let old = c.masked_cas(self.lock_addr(leaf), 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
@@ -122,9 +141,11 @@ impl Tree {
                     // Without piggybacking the lock CAS is used as a plain lock and the vacancy
                     // bitmap costs its own READ (it shares the word here; the cost is the same).
                     let w = c.read_word(self.lock_addr(leaf)).await? & !LOCK_BIT;
-                    return Ok((LockWord::decode(&self.leaf, w), guard));
+                    let lw = LockWord::decode(&self.leaf, w);
+                    return Ok(LockedLeaf { addr: leaf, lw, guard });
                 }
-                return Ok((LockWord::decode(&self.leaf, old), guard));
+                let lw = LockWord::decode(&self.leaf, old);
+                return Ok(LockedLeaf { addr: leaf, lw, guard });
             }
             self.retry();
         }
@@ -423,49 +444,48 @@ impl Tree {
         }
     }
 
-    /// With fence keys: `None` if `k` lies within locked leaf `cur`'s fences, else what to do
-    /// next (the leaf is unlocked).
+    /// With fence keys: `None` if insert `ins`'s key lies within the fences of `leaf` (locked,
+    /// READ into `buf`), else what to do next (the leaf is unlocked).
     pub(crate) async fn outside_fences<T: Transport>(
         &self,
         c: &Client<T>,
-        loc: &Located,
-        cur: GlobalAddr,
+        ins: &Insert<'_>,
+        leaf: &LockedLeaf<'_>,
         buf: &LeafBuf,
-        lw: LockWord,
-        k: u64,
     ) -> IndexResult<Option<Attempt>> {
-        let next = match self.judge(loc, buf, k) {
+        let next = match self.judge(&ins.loc, buf, ins.k) {
             Where::Absent => return Ok(None),
             Where::Right(sib) => {
                 self.retry();
                 Attempt::Right(sib)
             }
             Where::Stale => {
-                self.invalidate(loc);
+                self.invalidate(&ins.loc);
                 Attempt::Restart
             }
         };
-        self.unlock_leaf(c, cur, lw).await?;
+        self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
         Ok(Some(next))
     }
 
-    /// Whether `k` belongs to locked leaf `cur` although its sibling is not the expected one:
-    /// yes if it is at most a key the leaf holds (argmax, when read) or at most its upper bound.
+    /// Whether `k` belongs to locked leaf `leaf` (READ into `buf`) although its sibling is not
+    /// the expected one: yes if it is at most a key the leaf holds (argmax, when read) or at
+    /// most its upper bound.
     async fn belongs<T: Transport>(
         &self,
         c: &Client<T>,
-        cur: GlobalAddr,
+        leaf: &LockedLeaf<'_>,
         buf: &LeafBuf,
-        lw: &LockWord,
         k: u64,
     ) -> IndexResult<bool> {
+        let lw = &leaf.lw;
         if lw.argmax < self.leaf.span && buf.is_loaded(lw.argmax) {
             let m = buf.key(lw.argmax);
             if m != 0 && k <= m {
                 return Ok(true);
             }
         }
-        Ok(k <= self.read_bound(c, cur).await?)
+        Ok(k <= self.read_bound(c, leaf.addr).await?)
     }
 
     /// READs a leaf's inclusive upper bound (big-endian, at the rear).
@@ -502,23 +522,21 @@ impl Tree {
         pieces
     }
 
-    /// Rewrites entry `i` of locked leaf `cur` as (k, v) with its entry-level version bumped,
-    /// unlocking the leaf in the same WRITE.
-    #[allow(clippy::too_many_arguments)]
+    /// Rewrites entry `i` of locked leaf `leaf` (READ into `buf`) as (k, v) with its
+    /// entry-level version bumped, unlocking the leaf in the same WRITE.
     pub(crate) async fn update_in_place<T: Transport>(
         &self,
         c: &Client<T>,
-        cur: GlobalAddr,
+        leaf: &LockedLeaf<'_>,
         buf: &mut LeafBuf,
         i: usize,
         k: u64,
         v: [u8; 8],
-        lw: LockWord,
     ) -> IndexResult<()> {
         buf.set_entry(i, k, v);
         buf.bump_ev(i);
-        let pieces = self.write_plan(buf, i, 1, lw);
-        self.write_pieces(c, cur, &pieces).await
+        let pieces = self.write_plan(buf, i, 1, leaf.lw);
+        self.write_pieces(c, leaf.addr, &pieces).await
     }
 
     /// A new leaf for splitting locked leaf `cur`; out of memory leaves `cur` as it was,
@@ -573,13 +591,13 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<()> {
         'outer: loop {
-            let loc = self.locate(c, k).await?;
-            let mut cur = loc.leaf;
+            let ins = Insert { k, v, probe, loc: self.locate(c, k).await? };
+            let mut cur = ins.loc.leaf;
             loop {
                 let attempt = if self.leaf.kind.hopscotch {
-                    self.insert_at(c, &loc, cur, k, v, probe).await?
+                    self.insert_at(c, &ins, cur).await?
                 } else {
-                    self.sorted_insert_at(c, &loc, cur, k, v, probe).await?
+                    self.sorted_insert_at(c, &ins, cur).await?
                 };
                 match attempt {
                     Attempt::Done => return Ok(()),
@@ -590,19 +608,20 @@ impl Tree {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// One insert attempt on hopscotch leaf `cur`: lock, READ from k's home bucket to the first
+    /// bucket with a vacancy, validate, then update in place, hop the key in, or split.
     async fn insert_at<T: Transport>(
         &self,
         c: &Client<T>,
-        loc: &Located,
+        ins: &Insert<'_>,
         cur: GlobalAddr,
-        k: u64,
-        v: [u8; 8],
-        probe: Probe<'_>,
     ) -> IndexResult<Attempt> {
         let (s, hh) = (self.leaf.span, self.leaf.h);
+        let Insert { k, v, probe, .. } = *ins;
+        let loc = &ins.loc;
         let h = home(k, s);
-        let (lw, guard) = self.lock_leaf(c, cur).await?;
+        let leaf = self.lock_leaf(c, cur).await?;
+        let lw = leaf.lw;
         // Read whole buckets from h's bucket to the first bucket with a vacancy, at least the
         // neighbourhood; everything if no bucket has one.
         let lo = self.leaf.bucket_slots(self.leaf.bucket(h)).0;
@@ -617,7 +636,7 @@ impl Tree {
         let mut buf = self.read_slots(c, cur, lo, n).await?;
         let (sib, _) = buf.meta().expect("validated read has a replica");
         if self.leaf.kind.fenced {
-            if let Some(a) = self.outside_fences(c, loc, cur, &buf, lw, k).await? {
+            if let Some(a) = self.outside_fences(c, ins, &leaf, &buf).await? {
                 return Ok(a);
             }
         } else if sib != loc.expected {
@@ -626,14 +645,14 @@ impl Tree {
                 self.invalidate(loc);
                 return Ok(Attempt::Restart);
             }
-            if !sib.is_null() && !self.belongs(c, cur, &buf, &lw, k).await? {
+            if !sib.is_null() && !self.belongs(c, &leaf, &buf, k).await? {
                 self.unlock_leaf(c, cur, lw).await?;
                 self.retry();
                 return Ok(Attempt::Right(sib));
             }
         }
         if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
-            self.update_in_place(c, cur, &mut buf, i, k, v, lw).await?;
+            self.update_in_place(c, &leaf, &mut buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
         let am_key = (lw.argmax < s && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax));
@@ -662,7 +681,7 @@ impl Tree {
                 if !buf.all_loaded() {
                     buf = self.read_slots(c, cur, 0, s).await?;
                 }
-                let placed = self.split_leaf(c, loc, cur, buf, k, v, (lw, guard)).await?;
+                let placed = self.split_leaf(c, ins, leaf, buf).await?;
                 Ok(if placed { Attempt::Done } else { Attempt::Restart })
             }
         }
@@ -699,21 +718,19 @@ impl Tree {
         out
     }
 
-    /// Splits locked leaf `cur` (wholly read in `buf`) and tries to place `k` on the proper side.
+    /// Splits locked leaf `leaf` (wholly read in `buf`) and tries to place `k` on the proper side.
     /// The split key is the median of the critical keys — the run of keys from k's home to the
     /// first empty slot, which the hop could not get past — together with k. Keys above the left
     /// half's maximum move to a new right sibling at the same slots. Returns whether k was placed.
-    #[allow(clippy::too_many_arguments)]
     async fn split_leaf<T: Transport>(
         &self,
         c: &Client<T>,
-        loc: &Located,
-        cur: GlobalAddr,
+        ins: &Insert<'_>,
+        leaf: LockedLeaf<'_>,
         mut buf: LeafBuf,
-        k: u64,
-        v: [u8; 8],
-        (lw, guard): (LockWord, LocalGuard<'_>),
     ) -> IndexResult<bool> {
+        let Insert { k, v, .. } = *ins;
+        let LockedLeaf { addr: cur, lw, guard } = leaf;
         let s = self.leaf.span;
         let h = home(k, s);
         let mut crit: Vec<u64> =
@@ -778,7 +795,7 @@ impl Tree {
         self.write_split(c, (right_addr, &right_img), (cur, &left_img)).await?;
         // The leaf is unlocked: release the local lock before taking the parent's.
         drop(guard);
-        self.insert_internal(c, 1, left_max + 1, right_addr, loc.parent).await?;
+        self.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await?;
         Ok(matches!(placed, Hop::Done(_)))
     }
 
@@ -942,26 +959,26 @@ impl Tree {
             let loc = self.locate(c, k).await?;
             let mut cur = loc.leaf;
             loop {
-                let (lw, _guard) = self.lock_leaf(c, cur).await?;
+                let leaf = self.lock_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, h, hh).await?;
                 if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
                         hs.touch(cur, i, k);
                     }
                     match v {
-                        Some(v) => self.update_in_place(c, cur, &mut buf, i, k, v, lw).await?,
+                        Some(v) => self.update_in_place(c, &leaf, &mut buf, i, k, v).await?,
                         None => {
                             let modified = buf.remove(h, i);
-                            let full = lw.full & !(1 << self.leaf.bucket(i));
+                            let full = leaf.lw.full & !(1 << self.leaf.bucket(i));
                             let (wlo, wn) = self.span_of(&buf, h, &modified);
-                            let lw = LockWord { full, ..lw };
+                            let lw = LockWord { full, ..leaf.lw };
                             let pieces = self.write_plan(&buf, wlo, wn, lw);
                             self.write_pieces(c, cur, &pieces).await?;
                         }
                     }
                     return Ok(true);
                 }
-                self.unlock_leaf(c, cur, lw).await?;
+                self.unlock_leaf(c, cur, leaf.lw).await?;
                 match self.judge(&loc, &buf, k) {
                     Where::Absent => return Ok(false),
                     Where::Stale => {
