@@ -26,6 +26,19 @@ use crate::leaf::LeafBuf;
 use crate::tree::{Attempt, Insert, LockedLeaf, Probe, Tree, Where};
 
 impl Tree {
+    /// The slot of the probed key in sorted leaf `buf` (whole): binary search, or with long keys
+    /// every entry sharing the prefix, told apart by its block.
+    async fn sorted_resolve<T: Transport>(
+        &self,
+        c: &Client<T>,
+        buf: &LeafBuf,
+        k: u64,
+        probe: Probe<'_>,
+    ) -> IndexResult<Option<usize>> {
+        let Probe::Full(full) = probe else { return Ok(buf.sorted_search(k).ok()) };
+        self.resolve_long(c, buf, 0..buf.count(), k, full).await
+    }
+
     /// Search: READ the whole leaf, validate, binary search.
     pub(crate) async fn sorted_search<T: Transport>(
         &self,
@@ -38,7 +51,7 @@ impl Tree {
             let mut cur = loc.leaf;
             loop {
                 let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
-                if let Some(i) = self.resolve(c, &buf, 0, k, probe).await? {
+                if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
                     return Ok(Some(buf.value(i)));
                 }
                 match self.judge(&loc, &buf, k) {
@@ -68,7 +81,7 @@ impl Tree {
         if let Some(a) = self.outside_fences(c, ins, &leaf, &buf).await? {
             return Ok(a);
         }
-        if let Some(i) = self.resolve(c, &buf, 0, k, probe).await? {
+        if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
             self.update_in_place(c, &leaf, &mut buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
@@ -169,7 +182,7 @@ impl Tree {
             loop {
                 let leaf = self.lock_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
-                if let Some(i) = self.resolve(c, &buf, 0, k, probe).await? {
+                if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
                     match v {
                         Some(v) => self.update_in_place(c, &leaf, &mut buf, i, k, v).await?,
                         None => {

@@ -137,18 +137,28 @@ impl Tree {
         loop {
             let old = c.masked_cas(self.lock_addr(leaf), 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
             if old & LOCK_BIT == 0 {
-                if !self.vacancy && self.leaf.kind.hopscotch {
-                    // Without piggybacking the lock CAS is used as a plain lock and the vacancy
-                    // bitmap costs its own READ (it shares the word here; the cost is the same).
-                    let w = c.read_word(self.lock_addr(leaf)).await? & !LOCK_BIT;
-                    let lw = LockWord::decode(&self.leaf, w);
-                    return Ok(LockedLeaf { addr: leaf, lw, guard });
-                }
                 let lw = LockWord::decode(&self.leaf, old);
                 return Ok(LockedLeaf { addr: leaf, lw, guard });
             }
             self.retry();
         }
+    }
+
+    /// Locks a hopscotch leaf ([`Tree::lock_leaf`]) and gets its vacancy bitmap: from the lock
+    /// CAS, or without vacancy-bitmap piggybacking from a READ of its own right after it.
+    async fn lock_hopscotch_leaf<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+    ) -> IndexResult<LockedLeaf<'_>> {
+        let mut locked = self.lock_leaf(c, leaf).await?;
+        if !self.vacancy {
+            // Without piggybacking the lock CAS is used as a plain lock and the vacancy
+            // bitmap costs its own READ (it shares the word here; the cost is the same).
+            let w = c.read_word(self.lock_addr(leaf)).await? & !LOCK_BIT;
+            locked.lw = LockWord::decode(&self.leaf, w);
+        }
+        Ok(locked)
     }
 
     /// Releases a leaf's remote lock: one WRITE of lock word `lw` (vacancy bitmap and argmax)
@@ -335,10 +345,8 @@ impl Tree {
         self.retry();
     }
 
-    /// The slot of the probed key in home `h`'s neighbourhood (loaded). With long keys, the
-    /// blocks of entries sharing the prefix are read (immutable once published, so any READ
-    /// of them is consistent with the validated leaf READ that named them).
-    pub(crate) async fn resolve<T: Transport>(
+    /// The slot of the probed key in home `h`'s neighbourhood of hopscotch leaf `buf` (loaded).
+    async fn resolve<T: Transport>(
         &self,
         c: &Client<T>,
         buf: &LeafBuf,
@@ -346,15 +354,23 @@ impl Tree {
         k: u64,
         probe: Probe<'_>,
     ) -> IndexResult<Option<usize>> {
-        let sorted = !self.leaf.kind.hopscotch;
-        let Probe::Full(full) = probe else {
-            return Ok(if sorted { buf.sorted_search(k).ok() } else { buf.find(h, k) });
-        };
-        let slots: Vec<usize> = if sorted {
-            (0..buf.count()).collect()
-        } else {
-            (0..self.leaf.h).map(|d| (h + d) % self.leaf.span).collect()
-        };
+        let Probe::Full(full) = probe else { return Ok(buf.find(h, k)) };
+        let span = self.leaf.span;
+        self.resolve_long(c, buf, (0..self.leaf.h).map(|d| (h + d) % span), k, full).await
+    }
+
+    /// Long keys: the slot among `slots` (loaded) whose entry holds prefix `k` and whose block
+    /// holds the full key. The blocks of entries sharing the prefix are read (immutable once
+    /// published, so any READ of them is consistent with the validated leaf READ that named
+    /// them).
+    pub(crate) async fn resolve_long<T: Transport>(
+        &self,
+        c: &Client<T>,
+        buf: &LeafBuf,
+        slots: impl IntoIterator<Item = usize>,
+        k: u64,
+        full: &[u8],
+    ) -> IndexResult<Option<usize>> {
         for i in slots {
             if buf.key(i) != k {
                 continue;
@@ -401,16 +417,13 @@ impl Tree {
     }
 
     /// Search: neighbourhood READ, three-level validation, sibling-based validation.
-    pub(crate) async fn search<T: Transport>(
+    async fn hopscotch_search<T: Transport>(
         &self,
         c: &Client<T>,
         k: u64,
         probe: Probe<'_>,
     ) -> IndexResult<Option<[u8; 8]>> {
         let (s, hh) = (self.leaf.span, self.leaf.h);
-        if !self.leaf.kind.hopscotch {
-            return self.sorted_search(c, k, probe).await;
-        }
         let h = home(k, s);
         'outer: loop {
             let loc = self.locate(c, k).await?;
@@ -582,35 +595,9 @@ impl Tree {
         ((h + first) % buf.span(), last - first + 1)
     }
 
-    /// Insert (upsert).
-    pub(crate) async fn insert<T: Transport>(
-        &self,
-        c: &Client<T>,
-        k: u64,
-        v: [u8; 8],
-        probe: Probe<'_>,
-    ) -> IndexResult<()> {
-        'outer: loop {
-            let ins = Insert { k, v, probe, loc: self.locate(c, k).await? };
-            let mut cur = ins.loc.leaf;
-            loop {
-                let attempt = if self.leaf.kind.hopscotch {
-                    self.insert_at(c, &ins, cur).await?
-                } else {
-                    self.sorted_insert_at(c, &ins, cur).await?
-                };
-                match attempt {
-                    Attempt::Done => return Ok(()),
-                    Attempt::Right(next) => cur = next,
-                    Attempt::Restart => continue 'outer,
-                }
-            }
-        }
-    }
-
     /// One insert attempt on hopscotch leaf `cur`: lock, READ from k's home bucket to the first
     /// bucket with a vacancy, validate, then update in place, hop the key in, or split.
-    async fn insert_at<T: Transport>(
+    async fn hopscotch_insert_at<T: Transport>(
         &self,
         c: &Client<T>,
         ins: &Insert<'_>,
@@ -620,7 +607,7 @@ impl Tree {
         let Insert { k, v, probe, .. } = *ins;
         let loc = &ins.loc;
         let h = home(k, s);
-        let leaf = self.lock_leaf(c, cur).await?;
+        let leaf = self.lock_hopscotch_leaf(c, cur).await?;
         let lw = leaf.lw;
         // Read whole buckets from h's bucket to the first bucket with a vacancy, at least the
         // neighbourhood; everything if no bucket has one.
@@ -942,8 +929,10 @@ impl Tree {
         }
     }
 
-    /// Update (`Some(v)`) or delete (`None`) under the leaf's lock; returns whether the key existed.
-    pub(crate) async fn modify<T: Transport>(
+    /// Update (`Some(v)`: the entry rewritten in place) or delete (`None`: the entry, its home's
+    /// hop bit and its vacancy bit cleared) under the leaf's lock; returns whether the key
+    /// existed.
+    async fn hopscotch_modify<T: Transport>(
         &self,
         c: &Client<T>,
         k: u64,
@@ -951,15 +940,12 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<bool> {
         let (s, hh) = (self.leaf.span, self.leaf.h);
-        if !self.leaf.kind.hopscotch {
-            return self.sorted_modify(c, k, v, probe).await;
-        }
         let h = home(k, s);
         'outer: loop {
             let loc = self.locate(c, k).await?;
             let mut cur = loc.leaf;
             loop {
-                let leaf = self.lock_leaf(c, cur).await?;
+                let leaf = self.lock_hopscotch_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, h, hh).await?;
                 if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
@@ -1149,5 +1135,81 @@ impl Tree {
             )));
         }
         Ok(())
+    }
+}
+
+/// Which paths a tree's operations take, by the kind of its leaves
+/// ([`LeafKind::hopscotch`](crate::layout::LeafKind::hopscotch)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LeafPaths {
+    /// CHIME's hopscotch leaf: neighbourhood READs, hops, the vacancy bitmap.
+    Hopscotch,
+    /// Sherman's sorted leaf, read whole ([`crate::sorted`]).
+    Sorted,
+}
+
+/// The leaf-kind dispatch: the operations' entry points, and the only place that asks which
+/// kind of leaf the tree has. Everything below them is either shared or belongs to one kind.
+impl Tree {
+    /// The paths this tree's leaves take.
+    pub(crate) fn paths(&self) -> LeafPaths {
+        if self.leaf.kind.hopscotch {
+            LeafPaths::Hopscotch
+        } else {
+            LeafPaths::Sorted
+        }
+    }
+
+    /// Search: the value slot of the probed key, if present.
+    pub(crate) async fn search<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+        probe: Probe<'_>,
+    ) -> IndexResult<Option<[u8; 8]>> {
+        match self.paths() {
+            LeafPaths::Hopscotch => self.hopscotch_search(c, k, probe).await,
+            LeafPaths::Sorted => self.sorted_search(c, k, probe).await,
+        }
+    }
+
+    /// Insert (upsert): descend, then attempt the leaf found, moving right past half splits
+    /// and starting over when the path was stale or a split did not place the key.
+    pub(crate) async fn insert<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+        v: [u8; 8],
+        probe: Probe<'_>,
+    ) -> IndexResult<()> {
+        'outer: loop {
+            let ins = Insert { k, v, probe, loc: self.locate(c, k).await? };
+            let mut cur = ins.loc.leaf;
+            loop {
+                let attempt = match self.paths() {
+                    LeafPaths::Hopscotch => self.hopscotch_insert_at(c, &ins, cur).await?,
+                    LeafPaths::Sorted => self.sorted_insert_at(c, &ins, cur).await?,
+                };
+                match attempt {
+                    Attempt::Done => return Ok(()),
+                    Attempt::Right(next) => cur = next,
+                    Attempt::Restart => continue 'outer,
+                }
+            }
+        }
+    }
+
+    /// Update (`Some(v)`) or delete (`None`); returns whether the key existed.
+    pub(crate) async fn modify<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+        v: Option<[u8; 8]>,
+        probe: Probe<'_>,
+    ) -> IndexResult<bool> {
+        match self.paths() {
+            LeafPaths::Hopscotch => self.hopscotch_modify(c, k, v, probe).await,
+            LeafPaths::Sorted => self.sorted_modify(c, k, v, probe).await,
+        }
     }
 }
