@@ -78,7 +78,7 @@ impl Tree {
         let Insert { k, v, probe, .. } = *ins;
         let leaf = self.lock_leaf(c, cur).await?;
         let mut buf = self.read_slots(c, cur, 0, s).await?;
-        if let Some(a) = self.outside_fences(c, ins, &leaf, &buf).await? {
+        if let Some(a) = self.validate_insert(c, ins, &leaf, &buf).await? {
             return Ok(a);
         }
         if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {

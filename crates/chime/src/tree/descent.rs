@@ -152,9 +152,41 @@ impl Tree {
         self.retry();
     }
 
+    /// Validates leaf `leaf`, locked and READ into `buf` for insert `ins`: `None` if the key
+    /// belongs there, else what the attempt does next (the leaf is unlocked). With fence keys
+    /// the key must lie within them. Otherwise a sibling other than the one the parent expects
+    /// means a stale cached parent (start over) or, reached through a remote parent, a half
+    /// split: the key moves right unless the leaf still covers it.
+    pub(crate) async fn validate_insert<T: Transport>(
+        &self,
+        c: &Client<T>,
+        ins: &Insert<'_>,
+        leaf: &LockedLeaf<'_>,
+        buf: &LeafBuf,
+    ) -> IndexResult<Option<Attempt>> {
+        if self.leaf.kind.fenced {
+            return self.outside_fences(c, ins, leaf, buf).await;
+        }
+        let (sib, _) = buf.meta().expect("validated read has a replica");
+        if sib == ins.loc.expected {
+            return Ok(None);
+        }
+        if ins.loc.cached.is_some() {
+            self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
+            self.invalidate(&ins.loc);
+            return Ok(Some(Attempt::Restart));
+        }
+        if !sib.is_null() && !self.belongs(c, leaf, buf, ins.k).await? {
+            self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
+            self.retry();
+            return Ok(Some(Attempt::Right(sib)));
+        }
+        Ok(None)
+    }
+
     /// With fence keys: `None` if insert `ins`'s key lies within the fences of `leaf` (locked,
     /// READ into `buf`), else what to do next (the leaf is unlocked).
-    pub(crate) async fn outside_fences<T: Transport>(
+    async fn outside_fences<T: Transport>(
         &self,
         c: &Client<T>,
         ins: &Insert<'_>,
@@ -179,7 +211,7 @@ impl Tree {
     /// Whether `k` belongs to locked leaf `leaf` (READ into `buf`) although its sibling is not
     /// the expected one: yes if it is at most a key the leaf holds (argmax, when read) or at
     /// most its upper bound.
-    pub(super) async fn belongs<T: Transport>(
+    async fn belongs<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: &LockedLeaf<'_>,

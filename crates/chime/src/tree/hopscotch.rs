@@ -113,7 +113,6 @@ impl Tree {
     ) -> IndexResult<Attempt> {
         let (s, hh) = (self.leaf.span, self.leaf.h);
         let Insert { k, v, probe, .. } = *ins;
-        let loc = &ins.loc;
         let h = home(k, s);
         let leaf = self.lock_hopscotch_leaf(c, cur).await?;
         let lw = leaf.lw;
@@ -129,22 +128,8 @@ impl Tree {
             }
         };
         let mut buf = self.read_slots(c, cur, lo, n).await?;
-        let (sib, _) = buf.meta().expect("validated read has a replica");
-        if self.leaf.kind.fenced {
-            if let Some(a) = self.outside_fences(c, ins, &leaf, &buf).await? {
-                return Ok(a);
-            }
-        } else if sib != loc.expected {
-            if loc.cached.is_some() {
-                self.unlock_leaf(c, cur, lw).await?;
-                self.invalidate(loc);
-                return Ok(Attempt::Restart);
-            }
-            if !sib.is_null() && !self.belongs(c, &leaf, &buf, k).await? {
-                self.unlock_leaf(c, cur, lw).await?;
-                self.retry();
-                return Ok(Attempt::Right(sib));
-            }
+        if let Some(a) = self.validate_insert(c, ins, &leaf, &buf).await? {
+            return Ok(a);
         }
         if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
             self.update_in_place(c, &leaf, &mut buf, i, k, v).await?;
