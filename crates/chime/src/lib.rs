@@ -67,13 +67,13 @@
 //!
 //! ## Operations and round trips (internal nodes cached)
 //!
-//! scan_range [lo, hi) walks leaves the same way and stops at the first leaf holding a key
-//! beyond the range (later leaves hold only larger keys).
-//!
 //! search 1 (a wrap-around neighbourhood is two READs in one doorbell); insert 3 (masked CAS, READ of
 //! the hop range, WRITE of the range + unlock in one doorbell); update/delete 3; scan 1 per batch
 //! of up to 4 leaves. A split adds the whole-leaf READ, one doorbell writing the new sibling then
 //! the old leaf (which unlocks it), and the separator's insertion into the parent.
+//!
+//! scan_range [lo, hi) walks leaves the same way as scan and stops at the first leaf holding a
+//! key beyond the range (later leaves hold only larger keys).
 
 pub mod hotspot;
 pub mod internal;

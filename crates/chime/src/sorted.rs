@@ -21,10 +21,24 @@
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 
+use crate::layout::LockWord;
 use crate::leaf::LeafBuf;
-use crate::tree::{Attempt, Located, Probe, Tree, Where};
+use crate::tree::{Attempt, Insert, LockedLeaf, Probe, Tree, Where};
 
 impl Tree {
+    /// The slot of the probed key in sorted leaf `buf` (whole): binary search, or with long keys
+    /// every entry sharing the prefix, told apart by its block.
+    async fn sorted_resolve<T: Transport>(
+        &self,
+        c: &Client<T>,
+        buf: &LeafBuf,
+        k: u64,
+        probe: Probe<'_>,
+    ) -> IndexResult<Option<usize>> {
+        let Probe::Full(full) = probe else { return Ok(buf.sorted_search(k).ok()) };
+        self.resolve_long(c, buf, 0..buf.count(), k, full).await
+    }
+
     /// Search: READ the whole leaf, validate, binary search.
     pub(crate) async fn sorted_search<T: Transport>(
         &self,
@@ -37,7 +51,7 @@ impl Tree {
             let mut cur = loc.leaf;
             loop {
                 let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
-                if let Some(i) = self.resolve(c, &buf, 0, k, probe).await? {
+                if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
                     return Ok(Some(buf.value(i)));
                 }
                 match self.judge(&loc, &buf, k) {
@@ -57,61 +71,57 @@ impl Tree {
     pub(crate) async fn sorted_insert_at<T: Transport>(
         &self,
         c: &Client<T>,
-        loc: &Located,
+        ins: &Insert<'_>,
         cur: GlobalAddr,
-        k: u64,
-        v: [u8; 8],
-        probe: Probe<'_>,
     ) -> IndexResult<Attempt> {
         let s = self.leaf.span;
-        let (lw, guard) = self.lock_leaf(c, cur).await?;
+        let Insert { k, v, probe, .. } = *ins;
+        let leaf = self.lock_leaf(c, cur).await?;
         let mut buf = self.read_slots(c, cur, 0, s).await?;
-        if let Some(a) = self.outside_fences(c, loc, cur, &buf, lw, k).await? {
+        if let Some(a) = self.validate_insert(c, ins, &leaf, &buf).await? {
             return Ok(a);
         }
-        if let Some(i) = self.resolve(c, &buf, 0, k, probe).await? {
-            self.update_in_place(c, cur, &mut buf, i, k, v, lw).await?;
+        if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
+            self.update_in_place(c, &leaf, &mut buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
         let at = buf.sorted_search(k).unwrap_or_else(|i| i);
         if buf.count() < s {
             buf.sorted_insert(at, k, v);
-            self.rewrite_sorted_leaf(c, cur, &mut buf, lw).await?;
+            self.rewrite_sorted_leaf(c, &leaf, &mut buf).await?;
             return Ok(Attempt::Done);
         }
-        self.sorted_split(c, loc, cur, buf, at, (k, v), guard).await?;
+        self.sorted_split(c, ins, leaf, buf, at).await?;
         Ok(Attempt::Done)
     }
 
-    /// Writes locked leaf `cur` whole after a shift (insert or delete) under a new node-level
+    /// Writes locked leaf `leaf` whole after a shift (insert or delete) under a new node-level
     /// version, unlocking it in the same WRITE.
     async fn rewrite_sorted_leaf<T: Transport>(
         &self,
         c: &Client<T>,
-        cur: GlobalAddr,
+        leaf: &LockedLeaf<'_>,
         buf: &mut LeafBuf,
-        lw: crate::layout::LockWord,
     ) -> IndexResult<()> {
         buf.bump_node_version();
         let high = buf.fences().expect("whole leaf").1;
-        Ok(c.write(cur, &self.leaf_image(buf, lw, high)).await?)
+        Ok(c.write(leaf.addr, &self.leaf_image(buf, leaf.lw, high)).await?)
     }
 
-    /// Splits full, locked leaf `cur` at the median of its keys and `kv` (placed at `at`); keys
-    /// sharing an 8-byte prefix stay together.
-    #[allow(clippy::too_many_arguments)]
+    /// Splits full, locked leaf `leaf` at the median of its keys and insert `ins`'s pair
+    /// (placed at `at`); keys sharing an 8-byte prefix stay together.
     async fn sorted_split<T: Transport>(
         &self,
         c: &Client<T>,
-        loc: &Located,
-        cur: GlobalAddr,
+        ins: &Insert<'_>,
+        leaf: LockedLeaf<'_>,
         mut buf: LeafBuf,
         at: usize,
-        kv: (u64, [u8; 8]),
-        guard: crate::tree::LocalGuard<'_>,
     ) -> IndexResult<()> {
+        let kv = (ins.k, ins.v);
+        let LockedLeaf { addr: cur, guard, .. } = leaf;
         let s = self.leaf.span;
-        let lw = crate::layout::LockWord { locked: false, full: 0, argmax: 0 };
+        let lw = LockWord { locked: false, full: 0, argmax: 0 };
         let mut all: Vec<(u64, [u8; 8])> = (0..s).map(|i| (buf.key(i), buf.value(i))).collect();
         all.insert(at, kv);
         let n = all.len();
@@ -154,7 +164,7 @@ impl Tree {
         let left_img = self.leaf_image(&buf, lw, left_max);
         self.write_split(c, (right_addr, &right_img), (cur, &left_img)).await?;
         drop(guard);
-        self.insert_internal(c, 1, left_max + 1, right_addr, loc.parent).await
+        self.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await
     }
 
     /// Update (`Some(v)`: one entry rewritten) or delete (`None`: shift left, whole leaf
@@ -170,19 +180,19 @@ impl Tree {
             let loc = self.locate(c, k).await?;
             let mut cur = loc.leaf;
             loop {
-                let (lw, _guard) = self.lock_leaf(c, cur).await?;
+                let leaf = self.lock_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
-                if let Some(i) = self.resolve(c, &buf, 0, k, probe).await? {
+                if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
                     match v {
-                        Some(v) => self.update_in_place(c, cur, &mut buf, i, k, v, lw).await?,
+                        Some(v) => self.update_in_place(c, &leaf, &mut buf, i, k, v).await?,
                         None => {
                             buf.sorted_remove(i);
-                            self.rewrite_sorted_leaf(c, cur, &mut buf, lw).await?;
+                            self.rewrite_sorted_leaf(c, &leaf, &mut buf).await?;
                         }
                     }
                     return Ok(true);
                 }
-                self.unlock_leaf(c, cur, lw).await?;
+                self.unlock_leaf(c, cur, leaf.lw).await?;
                 match self.judge(&loc, &buf, k) {
                     Where::Absent => return Ok(false),
                     Where::Right(sib) => cur = sib,

@@ -1,0 +1,256 @@
+//! Descent: from the root word, or the deepest cached internal node, to the leaf that should
+//! hold a key, and the validation of the leaf reached. CHIME validates by sibling: a leaf
+//! reached through a cached parent must have the sibling that parent expects, else the cached
+//! parent is stale and dropped; reached through a remote parent, a mismatch is a half split and
+//! the key may have moved right along the sibling chain. With fence keys (sibling-based
+//! validation off) the key must lie within the leaf's fences instead. Once a leaf is read,
+//! long keys sharing an 8-byte prefix are told apart here by their blocks.
+
+use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_index::{IndexError, IndexResult};
+
+use super::{parse_root, Attempt, Insert, LockedLeaf, Tree};
+use crate::internal::Internal;
+use crate::leaf::LeafBuf;
+
+/// Where a key's leaf was found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Located {
+    pub leaf: GlobalAddr,
+    /// The leaf's sibling as its parent knows it (null for the rightmost leaf).
+    pub expected: GlobalAddr,
+    /// The cached parent that produced it, if it came from the cache: (low fence, address).
+    pub cached: Option<(u64, GlobalAddr)>,
+    /// The parent's address, when known.
+    pub parent: Option<GlobalAddr>,
+}
+
+/// Where a validated READ of a leaf that lacks the key says the key lives.
+pub(crate) enum Where {
+    /// Nowhere: the leaf covers the key.
+    Absent,
+    /// Further right (half split).
+    Right(GlobalAddr),
+    /// The path was stale: drop the cached parent and start over.
+    Stale,
+}
+
+impl Tree {
+    /// Reads the root word.
+    pub(super) async fn root<T: Transport>(&self, c: &Client<T>) -> IndexResult<(u8, GlobalAddr)> {
+        let w = c.read_word(self.root_slot).await?;
+        let (h, a) = parse_root(w);
+        if h == 0 || a.is_null() {
+            return Err(IndexError::Corrupt(format!("root word {w:#x}")));
+        }
+        Ok((h, a))
+    }
+
+    /// READs an internal node until it validates, and caches it.
+    pub(super) async fn read_internal<T: Transport>(
+        &self,
+        c: &Client<T>,
+        addr: GlobalAddr,
+    ) -> IndexResult<Internal> {
+        let mut b = vec![0u8; self.inner.physical()];
+        for _ in 0..1_000_000 {
+            c.read(addr, &mut b).await?;
+            if let Ok(n) = Internal::decode(&self.inner, &b) {
+                if n.level == 0 {
+                    return Err(IndexError::Corrupt(format!(
+                        "internal node at {addr} has level 0"
+                    )));
+                }
+                self.cache.insert(addr, n.clone());
+                return Ok(n);
+            }
+            self.retry();
+        }
+        Err(IndexError::Corrupt(format!("internal node at {addr} never read consistently")))
+    }
+
+    /// Finds the leaf for `k`: the cached parent if any, else a remote traversal from the deepest
+    /// cached node above (or the root).
+    pub(crate) async fn locate<T: Transport>(&self, c: &Client<T>, k: u64) -> IndexResult<Located> {
+        if let Some(p) = self.cache.lookup(1, k) {
+            let (leaf, expected) = p.node.child_for(k);
+            return Ok(Located {
+                leaf,
+                expected,
+                cached: Some((p.node.low, p.addr)),
+                parent: Some(p.addr),
+            });
+        }
+        let mut from_cache = self.cache.deepest(k).filter(|n| n.node.level >= 2);
+        'restart: loop {
+            let mut addr = match from_cache.take() {
+                Some(n) => n.node.child_for(k).0,
+                None => {
+                    let (height, root) = self.root(c).await?;
+                    if height == 1 {
+                        return Ok(Located {
+                            leaf: root,
+                            expected: GlobalAddr::NULL,
+                            cached: None,
+                            parent: None,
+                        });
+                    }
+                    root
+                }
+            };
+            loop {
+                let n = self.read_internal(c, addr).await?;
+                if k > n.high && !n.sibling.is_null() {
+                    addr = n.sibling;
+                    continue;
+                }
+                if k < n.low {
+                    self.retry();
+                    continue 'restart;
+                }
+                let (child, expected) = n.child_for(k);
+                if n.level == 1 {
+                    return Ok(Located { leaf: child, expected, cached: None, parent: Some(addr) });
+                }
+                addr = child;
+            }
+        }
+    }
+
+    /// Where `k`, absent from validated READ `buf` of a leaf reached through `loc`, lives:
+    /// sibling-based validation compares the sibling with the one the parent expects; with
+    /// fence keys (sibling-based validation off) the key must lie within them.
+    pub(crate) fn judge(&self, loc: &Located, buf: &LeafBuf, k: u64) -> Where {
+        let (sib, _) = buf.meta().expect("validated read has a replica");
+        if self.leaf.kind.fenced {
+            let (low, high) = buf.fences().expect("validated read has a replica");
+            return if (low..=high).contains(&k) {
+                Where::Absent
+            } else if loc.cached.is_none() && k > high && !sib.is_null() {
+                Where::Right(sib)
+            } else {
+                Where::Stale
+            };
+        }
+        if sib == loc.expected {
+            Where::Absent
+        } else if loc.cached.is_some() {
+            Where::Stale
+        } else if sib.is_null() {
+            Where::Absent
+        } else {
+            Where::Right(sib)
+        }
+    }
+
+    /// Drops the cached parent that led to a stale leaf, if it came from the cache, and counts
+    /// a retry.
+    pub(crate) fn invalidate(&self, loc: &Located) {
+        if let Some((low, addr)) = loc.cached {
+            self.cache.invalidate(1, low, addr);
+        }
+        self.retry();
+    }
+
+    /// Validates leaf `leaf`, locked and READ into `buf` for insert `ins`: `None` if the key
+    /// belongs there, else what the attempt does next (the leaf is unlocked). With fence keys
+    /// the key must lie within them. Otherwise a sibling other than the one the parent expects
+    /// means a stale cached parent (start over) or, reached through a remote parent, a half
+    /// split: the key moves right unless the leaf still covers it.
+    pub(crate) async fn validate_insert<T: Transport>(
+        &self,
+        c: &Client<T>,
+        ins: &Insert<'_>,
+        leaf: &LockedLeaf<'_>,
+        buf: &LeafBuf,
+    ) -> IndexResult<Option<Attempt>> {
+        if self.leaf.kind.fenced {
+            return self.outside_fences(c, ins, leaf, buf).await;
+        }
+        let (sib, _) = buf.meta().expect("validated read has a replica");
+        if sib == ins.loc.expected {
+            return Ok(None);
+        }
+        if ins.loc.cached.is_some() {
+            self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
+            self.invalidate(&ins.loc);
+            return Ok(Some(Attempt::Restart));
+        }
+        if !sib.is_null() && !self.belongs(c, leaf, buf, ins.k).await? {
+            self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
+            self.retry();
+            return Ok(Some(Attempt::Right(sib)));
+        }
+        Ok(None)
+    }
+
+    /// With fence keys: `None` if insert `ins`'s key lies within the fences of `leaf` (locked,
+    /// READ into `buf`), else what to do next (the leaf is unlocked).
+    async fn outside_fences<T: Transport>(
+        &self,
+        c: &Client<T>,
+        ins: &Insert<'_>,
+        leaf: &LockedLeaf<'_>,
+        buf: &LeafBuf,
+    ) -> IndexResult<Option<Attempt>> {
+        let next = match self.judge(&ins.loc, buf, ins.k) {
+            Where::Absent => return Ok(None),
+            Where::Right(sib) => {
+                self.retry();
+                Attempt::Right(sib)
+            }
+            Where::Stale => {
+                self.invalidate(&ins.loc);
+                Attempt::Restart
+            }
+        };
+        self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
+        Ok(Some(next))
+    }
+
+    /// Whether `k` belongs to locked leaf `leaf` (READ into `buf`) although its sibling is not
+    /// the expected one: yes if it is at most a key the leaf holds (argmax, when read) or at
+    /// most its upper bound.
+    async fn belongs<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: &LockedLeaf<'_>,
+        buf: &LeafBuf,
+        k: u64,
+    ) -> IndexResult<bool> {
+        let lw = &leaf.lw;
+        if lw.argmax < self.leaf.span && buf.is_loaded(lw.argmax) {
+            let m = buf.key(lw.argmax);
+            if m != 0 && k <= m {
+                return Ok(true);
+            }
+        }
+        Ok(k <= self.read_bound(c, leaf.addr).await?)
+    }
+
+    /// Long keys: the slot among `slots` (loaded) whose entry holds prefix `k` and whose block
+    /// holds the full key. The blocks of entries sharing the prefix are read (immutable once
+    /// published, so any READ of them is consistent with the validated leaf READ that named
+    /// them).
+    pub(crate) async fn resolve_long<T: Transport>(
+        &self,
+        c: &Client<T>,
+        buf: &LeafBuf,
+        slots: impl IntoIterator<Item = usize>,
+        k: u64,
+        full: &[u8],
+    ) -> IndexResult<Option<usize>> {
+        for i in slots {
+            if buf.key(i) != k {
+                continue;
+            }
+            let block = GlobalAddr::from_raw(u64::from_le_bytes(buf.value(i)));
+            let b = c.read_vec(block, 8 + full.len()).await?;
+            let klen = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
+            if klen == full.len() && &b[8..] == full {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,227 @@
+//! Point operations on a hopscotch leaf. A key lives within H slots of its home, its
+//! neighbourhood, so a search READs one neighbourhood (after a speculative READ of one hot entry,
+//! when enabled) and, not finding the key, checks the home's hop bitmap against the keys read.
+//! An insert locks the leaf, READs from the home's bucket to the first bucket the vacancy bitmap
+//! shows with a free slot, and hops that slot into the neighbourhood; when no hop can, the leaf
+//! splits (`smo`). An update rewrites one entry; a delete clears it with its hop bit and its
+//! vacancy bit.
+
+use std::sync::atomic::Ordering;
+
+use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_index::cacheline::phys_range;
+use dmindex_index::IndexResult;
+
+use super::{Attempt, Insert, Probe, Tree, Where};
+use crate::layout::LockWord;
+use crate::leaf::{home, Hop, LeafBuf};
+
+impl Tree {
+    /// The slot of the probed key in home `h`'s neighbourhood of hopscotch leaf `buf` (loaded).
+    async fn resolve<T: Transport>(
+        &self,
+        c: &Client<T>,
+        buf: &LeafBuf,
+        h: usize,
+        k: u64,
+        probe: Probe<'_>,
+    ) -> IndexResult<Option<usize>> {
+        let Probe::Full(full) = probe else { return Ok(buf.find(h, k)) };
+        let span = self.leaf.span;
+        self.resolve_long(c, buf, (0..self.leaf.h).map(|d| (h + d) % span), k, full).await
+    }
+
+    /// Hotness-aware speculative read: READ only the hottest buffered slot of k's neighbourhood
+    /// whose fingerprint matches; a whole entry holding k is k's value at that instant (see
+    /// [`crate::hotspot`]). Long keys are not speculated on (their blocks would need reading).
+    async fn speculate<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        h: usize,
+        k: u64,
+        probe: Probe<'_>,
+    ) -> IndexResult<Option<[u8; 8]>> {
+        let (Some(hs), Probe::Exact) = (&self.hotspots, probe) else { return Ok(None) };
+        let Some(slot) = hs.best(leaf, (0..self.leaf.h).map(|d| (h + d) % self.leaf.span), k)
+        else {
+            return Ok(None);
+        };
+        hs.attempts.fetch_add(1, Ordering::Relaxed);
+        let d0 = self.leaf.entry(slot);
+        let d1 = d0 + self.leaf.entry_len;
+        let (p0, p1) = phys_range(d0, d1);
+        let raw = c.read_vec(leaf.add(p0 as u64), p1 - p0).await?;
+        let mut buf = LeafBuf::new(self.leaf);
+        if buf.absorb(d0, d1, &raw).is_ok() && buf.key(slot) == k {
+            hs.hits.fetch_add(1, Ordering::Relaxed);
+            hs.touch(leaf, slot, k);
+            return Ok(Some(buf.value(slot)));
+        }
+        hs.forget(leaf, slot);
+        Ok(None)
+    }
+
+    /// Search: neighbourhood READ, three-level validation, sibling-based validation.
+    pub(super) async fn hopscotch_search<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+        probe: Probe<'_>,
+    ) -> IndexResult<Option<[u8; 8]>> {
+        let (s, hh) = (self.leaf.span, self.leaf.h);
+        let h = home(k, s);
+        'outer: loop {
+            let loc = self.locate(c, k).await?;
+            let mut cur = loc.leaf;
+            if let Some(v) = self.speculate(c, cur, h, k, probe).await? {
+                return Ok(Some(v));
+            }
+            loop {
+                let buf = self.read_slots(c, cur, h, hh).await?;
+                if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
+                    if let Some(hs) = &self.hotspots {
+                        hs.touch(cur, i, k);
+                    }
+                    return Ok(Some(buf.value(i)));
+                }
+                if buf.status(h) != buf.bitmap(h) {
+                    // A hop is in flight: what we read is an intermediate state.
+                    self.retry();
+                    continue;
+                }
+                match self.judge(&loc, &buf, k) {
+                    Where::Absent => return Ok(None),
+                    Where::Stale => {
+                        self.invalidate(&loc);
+                        continue 'outer;
+                    }
+                    // Half split: the key may have moved right.
+                    Where::Right(sib) => cur = sib,
+                }
+            }
+        }
+    }
+
+    /// One insert attempt on hopscotch leaf `cur`: lock, READ from k's home bucket to the first
+    /// bucket with a vacancy, validate, then update in place, hop the key in, or split.
+    pub(super) async fn hopscotch_insert_at<T: Transport>(
+        &self,
+        c: &Client<T>,
+        ins: &Insert<'_>,
+        cur: GlobalAddr,
+    ) -> IndexResult<Attempt> {
+        let (s, hh) = (self.leaf.span, self.leaf.h);
+        let Insert { k, v, probe, .. } = *ins;
+        let h = home(k, s);
+        let leaf = self.lock_hopscotch_leaf(c, cur).await?;
+        let lw = leaf.lw;
+        // Read whole buckets from h's bucket to the first bucket with a vacancy, at least the
+        // neighbourhood; everything if no bucket has one.
+        let lo = self.leaf.bucket_slots(self.leaf.bucket(h)).0;
+        let plan = LeafBuf::new(self.leaf);
+        let n = match plan.first_vacant_bucket_slot(lw.full, h) {
+            None => s,
+            Some(e) => {
+                let last = self.leaf.bucket_slots(self.leaf.bucket(e)).1;
+                plan.dist(lo, h) + (plan.dist(h, last) + 1).max(hh)
+            }
+        };
+        let mut buf = self.read_slots(c, cur, lo, n).await?;
+        if let Some(a) = self.validate_insert(c, ins, &leaf, &buf).await? {
+            return Ok(a);
+        }
+        if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
+            self.update_in_place(c, &leaf, &mut buf, i, k, v).await?;
+            return Ok(Attempt::Done);
+        }
+        let am_key = (lw.argmax < s && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax));
+        let mut outcome = buf.hop_insert(k, v);
+        if outcome == Hop::NoEmpty && n < s {
+            buf = self.read_slots(c, cur, 0, s).await?;
+            outcome = buf.hop_insert(k, v);
+        }
+        match outcome {
+            Hop::Done(modified) => {
+                // Lazy argmax: the new key if larger (or the slot was empty); follow a hopped max.
+                let argmax = match am_key {
+                    Some(m) if m == 0 || k > m => buf.find(h, k).expect("just inserted"),
+                    Some(m) if buf.key(lw.argmax) != m => {
+                        buf.find(home(m, s), m).unwrap_or(lw.argmax)
+                    }
+                    _ => lw.argmax,
+                };
+                let new = LockWord { locked: false, full: buf.vacancy(lw.full), argmax };
+                let (wlo, wn) = self.span_of(&buf, h, &modified);
+                let pieces = self.write_plan(&buf, wlo, wn, new);
+                self.write_pieces(c, cur, &pieces).await?;
+                Ok(Attempt::Done)
+            }
+            Hop::NoEmpty | Hop::NoHop => {
+                if !buf.all_loaded() {
+                    buf = self.read_slots(c, cur, 0, s).await?;
+                }
+                let placed = self.split_leaf(c, ins, leaf, buf).await?;
+                Ok(if placed { Attempt::Done } else { Attempt::Restart })
+            }
+        }
+    }
+
+    /// Update (`Some(v)`: the entry rewritten in place) or delete (`None`: the entry, its home's
+    /// hop bit and its vacancy bit cleared) under the leaf's lock; returns whether the key
+    /// existed.
+    pub(super) async fn hopscotch_modify<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+        v: Option<[u8; 8]>,
+        probe: Probe<'_>,
+    ) -> IndexResult<bool> {
+        let (s, hh) = (self.leaf.span, self.leaf.h);
+        let h = home(k, s);
+        'outer: loop {
+            let loc = self.locate(c, k).await?;
+            let mut cur = loc.leaf;
+            loop {
+                let leaf = self.lock_hopscotch_leaf(c, cur).await?;
+                let mut buf = self.read_slots(c, cur, h, hh).await?;
+                if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
+                    if let (Some(hs), Some(_)) = (&self.hotspots, v) {
+                        hs.touch(cur, i, k);
+                    }
+                    match v {
+                        Some(v) => self.update_in_place(c, &leaf, &mut buf, i, k, v).await?,
+                        None => {
+                            let modified = buf.remove(h, i);
+                            let full = leaf.lw.full & !(1 << self.leaf.bucket(i));
+                            let (wlo, wn) = self.span_of(&buf, h, &modified);
+                            let lw = LockWord { full, ..leaf.lw };
+                            let pieces = self.write_plan(&buf, wlo, wn, lw);
+                            self.write_pieces(c, cur, &pieces).await?;
+                        }
+                    }
+                    return Ok(true);
+                }
+                self.unlock_leaf(c, cur, leaf.lw).await?;
+                match self.judge(&loc, &buf, k) {
+                    Where::Absent => return Ok(false),
+                    Where::Stale => {
+                        self.invalidate(&loc);
+                        continue 'outer;
+                    }
+                    Where::Right(sib) => {
+                        self.retry();
+                        cur = sib;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The slots `modified` (all within `h ..` circularly) as (lo, n).
+    fn span_of(&self, buf: &LeafBuf, h: usize, modified: &[usize]) -> (usize, usize) {
+        let first = modified.iter().map(|&i| buf.dist(h, i)).min().expect("non-empty");
+        let last = modified.iter().map(|&i| buf.dist(h, i)).max().expect("non-empty");
+        ((h + first) % buf.span(), last - first + 1)
+    }
+}

@@ -1,0 +1,216 @@
+//! Leaf I/O: READs of a leaf's neighbourhoods (or of the whole leaf) into a [`LeafBuf`],
+//! repeated until cache-line and node-level versions agree; the leaf lock, one masked CAS on
+//! the lock word that also returns the vacancy bitmap and argmax, queued behind the CN-local
+//! lock table; and the WRITEs that put entries back and unlock the leaf in the same doorbell.
+
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_index::cacheline::{self, phys_range};
+use dmindex_index::IndexResult;
+
+use super::{LocalGuard, Tree};
+use crate::layout::{LockWord, LOCK_BIT};
+use crate::leaf::LeafBuf;
+
+/// A leaf under this client's lock: its address, the lock word the locking CAS returned
+/// (vacancy bitmap and argmax), and the slot of the CN-local lock table held with it, released
+/// when this is dropped (right after the remote unlock).
+pub(crate) struct LockedLeaf<'t> {
+    pub addr: GlobalAddr,
+    pub lw: LockWord,
+    pub guard: LocalGuard<'t>,
+}
+
+impl Tree {
+    /// The address of a leaf's lock word.
+    fn lock_addr(&self, leaf: GlobalAddr) -> GlobalAddr {
+        leaf.add(self.leaf.lock_offset() as u64)
+    }
+
+    /// Acquires a leaf's lock with one masked CAS that also returns the vacancy bitmap and argmax.
+    /// The returned [`LockedLeaf`] holds the CN-local lock: drop it right after the remote
+    /// unlock, and never hold it while taking another lock (table slots are shared by hashing).
+    pub(crate) async fn lock_leaf<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+    ) -> IndexResult<LockedLeaf<'_>> {
+        let guard = self.local_lock(self.lock_addr(leaf)).lock().await;
+        loop {
+            let old = c.masked_cas(self.lock_addr(leaf), 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
+            if old & LOCK_BIT == 0 {
+                let lw = LockWord::decode(&self.leaf, old);
+                return Ok(LockedLeaf { addr: leaf, lw, guard });
+            }
+            self.retry();
+        }
+    }
+
+    /// Locks a hopscotch leaf ([`Tree::lock_leaf`]) and gets its vacancy bitmap: from the lock
+    /// CAS, or without vacancy-bitmap piggybacking from a READ of its own right after it.
+    pub(super) async fn lock_hopscotch_leaf<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+    ) -> IndexResult<LockedLeaf<'_>> {
+        let mut locked = self.lock_leaf(c, leaf).await?;
+        if !self.vacancy {
+            // Without piggybacking the lock CAS is used as a plain lock and the vacancy
+            // bitmap costs its own READ (it shares the word here; the cost is the same).
+            let w = c.read_word(self.lock_addr(leaf)).await? & !LOCK_BIT;
+            locked.lw = LockWord::decode(&self.leaf, w);
+        }
+        Ok(locked)
+    }
+
+    /// Releases a leaf's remote lock: one WRITE of lock word `lw` (vacancy bitmap and argmax)
+    /// with the lock bit clear.
+    pub(crate) async fn unlock_leaf<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        lw: LockWord,
+    ) -> IndexResult<()> {
+        let w = LockWord { locked: false, ..lw }.encode(&self.leaf);
+        Ok(c.write(self.lock_addr(leaf), &w.to_le_bytes()).await?)
+    }
+
+    /// READs decoded `ranges` of a leaf (one doorbell) into `buf`; `Ok(false)` if what came back
+    /// is torn or mid-write.
+    async fn read_into<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        buf: &mut LeafBuf,
+        ranges: &[(usize, usize)],
+    ) -> IndexResult<bool> {
+        let mut bufs: Vec<Vec<u8>> = ranges
+            .iter()
+            .map(|&(d0, d1)| {
+                let (p0, p1) = phys_range(d0, d1);
+                vec![0u8; p1 - p0]
+            })
+            .collect();
+        if bufs.len() == 1 {
+            let (p0, _) = phys_range(ranges[0].0, ranges[0].1);
+            c.read(leaf.add(p0 as u64), &mut bufs[0]).await?;
+        } else {
+            let mut ops: Vec<BatchOp<'_>> = ranges
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&(d0, d1), b)| BatchOp::Read {
+                    addr: leaf.add(phys_range(d0, d1).0 as u64),
+                    buf: b,
+                })
+                .collect();
+            c.batch(&mut ops).await?;
+        }
+        for (&(d0, d1), b) in ranges.iter().zip(&bufs) {
+            if buf.absorb(d0, d1, b).is_err() {
+                return Ok(false);
+            }
+        }
+        Ok(buf.validate().is_ok())
+    }
+
+    /// READs slots `lo .. lo + n` of a leaf until the READ validates.
+    pub(crate) async fn read_slots<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        lo: usize,
+        n: usize,
+    ) -> IndexResult<LeafBuf> {
+        loop {
+            let mut buf = LeafBuf::new(self.leaf);
+            let ranges = buf.ranges(lo, n);
+            if self.read_into(c, leaf, &mut buf, &ranges).await? {
+                return Ok(buf);
+            }
+            self.retry();
+        }
+    }
+
+    /// READs a leaf's inclusive upper bound (big-endian, at the rear).
+    pub(super) async fn read_bound<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+    ) -> IndexResult<u64> {
+        let b = c.read_vec(leaf.add(self.leaf.bound_offset() as u64), 8).await?;
+        Ok(u64::from_be_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    /// Physical bytes and addresses to WRITE for slots `lo .. lo + n`, plus the unlocking lock
+    /// word, as (offset, bytes) pieces in write order. The lock word joins the last piece when
+    /// it ends at the leaf's last slot.
+    pub(super) fn write_plan(
+        &self,
+        buf: &LeafBuf,
+        lo: usize,
+        n: usize,
+        lw: LockWord,
+    ) -> Vec<(usize, Vec<u8>)> {
+        let mut pieces = Vec::new();
+        for (d0, d1) in buf.write_ranges(lo, n) {
+            let mut out = Vec::new();
+            cacheline::encode(&self.leaf, &buf.bytes, d0, d1, &mut out);
+            pieces.push((phys_range(d0, d1).0, out));
+        }
+        let word = LockWord { locked: false, ..lw }.encode(&self.leaf).to_le_bytes();
+        let lock_at = self.leaf.lock_offset();
+        let last = pieces.last_mut().expect("at least one range");
+        if last.0 + last.1.len() == self.leaf.physical() {
+            last.1.resize(lock_at - last.0, 0);
+            last.1.extend_from_slice(&word);
+        } else {
+            pieces.push((lock_at, word.to_vec()));
+        }
+        pieces
+    }
+
+    /// WRITEs pieces to a leaf in order, as one doorbell batch.
+    pub(super) async fn write_pieces<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        pieces: &[(usize, Vec<u8>)],
+    ) -> IndexResult<()> {
+        if pieces.len() == 1 {
+            c.write(leaf.add(pieces[0].0 as u64), &pieces[0].1).await?;
+        } else {
+            let mut ops: Vec<BatchOp<'_>> = pieces
+                .iter()
+                .map(|(o, b)| BatchOp::Write { addr: leaf.add(*o as u64), data: b })
+                .collect();
+            c.batch(&mut ops).await?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites entry `i` of locked leaf `leaf` (READ into `buf`) as (k, v) with its
+    /// entry-level version bumped, unlocking the leaf in the same WRITE.
+    pub(crate) async fn update_in_place<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: &LockedLeaf<'_>,
+        buf: &mut LeafBuf,
+        i: usize,
+        k: u64,
+        v: [u8; 8],
+    ) -> IndexResult<()> {
+        buf.set_entry(i, k, v);
+        buf.bump_ev(i);
+        let pieces = self.write_plan(buf, i, 1, leaf.lw);
+        self.write_pieces(c, leaf.addr, &pieces).await
+    }
+
+    /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.
+    pub(crate) fn leaf_image(&self, buf: &LeafBuf, lw: LockWord, bound: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        cacheline::encode(&self.leaf, &buf.bytes, 0, self.leaf.decoded(), &mut out);
+        out.resize(self.leaf.lock_offset(), 0);
+        out.extend_from_slice(&LockWord { locked: false, ..lw }.encode(&self.leaf).to_le_bytes());
+        out.extend_from_slice(&bound.to_be_bytes());
+        out
+    }
+}
