@@ -40,8 +40,8 @@ pub struct BenchArgs {
     /// create, no load phase; --transport ucx).
     #[arg(long)]
     attach: bool,
-    /// Simulator fabric preset (with --transport sim).
-    #[arg(long, default_value = "chime-testbed")]
+    #[arg(long, default_value = dmindex_sim::DEFAULT_PRESET,
+          help = format!("Simulator fabric preset: {}", dmindex_sim::PRESETS.join(", ")))]
     preset: String,
     /// Override a simulator fabric parameter, e.g. --set link_gbps=25 (repeatable).
     #[arg(long = "set", value_name = "NAME=VALUE")]

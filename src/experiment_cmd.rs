@@ -9,7 +9,7 @@ use dmindex_catalog::papers::{resolve, PAPERS};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Experiment to run: PAPER/NAME (e.g. chime/ycsb), PAPER/all, a name only one paper has,
+    /// Experiment to run: PAPER/NAME, PAPER/all, a name only one paper has,
     /// or `all`; `--list` names them and the figures they reproduce.
     #[arg(required_unless_present = "list")]
     name: Option<String>,

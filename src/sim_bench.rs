@@ -9,8 +9,8 @@ use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Fabric preset (chime-testbed, stress).
-    #[arg(long, default_value = "chime-testbed")]
+    #[arg(long, default_value = dmindex_sim::DEFAULT_PRESET,
+          help = format!("Simulator fabric preset: {}", dmindex_sim::PRESETS.join(", ")))]
     preset: String,
     /// Override a fabric parameter, e.g. --set link_gbps=25 (repeatable).
     #[arg(long = "set", value_name = "NAME=VALUE")]

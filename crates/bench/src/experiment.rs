@@ -17,7 +17,7 @@ use crate::{BenchConfig, BenchReport, TransportKind};
 
 /// A paper whose figures can be reproduced.
 pub struct Paper {
-    /// Short name (`chime`), the prefix of `dmindex experiment chime/ycsb`.
+    /// Short name, the prefix of `dmindex experiment PAPER/NAME`.
     pub name: &'static str,
     /// Title and venue.
     pub title: &'static str,

@@ -84,7 +84,7 @@ impl Default for BenchConfig {
         BenchConfig {
             index: String::new(),
             transport: TransportKind::Local,
-            preset: "chime-testbed".into(),
+            preset: dmindex_sim::DEFAULT_PRESET.into(),
             overrides: Vec::new(),
             memory_nodes: 1,
             mn_bytes: 4 << 30,
@@ -166,7 +166,7 @@ pub struct BenchReport {
     /// Bytes allocated on memory nodes.
     pub remote_bytes: u64,
     pub load_factor: Option<f64>,
-    /// Index-specific counters summed over compute nodes (e.g. CHIME's leaf splits).
+    /// Index-specific counters summed over compute nodes (e.g. leaf splits).
     pub index_stats: std::collections::BTreeMap<String, u64>,
     pub per_op: Vec<OpBreakdown>,
     /// Seconds of real time the run phase took.
@@ -459,7 +459,7 @@ async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     }
 }
 
-/// Chunk size for clients: CHIME's 16 MiB, shrunk so that every client taking a chunk from
+/// Chunk size for clients: 16 MiB (as the reference designs take), shrunk so that every client taking a chunk from
 /// every memory node uses at most a quarter of the memory (many clients, small nodes).
 fn chunk_size(cfg: &BenchConfig) -> u64 {
     let clients = (cfg.cns as u64 * cfg.clients as u64 * cfg.coroutines as u64).max(1);

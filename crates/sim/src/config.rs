@@ -138,6 +138,10 @@ impl NetParams {
 /// Names accepted by [`NetParams::preset`].
 pub const PRESETS: &[&str] = &["chime-testbed", "stress"];
 
+/// The preset runs use when none is named: the RDMA testbed of the CHIME paper (the first of
+/// [`PRESETS`]).
+pub const DEFAULT_PRESET: &str = PRESETS[0];
+
 /// Seed-controlled faults (BUGGIFY-style).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Faults {

@@ -51,7 +51,7 @@ use std::sync::Arc;
 use dmindex_fabric::memory::Region;
 use dmindex_fabric::{layout, Client, ClusterInfo, Fabric, Result, Services};
 
-pub use config::{Faults, NetParams, SimConfig, PRESETS};
+pub use config::{Faults, NetParams, SimConfig, DEFAULT_PRESET, PRESETS};
 pub use executor::Task;
 pub use report::SimReport;
 pub use transport::SimTransport;
