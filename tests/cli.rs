@@ -582,3 +582,20 @@ fn the_catalog_drives_indexes_help_and_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown experiment 'nope'"));
 }
+
+#[test]
+fn memnode_refuses_an_unknown_index() {
+    let out = dmindex(&[
+        "memnode",
+        "--listen",
+        "127.0.0.1:0",
+        "--size",
+        "64m",
+        "--token-file",
+        "/nonexistent",
+        "--index",
+        "nope",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown index 'nope'"));
+}
