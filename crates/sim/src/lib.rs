@@ -49,7 +49,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use dmindex_fabric::memory::Region;
-use dmindex_fabric::{layout, Client, ClusterInfo, Fabric, Result, Services};
+use dmindex_fabric::{layout, Client, ClusterInfo, Fabric, GlobalAddr, Result, Services};
 
 pub use config::{Faults, NetParams, SimConfig, DEFAULT_PRESET, PRESETS};
 pub use executor::Task;
@@ -84,6 +84,17 @@ pub struct RunOutcome {
     pub stuck: Vec<usize>,
     /// Virtual time at the end of the run, in ns.
     pub end_ns: u64,
+}
+
+/// A word that a crashed client's last changing atomic set and that still holds that value —
+/// typically a lock it took and never released — with the live clients whose latest atomic verb
+/// targeted it (those spinning on it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldWord {
+    /// The crashed client (its [`SimTransport::id`]).
+    pub holder: u32,
+    pub addr: GlobalAddr,
+    pub waiters: Vec<u32>,
 }
 
 impl RunOutcome {
@@ -231,6 +242,27 @@ impl Sim {
         assert!(outcome.all_finished(), "block_on: the task did not finish: {outcome:?}");
         let r = slot.borrow_mut().take().expect("finished task left its result");
         r
+    }
+
+    /// Words crashed clients set and left set, with the live clients spinning on each (see
+    /// [`HeldWord`]): how a run explains clients stuck behind a crash.
+    pub fn words_held_by_crashed(&self) -> Vec<HeldWord> {
+        let w = self.shared.world.borrow();
+        let mut out = Vec::new();
+        for (holder, c) in w.clients.iter().enumerate() {
+            let (true, Some((addr, set))) = (c.crashed, c.last_set) else { continue };
+            let mut now = [0u8; 8];
+            self.shared.regions[addr.node() as usize].read(addr.offset(), &mut now);
+            if u64::from_le_bytes(now) != set {
+                continue;
+            }
+            let waiters = (0..w.clients.len())
+                .filter(|&i| !w.clients[i].crashed && w.clients[i].last_atomic == Some(addr))
+                .map(|i| i as u32)
+                .collect();
+            out.push(HeldWord { holder: holder as u32, addr, waiters });
+        }
+        out
     }
 
     /// Throughput, latency and NIC utilisation so far.

@@ -19,6 +19,13 @@ pub struct SimTransport {
     pub(crate) client: u32,
 }
 
+impl SimTransport {
+    /// This client's id in the simulation (as [`crate::HeldWord`] names clients).
+    pub fn id(&self) -> u32 {
+        self.client
+    }
+}
+
 /// Waits for one op's completion event; frees the op if dropped early.
 struct OpWait<'a> {
     shared: &'a Shared,

@@ -122,6 +122,10 @@ pub(crate) struct ClientState {
     pub(crate) outstanding: u32,
     pub(crate) quiesce_waker: Option<Waker>,
     pub(crate) crashed: bool,
+    /// The word this client's latest atomic verb targeted.
+    pub(crate) last_atomic: Option<GlobalAddr>,
+    /// The latest word this client's atomics changed, and the value they left there.
+    pub(crate) last_set: Option<(GlobalAddr, u64)>,
 }
 
 /// Verb counters of the whole simulation, by kind.
@@ -230,6 +234,8 @@ impl World {
             outstanding: 0,
             quiesce_waker: None,
             crashed: false,
+            last_atomic: None,
+            last_set: None,
         });
         (self.clients.len() - 1) as u32
     }
@@ -384,9 +390,19 @@ impl World {
             EventKind::Atomic => {
                 let op = &mut self.ops[ev.op as usize];
                 let OpKind::Atomic(a) = op.kind else { unreachable!("atomic event on non-atomic") };
-                let old = regions[op.addr.node() as usize].atomic(op.addr.offset(), a);
+                let region = &regions[op.addr.node() as usize];
+                let old = region.atomic(op.addr.offset(), a);
                 op.result = Ok(old);
+                let (addr, client) = (op.addr, op.client as usize);
                 self.trace_hash = mix(self.trace_hash, old);
+                let mut new = [0u8; 8];
+                region.read(addr.offset(), &mut new);
+                let new = u64::from_le_bytes(new);
+                let c = &mut self.clients[client];
+                c.last_atomic = Some(addr);
+                if new != old {
+                    c.last_set = Some((addr, new));
+                }
             }
             EventKind::Rpc => {
                 let op = &mut self.ops[ev.op as usize];

@@ -11,7 +11,10 @@
 //! A client still running at the virtual deadline is *stuck*. With no crash in the run nothing
 //! can explain that, so the seed fails (a deadlock or livelock is a bug). After a crash it is
 //! reported as stuck behind the crash: a crashed client may have left a lock held, and until
-//! client-crash recovery exists that lock stays held. Every report counts the operations
+//! client-crash recovery exists that lock stays held. The simulator names such locks (a word a
+//! crashed client's last changing atomic set and nobody changed since) and the clients whose
+//! latest atomic targeted one are counted as spinning on a lock a crashed client holds; the
+//! others wait behind those (e.g. in a compute node's local lock table). Every report counts the operations
 //! requested and those that completed and were checked, so a run in which most clients stalled
 //! cannot pass for a thorough one. Crashes come in a seed mix ([`Crashes::OneSeedIn`]) that keeps
 //! coverage high while every crash path is still exercised.
@@ -100,6 +103,8 @@ pub struct SeedReport {
     pub crashed: usize,
     /// Clients still running at the deadline, behind a crash (with no crash the seed fails).
     pub stuck: usize,
+    /// Of those, clients spinning on a word a crashed client set and left set (a lock it held).
+    pub stuck_on_held_lock: usize,
     pub trace_hash: u64,
 }
 
@@ -108,13 +113,14 @@ impl fmt::Display for SeedReport {
         write!(
             f,
             "seed {}: {} of {} operations checked on {} keys, {} clients crashed, {} stuck \
-             behind a crash, trace {:016x}",
+             behind a crash ({} spinning on a lock a crashed client holds), trace {:016x}",
             self.seed,
             self.completed,
             self.requested,
             self.stats.keys,
             self.crashed,
             self.stuck,
+            self.stuck_on_held_lock,
             self.trace_hash
         )
     }
@@ -128,6 +134,7 @@ pub struct Summary {
     pub completed: u64,
     pub crashed: usize,
     pub stuck: usize,
+    pub stuck_on_held_lock: usize,
     /// Seeds in which a client crashed.
     pub seeds_with_crashes: u64,
     /// Seeds in which a client was stuck behind a crash.
@@ -142,6 +149,7 @@ impl Summary {
         self.completed += r.completed;
         self.crashed += r.crashed;
         self.stuck += r.stuck;
+        self.stuck_on_held_lock += r.stuck_on_held_lock;
         self.seeds_with_crashes += u64::from(r.crashed > 0);
         self.seeds_with_stuck += u64::from(r.stuck > 0);
     }
@@ -161,7 +169,8 @@ impl fmt::Display for Summary {
         write!(
             f,
             "{} seeds linearizable: {} of {} operations checked ({:.1} %), {} clients crashed \
-             in {} seeds, {} clients stuck behind a crash in {} seeds",
+             in {} seeds, {} clients stuck behind a crash in {} seeds ({} of them spinning on \
+             a lock a crashed client holds: no client-crash recovery yet)",
             self.seeds,
             self.completed,
             self.requested,
@@ -169,7 +178,8 @@ impl fmt::Display for Summary {
             self.crashed,
             self.seeds_with_crashes,
             self.stuck,
-            self.seeds_with_stuck
+            self.seeds_with_stuck,
+            self.stuck_on_held_lock
         )
     }
 }
@@ -314,6 +324,15 @@ where
             cfg.deadline_ns / 1_000_000
         );
     }
+    let held = sim.words_held_by_crashed();
+    let stuck_on_held_lock = out
+        .stuck
+        .iter()
+        .filter(|&&t| {
+            let id = clients[t].transport().id();
+            held.iter().any(|h| h.waiters.contains(&id))
+        })
+        .count();
     match history.check() {
         Ok(stats) => Ok(SeedReport {
             seed,
@@ -322,6 +341,7 @@ where
             completed: completed.get(),
             crashed: out.crashed.len(),
             stuck: out.stuck.len(),
+            stuck_on_held_lock,
             trace_hash: sim.trace_hash(),
         }),
         Err(v) => bail!("history is not linearizable: {v}"),
