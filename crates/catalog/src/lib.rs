@@ -163,6 +163,30 @@ mod tests {
         assert!(e.contains("unknown index 'nope'") && e.contains("chime, sherman, ref"), "{e}");
     }
 
+    /// The README's "Indexes built so far" table names exactly the catalog's indexes, with their
+    /// kinds, in catalog order.
+    #[test]
+    fn the_readme_lists_exactly_the_catalog() {
+        let readme = include_str!("../../../README.md");
+        let section = readme
+            .split("## Indexes built so far")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("README has an 'Indexes built so far' section");
+        let rows: Vec<(String, String)> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .map(|l| {
+                let mut cells = l.split('|').map(str::trim);
+                let name = cells.next().unwrap_or_default().trim_end_matches('`').to_string();
+                (name, cells.next().unwrap_or_default().to_string())
+            })
+            .collect();
+        let catalog: Vec<(String, String)> =
+            INDEXES.iter().map(|e| (e.name.to_string(), e.kind.name().to_string())).collect();
+        assert_eq!(rows, catalog, "README's list of indexes differs from the catalog");
+    }
+
     #[test]
     fn the_table_lists_every_index_with_its_kind() {
         let t = table();
