@@ -1,0 +1,227 @@
+//! The load and run phases on each transport: the simulator (virtual time, one thread), real
+//! threads over the in-process fabric, and memnodes over OpenUCX.
+
+use std::cell::RefCell;
+use std::time::Instant;
+
+use anyhow::bail;
+use dmindex_fabric::exec::{run_on_threads, run_tasks};
+use dmindex_fabric::local::LocalTransport;
+use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric, VerbCounts};
+use dmindex_index::recorded::Recorder;
+use dmindex_index::{PointIndex, Scans};
+use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
+use dmindex_ycsb::Shared;
+
+use crate::report::{summarise, Finished, Phase};
+use crate::runner::{ClientMetrics, TaskEnv};
+use crate::{
+    chunk_size, client_phase, index_config, progress_bar, services, BenchConfig, BenchReport, Plan,
+    Runnable, RunnableScans,
+};
+
+pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
+    cfg: &BenchConfig,
+    plan: &Plan,
+) -> anyhow::Result<BenchReport> {
+    let mut net = NetParams::preset(&cfg.preset).map_err(anyhow::Error::msg)?;
+    for o in &cfg.overrides {
+        net.set(o).map_err(anyhow::Error::msg)?;
+    }
+    let services = services::<SimTransport, I>(net.mn_cores)?;
+    let sim = Sim::with_services(
+        SimConfig {
+            memory_nodes: cfg.memory_nodes,
+            node_size: cfg.mn_bytes,
+            chunk_size: chunk_size(cfg),
+            ..SimConfig::new(cfg.seed, net)
+        },
+        services,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let icfg = index_config(cfg, plan);
+    let setup = sim.client_on_own_thread(0);
+    sim.block_on(<I as PointIndex<SimTransport>>::create(&setup, &icfg, 0))?;
+    let mut handles: Vec<I> = Vec::new();
+    for cn in 0..cfg.cns {
+        let c = sim.client_on_own_thread(cn);
+        handles.push(sim.block_on(<I as PointIndex<SimTransport>>::open(&c, &icfg, cn))?);
+    }
+    let per_cn = cfg.clients * cfg.coroutines;
+    let clients: Vec<(u16, Client<SimTransport>)> = (0..cfg.cns)
+        .flat_map(|cn| (0..per_cn).map(move |i| (cn, i)))
+        .map(|(cn, i)| (cn, sim.client_on(cn, cn as usize * cfg.clients + i / cfg.coroutines)))
+        .collect();
+    let n = clients.len();
+    let now = || sim.now_ns();
+    let shared = Shared::new(plan.spec.clone(), plan.format, plan.items, plan.ops);
+
+    let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
+        let bar = progress_bar(cfg, total, name);
+        let results = RefCell::new(Vec::new());
+        let (t0, v0) = (sim.now_ns(), clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>());
+        let tasks = clients.iter().enumerate().map(|(i, (cn, c))| {
+            let (idx, bar, results, now, shared) =
+                (&handles[*cn as usize], &bar, &results, &now, &shared);
+            Box::pin(async move {
+                let rec =
+                    Recorder { now, history: None, client: i as u32, value_size: cfg.value_size };
+                let env = TaskEnv { rec, progress: bar };
+                let m = client_phase::<_, _, S>(plan, shared, idx, c, &env, (i, n), load).await;
+                results.borrow_mut().push(m);
+            }) as Task
+        });
+        let out = sim.run(tasks);
+        bar.finish_and_clear();
+        if !out.all_finished() {
+            bail!("{name} phase did not finish: {out:?}");
+        }
+        let mut metrics = ClientMetrics::default();
+        for m in results.into_inner() {
+            metrics.merge(m);
+        }
+        let counts = clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>() - v0;
+        Ok(Phase { metrics, ns: sim.now_ns() - t0, counts })
+    };
+    let load = phase("load", plan.items, true)?;
+    let wall = Instant::now();
+    let run = phase("run", plan.ops, false)?;
+    let run_seconds = wall.elapsed().as_secs_f64();
+    let lf = sim.block_on(PointIndex::<SimTransport>::load_factor(&handles[0], &setup))?;
+    let remote_bytes = sim.allocated_bytes();
+    let preset = Some(cfg.preset.clone());
+    summarise::<SimTransport, I>(
+        cfg,
+        plan,
+        &handles,
+        Finished { load, run, run_seconds, remote_bytes, load_factor: lf, preset },
+    )
+}
+
+pub(crate) fn run_local<I: Runnable, S: RunnableScans<I>>(
+    cfg: &BenchConfig,
+    plan: &Plan,
+) -> anyhow::Result<BenchReport> {
+    let local = LocalConfig {
+        memory_nodes: cfg.memory_nodes,
+        node_size: cfg.mn_bytes,
+        mn_cores: 4,
+        chunk_size: chunk_size(cfg),
+        yield_per_verb: cfg.coroutines > 1,
+    };
+    let services = services::<LocalTransport, I>(local.mn_cores)?;
+    let fabric = LocalFabric::with_services(local, services).map_err(anyhow::Error::msg)?;
+    run_threads::<I, S, _>(cfg, plan, &fabric, || fabric.allocated_bytes())
+}
+
+/// Loads (unless attaching) and runs on real threads over any fabric whose clients are made on
+/// the thread that uses them.
+fn run_threads<I, S, F>(
+    cfg: &BenchConfig,
+    plan: &Plan,
+    fabric: &F,
+    remote_bytes: impl Fn() -> u64,
+) -> anyhow::Result<BenchReport>
+where
+    F: Fabric + Sync,
+    I: PointIndex<F::Transport> + Sync,
+    S: Scans<F::Transport, I>,
+{
+    let icfg = index_config(cfg, plan);
+    let setup = fabric.client(0)?;
+    if !cfg.attach {
+        run_tasks([I::create(&setup, &icfg, 0)]).remove(0)?;
+    }
+    let mut handles = Vec::new();
+    for cn in 0..cfg.cns {
+        let c = fabric.client(cn)?;
+        handles.push(run_tasks([I::open(&c, &icfg, cn)]).remove(0)?);
+    }
+    let threads = cfg.cns as usize * cfg.clients;
+    let n = threads * cfg.coroutines;
+    let shared = Shared::new(plan.spec.clone(), plan.format, plan.items, plan.ops);
+    let start = Instant::now();
+    let now = move || start.elapsed().as_nanos() as u64;
+
+    let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
+        let bar = progress_bar(cfg, total, name);
+        let t0 = now();
+        let results = run_on_threads(threads, cfg.coroutines, |t, co| {
+            let cn = (t / cfg.clients) as u16;
+            let i = t * cfg.coroutines + co;
+            let (idx, bar, shared) = (&handles[cn as usize], &bar, &shared);
+            async move {
+                let c = match fabric.client(cn) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let m = ClientMetrics { first_error: Some(e.into()), ..Default::default() };
+                        return (m, VerbCounts::default());
+                    }
+                };
+                let rec = Recorder {
+                    now: &now,
+                    history: None,
+                    client: i as u32,
+                    value_size: cfg.value_size,
+                };
+                let env = TaskEnv { rec, progress: bar };
+                let m = client_phase::<_, _, S>(plan, shared, idx, &c, &env, (i, n), load).await;
+                (m, c.counts())
+            }
+        });
+        let ns = now() - t0;
+        bar.finish_and_clear();
+        let mut metrics = ClientMetrics::default();
+        let mut counts = VerbCounts::default();
+        for (m, c) in results {
+            metrics.merge(m);
+            counts += c;
+        }
+        Ok(Phase { metrics, ns, counts })
+    };
+    let load = if cfg.attach { phase("load", 0, true)? } else { phase("load", plan.items, true)? };
+    let wall = Instant::now();
+    let run = phase("run", plan.ops, false)?;
+    let run_seconds = wall.elapsed().as_secs_f64();
+    let lf = run_tasks([handles[0].load_factor(&setup)]).remove(0)?;
+    let remote_bytes = remote_bytes();
+    summarise(
+        cfg,
+        plan,
+        &handles,
+        Finished { load, run, run_seconds, remote_bytes, load_factor: lf, preset: None },
+    )
+}
+
+/// Runs on memnodes over OpenUCX.
+#[cfg(feature = "ucx")]
+pub(crate) mod ucx {
+    use dmindex_fabric::exec::run_tasks;
+    use dmindex_fabric::layout::{HEAP_START, HEAP_TOP_OFFSET};
+    use dmindex_fabric::{Fabric, GlobalAddr};
+    use dmindex_ucx::transport::UcxFabric;
+
+    use super::{chunk_size, run_threads, BenchConfig, BenchReport, Plan, Runnable, RunnableScans};
+
+    pub(crate) fn run<I: Runnable, S: RunnableScans<I>>(
+        cfg: &BenchConfig,
+        plan: &Plan,
+    ) -> anyhow::Result<BenchReport> {
+        if cfg.token.is_empty() {
+            anyhow::bail!("--transport ucx needs --token-file (the memnodes' token)");
+        }
+        let fabric = UcxFabric::connect(&cfg.memnodes, &cfg.token, chunk_size(cfg))
+            .map_err(anyhow::Error::msg)?;
+        let probe = fabric.client(0)?;
+        let nodes = fabric.info().nodes();
+        let remote = || {
+            (0..nodes)
+                .map(|n| {
+                    let top = GlobalAddr::new(n, HEAP_TOP_OFFSET);
+                    run_tasks([probe.read_word(top)]).remove(0).unwrap_or(HEAP_START) - HEAP_START
+                })
+                .sum()
+        };
+        run_threads::<I, S, _>(cfg, plan, &fabric, remote)
+    }
+}

@@ -1,0 +1,242 @@
+//! What a run measured: [`BenchReport`] (table and JSON) and how client metrics are summed into it.
+
+use anyhow::bail;
+use dmindex_fabric::{Transport, VerbCounts};
+use dmindex_index::PointIndex;
+use dmindex_ycsb::OpKind;
+use serde::Serialize;
+
+use crate::runner::{self, ClientMetrics};
+use crate::{BenchConfig, Plan, TransportKind};
+
+/// Latency percentiles in µs.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+}
+
+/// Per-operation-kind figures of the run phase.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct OpBreakdown {
+    pub op: String,
+    pub count: u64,
+    /// Of `count`, operations that found their key: searches that hit, updates and deletes of
+    /// present keys, read-modify-writes of present keys, scans that returned pairs (`null` for
+    /// inserts, which are upserts).
+    pub found: Option<u64>,
+    /// Of `count`, operations that did not.
+    pub not_found: Option<u64>,
+    pub latency_us: Latency,
+    pub round_trips_per_op: f64,
+    pub bytes_read_per_op: f64,
+    pub bytes_written_per_op: f64,
+}
+
+/// What one `bench` run measured. Field names are stable: scripts depend on them.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct BenchReport {
+    pub index: String,
+    pub transport: TransportKind,
+    pub preset: Option<String>,
+    pub workload: String,
+    pub items: u64,
+    pub ops: u64,
+    pub cns: u16,
+    pub clients: usize,
+    pub coroutines: usize,
+    pub seed: u64,
+    /// Load phase inserts per second (real time on local, virtual on sim).
+    pub load_throughput_ops: f64,
+    /// Run phase operations per second (real time on local, virtual on sim).
+    pub throughput_ops: f64,
+    pub latency_us: Latency,
+    pub round_trips_per_op: f64,
+    pub verbs_per_op: f64,
+    pub bytes_read_per_op: f64,
+    pub bytes_written_per_op: f64,
+    pub cas_failures_per_op: f64,
+    pub retries: u64,
+    /// CN-side cache bytes in use, averaged over compute nodes.
+    pub cache_bytes: u64,
+    /// Bytes allocated on memory nodes.
+    pub remote_bytes: u64,
+    pub load_factor: Option<f64>,
+    /// Index-specific counters summed over compute nodes (e.g. leaf splits).
+    pub index_stats: std::collections::BTreeMap<String, u64>,
+    pub per_op: Vec<OpBreakdown>,
+    /// Seconds of real time the run phase took.
+    pub run_seconds: f64,
+}
+
+impl BenchReport {
+    /// A human-readable table.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "index {} on {}{} | workload {} | {} items, {} ops | {} CN × {} clients × {} coroutines\n",
+            self.index,
+            serde_json::to_value(self.transport).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+            self.preset.as_ref().map(|p| format!(" ({p})")).unwrap_or_default(),
+            self.workload,
+            self.items,
+            self.ops,
+            self.cns,
+            self.clients,
+            self.coroutines
+        );
+        s += &format!(
+            "load {:.3} Mops/s | run {:.3} Mops/s | latency p50 {:.2} us p99 {:.2} us p999 {:.2} us\n",
+            self.load_throughput_ops / 1e6,
+            self.throughput_ops / 1e6,
+            self.latency_us.p50,
+            self.latency_us.p99,
+            self.latency_us.p999
+        );
+        s += &format!(
+            "per op: {:.2} round trips, {:.2} verbs, {:.1} B read, {:.1} B written, {:.3} CAS failures | retries {}\n",
+            self.round_trips_per_op,
+            self.verbs_per_op,
+            self.bytes_read_per_op,
+            self.bytes_written_per_op,
+            self.cas_failures_per_op,
+            self.retries
+        );
+        s += &format!(
+            "cache {:.2} MB per CN | remote {:.2} MB{}\n",
+            self.cache_bytes as f64 / 1e6,
+            self.remote_bytes as f64 / 1e6,
+            self.load_factor.map(|l| format!(" | load factor {:.3}", l)).unwrap_or_default()
+        );
+        if !self.index_stats.is_empty() {
+            let parts: Vec<String> =
+                self.index_stats.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            s += &format!("index: {}\n", parts.join(", "));
+        }
+        if let Some(r) = self.per_op.iter().find(|o| o.op == "read" && o.not_found == Some(o.count))
+        {
+            s += &format!(
+                "warning: all {} reads found no key: do the loaded keys match the workload's or \
+                 trace's (key size, --ordered, --ycsb-keys, --load-trace)?\n",
+                r.count
+            );
+        }
+        s += &format!(
+            "{:<8} {:>10} {:>10} {:>9} {:>9} {:>8} {:>10} {:>10}\n",
+            "op", "count", "not found", "p50 us", "p99 us", "RT/op", "B read", "B written"
+        );
+        for o in &self.per_op {
+            s += &format!(
+                "{:<8} {:>10} {:>10} {:>9.2} {:>9.2} {:>8.2} {:>10.1} {:>10.1}\n",
+                o.op,
+                o.count,
+                o.not_found.map_or("-".to_string(), |n| n.to_string()),
+                o.latency_us.p50,
+                o.latency_us.p99,
+                o.round_trips_per_op,
+                o.bytes_read_per_op,
+                o.bytes_written_per_op
+            );
+        }
+        s
+    }
+}
+
+fn latency(h: &hdrhistogram::Histogram<u64>) -> Latency {
+    let q = |p| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 / 1e3 };
+    Latency { p50: q(0.5), p99: q(0.99), p999: q(0.999) }
+}
+
+pub(crate) struct Phase {
+    pub(crate) metrics: ClientMetrics,
+    pub(crate) ns: u64,
+    pub(crate) counts: VerbCounts,
+}
+
+/// What a finished run hands to [`summarise`].
+pub(crate) struct Finished {
+    pub(crate) load: Phase,
+    pub(crate) run: Phase,
+    pub(crate) run_seconds: f64,
+    pub(crate) remote_bytes: u64,
+    pub(crate) load_factor: Option<f64>,
+    pub(crate) preset: Option<String>,
+}
+
+pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
+    cfg: &BenchConfig,
+    plan: &Plan,
+    handles: &[I],
+    f: Finished,
+) -> anyhow::Result<BenchReport> {
+    let Finished { load, run, run_seconds, remote_bytes, load_factor, preset } = f;
+    if let Some(e) = load.metrics.first_error.as_ref().or(run.metrics.first_error.as_ref()) {
+        bail!("an operation failed: {e}");
+    }
+    let m = &run.metrics;
+    let ops: u64 = m.counts.iter().sum();
+    let mut all = runner::new_histogram();
+    for h in &m.latency {
+        all.add(h).expect("same bounds");
+    }
+    let per = |x: u64| if ops == 0 { 0.0 } else { x as f64 / ops as f64 };
+    let c = run.counts;
+    let per_op = OpKind::ALL
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| m.counts[*i] > 0)
+        .map(|(i, k)| {
+            let n = m.counts[i] as f64;
+            let missed = (*k != OpKind::Insert).then_some(m.not_found[i]);
+            OpBreakdown {
+                op: k.name().into(),
+                count: m.counts[i],
+                found: missed.map(|x| m.counts[i] - x),
+                not_found: missed,
+                latency_us: latency(&m.latency[i]),
+                round_trips_per_op: m.verbs[i].round_trips as f64 / n,
+                bytes_read_per_op: m.verbs[i].bytes_read as f64 / n,
+                bytes_written_per_op: m.verbs[i].bytes_written as f64 / n,
+            }
+        })
+        .collect();
+    let load_ops: u64 = load.metrics.counts.iter().sum();
+    let stats: Vec<_> = handles.iter().map(|h| h.stats()).collect();
+    Ok(BenchReport {
+        index: cfg.index.clone(),
+        transport: cfg.transport,
+        preset,
+        workload: if cfg.trace.is_some() { "trace".into() } else { plan.spec.name.clone() },
+        items: plan.items,
+        ops,
+        cns: cfg.cns,
+        clients: cfg.clients,
+        coroutines: cfg.coroutines,
+        seed: cfg.seed,
+        load_throughput_ops: if load.ns == 0 {
+            0.0
+        } else {
+            load_ops as f64 * 1e9 / load.ns as f64
+        },
+        throughput_ops: if run.ns == 0 { 0.0 } else { ops as f64 * 1e9 / run.ns as f64 },
+        latency_us: latency(&all),
+        round_trips_per_op: per(c.round_trips),
+        verbs_per_op: per(c.verbs()),
+        bytes_read_per_op: per(c.bytes_read),
+        bytes_written_per_op: per(c.bytes_written),
+        cas_failures_per_op: per(c.cas_failures),
+        retries: stats.iter().map(|s| s.retries).sum(),
+        cache_bytes: stats.iter().map(|s| s.cache_bytes).sum::<u64>() / handles.len().max(1) as u64,
+        remote_bytes,
+        load_factor,
+        index_stats: stats.iter().flat_map(|s| s.extra.iter()).fold(
+            std::collections::BTreeMap::new(),
+            |mut m, (k, v)| {
+                *m.entry(k.to_string()).or_insert(0) += v;
+                m
+            },
+        ),
+        per_op,
+        run_seconds,
+    })
+}
