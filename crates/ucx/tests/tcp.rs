@@ -26,3 +26,9 @@ fn lost_memnode_over_tcp() {
     common::use_tls("tcp");
     common::lost_memnode_is_an_error();
 }
+
+#[test]
+fn index_services_over_tcp() {
+    common::use_tls("tcp");
+    common::index_services_are_served();
+}

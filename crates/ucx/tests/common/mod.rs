@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Once};
 
 use dmindex_fabric::exec::{run_on_threads, run_tasks};
-use dmindex_fabric::{conformance, Fabric};
+use dmindex_fabric::service::{MnContext, Service, ServiceError};
+use dmindex_fabric::{conformance, Fabric, ServiceId, Services};
 use dmindex_ucx::server::{serve, MemnodeConfig};
 use dmindex_ucx::transport::UcxFabric;
 
@@ -38,6 +39,11 @@ impl Drop for Memnode {
 
 /// Starts memnode `id` of `size` bytes on an ephemeral loopback port.
 pub fn memnode(id: u16, size: u64) -> Memnode {
+    memnode_with(id, size, None)
+}
+
+/// Starts memnode `id` running `services` (the built-in ones when `None`).
+pub fn memnode_with(id: u16, size: u64, services: Option<Services>) -> Memnode {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let cfg = MemnodeConfig {
@@ -46,7 +52,7 @@ pub fn memnode(id: u16, size: u64) -> Memnode {
         token: TOKEN.to_vec(),
         id,
         cores: 2,
-        services: None,
+        services,
     };
     let s = Arc::clone(&stop);
     let thread = std::thread::spawn(move || serve(&cfg, s, |a| tx.send(a).unwrap()));
@@ -173,4 +179,26 @@ pub fn lost_memnode_is_an_error() {
         .expect("a verb hung after its memnode went away");
     assert!(e.contains("memory node 0 unavailable"), "{e}");
     client.join().unwrap();
+}
+
+/// A memnode runs the services it is given (as `dmindex memnode --index NAME` installs an
+/// index's): a two-sided call to one is answered, an id it lacks is an error naming it.
+pub fn index_services_are_served() {
+    struct Reverse;
+    impl Service for Reverse {
+        fn name(&self) -> &str {
+            "reverse"
+        }
+        fn handle(&self, _: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
+            Ok(r.iter().rev().copied().collect())
+        }
+    }
+    let mut services = Services::new(2);
+    services.register(ServiceId(33), Arc::new(Reverse)).unwrap();
+    let mn = memnode_with(0, 16 << 20, Some(services));
+    let f = UcxFabric::connect(std::slice::from_ref(&mn.addr), TOKEN, 1 << 20).unwrap();
+    let c = f.client(0).unwrap();
+    assert_eq!(run_tasks([c.call(0, ServiceId(33), b"abc")]).remove(0).unwrap(), b"cba");
+    let e = run_tasks([c.call(0, ServiceId(34), b"x")]).remove(0).unwrap_err();
+    assert!(e.to_string().contains("#34"), "{e}");
 }
