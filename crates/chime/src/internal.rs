@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock};
 
 use dmindex_fabric::GlobalAddr;
-use dmindex_index::cacheline::{self, Torn};
+use dmindex_prim::cacheline::{self, Torn};
 
 use crate::layout::{self, version, InternalLayout, INTERNAL_ENTRY, INTERNAL_HEADER};
 

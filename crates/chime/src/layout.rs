@@ -22,7 +22,7 @@
 //! empty entry. The value slot holds the value inline, or a pointer to a block (indirect values).
 //! Hop bitmap bit `H-1-d` (MSB of the H used bits first) says "a key homed here sits at
 //! distance d". Physically the decoded bytes carry cache-line versions
-//! ([`dmindex_index::cacheline`]); then, 8-byte aligned:
+//! ([`dmindex_prim::cacheline`]); then, 8-byte aligned:
 //!
 //! ```text
 //! +------------------------------+-----------------------------------------------+
@@ -62,7 +62,7 @@
 //! 1148 physical, lock word at 1152 (bit 63), 1216 allocated for S = 64.
 
 use dmindex_fabric::GlobalAddr;
-use dmindex_index::cacheline::{phys_len, Objects};
+use dmindex_prim::cacheline::{phys_len, Objects};
 
 /// Bytes per metadata replica (sibling-based validation).
 pub const REPLICA: usize = 10;

@@ -13,8 +13,8 @@
 //! (or the slot was empty) — the property that lets readers detect hops by rebuilding a home's
 //! bitmap from the keys they read (the third level of the optimistic synchronization).
 
-use dmindex_index::cacheline::{self, Torn};
-use dmindex_index::hash::hash_bytes;
+use dmindex_prim::cacheline::{self, Torn};
+use dmindex_prim::hash::hash_bytes;
 
 use crate::layout::{self, version, LeafLayout, KEY};
 

@@ -23,8 +23,8 @@ mod smo;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
-use dmindex_index::hash::mix64;
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::hash::mix64;
 
 use crate::hotspot::Hotspots;
 use crate::internal::NodeCache;

@@ -32,10 +32,7 @@ use std::sync::Arc;
 use dmindex_fabric::service::Service;
 use dmindex_fabric::{Client, FabricError, ServiceId, Services, Transport};
 
-pub mod cacheline;
 pub mod conformance;
-pub mod hash;
-pub mod rdwc;
 pub mod recorded;
 pub mod reference;
 

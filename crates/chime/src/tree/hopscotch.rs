@@ -9,8 +9,8 @@
 use std::sync::atomic::Ordering;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
-use dmindex_index::cacheline::phys_range;
 use dmindex_index::IndexResult;
+use dmindex_prim::cacheline::phys_range;
 
 use super::{Attempt, Insert, Probe, Tree, Where};
 use crate::layout::LockWord;

@@ -4,8 +4,8 @@
 //! lock table; and the WRITEs that put entries back and unlock the leaf in the same doorbell.
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
-use dmindex_index::cacheline::{self, phys_range};
 use dmindex_index::IndexResult;
+use dmindex_prim::cacheline::{self, phys_range};
 
 use super::{LocalGuard, Tree};
 use crate::layout::{LockWord, LOCK_BIT};

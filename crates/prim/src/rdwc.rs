@@ -34,8 +34,11 @@ use std::sync::Mutex;
 use dmindex_fabric::{Client, Transport};
 use futures::channel::oneshot;
 
+use dmindex_index::{
+    IndexConfig, IndexError, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex,
+};
+
 use crate::hash::hash_bytes;
-use crate::{IndexConfig, IndexResult, IndexStats, Pair, PointIndex, RangeIndex};
 
 /// Slots per compute node.
 pub const SLOTS: usize = 4096;
@@ -200,11 +203,7 @@ impl<I> Rdwc<I> {
                 on = match v.as_str() {
                     "0" => false,
                     "1" => true,
-                    _ => {
-                        return Err(crate::IndexError::Config(format!(
-                            "option rdwc={v}: use 0 or 1"
-                        )))
-                    }
+                    _ => return Err(IndexError::Config(format!("option rdwc={v}: use 0 or 1"))),
                 };
             } else {
                 rest.extra.push((k.clone(), v.clone()));
@@ -219,7 +218,7 @@ impl<I> Rdwc<I> {
 }
 
 impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
-    const SERVICES: &'static [crate::MnService] = I::SERVICES;
+    const SERVICES: &'static [MnService] = I::SERVICES;
 
     async fn create(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
         let (on, cfg) = Self::options(cfg)?;

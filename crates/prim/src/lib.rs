@@ -1,0 +1,15 @@
+//! # dmindex-prim: the disaggregated-memory primitives every index shares
+//!
+//! Between the contract (`dmindex-index`: traits, configuration, errors) and the designs (CHIME,
+//! Sherman, the reference index, and the hash tables, radix trees and learned indexes to come):
+//! each primitive a design on one-sided verbs needs is implemented once, here, one role a module.
+//!
+//! | module | primitive |
+//! |---|---|
+//! | [`cacheline`] | cache-line versions: encoding a node so that a torn READ is detected |
+//! | [`hash`] | the key hash and 16-bit fingerprints |
+//! | [`rdwc`] | read delegation and write combining on a compute node |
+
+pub mod cacheline;
+pub mod hash;
+pub mod rdwc;
