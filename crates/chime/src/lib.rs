@@ -89,6 +89,7 @@ use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
+use dmindex_prim::options::{Opt, Options};
 
 use crate::internal::NodeCache;
 use crate::layout::{InternalLayout, LeafKind, LeafLayout};
@@ -121,6 +122,23 @@ pub struct ChimeShape {
 pub const FACTORS: [&str; 5] =
     ["hopscotch", "vacancy_piggyback", "metadata_replication", "sibling_validation", "speculative"];
 
+/// CHIME's options: the shape (span and H are checked with the leaf layout), the hotspot
+/// buffer, and the factors.
+const OPTIONS: Options = Options {
+    what: "CHIME",
+    known: &[
+        Opt::number("span", &[], 0..=usize::MAX),
+        Opt::number("h", &["neighbourhood"], 0..=usize::MAX),
+        Opt::number("internal_span", &[], 4..=1024),
+        Opt::number("hotspot_mb", &[], 0..=usize::MAX),
+        Opt::flag(FACTORS[0], &[]),
+        Opt::flag(FACTORS[1], &["vacancy"]),
+        Opt::flag(FACTORS[2], &["replication"]),
+        Opt::flag(FACTORS[3], &["sbv"]),
+        Opt::flag(FACTORS[4], &[]),
+    ],
+};
+
 impl ChimeShape {
     /// Reads and checks the options; `sherman` starts from every factor off.
     pub fn from_config(cfg: &IndexConfig, sherman: bool) -> IndexResult<ChimeShape> {
@@ -138,36 +156,18 @@ impl ChimeShape {
         // Factors as given; the unset ones follow the index (all on for chime except
         // speculative reads, all off for sherman and whenever the leaf is sorted).
         let mut f: [Option<bool>; 5] = [None; 5];
-        for (k, v) in &cfg.extra {
-            let n: usize = v
-                .parse()
-                .map_err(|_| IndexError::Config(format!("option {k}={v}: not a number")))?;
-            let flag = |f: &mut [Option<bool>; 5], i: usize| {
-                if n > 1 {
-                    return Err(IndexError::Config(format!("option {k}={v}: use 0 or 1")));
-                }
-                f[i] = Some(n == 1);
-                Ok(())
-            };
-            match k.as_str() {
+        for (name, n) in OPTIONS.parse(&cfg.extra)?.iter() {
+            match name {
                 "span" => shape.span = n,
-                "h" | "neighbourhood" => shape.h = n,
+                "h" => shape.h = n,
                 "internal_span" => shape.internal_span = n,
-                "hopscotch" => flag(&mut f, 0)?,
-                "vacancy_piggyback" | "vacancy" => flag(&mut f, 1)?,
-                "metadata_replication" | "replication" => flag(&mut f, 2)?,
-                "sibling_validation" | "sbv" => flag(&mut f, 3)?,
-                "speculative" => flag(&mut f, 4)?,
                 "hotspot_mb" => {
                     shape.hotspot_bytes = Some(n as u64 * MIB);
                     f[4] = Some(f[4].unwrap_or(true) && n > 0);
                 }
-                other => {
-                    return Err(IndexError::Config(format!(
-                        "unknown CHIME option '{other}' (known: span, h, internal_span, \
-                         hotspot_mb, {})",
-                        FACTORS.join(", ")
-                    )))
+                factor => {
+                    let i = FACTORS.iter().position(|&x| x == factor).expect("declared");
+                    f[i] = Some(n == 1);
                 }
             }
         }
@@ -201,12 +201,6 @@ impl ChimeShape {
             )));
         }
         LeafLayout::with_kind(shape.span, shape.h, shape.kind).map_err(IndexError::Config)?;
-        if !(4..=1024).contains(&shape.internal_span) {
-            return Err(IndexError::Config(format!(
-                "internal_span {} must be in 4..=1024",
-                shape.internal_span
-            )));
-        }
         Ok(shape)
     }
 

@@ -298,6 +298,39 @@ fn bad_input_is_refused() {
     }]);
 }
 
+/// Options are typed and checked before anything is created; errors name the option.
+#[test]
+fn bad_options_are_refused_naming_them() {
+    use dmindex_chime::ChimeShape;
+    let refuse = |kv: &[(&str, &str)], sherman: bool| {
+        let extra = kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        match ChimeShape::from_config(&IndexConfig { extra, ..IndexConfig::default() }, sherman) {
+            Err(IndexError::Config(m)) => m,
+            other => panic!("{kv:?}: {other:?}"),
+        }
+    };
+    let e = refuse(&[("spam", "1")], false);
+    assert!(e.starts_with("unknown CHIME option 'spam' (known: span, h, internal_span"), "{e}");
+    assert_eq!(refuse(&[("span", "x")], false), "option span=x: not a number");
+    assert_eq!(refuse(&[("sbv", "2")], false), "option sbv=2: use 0 or 1");
+    assert_eq!(
+        refuse(&[("internal_span", "2")], false),
+        "option internal_span=2: must be in 4..=1024"
+    );
+    assert!(refuse(&[("speculative", "1")], true).contains("needs hopscotch"));
+    assert!(refuse(&[("h", "3")], false).contains("multiple"));
+    // Aliases and order: a later option overrides an earlier one; hotspot_mb implies
+    // speculative reads unless they were turned off before it.
+    let shape = |kv: &[(&str, &str)]| {
+        let extra = kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        ChimeShape::from_config(&IndexConfig { extra, ..IndexConfig::default() }, false).unwrap()
+    };
+    assert_eq!(shape(&[("neighbourhood", "4"), ("h", "16")]).h, 16);
+    assert!(shape(&[("hotspot_mb", "1")]).speculative);
+    assert!(!shape(&[("speculative", "0"), ("hotspot_mb", "1")]).speculative);
+    assert!(shape(&[("hotspot_mb", "0"), ("speculative", "1")]).speculative);
+}
+
 /// Running out of remote memory mid-split is an error, and leaves every node unlocked: the
 /// keys inserted so far stay readable and writable.
 #[test]

@@ -8,8 +8,10 @@
 //! |---|---|
 //! | [`cacheline`] | cache-line versions: encoding a node so that a torn READ is detected |
 //! | [`hash`] | the key hash and 16-bit fingerprints |
+//! | [`options`] | typed `name=value` options with the errors every index gives |
 //! | [`rdwc`] | read delegation and write combining on a compute node |
 
 pub mod cacheline;
 pub mod hash;
+pub mod options;
 pub mod rdwc;

@@ -35,10 +35,11 @@ use dmindex_fabric::{Client, Transport};
 use futures::channel::oneshot;
 
 use dmindex_index::{
-    IndexConfig, IndexError, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex,
+    IndexConfig, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex,
 };
 
 use crate::hash::hash_bytes;
+use crate::options::{Opt, Options};
 
 /// Slots per compute node.
 pub const SLOTS: usize = 4096;
@@ -181,6 +182,9 @@ impl Table {
     }
 }
 
+/// RDWC's one option, taken out before the wrapped index reads the rest.
+const OPTIONS: Options = Options { what: "RDWC", known: &[Opt::flag("rdwc", &[])] };
+
 /// Index `I` with RDWC on each compute node's handle (option `rdwc=0` turns it off).
 pub struct Rdwc<I> {
     inner: I,
@@ -195,21 +199,8 @@ impl<I> Rdwc<I> {
 
     /// Strips the `rdwc` option from `cfg`; returns whether RDWC is on (default) and the rest.
     fn options(cfg: &IndexConfig) -> IndexResult<(bool, IndexConfig)> {
-        let mut on = true;
-        let mut rest = cfg.clone();
-        rest.extra.clear();
-        for (k, v) in &cfg.extra {
-            if k == "rdwc" {
-                on = match v.as_str() {
-                    "0" => false,
-                    "1" => true,
-                    _ => return Err(IndexError::Config(format!("option rdwc={v}: use 0 or 1"))),
-                };
-            } else {
-                rest.extra.push((k.clone(), v.clone()));
-            }
-        }
-        Ok((on, rest))
+        let (mine, rest) = OPTIONS.strip(cfg)?;
+        Ok((mine.flag("rdwc").unwrap_or(true), rest))
     }
 
     fn wrap(inner: I, on: bool) -> Rdwc<I> {
