@@ -6,7 +6,9 @@ use std::sync::{Arc, RwLock};
 use dmindex_fabric::GlobalAddr;
 use dmindex_prim::cacheline::{self, Torn};
 
-use crate::layout::{self, version, InternalLayout, INTERNAL_ENTRY, INTERNAL_HEADER};
+use dmindex_prim::version;
+
+use crate::layout::{self, InternalLayout, INTERNAL_ENTRY, INTERNAL_HEADER};
 
 /// A decoded internal node.
 #[derive(Clone, Debug, PartialEq, Eq)]

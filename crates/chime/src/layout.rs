@@ -3,7 +3,8 @@
 //! # Version byte
 //!
 //! Every object (replica, entry, internal header, internal entry) starts with one byte:
-//! low nibble = node-level version (NV), high nibble = entry-level version (EV), both wrapping at 16.
+//! low nibble = node-level version (NV), high nibble = entry-level version (EV), both wrapping at 16
+//! ([`dmindex_prim::version`]).
 //!
 //! # Leaf (span S, neighbourhood H, S a multiple of H; decoded form)
 //!
@@ -256,26 +257,6 @@ impl LockWord {
     }
 }
 
-/// Version-byte helpers.
-pub mod version {
-    /// Node-level version.
-    pub fn nv(v: u8) -> u8 {
-        v & 0x0F
-    }
-    /// `v` with NV incremented.
-    pub fn bump_nv(v: u8) -> u8 {
-        (v & 0xF0) | ((v + 1) & 0x0F)
-    }
-    /// `v` with EV incremented.
-    pub fn bump_ev(v: u8) -> u8 {
-        v.wrapping_add(0x10)
-    }
-    /// `v` with its NV replaced.
-    pub fn with_nv(v: u8, nv: u8) -> u8 {
-        (v & 0xF0) | (nv & 0x0F)
-    }
-}
-
 /// Bytes of an internal node's header.
 pub const INTERNAL_HEADER: usize = 43;
 /// Bytes per internal entry.
@@ -418,14 +399,5 @@ mod tests {
         );
         assert_eq!(l.object_start(42), 0);
         assert_eq!(l.object_start(43 + 17 + 3), 60);
-    }
-
-    #[test]
-    fn versions_wrap_per_nibble() {
-        use version::*;
-        assert_eq!(bump_nv(0x3F), 0x30);
-        assert_eq!(bump_ev(0xF3), 0x03);
-        assert_eq!(nv(0xA7), 7);
-        assert_eq!(with_nv(0xA7, 2), 0xA2);
     }
 }

@@ -16,7 +16,9 @@
 use dmindex_prim::cacheline::{self, Torn};
 use dmindex_prim::hash::hash_bytes;
 
-use crate::layout::{self, version, LeafLayout, KEY};
+use dmindex_prim::version;
+
+use crate::layout::{self, LeafLayout, KEY};
 
 /// The decoded leaf and which of its parts were read.
 #[derive(Clone)]

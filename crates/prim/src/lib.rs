@@ -7,6 +7,7 @@
 //! | module | primitive |
 //! |---|---|
 //! | [`cacheline`] | cache-line versions: encoding a node so that a torn READ is detected |
+//! | [`version`] | node-level and entry-level versions in one byte |
 //! | [`hash`] | the key hash and 16-bit fingerprints |
 //! | [`options`] | typed `name=value` options with the errors every index gives |
 //! | [`rdwc`] | read delegation and write combining on a compute node |
@@ -15,3 +16,4 @@ pub mod cacheline;
 pub mod hash;
 pub mod options;
 pub mod rdwc;
+pub mod version;
