@@ -46,7 +46,8 @@
 //!   argmax is maintained lazily: it always names a slot, ideally the largest key's.
 //! * **Indirect values and long keys** (paper §4.5): with values longer than 8 bytes or keys
 //!   longer than 8 bytes, an insert or update first writes a fresh 64-B-aligned block
-//!   `[key length u32][value length u32][key][value]` (the key only for long keys), then
+//!   `[key length u32][value length u32][key][value]` (the key only for long keys;
+//!   [`dmindex_prim::kv_block`]), then
 //!   publishes its address in the entry's value slot. Long keys keep their first 8 bytes
 //!   (zero-padded) in the leaf: ordering, homes, pivots and bounds use that prefix, and entries
 //!   sharing it are told apart by reading their blocks (one READ each; all of them when several
@@ -89,6 +90,7 @@ use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
+use dmindex_prim::kv_block::{Block, Blocks};
 use dmindex_prim::options::{Opt, Options};
 
 use crate::internal::NodeCache;
@@ -236,8 +238,6 @@ const MIB: u64 = 1 << 20;
 
 /// Largest indirect value.
 pub const MAX_INDIRECT: usize = 1 << 16;
-/// Bytes before the key in a block: key length u32 LE, value length u32 LE.
-pub const BLOCK_HEADER: usize = 8;
 
 /// Which index a [`ChimeIndex`] is: the factors it starts from and its name.
 pub trait Variant: 'static {
@@ -286,12 +286,6 @@ fn prefix_of(key: &[u8]) -> u64 {
     u64::from_be_bytes(p)
 }
 
-/// A block's parts: `[key length u32 LE][value length u32 LE][key][value]`.
-struct Block {
-    key: Vec<u8>,
-    value: Vec<u8>,
-}
-
 impl<V> ChimeIndex<V> {
     fn new(cfg: &IndexConfig, shape: ChimeShape) -> ChimeIndex<V> {
         let hotspot = match (shape.speculative, shape.hotspot_bytes) {
@@ -304,6 +298,7 @@ impl<V> ChimeIndex<V> {
             tree: Tree {
                 leaf: LeafLayout::with_kind(shape.span, shape.h, shape.kind).expect("checked"),
                 vacancy: shape.vacancy,
+                blocks: Blocks::new(shape.key_len, shape.value_len),
                 inner: InternalLayout { span: shape.internal_span },
                 root_slot: mn::root_slot(cfg.root_slot),
                 // With speculative reads the hotspot buffer is carved from the cache budget and
@@ -346,8 +341,7 @@ impl<V> ChimeIndex<V> {
     }
 
     /// The 8-byte slot for a value: the value itself, or a pointer to a fresh block holding it
-    /// (and the full key, with long keys). Blocks are padded so that a key probe of up to
-    /// `key_len` bytes never reads past them.
+    /// (and the full key, with long keys).
     async fn slot_of<T: Transport>(
         &self,
         c: &Client<T>,
@@ -357,39 +351,13 @@ impl<V> ChimeIndex<V> {
         if !self.shape.indirect() {
             return self.value_of(v);
         }
-        if v.len() > self.shape.value_len {
-            return Err(IndexError::ValueTooLong { len: v.len(), max: self.shape.value_len });
-        }
         let key = if self.shape.long_keys() { key } else { &[] };
-        let mut block = Vec::with_capacity(BLOCK_HEADER + key.len() + v.len());
-        block.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        block.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        block.extend_from_slice(key);
-        block.extend_from_slice(v);
-        let size = block.len().max(BLOCK_HEADER + self.shape.key_len) as u64;
-        let a = c.alloc(size, 64).await?;
-        c.write(a, &block).await?;
-        Ok(a.raw().to_le_bytes())
+        Ok(self.tree.blocks.write(c, key, v).await?.raw().to_le_bytes())
     }
 
     /// The block behind a slot (immutable once published).
     async fn block<T: Transport>(&self, c: &Client<T>, slot: [u8; 8]) -> IndexResult<Block> {
-        let a = GlobalAddr::from_raw(u64::from_le_bytes(slot));
-        let guess = (BLOCK_HEADER + self.shape.key_len + self.shape.value_len).min(128);
-        let mut b = c.read_vec(a, guess).await?;
-        let klen = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
-        let vlen = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")) as usize;
-        if klen > self.shape.key_len || vlen > self.shape.value_len {
-            return Err(IndexError::Corrupt(format!("block at {a} claims {klen}+{vlen} bytes")));
-        }
-        let total = BLOCK_HEADER + klen + vlen;
-        if total > b.len() {
-            b.extend(c.read_vec(a.add(b.len() as u64), total - b.len()).await?);
-        }
-        Ok(Block {
-            key: b[BLOCK_HEADER..BLOCK_HEADER + klen].to_vec(),
-            value: b[BLOCK_HEADER + klen..total].to_vec(),
-        })
+        self.tree.blocks.read(c, GlobalAddr::from_raw(u64::from_le_bytes(slot))).await
     }
 
     /// The value a slot stands for.

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::hash::mix64;
+use dmindex_prim::kv_block::Blocks;
 
 use crate::hotspot::Hotspots;
 use crate::internal::NodeCache;
@@ -52,6 +53,8 @@ pub(crate) struct Tree {
     pub root_slot: GlobalAddr,
     /// Vacancy-bitmap piggybacking: off, the bitmap is READ separately after locking.
     pub vacancy: bool,
+    /// Indirect values and long keys.
+    pub blocks: Blocks,
     pub cache: NodeCache,
     /// The CN-local lock table.
     pub local_locks: Box<[futures::lock::Mutex<()>]>,

@@ -9,11 +9,13 @@
 //! | [`cacheline`] | cache-line versions: encoding a node so that a torn READ is detected |
 //! | [`version`] | node-level and entry-level versions in one byte |
 //! | [`hash`] | the key hash and 16-bit fingerprints |
+//! | [`kv_block`] | out-of-place key-value blocks: one writer, one parser |
 //! | [`options`] | typed `name=value` options with the errors every index gives |
 //! | [`rdwc`] | read delegation and write combining on a compute node |
 
 pub mod cacheline;
 pub mod hash;
+pub mod kv_block;
 pub mod options;
 pub mod rdwc;
 pub mod version;

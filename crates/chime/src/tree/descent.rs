@@ -245,9 +245,7 @@ impl Tree {
                 continue;
             }
             let block = GlobalAddr::from_raw(u64::from_le_bytes(buf.value(i)));
-            let b = c.read_vec(block, 8 + full.len()).await?;
-            let klen = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
-            if klen == full.len() && &b[8..] == full {
+            if self.blocks.holds_key(c, block, full).await? {
                 return Ok(Some(i));
             }
         }
