@@ -31,7 +31,7 @@
 //! +------------------------------+-----------------------------------------------+
 //! lock word bits: 0 .. B-1 vacancy buckets (1 = every slot of the bucket is full)
 //!                 B .. B+A-1 argmax (slot of a key of the leaf, ideally the largest)
-//!                 63 lock
+//!                 63 lock ([`dmindex_prim::lock`])
 //! ```
 //!
 //! With S = 64, H = 8: 1296 decoded bytes, 1316 physical, lock at 1320, upper bound at 1328,
@@ -64,6 +64,7 @@
 
 use dmindex_fabric::GlobalAddr;
 use dmindex_prim::cacheline::{phys_len, Objects};
+use dmindex_prim::lock::LOCK_BIT;
 
 /// Bytes per metadata replica (sibling-based validation).
 pub const REPLICA: usize = 10;
@@ -75,8 +76,6 @@ pub const ENTRY: usize = 19;
 pub const SORTED_ENTRY: usize = 17;
 /// Bytes per key.
 pub const KEY: usize = 8;
-/// The lock bit.
-pub const LOCK_BIT: u64 = 1 << 63;
 /// Largest neighbourhood.
 pub const MAX_H: usize = 16;
 

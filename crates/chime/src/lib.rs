@@ -91,6 +91,7 @@ use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
 use dmindex_prim::kv_block::{Block, Blocks};
+use dmindex_prim::lock::LocalLocks;
 use dmindex_prim::options::{Opt, Options};
 
 use crate::internal::NodeCache;
@@ -305,9 +306,7 @@ impl<V> ChimeIndex<V> {
                 // the node cache gets the rest.
                 cache: NodeCache::new(cfg.cache_bytes.saturating_sub(hotspot)),
                 hotspots: shape.speculative.then(|| hotspot::Hotspots::new(hotspot)),
-                local_locks: (0..tree::LOCAL_LOCKS)
-                    .map(|_| futures::lock::Mutex::new(()))
-                    .collect(),
+                local_locks: LocalLocks::default(),
                 retries: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
                 keys_at_split: AtomicU64::new(0),

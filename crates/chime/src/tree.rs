@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
-use dmindex_prim::hash::mix64;
 use dmindex_prim::kv_block::Blocks;
+use dmindex_prim::lock::LocalLocks;
 
 use crate::hotspot::Hotspots;
 use crate::internal::NodeCache;
@@ -57,7 +57,7 @@ pub(crate) struct Tree {
     pub blocks: Blocks,
     pub cache: NodeCache,
     /// The CN-local lock table.
-    pub local_locks: Box<[futures::lock::Mutex<()>]>,
+    pub local_locks: LocalLocks,
     /// The hotspot buffer, when speculative reads are on.
     pub hotspots: Option<Hotspots>,
     pub retries: AtomicU64,
@@ -66,12 +66,6 @@ pub(crate) struct Tree {
     /// Keys the leaves held when they split (hopscotch leaves: when the hop failed).
     pub keys_at_split: AtomicU64,
 }
-
-/// A held slot of the CN-local lock table.
-pub(crate) type LocalGuard<'a> = futures::lock::MutexGuard<'a, ()>;
-
-/// Slots in each compute node's local lock table.
-pub(crate) const LOCAL_LOCKS: usize = 4096;
 
 /// How an operation recognises its key among entries whose 8-byte key field matches.
 #[derive(Clone, Copy, Debug)]
@@ -107,12 +101,6 @@ impl Tree {
     /// Counts one retry (a validation that failed, a lock found taken, a move right).
     fn retry(&self) {
         self.retries.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// This compute node's local lock for remote lock word `a` (Sherman's local lock table):
-    /// clients of one CN queue here, so at most one of them spins on the remote word.
-    fn local_lock(&self, a: GlobalAddr) -> &futures::lock::Mutex<()> {
-        &self.local_locks[(mix64(a.raw()) % self.local_locks.len() as u64) as usize]
     }
 
     /// Creates the first (root) leaf and publishes it.

@@ -7,15 +7,19 @@
 //! | module | primitive |
 //! |---|---|
 //! | [`cacheline`] | cache-line versions: encoding a node so that a torn READ is detected |
+//! | [`lock`] | remote lock words (masked CAS, unlocking WRITE) and the CN-local lock table |
 //! | [`version`] | node-level and entry-level versions in one byte |
 //! | [`hash`] | the key hash and 16-bit fingerprints |
 //! | [`kv_block`] | out-of-place key-value blocks: one writer, one parser |
 //! | [`options`] | typed `name=value` options with the errors every index gives |
+//! | [`doorbell`] | verbs to one memory node posted as one doorbell batch |
 //! | [`rdwc`] | read delegation and write combining on a compute node |
 
 pub mod cacheline;
+pub mod doorbell;
 pub mod hash;
 pub mod kv_block;
+pub mod lock;
 pub mod options;
 pub mod rdwc;
 pub mod version;

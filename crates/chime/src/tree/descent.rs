@@ -152,49 +152,49 @@ impl Tree {
         self.retry();
     }
 
-    /// Validates leaf `leaf`, locked and READ into `buf` for insert `ins`: `None` if the key
-    /// belongs there, else what the attempt does next (the leaf is unlocked). With fence keys
-    /// the key must lie within them. Otherwise a sibling other than the one the parent expects
-    /// means a stale cached parent (start over) or, reached through a remote parent, a half
-    /// split: the key moves right unless the leaf still covers it.
-    pub(crate) async fn validate_insert<T: Transport>(
+    /// Validates leaf `leaf`, locked and READ into `buf` for insert `ins`: `Ok(leaf)`, still
+    /// locked, if the key belongs there, else what the attempt does next (the leaf unlocked).
+    /// With fence keys the key must lie within them. Otherwise a sibling other than the one the
+    /// parent expects means a stale cached parent (start over) or, reached through a remote
+    /// parent, a half split: the key moves right unless the leaf still covers it.
+    pub(crate) async fn validate_insert<'t, T: Transport>(
         &self,
         c: &Client<T>,
         ins: &Insert<'_>,
-        leaf: &LockedLeaf<'_>,
+        leaf: LockedLeaf<'t>,
         buf: &LeafBuf,
-    ) -> IndexResult<Option<Attempt>> {
+    ) -> IndexResult<Result<LockedLeaf<'t>, Attempt>> {
         if self.leaf.kind.fenced {
             return self.outside_fences(c, ins, leaf, buf).await;
         }
         let (sib, _) = buf.meta().expect("validated read has a replica");
         if sib == ins.loc.expected {
-            return Ok(None);
+            return Ok(Ok(leaf));
         }
         if ins.loc.cached.is_some() {
-            self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
+            self.unlock_leaf(c, leaf).await?;
             self.invalidate(&ins.loc);
-            return Ok(Some(Attempt::Restart));
+            return Ok(Err(Attempt::Restart));
         }
-        if !sib.is_null() && !self.belongs(c, leaf, buf, ins.k).await? {
-            self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
+        if !sib.is_null() && !self.belongs(c, &leaf, buf, ins.k).await? {
+            self.unlock_leaf(c, leaf).await?;
             self.retry();
-            return Ok(Some(Attempt::Right(sib)));
+            return Ok(Err(Attempt::Right(sib)));
         }
-        Ok(None)
+        Ok(Ok(leaf))
     }
 
-    /// With fence keys: `None` if insert `ins`'s key lies within the fences of `leaf` (locked,
-    /// READ into `buf`), else what to do next (the leaf is unlocked).
-    async fn outside_fences<T: Transport>(
+    /// With fence keys: `Ok(leaf)`, still locked, if insert `ins`'s key lies within the fences
+    /// of `leaf` (READ into `buf`), else what to do next (the leaf unlocked).
+    async fn outside_fences<'t, T: Transport>(
         &self,
         c: &Client<T>,
         ins: &Insert<'_>,
-        leaf: &LockedLeaf<'_>,
+        leaf: LockedLeaf<'t>,
         buf: &LeafBuf,
-    ) -> IndexResult<Option<Attempt>> {
+    ) -> IndexResult<Result<LockedLeaf<'t>, Attempt>> {
         let next = match self.judge(&ins.loc, buf, ins.k) {
-            Where::Absent => return Ok(None),
+            Where::Absent => return Ok(Ok(leaf)),
             Where::Right(sib) => {
                 self.retry();
                 Attempt::Right(sib)
@@ -204,8 +204,8 @@ impl Tree {
                 Attempt::Restart
             }
         };
-        self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
-        Ok(Some(next))
+        self.unlock_leaf(c, leaf).await?;
+        Ok(Err(next))
     }
 
     /// Whether `k` belongs to locked leaf `leaf` (READ into `buf`) although its sibling is not
