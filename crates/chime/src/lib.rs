@@ -86,13 +86,14 @@ mod tree;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
+use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
 use dmindex_prim::kv_block::{Block, Blocks};
 use dmindex_prim::lock::LocalLocks;
 use dmindex_prim::options::{Opt, Options};
+use dmindex_prim::root::{Magic, RootSlot};
 
 use crate::internal::NodeCache;
 use crate::layout::{InternalLayout, LeafKind, LeafLayout};
@@ -217,13 +218,12 @@ impl ChimeShape {
         self.key_len > 8
     }
 
-    /// The descriptor word kept in the root slot after the root word:
-    /// magic 0x62 (7 bits) | hopscotch, replicated, fenced (1 bit each) | span (11) | H (5) |
-    /// internal span (11) | key length (8) | value length (17).
-    fn descriptor(&self) -> u64 {
+    /// The shape bits of the descriptor word kept in the root slot after the root word
+    /// ([`dmindex_prim::root`]): magic 0x62 (7 bits) | hopscotch, replicated, fenced (1 bit
+    /// each) | span (11) | H (5) | internal span (11) | key length (8) | value length (17).
+    pub fn descriptor(&self) -> u64 {
         let k = self.kind;
-        DESCRIPTOR_MAGIC << 57
-            | (k.hopscotch as u64) << 56
+        (k.hopscotch as u64) << 56
             | (k.replicated as u64) << 55
             | (k.fenced as u64) << 54
             | (self.span as u64) << 41
@@ -234,7 +234,8 @@ impl ChimeShape {
     }
 }
 
-const DESCRIPTOR_MAGIC: u64 = 0x62;
+/// The magic of CHIME's descriptor word.
+const MAGIC: Magic = Magic { name: "CHIME tree", value: 0x62, bits: 7 };
 const MIB: u64 = 1 << 20;
 
 /// Largest indirect value.
@@ -288,20 +289,21 @@ fn prefix_of(key: &[u8]) -> u64 {
 }
 
 impl<V> ChimeIndex<V> {
-    fn new(cfg: &IndexConfig, shape: ChimeShape) -> ChimeIndex<V> {
+    /// A handle on the tree in `cfg.root_slot` (and its descriptor in the next slot).
+    fn new(cfg: &IndexConfig, shape: ChimeShape) -> IndexResult<ChimeIndex<V>> {
         let hotspot = match (shape.speculative, shape.hotspot_bytes) {
             (false, _) => 0,
             (true, Some(b)) => b.min(cfg.cache_bytes),
             (true, None) => cfg.cache_bytes * 3 / 10,
         };
-        ChimeIndex {
+        Ok(ChimeIndex {
             variant: PhantomData,
             tree: Tree {
                 leaf: LeafLayout::with_kind(shape.span, shape.h, shape.kind).expect("checked"),
                 vacancy: shape.vacancy,
                 blocks: Blocks::new(shape.key_len, shape.value_len),
                 inner: InternalLayout { span: shape.internal_span },
-                root_slot: mn::root_slot(cfg.root_slot),
+                root: RootSlot::with_descriptor(cfg.root_slot)?,
                 // With speculative reads the hotspot buffer is carved from the cache budget and
                 // the node cache gets the rest.
                 cache: NodeCache::new(cfg.cache_bytes.saturating_sub(hotspot)),
@@ -312,7 +314,7 @@ impl<V> ChimeIndex<V> {
                 keys_at_split: AtomicU64::new(0),
             },
             shape,
-        }
+        })
     }
 
     /// The 8-byte leaf key of `key` and how to recognise it among entries sharing it.
@@ -390,15 +392,9 @@ impl<V> ChimeIndex<V> {
                 "CHIME root words address at most 256 memory nodes".into(),
             ));
         }
-        if cfg.root_slot + 1 >= mn::ROOT_SLOTS {
-            return Err(IndexError::Config(format!(
-                "root slot {} has no room for the descriptor",
-                cfg.root_slot
-            )));
-        }
-        let me = Self::new(cfg, shape);
+        let me = Self::new(cfg, shape)?;
         me.tree.create_root(c).await?;
-        c.write(mn::root_slot(cfg.root_slot + 1), &shape.descriptor().to_le_bytes()).await?;
+        me.tree.root.publish(c, &MAGIC, shape.descriptor()).await?;
         Ok(me)
     }
 
@@ -407,19 +403,9 @@ impl<V> ChimeIndex<V> {
         cfg: &IndexConfig,
         shape: ChimeShape,
     ) -> IndexResult<Self> {
-        let d = c.read_word(mn::root_slot(cfg.root_slot + 1)).await?;
-        if d >> 57 != DESCRIPTOR_MAGIC {
-            return Err(IndexError::Corrupt(format!(
-                "no CHIME tree at root slot {}",
-                cfg.root_slot
-            )));
-        }
-        if d != shape.descriptor() {
-            return Err(IndexError::Config(format!(
-                "the tree was created with another shape (descriptor {d:#x})"
-            )));
-        }
-        Ok(Self::new(cfg, shape))
+        let me = Self::new(cfg, shape)?;
+        me.tree.root.check(c, &MAGIC, shape.descriptor()).await?;
+        Ok(me)
     }
 
     /// Bytes of the CN-side cache in use.

@@ -22,10 +22,11 @@ mod smo;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
-use dmindex_index::{IndexError, IndexResult};
+use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_index::IndexResult;
 use dmindex_prim::kv_block::Blocks;
 use dmindex_prim::lock::LocalLocks;
+use dmindex_prim::root::RootSlot;
 
 use crate::hotspot::Hotspots;
 use crate::internal::NodeCache;
@@ -50,7 +51,8 @@ pub(crate) fn parse_root(w: u64) -> (u8, GlobalAddr) {
 pub(crate) struct Tree {
     pub leaf: LeafLayout,
     pub inner: InternalLayout,
-    pub root_slot: GlobalAddr,
+    /// The root word's slot (the descriptor is in the next one).
+    pub root: RootSlot,
     /// Vacancy-bitmap piggybacking: off, the bitmap is READ separately after locking.
     pub vacancy: bool,
     /// Indirect values and long keys.
@@ -112,13 +114,7 @@ impl Tree {
             &self.leaf_image(&buf, LockWord { locked: false, full: 0, argmax: 0 }, u64::MAX),
         )
         .await?;
-        if c.cas(self.root_slot, 0, root_word(1, a)).await? != 0 {
-            return Err(IndexError::Config(format!(
-                "root slot {} is already in use",
-                (self.root_slot.offset() - mn::ROOT_TABLE_OFFSET) / 8
-            )));
-        }
-        Ok(())
+        self.root.claim(c, root_word(1, a)).await
     }
 }
 

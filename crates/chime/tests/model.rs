@@ -298,6 +298,33 @@ fn bad_input_is_refused() {
     }]);
 }
 
+/// The descriptor word in the slot after the root word: magic 0x62 (7 bits) | hopscotch,
+/// replicated, fenced | span (11) | H (5) | internal span (11) | key length (8) | value length (17).
+#[test]
+fn descriptor_words_are_pinned() {
+    let f = fabric(16 << 20, 1 << 20);
+    let c = f.client(0).unwrap();
+    run_tasks([async {
+        let long =
+            IndexConfig { max_key: 16, max_value: 100, root_slot: 4, ..IndexConfig::default() };
+        let sherman = IndexConfig { root_slot: 2, ..IndexConfig::default() };
+        Chime::create(&c, &IndexConfig::default(), 0).await.unwrap();
+        Sherman::create(&c, &sherman, 0).await.unwrap();
+        Chime::create(&c, &long, 0).await.unwrap();
+        let word = |slot| c.read_word(dmindex_fabric::layout::root_slot(slot));
+        assert_eq!(word(1).await.unwrap(), 0xC580_8080_8010_0008);
+        assert_eq!(word(3).await.unwrap(), 0xC440_8080_8010_0008);
+        assert_eq!(word(5).await.unwrap(), 0xC580_8080_8020_0064);
+        // Another kind of index, or none, at the slot is refused.
+        let none = IndexConfig { root_slot: 8, ..IndexConfig::default() };
+        let e = Chime::open(&c, &none, 0).await.err().expect("no tree");
+        assert!(matches!(&e, IndexError::Corrupt(m) if m == "no CHIME tree at root slot 8"), "{e}");
+        let last = IndexConfig { root_slot: 511, ..IndexConfig::default() };
+        let e = Chime::create(&c, &last, 0).await.err().expect("no room");
+        assert!(matches!(&e, IndexError::Config(m) if m.contains("no room for the descriptor")));
+    }]);
+}
+
 /// Options are typed and checked before anything is created; errors name the option.
 #[test]
 fn bad_options_are_refused_naming_them() {

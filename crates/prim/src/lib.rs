@@ -11,6 +11,7 @@
 //! | [`version`] | node-level and entry-level versions in one byte |
 //! | [`hash`] | the key hash and 16-bit fingerprints |
 //! | [`kv_block`] | out-of-place key-value blocks: one writer, one parser |
+//! | [`root`] | root-table slots: claiming one, the descriptor word, refusing a foreign index |
 //! | [`options`] | typed `name=value` options with the errors every index gives |
 //! | [`doorbell`] | verbs to one memory node posted as one doorbell batch |
 //! | [`rdwc`] | read delegation and write combining on a compute node |
@@ -22,4 +23,5 @@ pub mod kv_block;
 pub mod lock;
 pub mod options;
 pub mod rdwc;
+pub mod root;
 pub mod version;

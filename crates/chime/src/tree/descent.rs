@@ -38,7 +38,7 @@ pub(crate) enum Where {
 impl Tree {
     /// Reads the root word.
     pub(super) async fn root<T: Transport>(&self, c: &Client<T>) -> IndexResult<(u8, GlobalAddr)> {
-        let w = c.read_word(self.root_slot).await?;
+        let w = c.read_word(self.root.addr()).await?;
         let (h, a) = parse_root(w);
         if h == 0 || a.is_null() {
             return Err(IndexError::Corrupt(format!("root word {w:#x}")));

@@ -159,7 +159,7 @@ impl Tree {
                         let a = c.alloc(self.inner.alloc() as u64, 64).await?;
                         c.write(a, &new_root.physical_with_lock(&self.inner)).await?;
                         let old = root_word(height, root);
-                        if c.cas(self.root_slot, old, root_word(height + 1, a)).await? == old {
+                        if c.cas(self.root.addr(), old, root_word(height + 1, a)).await? == old {
                             self.cache.insert(a, new_root);
                             return Ok(());
                         }
