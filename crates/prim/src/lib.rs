@@ -12,6 +12,7 @@
 //! | [`hash`] | the key hash and 16-bit fingerprints |
 //! | [`kv_block`] | out-of-place key-value blocks: one writer, one parser |
 //! | [`root`] | root-table slots: claiming one, the descriptor word, refusing a foreign index |
+//! | [`node_cache`] | the CN-side cache of nodes by level and key range, within a byte budget |
 //! | [`options`] | typed `name=value` options with the errors every index gives |
 //! | [`doorbell`] | verbs to one memory node posted as one doorbell batch |
 //! | [`rdwc`] | read delegation and write combining on a compute node |
@@ -21,6 +22,7 @@ pub mod doorbell;
 pub mod hash;
 pub mod kv_block;
 pub mod lock;
+pub mod node_cache;
 pub mod options;
 pub mod rdwc;
 pub mod root;

@@ -72,7 +72,7 @@ impl Tree {
     /// Finds the leaf for `k`: the cached parent if any, else a remote traversal from the deepest
     /// cached node above (or the root).
     pub(crate) async fn locate<T: Transport>(&self, c: &Client<T>, k: u64) -> IndexResult<Located> {
-        if let Some(p) = self.cache.lookup(1, k) {
+        if let Some(p) = self.cache.lookup(1, &k) {
             let (leaf, expected) = p.node.child_for(k);
             return Ok(Located {
                 leaf,
@@ -81,7 +81,7 @@ impl Tree {
                 parent: Some(p.addr),
             });
         }
-        let mut from_cache = self.cache.deepest(k).filter(|n| n.node.level >= 2);
+        let mut from_cache = self.cache.deepest(&k).filter(|n| n.node.level >= 2);
         'restart: loop {
             let mut addr = match from_cache.take() {
                 Some(n) => n.node.child_for(k).0,
@@ -147,7 +147,7 @@ impl Tree {
     /// a retry.
     pub(crate) fn invalidate(&self, loc: &Located) {
         if let Some((low, addr)) = loc.cached {
-            self.cache.invalidate(1, low, addr);
+            self.cache.invalidate(1, &low, addr);
         }
         self.retry();
     }

@@ -63,7 +63,7 @@ impl Tree {
         }
         let loc = self.locate(c, from).await?;
         let mut ahead: VecDeque<GlobalAddr> =
-            match loc.parent.and_then(|p| self.cache.lookup(1, from).filter(|n| n.addr == p)) {
+            match loc.parent.and_then(|p| self.cache.lookup(1, &from).filter(|n| n.addr == p)) {
                 Some(p) => p.node.children_from(from).into_iter().skip(1).collect(),
                 None => VecDeque::new(),
             };
