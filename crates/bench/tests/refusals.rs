@@ -1,8 +1,8 @@
 //! The harness refuses what an index cannot do before anything runs.
 
 use dmindex_bench::{run, BenchConfig, TransportKind};
-use dmindex_index::reference::LockedShards;
 use dmindex_index::{Ordered, PointOnly};
+use dmindex_reference::LockedShards;
 
 #[test]
 fn scans_on_a_point_index_are_refused_naming_the_index() {

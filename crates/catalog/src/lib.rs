@@ -94,7 +94,7 @@ pub static INDEXES: &[IndexEntry] = &[
     index!(
         "ref",
         "reference: sorted shards behind one remote lock each (the harness's yardstick)",
-        dmindex_index::reference::LockedShards,
+        dmindex_reference::LockedShards,
         Ordered
     ),
 ];
