@@ -16,8 +16,9 @@
 //!
 //! # Acquire
 //!
-//! * [`acquire`]: a masked CAS that compares and sets the lock bit only. One round trip both
-//!   locks and returns the metadata bits as they were (CHIME's access-aggregated metadata).
+//! * [`LocalLocks::acquire`]: a masked CAS that compares and sets the lock bit only. One round
+//!   trip both locks and returns the metadata bits as they were (CHIME's access-aggregated
+//!   metadata).
 //! * [`acquire_whole`]: a CAS from 0, for a word that holds nothing but the lock.
 //!
 //! Both spin while the lock is held, calling `on_retry` after each failed attempt. There are no
@@ -70,11 +71,6 @@ pub struct Held<'t> {
 }
 
 impl Held<'_> {
-    /// The lock word's address.
-    pub fn addr(&self) -> GlobalAddr {
-        self.addr
-    }
-
     /// The word as the locking CAS found it, lock bit clear: the metadata it carries.
     pub fn word(&self) -> u64 {
         self.word
@@ -110,17 +106,6 @@ async fn spin<T: Transport>(
     }
 }
 
-/// Takes the lock at `addr` by masked CAS on the lock bit; the other bits come back in
-/// [`Held::word`].
-pub async fn acquire<T: Transport>(
-    c: &Client<T>,
-    addr: GlobalAddr,
-    on_retry: impl FnMut(),
-) -> IndexResult<Held<'static>> {
-    let word = spin(c, addr, on_retry).await?;
-    Ok(Held { addr, word, _local: None })
-}
-
 /// Takes the lock at `addr`, a word holding nothing else, by CAS from 0.
 pub async fn acquire_whole<T: Transport>(
     c: &Client<T>,
@@ -150,7 +135,8 @@ impl LocalLocks {
         &self.slots[(mix64(addr.raw()) % self.slots.len() as u64) as usize]
     }
 
-    /// Queues on `addr`'s local slot, then takes the remote lock as [`acquire`] does.
+    /// Queues on `addr`'s local slot, then takes the lock at `addr` by masked CAS on the lock
+    /// bit; the other bits come back in [`Held::word`].
     pub async fn acquire<T: Transport>(
         &self,
         c: &Client<T>,
@@ -176,16 +162,18 @@ mod tests {
     fn the_lock_word_carries_metadata_through_lock_and_unlock() {
         let f = LocalFabric::new(LocalConfig::default()).unwrap();
         let c = f.client(0).unwrap();
+        let table = LocalLocks::default();
         run_tasks([async {
             let a = c.alloc(64, 64).await.unwrap();
             c.write(a, &0x1234u64.to_le_bytes()).await.unwrap();
-            let held = acquire(&c, a, || panic!("free")).await.unwrap();
-            assert_eq!((held.addr(), held.word()), (a, 0x1234));
+            let held = table.acquire(&c, a, || panic!("free")).await.unwrap();
+            assert_eq!(held.word(), 0x1234);
+            assert_eq!(LOCK_BIT, 0x8000_0000_0000_0000);
             assert_eq!(c.read_word(a).await.unwrap(), LOCK_BIT | 0x1234, "bit 63 is the lock");
             held.unlock_with(&c, LOCK_BIT | 0x99).await.unwrap();
             assert_eq!(c.read_word(a).await.unwrap(), 0x99, "the unlocking word, lock bit clear");
             // Unlocked by the last WRITE of a batch.
-            let held = acquire(&c, a, || panic!("free")).await.unwrap();
+            let held = table.acquire(&c, a, || panic!("free")).await.unwrap();
             let word = unlocked(7).to_le_bytes();
             let data = [5u8; 8];
             let mut ops = [

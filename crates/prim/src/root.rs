@@ -84,11 +84,6 @@ impl RootSlot {
         Ok(RootSlot { slot })
     }
 
-    /// The slot's number.
-    pub fn index(&self) -> u32 {
-        self.slot
-    }
-
     /// The root word's address.
     pub fn addr(&self) -> GlobalAddr {
         layout::root_slot(self.slot)
