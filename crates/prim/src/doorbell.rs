@@ -2,7 +2,8 @@
 //!
 //! # Posting
 //!
-//! [`post`] issues a sequence of verbs, in order, as few round trips as the fabric allows:
+//! [`post`] issues a sequence of verbs, in order, as few round trips as the fabric allows
+//! ([`post_iter`] when they are built on the fly):
 //!
 //! ```text
 //! one verb                      -> that verb alone (a READ or a WRITE, not a batch)
@@ -26,31 +27,41 @@ use dmindex_index::IndexResult;
 
 /// Posts `ops` in order: one verb alone, several to one memory node as one doorbell batch,
 /// otherwise one verb at a time.
-pub async fn post<'a, T: Transport>(
-    c: &Client<T>,
-    ops: impl IntoIterator<Item = BatchOp<'a>>,
-) -> IndexResult<()> {
-    let mut ops = ops.into_iter();
-    let Some(first) = ops.next() else { return Ok(()) };
-    let Some(second) = ops.next() else { return one(c, first).await };
-    let mut all = vec![first, second];
-    all.extend(ops);
-    let node = all[0].addr().node();
-    if all.iter().all(|op| op.addr().node() == node) {
-        c.batch(&mut all).await?;
-    } else {
-        for op in all {
-            one(c, op).await?;
+pub async fn post<T: Transport>(c: &Client<T>, ops: &mut [BatchOp<'_>]) -> IndexResult<()> {
+    match ops {
+        [] => {}
+        [op] => one(c, op).await?,
+        [first, rest @ ..] if rest.iter().all(|op| op.addr().node() == first.addr().node()) => {
+            c.batch(ops).await?
+        }
+        _ => {
+            for op in ops {
+                one(c, op).await?;
+            }
         }
     }
     Ok(())
 }
 
+/// [`post`] for verbs built on the fly: one verb is posted as it comes, several are gathered
+/// first (the batch needs them side by side).
+pub async fn post_iter<'a, T: Transport>(
+    c: &Client<T>,
+    ops: impl IntoIterator<Item = BatchOp<'a>>,
+) -> IndexResult<()> {
+    let mut ops = ops.into_iter();
+    let Some(first) = ops.next() else { return Ok(()) };
+    let Some(second) = ops.next() else { return post(c, &mut [first]).await };
+    let mut all = vec![first, second];
+    all.extend(ops);
+    post(c, &mut all).await
+}
+
 /// One verb on its own.
-async fn one<T: Transport>(c: &Client<T>, op: BatchOp<'_>) -> IndexResult<()> {
+async fn one<T: Transport>(c: &Client<T>, op: &mut BatchOp<'_>) -> IndexResult<()> {
     match op {
-        BatchOp::Read { addr, buf } => c.read(addr, buf).await?,
-        BatchOp::Write { addr, data } => c.write(addr, data).await?,
+        BatchOp::Read { addr, buf } => c.read(*addr, buf).await?,
+        BatchOp::Write { addr, data } => c.write(*addr, data).await?,
     }
     Ok(())
 }
@@ -75,14 +86,14 @@ mod tests {
                 (n.round_trips, n.batches, n.reads, n.writes)
             };
             let before = counts();
-            post(&c, [BatchOp::Write { addr: a, data: &[1; 8] }]).await.unwrap();
+            post(&c, &mut [BatchOp::Write { addr: a, data: &[1; 8] }]).await.unwrap();
             let after = counts();
             assert_eq!((after.0 - before.0, after.1 - before.1, after.3 - before.3), (1, 0, 1));
             let before = counts();
             let (mut x, mut y) = ([0u8; 8], [0u8; 8]);
             post(
                 &c,
-                [
+                &mut [
                     BatchOp::Read { addr: a, buf: &mut x },
                     BatchOp::Read { addr: a.add(64), buf: &mut y },
                 ],
@@ -94,7 +105,7 @@ mod tests {
             assert_eq!(x, [1; 8]);
             let before = counts();
             let ops = [(b, [2u8; 8]), (a, [3u8; 8])];
-            post(&c, ops.iter().map(|(addr, d)| BatchOp::Write { addr: *addr, data: d }))
+            post_iter(&c, ops.iter().map(|(addr, d)| BatchOp::Write { addr: *addr, data: d }))
                 .await
                 .unwrap();
             let after = counts();
@@ -103,7 +114,8 @@ mod tests {
                 (c.read_word(a).await.unwrap(), c.read_word(b).await.unwrap()),
                 (u64::from_le_bytes([3; 8]), u64::from_le_bytes([2; 8]))
             );
-            post(&c, std::iter::empty::<BatchOp<'_>>()).await.unwrap();
+            post_iter(&c, std::iter::empty::<BatchOp<'_>>()).await.unwrap();
+            post(&c, &mut []).await.unwrap();
         }]);
     }
 }

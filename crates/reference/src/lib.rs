@@ -173,9 +173,12 @@ impl LockedShards {
         }
         let header = s.header.encode_unlocked();
         let array_at = s.header.array.add((from * self.entry_size) as u64);
-        let array = (!bytes.is_empty()).then_some(BatchOp::Write { addr: array_at, data: &bytes });
-        let header = BatchOp::Write { addr: self.header_addr(shard), data: &header };
-        held.unlock_by(doorbell::post(c, array.into_iter().chain([header]))).await
+        let mut writes = [
+            BatchOp::Write { addr: array_at, data: &bytes },
+            BatchOp::Write { addr: self.header_addr(shard), data: &header },
+        ];
+        let writes = if bytes.is_empty() { &mut writes[1..] } else { &mut writes[..] };
+        held.unlock_by(doorbell::post(c, writes)).await
     }
 
     fn find(entries: &[Pair], key: &[u8]) -> Result<usize, usize> {

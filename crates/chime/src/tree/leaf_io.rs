@@ -90,7 +90,7 @@ impl Tree {
             addr: leaf.add(phys_range(d0, d1).0 as u64),
             buf: b,
         });
-        doorbell::post(c, reads).await?;
+        doorbell::post_iter(c, reads).await?;
         for (&(d0, d1), b) in ranges.iter().zip(&bufs) {
             if buf.absorb(d0, d1, b).is_err() {
                 return Ok(false);
@@ -165,7 +165,7 @@ impl Tree {
     ) -> IndexResult<()> {
         let writes =
             pieces.iter().map(|(o, b)| BatchOp::Write { addr: leaf.addr.add(*o as u64), data: b });
-        leaf.held.unlock_by(doorbell::post(c, writes)).await
+        leaf.held.unlock_by(doorbell::post_iter(c, writes)).await
     }
 
     /// Rewrites entry `i` of locked leaf `leaf` (READ into `buf`) as (k, v) with its

@@ -23,7 +23,7 @@ impl Tree {
         let mut raw: Vec<Vec<u8>> = leaves.iter().map(|_| vec![0u8; whole]).collect();
         let reads =
             leaves.iter().zip(raw.iter_mut()).map(|(a, b)| BatchOp::Read { addr: *a, buf: b });
-        doorbell::post(c, reads).await?;
+        doorbell::post_iter(c, reads).await?;
         let mut out = Vec::with_capacity(leaves.len());
         for (a, r) in leaves.iter().zip(&raw) {
             let mut buf = LeafBuf::new(self.leaf);

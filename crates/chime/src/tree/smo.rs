@@ -122,11 +122,11 @@ impl Tree {
         (right, right_img): (GlobalAddr, &[u8]),
         (left, left_img): (GlobalAddr, &[u8]),
     ) -> IndexResult<()> {
-        let writes = [
+        let mut writes = [
             BatchOp::Write { addr: right, data: right_img },
             BatchOp::Write { addr: left, data: left_img },
         ];
-        doorbell::post(c, writes).await
+        doorbell::post(c, &mut writes).await
     }
 
     /// Inserts separator `pivot` → `child` at `level` (Sherman-style up-propagation: lock, read,
