@@ -6,8 +6,8 @@ use std::sync::Arc;
 use dmindex_bench::{run, BenchConfig, TransportKind};
 use dmindex_fabric::service::{MnContext, Service, ServiceError};
 use dmindex_fabric::{Client, ServiceId, Transport};
-use dmindex_index::reference::LockedShards;
 use dmindex_index::{IndexConfig, IndexResult, MnService, Ordered, PointIndex, PointOnly};
+use dmindex_reference::LockedShards;
 
 #[test]
 fn scans_on_a_point_index_are_refused_naming_the_index() {

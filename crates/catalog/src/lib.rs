@@ -13,11 +13,11 @@ use dmindex_bench::{BenchConfig, BenchReport, Runnable, RunnableScans};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::Services;
 use dmindex_index::conformance::{CheckConfig, SeedReport};
-use dmindex_index::rdwc::Rdwc;
 use dmindex_index::{install_services, IndexKind, MnService, Ordered, PointIndex, Scans};
+use dmindex_prim::rdwc::Rdwc;
 
 /// Whether compute nodes combine concurrent operations on one key (read delegation and write
-/// combining, [`dmindex_index::rdwc`]).
+/// combining, [`dmindex_prim::rdwc`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RdwcPolicy {
     /// Not used.
@@ -94,7 +94,7 @@ pub static INDEXES: &[IndexEntry] = &[
     index!(
         "ref",
         "reference: sorted shards behind one remote lock each (the harness's yardstick)",
-        dmindex_index::reference::LockedShards,
+        dmindex_reference::LockedShards,
         Ordered
     ),
 ];

@@ -23,7 +23,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
 use dmindex_fabric::GlobalAddr;
-use dmindex_index::hash::mix64;
+use dmindex_prim::hash::{fingerprint, mix64};
 
 /// Bytes an entry costs, as the paper counts them (8-B leaf address, 2-B slot, 2-B fingerprint,
 /// 4-B counter).
@@ -46,11 +46,6 @@ pub struct Hotspots {
     /// Speculative READs issued, and those that found their key.
     pub attempts: AtomicU64,
     pub hits: AtomicU64,
-}
-
-/// The 2-byte fingerprint of a key.
-pub fn fingerprint(key: u64) -> u16 {
-    (mix64(key ^ 0xF1F1_F1F1) >> 48) as u16 | 1
 }
 
 impl Hotspots {

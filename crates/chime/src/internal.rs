@@ -1,12 +1,12 @@
-//! Internal nodes (B+ tree style, B-link siblings, fence keys) and the CN-side node cache.
-
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, RwLock};
+//! Internal nodes (B+ tree style, B-link siblings, fence keys), cached on every compute node.
 
 use dmindex_fabric::GlobalAddr;
-use dmindex_index::cacheline::{self, Torn};
+use dmindex_prim::cacheline::{self, Torn};
+use dmindex_prim::node_cache::{self, CachedNode};
 
-use crate::layout::{self, version, InternalLayout, INTERNAL_ENTRY, INTERNAL_HEADER};
+use dmindex_prim::version;
+
+use crate::layout::{self, InternalLayout, INTERNAL_ENTRY, INTERNAL_HEADER};
 
 /// A decoded internal node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,11 +85,6 @@ impl Internal {
         })
     }
 
-    /// Whether `k` lies within the fences.
-    pub fn covers(&self, k: u64) -> bool {
-        self.low <= k && k <= self.high
-    }
-
     /// The child for `k` and the child's expected sibling (the next child, or the leftmost
     /// child of this node's right sibling for the last child).
     pub fn child_for(&self, k: u64) -> (GlobalAddr, GlobalAddr) {
@@ -115,94 +110,34 @@ impl Internal {
         self.version = version::bump_nv(self.version);
         self
     }
+}
+
+/// Internal nodes are cached by level and low fence.
+impl CachedNode for Internal {
+    type Key = u64;
+
+    fn level(&self) -> u8 {
+        self.level
+    }
+
+    fn low(&self) -> &u64 {
+        &self.low
+    }
+
+    /// Whether `k` lies within the fences.
+    fn covers(&self, k: &u64) -> bool {
+        self.low <= *k && *k <= self.high
+    }
 
     /// Bytes this node costs in a CN cache (its decoded remote bytes plus its address), as the
     /// reference implementation charges them.
-    pub fn cache_cost(&self) -> u64 {
+    fn cache_cost(&self) -> u64 {
         (8 + INTERNAL_HEADER + INTERNAL_ENTRY * self.entries.len()) as u64
     }
 }
 
-/// A cached copy of an internal node.
-#[derive(Debug)]
-pub struct Cached {
-    pub addr: GlobalAddr,
-    pub node: Internal,
-}
-
-#[derive(Default)]
-struct CacheInner {
-    /// Per level, nodes by low fence.
-    levels: Vec<BTreeMap<u64, Arc<Cached>>>,
-    fifo: VecDeque<(u8, u64, GlobalAddr)>,
-    bytes: u64,
-}
-
-/// The CN-wide cache of internal nodes, with a byte budget and FIFO eviction.
-pub struct NodeCache {
-    inner: RwLock<CacheInner>,
-    budget: u64,
-}
-
-impl NodeCache {
-    pub fn new(budget: u64) -> NodeCache {
-        NodeCache { inner: RwLock::new(CacheInner::default()), budget }
-    }
-
-    /// Bytes in use.
-    pub fn bytes(&self) -> u64 {
-        self.inner.read().expect("cache lock").bytes
-    }
-
-    /// The cached node at `level` covering `k`.
-    pub fn lookup(&self, level: u8, k: u64) -> Option<Arc<Cached>> {
-        let g = self.inner.read().expect("cache lock");
-        let m = g.levels.get(level as usize)?;
-        let (_, c) = m.range(..=k).next_back()?;
-        c.node.covers(k).then(|| Arc::clone(c))
-    }
-
-    /// The lowest cached level above the leaves with a node covering `k`.
-    pub fn deepest(&self, k: u64) -> Option<Arc<Cached>> {
-        let levels = self.inner.read().expect("cache lock").levels.len();
-        (1..levels as u8).find_map(|lv| self.lookup(lv, k))
-    }
-
-    /// Caches (or refreshes) a node.
-    pub fn insert(&self, addr: GlobalAddr, node: Internal) {
-        if self.budget == 0 {
-            return;
-        }
-        let mut g = self.inner.write().expect("cache lock");
-        let (level, low, cost) = (node.level as usize, node.low, node.cache_cost());
-        if g.levels.len() <= level {
-            g.levels.resize_with(level + 1, BTreeMap::new);
-        }
-        let old = g.levels[level].insert(low, Arc::new(Cached { addr, node }));
-        if let Some(o) = old {
-            g.bytes -= o.node.cache_cost();
-        } else {
-            g.fifo.push_back((level as u8, low, addr));
-        }
-        g.bytes += cost;
-        while g.bytes > self.budget {
-            let Some((lv, lo, _)) = g.fifo.pop_front() else { break };
-            if let Some(o) = g.levels[lv as usize].remove(&lo) {
-                g.bytes -= o.node.cache_cost();
-            }
-        }
-    }
-
-    /// Drops the cached node at `level` with low fence `low` if it is still the copy of `addr`.
-    pub fn invalidate(&self, level: u8, low: u64, addr: GlobalAddr) {
-        let mut g = self.inner.write().expect("cache lock");
-        let Some(m) = g.levels.get_mut(level as usize) else { return };
-        if m.get(&low).is_some_and(|c| c.addr == addr) {
-            let o = m.remove(&low).expect("present");
-            g.bytes -= o.node.cache_cost();
-        }
-    }
-}
+/// The CN-wide cache of internal nodes ([`dmindex_prim::node_cache`]).
+pub type NodeCache = node_cache::NodeCache<Internal>;
 
 #[cfg(test)]
 mod tests {
@@ -250,9 +185,9 @@ mod tests {
         assert_eq!(cost, 8 + 43 + 34);
         c.insert(GlobalAddr::new(0, 1), n.clone());
         assert_eq!(c.bytes(), cost);
-        assert!(c.lookup(1, 50).is_some());
-        assert!(c.lookup(1, 100).is_none());
-        assert!(c.lookup(1, 5).is_none());
+        assert!(c.lookup(1, &50).is_some());
+        assert!(c.lookup(1, &100).is_none());
+        assert!(c.lookup(1, &5).is_none());
         // Over budget: the oldest goes.
         for i in 0..5 {
             let mut m = n.clone();
@@ -261,8 +196,8 @@ mod tests {
             c.insert(GlobalAddr::new(0, 2 + i), m);
         }
         assert!(c.bytes() <= 300);
-        assert!(c.lookup(1, 50).is_none());
-        c.invalidate(1, 5000, GlobalAddr::new(0, 6));
-        assert!(c.lookup(1, 5005).is_none());
+        assert!(c.lookup(1, &50).is_none());
+        c.invalidate(1, &5000, GlobalAddr::new(0, 6));
+        assert!(c.lookup(1, &5005).is_none());
     }
 }

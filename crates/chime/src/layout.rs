@@ -3,7 +3,8 @@
 //! # Version byte
 //!
 //! Every object (replica, entry, internal header, internal entry) starts with one byte:
-//! low nibble = node-level version (NV), high nibble = entry-level version (EV), both wrapping at 16.
+//! low nibble = node-level version (NV), high nibble = entry-level version (EV), both wrapping at 16
+//! ([`dmindex_prim::version`]).
 //!
 //! # Leaf (span S, neighbourhood H, S a multiple of H; decoded form)
 //!
@@ -22,7 +23,7 @@
 //! empty entry. The value slot holds the value inline, or a pointer to a block (indirect values).
 //! Hop bitmap bit `H-1-d` (MSB of the H used bits first) says "a key homed here sits at
 //! distance d". Physically the decoded bytes carry cache-line versions
-//! ([`dmindex_index::cacheline`]); then, 8-byte aligned:
+//! ([`dmindex_prim::cacheline`]); then, 8-byte aligned:
 //!
 //! ```text
 //! +------------------------------+-----------------------------------------------+
@@ -30,7 +31,7 @@
 //! +------------------------------+-----------------------------------------------+
 //! lock word bits: 0 .. B-1 vacancy buckets (1 = every slot of the bucket is full)
 //!                 B .. B+A-1 argmax (slot of a key of the leaf, ideally the largest)
-//!                 63 lock
+//!                 63 lock ([`dmindex_prim::lock`])
 //! ```
 //!
 //! With S = 64, H = 8: 1296 decoded bytes, 1316 physical, lock at 1320, upper bound at 1328,
@@ -62,7 +63,8 @@
 //! 1148 physical, lock word at 1152 (bit 63), 1216 allocated for S = 64.
 
 use dmindex_fabric::GlobalAddr;
-use dmindex_index::cacheline::{phys_len, Objects};
+use dmindex_prim::cacheline::{phys_len, Objects};
+use dmindex_prim::lock::LOCK_BIT;
 
 /// Bytes per metadata replica (sibling-based validation).
 pub const REPLICA: usize = 10;
@@ -74,8 +76,6 @@ pub const ENTRY: usize = 19;
 pub const SORTED_ENTRY: usize = 17;
 /// Bytes per key.
 pub const KEY: usize = 8;
-/// The lock bit.
-pub const LOCK_BIT: u64 = 1 << 63;
 /// Largest neighbourhood.
 pub const MAX_H: usize = 16;
 
@@ -256,26 +256,6 @@ impl LockWord {
     }
 }
 
-/// Version-byte helpers.
-pub mod version {
-    /// Node-level version.
-    pub fn nv(v: u8) -> u8 {
-        v & 0x0F
-    }
-    /// `v` with NV incremented.
-    pub fn bump_nv(v: u8) -> u8 {
-        (v & 0xF0) | ((v + 1) & 0x0F)
-    }
-    /// `v` with EV incremented.
-    pub fn bump_ev(v: u8) -> u8 {
-        v.wrapping_add(0x10)
-    }
-    /// `v` with its NV replaced.
-    pub fn with_nv(v: u8, nv: u8) -> u8 {
-        (v & 0xF0) | (nv & 0x0F)
-    }
-}
-
 /// Bytes of an internal node's header.
 pub const INTERNAL_HEADER: usize = 43;
 /// Bytes per internal entry.
@@ -418,14 +398,5 @@ mod tests {
         );
         assert_eq!(l.object_start(42), 0);
         assert_eq!(l.object_start(43 + 17 + 3), 60);
-    }
-
-    #[test]
-    fn versions_wrap_per_nibble() {
-        use version::*;
-        assert_eq!(bump_nv(0x3F), 0x30);
-        assert_eq!(bump_ev(0xF3), 0x03);
-        assert_eq!(nv(0xA7), 7);
-        assert_eq!(with_nv(0xA7, 2), 0xA2);
     }
 }

@@ -13,10 +13,12 @@
 //! (or the slot was empty) — the property that lets readers detect hops by rebuilding a home's
 //! bitmap from the keys they read (the third level of the optimistic synchronization).
 
-use dmindex_index::cacheline::{self, Torn};
-use dmindex_index::hash::hash_bytes;
+use dmindex_prim::cacheline::{self, Torn};
+use dmindex_prim::hash::hash_bytes;
 
-use crate::layout::{self, version, LeafLayout, KEY};
+use dmindex_prim::version;
+
+use crate::layout::{self, LeafLayout, KEY};
 
 /// The decoded leaf and which of its parts were read.
 #[derive(Clone)]

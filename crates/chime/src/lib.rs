@@ -46,7 +46,8 @@
 //!   argmax is maintained lazily: it always names a slot, ideally the largest key's.
 //! * **Indirect values and long keys** (paper §4.5): with values longer than 8 bytes or keys
 //!   longer than 8 bytes, an insert or update first writes a fresh 64-B-aligned block
-//!   `[key length u32][value length u32][key][value]` (the key only for long keys), then
+//!   `[key length u32][value length u32][key][value]` (the key only for long keys;
+//!   [`dmindex_prim::kv_block`]), then
 //!   publishes its address in the entry's value slot. Long keys keep their first 8 bytes
 //!   (zero-padded) in the leaf: ordering, homes, pivots and bounds use that prefix, and entries
 //!   sharing it are told apart by reading their blocks (one READ each; all of them when several
@@ -79,171 +80,26 @@ pub mod hotspot;
 pub mod internal;
 pub mod layout;
 pub mod leaf;
+mod shape;
 pub mod sorted;
 mod tree;
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
+use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
+use dmindex_prim::kv_block::{Block, Blocks};
+use dmindex_prim::lock::LocalLocks;
+use dmindex_prim::root::RootSlot;
 
 use crate::internal::NodeCache;
-use crate::layout::{InternalLayout, LeafKind, LeafLayout};
+use crate::layout::{InternalLayout, LeafLayout};
+use crate::shape::MAGIC;
+pub use crate::shape::{ChimeShape, FACTORS, MAX_INDIRECT};
 use crate::tree::{Probe, Tree};
-
-/// CHIME's shape, from [`IndexConfig::extra`]: `span` (leaf entries, default 64), `h`
-/// (neighbourhood, default 8), `internal_span` (default 64).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChimeShape {
-    pub span: usize,
-    pub h: usize,
-    pub internal_span: usize,
-    /// Inline value length (1..=8), or the longest value kept in blocks.
-    pub value_len: usize,
-    /// Longest key: 8 means 8-byte keys in the leaf; more means the leaf holds the first 8
-    /// bytes and the block holds the full key.
-    pub key_len: usize,
-    /// The factors of the paper's analysis (§5.3): which leaf is remote ([`LeafKind`]) …
-    pub kind: LeafKind,
-    /// … whether the lock word carries the vacancy bitmap (off: a separate READ of it after
-    /// locking) …
-    pub vacancy: bool,
-    /// … and hotness-aware speculative reads (CN-side choices, not part of the remote shape).
-    pub speculative: bool,
-    /// Bytes of the hotspot buffer (default 30 % of the cache budget, as the paper's 30 of 100 MB).
-    pub hotspot_bytes: Option<u64>,
-}
-
-/// The ablation options, in the order the paper adds them to Sherman.
-pub const FACTORS: [&str; 5] =
-    ["hopscotch", "vacancy_piggyback", "metadata_replication", "sibling_validation", "speculative"];
-
-impl ChimeShape {
-    /// Reads and checks the options; `sherman` starts from every factor off.
-    pub fn from_config(cfg: &IndexConfig, sherman: bool) -> IndexResult<ChimeShape> {
-        let mut shape = ChimeShape {
-            span: 64,
-            h: 8,
-            internal_span: 64,
-            value_len: cfg.max_value,
-            key_len: cfg.max_key,
-            kind: LeafKind::CHIME,
-            vacancy: true,
-            speculative: false,
-            hotspot_bytes: None,
-        };
-        // Factors as given; the unset ones follow the index (all on for chime except
-        // speculative reads, all off for sherman and whenever the leaf is sorted).
-        let mut f: [Option<bool>; 5] = [None; 5];
-        for (k, v) in &cfg.extra {
-            let n: usize = v
-                .parse()
-                .map_err(|_| IndexError::Config(format!("option {k}={v}: not a number")))?;
-            let flag = |f: &mut [Option<bool>; 5], i: usize| {
-                if n > 1 {
-                    return Err(IndexError::Config(format!("option {k}={v}: use 0 or 1")));
-                }
-                f[i] = Some(n == 1);
-                Ok(())
-            };
-            match k.as_str() {
-                "span" => shape.span = n,
-                "h" | "neighbourhood" => shape.h = n,
-                "internal_span" => shape.internal_span = n,
-                "hopscotch" => flag(&mut f, 0)?,
-                "vacancy_piggyback" | "vacancy" => flag(&mut f, 1)?,
-                "metadata_replication" | "replication" => flag(&mut f, 2)?,
-                "sibling_validation" | "sbv" => flag(&mut f, 3)?,
-                "speculative" => flag(&mut f, 4)?,
-                "hotspot_mb" => {
-                    shape.hotspot_bytes = Some(n as u64 * MIB);
-                    f[4] = Some(f[4].unwrap_or(true) && n > 0);
-                }
-                other => {
-                    return Err(IndexError::Config(format!(
-                        "unknown CHIME option '{other}' (known: span, h, internal_span, \
-                         hotspot_mb, {})",
-                        FACTORS.join(", ")
-                    )))
-                }
-            }
-        }
-        let hopscotch = f[0].unwrap_or(!sherman);
-        let default = !sherman && hopscotch;
-        if !hopscotch {
-            if let Some(i) = (1..5).find(|&i| f[i] == Some(true)) {
-                return Err(IndexError::Config(format!(
-                    "{}=1 needs hopscotch leaves (hopscotch=0 is Sherman's sorted leaf, read whole)",
-                    FACTORS[i]
-                )));
-            }
-        }
-        shape.kind = LeafKind {
-            hopscotch,
-            replicated: f[2].unwrap_or(default),
-            fenced: !f[3].unwrap_or(default),
-        };
-        shape.vacancy = f[1].unwrap_or(default);
-        shape.speculative = f[4].unwrap_or(false);
-        if !(8..=255).contains(&cfg.max_key) {
-            return Err(IndexError::Config(format!(
-                "CHIME keys are up to 8..=255 bytes long (got --key-size {})",
-                cfg.max_key
-            )));
-        }
-        if !(1..=MAX_INDIRECT).contains(&cfg.max_value) {
-            return Err(IndexError::Config(format!(
-                "CHIME values are 1..={MAX_INDIRECT} bytes (got {})",
-                cfg.max_value
-            )));
-        }
-        LeafLayout::with_kind(shape.span, shape.h, shape.kind).map_err(IndexError::Config)?;
-        if !(4..=1024).contains(&shape.internal_span) {
-            return Err(IndexError::Config(format!(
-                "internal_span {} must be in 4..=1024",
-                shape.internal_span
-            )));
-        }
-        Ok(shape)
-    }
-
-    /// Whether values live in blocks behind pointers (long values, or long keys).
-    pub fn indirect(&self) -> bool {
-        self.value_len > 8 || self.long_keys()
-    }
-
-    /// Whether keys may be longer than the 8 bytes a leaf entry holds.
-    pub fn long_keys(&self) -> bool {
-        self.key_len > 8
-    }
-
-    /// The descriptor word kept in the root slot after the root word:
-    /// magic 0x62 (7 bits) | hopscotch, replicated, fenced (1 bit each) | span (11) | H (5) |
-    /// internal span (11) | key length (8) | value length (17).
-    fn descriptor(&self) -> u64 {
-        let k = self.kind;
-        DESCRIPTOR_MAGIC << 57
-            | (k.hopscotch as u64) << 56
-            | (k.replicated as u64) << 55
-            | (k.fenced as u64) << 54
-            | (self.span as u64) << 41
-            | (self.h as u64) << 36
-            | (self.internal_span as u64) << 25
-            | (self.key_len as u64) << 17
-            | self.value_len as u64
-    }
-}
-
-const DESCRIPTOR_MAGIC: u64 = 0x62;
-const MIB: u64 = 1 << 20;
-
-/// Largest indirect value.
-pub const MAX_INDIRECT: usize = 1 << 16;
-/// Bytes before the key in a block: key length u32 LE, value length u32 LE.
-pub const BLOCK_HEADER: usize = 8;
 
 /// Which index a [`ChimeIndex`] is: the factors it starts from and its name.
 pub trait Variant: 'static {
@@ -292,39 +148,33 @@ fn prefix_of(key: &[u8]) -> u64 {
     u64::from_be_bytes(p)
 }
 
-/// A block's parts: `[key length u32 LE][value length u32 LE][key][value]`.
-struct Block {
-    key: Vec<u8>,
-    value: Vec<u8>,
-}
-
 impl<V> ChimeIndex<V> {
-    fn new(cfg: &IndexConfig, shape: ChimeShape) -> ChimeIndex<V> {
+    /// A handle on the tree in `cfg.root_slot` (and its descriptor in the next slot).
+    fn new(cfg: &IndexConfig, shape: ChimeShape) -> IndexResult<ChimeIndex<V>> {
         let hotspot = match (shape.speculative, shape.hotspot_bytes) {
             (false, _) => 0,
             (true, Some(b)) => b.min(cfg.cache_bytes),
             (true, None) => cfg.cache_bytes * 3 / 10,
         };
-        ChimeIndex {
+        Ok(ChimeIndex {
             variant: PhantomData,
             tree: Tree {
                 leaf: LeafLayout::with_kind(shape.span, shape.h, shape.kind).expect("checked"),
                 vacancy: shape.vacancy,
+                blocks: Blocks::new(shape.key_len, shape.value_len),
                 inner: InternalLayout { span: shape.internal_span },
-                root_slot: mn::root_slot(cfg.root_slot),
+                root: RootSlot::with_descriptor(cfg.root_slot)?,
                 // With speculative reads the hotspot buffer is carved from the cache budget and
                 // the node cache gets the rest.
                 cache: NodeCache::new(cfg.cache_bytes.saturating_sub(hotspot)),
                 hotspots: shape.speculative.then(|| hotspot::Hotspots::new(hotspot)),
-                local_locks: (0..tree::LOCAL_LOCKS)
-                    .map(|_| futures::lock::Mutex::new(()))
-                    .collect(),
+                local_locks: LocalLocks::default(),
                 retries: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
                 keys_at_split: AtomicU64::new(0),
             },
             shape,
-        }
+        })
     }
 
     /// The 8-byte leaf key of `key` and how to recognise it among entries sharing it.
@@ -352,8 +202,7 @@ impl<V> ChimeIndex<V> {
     }
 
     /// The 8-byte slot for a value: the value itself, or a pointer to a fresh block holding it
-    /// (and the full key, with long keys). Blocks are padded so that a key probe of up to
-    /// `key_len` bytes never reads past them.
+    /// (and the full key, with long keys).
     async fn slot_of<T: Transport>(
         &self,
         c: &Client<T>,
@@ -363,39 +212,13 @@ impl<V> ChimeIndex<V> {
         if !self.shape.indirect() {
             return self.value_of(v);
         }
-        if v.len() > self.shape.value_len {
-            return Err(IndexError::ValueTooLong { len: v.len(), max: self.shape.value_len });
-        }
         let key = if self.shape.long_keys() { key } else { &[] };
-        let mut block = Vec::with_capacity(BLOCK_HEADER + key.len() + v.len());
-        block.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        block.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        block.extend_from_slice(key);
-        block.extend_from_slice(v);
-        let size = block.len().max(BLOCK_HEADER + self.shape.key_len) as u64;
-        let a = c.alloc(size, 64).await?;
-        c.write(a, &block).await?;
-        Ok(a.raw().to_le_bytes())
+        Ok(self.tree.blocks.write(c, key, v).await?.raw().to_le_bytes())
     }
 
     /// The block behind a slot (immutable once published).
     async fn block<T: Transport>(&self, c: &Client<T>, slot: [u8; 8]) -> IndexResult<Block> {
-        let a = GlobalAddr::from_raw(u64::from_le_bytes(slot));
-        let guess = (BLOCK_HEADER + self.shape.key_len + self.shape.value_len).min(128);
-        let mut b = c.read_vec(a, guess).await?;
-        let klen = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
-        let vlen = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")) as usize;
-        if klen > self.shape.key_len || vlen > self.shape.value_len {
-            return Err(IndexError::Corrupt(format!("block at {a} claims {klen}+{vlen} bytes")));
-        }
-        let total = BLOCK_HEADER + klen + vlen;
-        if total > b.len() {
-            b.extend(c.read_vec(a.add(b.len() as u64), total - b.len()).await?);
-        }
-        Ok(Block {
-            key: b[BLOCK_HEADER..BLOCK_HEADER + klen].to_vec(),
-            value: b[BLOCK_HEADER + klen..total].to_vec(),
-        })
+        self.tree.blocks.read(c, GlobalAddr::from_raw(u64::from_le_bytes(slot))).await
     }
 
     /// The value a slot stands for.
@@ -429,15 +252,9 @@ impl<V> ChimeIndex<V> {
                 "CHIME root words address at most 256 memory nodes".into(),
             ));
         }
-        if cfg.root_slot + 1 >= mn::ROOT_SLOTS {
-            return Err(IndexError::Config(format!(
-                "root slot {} has no room for the descriptor",
-                cfg.root_slot
-            )));
-        }
-        let me = Self::new(cfg, shape);
+        let me = Self::new(cfg, shape)?;
         me.tree.create_root(c).await?;
-        c.write(mn::root_slot(cfg.root_slot + 1), &shape.descriptor().to_le_bytes()).await?;
+        me.tree.root.publish(c, &MAGIC, shape.descriptor()).await?;
         Ok(me)
     }
 
@@ -446,19 +263,9 @@ impl<V> ChimeIndex<V> {
         cfg: &IndexConfig,
         shape: ChimeShape,
     ) -> IndexResult<Self> {
-        let d = c.read_word(mn::root_slot(cfg.root_slot + 1)).await?;
-        if d >> 57 != DESCRIPTOR_MAGIC {
-            return Err(IndexError::Corrupt(format!(
-                "no CHIME tree at root slot {}",
-                cfg.root_slot
-            )));
-        }
-        if d != shape.descriptor() {
-            return Err(IndexError::Config(format!(
-                "the tree was created with another shape (descriptor {d:#x})"
-            )));
-        }
-        Ok(Self::new(cfg, shape))
+        let me = Self::new(cfg, shape)?;
+        me.tree.root.check(c, &MAGIC, shape.descriptor()).await?;
+        Ok(me)
     }
 
     /// Bytes of the CN-side cache in use.

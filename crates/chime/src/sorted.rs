@@ -78,17 +78,18 @@ impl Tree {
         let Insert { k, v, probe, .. } = *ins;
         let leaf = self.lock_leaf(c, cur).await?;
         let mut buf = self.read_slots(c, cur, 0, s).await?;
-        if let Some(a) = self.validate_insert(c, ins, &leaf, &buf).await? {
-            return Ok(a);
-        }
+        let leaf = match self.validate_insert(c, ins, leaf, &buf).await? {
+            Ok(leaf) => leaf,
+            Err(next) => return Ok(next),
+        };
         if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
-            self.update_in_place(c, &leaf, &mut buf, i, k, v).await?;
+            self.update_in_place(c, leaf, &mut buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
         let at = buf.sorted_search(k).unwrap_or_else(|i| i);
         if buf.count() < s {
             buf.sorted_insert(at, k, v);
-            self.rewrite_sorted_leaf(c, &leaf, &mut buf).await?;
+            self.rewrite_sorted_leaf(c, leaf, &mut buf).await?;
             return Ok(Attempt::Done);
         }
         self.sorted_split(c, ins, leaf, buf, at).await?;
@@ -100,12 +101,12 @@ impl Tree {
     async fn rewrite_sorted_leaf<T: Transport>(
         &self,
         c: &Client<T>,
-        leaf: &LockedLeaf<'_>,
+        leaf: LockedLeaf<'_>,
         buf: &mut LeafBuf,
     ) -> IndexResult<()> {
         buf.bump_node_version();
         let high = buf.fences().expect("whole leaf").1;
-        Ok(c.write(leaf.addr, &self.leaf_image(buf, leaf.lw, high)).await?)
+        Ok(leaf.held.unlock_by(c.write(leaf.addr, &self.leaf_image(buf, leaf.lw, high))).await?)
     }
 
     /// Splits full, locked leaf `leaf` at the median of its keys and insert `ins`'s pair
@@ -119,9 +120,11 @@ impl Tree {
         at: usize,
     ) -> IndexResult<()> {
         let kv = (ins.k, ins.v);
-        let LockedLeaf { addr: cur, guard, .. } = leaf;
-        let s = self.leaf.span;
+        // A sorted leaf's lock word carries no metadata.
         let lw = LockWord { locked: false, full: 0, argmax: 0 };
+        let leaf = LockedLeaf { lw, ..leaf };
+        let cur = leaf.addr;
+        let s = self.leaf.span;
         let mut all: Vec<(u64, [u8; 8])> = (0..s).map(|i| (buf.key(i), buf.value(i))).collect();
         all.insert(at, kv);
         let n = all.len();
@@ -137,11 +140,11 @@ impl Tree {
         let cut = match cut {
             Ok(m) => m,
             Err(e) => {
-                self.unlock_leaf(c, cur, lw).await?;
+                self.unlock_leaf(c, leaf).await?;
                 return Err(e);
             }
         };
-        let right_addr = self.alloc_split_leaf(c, cur, lw).await?;
+        let (leaf, right_addr) = self.alloc_split_leaf(c, leaf).await?;
         self.splits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.keys_at_split.fetch_add(s as u64, std::sync::atomic::Ordering::Relaxed);
         let (sib, _) = buf.meta().expect("whole leaf");
@@ -162,8 +165,9 @@ impl Tree {
         buf.bump_node_version();
         let right_img = self.leaf_image(&right, lw, high);
         let left_img = self.leaf_image(&buf, lw, left_max);
-        self.write_split(c, (right_addr, &right_img), (cur, &left_img)).await?;
-        drop(guard);
+        // The left image unlocks the leaf; its local slot goes before the parent's is taken.
+        let written = self.write_split(c, (right_addr, &right_img), (cur, &left_img));
+        leaf.held.unlock_by(written).await?;
         self.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await
     }
 
@@ -184,15 +188,15 @@ impl Tree {
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
                     match v {
-                        Some(v) => self.update_in_place(c, &leaf, &mut buf, i, k, v).await?,
+                        Some(v) => self.update_in_place(c, leaf, &mut buf, i, k, v).await?,
                         None => {
                             buf.sorted_remove(i);
-                            self.rewrite_sorted_leaf(c, &leaf, &mut buf).await?;
+                            self.rewrite_sorted_leaf(c, leaf, &mut buf).await?;
                         }
                     }
                     return Ok(true);
                 }
-                self.unlock_leaf(c, cur, leaf.lw).await?;
+                self.unlock_leaf(c, leaf).await?;
                 match self.judge(&loc, &buf, k) {
                     Where::Absent => return Ok(false),
                     Where::Right(sib) => cur = sib,

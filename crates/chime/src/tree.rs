@@ -22,9 +22,11 @@ mod smo;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use dmindex_fabric::{layout as mn, Client, GlobalAddr, Transport};
-use dmindex_index::hash::mix64;
-use dmindex_index::{IndexError, IndexResult};
+use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_index::IndexResult;
+use dmindex_prim::kv_block::Blocks;
+use dmindex_prim::lock::LocalLocks;
+use dmindex_prim::root::RootSlot;
 
 use crate::hotspot::Hotspots;
 use crate::internal::NodeCache;
@@ -49,12 +51,15 @@ pub(crate) fn parse_root(w: u64) -> (u8, GlobalAddr) {
 pub(crate) struct Tree {
     pub leaf: LeafLayout,
     pub inner: InternalLayout,
-    pub root_slot: GlobalAddr,
+    /// The root word's slot (the descriptor is in the next one).
+    pub root: RootSlot,
     /// Vacancy-bitmap piggybacking: off, the bitmap is READ separately after locking.
     pub vacancy: bool,
+    /// Indirect values and long keys.
+    pub blocks: Blocks,
     pub cache: NodeCache,
     /// The CN-local lock table.
-    pub local_locks: Box<[futures::lock::Mutex<()>]>,
+    pub local_locks: LocalLocks,
     /// The hotspot buffer, when speculative reads are on.
     pub hotspots: Option<Hotspots>,
     pub retries: AtomicU64,
@@ -63,12 +68,6 @@ pub(crate) struct Tree {
     /// Keys the leaves held when they split (hopscotch leaves: when the hop failed).
     pub keys_at_split: AtomicU64,
 }
-
-/// A held slot of the CN-local lock table.
-pub(crate) type LocalGuard<'a> = futures::lock::MutexGuard<'a, ()>;
-
-/// Slots in each compute node's local lock table.
-pub(crate) const LOCAL_LOCKS: usize = 4096;
 
 /// How an operation recognises its key among entries whose 8-byte key field matches.
 #[derive(Clone, Copy, Debug)]
@@ -106,12 +105,6 @@ impl Tree {
         self.retries.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// This compute node's local lock for remote lock word `a` (Sherman's local lock table):
-    /// clients of one CN queue here, so at most one of them spins on the remote word.
-    fn local_lock(&self, a: GlobalAddr) -> &futures::lock::Mutex<()> {
-        &self.local_locks[(mix64(a.raw()) % self.local_locks.len() as u64) as usize]
-    }
-
     /// Creates the first (root) leaf and publishes it.
     pub(crate) async fn create_root<T: Transport>(&self, c: &Client<T>) -> IndexResult<()> {
         let buf = LeafBuf::empty(self.leaf);
@@ -121,13 +114,7 @@ impl Tree {
             &self.leaf_image(&buf, LockWord { locked: false, full: 0, argmax: 0 }, u64::MAX),
         )
         .await?;
-        if c.cas(self.root_slot, 0, root_word(1, a)).await? != 0 {
-            return Err(IndexError::Config(format!(
-                "root slot {} is already in use",
-                (self.root_slot.offset() - mn::ROOT_TABLE_OFFSET) / 8
-            )));
-        }
-        Ok(())
+        self.root.claim(c, root_word(1, a)).await
     }
 }
 

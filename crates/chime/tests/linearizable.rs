@@ -4,8 +4,8 @@
 use dmindex_chime::leaf::home;
 use dmindex_chime::{Chime, Sherman};
 use dmindex_index::conformance::{on_local_threads, suite, CheckConfig, Crashes};
-use dmindex_index::rdwc::Rdwc;
 use dmindex_index::{IndexConfig, Ordered};
+use dmindex_prim::rdwc::Rdwc;
 
 fn opts(span: usize, h: usize, internal: usize) -> Vec<(String, String)> {
     vec![

@@ -298,6 +298,66 @@ fn bad_input_is_refused() {
     }]);
 }
 
+/// The descriptor word in the slot after the root word: magic 0x62 (7 bits) | hopscotch,
+/// replicated, fenced | span (11) | H (5) | internal span (11) | key length (8) | value length (17).
+#[test]
+fn descriptor_words_are_pinned() {
+    let f = fabric(16 << 20, 1 << 20);
+    let c = f.client(0).unwrap();
+    run_tasks([async {
+        let long =
+            IndexConfig { max_key: 16, max_value: 100, root_slot: 4, ..IndexConfig::default() };
+        let sherman = IndexConfig { root_slot: 2, ..IndexConfig::default() };
+        Chime::create(&c, &IndexConfig::default(), 0).await.unwrap();
+        Sherman::create(&c, &sherman, 0).await.unwrap();
+        Chime::create(&c, &long, 0).await.unwrap();
+        let word = |slot| c.read_word(dmindex_fabric::layout::root_slot(slot));
+        assert_eq!(word(1).await.unwrap(), 0xC580_8080_8010_0008);
+        assert_eq!(word(3).await.unwrap(), 0xC440_8080_8010_0008);
+        assert_eq!(word(5).await.unwrap(), 0xC580_8080_8020_0064);
+        // Another kind of index, or none, at the slot is refused.
+        let none = IndexConfig { root_slot: 8, ..IndexConfig::default() };
+        let e = Chime::open(&c, &none, 0).await.err().expect("no tree");
+        assert!(matches!(&e, IndexError::Corrupt(m) if m == "no CHIME tree at root slot 8"), "{e}");
+        let last = IndexConfig { root_slot: 511, ..IndexConfig::default() };
+        let e = Chime::create(&c, &last, 0).await.err().expect("no room");
+        assert!(matches!(&e, IndexError::Config(m) if m.contains("no room for the descriptor")));
+    }]);
+}
+
+/// Options are typed and checked before anything is created; errors name the option.
+#[test]
+fn bad_options_are_refused_naming_them() {
+    use dmindex_chime::ChimeShape;
+    let refuse = |kv: &[(&str, &str)], sherman: bool| {
+        let extra = kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        match ChimeShape::from_config(&IndexConfig { extra, ..IndexConfig::default() }, sherman) {
+            Err(IndexError::Config(m)) => m,
+            other => panic!("{kv:?}: {other:?}"),
+        }
+    };
+    let e = refuse(&[("spam", "1")], false);
+    assert!(e.starts_with("unknown CHIME option 'spam' (known: span, h, internal_span"), "{e}");
+    assert_eq!(refuse(&[("span", "x")], false), "option span=x: not a number");
+    assert_eq!(refuse(&[("sbv", "2")], false), "option sbv=2: use 0 or 1");
+    assert_eq!(
+        refuse(&[("internal_span", "2")], false),
+        "option internal_span=2: must be in 4..=1024"
+    );
+    assert!(refuse(&[("speculative", "1")], true).contains("needs hopscotch"));
+    assert!(refuse(&[("h", "3")], false).contains("multiple"));
+    // Aliases and order: a later option overrides an earlier one; hotspot_mb implies
+    // speculative reads unless they were turned off before it.
+    let shape = |kv: &[(&str, &str)]| {
+        let extra = kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        ChimeShape::from_config(&IndexConfig { extra, ..IndexConfig::default() }, false).unwrap()
+    };
+    assert_eq!(shape(&[("neighbourhood", "4"), ("h", "16")]).h, 16);
+    assert!(shape(&[("hotspot_mb", "1")]).speculative);
+    assert!(!shape(&[("speculative", "0"), ("hotspot_mb", "1")]).speculative);
+    assert!(shape(&[("hotspot_mb", "0"), ("speculative", "1")]).speculative);
+}
+
 /// Running out of remote memory mid-split is an error, and leaves every node unlocked: the
 /// keys inserted so far stay readable and writable.
 #[test]

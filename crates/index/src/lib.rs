@@ -21,23 +21,21 @@
 //! A scan is linearizable per key: each returned pair was the key's value at some instant during
 //! the scan, and each key in the scanned range it did not return was absent at some such instant.
 //!
-//! ## The reference index
+//! ## Where the rest lives
 //!
-//! [`reference::LockedShards`] is a deliberately simple index built on the fabric (sorted arrays
-//! behind one remote lock per key-range shard). It is the harness's and checker's test subject and
-//! the yardstick the real designs are compared against in model tests.
+//! This crate is the contract only: the traits, configuration and errors above, memory-node
+//! services, recorded operations ([`recorded`]) and the conformance kit ([`conformance`]). The
+//! primitives designs share (locks, versions, blocks, root slots, caches, RDWC) are in
+//! `dmindex-prim`; each design is a crate of its own, the deliberately simple reference index
+//! (`dmindex-reference`, the harness's and checker's test subject) included.
 
 use std::sync::Arc;
 
 use dmindex_fabric::service::Service;
 use dmindex_fabric::{Client, FabricError, ServiceId, Services, Transport};
 
-pub mod cacheline;
 pub mod conformance;
-pub mod hash;
-pub mod rdwc;
 pub mod recorded;
-pub mod reference;
 
 /// What can go wrong in an index operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

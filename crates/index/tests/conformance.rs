@@ -5,10 +5,10 @@ use dmindex_fabric::{layout, Client, GlobalAddr, Transport};
 use dmindex_index::conformance::{
     check_seed, model_test, suite, CheckConfig, Crashes, ModelConfig,
 };
-use dmindex_index::reference::LockedShards;
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, Ordered, Pair, PointIndex, PointOnly, RangeIndex,
 };
+use dmindex_reference::LockedShards;
 
 #[test]
 fn reference_index_is_linearizable_under_faults() {

@@ -38,7 +38,7 @@ pub(crate) enum Where {
 impl Tree {
     /// Reads the root word.
     pub(super) async fn root<T: Transport>(&self, c: &Client<T>) -> IndexResult<(u8, GlobalAddr)> {
-        let w = c.read_word(self.root_slot).await?;
+        let w = c.read_word(self.root.addr()).await?;
         let (h, a) = parse_root(w);
         if h == 0 || a.is_null() {
             return Err(IndexError::Corrupt(format!("root word {w:#x}")));
@@ -72,7 +72,7 @@ impl Tree {
     /// Finds the leaf for `k`: the cached parent if any, else a remote traversal from the deepest
     /// cached node above (or the root).
     pub(crate) async fn locate<T: Transport>(&self, c: &Client<T>, k: u64) -> IndexResult<Located> {
-        if let Some(p) = self.cache.lookup(1, k) {
+        if let Some(p) = self.cache.lookup(1, &k) {
             let (leaf, expected) = p.node.child_for(k);
             return Ok(Located {
                 leaf,
@@ -81,7 +81,7 @@ impl Tree {
                 parent: Some(p.addr),
             });
         }
-        let mut from_cache = self.cache.deepest(k).filter(|n| n.node.level >= 2);
+        let mut from_cache = self.cache.deepest(&k).filter(|n| n.node.level >= 2);
         'restart: loop {
             let mut addr = match from_cache.take() {
                 Some(n) => n.node.child_for(k).0,
@@ -147,54 +147,54 @@ impl Tree {
     /// a retry.
     pub(crate) fn invalidate(&self, loc: &Located) {
         if let Some((low, addr)) = loc.cached {
-            self.cache.invalidate(1, low, addr);
+            self.cache.invalidate(1, &low, addr);
         }
         self.retry();
     }
 
-    /// Validates leaf `leaf`, locked and READ into `buf` for insert `ins`: `None` if the key
-    /// belongs there, else what the attempt does next (the leaf is unlocked). With fence keys
-    /// the key must lie within them. Otherwise a sibling other than the one the parent expects
-    /// means a stale cached parent (start over) or, reached through a remote parent, a half
-    /// split: the key moves right unless the leaf still covers it.
-    pub(crate) async fn validate_insert<T: Transport>(
+    /// Validates leaf `leaf`, locked and READ into `buf` for insert `ins`: `Ok(leaf)`, still
+    /// locked, if the key belongs there, else what the attempt does next (the leaf unlocked).
+    /// With fence keys the key must lie within them. Otherwise a sibling other than the one the
+    /// parent expects means a stale cached parent (start over) or, reached through a remote
+    /// parent, a half split: the key moves right unless the leaf still covers it.
+    pub(crate) async fn validate_insert<'t, T: Transport>(
         &self,
         c: &Client<T>,
         ins: &Insert<'_>,
-        leaf: &LockedLeaf<'_>,
+        leaf: LockedLeaf<'t>,
         buf: &LeafBuf,
-    ) -> IndexResult<Option<Attempt>> {
+    ) -> IndexResult<Result<LockedLeaf<'t>, Attempt>> {
         if self.leaf.kind.fenced {
             return self.outside_fences(c, ins, leaf, buf).await;
         }
         let (sib, _) = buf.meta().expect("validated read has a replica");
         if sib == ins.loc.expected {
-            return Ok(None);
+            return Ok(Ok(leaf));
         }
         if ins.loc.cached.is_some() {
-            self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
+            self.unlock_leaf(c, leaf).await?;
             self.invalidate(&ins.loc);
-            return Ok(Some(Attempt::Restart));
+            return Ok(Err(Attempt::Restart));
         }
-        if !sib.is_null() && !self.belongs(c, leaf, buf, ins.k).await? {
-            self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
+        if !sib.is_null() && !self.belongs(c, &leaf, buf, ins.k).await? {
+            self.unlock_leaf(c, leaf).await?;
             self.retry();
-            return Ok(Some(Attempt::Right(sib)));
+            return Ok(Err(Attempt::Right(sib)));
         }
-        Ok(None)
+        Ok(Ok(leaf))
     }
 
-    /// With fence keys: `None` if insert `ins`'s key lies within the fences of `leaf` (locked,
-    /// READ into `buf`), else what to do next (the leaf is unlocked).
-    async fn outside_fences<T: Transport>(
+    /// With fence keys: `Ok(leaf)`, still locked, if insert `ins`'s key lies within the fences
+    /// of `leaf` (READ into `buf`), else what to do next (the leaf unlocked).
+    async fn outside_fences<'t, T: Transport>(
         &self,
         c: &Client<T>,
         ins: &Insert<'_>,
-        leaf: &LockedLeaf<'_>,
+        leaf: LockedLeaf<'t>,
         buf: &LeafBuf,
-    ) -> IndexResult<Option<Attempt>> {
+    ) -> IndexResult<Result<LockedLeaf<'t>, Attempt>> {
         let next = match self.judge(&ins.loc, buf, ins.k) {
-            Where::Absent => return Ok(None),
+            Where::Absent => return Ok(Ok(leaf)),
             Where::Right(sib) => {
                 self.retry();
                 Attempt::Right(sib)
@@ -204,8 +204,8 @@ impl Tree {
                 Attempt::Restart
             }
         };
-        self.unlock_leaf(c, leaf.addr, leaf.lw).await?;
-        Ok(Some(next))
+        self.unlock_leaf(c, leaf).await?;
+        Ok(Err(next))
     }
 
     /// Whether `k` belongs to locked leaf `leaf` (READ into `buf`) although its sibling is not
@@ -245,9 +245,7 @@ impl Tree {
                 continue;
             }
             let block = GlobalAddr::from_raw(u64::from_le_bytes(buf.value(i)));
-            let b = c.read_vec(block, 8 + full.len()).await?;
-            let klen = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
-            if klen == full.len() && &b[8..] == full {
+            if self.blocks.holds_key(c, block, full).await? {
                 return Ok(Some(i));
             }
         }

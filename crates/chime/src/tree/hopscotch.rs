@@ -9,8 +9,8 @@
 use std::sync::atomic::Ordering;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
-use dmindex_index::cacheline::phys_range;
 use dmindex_index::IndexResult;
+use dmindex_prim::cacheline::phys_range;
 
 use super::{Attempt, Insert, Probe, Tree, Where};
 use crate::layout::LockWord;
@@ -128,11 +128,12 @@ impl Tree {
             }
         };
         let mut buf = self.read_slots(c, cur, lo, n).await?;
-        if let Some(a) = self.validate_insert(c, ins, &leaf, &buf).await? {
-            return Ok(a);
-        }
+        let leaf = match self.validate_insert(c, ins, leaf, &buf).await? {
+            Ok(leaf) => leaf,
+            Err(next) => return Ok(next),
+        };
         if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
-            self.update_in_place(c, &leaf, &mut buf, i, k, v).await?;
+            self.update_in_place(c, leaf, &mut buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
         let am_key = (lw.argmax < s && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax));
@@ -154,7 +155,7 @@ impl Tree {
                 let new = LockWord { locked: false, full: buf.vacancy(lw.full), argmax };
                 let (wlo, wn) = self.span_of(&buf, h, &modified);
                 let pieces = self.write_plan(&buf, wlo, wn, new);
-                self.write_pieces(c, cur, &pieces).await?;
+                self.write_pieces(c, leaf, &pieces).await?;
                 Ok(Attempt::Done)
             }
             Hop::NoEmpty | Hop::NoHop => {
@@ -190,19 +191,19 @@ impl Tree {
                         hs.touch(cur, i, k);
                     }
                     match v {
-                        Some(v) => self.update_in_place(c, &leaf, &mut buf, i, k, v).await?,
+                        Some(v) => self.update_in_place(c, leaf, &mut buf, i, k, v).await?,
                         None => {
                             let modified = buf.remove(h, i);
                             let full = leaf.lw.full & !(1 << self.leaf.bucket(i));
                             let (wlo, wn) = self.span_of(&buf, h, &modified);
                             let lw = LockWord { full, ..leaf.lw };
                             let pieces = self.write_plan(&buf, wlo, wn, lw);
-                            self.write_pieces(c, cur, &pieces).await?;
+                            self.write_pieces(c, leaf, &pieces).await?;
                         }
                     }
                     return Ok(true);
                 }
-                self.unlock_leaf(c, cur, leaf.lw).await?;
+                self.unlock_leaf(c, leaf).await?;
                 match self.judge(&loc, &buf, k) {
                     Where::Absent => return Ok(false),
                     Where::Stale => {

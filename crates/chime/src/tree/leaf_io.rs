@@ -1,23 +1,27 @@
 //! Leaf I/O: READs of a leaf's neighbourhoods (or of the whole leaf) into a [`LeafBuf`],
 //! repeated until cache-line and node-level versions agree; the leaf lock, one masked CAS on
 //! the lock word that also returns the vacancy bitmap and argmax, queued behind the CN-local
-//! lock table; and the WRITEs that put entries back and unlock the leaf in the same doorbell.
+//! lock table ([`dmindex_prim::lock`]); and the WRITEs that put entries back and unlock the leaf
+//! in the same doorbell.
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
-use dmindex_index::cacheline::{self, phys_range};
 use dmindex_index::IndexResult;
+use dmindex_prim::cacheline::{self, phys_range};
+use dmindex_prim::doorbell;
+use dmindex_prim::lock::{unlocked, Held};
 
-use super::{LocalGuard, Tree};
-use crate::layout::{LockWord, LOCK_BIT};
+use super::Tree;
+use crate::layout::LockWord;
 use crate::leaf::LeafBuf;
 
 /// A leaf under this client's lock: its address, the lock word the locking CAS returned
-/// (vacancy bitmap and argmax), and the slot of the CN-local lock table held with it, released
-/// when this is dropped (right after the remote unlock).
+/// (vacancy bitmap and argmax), and the held lock with its slot of the CN-local lock table.
+/// Consumed by the WRITE that unlocks the leaf, which releases the slot right after.
+#[must_use = "a locked leaf is released by the WRITE that unlocks it"]
 pub(crate) struct LockedLeaf<'t> {
     pub addr: GlobalAddr,
     pub lw: LockWord,
-    pub guard: LocalGuard<'t>,
+    pub held: Held<'t>,
 }
 
 impl Tree {
@@ -26,23 +30,17 @@ impl Tree {
         leaf.add(self.leaf.lock_offset() as u64)
     }
 
-    /// Acquires a leaf's lock with one masked CAS that also returns the vacancy bitmap and argmax.
-    /// The returned [`LockedLeaf`] holds the CN-local lock: drop it right after the remote
-    /// unlock, and never hold it while taking another lock (table slots are shared by hashing).
+    /// Acquires a leaf's lock with one masked CAS that also returns the vacancy bitmap and argmax,
+    /// after queueing on the CN-local lock table. Never hold the returned [`LockedLeaf`] while
+    /// taking another lock (table slots are shared by hashing).
     pub(crate) async fn lock_leaf<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: GlobalAddr,
     ) -> IndexResult<LockedLeaf<'_>> {
-        let guard = self.local_lock(self.lock_addr(leaf)).lock().await;
-        loop {
-            let old = c.masked_cas(self.lock_addr(leaf), 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
-            if old & LOCK_BIT == 0 {
-                let lw = LockWord::decode(&self.leaf, old);
-                return Ok(LockedLeaf { addr: leaf, lw, guard });
-            }
-            self.retry();
-        }
+        let held = self.local_locks.acquire(c, self.lock_addr(leaf), || self.retry()).await?;
+        let lw = LockWord::decode(&self.leaf, held.word());
+        Ok(LockedLeaf { addr: leaf, lw, held })
     }
 
     /// Locks a hopscotch leaf ([`Tree::lock_leaf`]) and gets its vacancy bitmap: from the lock
@@ -56,22 +54,20 @@ impl Tree {
         if !self.vacancy {
             // Without piggybacking the lock CAS is used as a plain lock and the vacancy
             // bitmap costs its own READ (it shares the word here; the cost is the same).
-            let w = c.read_word(self.lock_addr(leaf)).await? & !LOCK_BIT;
+            let w = unlocked(c.read_word(self.lock_addr(leaf)).await?);
             locked.lw = LockWord::decode(&self.leaf, w);
         }
         Ok(locked)
     }
 
-    /// Releases a leaf's remote lock: one WRITE of lock word `lw` (vacancy bitmap and argmax)
-    /// with the lock bit clear.
+    /// Releases a leaf's remote lock: one WRITE of its lock word `leaf.lw` (vacancy bitmap and
+    /// argmax) with the lock bit clear; then its local slot.
     pub(crate) async fn unlock_leaf<T: Transport>(
         &self,
         c: &Client<T>,
-        leaf: GlobalAddr,
-        lw: LockWord,
+        leaf: LockedLeaf<'_>,
     ) -> IndexResult<()> {
-        let w = LockWord { locked: false, ..lw }.encode(&self.leaf);
-        Ok(c.write(self.lock_addr(leaf), &w.to_le_bytes()).await?)
+        leaf.held.unlock_with(c, leaf.lw.encode(&self.leaf)).await
     }
 
     /// READs decoded `ranges` of a leaf (one doorbell) into `buf`; `Ok(false)` if what came back
@@ -90,20 +86,11 @@ impl Tree {
                 vec![0u8; p1 - p0]
             })
             .collect();
-        if bufs.len() == 1 {
-            let (p0, _) = phys_range(ranges[0].0, ranges[0].1);
-            c.read(leaf.add(p0 as u64), &mut bufs[0]).await?;
-        } else {
-            let mut ops: Vec<BatchOp<'_>> = ranges
-                .iter()
-                .zip(bufs.iter_mut())
-                .map(|(&(d0, d1), b)| BatchOp::Read {
-                    addr: leaf.add(phys_range(d0, d1).0 as u64),
-                    buf: b,
-                })
-                .collect();
-            c.batch(&mut ops).await?;
-        }
+        let reads = ranges.iter().zip(bufs.iter_mut()).map(|(&(d0, d1), b)| BatchOp::Read {
+            addr: leaf.add(phys_range(d0, d1).0 as u64),
+            buf: b,
+        });
+        doorbell::post_iter(c, reads).await?;
         for (&(d0, d1), b) in ranges.iter().zip(&bufs) {
             if buf.absorb(d0, d1, b).is_err() {
                 return Ok(false);
@@ -156,7 +143,7 @@ impl Tree {
             cacheline::encode(&self.leaf, &buf.bytes, d0, d1, &mut out);
             pieces.push((phys_range(d0, d1).0, out));
         }
-        let word = LockWord { locked: false, ..lw }.encode(&self.leaf).to_le_bytes();
+        let word = unlocked(lw.encode(&self.leaf)).to_le_bytes();
         let lock_at = self.leaf.lock_offset();
         let last = pieces.last_mut().expect("at least one range");
         if last.0 + last.1.len() == self.leaf.physical() {
@@ -168,23 +155,17 @@ impl Tree {
         pieces
     }
 
-    /// WRITEs pieces to a leaf in order, as one doorbell batch.
+    /// WRITEs pieces ([`Tree::write_plan`]: the last carries the unlocking lock word) to locked
+    /// leaf `leaf` in order, as one doorbell batch, releasing the leaf.
     pub(super) async fn write_pieces<T: Transport>(
         &self,
         c: &Client<T>,
-        leaf: GlobalAddr,
+        leaf: LockedLeaf<'_>,
         pieces: &[(usize, Vec<u8>)],
     ) -> IndexResult<()> {
-        if pieces.len() == 1 {
-            c.write(leaf.add(pieces[0].0 as u64), &pieces[0].1).await?;
-        } else {
-            let mut ops: Vec<BatchOp<'_>> = pieces
-                .iter()
-                .map(|(o, b)| BatchOp::Write { addr: leaf.add(*o as u64), data: b })
-                .collect();
-            c.batch(&mut ops).await?;
-        }
-        Ok(())
+        let writes =
+            pieces.iter().map(|(o, b)| BatchOp::Write { addr: leaf.addr.add(*o as u64), data: b });
+        leaf.held.unlock_by(doorbell::post_iter(c, writes)).await
     }
 
     /// Rewrites entry `i` of locked leaf `leaf` (READ into `buf`) as (k, v) with its
@@ -192,7 +173,7 @@ impl Tree {
     pub(crate) async fn update_in_place<T: Transport>(
         &self,
         c: &Client<T>,
-        leaf: &LockedLeaf<'_>,
+        leaf: LockedLeaf<'_>,
         buf: &mut LeafBuf,
         i: usize,
         k: u64,
@@ -201,7 +182,7 @@ impl Tree {
         buf.set_entry(i, k, v);
         buf.bump_ev(i);
         let pieces = self.write_plan(buf, i, 1, leaf.lw);
-        self.write_pieces(c, leaf.addr, &pieces).await
+        self.write_pieces(c, leaf, &pieces).await
     }
 
     /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.
@@ -209,7 +190,7 @@ impl Tree {
         let mut out = Vec::new();
         cacheline::encode(&self.leaf, &buf.bytes, 0, self.leaf.decoded(), &mut out);
         out.resize(self.leaf.lock_offset(), 0);
-        out.extend_from_slice(&LockWord { locked: false, ..lw }.encode(&self.leaf).to_le_bytes());
+        out.extend_from_slice(&unlocked(lw.encode(&self.leaf)).to_le_bytes());
         out.extend_from_slice(&bound.to_be_bytes());
         out
     }

@@ -1,11 +1,12 @@
 //! Scans: whole leaves READ along the sibling chain, several per doorbell when the cached
-//! parent names the next ones. A leaf counts once its versions agree and no hop is in flight in
+//! parent names the next ones and they share a memory node ([`dmindex_prim::doorbell`]). A leaf counts once its versions agree and no hop is in flight in
 //! it (every home's hop bitmap matches its neighbourhood). The load factor walks the same chain.
 
 use std::collections::VecDeque;
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::doorbell;
 
 use super::Tree;
 use crate::leaf::LeafBuf;
@@ -20,18 +21,9 @@ impl Tree {
     ) -> IndexResult<Vec<LeafBuf>> {
         let whole = self.leaf.physical();
         let mut raw: Vec<Vec<u8>> = leaves.iter().map(|_| vec![0u8; whole]).collect();
-        if leaves.len() > 1 && leaves.iter().all(|a| a.node() == leaves[0].node()) {
-            let mut ops: Vec<BatchOp<'_>> = leaves
-                .iter()
-                .zip(raw.iter_mut())
-                .map(|(a, b)| BatchOp::Read { addr: *a, buf: b })
-                .collect();
-            c.batch(&mut ops).await?;
-        } else {
-            for (a, b) in leaves.iter().zip(raw.iter_mut()) {
-                c.read(*a, b).await?;
-            }
-        }
+        let reads =
+            leaves.iter().zip(raw.iter_mut()).map(|(a, b)| BatchOp::Read { addr: *a, buf: b });
+        doorbell::post_iter(c, reads).await?;
         let mut out = Vec::with_capacity(leaves.len());
         for (a, r) in leaves.iter().zip(&raw) {
             let mut buf = LeafBuf::new(self.leaf);
@@ -71,7 +63,7 @@ impl Tree {
         }
         let loc = self.locate(c, from).await?;
         let mut ahead: VecDeque<GlobalAddr> =
-            match loc.parent.and_then(|p| self.cache.lookup(1, from).filter(|n| n.addr == p)) {
+            match loc.parent.and_then(|p| self.cache.lookup(1, &from).filter(|n| n.addr == p)) {
                 Some(p) => p.node.children_from(from).into_iter().skip(1).collect(),
                 None => VecDeque::new(),
             };

@@ -8,10 +8,12 @@ use std::sync::atomic::Ordering;
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::doorbell;
+use dmindex_prim::lock::Held;
 
-use super::{root_word, Insert, LocalGuard, LockedLeaf, Tree};
+use super::{root_word, Insert, LockedLeaf, Tree};
 use crate::internal::Internal;
-use crate::layout::{LockWord, LOCK_BIT};
+use crate::layout::LockWord;
 use crate::leaf::{home, Hop, LeafBuf};
 
 impl Tree {
@@ -27,7 +29,7 @@ impl Tree {
         mut buf: LeafBuf,
     ) -> IndexResult<bool> {
         let Insert { k, v, .. } = *ins;
-        let LockedLeaf { addr: cur, lw, guard } = leaf;
+        let cur = leaf.addr;
         let s = self.leaf.span;
         let h = home(k, s);
         let mut crit: Vec<u64> =
@@ -49,7 +51,7 @@ impl Tree {
         if k <= left_max && all.iter().all(|&x| x <= left_max) {
             // Nothing can move: every key shares k's side, so only duplicate 8-byte prefixes
             // (long keys) can be crowding the neighbourhood, and splits cannot separate them.
-            self.unlock_leaf(c, cur, lw).await?;
+            self.unlock_leaf(c, leaf).await?;
             return Err(IndexError::Full(format!(
                 "more than {} keys of one leaf share the 8-byte prefix {k:016x}; CHIME cannot \
                  separate them (paper §4.5)",
@@ -63,7 +65,7 @@ impl Tree {
             Some(f) => f,
             None => (0, self.read_bound(c, cur).await?),
         };
-        let right_addr = self.alloc_split_leaf(c, cur, lw).await?;
+        let (leaf, right_addr) = self.alloc_split_leaf(c, leaf).await?;
         let mut right = LeafBuf::empty(self.leaf);
         for i in 0..s {
             let x = buf.key(i);
@@ -89,25 +91,24 @@ impl Tree {
         };
         let right_img = self.leaf_image(&right, lock_of(&right), old_bound);
         let left_img = self.leaf_image(&buf, lock_of(&buf), left_max);
-        self.write_split(c, (right_addr, &right_img), (cur, &left_img)).await?;
-        // The leaf is unlocked: release the local lock before taking the parent's.
-        drop(guard);
+        // The left image unlocks the leaf; its local slot goes before the parent's is taken.
+        let written = self.write_split(c, (right_addr, &right_img), (cur, &left_img));
+        leaf.held.unlock_by(written).await?;
         self.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await?;
         Ok(matches!(placed, Hop::Done(_)))
     }
 
-    /// A new leaf for splitting locked leaf `cur`; out of memory leaves `cur` as it was,
-    /// unlocked, and reports.
-    pub(crate) async fn alloc_split_leaf<T: Transport>(
+    /// A new leaf for splitting locked leaf `leaf`, returned with it; out of memory leaves
+    /// `leaf` as it was, unlocked (lock word `leaf.lw`), and reports.
+    pub(crate) async fn alloc_split_leaf<'t, T: Transport>(
         &self,
         c: &Client<T>,
-        cur: GlobalAddr,
-        lw: LockWord,
-    ) -> IndexResult<GlobalAddr> {
+        leaf: LockedLeaf<'t>,
+    ) -> IndexResult<(LockedLeaf<'t>, GlobalAddr)> {
         match c.alloc(self.leaf.alloc() as u64, 64).await {
-            Ok(a) => Ok(a),
+            Ok(a) => Ok((leaf, a)),
             Err(e) => {
-                self.unlock_leaf(c, cur, lw).await?;
+                self.unlock_leaf(c, leaf).await?;
                 Err(e.into())
             }
         }
@@ -121,17 +122,11 @@ impl Tree {
         (right, right_img): (GlobalAddr, &[u8]),
         (left, left_img): (GlobalAddr, &[u8]),
     ) -> IndexResult<()> {
-        if right.node() == left.node() {
-            c.batch(&mut [
-                BatchOp::Write { addr: right, data: right_img },
-                BatchOp::Write { addr: left, data: left_img },
-            ])
-            .await?;
-        } else {
-            c.write(right, right_img).await?;
-            c.write(left, left_img).await?;
-        }
-        Ok(())
+        let mut writes = [
+            BatchOp::Write { addr: right, data: right_img },
+            BatchOp::Write { addr: left, data: left_img },
+        ];
+        doorbell::post(c, &mut writes).await
     }
 
     /// Inserts separator `pivot` → `child` at `level` (Sherman-style up-propagation: lock, read,
@@ -164,7 +159,7 @@ impl Tree {
                         let a = c.alloc(self.inner.alloc() as u64, 64).await?;
                         c.write(a, &new_root.physical_with_lock(&self.inner)).await?;
                         let old = root_word(height, root);
-                        if c.cas(self.root_slot, old, root_word(height + 1, a)).await? == old {
+                        if c.cas(self.root.addr(), old, root_word(height + 1, a)).await? == old {
                             self.cache.insert(a, new_root);
                             return Ok(());
                         }
@@ -173,27 +168,28 @@ impl Tree {
                     }
                 },
             };
-            let _guard = self.lock_internal(c, addr).await?;
+            let held = self.lock_internal(c, addr).await?;
             let node = self.read_internal(c, addr).await?;
             if node.level != level || pivot < node.low {
-                self.unlock_internal(c, addr).await?;
+                held.unlock_with(c, 0).await?;
                 self.retry();
                 continue;
             }
             if pivot > node.high {
-                self.unlock_internal(c, addr).await?;
+                held.unlock_with(c, 0).await?;
                 hint = (!node.sibling.is_null()).then_some(node.sibling);
                 continue;
             }
             if node.entries.iter().any(|&(p, _)| p == pivot) {
-                self.unlock_internal(c, addr).await?;
+                held.unlock_with(c, 0).await?;
                 return Ok(());
             }
             let mut node = node.bumped();
             let at = node.entries.partition_point(|&(p, _)| p < pivot);
             node.entries.insert(at, (pivot, child));
             if node.entries.len() <= self.inner.span {
-                c.write(addr, &node.physical_with_lock(&self.inner)).await?;
+                // The image ends with the lock word, unlocked.
+                held.unlock_by(c.write(addr, &node.physical_with_lock(&self.inner))).await?;
                 self.cache.insert(addr, node);
                 return Ok(());
             }
@@ -213,7 +209,7 @@ impl Tree {
             let right_addr = match c.alloc(self.inner.alloc() as u64, 64).await {
                 Ok(a) => a,
                 Err(e) => {
-                    self.unlock_internal(c, addr).await?;
+                    held.unlock_with(c, 0).await?;
                     return Err(e.into());
                 }
             };
@@ -223,7 +219,7 @@ impl Tree {
             node.sibling_leftmost = mid;
             let (ri, li) =
                 (right.physical_with_lock(&self.inner), node.physical_with_lock(&self.inner));
-            self.write_split(c, (right_addr, &ri), (addr, &li)).await?;
+            held.unlock_by(self.write_split(c, (right_addr, &ri), (addr, &li))).await?;
             self.cache.insert(right_addr, right);
             self.cache.insert(addr, node);
             level += 1;
@@ -256,24 +252,14 @@ impl Tree {
         }
     }
 
+    /// Locks the internal node at `addr` (its lock word holds only the lock bit) after queueing
+    /// on the CN-local lock table; released by a WRITE of 0 or of the node's image.
     async fn lock_internal<T: Transport>(
         &self,
         c: &Client<T>,
         addr: GlobalAddr,
-    ) -> IndexResult<LocalGuard<'_>> {
+    ) -> IndexResult<Held<'_>> {
         let lock = addr.add(self.inner.lock_offset() as u64);
-        let guard = self.local_lock(lock).lock().await;
-        while c.masked_cas(lock, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await? & LOCK_BIT != 0 {
-            self.retry();
-        }
-        Ok(guard)
-    }
-
-    async fn unlock_internal<T: Transport>(
-        &self,
-        c: &Client<T>,
-        addr: GlobalAddr,
-    ) -> IndexResult<()> {
-        Ok(c.write(addr.add(self.inner.lock_offset() as u64), &0u64.to_le_bytes()).await?)
+        self.local_locks.acquire(c, lock, || self.retry()).await
     }
 }

@@ -1,5 +1,7 @@
 //! Cache-line versions: how a node's bytes are laid out so that a partial READ can be validated.
 //!
+//! # Layout
+//!
 //! A node is a sequence of *objects* (headers, metadata replicas, entries), each starting with a
 //! 1-byte version. In remote memory the node's decoded bytes are interleaved with one version
 //! byte per 64-byte line after the first:
@@ -10,9 +12,13 @@
 //! ```
 //!
 //! The CL version copies the version byte of the object that owns the line's first data byte.
+//!
+//! # Torn-read detection
+//!
 //! RDMA moves whole 64-byte lines atomically, so a reader that sees every CL version equal to its
-//! owner's version, across every line boundary it read, has seen each object whole. Writers
-//! always write whole objects, so the CL bytes they cover are always rewritten with them.
+//! owner's version, across every line boundary it read, has seen each object whole ([`decode`]
+//! returns [`Torn`] otherwise). Writers always write whole objects ([`encode`]), so the CL bytes
+//! they cover are always rewritten with them.
 
 /// Bytes per cache line.
 pub const LINE: usize = 64;

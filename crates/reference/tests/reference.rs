@@ -3,8 +3,8 @@
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 use dmindex_index::conformance::{model_test, ModelConfig};
-use dmindex_index::reference::LockedShards;
 use dmindex_index::{IndexConfig, IndexError, Ordered, PointIndex, PointOnly};
+use dmindex_reference::LockedShards;
 
 fn key(k: u64) -> Vec<u8> {
     // Spread keys over shards: first byte varies, and lengths vary from 1 to 3 bytes.

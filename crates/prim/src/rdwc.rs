@@ -34,8 +34,12 @@ use std::sync::Mutex;
 use dmindex_fabric::{Client, Transport};
 use futures::channel::oneshot;
 
+use dmindex_index::{
+    IndexConfig, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex,
+};
+
 use crate::hash::hash_bytes;
-use crate::{IndexConfig, IndexResult, IndexStats, Pair, PointIndex, RangeIndex};
+use crate::options::{Opt, Options};
 
 /// Slots per compute node.
 pub const SLOTS: usize = 4096;
@@ -178,6 +182,9 @@ impl Table {
     }
 }
 
+/// RDWC's one option, taken out before the wrapped index reads the rest.
+const OPTIONS: Options = Options { what: "RDWC", known: &[Opt::flag("rdwc", &[])] };
+
 /// Index `I` with RDWC on each compute node's handle (option `rdwc=0` turns it off).
 pub struct Rdwc<I> {
     inner: I,
@@ -192,25 +199,8 @@ impl<I> Rdwc<I> {
 
     /// Strips the `rdwc` option from `cfg`; returns whether RDWC is on (default) and the rest.
     fn options(cfg: &IndexConfig) -> IndexResult<(bool, IndexConfig)> {
-        let mut on = true;
-        let mut rest = cfg.clone();
-        rest.extra.clear();
-        for (k, v) in &cfg.extra {
-            if k == "rdwc" {
-                on = match v.as_str() {
-                    "0" => false,
-                    "1" => true,
-                    _ => {
-                        return Err(crate::IndexError::Config(format!(
-                            "option rdwc={v}: use 0 or 1"
-                        )))
-                    }
-                };
-            } else {
-                rest.extra.push((k.clone(), v.clone()));
-            }
-        }
-        Ok((on, rest))
+        let (mine, rest) = OPTIONS.strip(cfg)?;
+        Ok((mine.flag("rdwc").unwrap_or(true), rest))
     }
 
     fn wrap(inner: I, on: bool) -> Rdwc<I> {
@@ -219,7 +209,7 @@ impl<I> Rdwc<I> {
 }
 
 impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
-    const SERVICES: &'static [crate::MnService] = I::SERVICES;
+    const SERVICES: &'static [MnService] = I::SERVICES;
 
     async fn create(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
         let (on, cfg) = Self::options(cfg)?;
@@ -327,182 +317,4 @@ impl<T: Transport, I: RangeIndex<T>> RangeIndex<T> for Rdwc<I> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::cell::{Cell, RefCell};
-    use std::future::Future;
-    use std::pin::Pin;
-
-    use dmindex_fabric::exec::{run_tasks, yield_now};
-    use dmindex_fabric::local::LocalTransport;
-    use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
-
-    use super::*;
-
-    /// One key's value in a cell; searches and updates wait at a gate after taking effect, so
-    /// a test decides what arrives while they are in flight.
-    #[derive(Default)]
-    struct Gated {
-        value: Cell<u8>,
-        gate: Cell<bool>,
-        searches: Cell<u32>,
-        updates: RefCell<Vec<u8>>,
-    }
-
-    impl Gated {
-        async fn wait(&self) {
-            while !self.gate.get() {
-                yield_now().await;
-            }
-        }
-    }
-
-    impl<T: Transport> PointIndex<T> for Gated {
-        async fn create(_: &Client<T>, _: &IndexConfig, _: u16) -> IndexResult<Self> {
-            Ok(Gated::default())
-        }
-        async fn open(_: &Client<T>, _: &IndexConfig, _: u16) -> IndexResult<Self> {
-            Ok(Gated::default())
-        }
-        async fn search(&self, _: &Client<T>, _: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-            let v = self.value.get();
-            self.searches.set(self.searches.get() + 1);
-            self.wait().await;
-            Ok(Some(vec![v]))
-        }
-        async fn insert(&self, _: &Client<T>, _: &[u8], _: &[u8]) -> IndexResult<()> {
-            Ok(())
-        }
-        async fn update(&self, _: &Client<T>, _: &[u8], v: &[u8]) -> IndexResult<bool> {
-            self.value.set(v[0]);
-            self.updates.borrow_mut().push(v[0]);
-            self.wait().await;
-            Ok(true)
-        }
-        async fn delete(&self, _: &Client<T>, _: &[u8]) -> IndexResult<bool> {
-            Ok(false)
-        }
-    }
-
-    /// A gated index with RDWC on, and a client for it.
-    fn gated() -> (Rdwc<Gated>, Client<LocalTransport>) {
-        let f = LocalFabric::new(LocalConfig::default()).unwrap();
-        (Rdwc::wrap(Gated::default(), true), f.client(0).unwrap())
-    }
-
-    type Task<'a> = Pin<Box<dyn Future<Output = Option<Vec<u8>>> + 'a>>;
-
-    async fn spin(n: usize) {
-        for _ in 0..n {
-            yield_now().await;
-        }
-    }
-
-    /// A search that arrives while a leader's read is in flight must not take that read's
-    /// result: a write completed before it arrived would be lost to it.
-    #[test]
-    fn a_late_reader_never_takes_an_older_read() {
-        let (t, c) = gated();
-        let (t, c) = (&t, &c);
-        let key = b"k".as_slice();
-        let tasks: Vec<Task<'_>> = vec![
-            // The leader reads 0 and stays in flight.
-            Box::pin(async move { t.search(c, key).await.unwrap() }),
-            // Then a write completes and a second reader arrives; later the gate opens.
-            Box::pin(async move {
-                spin(3).await;
-                t.inner.value.set(7);
-                let fut = t.search(c, key);
-                fut.await.unwrap()
-            }),
-            Box::pin(async move {
-                spin(10).await;
-                t.inner.gate.set(true);
-                None
-            }),
-        ];
-        let out = run_tasks(tasks);
-        assert_eq!(out[0], Some(vec![0]));
-        assert_eq!(
-            out[1],
-            Some(vec![7]),
-            "the late reader saw a value older than a completed write"
-        );
-        assert_eq!(t.inner.searches.get(), 2);
-    }
-
-    /// Readers that queue behind one in-flight read share the next one; writers that queue
-    /// behind one update are combined into one update of the latest value.
-    #[test]
-    fn queued_readers_share_and_queued_writers_combine() {
-        let (t, c) = gated();
-        let (t, c) = (&t, &c);
-        let key = b"k".as_slice();
-        let mut tasks: Vec<Task<'_>> =
-            vec![Box::pin(async move { t.search(c, key).await.unwrap() })];
-        for i in 0..5 {
-            tasks.push(Box::pin(async move {
-                spin(2 + i).await;
-                t.search(c, key).await.unwrap()
-            }));
-        }
-        tasks.push(Box::pin(async move {
-            t.update(c, key, &[1]).await.unwrap();
-            None
-        }));
-        for v in 2..=4u8 {
-            tasks.push(Box::pin(async move {
-                spin(v as usize).await;
-                assert!(t.update(c, key, &[v]).await.unwrap());
-                None
-            }));
-        }
-        tasks.push(Box::pin(async move {
-            spin(20).await;
-            t.inner.gate.set(true);
-            None
-        }));
-        run_tasks(tasks);
-        assert_eq!(t.inner.searches.get(), 2, "six readers, two remote reads");
-        assert_eq!(*t.inner.updates.borrow(), vec![1, 4], "the batch writes its latest value");
-        let s = PointIndex::<dmindex_fabric::local::LocalTransport>::stats(t);
-        let get = |n: &str| s.extra.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
-        assert_eq!(get("rdwc_reads_delegated"), Some(4));
-        assert_eq!(get("rdwc_writes_combined"), Some(2));
-    }
-
-    /// A leader that is dropped midway (a crashed client) sends its batch off to retry, and the
-    /// key is free again.
-    #[test]
-    fn a_dropped_leader_releases_its_batch() {
-        let (t, c) = gated();
-        let (t, c) = (&t, &c);
-        let key = b"k".as_slice();
-        let tasks: Vec<Task<'_>> = vec![
-            Box::pin(async move {
-                // Lead, then give up before the gate opens.
-                let lead = t.search(c, key);
-                futures::pin_mut!(lead);
-                for _ in 0..5 {
-                    if futures::poll!(lead.as_mut()).is_ready() {
-                        panic!("the gate is closed");
-                    }
-                    yield_now().await;
-                }
-                None
-            }),
-            Box::pin(async move {
-                spin(2).await;
-                t.search(c, key).await.unwrap()
-            }),
-            Box::pin(async move {
-                spin(12).await;
-                t.inner.gate.set(true);
-                None
-            }),
-        ];
-        let out = run_tasks(tasks);
-        assert_eq!(out[1], Some(vec![0]));
-        assert_eq!(t.inner.searches.get(), 2);
-        assert!(t.table.as_ref().unwrap().slots.iter().all(|s| s.lock().unwrap().is_empty()));
-    }
-}
+mod tests;

@@ -1,8 +1,10 @@
-//! `ref`: sorted arrays in remote memory, one remote spin lock per key-range shard.
+//! # dmindex-reference: `ref`, sorted arrays in remote memory, one remote spin lock per shard
 //!
 //! Simple enough to be obviously linearizable — every operation, reads included, holds its
 //! shard's lock — and still a real disaggregated-memory index: all state is remote, reached by
 //! verbs, and a client may crash at any verb (leaving its shard locked; there are no leases).
+//! It is the harness's and checker's test subject and the yardstick the real designs are
+//! compared against in model tests.
 //!
 //! # Layout
 //!
@@ -10,7 +12,7 @@
 //! directory (64-B aligned, address in the root-table slot)
 //! +0    descriptor, 64 B: magic "DMIREF01" u64 | shard_bits u32 | entry_size u32 |
 //!                         max_key u32 | max_value u32 | zero
-//! +64   shard 0 header, 64 B: lock u64 (0 free, 1 held) | count u32 | capacity u32 |
+//! +64   shard 0 header, 64 B: lock u64 (0 free, bit 63 held) | count u32 | capacity u32 |
 //!                             array GlobalAddr u64 | zero
 //! +128  shard 1 header ...
 //!
@@ -23,15 +25,22 @@
 //!
 //! # Operations
 //!
-//! Lock the shard with CAS(0 → 1), READ its header and array, act locally, then WRITE what
-//! changed and the header with the lock word cleared in one doorbell batch (the header line is
-//! written whole, so the unlock and the new count appear together). A full array is copied into
+//! Lock the shard with a CAS of its lock word from 0 ([`dmindex_prim::lock::acquire_whole`]),
+//! READ its header and array, act locally, then WRITE what changed and the header with the lock
+//! word cleared in one doorbell batch (the header line is written whole, so the unlock and the
+//! new count appear together). The directory's address is published in the root-table slot by
+//! CAS from 0 ([`dmindex_prim::root`]); the descriptor lives in the directory, not in the next
+//! slot. A full array is copied into
 //! a new one of twice the capacity before the header is switched to it; old arrays are not
 //! reclaimed.
 
-use dmindex_fabric::{layout, BatchOp, Client, GlobalAddr, Transport};
-
-use crate::{IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex};
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_index::{
+    IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
+};
+use dmindex_prim::doorbell;
+use dmindex_prim::lock::{self, Held};
+use dmindex_prim::root::RootSlot;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"DMIREF01");
 const HEADER: u64 = 64;
@@ -62,9 +71,10 @@ impl ShardHeader {
         }
     }
 
-    /// The header line with the lock word cleared.
+    /// The header line with the lock word cleared: WRITTEN, it releases the shard's lock.
     fn encode_unlocked(&self) -> [u8; 24] {
         let mut b = [0u8; 24];
+        b[0..8].copy_from_slice(&lock::unlocked(0).to_le_bytes());
         b[8..12].copy_from_slice(&self.count.to_le_bytes());
         b[12..16].copy_from_slice(&self.capacity.to_le_bytes());
         b[16..24].copy_from_slice(&self.array.raw().to_le_bytes());
@@ -115,19 +125,14 @@ impl LockedShards {
         Ok((b[2..2 + kl].to_vec(), b[v..v + vl].to_vec()))
     }
 
-    async fn lock<T: Transport>(&self, c: &Client<T>, shard: u32) -> IndexResult<()> {
-        let lock = self.header_addr(shard);
-        while c.cas(lock, 0, 1).await? != 0 {}
-        Ok(())
-    }
-
-    async fn unlock<T: Transport>(&self, c: &Client<T>, shard: u32) -> IndexResult<()> {
-        Ok(c.write(self.header_addr(shard), &0u64.to_le_bytes()).await?)
-    }
-
-    /// Locks `shard` and reads it.
-    async fn lock_and_read<T: Transport>(&self, c: &Client<T>, shard: u32) -> IndexResult<Shard> {
-        self.lock(c, shard).await?;
+    /// Locks `shard` (its header's first word) and reads it. The lock is released by a WRITE
+    /// of 0 to it, or by [`LockedShards::write_back_and_unlock`].
+    async fn lock_and_read<T: Transport>(
+        &self,
+        c: &Client<T>,
+        shard: u32,
+    ) -> IndexResult<(Held<'static>, Shard)> {
+        let held = lock::acquire_whole(c, self.header_addr(shard), || {}).await?;
         let h = ShardHeader::decode(&c.read_vec(self.header_addr(shard), 24).await?);
         if h.count > h.capacity || (h.capacity > 0 && h.array.is_null()) {
             return Err(IndexError::Corrupt(format!("shard {shard} header {h:?}")));
@@ -139,7 +144,7 @@ impl LockedShards {
                 entries.push(self.decode_entry(e)?);
             }
         }
-        Ok(Shard { header: h, entries })
+        Ok((held, Shard { header: h, entries }))
     }
 
     /// Writes the entries in `changed` and the header, releasing the lock; a full array is first
@@ -148,6 +153,7 @@ impl LockedShards {
         &self,
         c: &Client<T>,
         shard: u32,
+        held: Held<'_>,
         mut s: Shard,
         changed: std::ops::Range<usize>,
     ) -> IndexResult<()> {
@@ -167,19 +173,12 @@ impl LockedShards {
         }
         let header = s.header.encode_unlocked();
         let array_at = s.header.array.add((from * self.entry_size) as u64);
-        if bytes.is_empty() {
-            c.write(self.header_addr(shard), &header).await?;
-        } else if array_at.node() == self.dir.node() {
-            c.batch(&mut [
-                BatchOp::Write { addr: array_at, data: &bytes },
-                BatchOp::Write { addr: self.header_addr(shard), data: &header },
-            ])
-            .await?;
-        } else {
-            c.write(array_at, &bytes).await?;
-            c.write(self.header_addr(shard), &header).await?;
-        }
-        Ok(())
+        let mut writes = [
+            BatchOp::Write { addr: array_at, data: &bytes },
+            BatchOp::Write { addr: self.header_addr(shard), data: &header },
+        ];
+        let writes = if bytes.is_empty() { &mut writes[1..] } else { &mut writes[..] };
+        held.unlock_by(doorbell::post(c, writes)).await
     }
 
     fn find(entries: &[Pair], key: &[u8]) -> Result<usize, usize> {
@@ -195,6 +194,7 @@ impl<T: Transport> PointIndex<T> for LockedShards {
                 config.max_key, config.max_value
             )));
         }
+        let root = RootSlot::new(config.root_slot)?;
         let shards = (config.expected_items / 256).clamp(1, 4096).next_power_of_two();
         let shard_bits = shards.trailing_zeros().max(1);
         let dir = c.alloc(HEADER + HEADER * (1u64 << shard_bits), 64).await?;
@@ -205,22 +205,12 @@ impl<T: Transport> PointIndex<T> for LockedShards {
         d[16..20].copy_from_slice(&(config.max_key as u32).to_le_bytes());
         d[20..24].copy_from_slice(&(config.max_value as u32).to_le_bytes());
         c.write(dir, &d).await?;
-        let slot = layout::root_slot(config.root_slot);
-        let old = c.cas(slot, 0, dir.raw()).await?;
-        if old != 0 {
-            return Err(IndexError::Config(format!(
-                "root slot {} is already in use",
-                config.root_slot
-            )));
-        }
+        root.claim(c, dir.raw()).await?;
         Self::open(c, config, cn).await
     }
 
     async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        let dir = GlobalAddr::from_raw(c.read_word(layout::root_slot(config.root_slot)).await?);
-        if dir.is_null() {
-            return Err(IndexError::Corrupt(format!("root slot {} is empty", config.root_slot)));
-        }
+        let dir = GlobalAddr::from_raw(RootSlot::new(config.root_slot)?.load(c).await?);
         let d = c.read_vec(dir, 24).await?;
         let word = |i: usize| u32::from_le_bytes(d[i..i + 4].try_into().expect("4 bytes"));
         if u64::from_le_bytes(d[0..8].try_into().expect("8 bytes")) != MAGIC {
@@ -241,15 +231,15 @@ impl<T: Transport> PointIndex<T> for LockedShards {
     async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
         self.config.check_kv(key, None)?;
         let shard = self.shard_of(key);
-        let s = self.lock_and_read(c, shard).await?;
-        self.unlock(c, shard).await?;
+        let (held, s) = self.lock_and_read(c, shard).await?;
+        held.unlock_with(c, 0).await?;
         Ok(Self::find(&s.entries, key).ok().map(|i| s.entries[i].1.clone()))
     }
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
         self.config.check_kv(key, Some(value))?;
         let shard = self.shard_of(key);
-        let mut s = self.lock_and_read(c, shard).await?;
+        let (held, mut s) = self.lock_and_read(c, shard).await?;
         let changed = match Self::find(&s.entries, key) {
             Ok(i) => {
                 s.entries[i].1 = value.to_vec();
@@ -260,21 +250,21 @@ impl<T: Transport> PointIndex<T> for LockedShards {
                 i..s.entries.len()
             }
         };
-        self.write_back_and_unlock(c, shard, s, changed).await
+        self.write_back_and_unlock(c, shard, held, s, changed).await
     }
 
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
         self.config.check_kv(key, Some(value))?;
         let shard = self.shard_of(key);
-        let mut s = self.lock_and_read(c, shard).await?;
+        let (held, mut s) = self.lock_and_read(c, shard).await?;
         match Self::find(&s.entries, key) {
             Ok(i) => {
                 s.entries[i].1 = value.to_vec();
-                self.write_back_and_unlock(c, shard, s, i..i + 1).await?;
+                self.write_back_and_unlock(c, shard, held, s, i..i + 1).await?;
                 Ok(true)
             }
             Err(_) => {
-                self.unlock(c, shard).await?;
+                held.unlock_with(c, 0).await?;
                 Ok(false)
             }
         }
@@ -283,16 +273,16 @@ impl<T: Transport> PointIndex<T> for LockedShards {
     async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
         self.config.check_kv(key, None)?;
         let shard = self.shard_of(key);
-        let mut s = self.lock_and_read(c, shard).await?;
+        let (held, mut s) = self.lock_and_read(c, shard).await?;
         match Self::find(&s.entries, key) {
             Ok(i) => {
                 s.entries.remove(i);
                 let end = s.entries.len();
-                self.write_back_and_unlock(c, shard, s, i..end).await?;
+                self.write_back_and_unlock(c, shard, held, s, i..end).await?;
                 Ok(true)
             }
             Err(_) => {
-                self.unlock(c, shard).await?;
+                held.unlock_with(c, 0).await?;
                 Ok(false)
             }
         }
@@ -315,8 +305,8 @@ impl<T: Transport> RangeIndex<T> for LockedShards {
         let mut taken = 0;
         let mut shard = self.shard_of(from);
         while taken < count && shard < (1 << self.shard_bits) {
-            let s = self.lock_and_read(c, shard).await?;
-            self.unlock(c, shard).await?;
+            let (held, s) = self.lock_and_read(c, shard).await?;
+            held.unlock_with(c, 0).await?;
             let start = Self::find(&s.entries, from).unwrap_or_else(|i| i);
             for pair in s.entries.into_iter().skip(start).take(count - taken) {
                 out.push(pair);

@@ -1,0 +1,121 @@
+//! Doorbell batches: READs and WRITEs posted together to one memory node, one round trip.
+//!
+//! # Posting
+//!
+//! [`post`] issues a sequence of verbs, in order, as few round trips as the fabric allows
+//! ([`post_iter`] when they are built on the fly):
+//!
+//! ```text
+//! one verb                      -> that verb alone (a READ or a WRITE, not a batch)
+//! several, one memory node      -> one doorbell batch
+//! several, more than one node   -> one verb after another, each awaited, in order
+//! ```
+//!
+//! The shapes the designs use: several ranges of one node READ at once (a neighbourhood that
+//! wraps around, a header with it), several whole nodes READ at once (a scan), and the pieces a
+//! writer changed WRITTEN in order with the unlocking lock word last (a split writes the new
+//! node, then the old one whose image unlocks it).
+//!
+//! # Ordering
+//!
+//! The verbs of a batch execute in order, and so do verbs awaited one by one: a WRITE is
+//! visible before any later one is. So the last WRITE may publish (or unlock, see
+//! [`crate::lock`]) what the earlier ones wrote.
+
+use dmindex_fabric::{BatchOp, Client, Transport};
+use dmindex_index::IndexResult;
+
+/// Posts `ops` in order: one verb alone, several to one memory node as one doorbell batch,
+/// otherwise one verb at a time.
+pub async fn post<T: Transport>(c: &Client<T>, ops: &mut [BatchOp<'_>]) -> IndexResult<()> {
+    match ops {
+        [] => {}
+        [op] => one(c, op).await?,
+        [first, rest @ ..] if rest.iter().all(|op| op.addr().node() == first.addr().node()) => {
+            c.batch(ops).await?
+        }
+        _ => {
+            for op in ops {
+                one(c, op).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`post`] for verbs built on the fly: one verb is posted as it comes, several are gathered
+/// first (the batch needs them side by side).
+pub async fn post_iter<'a, T: Transport>(
+    c: &Client<T>,
+    ops: impl IntoIterator<Item = BatchOp<'a>>,
+) -> IndexResult<()> {
+    let mut ops = ops.into_iter();
+    let Some(first) = ops.next() else { return Ok(()) };
+    let Some(second) = ops.next() else { return post(c, &mut [first]).await };
+    let mut all = vec![first, second];
+    all.extend(ops);
+    post(c, &mut all).await
+}
+
+/// One verb on its own.
+async fn one<T: Transport>(c: &Client<T>, op: &mut BatchOp<'_>) -> IndexResult<()> {
+    match op {
+        BatchOp::Read { addr, buf } => c.read(*addr, buf).await?,
+        BatchOp::Write { addr, data } => c.write(*addr, data).await?,
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use dmindex_fabric::exec::run_tasks;
+    use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+
+    use super::*;
+
+    #[test]
+    fn one_verb_one_batch_or_one_at_a_time() {
+        let f =
+            LocalFabric::new(LocalConfig { memory_nodes: 2, ..LocalConfig::default() }).unwrap();
+        let c = f.client(0).unwrap();
+        run_tasks([async {
+            let a = c.alloc_on(0, 256, 64).await.unwrap();
+            let b = c.alloc_on(1, 256, 64).await.unwrap();
+            let counts = || {
+                let n = c.counts();
+                (n.round_trips, n.batches, n.reads, n.writes)
+            };
+            let before = counts();
+            post(&c, &mut [BatchOp::Write { addr: a, data: &[1; 8] }]).await.unwrap();
+            let after = counts();
+            assert_eq!((after.0 - before.0, after.1 - before.1, after.3 - before.3), (1, 0, 1));
+            let before = counts();
+            let (mut x, mut y) = ([0u8; 8], [0u8; 8]);
+            post(
+                &c,
+                &mut [
+                    BatchOp::Read { addr: a, buf: &mut x },
+                    BatchOp::Read { addr: a.add(64), buf: &mut y },
+                ],
+            )
+            .await
+            .unwrap();
+            let after = counts();
+            assert_eq!((after.0 - before.0, after.1 - before.1, after.2 - before.2), (1, 1, 2));
+            assert_eq!(x, [1; 8]);
+            let before = counts();
+            let ops = [(b, [2u8; 8]), (a, [3u8; 8])];
+            post_iter(&c, ops.iter().map(|(addr, d)| BatchOp::Write { addr: *addr, data: d }))
+                .await
+                .unwrap();
+            let after = counts();
+            assert_eq!((after.0 - before.0, after.1 - before.1, after.3 - before.3), (2, 0, 2));
+            assert_eq!(
+                (c.read_word(a).await.unwrap(), c.read_word(b).await.unwrap()),
+                (u64::from_le_bytes([3; 8]), u64::from_le_bytes([2; 8]))
+            );
+            post_iter(&c, std::iter::empty::<BatchOp<'_>>()).await.unwrap();
+            post(&c, &mut []).await.unwrap();
+        }]);
+    }
+}

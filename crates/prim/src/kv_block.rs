@@ -1,0 +1,172 @@
+//! Out-of-place key-value blocks: a pair written once to fresh memory and reached through an
+//! 8-byte pointer (CHIME's indirect values and long keys; the blocks hash tables and radix trees
+//! point to).
+//!
+//! # Layout
+//!
+//! ```text
+//! 64-B aligned
+//! +0              +4                +8               +8 + klen
+//! | key length    | value length    | key [klen]     | value [vlen] | zero padding
+//! | u32 LE        | u32 LE          |                |              |
+//! ```
+//!
+//! A block is allocated at least [`HEADER`] + `max_key` bytes long, so a key probe of up to
+//! `max_key` bytes ([`Blocks::holds_key`]) never reads past its end.
+//!
+//! # Protocol
+//!
+//! * **Write** ([`Blocks::write`]): allocate, then one WRITE of the whole block; only then is the
+//!   address published (in an entry, by a CAS, under a lock). Blocks are immutable once
+//!   published, so they need no versions: any READ of a published block sees it whole. Replaced
+//!   blocks are not reclaimed (remote memory is never reused).
+//! * **Read** ([`Blocks::read`]): one READ of a size guess (header and the longest key and value,
+//!   at most [`GUESS`] bytes), and a second READ of the rest only when the block is longer.
+//!   Lengths beyond the configured maxima are [`IndexError::Corrupt`] (the pointer was not to a
+//!   block), checked by the one parser every read goes through.
+
+use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_index::{IndexError, IndexResult};
+
+/// Bytes before the key: key length u32 LE, value length u32 LE.
+pub const HEADER: usize = 8;
+/// Most bytes the first READ of a block asks for (two cache lines).
+pub const GUESS: usize = 128;
+
+/// A block's parts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+/// The blocks of one index: the longest key and value they hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocks {
+    pub max_key: usize,
+    pub max_value: usize,
+}
+
+impl Blocks {
+    /// Blocks holding keys of up to `max_key` bytes (0 for value-only blocks still pads to
+    /// [`HEADER`]) and values of up to `max_value`.
+    pub const fn new(max_key: usize, max_value: usize) -> Blocks {
+        Blocks { max_key, max_value }
+    }
+
+    /// Writes a fresh block holding `key` (empty for a value-only block) and `value`: one
+    /// allocation and one WRITE. Returns its address, to be published by the caller.
+    pub async fn write<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        value: &[u8],
+    ) -> IndexResult<GlobalAddr> {
+        if key.len() > self.max_key {
+            return Err(IndexError::KeyTooLong { len: key.len(), max: self.max_key });
+        }
+        if value.len() > self.max_value {
+            return Err(IndexError::ValueTooLong { len: value.len(), max: self.max_value });
+        }
+        let mut block = Vec::with_capacity(HEADER + key.len() + value.len());
+        block.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        block.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        block.extend_from_slice(key);
+        block.extend_from_slice(value);
+        let size = block.len().max(HEADER + self.max_key) as u64;
+        let a = c.alloc(size, 64).await?;
+        c.write(a, &block).await?;
+        Ok(a)
+    }
+
+    /// Reads the block at `a`: one READ of up to [`GUESS`] bytes, a second only if longer.
+    pub async fn read<T: Transport>(&self, c: &Client<T>, a: GlobalAddr) -> IndexResult<Block> {
+        let guess = (HEADER + self.max_key + self.max_value).min(GUESS);
+        let mut b = c.read_vec(a, guess).await?;
+        let (klen, vlen) = self.lengths(a, &b)?;
+        let total = HEADER + klen + vlen;
+        if total > b.len() {
+            b.extend(c.read_vec(a.add(b.len() as u64), total - b.len()).await?);
+        }
+        Ok(Block {
+            key: b[HEADER..HEADER + klen].to_vec(),
+            value: b[HEADER + klen..total].to_vec(),
+        })
+    }
+
+    /// Whether the block at `a` holds key `key`: one READ of the header and `key.len()` bytes.
+    pub async fn holds_key<T: Transport>(
+        &self,
+        c: &Client<T>,
+        a: GlobalAddr,
+        key: &[u8],
+    ) -> IndexResult<bool> {
+        let b = c.read_vec(a, HEADER + key.len()).await?;
+        let (klen, _) = self.lengths(a, &b)?;
+        Ok(klen == key.len() && &b[HEADER..] == key)
+    }
+
+    /// The key and value lengths in the header `b` starts with, checked against the maxima.
+    fn lengths(&self, a: GlobalAddr, b: &[u8]) -> IndexResult<(usize, usize)> {
+        let klen = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
+        let vlen = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")) as usize;
+        if klen > self.max_key || vlen > self.max_value {
+            return Err(IndexError::Corrupt(format!("block at {a} claims {klen}+{vlen} bytes")));
+        }
+        Ok((klen, vlen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dmindex_fabric::exec::run_tasks;
+    use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+
+    use super::*;
+
+    #[test]
+    fn layout_is_pinned_and_reads_take_one_or_two_reads() {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let c = f.client(0).unwrap();
+        let blocks = Blocks::new(16, 200);
+        run_tasks([async {
+            let a = blocks.write(&c, b"key", b"value").await.unwrap();
+            assert!(a.is_aligned(64));
+            let raw = c.read_vec(a, HEADER + 16).await.unwrap();
+            assert_eq!(&raw[..16], b"\x03\0\0\0\x05\0\0\0keyvalue");
+            assert!(raw[16..].iter().all(|&x| x == 0), "padded to header + max_key, zeroed");
+            let before = c.counts().round_trips;
+            let b = blocks.read(&c, a).await.unwrap();
+            assert_eq!((b.key.as_slice(), b.value.as_slice()), (&b"key"[..], &b"value"[..]));
+            assert_eq!(c.counts().round_trips - before, 1, "a short block is one READ");
+            let long = blocks.write(&c, b"k", &[7; 200]).await.unwrap();
+            let before = c.counts().round_trips;
+            assert_eq!(blocks.read(&c, long).await.unwrap().value, vec![7; 200]);
+            assert_eq!(c.counts().round_trips - before, 2, "a long one a second READ");
+            assert!(blocks.holds_key(&c, a, b"key").await.unwrap());
+            assert!(!blocks.holds_key(&c, a, b"kez").await.unwrap());
+            assert!(!blocks.holds_key(&c, a, b"ke").await.unwrap());
+        }]);
+    }
+
+    #[test]
+    fn nonsense_is_refused() {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let c = f.client(0).unwrap();
+        let blocks = Blocks::new(8, 8);
+        run_tasks([async {
+            assert!(matches!(
+                blocks.write(&c, b"k", &[0; 9]).await,
+                Err(IndexError::ValueTooLong { len: 9, max: 8 })
+            ));
+            assert!(matches!(
+                blocks.write(&c, &[1; 9], b"v").await,
+                Err(IndexError::KeyTooLong { len: 9, max: 8 })
+            ));
+            let junk = c.alloc(64, 64).await.unwrap();
+            c.write(junk, &[0xFF; 16]).await.unwrap();
+            assert!(matches!(blocks.read(&c, junk).await, Err(IndexError::Corrupt(_))));
+            assert!(matches!(blocks.holds_key(&c, junk, b"k").await, Err(IndexError::Corrupt(_))));
+        }]);
+    }
+}

@@ -1,0 +1,29 @@
+//! # dmindex-prim: the disaggregated-memory primitives every index shares
+//!
+//! Between the contract (`dmindex-index`: traits, configuration, errors) and the designs (CHIME,
+//! Sherman, the reference index, and the hash tables, radix trees and learned indexes to come):
+//! each primitive a design on one-sided verbs needs is implemented once, here, one role a module.
+//!
+//! | module | primitive |
+//! |---|---|
+//! | [`cacheline`] | cache-line versions: encoding a node so that a torn READ is detected |
+//! | [`lock`] | remote lock words (masked CAS, unlocking WRITE) and the CN-local lock table |
+//! | [`version`] | node-level and entry-level versions in one byte |
+//! | [`hash`] | the key hash and 16-bit fingerprints |
+//! | [`kv_block`] | out-of-place key-value blocks: one writer, one parser |
+//! | [`root`] | root-table slots: claiming one, the descriptor word, refusing a foreign index |
+//! | [`node_cache`] | the CN-side cache of nodes by level and key range, within a byte budget |
+//! | [`options`] | typed `name=value` options with the errors every index gives |
+//! | [`doorbell`] | verbs to one memory node posted as one doorbell batch |
+//! | [`rdwc`] | read delegation and write combining on a compute node |
+
+pub mod cacheline;
+pub mod doorbell;
+pub mod hash;
+pub mod kv_block;
+pub mod lock;
+pub mod node_cache;
+pub mod options;
+pub mod rdwc;
+pub mod root;
+pub mod version;

@@ -1,0 +1,198 @@
+//! The CN-side node cache: copies of remote nodes kept by level and key range, within a byte
+//! budget, shared by every client of a compute node.
+//!
+//! # What is cached
+//!
+//! Any node type that says where it sits ([`CachedNode`]): its level above the leaves (1 = a
+//! parent of leaves), the lowest key it covers (its low fence) and whether it covers a key, and
+//! what it costs in bytes. B+ tree internal nodes (CHIME, Sherman), radix-tree inner nodes and
+//! learned-index models fit. Each level is an ordered map from low fence to the node:
+//!
+//! ```text
+//! level 2:  [low 0 ──────────────── high 999]
+//! level 1:  [0 .. 299] [300 .. 599] [600 .. 999]      lookup(1, 450): the node with the
+//!                                                     largest low ≤ 450, if it covers 450
+//! ```
+//!
+//! # Budget
+//!
+//! A node costs [`CachedNode::cache_cost`] bytes. Inserting past the budget evicts the oldest
+//! insertions first (FIFO; refreshing a node keeps its place). A budget of 0 caches nothing.
+//!
+//! # Staleness
+//!
+//! A cached copy may be stale (the node split since). Designs validate what they reach through
+//! it (CHIME: sibling-based validation, or fence keys) and drop it with
+//! [`NodeCache::invalidate`], which removes the copy only if it is still the one of that
+//! address (another client may have refreshed it meanwhile).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, RwLock};
+
+use dmindex_fabric::GlobalAddr;
+
+/// A node the cache can hold.
+pub trait CachedNode {
+    /// The keys it is indexed by.
+    type Key: Ord + Clone;
+    /// Its level above the leaves (1 = a parent of leaves).
+    fn level(&self) -> u8;
+    /// The lowest key it covers.
+    fn low(&self) -> &Self::Key;
+    /// Whether it covers `k`.
+    fn covers(&self, k: &Self::Key) -> bool;
+    /// Bytes it costs in the cache.
+    fn cache_cost(&self) -> u64;
+}
+
+/// A cached copy of the node at `addr`.
+#[derive(Debug)]
+pub struct Cached<N> {
+    pub addr: GlobalAddr,
+    pub node: N,
+}
+
+/// Per level, nodes by low fence; insertion order for eviction; bytes in use.
+struct Levels<N: CachedNode> {
+    levels: Vec<BTreeMap<N::Key, Arc<Cached<N>>>>,
+    fifo: VecDeque<(u8, N::Key, GlobalAddr)>,
+    bytes: u64,
+}
+
+/// A compute node's cache of nodes of type `N`, with a byte budget and FIFO eviction.
+pub struct NodeCache<N: CachedNode> {
+    inner: RwLock<Levels<N>>,
+    budget: u64,
+}
+
+impl<N: CachedNode> NodeCache<N> {
+    /// An empty cache of at most `budget` bytes.
+    pub fn new(budget: u64) -> NodeCache<N> {
+        let empty = Levels { levels: Vec::new(), fifo: VecDeque::new(), bytes: 0 };
+        NodeCache { inner: RwLock::new(empty), budget }
+    }
+
+    /// Bytes in use.
+    pub fn bytes(&self) -> u64 {
+        self.inner.read().expect("cache lock").bytes
+    }
+
+    /// The cached node at `level` covering `k`.
+    pub fn lookup(&self, level: u8, k: &N::Key) -> Option<Arc<Cached<N>>> {
+        let g = self.inner.read().expect("cache lock");
+        let m = g.levels.get(level as usize)?;
+        let (_, c) = m.range(..=k).next_back()?;
+        c.node.covers(k).then(|| Arc::clone(c))
+    }
+
+    /// The lowest cached level above the leaves with a node covering `k`.
+    pub fn deepest(&self, k: &N::Key) -> Option<Arc<Cached<N>>> {
+        let levels = self.inner.read().expect("cache lock").levels.len();
+        (1..levels as u8).find_map(|lv| self.lookup(lv, k))
+    }
+
+    /// Caches (or refreshes) the node at `addr`, evicting the oldest past the budget.
+    pub fn insert(&self, addr: GlobalAddr, node: N) {
+        if self.budget == 0 {
+            return;
+        }
+        let mut g = self.inner.write().expect("cache lock");
+        let (level, low, cost) = (node.level() as usize, node.low().clone(), node.cache_cost());
+        if g.levels.len() <= level {
+            g.levels.resize_with(level + 1, BTreeMap::new);
+        }
+        let old = g.levels[level].insert(low.clone(), Arc::new(Cached { addr, node }));
+        if let Some(o) = old {
+            g.bytes -= o.node.cache_cost();
+        } else {
+            g.fifo.push_back((level as u8, low, addr));
+        }
+        g.bytes += cost;
+        while g.bytes > self.budget {
+            let Some((lv, lo, _)) = g.fifo.pop_front() else { break };
+            if let Some(o) = g.levels[lv as usize].remove(&lo) {
+                g.bytes -= o.node.cache_cost();
+            }
+        }
+    }
+
+    /// Drops the cached node at `level` with low fence `low` if it is still the copy of `addr`.
+    pub fn invalidate(&self, level: u8, low: &N::Key, addr: GlobalAddr) {
+        let mut g = self.inner.write().expect("cache lock");
+        let Some(m) = g.levels.get_mut(level as usize) else { return };
+        if m.get(low).is_some_and(|c| c.addr == addr) {
+            let o = m.remove(low).expect("present");
+            g.bytes -= o.node.cache_cost();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node keyed by byte strings (as a radix tree's would be): covers `[low, high)`.
+    struct Prefix {
+        level: u8,
+        low: Vec<u8>,
+        high: Vec<u8>,
+    }
+
+    impl CachedNode for Prefix {
+        type Key = Vec<u8>;
+        fn level(&self) -> u8 {
+            self.level
+        }
+        fn low(&self) -> &Vec<u8> {
+            &self.low
+        }
+        fn covers(&self, k: &Vec<u8>) -> bool {
+            self.low <= *k && *k < self.high
+        }
+        fn cache_cost(&self) -> u64 {
+            100
+        }
+    }
+
+    fn node(level: u8, low: &str, high: &str) -> Prefix {
+        Prefix { level, low: low.into(), high: high.into() }
+    }
+
+    #[test]
+    fn lookup_by_level_and_range_deepest_first() {
+        let c = NodeCache::new(1000);
+        c.insert(GlobalAddr::new(0, 64), node(2, "", "zzz"));
+        c.insert(GlobalAddr::new(0, 128), node(1, "a", "m"));
+        c.insert(GlobalAddr::new(0, 192), node(1, "m", "t"));
+        assert_eq!(c.bytes(), 300);
+        let at = |lv, k: &str| c.lookup(lv, &k.as_bytes().to_vec()).map(|n| n.addr.offset());
+        assert_eq!(
+            (at(1, "b"), at(1, "m"), at(1, "x"), at(2, "x")),
+            (Some(128), Some(192), None, Some(64))
+        );
+        assert_eq!(c.deepest(&b"p".to_vec()).unwrap().addr.offset(), 192);
+        assert_eq!(c.deepest(&b"x".to_vec()).unwrap().addr.offset(), 64);
+        // A refreshed node replaces the copy without counting twice.
+        c.insert(GlobalAddr::new(0, 192), node(1, "m", "u"));
+        assert_eq!((c.bytes(), at(1, "t")), (300, Some(192)));
+    }
+
+    #[test]
+    fn budget_evicts_oldest_and_invalidate_checks_the_address() {
+        let c = NodeCache::new(250);
+        c.insert(GlobalAddr::new(0, 64), node(1, "a", "b"));
+        c.insert(GlobalAddr::new(0, 128), node(1, "b", "c"));
+        c.insert(GlobalAddr::new(0, 192), node(1, "c", "d"));
+        assert_eq!(c.bytes(), 200);
+        assert!(c.lookup(1, &b"a".to_vec()).is_none(), "the oldest went");
+        // Invalidating another address's copy does nothing.
+        c.invalidate(1, &b"b".to_vec(), GlobalAddr::new(0, 999));
+        assert!(c.lookup(1, &b"b".to_vec()).is_some());
+        c.invalidate(1, &b"b".to_vec(), GlobalAddr::new(0, 128));
+        assert!(c.lookup(1, &b"b".to_vec()).is_none());
+        assert_eq!(c.bytes(), 100);
+        let none = NodeCache::new(0);
+        none.insert(GlobalAddr::new(0, 64), node(1, "a", "b"));
+        assert_eq!(none.bytes(), 0);
+    }
+}
