@@ -98,7 +98,7 @@ use dmindex_prim::root::RootSlot;
 use crate::internal::NodeCache;
 use crate::layout::{InternalLayout, LeafLayout};
 use crate::shape::MAGIC;
-pub use crate::shape::{ChimeShape, FACTORS, MAX_INDIRECT};
+pub use crate::shape::{factors_on, ChimeShape, FACTORS, MAX_INDIRECT};
 use crate::tree::{Probe, Tree};
 
 /// Which index a [`ChimeIndex`] is: the factors it starts from and its name.

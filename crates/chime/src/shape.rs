@@ -35,6 +35,13 @@ pub struct ChimeShape {
 pub const FACTORS: [&str; 5] =
     ["hopscotch", "vacancy_piggyback", "metadata_replication", "sibling_validation", "speculative"];
 
+/// Options for step `k` of the paper's factor staircase (Fig. 15): Sherman with the first `k`
+/// [`FACTORS`] turned on, `with` added after them.
+pub fn factors_on(k: usize, with: &[(&str, &str)]) -> Vec<(String, String)> {
+    let on = FACTORS[..k.min(FACTORS.len())].iter().map(|f| (f.to_string(), "1".to_string()));
+    on.chain(with.iter().map(|(a, b)| (a.to_string(), b.to_string()))).collect()
+}
+
 /// CHIME's options: the shape (span and H are checked with the leaf layout), the hotspot
 /// buffer, and the factors.
 const OPTIONS: Options = Options {

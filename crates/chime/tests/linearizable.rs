@@ -2,7 +2,7 @@
 //! checked, liveness and coverage stated) and on real threads, through the conformance kit.
 
 use dmindex_chime::leaf::home;
-use dmindex_chime::{Chime, Sherman};
+use dmindex_chime::{factors_on, Chime, Sherman};
 use dmindex_index::conformance::{on_local_threads, suite, CheckConfig, Crashes};
 use dmindex_index::{IndexConfig, Ordered};
 use dmindex_prim::rdwc::Rdwc;
@@ -161,15 +161,11 @@ fn sherman_long_keys_and_indirect_values_with_crashes() {
 /// READ, the dedicated metadata READ and fence-key validation each race hops and splits.
 #[test]
 fn factor_staircase_with_crashes() {
-    let steps: [&[(&str, &str)]; 4] = [
-        &[("hopscotch", "1")],
-        &[("hopscotch", "1"), ("vacancy_piggyback", "1")],
-        &[("hopscotch", "1"), ("vacancy_piggyback", "1"), ("metadata_replication", "1")],
-        &[("hopscotch", "1"), ("metadata_replication", "0"), ("sibling_validation", "1")],
-    ];
+    let mix = [("metadata_replication", "0"), ("sibling_validation", "1")];
+    let steps = [factors_on(1, &[]), factors_on(2, &[]), factors_on(3, &[]), factors_on(1, &mix)];
     for (i, step) in steps.iter().enumerate() {
         let mut o = opts(16, 4, 4);
-        o.extend(step.iter().map(|(a, b)| (a.to_string(), b.to_string())));
+        o.extend(step.iter().cloned());
         let cfg = CheckConfig { index_options: o, keys: 80, ..CheckConfig::default() };
         sherman(&format!("factor_staircase step {i}"), cfg, 0..40);
     }

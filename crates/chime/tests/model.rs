@@ -1,7 +1,7 @@
 //! CHIME and Sherman against a `BTreeMap` (the conformance kit's model test), single client,
 //! across shapes small enough to split often; then CHIME-specific refusals and limits.
 
-use dmindex_chime::{Chime, Sherman};
+use dmindex_chime::{factors_on, Chime, Sherman};
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 use dmindex_index::conformance::{model_test, ModelConfig};
@@ -82,9 +82,9 @@ impl Model {
 
     /// Index options (ablation factors). With `speculative=1`, every step's key is searched
     /// twice more (the second READ is speculative when the key is present), and some must hit.
-    fn options(mut self, options: &[(&str, &str)]) -> Model {
-        self.cfg.index.extra.extend(options.iter().map(|(a, b)| (a.to_string(), b.to_string())));
-        if options.contains(&("speculative", "1")) {
+    fn options(mut self, options: &[(String, String)]) -> Model {
+        self.cfg.index.extra.extend(options.iter().cloned());
+        if options.iter().any(|(k, v)| k == "speculative" && v == "1") {
             self.cfg.search_again = true;
             // (Long keys are never speculated on: their blocks would need reading.)
             if self.cfg.index.max_key == 8 {
@@ -141,7 +141,7 @@ fn indirect_values() {
 
 #[test]
 fn speculative_reads() {
-    Model::new((8, 4, 4), 300, 24).options(&[("speculative", "1")]).chime()
+    Model::new((8, 4, 4), 300, 24).options(&factors_on(0, &[("speculative", "1")])).chime()
 }
 
 #[test]
@@ -161,23 +161,12 @@ fn long_keys_default_shape() {
 
 /// The factor staircase of the paper's Fig. 15, from Sherman (all off) towards CHIME: each prefix
 /// of factors on, and one mix with replication off but sibling validation and speculation on.
-const STAIRCASE: [&[(&str, &str)]; 5] = [
-    &[("hopscotch", "1")],
-    &[("hopscotch", "1"), ("vacancy_piggyback", "1")],
-    &[("hopscotch", "1"), ("vacancy_piggyback", "1"), ("metadata_replication", "1")],
-    &[
-        ("hopscotch", "1"),
-        ("vacancy_piggyback", "1"),
-        ("metadata_replication", "1"),
-        ("sibling_validation", "1"),
-    ],
-    &[
-        ("hopscotch", "1"),
-        ("metadata_replication", "0"),
-        ("sibling_validation", "1"),
-        ("speculative", "1"),
-    ],
-];
+fn staircase() -> Vec<Vec<(String, String)>> {
+    let mut steps: Vec<_> = (1..=4).map(|k| factors_on(k, &[])).collect();
+    let mix = [("metadata_replication", "0"), ("sibling_validation", "1"), ("speculative", "1")];
+    steps.push(factors_on(1, &mix));
+    steps
+}
 
 #[test]
 fn sherman_default_shape() {
@@ -196,15 +185,15 @@ fn sherman_indirect_and_long_keys() {
 
 #[test]
 fn factor_staircase() {
-    for step in STAIRCASE {
-        Model::new((16, 4, 4), 400, 3).options(step).sherman()
+    for step in staircase() {
+        Model::new((16, 4, 4), 400, 3).options(&step).sherman()
     }
 }
 
 #[test]
 fn factors_with_long_keys() {
-    for step in STAIRCASE {
-        Model::new((8, 4, 4), 400, 3).long_keys().values(24).options(step).sherman()
+    for step in staircase() {
+        Model::new((8, 4, 4), 400, 3).long_keys().values(24).options(&step).sherman()
     }
 }
 

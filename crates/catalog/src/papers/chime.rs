@@ -62,10 +62,8 @@ const WORKLOADS: [&str; 6] = ["load", "a", "b", "c", "d", "e"];
 fn staircase() -> Vec<(String, Vec<(String, String)>)> {
     const LABELS: [&str; 5] = ["hopscotch", "vacancy", "replication", "sibling", "speculative"];
     let mut steps = vec![("Sherman".to_string(), Vec::new())];
-    let mut on = Vec::new();
-    for (f, label) in dmindex_chime::FACTORS.iter().zip(LABELS) {
-        on.push((f.to_string(), "1".to_string()));
-        steps.push((format!("+{label}"), on.clone()));
+    for (k, label) in LABELS.iter().enumerate() {
+        steps.push((format!("+{label}"), dmindex_chime::factors_on(k + 1, &[])));
     }
     steps
 }
