@@ -2,10 +2,11 @@
 //! threads over the in-process fabric, and memnodes over OpenUCX.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Instant;
 
 use anyhow::bail;
-use dmindex_fabric::exec::{run_on_threads, run_tasks};
+use dmindex_fabric::exec::{run_on_threads_with, run_tasks};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric, VerbCounts};
 use dmindex_index::recorded::Recorder;
@@ -58,17 +59,17 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
 
     let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
         let bar = progress_bar(cfg, total, name);
-        let results = RefCell::new(Vec::new());
+        // The simulation runs on this one thread: one set of histograms for every task.
+        let metrics = RefCell::new(ClientMetrics::default());
         let (t0, v0) = (sim.now_ns(), clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>());
         let tasks = clients.iter().enumerate().map(|(i, (cn, c))| {
-            let (idx, bar, results, now, shared) =
-                (&handles[*cn as usize], &bar, &results, &now, &shared);
+            let (idx, bar, metrics, now, shared) =
+                (&handles[*cn as usize], &bar, &metrics, &now, &shared);
             Box::pin(async move {
                 let rec =
                     Recorder { now, history: None, client: i as u32, value_size: cfg.value_size };
-                let env = TaskEnv { rec, progress: bar };
-                let m = client_phase::<_, _, S>(plan, shared, idx, c, &env, (i, n), load).await;
-                results.borrow_mut().push(m);
+                let env = TaskEnv { rec, progress: bar, metrics };
+                client_phase::<_, _, S>(plan, shared, idx, c, &env, (i, n), load).await;
             }) as Task
         });
         let out = sim.run(tasks);
@@ -76,10 +77,7 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
         if !out.all_finished() {
             bail!("{name} phase did not finish: {out:?}");
         }
-        let mut metrics = ClientMetrics::default();
-        for m in results.into_inner() {
-            metrics.merge(m);
-        }
+        let metrics = metrics.into_inner();
         let counts = clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>() - v0;
         Ok(Phase { metrics, ns: sim.now_ns() - t0, counts })
     };
@@ -146,16 +144,18 @@ where
     let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
         let bar = progress_bar(cfg, total, name);
         let t0 = now();
-        let results = run_on_threads(threads, cfg.coroutines, |t, co| {
+        // One set of histograms per thread, shared by its coroutines, merged at the end.
+        let init = |_| RefCell::new(ClientMetrics::default());
+        let results = run_on_threads_with(threads, cfg.coroutines, init, |m, t, co| {
             let cn = (t / cfg.clients) as u16;
             let i = t * cfg.coroutines + co;
-            let (idx, bar, shared) = (&handles[cn as usize], &bar, &shared);
+            let (idx, bar, shared, metrics) = (&handles[cn as usize], &bar, &shared, Rc::clone(m));
             async move {
                 let c = match fabric.client(cn) {
                     Ok(c) => c,
                     Err(e) => {
-                        let m = ClientMetrics { first_error: Some(e.into()), ..Default::default() };
-                        return (m, VerbCounts::default());
+                        metrics.borrow_mut().first_error.get_or_insert(e.into());
+                        return VerbCounts::default();
                     }
                 };
                 let rec = Recorder {
@@ -164,9 +164,9 @@ where
                     client: i as u32,
                     value_size: cfg.value_size,
                 };
-                let env = TaskEnv { rec, progress: bar };
-                let m = client_phase::<_, _, S>(plan, shared, idx, &c, &env, (i, n), load).await;
-                (m, c.counts())
+                let env = TaskEnv { rec, progress: bar, metrics: &metrics };
+                client_phase::<_, _, S>(plan, shared, idx, &c, &env, (i, n), load).await;
+                c.counts()
             }
         });
         let ns = now() - t0;
@@ -174,8 +174,8 @@ where
         let mut metrics = ClientMetrics::default();
         let mut counts = VerbCounts::default();
         for (m, c) in results {
-            metrics.merge(m);
-            counts += c;
+            metrics.merge(m.into_inner());
+            counts += c.into_iter().sum::<VerbCounts>();
         }
         Ok(Phase { metrics, ns, counts })
     };

@@ -29,7 +29,7 @@ use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
-use runner::{ClientMetrics, OpSource, TaskEnv};
+use runner::{OpSource, TaskEnv};
 
 /// Which transport to run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -303,7 +303,7 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
     env: &TaskEnv<'_>,
     (i, n): (usize, usize),
     load: bool,
-) -> ClientMetrics {
+) {
     if load {
         match &plan.load {
             Some(keys) => {

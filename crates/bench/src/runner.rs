@@ -1,5 +1,6 @@
 //! The client loops of the load and run phases, shared by every transport and index.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use dmindex_fabric::{Client, Transport, VerbCounts};
@@ -103,7 +104,12 @@ pub struct TaskEnv<'a> {
     pub rec: Recorder<'a>,
     /// Operations completed, for the progress bar.
     pub progress: &'a ProgressBar,
+    /// Where the task records: one set of histograms per OS thread, shared by its tasks.
+    pub metrics: &'a RefCell<ClientMetrics>,
 }
+
+/// Operations a task completes between two progress-bar updates.
+const PROGRESS_BATCH: u64 = 1024;
 
 /// Runs one operation; returns whether it found its key (a search that hit, an update or delete
 /// of a present key, a scan that returned pairs; an insert always counts as found).
@@ -133,17 +139,16 @@ pub async fn load_client<T: Transport, I: PointIndex<T>>(
     c: &Client<T>,
     env: &TaskEnv<'_>,
     keys: impl Iterator<Item = Vec<u8>>,
-) -> ClientMetrics {
-    let mut m = ClientMetrics::default();
+) {
+    let mut done = 0;
     for (seq, key) in keys.enumerate() {
         let (t0, v0) = ((env.rec.now)(), c.counts());
         let r = env.rec.insert(idx, c, &key, &env.rec.value(seq as u64)).await.map(|()| true);
-        record(&mut m, OpKind::Insert, r, t0, v0, c, env);
-        if m.first_error.is_some() {
+        if !record(OpKind::Insert, r, t0, v0, c, env, &mut done) {
             break;
         }
     }
-    m
+    env.progress.inc(done % PROGRESS_BATCH);
 }
 
 /// The run phase of one client: `ops` operations from `source`.
@@ -153,8 +158,8 @@ pub async fn run_client<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     env: &TaskEnv<'_>,
     mut source: OpSource,
     ops: u64,
-) -> ClientMetrics {
-    let mut m = ClientMetrics::default();
+) {
+    let mut done = 0;
     for seq in 0..ops {
         let op = source.next_op();
         let (t0, v0) = ((env.rec.now)(), c.counts());
@@ -162,29 +167,38 @@ pub async fn run_client<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
         if r.is_ok() {
             source.acknowledge(&op);
         }
-        record(&mut m, op.kind, r, t0, v0, c, env);
-        if m.first_error.is_some() {
+        if !record(op.kind, r, t0, v0, c, env, &mut done) {
             break;
         }
     }
-    m
+    env.progress.inc(done % PROGRESS_BATCH);
 }
 
+/// Records one operation's outcome; returns whether it succeeded (a failed client stops).
 fn record<T: Transport>(
-    m: &mut ClientMetrics,
     kind: OpKind,
     r: IndexResult<bool>,
     t0: u64,
     v0: VerbCounts,
     c: &Client<T>,
     env: &TaskEnv<'_>,
-) {
-    match r {
-        Ok(found) => m.record(kind, found, (env.rec.now)() - t0, c.counts() - v0),
+    done: &mut u64,
+) -> bool {
+    let mut m = env.metrics.borrow_mut();
+    let ok = match r {
+        Ok(found) => {
+            m.record(kind, found, (env.rec.now)() - t0, c.counts() - v0);
+            true
+        }
         Err(e) => {
             m.failures += 1;
             m.first_error.get_or_insert(e);
+            false
         }
+    };
+    *done += 1;
+    if *done % PROGRESS_BATCH == 0 {
+        env.progress.inc(PROGRESS_BATCH);
     }
-    env.progress.inc(1);
+    ok
 }

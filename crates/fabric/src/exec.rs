@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 
 /// A future that returns `Pending` once, so that the executor runs the thread's other tasks.
@@ -53,6 +54,43 @@ where
         handles
             .into_iter()
             .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+/// Like [`run_on_threads`], with one `init(thread)` state per thread that the thread's tasks
+/// share (through an `Rc`, made on the worker thread); returns each thread's state after its
+/// tasks finished, with their results, in thread order.
+pub fn run_on_threads_with<St, R, I, F, Fut>(
+    threads: usize,
+    tasks_per_thread: usize,
+    init: I,
+    make: F,
+) -> Vec<(St, Vec<R>)>
+where
+    St: Send,
+    I: Fn(usize) -> St + Sync,
+    F: Fn(&Rc<St>, usize, usize) -> Fut + Sync,
+    Fut: Future<Output = R>,
+    R: Send,
+{
+    let (init, make) = (&init, &make);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    let state = Rc::new(init(t));
+                    let tasks = (0..tasks_per_thread).map(|i| make(&state, t, i));
+                    let out = futures::executor::block_on(futures::future::join_all(tasks));
+                    let state = Rc::try_unwrap(state)
+                        .unwrap_or_else(|_| panic!("a task kept its thread's state"));
+                    (state, out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     })
 }

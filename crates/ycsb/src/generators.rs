@@ -1,6 +1,7 @@
 //! YCSB 0.17's number generators, reproduced exactly (same constants, same arithmetic).
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use rand_chacha::ChaCha8Rng;
@@ -148,50 +149,51 @@ impl ScrambledZipfian {
 
 /// YCSB's `AcknowledgedCounterGenerator`: hands out insert numbers in order and tracks the highest
 /// number below which every insert has been acknowledged. Shared by all clients.
+///
+/// Every operation of a workload with a "latest" or bounded key choice reads the limit, so
+/// `next` and `last_value` are single atomics; only `acknowledge` (once per insert) takes the
+/// lock that orders out-of-order acknowledgements. The limit only grows, so a reader that sees
+/// a slightly older one picks among keys that were all acknowledged, as YCSB's does.
 #[derive(Debug)]
 pub struct AcknowledgedCounter {
-    state: Mutex<AckState>,
-}
-
-#[derive(Debug)]
-struct AckState {
-    next: u64,
+    next: AtomicU64,
     /// Every number below `limit` is acknowledged.
-    limit: u64,
-    acked: BTreeSet<u64>,
+    limit: AtomicU64,
+    /// Acknowledged numbers at or above `limit`.
+    acked: Mutex<BTreeSet<u64>>,
 }
 
 impl AcknowledgedCounter {
     /// Numbers start at `start`; everything below it counts as acknowledged (the loaded records).
     pub fn new(start: u64) -> AcknowledgedCounter {
         AcknowledgedCounter {
-            state: Mutex::new(AckState { next: start, limit: start, acked: BTreeSet::new() }),
+            next: AtomicU64::new(start),
+            limit: AtomicU64::new(start),
+            acked: Mutex::new(BTreeSet::new()),
         }
     }
 
     /// The next insert number.
     pub fn next(&self) -> u64 {
-        let mut s = self.state.lock().expect("counter lock");
-        s.next += 1;
-        s.next - 1
+        self.next.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Marks `n` as inserted.
     pub fn acknowledge(&self, n: u64) {
-        let mut s = self.state.lock().expect("counter lock");
-        s.acked.insert(n);
-        while let Some(&first) = s.acked.first() {
-            if first != s.limit {
-                break;
-            }
-            s.acked.pop_first();
-            s.limit += 1;
+        let mut acked = self.acked.lock().expect("counter lock");
+        acked.insert(n);
+        // Only this lock's holder moves the limit.
+        let mut limit = self.limit.load(Ordering::Relaxed);
+        while acked.first() == Some(&limit) {
+            acked.pop_first();
+            limit += 1;
         }
+        self.limit.store(limit, Ordering::Release);
     }
 
     /// The highest number with every number up to it acknowledged (YCSB's `lastValue`).
     pub fn last_value(&self) -> u64 {
-        self.state.lock().expect("counter lock").limit.saturating_sub(1)
+        self.limit.load(Ordering::Acquire).saturating_sub(1)
     }
 }
 
