@@ -213,6 +213,18 @@ impl LeafLayout {
     }
 
     /// Slots of bucket `b`: `[first, last]`.
+    /// Slots from `a` forward to `b`, circularly.
+    pub fn dist(&self, a: usize, b: usize) -> usize {
+        (b + self.span - a) % self.span
+    }
+
+    /// The first slot from `from` on (circularly) whose bucket the vacancy bitmap `full` shows
+    /// with a free slot.
+    pub fn first_vacant_bucket_slot(&self, full: u64, from: usize) -> Option<usize> {
+        let s = self.span;
+        (0..s).map(|d| (from + d) % s).find(|&i| full & (1 << self.bucket(i)) == 0)
+    }
+
     pub fn bucket_slots(&self, b: usize) -> (usize, usize) {
         let first = (b * self.span).div_ceil(self.buckets);
         let last = ((b + 1) * self.span).div_ceil(self.buckets) - 1;

@@ -13,6 +13,7 @@
 //! (or the slot was empty) — the property that lets readers detect hops by rebuilding a home's
 //! bitmap from the keys they read (the third level of the optimistic synchronization).
 
+use arrayvec::ArrayVec;
 use dmindex_prim::cacheline::{self, Torn};
 use dmindex_prim::hash::hash_bytes;
 
@@ -21,13 +22,17 @@ use dmindex_prim::version;
 use crate::layout::{self, LeafLayout, KEY};
 
 /// The decoded leaf and which of its parts were read.
-#[derive(Clone)]
 pub struct LeafBuf {
     pub l: LeafLayout,
     pub bytes: Vec<u8>,
     loaded: Vec<bool>,
     replica_loaded: Vec<bool>,
+    /// Scratch for the physical bytes of READs (the whole leaf's worth), reused with the buffer.
+    pub(crate) raw: Vec<u8>,
 }
+
+/// Decoded ranges one READ doorbell covers: at most a header and two wrapped pieces.
+pub type Ranges = ArrayVec<(usize, usize), 3>;
 
 /// Why a READ of a leaf cannot be trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,14 +67,35 @@ pub fn home(key: u64, span: usize) -> usize {
     (hash_bytes(&key.to_be_bytes()) % span as u64) as usize
 }
 
+/// A copy of the decoded leaf; the READ scratch is not copied (a copy never READs into it).
+impl Clone for LeafBuf {
+    fn clone(&self) -> LeafBuf {
+        LeafBuf {
+            l: self.l,
+            bytes: self.bytes.clone(),
+            loaded: self.loaded.clone(),
+            replica_loaded: self.replica_loaded.clone(),
+            raw: Vec::new(),
+        }
+    }
+}
+
 impl LeafBuf {
     pub fn new(l: LeafLayout) -> LeafBuf {
         LeafBuf {
             bytes: vec![0; l.decoded()],
             loaded: vec![false; l.span],
             replica_loaded: vec![false; l.groups()],
+            raw: Vec::with_capacity(l.physical()),
             l,
         }
+    }
+
+    /// Back to the state [`LeafBuf::new`] makes, keeping the memory (pooled buffers).
+    pub fn reset(&mut self) {
+        self.bytes.fill(0);
+        self.loaded.fill(false);
+        self.replica_loaded.fill(false);
     }
 
     /// A fresh, empty leaf (every object at version 0, valid, no sibling) fully "loaded".
@@ -91,7 +117,7 @@ impl LeafBuf {
     }
 
     pub fn dist(&self, a: usize, b: usize) -> usize {
-        (b + self.l.span - a) % self.l.span
+        self.l.dist(a, b)
     }
 
     pub fn is_loaded(&self, i: usize) -> bool {
@@ -189,21 +215,24 @@ impl LeafBuf {
     /// Decoded ranges covering slots `lo .. lo + n` (circular), each with a replica when it starts
     /// at a group boundary; `n >= span` is the whole leaf. Without metadata replication a range
     /// that misses the header is preceded by a dedicated READ of it (same doorbell).
-    pub fn ranges(&self, lo: usize, n: usize) -> Vec<(usize, usize)> {
+    pub fn ranges(&self, lo: usize, n: usize) -> Ranges {
         let s = self.l.span;
+        let mut out = Ranges::new();
         if n >= s {
-            return vec![(0, self.l.decoded())];
+            out.push((0, self.l.decoded()));
+            return out;
         }
         let rg = self.l.rg;
         let start = |i: usize| if i % rg == 0 { self.l.replica(i / rg) } else { self.l.entry(i) };
         let end = |i: usize| self.l.entry(i) + self.l.entry_len;
-        let mut out = if lo + n <= s {
-            vec![(start(lo), end(lo + n - 1))]
+        if !self.l.kind.replicated && start(lo) != 0 && (lo + n <= s || start(0) != 0) {
+            out.push((0, self.l.meta_len));
+        }
+        if lo + n <= s {
+            out.push((start(lo), end(lo + n - 1)));
         } else {
-            vec![(start(lo), end(s - 1)), (start(0), end(lo + n - 1 - s))]
-        };
-        if !self.l.kind.replicated && out.iter().all(|&(d0, _)| d0 != 0) {
-            out.insert(0, (0, self.l.meta_len));
+            out.push((start(lo), end(s - 1)));
+            out.push((start(0), end(lo + n - 1 - s)));
         }
         out
     }
@@ -375,7 +404,9 @@ impl LeafBuf {
         for &i in &modified {
             work.bump_ev(i);
         }
-        *self = work;
+        // Copy back rather than replace: this buffer's memory stays with it (it may be pooled,
+        // and freeing memory another thread allocated contends on that thread's malloc arena).
+        self.bytes.copy_from_slice(&work.bytes);
         Hop::Done(modified)
     }
 
@@ -431,12 +462,6 @@ impl LeafBuf {
     /// The slot of the largest key, if any (all loaded).
     pub fn argmax(&self) -> Option<usize> {
         (0..self.l.span).filter(|&i| self.key(i) != 0).max_by_key(|&i| self.key(i))
-    }
-
-    /// First slot at or after `from` (circularly) whose bucket may have a vacancy, per `full`.
-    pub fn first_vacant_bucket_slot(&self, full: u64, from: usize) -> Option<usize> {
-        let s = self.l.span;
-        (0..s).map(|d| (from + d) % s).find(|&i| full & (1 << self.l.bucket(i)) == 0)
     }
 }
 
@@ -511,13 +536,13 @@ mod tests {
     fn ranges_include_a_replica_and_wrap() {
         let b = LeafBuf::new(layout());
         let l = layout();
-        assert_eq!(b.ranges(8, 8), vec![(l.replica(1), l.entry(15) + 19)]);
-        assert_eq!(b.ranges(3, 8), vec![(l.entry(3), l.entry(10) + 19)]);
+        assert_eq!(b.ranges(8, 8).as_slice(), [(l.replica(1), l.entry(15) + 19)]);
+        assert_eq!(b.ranges(3, 8).as_slice(), [(l.entry(3), l.entry(10) + 19)]);
         assert_eq!(
-            b.ranges(60, 8),
-            vec![(l.entry(60), l.entry(63) + 19), (l.replica(0), l.entry(3) + 19)]
+            b.ranges(60, 8).as_slice(),
+            [(l.entry(60), l.entry(63) + 19), (l.replica(0), l.entry(3) + 19)]
         );
-        assert_eq!(b.ranges(5, 64), vec![(0, l.decoded())]);
+        assert_eq!(b.ranges(5, 64).as_slice(), [(0, l.decoded())]);
         assert_eq!(
             b.write_ranges(62, 4),
             vec![(l.entry(62), l.entry(63) + 19), (l.entry(0), l.entry(1) + 19)]
@@ -534,6 +559,6 @@ mod tests {
             b.set_entry(i, 100 + i as u64, [0; 8]);
         }
         assert_eq!(b.vacancy(0) & 1, 1);
-        assert_eq!(b.first_vacant_bucket_slot(b.vacancy(0), 0), Some(t + 1));
+        assert_eq!(b.l.first_vacant_bucket_slot(b.vacancy(0), 0), Some(t + 1));
     }
 }

@@ -87,6 +87,7 @@ mod tree;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crossbeam_queue::ArrayQueue;
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
@@ -169,6 +170,7 @@ impl<V> ChimeIndex<V> {
                 cache: NodeCache::new(cfg.cache_bytes.saturating_sub(hotspot)),
                 hotspots: shape.speculative.then(|| hotspot::Hotspots::new(hotspot)),
                 local_locks: LocalLocks::default(),
+                bufs: ArrayQueue::new(tree::LEAF_BUFS),
                 retries: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
                 keys_at_split: AtomicU64::new(0),

@@ -92,7 +92,7 @@ impl Tree {
             self.rewrite_sorted_leaf(c, leaf, &mut buf).await?;
             return Ok(Attempt::Done);
         }
-        self.sorted_split(c, ins, leaf, buf, at).await?;
+        self.sorted_split(c, ins, leaf, buf.into_inner(), at).await?;
         Ok(Attempt::Done)
     }
 

@@ -22,6 +22,7 @@ mod smo;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crossbeam_queue::ArrayQueue;
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::kv_block::Blocks;
@@ -62,12 +63,17 @@ pub(crate) struct Tree {
     pub local_locks: LocalLocks,
     /// The hotspot buffer, when speculative reads are on.
     pub hotspots: Option<Hotspots>,
+    /// Leaf buffers for READs, reused across operations (see `Tree::leaf_buf`).
+    pub bufs: ArrayQueue<LeafBuf>,
     pub retries: AtomicU64,
     /// Leaf splits by this CN.
     pub splits: AtomicU64,
     /// Keys the leaves held when they split (hopscotch leaves: when the hop failed).
     pub keys_at_split: AtomicU64,
 }
+
+/// Leaf buffers each compute node's pool keeps (more operations in flight allocate).
+pub(crate) const LEAF_BUFS: usize = 256;
 
 /// How an operation recognises its key among entries whose 8-byte key field matches.
 #[derive(Clone, Copy, Debug)]

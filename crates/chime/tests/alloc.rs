@@ -1,5 +1,6 @@
 //! Heap allocations per operation on the hot paths, counted by a global allocator: a search
-//! allocates only the value it returns, an insert at most three times.
+//! allocates only the value it returns (leaf buffers come from a per-CN pool, READ ranges and
+//! doorbells live on the stack, cache lines decode in place).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -85,7 +85,7 @@ pub struct Torn;
 
 /// Decodes physical bytes read for decoded `[d0, d1)` into `node[d0..d1]`, checking every CL
 /// version against the version byte of its owner (which lies in `[d0, d1)` since reads start at
-/// object boundaries).
+/// object boundaries). Copies a line's data at a time and allocates nothing.
 pub fn decode<O: Objects>(
     objs: &O,
     phys_bytes: &[u8],
@@ -95,21 +95,26 @@ pub fn decode<O: Objects>(
 ) -> Result<(), Torn> {
     let (p0, p1) = phys_range(d0, d1);
     debug_assert_eq!(phys_bytes.len(), p1 - p0);
-    let mut d = d0;
-    let mut pending = Vec::new();
-    for (i, &b) in phys_bytes.iter().enumerate() {
-        let p = p0 + i;
+    // The data: runs between version bytes (physical offsets LINE, 2·LINE, …).
+    let (mut p, mut d) = (p0, d0);
+    while p < p1 {
         if p >= LINE && p % LINE == 0 {
-            pending.push((b, objs.object_start(d)));
-        } else {
-            node[d] = b;
-            d += 1;
+            p += 1;
+            continue;
         }
+        let n = ((p / LINE + 1) * LINE).min(p1) - p;
+        node[d..d + n].copy_from_slice(&phys_bytes[p - p0..p - p0 + n]);
+        (p, d) = (p + n, d + n);
     }
-    for (cl, owner) in pending {
-        if owner < d0 || node[owner] != cl {
+    // The versions: each line's must equal its first data byte's owner's, decoded above.
+    let mut b = (p0.max(LINE)).div_ceil(LINE) * LINE;
+    while b < p1 {
+        let first = b + 1 - b / LINE;
+        let owner = objs.object_start(first);
+        if owner < d0 || node[owner] != phys_bytes[b - p0] {
             return Err(Torn);
         }
+        b += LINE;
     }
     Ok(())
 }

@@ -51,9 +51,13 @@ impl Tree {
         let d0 = self.leaf.entry(slot);
         let d1 = d0 + self.leaf.entry_len;
         let (p0, p1) = phys_range(d0, d1);
-        let raw = c.read_vec(leaf.add(p0 as u64), p1 - p0).await?;
-        let mut buf = LeafBuf::new(self.leaf);
-        if buf.absorb(d0, d1, &raw).is_ok() && buf.key(slot) == k {
+        let mut buf = self.leaf_buf();
+        let mut raw = std::mem::take(&mut buf.raw);
+        raw.resize(p1 - p0, 0);
+        c.read(leaf.add(p0 as u64), &mut raw).await?;
+        let torn = buf.absorb(d0, d1, &raw).is_err();
+        buf.raw = raw;
+        if !torn && buf.key(slot) == k {
             hs.hits.fetch_add(1, Ordering::Relaxed);
             hs.touch(leaf, slot, k);
             return Ok(Some(buf.value(slot)));
@@ -119,12 +123,12 @@ impl Tree {
         // Read whole buckets from h's bucket to the first bucket with a vacancy, at least the
         // neighbourhood; everything if no bucket has one.
         let lo = self.leaf.bucket_slots(self.leaf.bucket(h)).0;
-        let plan = LeafBuf::new(self.leaf);
-        let n = match plan.first_vacant_bucket_slot(lw.full, h) {
+        let l = &self.leaf;
+        let n = match l.first_vacant_bucket_slot(lw.full, h) {
             None => s,
             Some(e) => {
-                let last = self.leaf.bucket_slots(self.leaf.bucket(e)).1;
-                plan.dist(lo, h) + (plan.dist(h, last) + 1).max(hh)
+                let last = l.bucket_slots(l.bucket(e)).1;
+                l.dist(lo, h) + (l.dist(h, last) + 1).max(hh)
             }
         };
         let mut buf = self.read_slots(c, cur, lo, n).await?;
@@ -162,7 +166,7 @@ impl Tree {
                 if !buf.all_loaded() {
                     buf = self.read_slots(c, cur, 0, s).await?;
                 }
-                let placed = self.split_leaf(c, ins, leaf, buf).await?;
+                let placed = self.split_leaf(c, ins, leaf, buf.into_inner()).await?;
                 Ok(if placed { Attempt::Done } else { Attempt::Restart })
             }
         }

@@ -4,6 +4,10 @@
 //! lock table ([`dmindex_prim::lock`]); and the WRITEs that put entries back and unlock the leaf
 //! in the same doorbell.
 
+use std::ops::{Deref, DerefMut};
+
+use arrayvec::ArrayVec;
+use crossbeam_queue::ArrayQueue;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::cacheline::{self, phys_range};
@@ -70,6 +74,14 @@ impl Tree {
         leaf.held.unlock_with(c, leaf.lw.encode(&self.leaf)).await
     }
 
+    /// A leaf buffer from this compute node's pool, as [`LeafBuf::new`] makes it; it goes back
+    /// to the pool when dropped, so steady-state reads allocate nothing.
+    pub(crate) fn leaf_buf(&self) -> PooledLeaf<'_> {
+        let mut buf = self.bufs.pop().unwrap_or_else(|| LeafBuf::new(self.leaf));
+        buf.reset();
+        PooledLeaf { buf: Some(buf), pool: &self.bufs }
+    }
+
     /// READs decoded `ranges` of a leaf (one doorbell) into `buf`; `Ok(false)` if what came back
     /// is torn or mid-write.
     async fn read_into<T: Transport>(
@@ -79,24 +91,32 @@ impl Tree {
         buf: &mut LeafBuf,
         ranges: &[(usize, usize)],
     ) -> IndexResult<bool> {
-        let mut bufs: Vec<Vec<u8>> = ranges
-            .iter()
-            .map(|&(d0, d1)| {
-                let (p0, p1) = phys_range(d0, d1);
-                vec![0u8; p1 - p0]
-            })
-            .collect();
-        let reads = ranges.iter().zip(bufs.iter_mut()).map(|(&(d0, d1), b)| BatchOp::Read {
-            addr: leaf.add(phys_range(d0, d1).0 as u64),
-            buf: b,
+        // One scratch buffer split into the ranges' physical pieces.
+        let mut raw = std::mem::take(&mut buf.raw);
+        let lens = ranges.iter().map(|&(d0, d1)| {
+            let (p0, p1) = phys_range(d0, d1);
+            (p0, p1 - p0)
         });
-        doorbell::post_iter(c, reads).await?;
-        for (&(d0, d1), b) in ranges.iter().zip(&bufs) {
-            if buf.absorb(d0, d1, b).is_err() {
-                return Ok(false);
-            }
+        raw.resize(lens.clone().map(|(_, n)| n).sum(), 0);
+        let mut reads = ArrayVec::<BatchOp<'_>, 3>::new();
+        let mut rest = raw.as_mut_slice();
+        for (p0, n) in lens {
+            let (piece, tail) = rest.split_at_mut(n);
+            reads.push(BatchOp::Read { addr: leaf.add(p0 as u64), buf: piece });
+            rest = tail;
         }
-        Ok(buf.validate().is_ok())
+        let posted = doorbell::post(c, &mut reads).await;
+        drop(reads);
+        let mut ok = posted.is_ok();
+        let mut at = 0;
+        for &(d0, d1) in ranges {
+            let (p0, p1) = phys_range(d0, d1);
+            ok = ok && buf.absorb(d0, d1, &raw[at..at + p1 - p0]).is_ok();
+            at += p1 - p0;
+        }
+        buf.raw = raw;
+        posted?;
+        Ok(ok && buf.validate().is_ok())
     }
 
     /// READs slots `lo .. lo + n` of a leaf until the READ validates.
@@ -106,9 +126,9 @@ impl Tree {
         leaf: GlobalAddr,
         lo: usize,
         n: usize,
-    ) -> IndexResult<LeafBuf> {
+    ) -> IndexResult<PooledLeaf<'_>> {
         loop {
-            let mut buf = LeafBuf::new(self.leaf);
+            let mut buf = self.leaf_buf();
             let ranges = buf.ranges(lo, n);
             if self.read_into(c, leaf, &mut buf, &ranges).await? {
                 return Ok(buf);
@@ -193,5 +213,40 @@ impl Tree {
         out.extend_from_slice(&unlocked(lw.encode(&self.leaf)).to_le_bytes());
         out.extend_from_slice(&bound.to_be_bytes());
         out
+    }
+}
+
+/// A leaf buffer borrowed from a compute node's pool (see [`Tree::leaf_buf`]).
+pub(crate) struct PooledLeaf<'t> {
+    buf: Option<LeafBuf>,
+    pool: &'t ArrayQueue<LeafBuf>,
+}
+
+impl PooledLeaf<'_> {
+    /// Takes the buffer out of the pool's reach (it is then freed normally).
+    pub(crate) fn into_inner(mut self) -> LeafBuf {
+        self.buf.take().expect("present until dropped")
+    }
+}
+
+impl Deref for PooledLeaf<'_> {
+    type Target = LeafBuf;
+    fn deref(&self) -> &LeafBuf {
+        self.buf.as_ref().expect("present until dropped")
+    }
+}
+
+impl DerefMut for PooledLeaf<'_> {
+    fn deref_mut(&mut self) -> &mut LeafBuf {
+        self.buf.as_mut().expect("present until dropped")
+    }
+}
+
+impl Drop for PooledLeaf<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            // A full pool (more operations in flight than slots) frees the extra buffer.
+            let _ = self.pool.push(b);
+        }
     }
 }

@@ -37,7 +37,7 @@ impl Tree {
                 loop {
                     let b = self.read_slots(c, *a, 0, self.leaf.span).await?;
                     if b.hops_settled() {
-                        out.push(b);
+                        out.push(b.into_inner());
                         break;
                     }
                     self.retry();
