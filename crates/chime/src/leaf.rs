@@ -16,10 +16,14 @@
 use arrayvec::ArrayVec;
 use dmindex_prim::cacheline::{self, Torn};
 use dmindex_prim::hash::hash_bytes;
+use smallvec::SmallVec;
 
 use dmindex_prim::version;
 
-use crate::layout::{self, LeafLayout, KEY};
+use crate::layout::{self, LeafLayout, ENTRY, KEY};
+
+/// The longest leaf entry (a hopscotch entry; sorted entries are shorter).
+const MAX_ENTRY: usize = ENTRY;
 
 /// The decoded leaf and which of its parts were read.
 pub struct LeafBuf {
@@ -30,6 +34,9 @@ pub struct LeafBuf {
     /// Scratch for the physical bytes of READs (the whole leaf's worth), reused with the buffer.
     pub(crate) raw: Vec<u8>,
 }
+
+/// Slots an operation changed (inline: a hop sequence touches few).
+pub type Modified = SmallVec<[usize; 16]>;
 
 /// Decoded ranges one READ doorbell covers: at most a header and two wrapped pieces.
 pub type Ranges = ArrayVec<(usize, usize), 3>;
@@ -55,7 +62,7 @@ impl From<Torn> for Invalid {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Hop {
     /// Inserted; these slots changed.
-    Done(Vec<usize>),
+    Done(Modified),
     /// No empty slot among the loaded ones from the key's home on.
     NoEmpty,
     /// An empty slot, but no sequence of hops brings it into the neighbourhood.
@@ -86,7 +93,8 @@ impl LeafBuf {
             bytes: vec![0; l.decoded()],
             loaded: vec![false; l.span],
             replica_loaded: vec![false; l.groups()],
-            raw: Vec::with_capacity(l.physical()),
+            // A whole leaf's READ, or a write plan of every entry plus the lock word.
+            raw: Vec::with_capacity(l.physical().max(l.lock_offset() + 8)),
             l,
         }
     }
@@ -238,15 +246,18 @@ impl LeafBuf {
     }
 
     /// Entry-only ranges covering slots `lo .. lo + n` (circular), for writes.
-    pub fn write_ranges(&self, lo: usize, n: usize) -> Vec<(usize, usize)> {
+    pub fn write_ranges(&self, lo: usize, n: usize) -> ArrayVec<(usize, usize), 2> {
         let s = self.l.span;
         let len = self.l.entry_len;
         let (e0, e1) = (|i: usize| self.l.entry(i), |i: usize| self.l.entry(i) + len);
+        let mut out = ArrayVec::new();
         if lo + n <= s {
-            vec![(e0(lo), e1(lo + n - 1))]
+            out.push((e0(lo), e1(lo + n - 1)));
         } else {
-            vec![(e0(lo), e1(s - 1)), (e0(0), e1(lo + n - 1 - s))]
+            out.push((e0(lo), e1(s - 1)));
+            out.push((e0(0), e1(lo + n - 1 - s)));
         }
+        out
     }
 
     /// Decodes a READ of decoded range `[d0, d1)` and marks what it covered.
@@ -357,7 +368,9 @@ impl LeafBuf {
         (0..self.l.h).map(|d| (h + d) % self.l.span).find(|&i| self.key(i) == key)
     }
 
-    /// Inserts `key` (absent from its neighbourhood) by hopping, within the loaded slots.
+    /// Inserts `key` (absent from its neighbourhood) by hopping, within the loaded slots. The
+    /// hops are made in place with an undo log of the entries they touch, so a failed hop
+    /// sequence leaves the buffer as it was and a successful one copies nothing.
     pub fn hop_insert(&mut self, key: u64, value: [u8; 8]) -> Hop {
         let s = self.l.span;
         let hh = self.l.h;
@@ -367,24 +380,27 @@ impl LeafBuf {
         else {
             return Hop::NoEmpty;
         };
-        let mut modified = Vec::new();
-        let mut work = self.clone();
-        while work.dist(h, e) >= hh {
+        let mut modified = Modified::new();
+        let mut undo: SmallVec<[(usize, [u8; MAX_ENTRY]); 16]> = SmallVec::new();
+        while self.dist(h, e) >= hh {
             let mut moved = false;
             for back in (1..hh).rev() {
                 let j = (e + s - back) % s;
-                let kj = work.key(j);
+                let kj = self.key(j);
                 if kj == 0 {
                     continue;
                 }
                 let hj = home(kj, s);
-                if work.dist(hj, e) < hh && work.dist(hj, j) < work.dist(hj, e) {
-                    let v = work.value(j);
-                    let bm = work.bitmap(hj) & !work.hop_bit(work.dist(hj, j))
-                        | work.hop_bit(work.dist(hj, e));
-                    work.set_bitmap(hj, bm);
-                    work.set_entry(e, kj, v);
-                    work.set_entry(j, 0, [0; 8]);
+                if self.dist(hj, e) < hh && self.dist(hj, j) < self.dist(hj, e) {
+                    for i in [hj, e, j] {
+                        self.save_entry(&mut undo, i);
+                    }
+                    let v = self.value(j);
+                    let bm = self.bitmap(hj) & !self.hop_bit(self.dist(hj, j))
+                        | self.hop_bit(self.dist(hj, e));
+                    self.set_bitmap(hj, bm);
+                    self.set_entry(e, kj, v);
+                    self.set_entry(j, 0, [0; 8]);
                     modified.extend([hj, e, j]);
                     e = j;
                     moved = true;
@@ -392,22 +408,34 @@ impl LeafBuf {
                 }
             }
             if !moved {
+                for (i, saved) in &undo {
+                    let at = self.l.entry(*i);
+                    let len = self.l.entry_len;
+                    self.bytes[at..at + len].copy_from_slice(&saved[..len]);
+                }
                 return Hop::NoHop;
             }
         }
-        work.set_entry(e, key, value);
-        let bm = work.bitmap(h) | work.hop_bit(work.dist(h, e));
-        work.set_bitmap(h, bm);
+        self.set_entry(e, key, value);
+        let bm = self.bitmap(h) | self.hop_bit(self.dist(h, e));
+        self.set_bitmap(h, bm);
         modified.extend([h, e]);
         modified.sort_unstable();
         modified.dedup();
         for &i in &modified {
-            work.bump_ev(i);
+            self.bump_ev(i);
         }
-        // Copy back rather than replace: this buffer's memory stays with it (it may be pooled,
-        // and freeing memory another thread allocated contends on that thread's malloc arena).
-        self.bytes.copy_from_slice(&work.bytes);
         Hop::Done(modified)
+    }
+
+    /// Records entry `i`'s bytes in `undo` unless already there.
+    fn save_entry(&self, undo: &mut SmallVec<[(usize, [u8; MAX_ENTRY]); 16]>, i: usize) {
+        if undo.iter().all(|(u, _)| *u != i) {
+            let (at, len) = (self.l.entry(i), self.l.entry_len);
+            let mut saved = [0u8; MAX_ENTRY];
+            saved[..len].copy_from_slice(&self.bytes[at..at + len]);
+            undo.push((i, saved));
+        }
     }
 
     /// Whether every entry and replica was read.
@@ -424,7 +452,7 @@ impl LeafBuf {
     }
 
     /// Removes the key at slot `i` (home `h`): clears the entry and its home bit.
-    pub fn remove(&mut self, h: usize, i: usize) -> Vec<usize> {
+    pub fn remove(&mut self, h: usize, i: usize) -> Modified {
         let bm = self.bitmap(h) & !self.hop_bit(self.dist(h, i));
         self.set_bitmap(h, bm);
         self.set_entry(i, 0, [0; 8]);
@@ -432,7 +460,7 @@ impl LeafBuf {
         if h != i {
             self.bump_ev(h);
         }
-        let mut m = vec![h, i];
+        let mut m: Modified = [h, i].into_iter().collect();
         m.sort_unstable();
         m.dedup();
         m
@@ -544,8 +572,8 @@ mod tests {
         );
         assert_eq!(b.ranges(5, 64).as_slice(), [(0, l.decoded())]);
         assert_eq!(
-            b.write_ranges(62, 4),
-            vec![(l.entry(62), l.entry(63) + 19), (l.entry(0), l.entry(1) + 19)]
+            b.write_ranges(62, 4).as_slice(),
+            [(l.entry(62), l.entry(63) + 19), (l.entry(0), l.entry(1) + 19)]
         );
     }
 

@@ -1,6 +1,8 @@
 //! Heap allocations per operation on the hot paths, counted by a global allocator: a search
-//! allocates only the value it returns (leaf buffers come from a per-CN pool, READ ranges and
-//! doorbells live on the stack, cache lines decode in place).
+//! allocates only the value it returns, an insert at most three times (leaf buffers come from a
+//! per-CN pool, READ ranges, write plans and doorbells live on the stack or in the buffer's
+//! scratch, cache lines encode and decode in place, hops keep an inline undo log, and RDWC copies
+//! nothing when a client is alone on its key).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -61,20 +61,22 @@ pub trait Objects {
     fn object_start(&self, d: usize) -> usize;
 }
 
-/// Encodes decoded bytes `[d0, d1)` of `node` (the whole decoded node) as the physical bytes they
-/// occupy, CL versions included.
+/// Appends to `out` the physical bytes that decoded bytes `[d0, d1)` of `node` (the whole decoded
+/// node) occupy, CL versions included; a line's data at a time.
 pub fn encode<O: Objects>(objs: &O, node: &[u8], d0: usize, d1: usize, out: &mut Vec<u8>) {
     let (p0, p1) = phys_range(d0, d1);
-    out.clear();
     out.reserve(p1 - p0);
-    let mut d = d0;
-    for p in p0..p1 {
+    let (mut p, mut d) = (p0, d0);
+    while p < p1 {
         if p >= LINE && p % LINE == 0 {
+            // The line's version: its first data byte's owner's.
             out.push(node[objs.object_start(d)]);
-        } else {
-            out.push(node[d]);
-            d += 1;
+            p += 1;
+            continue;
         }
+        let n = ((p / LINE + 1) * LINE).min(p1) - p;
+        out.extend_from_slice(&node[d..d + n]);
+        (p, d) = (p + n, d + n);
     }
     debug_assert_eq!(d, d1);
 }
@@ -152,6 +154,7 @@ mod tests {
         }
         let mut phys_bytes = Vec::new();
         for (d0, d1) in [(0, node.len()), (19 * 3, 19 * 9), (19 * 7, 19 * 8)] {
+            phys_bytes.clear();
             encode(&Nineteen, &node, d0, d1, &mut phys_bytes);
             let mut back = vec![0u8; node.len()];
             decode(&Nineteen, &phys_bytes, d0, d1, &mut back).unwrap();
@@ -171,12 +174,14 @@ mod tests {
         assert_eq!(phys_range(64, 127), (64, 128));
         let mut lines = vec![1u8; 64 + 63 * 3];
         lines[64] = 7;
+        phys_bytes.clear();
         encode(&Lines, &lines, 64, 127, &mut phys_bytes);
         assert_eq!(phys_bytes[0], 7, "the CL byte of line 1 is written with its object");
         let mut back = vec![0u8; lines.len()];
         back[64] = 7;
         decode(&Lines, &phys_bytes, 64, 127, &mut back).unwrap();
         // Flip the object whose second half sits on the next line: the CL byte disagrees.
+        phys_bytes.clear();
         encode(&Nineteen, &node, 0, node.len(), &mut phys_bytes);
         phys_bytes[57] ^= 0x10; // object 3 (decoded 57..76) starts at physical 57; line 1 starts at 64
         let mut back = vec![0u8; node.len()];

@@ -33,6 +33,7 @@ use std::sync::Mutex;
 
 use dmindex_fabric::{Client, Transport};
 use futures::channel::oneshot;
+use smallvec::SmallVec;
 
 use dmindex_index::{
     IndexConfig, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex,
@@ -74,7 +75,8 @@ struct Waiter {
 }
 
 struct Active {
-    key: Vec<u8>,
+    /// Inline up to 32 bytes (keys are short), so leading costs no allocation.
+    key: SmallVec<[u8; 32]>,
     kind: Kind,
     /// The next batch, in arrival order.
     waiting: Vec<Waiter>,
@@ -115,7 +117,8 @@ impl Drop for Ticket<'_> {
             let _ = f.tx.send(msg);
         }
         let mut slot = self.table.slots[self.slot].lock().unwrap_or_else(|e| e.into_inner());
-        let Some(at) = slot.iter().position(|a| a.kind == self.kind && a.key == self.key) else {
+        let Some(at) = slot.iter().position(|a| a.kind == self.kind && a.key[..] == *self.key)
+        else {
             return;
         };
         let mut next = std::mem::take(&mut slot[at].waiting);
@@ -160,9 +163,13 @@ impl Table {
         let followers = loop {
             let rx = {
                 let mut s = self.slots[slot].lock().unwrap_or_else(|e| e.into_inner());
-                match s.iter_mut().find(|a| a.kind == kind && a.key == key) {
+                match s.iter_mut().find(|a| a.kind == kind && a.key[..] == *key) {
                     None => {
-                        s.push(Active { key: key.to_vec(), kind, waiting: Vec::new() });
+                        s.push(Active {
+                            key: SmallVec::from_slice(key),
+                            kind,
+                            waiting: Vec::new(),
+                        });
                         break Vec::new();
                     }
                     Some(a) => {
@@ -232,7 +239,10 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
             Role::Done(_) => unreachable!("read batches get read results"),
             Role::Lead(mut ticket) => {
                 let v = self.inner.search(c, key).await?;
-                ticket.out = Some(Out::Read(v.clone()));
+                // Only followers need a copy (a lone leader, the common case, copies nothing).
+                if !ticket.followers.is_empty() {
+                    ticket.out = Some(Out::Read(v.clone()));
+                }
                 Ok(v)
             }
         }

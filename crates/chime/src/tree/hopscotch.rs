@@ -158,8 +158,8 @@ impl Tree {
                 };
                 let new = LockWord { locked: false, full: buf.vacancy(lw.full), argmax };
                 let (wlo, wn) = self.span_of(&buf, h, &modified);
-                let pieces = self.write_plan(&buf, wlo, wn, new);
-                self.write_pieces(c, leaf, &pieces).await?;
+                let plan = self.write_plan(&mut buf, wlo, wn, new);
+                self.write_pieces(c, leaf, &buf, &plan).await?;
                 Ok(Attempt::Done)
             }
             Hop::NoEmpty | Hop::NoHop => {
@@ -201,8 +201,8 @@ impl Tree {
                             let full = leaf.lw.full & !(1 << self.leaf.bucket(i));
                             let (wlo, wn) = self.span_of(&buf, h, &modified);
                             let lw = LockWord { full, ..leaf.lw };
-                            let pieces = self.write_plan(&buf, wlo, wn, lw);
-                            self.write_pieces(c, leaf, &pieces).await?;
+                            let plan = self.write_plan(&mut buf, wlo, wn, lw);
+                            self.write_pieces(c, leaf, &buf, &plan).await?;
                         }
                     }
                     return Ok(true);

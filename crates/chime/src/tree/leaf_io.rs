@@ -147,45 +147,58 @@ impl Tree {
         Ok(u64::from_be_bytes(b.try_into().expect("8 bytes")))
     }
 
-    /// Physical bytes and addresses to WRITE for slots `lo .. lo + n`, plus the unlocking lock
-    /// word, as (offset, bytes) pieces in write order. The lock word joins the last piece when
-    /// it ends at the leaf's last slot.
+    /// Encodes slots `lo .. lo + n` (circular) of `buf` into its scratch, with the unlocking lock
+    /// word `lw` last: what [`Tree::write_pieces`] WRITEs. Allocates nothing once the scratch has
+    /// grown to a leaf's size.
     pub(super) fn write_plan(
         &self,
-        buf: &LeafBuf,
+        buf: &mut LeafBuf,
         lo: usize,
         n: usize,
         lw: LockWord,
-    ) -> Vec<(usize, Vec<u8>)> {
-        let mut pieces = Vec::new();
+    ) -> WritePlan {
+        let mut raw = std::mem::take(&mut buf.raw);
+        raw.clear();
+        let mut pieces = WritePlan::new();
         for (d0, d1) in buf.write_ranges(lo, n) {
-            let mut out = Vec::new();
-            cacheline::encode(&self.leaf, &buf.bytes, d0, d1, &mut out);
-            pieces.push((phys_range(d0, d1).0, out));
+            let start = raw.len();
+            cacheline::encode(&self.leaf, &buf.bytes, d0, d1, &mut raw);
+            pieces.push((phys_range(d0, d1).0, start..raw.len()));
         }
         let word = unlocked(lw.encode(&self.leaf)).to_le_bytes();
         let lock_at = self.leaf.lock_offset();
-        let last = pieces.last_mut().expect("at least one range");
-        if last.0 + last.1.len() == self.leaf.physical() {
-            last.1.resize(lock_at - last.0, 0);
-            last.1.extend_from_slice(&word);
+        let (at, range) = pieces.last().cloned().expect("at least one range");
+        if at + range.len() == self.leaf.physical() {
+            // The last range ends where the pad before the lock word begins: one WRITE.
+            raw.resize(range.start + lock_at - at, 0);
+            raw.extend_from_slice(&word);
+            pieces.last_mut().expect("at least one range").1 = range.start..raw.len();
         } else {
-            pieces.push((lock_at, word.to_vec()));
+            let start = raw.len();
+            raw.extend_from_slice(&word);
+            pieces.push((lock_at, start..raw.len()));
         }
+        buf.raw = raw;
         pieces
     }
 
-    /// WRITEs pieces ([`Tree::write_plan`]: the last carries the unlocking lock word) to locked
-    /// leaf `leaf` in order, as one doorbell batch, releasing the leaf.
+    /// WRITEs a [`Tree::write_plan`] of `buf` (the last piece carries the unlocking lock word) to
+    /// locked leaf `leaf` in order, as one doorbell batch, releasing the leaf.
     pub(super) async fn write_pieces<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: LockedLeaf<'_>,
-        pieces: &[(usize, Vec<u8>)],
+        buf: &LeafBuf,
+        plan: &WritePlan,
     ) -> IndexResult<()> {
-        let writes =
-            pieces.iter().map(|(o, b)| BatchOp::Write { addr: leaf.addr.add(*o as u64), data: b });
-        leaf.held.unlock_by(doorbell::post_iter(c, writes)).await
+        let mut writes = ArrayVec::<BatchOp<'_>, 3>::new();
+        for (at, r) in plan {
+            writes.push(BatchOp::Write {
+                addr: leaf.addr.add(*at as u64),
+                data: &buf.raw[r.clone()],
+            });
+        }
+        leaf.held.unlock_by(doorbell::post(c, &mut writes)).await
     }
 
     /// Rewrites entry `i` of locked leaf `leaf` (READ into `buf`) as (k, v) with its
@@ -201,8 +214,8 @@ impl Tree {
     ) -> IndexResult<()> {
         buf.set_entry(i, k, v);
         buf.bump_ev(i);
-        let pieces = self.write_plan(buf, i, 1, leaf.lw);
-        self.write_pieces(c, leaf, &pieces).await
+        let plan = self.write_plan(buf, i, 1, leaf.lw);
+        self.write_pieces(c, leaf, buf, &plan).await
     }
 
     /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.
@@ -215,6 +228,10 @@ impl Tree {
         out
     }
 }
+
+/// Pieces of a leaf to WRITE in order: (physical offset, bytes in the buffer's scratch). At most
+/// two entry ranges (one wraps) and the lock word.
+pub(crate) type WritePlan = ArrayVec<(usize, std::ops::Range<usize>), 3>;
 
 /// A leaf buffer borrowed from a compute node's pool (see [`Tree::leaf_buf`]).
 pub(crate) struct PooledLeaf<'t> {
