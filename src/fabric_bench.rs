@@ -43,7 +43,7 @@ pub struct Args {
 
 #[derive(Clone, Copy, Debug, Serialize)]
 #[serde(rename_all = "snake_case")]
-enum Verb {
+pub(crate) enum Verb {
     Read8,
     Read256,
     Write8,
@@ -69,17 +69,18 @@ const VERBS: [Verb; 9] = [
 ];
 
 #[derive(Serialize)]
-struct Row {
+pub(crate) struct Row {
     verb: Verb,
     threads: usize,
     tasks_per_thread: usize,
     verbs: u64,
     seconds: f64,
-    ns_per_verb: f64,
+    pub(crate) ns_per_verb: f64,
     mverbs_per_s: f64,
 }
 
-const SPAN: u64 = 64 << 10;
+/// Remote memory each task walks.
+pub(crate) const SPAN: u64 = 64 << 10;
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.ops == 0 || args.tasks == 0 || args.threads.contains(&0) {
@@ -148,7 +149,8 @@ fn report<F: Fabric + Sync>(args: &Args, transport: &str, fabric: &F) -> anyhow:
     Ok(())
 }
 
-fn measure<F: Fabric + Sync>(
+/// Runs `ops` verbs of one kind on each of `threads × tasks` tasks.
+pub(crate) fn measure<F: Fabric + Sync>(
     fabric: &F,
     verb: Verb,
     threads: usize,

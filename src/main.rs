@@ -8,6 +8,7 @@ mod bench_cmd;
 mod experiment_cmd;
 mod fabric_bench;
 mod memnode_cmd;
+mod perf_cmd;
 mod sim_bench;
 
 /// Indexes for disaggregated memory, reached through one-sided verbs (`dmindex indexes` lists
@@ -36,6 +37,9 @@ enum Command {
     Memnode(memnode_cmd::Args),
     /// Measure the cost of each verb on the in-process (local) transport.
     FabricBench(fabric_bench::Args),
+    /// Nanoseconds per operation per thread of every index's operations on the in-process
+    /// fabric, next to the verb floor.
+    Perf(perf_cmd::Args),
     /// Run a mixed READ/WRITE/CAS load on the deterministic simulator and report virtual-time
     /// throughput, latency, NIC utilisation and the simulator's own speed.
     SimBench(sim_bench::Args),
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         }
         Command::Memnode(args) => memnode_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::FabricBench(args) => fabric_bench::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Perf(args) => perf_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::SimBench(args) => sim_bench::run(&args).map(|()| ExitCode::SUCCESS),
     };
     match result {

@@ -599,3 +599,17 @@ fn memnode_refuses_an_unknown_index() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown index 'nope'"));
 }
+
+/// `perf` measures every operation of an index against the verb floor.
+#[test]
+fn perf_reports_every_operation_against_the_floor() {
+    let v = json(&dmindex(&["perf", "--index", "ref", "--items", "500", "--ops", "500", "--json"]));
+    assert!(v["floor_read_256_ns"].as_f64().unwrap() > 0.0);
+    let ops: Vec<&str> =
+        v["rows"].as_array().unwrap().iter().map(|r| r["op"].as_str().unwrap()).collect();
+    assert_eq!(ops, ["insert", "search", "update", "delete", "scan"]);
+    for r in v["rows"].as_array().unwrap() {
+        assert!(r["ns_per_op_per_thread"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["round_trips_per_op"].as_f64().unwrap() >= 1.0, "{r}");
+    }
+}
