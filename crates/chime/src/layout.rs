@@ -203,8 +203,8 @@ impl LeafLayout {
 
     /// Decoded offset of entry `i`.
     pub fn entry(&self, i: usize) -> usize {
-        let g = i / self.rg;
-        g * self.group() + self.meta_len + self.entry_len * (i % self.rg)
+        let (g, r) = div_rem(i, self.rg);
+        g * self.group() + self.meta_len + self.entry_len * r
     }
 
     /// Bucket of slot `i`.
@@ -215,7 +215,7 @@ impl LeafLayout {
     /// Slots of bucket `b`: `[first, last]`.
     /// Slots from `a` forward to `b`, circularly.
     pub fn dist(&self, a: usize, b: usize) -> usize {
-        (b + self.span - a) % self.span
+        div_rem(b + self.span - a, self.span).1
     }
 
     /// The first slot from `from` on (circularly) whose bucket the vacancy bitmap `full` shows
@@ -330,6 +330,17 @@ pub fn put_addr(b: &mut [u8], at: usize, a: GlobalAddr) {
 /// Reads an address at `at`.
 pub fn addr_at(b: &[u8], at: usize) -> GlobalAddr {
     GlobalAddr::from_raw(word(b, at))
+}
+
+/// `(x / d, x % d)`, by shift and mask when `d` is a power of two (H and the spans the papers
+/// use are), so the hot layout arithmetic does no runtime division.
+#[inline]
+pub fn div_rem(x: usize, d: usize) -> (usize, usize) {
+    if d.is_power_of_two() {
+        (x >> d.trailing_zeros(), x & (d - 1))
+    } else {
+        (x / d, x % d)
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 
 use arrayvec::ArrayVec;
 use dmindex_prim::cacheline::{self, Torn};
-use dmindex_prim::hash::hash_bytes;
+use dmindex_prim::hash::hash_u64;
 use smallvec::SmallVec;
 
 use dmindex_prim::version;
@@ -71,7 +71,8 @@ pub enum Hop {
 
 /// The home slot of `key` in a leaf of `span` slots.
 pub fn home(key: u64, span: usize) -> usize {
-    (hash_bytes(&key.to_be_bytes()) % span as u64) as usize
+    let (h, s) = (hash_u64(key), span as u64);
+    (if s.is_power_of_two() { h & (s - 1) } else { h % s }) as usize
 }
 
 /// A copy of the decoded leaf; the READ scratch is not copied (a copy never READs into it).

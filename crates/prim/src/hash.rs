@@ -39,6 +39,13 @@ pub fn hash_bytes(b: &[u8]) -> u64 {
     h
 }
 
+/// [`hash_bytes`] of a key's 8 big-endian bytes, without the byte loop (the same value).
+#[inline]
+pub fn hash_u64(key: u64) -> u64 {
+    // The one 8-byte chunk of hash_bytes: big-endian bytes read as little-endian.
+    mix64(0x9E37_79B9_7F4A_7C15u64 ^ 8 ^ key.swap_bytes())
+}
+
 /// The 16-bit fingerprint of an 8-byte key; never 0.
 #[inline]
 pub fn fingerprint(key: u64) -> u16 {
@@ -47,6 +54,17 @@ pub fn fingerprint(key: u64) -> u16 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn hash_u64_is_hash_bytes_of_the_big_endian_key() {
+        let mut k = 1u64;
+        for _ in 0..10_000 {
+            assert_eq!(hash_u64(k), hash_bytes(&k.to_be_bytes()), "key {k:#x}");
+            k = mix64(k);
+        }
+        assert_eq!(hash_u64(0), hash_bytes(&[0; 8]));
+    }
+
     use super::*;
 
     #[test]
