@@ -85,6 +85,15 @@ impl<N: CachedNode> NodeCache<N> {
         c.node.covers(k).then(|| Arc::clone(c))
     }
 
+    /// `f` of the cached node at `level` covering `k`, run under the cache's read lock: no
+    /// reference count is taken, so hot nodes shared by every client stay off the hot path's
+    /// atomics.
+    pub fn with<R>(&self, level: u8, k: &N::Key, f: impl FnOnce(&Cached<N>) -> R) -> Option<R> {
+        let g = self.inner.read().expect("cache lock");
+        let (_, c) = g.levels.get(level as usize)?.range(..=k).next_back()?;
+        c.node.covers(k).then(|| f(c))
+    }
+
     /// The lowest cached level above the leaves with a node covering `k`.
     pub fn deepest(&self, k: &N::Key) -> Option<Arc<Cached<N>>> {
         let levels = self.inner.read().expect("cache lock").levels.len();
@@ -171,6 +180,9 @@ mod tests {
             (Some(128), Some(192), None, Some(64))
         );
         assert_eq!(c.deepest(&b"p".to_vec()).unwrap().addr.offset(), 192);
+        // `with` sees what `lookup` returns, without a reference count.
+        let with = |lv, k: &str| c.with(lv, &k.as_bytes().to_vec(), |n| n.addr.offset());
+        assert_eq!((with(1, "b"), with(1, "x"), with(2, "x")), (Some(128), None, Some(64)));
         assert_eq!(c.deepest(&b"x".to_vec()).unwrap().addr.offset(), 64);
         // A refreshed node replaces the copy without counting twice.
         c.insert(GlobalAddr::new(0, 192), node(1, "m", "u"));

@@ -72,14 +72,12 @@ impl Tree {
     /// Finds the leaf for `k`: the cached parent if any, else a remote traversal from the deepest
     /// cached node above (or the root).
     pub(crate) async fn locate<T: Transport>(&self, c: &Client<T>, k: u64) -> IndexResult<Located> {
-        if let Some(p) = self.cache.lookup(1, &k) {
+        let parent = self.cache.with(1, &k, |p| {
             let (leaf, expected) = p.node.child_for(k);
-            return Ok(Located {
-                leaf,
-                expected,
-                cached: Some((p.node.low, p.addr)),
-                parent: Some(p.addr),
-            });
+            Located { leaf, expected, cached: Some((p.node.low, p.addr)), parent: Some(p.addr) }
+        });
+        if let Some(loc) = parent {
+            return Ok(loc);
         }
         let mut from_cache = self.cache.deepest(&k).filter(|n| n.node.level >= 2);
         'restart: loop {
