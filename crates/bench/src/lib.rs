@@ -22,7 +22,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{Client, Services, Transport};
-use dmindex_index::{install_services, IndexConfig, IndexKind, PointIndex, Scans};
+use dmindex_index::{mn_services, IndexConfig, IndexKind, PointIndex, Scans};
 use dmindex_sim::SimTransport;
 use dmindex_ycsb::workload::load_keys;
 use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
@@ -227,9 +227,7 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
 
 /// The built-in memory-node services plus index `I`'s, on `cores` MN cores.
 pub(crate) fn services<T: Transport, I: PointIndex<T>>(cores: usize) -> anyhow::Result<Services> {
-    let mut s = Services::new(cores);
-    install_services(&mut s, I::SERVICES)?;
-    Ok(s)
+    Ok(mn_services(cores, I::SERVICES)?)
 }
 
 /// What to run, decided once.

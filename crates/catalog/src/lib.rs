@@ -13,7 +13,7 @@ use dmindex_bench::{BenchConfig, BenchReport, Runnable, RunnableScans};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::Services;
 use dmindex_index::conformance::{CheckConfig, SeedReport};
-use dmindex_index::{install_services, IndexKind, MnService, Ordered, PointIndex, Scans};
+use dmindex_index::{mn_services, IndexKind, MnService, Ordered, PointIndex, Scans};
 use dmindex_prim::rdwc::Rdwc;
 
 /// Whether compute nodes combine concurrent operations on one key (read delegation and write
@@ -44,9 +44,7 @@ pub struct IndexEntry {
 impl IndexEntry {
     /// Built-in memory-node services on `cores` cores plus this index's.
     pub fn memnode_services(&self, cores: usize) -> anyhow::Result<Services> {
-        let mut s = Services::new(cores);
-        install_services(&mut s, self.services)?;
-        Ok(s)
+        Ok(mn_services(cores, self.services)?)
     }
 }
 

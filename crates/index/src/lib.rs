@@ -166,14 +166,16 @@ impl std::fmt::Debug for MnService {
     }
 }
 
-/// Registers `services` in `table`; an id clash is an error naming both.
-pub fn install_services(table: &mut Services, services: &[MnService]) -> IndexResult<()> {
+/// The built-in memory-node services on `cores` MN cores plus `services` (an index's); an id
+/// clash is an error naming the service.
+pub fn mn_services(cores: usize, services: &[MnService]) -> IndexResult<Services> {
+    let mut table = Services::new(cores);
     for s in services {
         table
             .register(s.id, (s.make)())
             .map_err(|e| IndexError::Config(format!("memory-node service {}: {e}", s.name)))?;
     }
-    Ok(())
+    Ok(table)
 }
 
 /// An index on disaggregated memory, over transport `T`: the point operations every design has.

@@ -24,13 +24,12 @@ use std::fmt;
 use std::ops::Range;
 
 use dmindex_check::{CheckStats, History};
-use dmindex_fabric::Services;
 use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::recorded::Recorder;
-use crate::{install_services, IndexConfig, IndexError, IndexKind, PointIndex, Scans};
+use crate::{mn_services, IndexConfig, IndexError, IndexKind, PointIndex, Scans};
 
 /// Which seeds crash clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,8 +217,7 @@ where
         bail!("clients and keys must be positive");
     }
     let net = NetParams::preset(&cfg.preset).map_err(anyhow::Error::msg)?;
-    let mut services = Services::new(net.mn_cores);
-    install_services(&mut services, I::SERVICES)?;
+    let services = mn_services(net.mn_cores, I::SERVICES)?;
     let sim = Sim::with_services(
         SimConfig { node_size: 64 << 20, chunk_size: 1 << 20, ..SimConfig::new(seed, net) },
         services,

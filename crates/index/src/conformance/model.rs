@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::local::LocalTransport;
-use dmindex_fabric::{Fabric, LocalConfig, LocalFabric, Services};
+use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-use crate::{install_services, IndexConfig, IndexKind, IndexStats, PointIndex, Scans};
+use crate::{mn_services, IndexConfig, IndexKind, IndexStats, PointIndex, Scans};
 
 /// One step of a model run; keys are numbers in `1..=keys`, mapped to bytes by
 /// [`ModelConfig::key`].
@@ -156,8 +156,7 @@ where
     I: PointIndex<LocalTransport>,
     S: Scans<LocalTransport, I>,
 {
-    let mut services = Services::new(4);
-    install_services(&mut services, I::SERVICES).expect("index services");
+    let services = mn_services(4, I::SERVICES).expect("index services");
     let f = LocalFabric::with_services(
         LocalConfig { node_size: cfg.node_size, chunk_size: cfg.chunk_size, ..Default::default() },
         services,

@@ -5,12 +5,12 @@
 use dmindex_check::History;
 use dmindex_fabric::exec::{run_on_threads, run_tasks};
 use dmindex_fabric::local::LocalTransport;
-use dmindex_fabric::{Fabric, LocalConfig, LocalFabric, Services};
+use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::recorded::Recorder;
-use crate::{install_services, IndexConfig, IndexKind, PointIndex, Scans};
+use crate::{mn_services, IndexConfig, IndexKind, PointIndex, Scans};
 
 /// `rounds` runs of 2 CNs × 4 coroutines × 600 operations over 64 keys on `cfg`; panics with the
 /// round and the violation when a history is not linearizable.
@@ -20,8 +20,7 @@ where
     S: Scans<LocalTransport, I>,
 {
     for round in 0..rounds {
-        let mut services = Services::new(4);
-        install_services(&mut services, I::SERVICES).expect("index services");
+        let services = mn_services(4, I::SERVICES).expect("index services");
         let f = LocalFabric::with_services(
             LocalConfig {
                 node_size: 64 << 20,
