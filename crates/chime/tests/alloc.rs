@@ -4,38 +4,15 @@
 //! scratch, cache lines encode and decode in place, hops keep an inline undo log, and RDWC copies
 //! nothing when a client is alone on its key).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use dmindex_chime::{Chime, Sherman};
+use dmindex_fabric::alloc_count::{allocations, CountingAlloc};
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 use dmindex_index::{IndexConfig, PointIndex};
 use dmindex_prim::rdwc::Rdwc;
 
-struct Counting;
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 const N: u64 = 20_000;
 
@@ -53,24 +30,23 @@ fn per_op<I: PointIndex<dmindex_fabric::local::LocalTransport>>() -> [f64; 4] {
         for x in 0..N {
             t.insert(&c, &key(x), &x.to_le_bytes()).await.unwrap();
         }
-        let count =
-            |ops: u64, before: u64| (ALLOCS.load(Ordering::Relaxed) - before) as f64 / ops as f64;
-        let b = ALLOCS.load(Ordering::Relaxed);
+        let count = |ops: u64, before: u64| (allocations() - before) as f64 / ops as f64;
+        let b = allocations();
         for x in 0..N {
             assert!(t.search(&c, &key(x)).await.unwrap().is_some());
         }
         let search = count(N, b);
-        let b = ALLOCS.load(Ordering::Relaxed);
+        let b = allocations();
         for x in N..2 * N {
             t.insert(&c, &key(x), &x.to_le_bytes()).await.unwrap();
         }
         let insert = count(N, b);
-        let b = ALLOCS.load(Ordering::Relaxed);
+        let b = allocations();
         for x in 0..N {
             assert!(t.update(&c, &key(x), &[7; 8]).await.unwrap());
         }
         let update = count(N, b);
-        let b = ALLOCS.load(Ordering::Relaxed);
+        let b = allocations();
         for x in 0..N {
             assert!(t.delete(&c, &key(x)).await.unwrap());
         }

@@ -31,6 +31,7 @@
 //! granularity and when a client stops between any two verbs.
 
 pub mod addr;
+pub mod alloc_count;
 pub mod client;
 pub mod conformance;
 pub mod error;

@@ -1,30 +1,12 @@
 //! The `local` verb path allocates nothing: every verb, batch and zero-wait write is counted by a
 //! global allocator that must see no allocation while they run.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
+use dmindex_fabric::alloc_count::{allocations, CountingAlloc};
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::{BatchOp, Fabric, LocalConfig, LocalFabric};
 
-struct Counting;
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 #[test]
 fn verbs_do_not_allocate() {
@@ -39,7 +21,7 @@ fn verbs_do_not_allocate() {
         let a = c.alloc(4096, 64).await.unwrap();
         let mut buf = [0u8; 256];
         let mut b2 = [0u8; 8];
-        let before = ALLOCS.load(Ordering::Relaxed);
+        let before = allocations();
         for i in 0..1000u64 {
             c.read(a, &mut buf).await.unwrap();
             c.write(a.add(256), &buf).await.unwrap();
@@ -57,6 +39,6 @@ fn verbs_do_not_allocate() {
         c.flush().await.unwrap();
         // Carving from the current chunk is allocation-free too.
         c.alloc(64, 64).await.unwrap();
-        assert_eq!(ALLOCS.load(Ordering::Relaxed) - before, 0, "heap allocations on the verb path");
+        assert_eq!(allocations() - before, 0, "heap allocations on the verb path");
     }]);
 }
