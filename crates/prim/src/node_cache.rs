@@ -59,6 +59,14 @@ struct Levels<N: CachedNode> {
     bytes: u64,
 }
 
+impl<N: CachedNode> Levels<N> {
+    /// The node at `level` whose range covers `k`: the one with the greatest low fence ≤ `k`.
+    fn find(&self, level: u8, k: &N::Key) -> Option<&Arc<Cached<N>>> {
+        let (_, c) = self.levels.get(level as usize)?.range(..=k).next_back()?;
+        c.node.covers(k).then_some(c)
+    }
+}
+
 /// A compute node's cache of nodes of type `N`, with a byte budget and FIFO eviction.
 pub struct NodeCache<N: CachedNode> {
     inner: RwLock<Levels<N>>,
@@ -79,19 +87,14 @@ impl<N: CachedNode> NodeCache<N> {
 
     /// The cached node at `level` covering `k`.
     pub fn lookup(&self, level: u8, k: &N::Key) -> Option<Arc<Cached<N>>> {
-        let g = self.inner.read().expect("cache lock");
-        let m = g.levels.get(level as usize)?;
-        let (_, c) = m.range(..=k).next_back()?;
-        c.node.covers(k).then(|| Arc::clone(c))
+        self.inner.read().expect("cache lock").find(level, k).map(Arc::clone)
     }
 
     /// `f` of the cached node at `level` covering `k`, run under the cache's read lock: no
     /// reference count is taken, so hot nodes shared by every client stay off the hot path's
     /// atomics.
     pub fn with<R>(&self, level: u8, k: &N::Key, f: impl FnOnce(&Cached<N>) -> R) -> Option<R> {
-        let g = self.inner.read().expect("cache lock");
-        let (_, c) = g.levels.get(level as usize)?.range(..=k).next_back()?;
-        c.node.covers(k).then(|| f(c))
+        self.inner.read().expect("cache lock").find(level, k).map(|c| f(c))
     }
 
     /// The lowest cached level above the leaves with a node covering `k`.
