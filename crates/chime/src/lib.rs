@@ -87,13 +87,13 @@ mod tree;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_queue::ArrayQueue;
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
 use dmindex_prim::kv_block::{Block, Blocks};
 use dmindex_prim::lock::LocalLocks;
+use dmindex_prim::pool::Pool;
 use dmindex_prim::root::RootSlot;
 
 use crate::internal::NodeCache;
@@ -170,7 +170,7 @@ impl<V> ChimeIndex<V> {
                 cache: NodeCache::new(cfg.cache_bytes.saturating_sub(hotspot)),
                 hotspots: shape.speculative.then(|| hotspot::Hotspots::new(hotspot)),
                 local_locks: LocalLocks::default(),
-                bufs: ArrayQueue::new(tree::LEAF_BUFS),
+                bufs: Pool::new(tree::LEAF_BUFS),
                 retries: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
                 keys_at_split: AtomicU64::new(0),

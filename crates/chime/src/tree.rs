@@ -22,11 +22,11 @@ mod smo;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_queue::ArrayQueue;
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::kv_block::Blocks;
 use dmindex_prim::lock::LocalLocks;
+use dmindex_prim::pool::Pool;
 use dmindex_prim::root::RootSlot;
 
 use crate::hotspot::Hotspots;
@@ -64,7 +64,7 @@ pub(crate) struct Tree {
     /// The hotspot buffer, when speculative reads are on.
     pub hotspots: Option<Hotspots>,
     /// Leaf buffers for READs, reused across operations (see `Tree::leaf_buf`).
-    pub bufs: ArrayQueue<LeafBuf>,
+    pub bufs: Pool<LeafBuf>,
     pub retries: AtomicU64,
     /// Leaf splits by this CN.
     pub splits: AtomicU64,

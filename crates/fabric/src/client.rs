@@ -10,6 +10,7 @@
 //! a few threads. Nothing here blocks, spawns or reads a clock.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::addr::{align_up, GlobalAddr, NodeId};
@@ -22,6 +23,9 @@ use crate::verbs::{AtomicOp, BatchOp, ClusterInfo, Transport, MAX_BATCH};
 pub const DEFAULT_CHUNK: u64 = 16 << 20;
 /// Alignment of chunks.
 pub const CHUNK_ALIGN: u64 = 4096;
+
+/// The next [`Client::ordinal`].
+static NEXT_ORDINAL: AtomicU32 = AtomicU32::new(0);
 
 /// Where the client carves its next allocations from.
 #[derive(Clone, Copy, Debug)]
@@ -45,6 +49,7 @@ pub struct Client<T> {
     transport: T,
     info: Arc<ClusterInfo>,
     cn: u16,
+    ordinal: u32,
     stats: ClientStats,
     chunk_size: u64,
     chunk: Cell<Option<Chunk>>,
@@ -60,6 +65,7 @@ impl<T: Transport> Client<T> {
         Client {
             transport,
             cn,
+            ordinal: NEXT_ORDINAL.fetch_add(1, Ordering::Relaxed),
             stats: ClientStats::default(),
             chunk_size: align_up(chunk_size.max(CHUNK_ALIGN), CHUNK_ALIGN),
             chunk: Cell::new(None),
@@ -72,6 +78,13 @@ impl<T: Transport> Client<T> {
     /// The compute node this client runs on.
     pub fn cn(&self) -> u16 {
         self.cn
+    }
+
+    /// A number that differs between clients made one after another in this process (it
+    /// wraps): what CN-local tables shard by, so that clients on different threads keep off
+    /// each other's cache lines. Never a correctness key: two clients may share it.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
     }
 
     /// The shape of the cluster.

@@ -16,6 +16,7 @@
 //! | [`options`] | typed `name=value` options with the errors every index gives |
 //! | [`doorbell`] | verbs to one memory node posted as one doorbell batch |
 //! | [`rdwc`] | read delegation and write combining on a compute node |
+//! | [`pool`] | reusable buffers per compute node, sharded by client |
 
 pub mod cacheline;
 pub mod doorbell;
@@ -24,6 +25,7 @@ pub mod kv_block;
 pub mod lock;
 pub mod node_cache;
 pub mod options;
+pub mod pool;
 pub mod rdwc;
 pub mod root;
 pub mod version;

@@ -51,7 +51,7 @@ impl Tree {
         let d0 = self.leaf.entry(slot);
         let d1 = d0 + self.leaf.entry_len;
         let (p0, p1) = phys_range(d0, d1);
-        let mut buf = self.leaf_buf();
+        let mut buf = self.leaf_buf(c);
         let mut raw = std::mem::take(&mut buf.raw);
         raw.resize(p1 - p0, 0);
         c.read(leaf.add(p0 as u64), &mut raw).await?;

@@ -4,15 +4,13 @@
 //! lock table ([`dmindex_prim::lock`]); and the WRITEs that put entries back and unlock the leaf
 //! in the same doorbell.
 
-use std::ops::{Deref, DerefMut};
-
 use arrayvec::ArrayVec;
-use crossbeam_queue::ArrayQueue;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::cacheline::{self, phys_range};
 use dmindex_prim::doorbell;
 use dmindex_prim::lock::{unlocked, Held};
+use dmindex_prim::pool::Pooled;
 
 use super::Tree;
 use crate::layout::LockWord;
@@ -76,10 +74,10 @@ impl Tree {
 
     /// A leaf buffer from this compute node's pool, as [`LeafBuf::new`] makes it; it goes back
     /// to the pool when dropped, so steady-state reads allocate nothing.
-    pub(crate) fn leaf_buf(&self) -> PooledLeaf<'_> {
-        let mut buf = self.bufs.pop().unwrap_or_else(|| LeafBuf::new(self.leaf));
+    pub(crate) fn leaf_buf<T: Transport>(&self, c: &Client<T>) -> PooledLeaf<'_> {
+        let mut buf = self.bufs.get(c, || LeafBuf::new(self.leaf));
         buf.reset();
-        PooledLeaf { buf: Some(buf), pool: &self.bufs }
+        buf
     }
 
     /// READs decoded `ranges` of a leaf (one doorbell) into `buf`; `Ok(false)` if what came back
@@ -128,7 +126,7 @@ impl Tree {
         n: usize,
     ) -> IndexResult<PooledLeaf<'_>> {
         loop {
-            let mut buf = self.leaf_buf();
+            let mut buf = self.leaf_buf(c);
             let ranges = buf.ranges(lo, n);
             if self.read_into(c, leaf, &mut buf, &ranges).await? {
                 return Ok(buf);
@@ -234,36 +232,4 @@ impl Tree {
 pub(crate) type WritePlan = ArrayVec<(usize, std::ops::Range<usize>), 3>;
 
 /// A leaf buffer borrowed from a compute node's pool (see [`Tree::leaf_buf`]).
-pub(crate) struct PooledLeaf<'t> {
-    buf: Option<LeafBuf>,
-    pool: &'t ArrayQueue<LeafBuf>,
-}
-
-impl PooledLeaf<'_> {
-    /// Takes the buffer out of the pool's reach (it is then freed normally).
-    pub(crate) fn into_inner(mut self) -> LeafBuf {
-        self.buf.take().expect("present until dropped")
-    }
-}
-
-impl Deref for PooledLeaf<'_> {
-    type Target = LeafBuf;
-    fn deref(&self) -> &LeafBuf {
-        self.buf.as_ref().expect("present until dropped")
-    }
-}
-
-impl DerefMut for PooledLeaf<'_> {
-    fn deref_mut(&mut self) -> &mut LeafBuf {
-        self.buf.as_mut().expect("present until dropped")
-    }
-}
-
-impl Drop for PooledLeaf<'_> {
-    fn drop(&mut self) {
-        if let Some(b) = self.buf.take() {
-            // A full pool (more operations in flight than slots) frees the extra buffer.
-            let _ = self.pool.push(b);
-        }
-    }
-}
+pub(crate) type PooledLeaf<'t> = Pooled<'t, LeafBuf>;
