@@ -25,10 +25,13 @@
 //!
 //! # Table
 //!
-//! Keys hash into [`SLOTS`] slots; a slot lists the keys with a leader in flight and the batch
-//! waiting behind each. Locks are held only to edit those lists, never across a verb.
+//! Keys hash into [`SLOTS`] slots, each on its own cache line; a slot counts the clients in it
+//! and lists the keys with a listed leader in flight and the batch waiting behind each. A client
+//! alone in its slot leads without listing itself (two uncontended atomics, no lock: the common
+//! case when clients of a compute node work on different keys); otherwise the slot's lock is
+//! held only to edit its list, never across a verb.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use dmindex_fabric::{Client, Transport};
@@ -43,7 +46,7 @@ use crate::hash::hash_bytes;
 use crate::options::{Opt, Options};
 
 /// Slots per compute node.
-pub const SLOTS: usize = 4096;
+pub const SLOTS: usize = 256;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -88,16 +91,27 @@ enum Role<'a> {
     Done(Out),
 }
 
+/// One client counted in a slot's [`Slot::busy`] until dropped (also when its future is).
+struct Busy<'a>(&'a Slot);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::Release);
+    }
+}
+
 /// A leader's duty: report to its followers and hand the key on, even if dropped midway.
 struct Ticket<'a> {
-    table: &'a Table,
-    slot: usize,
+    slot: &'a Slot,
+    /// Whether the leader is listed in the slot (the fast path lists nobody).
+    listed: bool,
     key: &'a [u8],
     kind: Kind,
     followers: Vec<Waiter>,
     /// The leader's own value.
     own: &'a [u8],
     out: Option<Out>,
+    _busy: Busy<'a>,
 }
 
 impl Ticket<'_> {
@@ -109,6 +123,9 @@ impl Ticket<'_> {
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
+        if !self.listed {
+            return;
+        }
         for f in self.followers.drain(..) {
             let msg = match &self.out {
                 Some(o) => Msg::Done(o.clone()),
@@ -116,7 +133,7 @@ impl Drop for Ticket<'_> {
             };
             let _ = f.tx.send(msg);
         }
-        let mut slot = self.table.slots[self.slot].lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.slot.active.lock().unwrap_or_else(|e| e.into_inner());
         let Some(at) = slot.iter().position(|a| a.kind == self.kind && a.key[..] == *self.key)
         else {
             return;
@@ -135,22 +152,30 @@ impl Drop for Ticket<'_> {
     }
 }
 
+/// One slot of the table, alone on its cache line: the keys hashed here with a leader in
+/// flight, and per-slot counts (a table-wide counter would be one line every thread writes).
+#[repr(align(64))]
+#[derive(Default)]
+struct Slot {
+    /// Clients in the slot now: joining, leading or waiting.
+    busy: AtomicU32,
+    active: Mutex<Vec<Active>>,
+    reads: AtomicU64,
+    writes: AtomicU64,
+}
+
 /// A compute node's RDWC table.
 pub struct Table {
-    slots: Box<[Mutex<Vec<Active>>]>,
-    reads: AtomicU64,
+    slots: Box<[Slot]>,
     delegated: AtomicU64,
-    writes: AtomicU64,
     combined: AtomicU64,
 }
 
 impl Default for Table {
     fn default() -> Table {
         Table {
-            slots: (0..SLOTS).map(|_| Mutex::new(Vec::new())).collect(),
-            reads: AtomicU64::new(0),
+            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
             delegated: AtomicU64::new(0),
-            writes: AtomicU64::new(0),
             combined: AtomicU64::new(0),
         }
     }
@@ -158,11 +183,34 @@ impl Default for Table {
 
 impl Table {
     /// Joins the batch for (`key`, `kind`) depositing `value`: lead it, or get its result.
+    ///
+    /// Fast path: a client alone in its slot leads without listing itself, so an operation
+    /// nobody else on the compute node is near costs two uncontended atomics. A client that
+    /// arrives while it leads finds no batch for the key, lists itself and leads its own
+    /// remote operation: combining starts from the second client on, and the two operations
+    /// run independently (each is linearizable on its own).
     async fn join<'a>(&'a self, key: &'a [u8], kind: Kind, value: &'a [u8]) -> Role<'a> {
-        let slot = (hash_bytes(key) % SLOTS as u64) as usize;
+        let slot = &self.slots[(hash_bytes(key) % SLOTS as u64) as usize];
+        let counter = if kind == Kind::Read { &slot.reads } else { &slot.writes };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let alone = slot.busy.fetch_add(1, Ordering::Acquire) == 0;
+        let busy = Busy(slot);
+        if alone {
+            let followers = Vec::new();
+            return Role::Lead(Ticket {
+                slot,
+                listed: false,
+                key,
+                kind,
+                followers,
+                own: value,
+                out: None,
+                _busy: busy,
+            });
+        }
         let followers = loop {
             let rx = {
-                let mut s = self.slots[slot].lock().unwrap_or_else(|e| e.into_inner());
+                let mut s = slot.active.lock().unwrap_or_else(|e| e.into_inner());
                 match s.iter_mut().find(|a| a.kind == kind && a.key[..] == *key) {
                     None => {
                         s.push(Active {
@@ -185,7 +233,23 @@ impl Table {
                 Ok(Msg::Retry) | Err(_) => continue,
             }
         };
-        Role::Lead(Ticket { table: self, slot, key, kind, followers, own: value, out: None })
+        Role::Lead(Ticket {
+            slot,
+            listed: true,
+            key,
+            kind,
+            followers,
+            own: value,
+            out: None,
+            _busy: busy,
+        })
+    }
+
+    /// Searches and writes that went through the table.
+    fn counts(&self) -> (u64, u64) {
+        self.slots.iter().fold((0, 0), |(r, w), s| {
+            (r + s.reads.load(Ordering::Relaxed), w + s.writes.load(Ordering::Relaxed))
+        })
     }
 }
 
@@ -230,7 +294,6 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
 
     async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
         let Some(t) = &self.table else { return self.inner.search(c, key).await };
-        t.reads.fetch_add(1, Ordering::Relaxed);
         match t.join(key, Kind::Read, &[]).await {
             Role::Done(Out::Read(v)) => {
                 t.delegated.fetch_add(1, Ordering::Relaxed);
@@ -250,7 +313,6 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
         let Some(t) = &self.table else { return self.inner.insert(c, key, value).await };
-        t.writes.fetch_add(1, Ordering::Relaxed);
         match t.join(key, Kind::Insert, value).await {
             Role::Done(_) => {
                 t.combined.fetch_add(1, Ordering::Relaxed);
@@ -266,7 +328,6 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
 
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
         let Some(t) = &self.table else { return self.inner.update(c, key, value).await };
-        t.writes.fetch_add(1, Ordering::Relaxed);
         match t.join(key, Kind::Update, value).await {
             Role::Done(Out::Update(existed)) => {
                 t.combined.fetch_add(1, Ordering::Relaxed);
@@ -288,10 +349,11 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     fn stats(&self) -> IndexStats {
         let mut s = self.inner.stats();
         if let Some(t) = &self.table {
+            let (reads, writes) = t.counts();
             s.extra.extend([
-                ("rdwc_reads", t.reads.load(Ordering::Relaxed)),
+                ("rdwc_reads", reads),
                 ("rdwc_reads_delegated", t.delegated.load(Ordering::Relaxed)),
-                ("rdwc_writes", t.writes.load(Ordering::Relaxed)),
+                ("rdwc_writes", writes),
                 ("rdwc_writes_combined", t.combined.load(Ordering::Relaxed)),
             ]);
         }

@@ -99,7 +99,10 @@ fn a_late_reader_never_takes_an_older_read() {
 }
 
 /// Readers that queue behind one in-flight read share the next one; writers that queue
-/// behind one update are combined into one update of the latest value.
+/// behind one update are combined into one update of the latest value. The first reader is
+/// alone in its slot and leads unlisted (the fast path), so the second leads its own read and
+/// the four after it queue behind that one; the first writer arrives with the reader in the
+/// slot, so it is listed and the three after it combine.
 #[test]
 fn queued_readers_share_and_queued_writers_combine() {
     let (t, c) = gated();
@@ -129,11 +132,12 @@ fn queued_readers_share_and_queued_writers_combine() {
         None
     }));
     run_tasks(tasks);
-    assert_eq!(t.inner.searches.get(), 2, "six readers, two remote reads");
+    assert_eq!(t.inner.searches.get(), 3, "six readers, three remote reads");
     assert_eq!(*t.inner.updates.borrow(), vec![1, 4], "the batch writes its latest value");
     let s = PointIndex::<dmindex_fabric::local::LocalTransport>::stats(t);
     let get = |n: &str| s.extra.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
-    assert_eq!(get("rdwc_reads_delegated"), Some(4));
+    assert_eq!(get("rdwc_reads_delegated"), Some(3));
+    assert_eq!((get("rdwc_reads"), get("rdwc_writes")), (Some(6), Some(4)));
     assert_eq!(get("rdwc_writes_combined"), Some(2));
 }
 
@@ -170,5 +174,11 @@ fn a_dropped_leader_releases_its_batch() {
     let out = run_tasks(tasks);
     assert_eq!(out[1], Some(vec![0]));
     assert_eq!(t.inner.searches.get(), 2);
-    assert!(t.table.as_ref().unwrap().slots.iter().all(|s| s.lock().unwrap().is_empty()));
+    assert!(t
+        .table
+        .as_ref()
+        .unwrap()
+        .slots
+        .iter()
+        .all(|s| s.active.lock().unwrap().is_empty() && s.busy.load(Ordering::Relaxed) == 0));
 }
