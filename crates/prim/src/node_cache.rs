@@ -27,7 +27,9 @@
 //! address (another client may have refreshed it meanwhile).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use crossbeam_utils::sync::ShardedLock;
 
 use dmindex_fabric::GlobalAddr;
 
@@ -69,7 +71,9 @@ impl<N: CachedNode> Levels<N> {
 
 /// A compute node's cache of nodes of type `N`, with a byte budget and FIFO eviction.
 pub struct NodeCache<N: CachedNode> {
-    inner: RwLock<Levels<N>>,
+    /// Sharded by thread: a read takes only its thread's shard, so lookups on different
+    /// threads write no common cache line; inserts and invalidations take every shard.
+    inner: ShardedLock<Levels<N>>,
     budget: u64,
 }
 
@@ -77,7 +81,7 @@ impl<N: CachedNode> NodeCache<N> {
     /// An empty cache of at most `budget` bytes.
     pub fn new(budget: u64) -> NodeCache<N> {
         let empty = Levels { levels: Vec::new(), fifo: VecDeque::new(), bytes: 0 };
-        NodeCache { inner: RwLock::new(empty), budget }
+        NodeCache { inner: ShardedLock::new(empty), budget }
     }
 
     /// Bytes in use.
