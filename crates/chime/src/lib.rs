@@ -173,6 +173,7 @@ impl<V> ChimeIndex<V> {
                 bufs: Pool::new(tree::LEAF_BUFS),
                 retries: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
+                moves_right: AtomicU64::new(0),
                 keys_at_split: AtomicU64::new(0),
             },
             shape,
@@ -323,6 +324,7 @@ impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
             retries: t.retries.load(Ordering::Relaxed),
             extra: vec![
                 ("leaf_splits", splits),
+                ("leaf_moves_right", t.moves_right.load(Ordering::Relaxed)),
                 ("leaf_keys_at_split", t.keys_at_split.load(Ordering::Relaxed)),
                 ("leaf_slots_at_split", splits * t.leaf.span as u64),
                 (

@@ -48,7 +48,7 @@ impl Tree {
     ) -> IndexResult<Option<[u8; 8]>> {
         'outer: loop {
             let loc = self.locate(c, k).await?;
-            let mut cur = loc.leaf;
+            let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
@@ -56,7 +56,8 @@ impl Tree {
                 }
                 match self.judge(&loc, &buf, k) {
                     Where::Absent => return Ok(None),
-                    Where::Right(sib) => cur = sib,
+                    Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
+                    Where::Right(_) => continue 'outer,
                     Where::Stale => {
                         self.invalidate(&loc);
                         continue 'outer;
@@ -182,7 +183,7 @@ impl Tree {
     ) -> IndexResult<bool> {
         'outer: loop {
             let loc = self.locate(c, k).await?;
-            let mut cur = loc.leaf;
+            let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let leaf = self.lock_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
@@ -199,7 +200,8 @@ impl Tree {
                 self.unlock_leaf(c, leaf).await?;
                 match self.judge(&loc, &buf, k) {
                     Where::Absent => return Ok(false),
-                    Where::Right(sib) => cur = sib,
+                    Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
+                    Where::Right(_) => continue 'outer,
                     Where::Stale => {
                         self.invalidate(&loc);
                         continue 'outer;

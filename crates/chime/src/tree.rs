@@ -68,6 +68,8 @@ pub(crate) struct Tree {
     pub retries: AtomicU64,
     /// Leaf splits by this CN.
     pub splits: AtomicU64,
+    /// Moves right along the leaf chain (half splits crossed, [`Tree::walk_on`]).
+    pub moves_right: AtomicU64,
     /// Keys the leaves held when they split (hopscotch leaves: when the hop failed).
     pub keys_at_split: AtomicU64,
 }
@@ -170,7 +172,7 @@ impl Tree {
     ) -> IndexResult<()> {
         'outer: loop {
             let ins = Insert { k, v, probe, loc: self.locate(c, k).await? };
-            let mut cur = ins.loc.leaf;
+            let (mut cur, mut moves) = (ins.loc.leaf, 0);
             loop {
                 let attempt = match self.paths() {
                     LeafPaths::Hopscotch => self.hopscotch_insert_at(c, &ins, cur).await?,
@@ -178,7 +180,10 @@ impl Tree {
                 };
                 match attempt {
                     Attempt::Done => return Ok(()),
-                    Attempt::Right(next) => cur = next,
+                    Attempt::Right(next) if self.walk_on(c, &ins.loc, &mut moves).await? => {
+                        cur = next
+                    }
+                    Attempt::Right(_) => continue 'outer,
                     Attempt::Restart => continue 'outer,
                 }
             }

@@ -6,6 +6,8 @@
 //! validation off) the key must lie within the leaf's fences instead. Once a leaf is read,
 //! long keys sharing an 8-byte prefix are told apart here by their blocks.
 
+use std::sync::atomic::Ordering;
+
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 
@@ -35,7 +37,35 @@ pub(crate) enum Where {
     Stale,
 }
 
+/// Moves right between checks of the root word, on a walk from a leaf reached with no parent.
+const RECHECK_MOVES: u32 = 8;
+
 impl Tree {
+    /// Whether a walk right along the leaf chain should go on (`false`: descend again).
+    ///
+    /// A leaf reached with a parent is at most a few half splits left of the key. A leaf
+    /// reached with none was the root when the descent read the root word, and a walk from it
+    /// can be as long as the tree has leaves: a client that queued for the root leaf's lock
+    /// while many clients loaded the tree walked right thousands of times (a tenth of a
+    /// simulated load's verbs). So every [`RECHECK_MOVES`] moves such a walk reads the root word
+    /// again and starts over from the root once the tree has grown — one READ per that many
+    /// moves. If it has not (the split that should grow it is still in flight, or its client
+    /// crashed), the walk goes on, so it always ends.
+    pub(crate) async fn walk_on<T: Transport>(
+        &self,
+        c: &Client<T>,
+        loc: &Located,
+        moves: &mut u32,
+    ) -> IndexResult<bool> {
+        *moves += 1;
+        self.moves_right.fetch_add(1, Ordering::Relaxed);
+        if loc.parent.is_some() || loc.cached.is_some() || *moves % RECHECK_MOVES != 0 {
+            return Ok(true);
+        }
+        let (height, _) = self.root(c).await?;
+        Ok(height == 1)
+    }
+
     /// Reads the root word.
     pub(super) async fn root<T: Transport>(&self, c: &Client<T>) -> IndexResult<(u8, GlobalAddr)> {
         let w = c.read_word(self.root.addr()).await?;

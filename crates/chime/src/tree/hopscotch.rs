@@ -77,7 +77,7 @@ impl Tree {
         let h = home(k, s);
         'outer: loop {
             let loc = self.locate(c, k).await?;
-            let mut cur = loc.leaf;
+            let (mut cur, mut moves) = (loc.leaf, 0);
             if let Some(v) = self.speculate(c, cur, h, k, probe).await? {
                 return Ok(Some(v));
             }
@@ -101,7 +101,8 @@ impl Tree {
                         continue 'outer;
                     }
                     // Half split: the key may have moved right.
-                    Where::Right(sib) => cur = sib,
+                    Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
+                    Where::Right(_) => continue 'outer,
                 }
             }
         }
@@ -186,7 +187,7 @@ impl Tree {
         let h = home(k, s);
         'outer: loop {
             let loc = self.locate(c, k).await?;
-            let mut cur = loc.leaf;
+            let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let leaf = self.lock_hopscotch_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, h, hh).await?;
@@ -214,10 +215,11 @@ impl Tree {
                         self.invalidate(&loc);
                         continue 'outer;
                     }
-                    Where::Right(sib) => {
+                    Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => {
                         self.retry();
                         cur = sib;
                     }
+                    Where::Right(_) => continue 'outer,
                 }
             }
         }
