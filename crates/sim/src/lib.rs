@@ -31,6 +31,13 @@
 //! (stretching service intervals, so torn reads become common), and client crashes at verb
 //! boundaries: the task is dropped mid-operation and remote memory stays as it is.
 //!
+//! ## Fast-forward
+//!
+//! [`Sim::set_direct`] makes verbs take effect at once, in no virtual time, with no faults and
+//! no NIC accounting: how a paper-scale run fills memory (tens of millions of inserts through
+//! the index's own code) before the phase it measures. Tasks then run one after another, each
+//! to its end, so nothing waits on anything; the measured phase runs with the model on again.
+//!
 //! ## Replaying a failure
 //!
 //! [`seeds::check_seeds`] runs a property over many seeds and panics naming the first failing
@@ -43,7 +50,7 @@ pub mod seeds;
 mod transport;
 pub mod world;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -62,9 +69,11 @@ use world::{World, PS_PER_NS};
 pub(crate) struct Shared {
     pub(crate) world: RefCell<World>,
     pub(crate) regions: Vec<Region>,
-    services: Services,
+    pub(crate) services: Services,
     info: Arc<ClusterInfo>,
     config: SimConfig,
+    /// Fast-forward: verbs act at once, outside the model ([`Sim::set_direct`]).
+    pub(crate) direct: Cell<bool>,
 }
 
 /// A simulated cluster: memory nodes, NICs, and the clock. Cheap to clone; clones share state.
@@ -125,7 +134,14 @@ impl Sim {
         let world =
             World::new(config.seed, config.net.clone(), config.faults.clone(), config.memory_nodes);
         Ok(Sim {
-            shared: Rc::new(Shared { world: RefCell::new(world), regions, services, info, config }),
+            shared: Rc::new(Shared {
+                world: RefCell::new(world),
+                regions,
+                services,
+                info,
+                config,
+                direct: Cell::new(false),
+            }),
         })
     }
 
@@ -169,6 +185,13 @@ impl Sim {
     /// Replaces the fault settings from now on (e.g. after a fault-free setup phase).
     pub fn set_faults(&self, faults: Faults) {
         self.shared.world.borrow_mut().faults = faults;
+    }
+
+    /// Fast-forward on or off (see the crate docs): while on, every verb and request takes
+    /// effect when posted, in no virtual time, with no faults, and is not seen by the NIC model,
+    /// the trace hash or the simulation report (clients still count it).
+    pub fn set_direct(&self, on: bool) {
+        self.shared.direct.set(on);
     }
 
     /// Bytes handed out by the allocation service on all nodes (heap top minus heap start).

@@ -10,6 +10,8 @@ use dmindex_fabric::{
     AtomicOp, BatchOp, FabricError, GlobalAddr, NodeId, Result, ServiceId, Transport,
 };
 
+use dmindex_fabric::service::MnContext;
+
 use crate::world::OpKind;
 use crate::Shared;
 
@@ -112,14 +114,43 @@ impl SimTransport {
     }
 }
 
+/// Fast-forward ([`crate::Sim::set_direct`]): verbs on the memory at once. The client has
+/// validated every address.
+impl SimTransport {
+    fn direct(&self) -> bool {
+        self.shared.direct.get()
+    }
+
+    fn region(&self, addr: GlobalAddr) -> &dmindex_fabric::memory::Region {
+        &self.shared.regions[addr.node() as usize]
+    }
+
+    fn direct_batch(&self, ops: &mut [BatchOp<'_>]) {
+        for op in ops {
+            match op {
+                BatchOp::Read { addr, buf } => self.region(*addr).read(addr.offset(), buf),
+                BatchOp::Write { addr, data } => self.region(*addr).write(addr.offset(), data),
+            }
+        }
+    }
+}
+
 impl Transport for SimTransport {
     async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<()> {
+        if self.direct() {
+            self.region(addr).read(addr.offset(), buf);
+            return Ok(());
+        }
         let b = self.buffer(buf.len());
         let op = self.run(OpKind::Read, addr, b).await;
         self.finish(op, Out::CopyTo(buf)).map(|_| ())
     }
 
     async fn write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
+        if self.direct() {
+            self.region(addr).write(addr.offset(), data);
+            return Ok(());
+        }
         let mut b = self.buffer(0);
         b.extend_from_slice(data);
         let op = self.run(OpKind::Write, addr, b).await;
@@ -127,6 +158,10 @@ impl Transport for SimTransport {
     }
 
     fn post_write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
+        if self.direct() {
+            self.region(addr).write(addr.offset(), data);
+            return Ok(());
+        }
         let mut b = self.buffer(0);
         b.extend_from_slice(data);
         // A zero-wait write cannot crash the client here (it is not awaited); the crash check
@@ -152,12 +187,19 @@ impl Transport for SimTransport {
     }
 
     async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
+        if self.direct() {
+            return Ok(self.region(addr).atomic(addr.offset(), op));
+        }
         let b = self.buffer(0);
         let id = self.run(OpKind::Atomic(op), addr, b).await;
         self.finish(id, Out::Discard).map(|(old, _)| old)
     }
 
     async fn batch(&self, _node: NodeId, ops: &mut [BatchOp<'_>]) -> Result<()> {
+        if self.direct() {
+            self.direct_batch(ops);
+            return Ok(());
+        }
         // One doorbell: one post's CPU time, then every work request on the wire at once.
         let crash = self.shared.world.borrow_mut().crash_here(self.client);
         if crash {
@@ -200,6 +242,10 @@ impl Transport for SimTransport {
     async fn call(&self, node: NodeId, service: ServiceId, request: &[u8]) -> Result<Vec<u8>> {
         if node as usize >= self.shared.regions.len() {
             return Err(FabricError::UnknownNode { node, nodes: self.shared.regions.len() as u16 });
+        }
+        if self.direct() {
+            let ctx = MnContext { node, memory: &self.shared.regions[node as usize] };
+            return self.shared.services.dispatch(&ctx, service, request);
         }
         let mut b = Vec::with_capacity(request.len());
         b.extend_from_slice(request);

@@ -356,3 +356,35 @@ fn thousands_of_tasks() {
     let f = s.info().nodes();
     assert_eq!(f, 1);
 }
+
+/// Fast-forward: the fabric conformance suite passes with verbs acting at once, virtual time
+/// and the trace hash do not move, and what was written is there when the model is back on.
+#[test]
+fn fast_forward_acts_at_once_outside_the_model() {
+    let s = Sim::new(SimConfig {
+        memory_nodes: 3,
+        node_size: 16 << 20,
+        chunk_size: 1 << 20,
+        faults: Faults::delays(),
+        ..SimConfig::new(3, NetParams::chime_testbed())
+    })
+    .unwrap();
+    let a = alloc(&s, 64);
+    let (t0, h0) = (s.now_ns(), s.trace_hash());
+    s.set_direct(true);
+    let clients: Vec<_> = (0..4).map(|cn| s.client_on_own_thread(cn)).collect();
+    let out = s.run(clients.iter().map(|c| Box::pin(conformance::single_client(c)) as Task));
+    assert!(out.all_finished(), "{out:?}");
+    let c = &clients[0];
+    s.block_on(async {
+        c.write(a, &[9; 64]).await.unwrap();
+        assert_eq!(c.faa(a, 1).await.unwrap(), u64::from_le_bytes([9; 8]));
+    });
+    assert_eq!((s.now_ns(), s.trace_hash()), (t0, h0), "fast-forward is outside the model");
+    s.set_direct(false);
+    let mut buf = [0u8; 16];
+    s.block_on(async { c.read(a, &mut buf).await.unwrap() });
+    assert_eq!(u64::from_le_bytes(buf[..8].try_into().unwrap()), u64::from_le_bytes([9; 8]) + 1);
+    assert_eq!(buf[8..], [9; 8]);
+    assert!(s.now_ns() > t0, "the model is back on");
+}
