@@ -40,6 +40,11 @@ pub struct BenchArgs {
     /// create, no load phase; --transport ucx).
     #[arg(long)]
     attach: bool,
+    /// Fill memory by fast-forward (--transport sim): the load phase inserts through the index
+    /// with verbs acting at once, outside the fabric model, and is not timed. For paper-scale
+    /// runs of a workload; the load throughput is then not measured.
+    #[arg(long)]
+    fast_load: bool,
     #[arg(long, default_value = dmindex_sim::DEFAULT_PRESET,
           help = format!("Simulator fabric preset: {}", dmindex_sim::PRESETS.join(", ")))]
     preset: String,
@@ -147,7 +152,11 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
             None => Vec::new(),
         },
         attach: a.attach,
+        fast_load: a.fast_load,
     };
+    if a.fast_load && a.transport != "sim" {
+        bail!("--fast-load goes with --transport sim");
+    }
     if a.transport != "ucx" && (!a.memnodes.is_empty() || a.token_file.is_some() || a.attach) {
         bail!("--memnode, --token-file and --attach go with --transport ucx");
     }

@@ -43,6 +43,10 @@ pub struct Args {
     /// Simulator seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Fill memory by fast-forward before each run phase (for paper-scale --items): the
+    /// inserts go through each index untimed, and figures of load throughput are skipped.
+    #[arg(long)]
+    fast_load: bool,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -73,6 +77,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         peak_clients: args.peak_clients,
         coroutines: args.coroutines,
         seed: args.seed,
+        fast_load: args.fast_load,
     };
     for (paper, e) in resolve(name, args.paper.as_deref())? {
         let t = Instant::now();

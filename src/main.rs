@@ -24,7 +24,7 @@ struct Cli {
 enum Command {
     /// Load an index and run a YCSB workload or trace on it; report throughput, latency,
     /// round trips, bytes, cache and remote memory.
-    Bench(bench_cmd::BenchArgs),
+    Bench(Box<bench_cmd::BenchArgs>),
     /// Run mixed workloads on the simulator with torn reads, delays and crashes, and check every
     /// history for linearizability.
     Check(bench_cmd::CheckArgs),

@@ -81,7 +81,10 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
         let counts = clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>() - v0;
         Ok(Phase { metrics, ns: sim.now_ns() - t0, counts })
     };
-    let load = phase("load", plan.items, true)?;
+    sim.set_direct(cfg.fast_load);
+    let load = phase("load", plan.items, true);
+    sim.set_direct(false);
+    let load = load?;
     let wall = Instant::now();
     let run = phase("run", plan.ops, false)?;
     let run_seconds = wall.elapsed().as_secs_f64();

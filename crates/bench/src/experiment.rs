@@ -63,6 +63,9 @@ pub struct Scale {
     pub peak_clients: usize,
     pub coroutines: usize,
     pub seed: u64,
+    /// Fill memory by fast-forward before each run phase (paper-scale item counts); load
+    /// throughput is then not measured.
+    pub fast_load: bool,
 }
 
 impl Default for Scale {
@@ -75,6 +78,7 @@ impl Default for Scale {
             peak_clients: 32,
             coroutines: 2,
             seed: 1,
+            fast_load: false,
         }
     }
 }
@@ -135,6 +139,7 @@ impl Session<'_> {
             ordered_keys: workload == "e",
             cache_mb: 100,
             seed: scale.seed,
+            fast_load: scale.fast_load,
             ..BenchConfig::default()
         }
     }

@@ -77,6 +77,9 @@ pub struct BenchConfig {
     pub token: Vec<u8>,
     /// Open the index another process created and loaded (`ucx`): no create, no load phase.
     pub attach: bool,
+    /// Fill memory by fast-forward (`sim`): the load phase runs through the index's own inserts
+    /// with verbs acting at once, outside the model, and is not timed.
+    pub fast_load: bool,
 }
 
 impl Default for BenchConfig {
@@ -108,6 +111,7 @@ impl Default for BenchConfig {
             memnodes: Vec::new(),
             token: Vec::new(),
             attach: false,
+            fast_load: false,
         }
     }
 }

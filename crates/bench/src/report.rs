@@ -47,8 +47,11 @@ pub struct BenchReport {
     pub clients: usize,
     pub coroutines: usize,
     pub seed: u64,
-    /// Load phase inserts per second (real time on local, virtual on sim).
+    /// Load phase inserts per second (real time on local, virtual on sim; 0 when fast-forward).
     pub load_throughput_ops: f64,
+    /// Whether the load phase ran by fast-forward (untimed, `--fast-load`).
+    #[serde(default)]
+    pub load_fast_forward: bool,
     /// Run phase operations per second (real time on local, virtual on sim).
     pub throughput_ops: f64,
     pub latency_us: Latency,
@@ -85,9 +88,13 @@ impl BenchReport {
             self.clients,
             self.coroutines
         );
+        let load = if self.load_fast_forward {
+            "load untimed (fast-forward)".to_string()
+        } else {
+            format!("load {:.3} Mops/s", self.load_throughput_ops / 1e6)
+        };
         s += &format!(
-            "load {:.3} Mops/s | run {:.3} Mops/s | latency p50 {:.2} us p99 {:.2} us p999 {:.2} us\n",
-            self.load_throughput_ops / 1e6,
+            "{load} | run {:.3} Mops/s | latency p50 {:.2} us p99 {:.2} us p999 {:.2} us\n",
             self.throughput_ops / 1e6,
             self.latency_us.p50,
             self.latency_us.p99,
@@ -213,6 +220,7 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         clients: cfg.clients,
         coroutines: cfg.coroutines,
         seed: cfg.seed,
+        load_fast_forward: cfg.fast_load,
         load_throughput_ops: if load.ns == 0 {
             0.0
         } else {
