@@ -195,20 +195,36 @@ impl Table {
         counter.fetch_add(1, Ordering::Relaxed);
         let alone = slot.busy.fetch_add(1, Ordering::Acquire) == 0;
         let busy = Busy(slot);
-        if alone {
-            let followers = Vec::new();
-            return Role::Lead(Ticket {
-                slot,
-                listed: false,
-                key,
-                kind,
-                followers,
-                own: value,
-                out: None,
-                _busy: busy,
-            });
-        }
-        let followers = loop {
+        let followers = if alone {
+            None
+        } else {
+            match self.wait_in(slot, key, kind, value).await {
+                Ok(f) => Some(f),
+                Err(done) => return done,
+            }
+        };
+        Role::Lead(Ticket {
+            slot,
+            listed: followers.is_some(),
+            key,
+            kind,
+            followers: followers.unwrap_or_default(),
+            own: value,
+            out: None,
+            _busy: busy,
+        })
+    }
+
+    /// The listed path: join the batch behind the key's leader and get its result
+    /// (`Err(Role::Done)`), or become a listed leader with these followers.
+    async fn wait_in<'a>(
+        &'a self,
+        slot: &'a Slot,
+        key: &'a [u8],
+        kind: Kind,
+        value: &'a [u8],
+    ) -> Result<Vec<Waiter>, Role<'a>> {
+        loop {
             let rx = {
                 let mut s = slot.active.lock().unwrap_or_else(|e| e.into_inner());
                 match s.iter_mut().find(|a| a.kind == kind && a.key[..] == *key) {
@@ -218,7 +234,7 @@ impl Table {
                             kind,
                             waiting: Vec::new(),
                         });
-                        break Vec::new();
+                        return Ok(Vec::new());
                     }
                     Some(a) => {
                         let (tx, rx) = oneshot::channel();
@@ -228,21 +244,11 @@ impl Table {
                 }
             };
             match rx.await {
-                Ok(Msg::Done(out)) => return Role::Done(out),
-                Ok(Msg::Lead(followers)) => break followers,
+                Ok(Msg::Done(out)) => return Err(Role::Done(out)),
+                Ok(Msg::Lead(followers)) => return Ok(followers),
                 Ok(Msg::Retry) | Err(_) => continue,
             }
-        };
-        Role::Lead(Ticket {
-            slot,
-            listed: true,
-            key,
-            kind,
-            followers,
-            own: value,
-            out: None,
-            _busy: busy,
-        })
+        }
     }
 
     /// Searches and writes that went through the table.
