@@ -47,6 +47,14 @@ pub struct Args {
     /// inserts go through each index untimed, and figures of load throughput are skipped.
     #[arg(long)]
     fast_load: bool,
+    /// Only these YCSB workloads (comma-separated: load, a, b, c, d, e) in experiments that
+    /// sweep workloads.
+    #[arg(long, value_delimiter = ',', value_parser = ["load", "a", "b", "c", "d", "e"])]
+    workloads: Vec<String>,
+    /// Override a parameter of the paper's simulated testbed, e.g. --set nic_mops=80
+    /// (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    overrides: Vec<String>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -78,7 +86,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         coroutines: args.coroutines,
         seed: args.seed,
         fast_load: args.fast_load,
+        workloads: args.workloads.clone(),
+        overrides: args.overrides.clone(),
     };
+    let mut check = dmindex_sim::NetParams::chime_testbed();
+    for o in &scale.overrides {
+        check.set(o).map_err(anyhow::Error::msg)?;
+    }
     for (paper, e) in resolve(name, args.paper.as_deref())? {
         let t = Instant::now();
         let out =

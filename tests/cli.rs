@@ -181,6 +181,9 @@ fn bench_refuses_bad_input() {
         (&["bench", "--transport", "sim", "--preset", "nope"][..], "unknown fabric preset"),
         (&["bench", "--trace", "/definitely/not/here"][..], "cannot read trace"),
         (&["check", "--index", "nope"][..], "unknown index 'nope'"),
+        (&["bench", "--fast-load"][..], "--fast-load goes with --transport sim"),
+        (&["experiment", "ycsb", "--set", "nope=1"][..], "unknown fabric parameter 'nope'"),
+        (&["experiment", "ycsb", "--workloads", "z"][..], "invalid value 'z'"),
     ] {
         let out = dmindex(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -324,6 +327,45 @@ fn experiment_writes_json_and_svg_and_refuses_unknown_names() {
     let out = dmindex(&["experiment", "fig99"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown experiment 'fig99'"));
+}
+
+/// A paper-scale style run, small: memory filled by fast-forward (no LOAD figure, the load
+/// untimed), only the workloads asked for, the testbed's costs overridden.
+#[test]
+fn experiment_fast_forwards_chosen_workloads_with_overridden_costs() {
+    let dir = std::env::temp_dir().join(format!("dmindex-exp-ff-{}", std::process::id()));
+    let out = dmindex(&[
+        "experiment",
+        "chime/ycsb",
+        "--items",
+        "3000",
+        "--ops",
+        "2000",
+        "--cns",
+        "2",
+        "--clients",
+        "2",
+        "--fast-load",
+        "--workloads",
+        "load,c",
+        "--set",
+        "nic_mops=75",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("ycsb.json")).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let series: Vec<&str> = runs.iter().map(|r| r["series"].as_str().unwrap()).collect();
+    assert_eq!(series, ["chime c", "sherman c"], "LOAD has no figure after a fast-forward load");
+    for r in runs {
+        assert_eq!(r["report"]["load_fast_forward"], true);
+        assert_eq!(r["report"]["load_throughput_ops"], 0.0);
+        assert!(r["report"]["throughput_ops"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(v["scale"]["overrides"][0], "nic_mops=75");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

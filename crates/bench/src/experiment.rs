@@ -66,6 +66,10 @@ pub struct Scale {
     /// Fill memory by fast-forward before each run phase (paper-scale item counts); load
     /// throughput is then not measured.
     pub fast_load: bool,
+    /// Only these YCSB workloads, in experiments that sweep workloads (empty: the paper's).
+    pub workloads: Vec<String>,
+    /// Fabric parameters overriding the paper's testbed preset (`name=value`).
+    pub overrides: Vec<String>,
 }
 
 impl Default for Scale {
@@ -79,6 +83,8 @@ impl Default for Scale {
             coroutines: 2,
             seed: 1,
             fast_load: false,
+            workloads: Vec::new(),
+            overrides: Vec::new(),
         }
     }
 }
@@ -121,6 +127,18 @@ pub struct Session<'a> {
 }
 
 impl Session<'_> {
+    /// Of a paper's `workloads`, those this scale runs: the ones `--workloads` names (all if
+    /// none), without LOAD when memory is filled by fast-forward (an untimed load has no figure).
+    pub fn workloads(&self, workloads: &[&'static str]) -> Vec<&'static str> {
+        let chosen = &self.scale.workloads;
+        workloads
+            .iter()
+            .copied()
+            .filter(|w| chosen.is_empty() || chosen.iter().any(|c| c == w))
+            .filter(|&w| !(self.scale.fast_load && w == "load"))
+            .collect()
+    }
+
     /// The configuration every run starts from: the paper's testbed preset, `peak_clients`
     /// clients per CN, a 100 MB cache per CN, zipf 0.99, 8-byte keys and values.
     pub fn base(&self, index: &str, workload: &str) -> BenchConfig {
@@ -140,6 +158,7 @@ impl Session<'_> {
             cache_mb: 100,
             seed: scale.seed,
             fast_load: scale.fast_load,
+            overrides: scale.overrides.clone(),
             ..BenchConfig::default()
         }
     }

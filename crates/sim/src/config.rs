@@ -19,6 +19,27 @@
 //! | `jitter_ns` | 40 | uniform extra one-way delay, so that seeds explore different interleavings |
 //!
 //! Every number can be overridden ([`NetParams::set`]) by name, e.g. `link_gbps=25`.
+//!
+//! # The `chime-calibrated` preset: per-verb costs fitted on Fig. 12
+//!
+//! `chime-testbed` is bound by bytes: at its costs CHIME's small READs use the wire far better
+//! than they do on the real cluster, and the CHIME/Sherman ratios of Fig. 12 come out 6–50 %
+//! too high (LOAD 1.86, A 3.31, B 4.74, C 4.83, D 4.46 against the paper's 1.6, 2.2, 3.6, 4.3,
+//! 4.2). Two per-verb costs of a real ConnectX NIC account for most of that, and were fitted on
+//! those five ratios only (`scripts/fit-chime-testbed.py`, a grid over both, peak at 64 clients
+//! per CN, RMS log-ratio error 0.238 → 0.089; YCSB E is left out, its gap is our scan, not a
+//! cost):
+//!
+//! | parameter | testbed | calibrated | what it stands for |
+//! |---|---|---|---|
+//! | `nic_mops` | 110 | 75 | the memory NIC's message rate: the IOPS bound small READs hit (CHIME paper §3.2.3 and Fig. 4c name it as the bottleneck once reads are small); fitted, below the assumed 110 |
+//! | `header_bytes` | 64 | 110 | bytes a message costs beyond its payload: the RoCEv2 headers (≈ 60–80 B) plus the memory NIC's PCIe transaction overhead for the DMA behind each verb (a read request and completion headers of ≈ 20–30 B per TLP); fitted as one lump |
+//!
+//! With them the ratios are LOAD 1.47, A 2.45, B 4.01, C 4.12, D 3.86 (residuals −8 %, +11 %,
+//! +11 %, −4 %, −8 %). What the fit cannot reach: CHIME's B stays within 4 % of its C (an
+//! update costs about 1.6 searches' worth of the bottleneck), while the paper's ratios put its
+//! CHIME B 16 % below its C if Sherman's B and C match (as they do here) — the real cluster
+//! charges updates more than any single per-verb cost here explains.
 
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +85,11 @@ impl NetParams {
         }
     }
 
+    /// The CHIME testbed with the per-verb costs fitted on Fig. 12 (see the module docs).
+    pub fn chime_calibrated() -> NetParams {
+        NetParams { nic_mops: 75.0, header_bytes: 110, ..NetParams::chime_testbed() }
+    }
+
     /// A slow, jittery fabric for correctness tests: long and variable service intervals make
     /// torn reads and reordered arrivals common.
     pub fn stress() -> NetParams {
@@ -85,6 +111,7 @@ impl NetParams {
     pub fn preset(name: &str) -> Result<NetParams, String> {
         match name {
             "chime-testbed" | "chime" => Ok(NetParams::chime_testbed()),
+            "chime-calibrated" => Ok(NetParams::chime_calibrated()),
             "stress" => Ok(NetParams::stress()),
             _ => Err(format!("unknown fabric preset '{name}' (known: {})", PRESETS.join(", "))),
         }
@@ -136,7 +163,7 @@ impl NetParams {
 }
 
 /// Names accepted by [`NetParams::preset`].
-pub const PRESETS: &[&str] = &["chime-testbed", "stress"];
+pub const PRESETS: &[&str] = &["chime-testbed", "chime-calibrated", "stress"];
 
 /// The preset runs use when none is named: the RDMA testbed of the CHIME paper (the first of
 /// [`PRESETS`]).
@@ -241,7 +268,11 @@ mod tests {
         assert!(p.set("link_gbps=0").unwrap_err().contains("positive"));
         assert!(p.set("bogus=1").unwrap_err().contains("unknown fabric parameter 'bogus'"));
         assert!(p.set("one_way_ns").unwrap_err().contains("name=value"));
-        assert!(NetParams::preset("nope").unwrap_err().contains("chime-testbed, stress"));
+        assert!(NetParams::preset("nope")
+            .unwrap_err()
+            .contains("chime-testbed, chime-calibrated, stress"));
+        let c = NetParams::preset("chime-calibrated").unwrap();
+        assert_eq!((c.nic_mops, c.header_bytes, c.link_gbps), (75.0, 110, 100.0));
     }
 
     #[test]

@@ -110,8 +110,7 @@ fn load_factor(s: &mut Session<'_>) -> anyhow::Result<()> {
 }
 
 fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
-    // A fast-forward load is untimed: there is no LOAD figure to draw.
-    for w in WORKLOADS.into_iter().filter(|&w| !(s.scale.fast_load && w == "load")) {
+    for w in s.workloads(&WORKLOADS) {
         let first = s.runs.len();
         for index in ["chime", "sherman"] {
             for cl in s.scale.clients.clone() {
@@ -149,7 +148,7 @@ fn cache(s: &mut Session<'_>) -> anyhow::Result<()> {
 
 fn factors(s: &mut Session<'_>) -> anyhow::Result<()> {
     let steps = staircase();
-    for w in WORKLOADS {
+    for w in s.workloads(&WORKLOADS) {
         for (i, (label, o)) in steps.iter().enumerate() {
             let mut c = s.base("sherman", w);
             c.index_options = o.clone();
