@@ -89,6 +89,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         workloads: args.workloads.clone(),
         overrides: args.overrides.clone(),
     };
+    if args.fast_load && !args.workloads.is_empty() && args.workloads.iter().all(|w| w == "load") {
+        bail!("--workloads load with --fast-load leaves nothing to run (a fast-forward load is untimed)");
+    }
     let mut check = dmindex_sim::NetParams::chime_testbed();
     for o in &scale.overrides {
         check.set(o).map_err(anyhow::Error::msg)?;

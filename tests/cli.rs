@@ -184,6 +184,7 @@ fn bench_refuses_bad_input() {
         (&["bench", "--fast-load"][..], "--fast-load goes with --transport sim"),
         (&["experiment", "ycsb", "--set", "nope=1"][..], "unknown fabric parameter 'nope'"),
         (&["experiment", "ycsb", "--workloads", "z"][..], "invalid value 'z'"),
+        (&["experiment", "ycsb", "--workloads", "load", "--fast-load"][..], "nothing to run"),
     ] {
         let out = dmindex(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
