@@ -92,11 +92,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.fast_load && !args.workloads.is_empty() && args.workloads.iter().all(|w| w == "load") {
         bail!("--workloads load with --fast-load leaves nothing to run (a fast-forward load is untimed)");
     }
-    let mut check = dmindex_sim::NetParams::chime_testbed();
-    for o in &scale.overrides {
-        check.set(o).map_err(anyhow::Error::msg)?;
+    let chosen = resolve(name, args.paper.as_deref())?;
+    // Every override must apply to the testbed of every paper chosen, before anything runs.
+    for (paper, _) in &chosen {
+        let mut net = dmindex_sim::NetParams::preset(paper.testbed).map_err(anyhow::Error::msg)?;
+        for o in &scale.overrides {
+            net.set(o).map_err(anyhow::Error::msg)?;
+        }
     }
-    for (paper, e) in resolve(name, args.paper.as_deref())? {
+    for (paper, e) in chosen {
         let t = Instant::now();
         let out =
             run_experiment(paper, e.name, &scale, &args.out, &dmindex_catalog::bench, |line| {
