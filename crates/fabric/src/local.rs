@@ -171,6 +171,14 @@ impl LocalTransport {
 
 impl Transport for LocalTransport {
     async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<()> {
+        if self.yield_per_verb {
+            // Ask for the lines now and copy them after the thread's other tasks ran, so the
+            // memory fetch overlaps their work as a NIC's DMA overlaps a coroutine's.
+            let region = self.region(addr.node());
+            if region.contains(addr.offset(), buf.len() as u64) {
+                region.prefetch(addr.offset() as usize, buf.len());
+            }
+        }
         self.issue().await;
         self.region(addr.node()).read(addr.offset(), buf);
         Ok(())
@@ -198,8 +206,17 @@ impl Transport for LocalTransport {
     }
 
     async fn batch(&self, node: NodeId, ops: &mut [BatchOp<'_>]) -> Result<()> {
-        self.issue().await;
         let region = self.region(node);
+        if self.yield_per_verb {
+            for op in ops.iter() {
+                if let BatchOp::Read { addr, buf } = op {
+                    if region.contains(addr.offset(), buf.len() as u64) {
+                        region.prefetch(addr.offset() as usize, buf.len());
+                    }
+                }
+            }
+        }
+        self.issue().await;
         for op in ops.iter_mut() {
             match op {
                 BatchOp::Read { addr, buf } => region.read(addr.offset(), buf),

@@ -103,7 +103,7 @@ impl Region {
     /// multi-line READ waits for memory about once rather than once per line (as a NIC's DMA
     /// engine fetches a READ's lines in parallel).
     #[inline]
-    fn prefetch(&self, pos: usize, len: usize) {
+    pub fn prefetch(&self, pos: usize, len: usize) {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
