@@ -13,7 +13,7 @@ use dmindex_bench::{BenchConfig, BenchReport, Runnable, RunnableScans};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::Services;
 use dmindex_index::conformance::{CheckConfig, SeedReport};
-use dmindex_index::{mn_services, IndexKind, MnService, Ordered, PointIndex, Scans};
+use dmindex_index::{mn_services, IndexKind, MnService, Ordered, PointIndex, PointOnly, Scans};
 use dmindex_prim::rdwc::Rdwc;
 
 /// Whether compute nodes combine concurrent operations on one key (read delegation and write
@@ -90,6 +90,12 @@ pub static INDEXES: &[IndexEntry] = &[
         rdwc
     ),
     index!(
+        "sephash",
+        "SepHash (VLDB '24): write-optimised hash, separate Cur/Main segments, append writes",
+        dmindex_sephash::SepHash,
+        PointOnly
+    ),
+    index!(
         "ref",
         "reference: sorted shards behind one remote lock each (the harness's yardstick)",
         dmindex_reference::LockedShards,
@@ -158,7 +164,10 @@ mod tests {
         assert_eq!(n.len(), INDEXES.len());
         assert!(find(DEFAULT_INDEX).is_ok());
         let e = find("nope").err().expect("unknown").to_string();
-        assert!(e.contains("unknown index 'nope'") && e.contains("chime, sherman, ref"), "{e}");
+        assert!(
+            e.contains("unknown index 'nope'") && e.contains("chime, sherman, sephash, ref"),
+            "{e}"
+        );
     }
 
     /// The README's "Indexes built so far" table names exactly the catalog's indexes, with their

@@ -79,6 +79,34 @@ impl Blocks {
         Ok(a)
     }
 
+    /// Posts a fresh block holding `key` and `value` on memory node `node` without waiting
+    /// (a zero-wait WRITE): the caller's later verbs to `node` execute after it, so a CAS there
+    /// may publish the address at once; publishing it on another node needs
+    /// [`Client::flush`] first. Returns the address.
+    pub async fn post_on<T: Transport>(
+        &self,
+        c: &Client<T>,
+        node: dmindex_fabric::NodeId,
+        key: &[u8],
+        value: &[u8],
+    ) -> IndexResult<GlobalAddr> {
+        if key.len() > self.max_key {
+            return Err(IndexError::KeyTooLong { len: key.len(), max: self.max_key });
+        }
+        if value.len() > self.max_value {
+            return Err(IndexError::ValueTooLong { len: value.len(), max: self.max_value });
+        }
+        let mut block: smallvec::SmallVec<[u8; 256]> = smallvec::SmallVec::new();
+        block.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        block.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        block.extend_from_slice(key);
+        block.extend_from_slice(value);
+        let size = block.len().max(HEADER + self.max_key) as u64;
+        let a = c.alloc_on(node, size, 64).await?;
+        c.write_zero_wait(a, &block)?;
+        Ok(a)
+    }
+
     /// Reads the block at `a`: one READ of up to [`GUESS`] bytes, a second only if longer.
     pub async fn read<T: Transport>(&self, c: &Client<T>, a: GlobalAddr) -> IndexResult<Block> {
         let guess = (HEADER + self.max_key + self.max_value).min(GUESS);

@@ -1,0 +1,214 @@
+//! Writes as appends: insert (an upsert), update and delete (a tombstone), §4.3.
+//!
+//! # The append
+//!
+//! 1. Post the KV block (zero-wait WRITE on the segment's memory node; it lands before the
+//!    CAS below, which goes to the same node on the same connection).
+//! 2. One doorbell: the meta, the slots from the sliding offset (one slot before it, to prove
+//!    the offset is not past the first free slot), the meta again. Equal metas prove the slots
+//!    were read within one generation (meta words never repeat).
+//! 3. Post the filter position (zero-wait, same node: it lands before the CAS and after the
+//!    read that saw this generation open, so no merge's clearing can undo it).
+//! 4. CAS the first free slot from the free word read to the entry. Taken slots are a prefix
+//!    (every CAS goes to the first free slot, and a CAS on a slot of an ended generation fails
+//!    because ending one takes every slot, and block addresses never repeat), so a key's
+//!    newest entry is its last one. A failed CAS moves to the next slot read free.
+//!
+//! Insert = 2 round trips after the block is posted. The client that takes the last slot
+//! closes the segment (CAS of the meta) and merges it.
+//!
+//! # Update and delete
+//!
+//! They must say whether the key existed when they took effect. Step 2 reads every slot from
+//! 0 and the key's MainSegment range; the key's state is decided from the entries below the
+//! first free slot `p` and the MainSegment (candidate blocks READ: one more round trip). The
+//! CAS of slot `p` succeeds only if `p` is still free in the same generation, so nothing was
+//! appended and nothing merged since the read: the state decided is the state at the CAS. An
+//! absent key is reported without writing (linearised at the read). A CAS lost to another
+//! client's entry whose fingerprints match the key starts over. 3 round trips.
+
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_index::IndexResult;
+use smallvec::SmallVec;
+
+use crate::layout::{decode_entries, Entry, KeyHash, Meta};
+use crate::search::{word, Words};
+use crate::{bump, SepHash};
+
+/// What an append does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Insert or overwrite.
+    Upsert,
+    /// Overwrite if present.
+    Update,
+    /// Remove if present (a tombstone).
+    Delete,
+}
+
+impl SepHash {
+    pub(crate) async fn append<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        value: &[u8],
+        kind: Kind,
+    ) -> IndexResult<bool> {
+        let kh = KeyHash::of(key);
+        let n = self.shape.cur.n;
+        let mut block: Option<GlobalAddr> = None;
+        let mut slots: Words = SmallVec::new();
+        let mut main: Words = SmallVec::new();
+        'op: loop {
+            let t = self.target(c, kh).await?;
+            let node = t.seg.node();
+            let conditional = kind != Kind::Upsert;
+            let offset = (t.offset as usize).min(n);
+            let from = if conditional { 0 } else { offset.saturating_sub(1) };
+            let to = (offset.max(from) + self.shape.window).min(n);
+            slots.clear();
+            slots.resize(8 * (to - from), 0);
+            main.clear();
+            if conditional {
+                main.resize(8 * (t.main.hi - t.main.lo) as usize, 0);
+            }
+            let (mut head, mut after) = ([0u8; 16], [0u8; 8]);
+            {
+                let mut ops: SmallVec<[BatchOp<'_>; 4]> = SmallVec::new();
+                ops.push(BatchOp::Read { addr: t.seg, buf: &mut head });
+                ops.push(BatchOp::Read {
+                    addr: t.seg.add(self.shape.cur.slot(from)),
+                    buf: &mut slots,
+                });
+                ops.push(BatchOp::Read { addr: t.seg, buf: &mut after });
+                if !main.is_empty() {
+                    let at = GlobalAddr::new(node, t.main.main + t.main.entries_at)
+                        .add(8 * t.main.lo as u64);
+                    ops.push(BatchOp::Read { addr: at, buf: &mut main });
+                }
+                c.batch(&mut ops).await?;
+            }
+            let meta = Meta(word(&head, 0));
+            if word(&after, 0) != meta.0 {
+                bump(&self.counters.retries, 1);
+                continue;
+            }
+            if !meta.owns(word(&head, 8), kh.h) {
+                bump(&self.counters.retries, 1);
+                self.refresh_dir(c, kh).await?;
+                continue;
+            }
+            if conditional && meta.main() != t.main.main {
+                bump(&self.counters.retries, 1);
+                self.refresh_main(c, t.seg, meta.main()).await?;
+                continue;
+            }
+            if meta.closed() {
+                // A merge holds the segment: wait for it to reopen, reading only the meta.
+                while c.read_word(t.seg).await? == meta.0 {
+                    bump(&self.counters.closed_waits, 1);
+                }
+                continue;
+            }
+            let read: SmallVec<[Entry; 16]> = decode_entries(&slots).collect();
+            if from > 0 && !meta.holds(read[0]) {
+                // The offset is past the first free slot (the segment was merged since).
+                self.cache.set_offset(t.seg, 0);
+                bump(&self.counters.retries, 1);
+                continue;
+            }
+            let Some(first) = read.iter().position(|&e| !meta.holds(e)) else {
+                if to == n {
+                    self.close_and_merge(c, t.seg, meta).await?;
+                } else {
+                    self.cache.set_offset(t.seg, to as u32);
+                }
+                continue;
+            };
+            let mut p = from + first;
+            if conditional {
+                let prefix = &read[..first];
+                if !self.present(c, key, kh, prefix, &main).await? {
+                    return Ok(false);
+                }
+            }
+            let at = match block {
+                Some(b) if b.node() == node => b,
+                Some(b) => {
+                    // Published on another node than it was posted to: wait until it landed.
+                    c.flush().await?;
+                    b
+                }
+                None => {
+                    let b = self.blocks.post_on(c, node, key, value).await?;
+                    block = Some(b);
+                    b
+                }
+            };
+            let entry = Entry::new(
+                meta.sign(),
+                kh.dep(meta.depth()),
+                kh.fp(),
+                kh.fp2(),
+                kind == Kind::Delete,
+                at,
+            );
+            if self.shape.cur.positions > 0 {
+                let f = t.seg.add(self.shape.cur.filter(kh.filter(self.shape.cur.positions)));
+                c.write_zero_wait(f, &[1])?;
+            }
+            loop {
+                let expected = read[p - from];
+                let old =
+                    Entry(c.cas(t.seg.add(self.shape.cur.slot(p)), expected.0, entry.0).await?);
+                if old == expected {
+                    self.cache.set_offset(t.seg, (p + 1) as u32);
+                    if p + 1 == n {
+                        // Took the last slot: this client merges (the paper's rule).
+                        self.close_and_merge(c, t.seg, meta).await?;
+                    }
+                    return Ok(true);
+                }
+                bump(&self.counters.retries, 1);
+                if !meta.holds(old) || (conditional && kh.matches(old)) || p + 1 >= to {
+                    self.cache.set_offset(t.seg, (p + 1).min(n) as u32);
+                    continue 'op;
+                }
+                p += 1;
+            }
+        }
+    }
+
+    /// Whether `key` is present given the CurSegment entries `prefix` (oldest first) and the
+    /// MainSegment entries `main` that may hold it: the newest entry with the key decides.
+    async fn present<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        kh: KeyHash,
+        prefix: &[Entry],
+        main: &[u8],
+    ) -> IndexResult<bool> {
+        let cur = prefix.iter().rev().copied().filter(|&e| kh.matches(e));
+        for e in cur.chain(decode_entries(main).filter(|&e| kh.matches(e))) {
+            if self.blocks.holds_key(c, e.block(), key).await? {
+                return Ok(!e.tombstone());
+            }
+        }
+        Ok(false)
+    }
+
+    /// Closes the open segment `seg` whose meta was `meta` (a CAS: one client wins) and, if
+    /// this client won, merges it.
+    pub(crate) async fn close_and_merge<T: Transport>(
+        &self,
+        c: &Client<T>,
+        seg: GlobalAddr,
+        meta: Meta,
+    ) -> IndexResult<()> {
+        if c.cas(seg, meta.0, meta.close().0).await? == meta.0 {
+            self.merge(c, seg, meta.close()).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,373 @@
+//! Every remote byte of SepHash, drawn, and the words' encoders.
+//!
+//! All words are little-endian u64s on 8-byte boundaries. A word the design changes atomically
+//! is marked *CAS'd*; everything else is written once, before it is published, and never again.
+//!
+//! # Directory (memory node 0, found through the root slot)
+//!
+//! ```text
+//! +0                global depth (u64; a hint: the deepest split so far)
+//! +8 + 8·i          entry i (u64): raw address of the CurSegment whose suffix is i, or 0
+//!                   i < 2^max_depth; written once, when that segment is created
+//! ```
+//!
+//! A segment is entered once, at its own suffix; its aliases at shallower depths are implicit:
+//! a client looks up `h mod 2^d` for the largest `d` it knows and clears the top bit of the
+//! index while the entry is 0. So a split writes one entry (and the depth word when the
+//! directory deepens), never a range of aliases.
+//!
+//! # CurSegment (64-B aligned, on the memory node its directory entry names)
+//!
+//! ```text
+//! +0        meta (CAS'd)
+//!           63     62      61..56       55..48   47..0
+//!           sign | closed | local depth | 0      | MainSegment offset on this node (0: none)
+//! +8        suffix (u64): the low `local depth` hash bits every key here has; never changes
+//! +16       slot[0..n]   (8 B each, CAS'd): entries, appended in slot order
+//! +16 + 8n  filter[0..positions] (1 B each): 1 = an entry with this (fp, fp2) position may be here
+//! ```
+//!
+//! A slot is free when its sign differs from the meta's, so flipping the meta's sign empties the
+//! CurSegment at once. Each filter position is a whole byte so that setting one is a plain WRITE
+//! that cannot undo a neighbour's (RDMA has no remote OR; the paper's bit per position would lose
+//! bits to concurrent read-modify-writes).
+//!
+//! # Entry (a CurSegment slot or a MainSegment element)
+//!
+//! ```text
+//! 63     62..59   58..51   50..43   42          41..36        35..0
+//! sign | dep (4) | fp (8) | fp2 (8) | tombstone | block node  | block offset / 64
+//! ```
+//!
+//! `dep` holds the 4 hash bits of the split round `local depth / 4` of the segment the entry
+//! was written to; a split at depth `l` sends an entry by bit `l mod 4` of it and reads the key's
+//! block only when a round is used up. fp2 sits in the CAS'd word (the paper writes it after the
+//! CAS, where a merge or a search can read a stale one; see `docs/sephash.md`). The key and
+//! value live in a KV block (`dmindex_prim::kv_block`) on any of 64 memory nodes, up to 4 TiB
+//! each; its header carries the lengths, so the entry needs no length field and items have no
+//! 448-B cap. A zero word is never an entry (block 0 is a node's superblock).
+//!
+//! # MainSegment (8-B aligned, same node as its CurSegment; immutable once published)
+//!
+//! ```text
+//! +0                  entries E (u32) | record points P (u16) | 0 (u16)
+//! +8 + 4·j            record point j: fp (u8) | delta (i24)                 (j < P)
+//! +8 + 4·P, 8-aligned entries[0..E], sorted by (fp, fp2), sign 0, one per live key
+//! ```
+
+use dmindex_fabric::GlobalAddr;
+
+/// Bytes before a CurSegment's first slot: the meta word and the suffix.
+pub const CUR_HEADER: u64 = 16;
+/// Bytes of a MainSegment's fixed header.
+pub const MAIN_HEADER: u64 = 8;
+/// Bytes of one record point.
+pub const POINT_BYTES: u64 = 4;
+/// Address bits of a block's memory node in an entry.
+pub const BLOCK_NODE_BITS: u32 = 6;
+/// Bits of a block's offset / 64 in an entry.
+pub const BLOCK_UNIT_BITS: u32 = 36;
+/// Largest memory node an entry can name a block on, plus one.
+pub const MAX_NODES: u16 = 1 << BLOCK_NODE_BITS;
+/// Largest node size whose every block an entry can name.
+pub const MAX_NODE_BYTES: u64 = 64 << BLOCK_UNIT_BITS;
+
+const SIGN: u64 = 1 << 63;
+const CLOSED: u64 = 1 << 62;
+const OFFSET_MASK: u64 = (1 << 48) - 1;
+
+/// A CurSegment's meta word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Meta(pub u64);
+
+impl Meta {
+    /// A meta word; `main` is the MainSegment's offset on the CurSegment's node (0: none).
+    pub fn new(sign: bool, closed: bool, depth: u32, main: u64) -> Meta {
+        debug_assert!(depth < 64 && main <= OFFSET_MASK);
+        Meta((sign as u64) << 63 | (closed as u64) << 62 | (depth as u64) << 56 | main)
+    }
+    pub fn sign(self) -> bool {
+        self.0 & SIGN != 0
+    }
+    /// A merge (or split) holds the segment: no slot can be taken until it reopens.
+    pub fn closed(self) -> bool {
+        self.0 & CLOSED != 0
+    }
+    pub fn depth(self) -> u32 {
+        ((self.0 >> 56) & 0x3F) as u32
+    }
+    /// The MainSegment's offset on this node (0: none yet).
+    pub fn main(self) -> u64 {
+        self.0 & OFFSET_MASK
+    }
+    /// The same word, closed.
+    pub fn close(self) -> Meta {
+        Meta(self.0 | CLOSED)
+    }
+    /// Whether `slot` is taken in this generation.
+    pub fn holds(self, slot: Entry) -> bool {
+        slot.sign() == self.sign()
+    }
+    /// Whether a key with hash `h` belongs to a segment with this depth and `suffix`.
+    pub fn owns(self, suffix: u64, h: u64) -> bool {
+        h & low_mask(self.depth()) == suffix
+    }
+}
+
+/// The low `bits` bits.
+pub fn low_mask(bits: u32) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+/// An entry word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Entry(pub u64);
+
+impl Entry {
+    /// An entry for the block at `block` (64-B aligned, node < 64, offset < 4 TiB).
+    pub fn new(sign: bool, dep: u8, fp: u8, fp2: u8, tombstone: bool, block: GlobalAddr) -> Entry {
+        debug_assert!(dep < 16 && block.is_aligned(64));
+        debug_assert!(block.node() < MAX_NODES && block.offset() < MAX_NODE_BYTES);
+        Entry(
+            (sign as u64) << 63
+                | (dep as u64) << 59
+                | (fp as u64) << 51
+                | (fp2 as u64) << 43
+                | (tombstone as u64) << 42
+                | (block.node() as u64) << BLOCK_UNIT_BITS
+                | block.offset() >> 6,
+        )
+    }
+    pub fn sign(self) -> bool {
+        self.0 & SIGN != 0
+    }
+    pub fn dep(self) -> u8 {
+        ((self.0 >> 59) & 0xF) as u8
+    }
+    pub fn fp(self) -> u8 {
+        (self.0 >> 51) as u8
+    }
+    pub fn fp2(self) -> u8 {
+        (self.0 >> 43) as u8
+    }
+    pub fn tombstone(self) -> bool {
+        self.0 & (1 << 42) != 0
+    }
+    pub fn block(self) -> GlobalAddr {
+        let node = ((self.0 >> BLOCK_UNIT_BITS) & (MAX_NODES as u64 - 1)) as u16;
+        GlobalAddr::new(node, (self.0 & ((1 << BLOCK_UNIT_BITS) - 1)) << 6)
+    }
+    /// Sort key in a MainSegment.
+    pub fn fps(self) -> u16 {
+        (self.fp() as u16) << 8 | self.fp2() as u16
+    }
+    /// The same entry with sign `s` (MainSegment entries carry 0).
+    pub fn with_sign(self, s: bool) -> Entry {
+        Entry(self.0 & !SIGN | (s as u64) << 63)
+    }
+    /// The same entry with depth bits `dep` (a new split round).
+    pub fn with_dep(self, dep: u8) -> Entry {
+        Entry(self.0 & !(0xF << 59) | (dep as u64 & 0xF) << 59)
+    }
+}
+
+/// What a key's hash says: its fingerprints, its directory suffix bits and its depth bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyHash {
+    pub h: u64,
+}
+
+impl KeyHash {
+    pub fn of(key: &[u8]) -> KeyHash {
+        KeyHash { h: dmindex_prim::hash::hash_bytes(key) }
+    }
+    /// The fingerprint MainSegments are sorted by (hash bits 48..56).
+    pub fn fp(self) -> u8 {
+        (self.h >> 48) as u8
+    }
+    /// The second fingerprint (hash bits 56..64).
+    pub fn fp2(self) -> u8 {
+        (self.h >> 56) as u8
+    }
+    /// The depth bits of split round `depth / 4`: hash bits `4r .. 4r + 4`.
+    pub fn dep(self, depth: u32) -> u8 {
+        ((self.h >> (4 * (depth / 4))) & 0xF) as u8
+    }
+    /// The filter position among `positions` (a power of two).
+    pub fn filter(self, positions: usize) -> usize {
+        ((self.fp() as usize) << 8 | self.fp2() as usize) & (positions - 1)
+    }
+    /// Whether `e` may be this key's (both fingerprints match).
+    pub fn matches(self, e: Entry) -> bool {
+        e.fp() == self.fp() && e.fp2() == self.fp2()
+    }
+}
+
+/// Where a CurSegment's parts are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CurLayout {
+    /// Slots.
+    pub n: usize,
+    /// Filter positions (a power of two).
+    pub positions: usize,
+}
+
+impl CurLayout {
+    /// Offset of slot `i` from the segment's start.
+    pub fn slot(&self, i: usize) -> u64 {
+        CUR_HEADER + 8 * i as u64
+    }
+    /// Offset of filter position `p`.
+    pub fn filter(&self, p: usize) -> u64 {
+        CUR_HEADER + 8 * self.n as u64 + p as u64
+    }
+    /// Bytes of the whole segment, filter included.
+    pub fn bytes(&self) -> u64 {
+        CUR_HEADER + 8 * self.n as u64 + self.positions as u64
+    }
+}
+
+/// A record point of the FPTable: from `fp` on, starts are predicted with `delta`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Point {
+    pub fp: u8,
+    /// In entries; fits 24 bits signed (a MainSegment holds fewer than 2^23 entries).
+    pub delta: i32,
+}
+
+/// A MainSegment's header fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MainHeader {
+    pub entries: u32,
+    pub points: u16,
+}
+
+impl MainHeader {
+    pub fn decode(b: &[u8]) -> MainHeader {
+        MainHeader {
+            entries: u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")),
+            points: u16::from_le_bytes(b[4..6].try_into().expect("2 bytes")),
+        }
+    }
+    /// Offset of the first entry from the segment's start.
+    pub fn entries_at(&self) -> u64 {
+        (MAIN_HEADER + POINT_BYTES * self.points as u64).next_multiple_of(8)
+    }
+    /// Bytes of the whole segment.
+    pub fn bytes(&self) -> u64 {
+        self.entries_at() + 8 * self.entries as u64
+    }
+}
+
+/// The bytes of a MainSegment holding `entries` with record points `points`.
+pub fn encode_main(entries: &[Entry], points: &[Point], out: &mut Vec<u8>) {
+    let h = MainHeader { entries: entries.len() as u32, points: points.len() as u16 };
+    out.clear();
+    out.extend_from_slice(&h.entries.to_le_bytes());
+    out.extend_from_slice(&h.points.to_le_bytes());
+    out.extend_from_slice(&[0, 0]);
+    for p in points {
+        let d = p.delta.to_le_bytes();
+        out.extend_from_slice(&[p.fp, d[0], d[1], d[2]]);
+    }
+    out.resize(h.entries_at() as usize, 0);
+    for e in entries {
+        out.extend_from_slice(&e.0.to_le_bytes());
+    }
+}
+
+/// The record points in the bytes after a MainSegment's fixed header.
+pub fn decode_points(b: &[u8], n: usize) -> impl Iterator<Item = Point> + '_ {
+    b.chunks_exact(POINT_BYTES as usize).take(n).map(|p| Point {
+        fp: p[0],
+        // Sign-extend the 24-bit delta.
+        delta: i32::from_le_bytes([0, p[1], p[2], p[3]]) >> 8,
+    })
+}
+
+/// The entry words in `b`.
+pub fn decode_entries(b: &[u8]) -> impl Iterator<Item = Entry> + '_ {
+    b.chunks_exact(8).map(|w| Entry(u64::from_le_bytes(w.try_into().expect("8 bytes"))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_bits_are_pinned() {
+        let m = Meta::new(true, false, 5, 0x1234_5678);
+        assert_eq!(m.0, 0x8500_0000_1234_5678);
+        assert_eq!((m.sign(), m.closed(), m.depth(), m.main()), (true, false, 5, 0x1234_5678));
+        assert_eq!(m.close().0, 0xC500_0000_1234_5678);
+        assert_eq!(Meta::new(false, true, 63, (1 << 48) - 1).0, 0x7F00_FFFF_FFFF_FFFF);
+        assert!(m.owns(0b10110, 0xFFFF_0000_0000_0036) && !m.owns(0b10110, 0x26));
+    }
+
+    #[test]
+    fn entry_bits_are_pinned() {
+        let block = GlobalAddr::new(3, 0x40 * 0xABCDE);
+        let e = Entry::new(true, 0xA, 0x5C, 0x3E, true, block);
+        assert_eq!(
+            e.0,
+            0x8000_0000_0000_0000
+                | 0xA << 59
+                | 0x5C << 51
+                | 0x3E << 43
+                | 1 << 42
+                | 3 << 36
+                | 0xABCDE
+        );
+        assert_eq!(e.0.to_le_bytes(), [0xDE, 0xBC, 0x0A, 0, 0x30, 0xF4, 0xE1, 0xD2]);
+        assert_eq!(
+            (e.sign(), e.dep(), e.fp(), e.fp2(), e.tombstone()),
+            (true, 0xA, 0x5C, 0x3E, true)
+        );
+        assert_eq!(e.block(), block);
+        assert_eq!(e.with_sign(false).0, e.0 & !(1 << 63));
+        assert_eq!(e.with_dep(3).dep(), 3);
+        let far = GlobalAddr::new(63, MAX_NODE_BYTES - 64);
+        assert_eq!(Entry::new(false, 0, 0, 0, false, far).block(), far);
+        assert_eq!(e.fps(), 0x5C3E);
+    }
+
+    #[test]
+    fn key_hash_bits() {
+        let k = KeyHash { h: 0xABCD_0000_0000_9876 };
+        assert_eq!((k.fp(), k.fp2()), (0xCD, 0xAB));
+        assert_eq!((k.dep(0), k.dep(3), k.dep(4), k.dep(9), k.dep(12)), (6, 6, 7, 8, 9));
+        assert_eq!(k.filter(1024), 0x1AB);
+        assert_eq!(k.filter(256), 0xAB);
+    }
+
+    #[test]
+    fn cur_segment_offsets_are_pinned() {
+        let l = CurLayout { n: 126, positions: 1024 };
+        assert_eq!((l.slot(0), l.slot(125), l.filter(0), l.filter(1023)), (16, 1016, 1024, 2047));
+        assert_eq!(l.bytes(), 2048);
+    }
+
+    #[test]
+    fn main_segment_bytes_are_pinned() {
+        let e = [Entry(0x0102_0304_0506_0708), Entry(0x1112_1314_1516_1718)];
+        let p = [Point { fp: 7, delta: -2 }];
+        let mut b = Vec::new();
+        encode_main(&e, &p, &mut b);
+        assert_eq!(
+            b,
+            [
+                2, 0, 0, 0, 1, 0, 0, 0, // entries, points, 0
+                7, 0xFE, 0xFF, 0xFF, 0, 0, 0, 0, // point (fp 7, delta -2), padding to 8
+                8, 7, 6, 5, 4, 3, 2, 1, 0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,
+            ]
+        );
+        let h = MainHeader::decode(&b);
+        assert_eq!((h.entries, h.points, h.entries_at(), h.bytes()), (2, 1, 16, 32));
+        assert_eq!(decode_points(&b[8..], 1).collect::<Vec<_>>(), p);
+        assert_eq!(decode_entries(&b[16..]).collect::<Vec<_>>(), e);
+    }
+}

@@ -1,0 +1,215 @@
+//! # SepHash: a write-optimised hash index on disaggregated memory (VLDB '24)
+//!
+//! Point operations only (`--index sephash`). Every byte SepHash keeps remotely is drawn in
+//! [`layout`]; `docs/sephash.md` walks through the algorithm, what we changed from the paper and
+//! the public code, and why.
+//!
+//! ## Separate segments (§4.2)
+//!
+//! An extendible-hash directory names, per hash suffix, a small unsorted **CurSegment** that
+//! takes every write as an append, and through the CurSegment's meta word a large
+//! **MainSegment** sorted by fingerprint. When a CurSegment fills up, the client that took its
+//! last slot **merges** it into a fresh MainSegment (the newest entry of a key wins, tombstones
+//! and superseded entries are dropped); when that MainSegment would exceed `main_ratio` ×
+//! slots entries, the merge **splits** it by the next hash bit, which each entry carries in its
+//! 4 depth bits, so the keys' blocks are read only when a round of 4 bits is used up.
+//!
+//! ## Appends (§4.3)
+//!
+//! A write is one doorbell READ of the meta and a window of slots (from this node's sliding
+//! offset), then a CAS of the first free slot: 2 round trips, with the KV block and the filter
+//! position posted before the CAS as zero-wait WRITEs on the same memory node, so they land
+//! first. A slot is free when its sign differs from the meta's; CASes go to the first free
+//! slot only, so taken slots are always a prefix and a key's newest entry is its last one.
+//! Update and delete append too (a tombstone for delete), but they must say whether the key
+//! existed: they read the whole prefix and the MainSegment range with the meta, and the CAS of
+//! the next slot succeeds only if nothing was appended since — 3 round trips.
+//!
+//! ## Search (§4.4)
+//!
+//! One doorbell READ of the key's filter position, the meta, and the MainSegment range the
+//! cached FPTable predicts ([`fptable`]); the CurSegment is read only when the filter position
+//! is set (or a merge holds the segment), then the candidates' blocks. 2 round trips in the
+//! common case.
+//!
+//! ## Correctness
+//!
+//! Meta words never repeat (each merge publishes a freshly allocated MainSegment), so reading
+//! the meta before and after a READ proves nothing merged in between. The arguments for each
+//! operation, the races in the paper and in the public code and how each is closed, and what a
+//! crashed client leaves behind are in `docs/sephash.md`.
+
+pub mod cache;
+pub mod fptable;
+pub mod layout;
+pub mod shape;
+
+mod append;
+mod dir;
+mod merge;
+mod search;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_index::{IndexConfig, IndexError, IndexResult, IndexStats, PointIndex};
+use dmindex_prim::kv_block::Blocks;
+use dmindex_prim::root::RootSlot;
+
+use crate::cache::Cache;
+use crate::layout::{Meta, MAX_NODES, MAX_NODE_BYTES};
+pub use crate::shape::Shape;
+
+/// Counters of one compute node's handle.
+#[derive(Debug, Default)]
+struct Counters {
+    merges: AtomicU64,
+    splits: AtomicU64,
+    resize_bytes: AtomicU64,
+    retries: AtomicU64,
+    searches: AtomicU64,
+    search_segment_reads: AtomicU64,
+    cur_reads: AtomicU64,
+    dir_refreshes: AtomicU64,
+    fptable_refreshes: AtomicU64,
+    closed_waits: AtomicU64,
+    merge_key_reads: AtomicU64,
+    depth: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// A compute node's handle on a SepHash index.
+pub struct SepHash {
+    shape: Shape,
+    /// The directory on memory node 0.
+    dir: GlobalAddr,
+    blocks: Blocks,
+    cache: Cache,
+    counters: Counters,
+}
+
+impl SepHash {
+    fn new(shape: Shape, dir: GlobalAddr) -> SepHash {
+        SepHash {
+            shape,
+            dir,
+            blocks: Blocks::new(shape.max_key, shape.max_value),
+            cache: Cache::default(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The shape this handle was opened with.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    /// Address of directory entry `i`.
+    fn dir_entry(&self, i: u64) -> GlobalAddr {
+        self.dir.add(8 + 8 * i)
+    }
+}
+
+impl<T: Transport> PointIndex<T> for SepHash {
+    async fn create(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        let shape = Shape::from_config(config)?;
+        let info = c.info();
+        if info.nodes() > MAX_NODES {
+            return Err(IndexError::Config(format!(
+                "SepHash entries address blocks on at most {MAX_NODES} memory nodes (got {})",
+                info.nodes()
+            )));
+        }
+        if let Some(big) = (0..info.nodes()).find(|&n| info.node_size(n) > Some(MAX_NODE_BYTES)) {
+            return Err(IndexError::Config(format!(
+                "memory node {big} is larger than the {MAX_NODE_BYTES} bytes SepHash entries address"
+            )));
+        }
+        let root = RootSlot::with_descriptor(config.root_slot)?;
+        let dir = c.alloc_on(0, 8 + (8 << shape.max_depth), 64).await?;
+        let segments = 1u64 << shape.depth;
+        let mut entries = Vec::with_capacity(8 * (segments as usize + 1));
+        entries.extend_from_slice(&(shape.depth as u64).to_le_bytes());
+        for i in 0..segments {
+            let node = (i % info.nodes() as u64) as u16;
+            let seg = c.alloc_on(node, shape.cur.bytes(), 64).await?;
+            let mut head = [0u8; 16];
+            head[..8].copy_from_slice(&Meta::new(true, false, shape.depth, 0).0.to_le_bytes());
+            head[8..].copy_from_slice(&i.to_le_bytes());
+            c.write(seg, &head).await?;
+            entries.extend_from_slice(&seg.raw().to_le_bytes());
+        }
+        c.write(dir, &entries).await?;
+        root.claim(c, dir.raw()).await?;
+        root.publish(c, &shape::MAGIC, shape.word()).await?;
+        Ok(SepHash::new(shape, dir))
+    }
+
+    async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        let shape = Shape::from_config(config)?;
+        let root = RootSlot::with_descriptor(config.root_slot)?;
+        root.check(c, &shape::MAGIC, shape.word()).await?;
+        let dir = GlobalAddr::from_raw(root.load(c).await?);
+        Ok(SepHash::new(shape, dir))
+    }
+
+    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+        self.check_key(key, None)?;
+        self.search_key(c, key).await
+    }
+
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        self.check_key(key, Some(value))?;
+        self.append(c, key, value, append::Kind::Upsert).await.map(|_| ())
+    }
+
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        self.check_key(key, Some(value))?;
+        self.append(c, key, value, append::Kind::Update).await
+    }
+
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        self.check_key(key, None)?;
+        self.append(c, key, &[], append::Kind::Delete).await
+    }
+
+    fn stats(&self) -> IndexStats {
+        let k = &self.counters;
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        IndexStats {
+            cache_bytes: self.cache.bytes(),
+            retries: g(&k.retries),
+            extra: vec![
+                ("merges", g(&k.merges)),
+                ("splits", g(&k.splits)),
+                ("resize_bytes", g(&k.resize_bytes)),
+                ("searches", g(&k.searches)),
+                ("search_segment_reads", g(&k.search_segment_reads)),
+                ("search_cur_reads", g(&k.cur_reads)),
+                ("dir_refreshes", g(&k.dir_refreshes)),
+                ("fptable_refreshes", g(&k.fptable_refreshes)),
+                ("closed_waits", g(&k.closed_waits)),
+                ("merge_key_reads", g(&k.merge_key_reads)),
+                ("depth_seen", g(&k.depth)),
+            ],
+        }
+    }
+
+    async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
+        self.utilisation(c).await.map(|u| Some(u.entries_used as f64 / u.entries.max(1) as f64))
+    }
+}
+
+impl SepHash {
+    fn check_key(&self, key: &[u8], value: Option<&[u8]>) -> IndexResult<()> {
+        let cfg = IndexConfig {
+            max_key: self.shape.max_key,
+            max_value: self.shape.max_value,
+            ..IndexConfig::default()
+        };
+        cfg.check_kv(key, value)
+    }
+}

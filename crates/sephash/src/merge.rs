@@ -1,0 +1,282 @@
+//! Segment merge and split (§4.2.2), run by the client whose CAS closed the segment.
+//!
+//! # Merge
+//!
+//! The closed segment takes no appends (every slot is taken and the meta is closed), so its
+//! slots and MainSegment `M` are stable. One doorbell READs the header, the slots and `M`'s
+//! header, a second `M`'s entries. Entries are grouped by (fp, fp2); only groups with more than
+//! one entry have their keys READ from their blocks (doorbells per memory node). Per key the
+//! newest entry wins (a later slot over an earlier one, any slot over `M`); a tombstone
+//! removes its key. The survivors, sorted by fingerprint, become a fresh MainSegment `M'`
+//! (record points in its header), and one doorbell WRITEs `M'`, clears the filter and writes
+//! the meta open with `M'` and the sign flipped, which empties the CurSegment at once. Readers
+//! see either the closed meta with `M` and the full slots, or the open meta with `M'`.
+//!
+//! # Split
+//!
+//! When `M'` would exceed `main_ratio` × slots entries and the segment is shallower than
+//! `max_depth`, its entries are dealt by hash bit `l` (the local depth), which is bit `l mod 4`
+//! of each entry's depth bits; when `l + 1` starts a new round of 4, every key is READ to fill
+//! in the new round's bits. Then, in this order, each step awaited (they may be on different
+//! memory nodes):
+//!
+//! 1. the new segment B (suffix + 2^l, depth l + 1) and its MainSegment, B *closed*;
+//! 2. B's directory entry (and the global depth, by CAS, if it grew);
+//! 3. the old segment A: its MainSegment, the filter cleared, the meta open with depth l + 1;
+//! 4. B's meta open.
+//!
+//! Until 3, clients reaching A read the old content (A closed); from 2, clients reaching B read
+//! the same content through B (closed, empty slots, B's MainSegment); so no client can see a
+//! write to one half that the other half misses, and nothing is written until both are in
+//! place. A client stopped between steps leaves a half closed: reads go on, writes to that
+//! half wait (a later issue adds recovery). No acknowledged write is ever lost: the old slots
+//! and MainSegment are never changed, only replaced.
+
+use dmindex_fabric::verbs::MAX_BATCH;
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::kv_block::HEADER;
+
+use crate::fptable;
+use crate::layout::{decode_entries, encode_main, Entry, KeyHash, MainHeader, Meta, Point};
+use crate::search::word;
+use crate::{bump, SepHash};
+
+impl SepHash {
+    pub(crate) async fn merge<T: Transport>(
+        &self,
+        c: &Client<T>,
+        seg: GlobalAddr,
+        closed: Meta,
+    ) -> IndexResult<()> {
+        bump(&self.counters.merges, 1);
+        let node = seg.node();
+        let n = self.shape.cur.n;
+        let mut head = [0u8; 16];
+        let mut slots = vec![0u8; 8 * n];
+        let mut mhead = [0u8; 8];
+        let main_at = GlobalAddr::new(node, closed.main());
+        {
+            let mut ops = vec![
+                BatchOp::Read { addr: seg, buf: &mut head },
+                BatchOp::Read { addr: seg.add(self.shape.cur.slot(0)), buf: &mut slots },
+            ];
+            if closed.main() != 0 {
+                ops.push(BatchOp::Read { addr: main_at, buf: &mut mhead });
+            }
+            c.batch(&mut ops).await?;
+        }
+        if word(&head, 0) != closed.0 {
+            return Err(IndexError::Corrupt(format!(
+                "segment {seg} changed while closed by this client"
+            )));
+        }
+        let suffix = word(&head, 8);
+        let mh = MainHeader::decode(&mhead);
+        let mut old = vec![0u8; 8 * mh.entries as usize];
+        if !old.is_empty() {
+            c.read(main_at.add(mh.entries_at()), &mut old).await?;
+        }
+        bump(&self.counters.resize_bytes, (16 + slots.len() + 8 + old.len()) as u64);
+
+        // Every entry with its age: slot i is newer than slot i - 1, any slot newer than M.
+        let mut all: Vec<(Entry, u32)> = decode_entries(&slots)
+            .take_while(|&e| closed.holds(e))
+            .enumerate()
+            .map(|(i, e)| (e, i as u32 + 1))
+            .chain(decode_entries(&old).map(|e| (e, 0)))
+            .collect();
+        all.sort_unstable_by_key(|&(e, age)| (e.fps(), std::cmp::Reverse(age)));
+        let survivors = self.newest_per_key(c, &all).await?;
+
+        let depth = closed.depth();
+        if survivors.len() <= self.shape.main_limit() || depth >= self.shape.max_depth {
+            let (m, h, points) = self.write_main(c, node, &survivors, &mut Vec::new()).await?;
+            let open = Meta::new(!closed.sign(), false, depth, m);
+            self.reopen(c, seg, open).await?;
+            self.cache.learn_main(seg, m, h, &points);
+            return Ok(());
+        }
+        self.split(c, seg, closed, suffix, survivors).await
+    }
+
+    /// The newest entry of each key among `all` (sorted by fingerprints, newest first within),
+    /// without tombstones, with sign 0, in fingerprint order.
+    async fn newest_per_key<T: Transport>(
+        &self,
+        c: &Client<T>,
+        all: &[(Entry, u32)],
+    ) -> IndexResult<Vec<Entry>> {
+        // MainSegment entries are distinct keys already: keys are read only in groups of equal
+        // fingerprints that hold a CurSegment entry and some other entry.
+        let groups = || {
+            let mut i = 0;
+            std::iter::from_fn(move || {
+                let fps = all.get(i)?.0.fps();
+                let j = i + all[i..].iter().take_while(|(e, _)| e.fps() == fps).count();
+                let g = i..j;
+                i = j;
+                Some(g)
+            })
+        };
+        let needs_keys = |g: &std::ops::Range<usize>| g.len() > 1 && all[g.start].1 > 0;
+        let shared: Vec<Entry> =
+            groups().filter(needs_keys).flat_map(|g| all[g].iter().map(|&(e, _)| e)).collect();
+        let keys = self.read_keys(c, &shared).await?;
+        let mut out = Vec::with_capacity(all.len());
+        let mut k = 0;
+        for g in groups() {
+            if !needs_keys(&g) {
+                // One entry, or MainSegment entries only (newest first puts CurSegment entries,
+                // which have ages > 0, at the front).
+                out.extend(
+                    all[g].iter().filter(|(e, _)| !e.tombstone()).map(|(e, _)| e.with_sign(false)),
+                );
+                continue;
+            }
+            let group = &keys[k..k + g.len()];
+            k += g.len();
+            for (x, &(e, _)) in all[g].iter().enumerate() {
+                if !group[..x].contains(&group[x]) && !e.tombstone() {
+                    out.push(e.with_sign(false));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// READs the keys of `entries`' blocks, in doorbells of up to 16 per memory node.
+    async fn read_keys<T: Transport>(
+        &self,
+        c: &Client<T>,
+        entries: &[Entry],
+    ) -> IndexResult<Vec<Vec<u8>>> {
+        bump(&self.counters.merge_key_reads, entries.len() as u64);
+        let len = HEADER + self.shape.max_key;
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_by_key(|&i| entries[i].block().node());
+        let mut bufs = vec![vec![0u8; len]; entries.len()];
+        let mut j = 0;
+        while j < order.len() {
+            let node = entries[order[j]].block().node();
+            let end = j + order[j..]
+                .iter()
+                .take(MAX_BATCH)
+                .take_while(|&&i| entries[i].block().node() == node)
+                .count();
+            let mut ops: Vec<BatchOp<'_>> = bufs[j..end]
+                .iter_mut()
+                .zip(&order[j..end])
+                .map(|(b, &i)| BatchOp::Read { addr: entries[i].block(), buf: b })
+                .collect();
+            c.batch(&mut ops).await?;
+            j = end;
+        }
+        bump(&self.counters.resize_bytes, (len * entries.len()) as u64);
+        let mut keys = vec![Vec::new(); entries.len()];
+        for (b, &i) in bufs.iter().zip(&order) {
+            let klen = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
+            if klen == 0 || klen > self.shape.max_key {
+                return Err(IndexError::Corrupt(format!(
+                    "block at {} claims a {klen}-byte key",
+                    entries[i].block()
+                )));
+            }
+            keys[i] = b[HEADER..HEADER + klen].to_vec();
+        }
+        Ok(keys)
+    }
+
+    /// WRITEs a fresh MainSegment of `entries` on `node`; returns its offset, header and points.
+    async fn write_main<T: Transport>(
+        &self,
+        c: &Client<T>,
+        node: u16,
+        entries: &[Entry],
+        buf: &mut Vec<u8>,
+    ) -> IndexResult<(u64, MainHeader, Vec<Point>)> {
+        let mut points = Vec::new();
+        fptable::build(entries.iter().map(|e| e.fp()), entries.len() as u32, &mut points);
+        encode_main(entries, &points, buf);
+        let at = c.alloc_on(node, buf.len() as u64, 8).await?;
+        c.write(at, buf).await?;
+        bump(&self.counters.resize_bytes, buf.len() as u64);
+        let h = MainHeader { entries: entries.len() as u32, points: points.len() as u16 };
+        Ok((at.offset(), h, points))
+    }
+
+    /// Clears `seg`'s filter, then writes its meta `open`: one doorbell.
+    async fn reopen<T: Transport>(
+        &self,
+        c: &Client<T>,
+        seg: GlobalAddr,
+        open: Meta,
+    ) -> IndexResult<()> {
+        let zeros = vec![0u8; self.shape.cur.positions];
+        let meta = open.0.to_le_bytes();
+        let mut ops = Vec::with_capacity(2);
+        if !zeros.is_empty() {
+            ops.push(BatchOp::Write { addr: seg.add(self.shape.cur.filter(0)), data: &zeros });
+        }
+        ops.push(BatchOp::Write { addr: seg, data: &meta });
+        c.batch(&mut ops).await?;
+        Ok(())
+    }
+
+    async fn split<T: Transport>(
+        &self,
+        c: &Client<T>,
+        seg: GlobalAddr,
+        closed: Meta,
+        suffix: u64,
+        entries: Vec<Entry>,
+    ) -> IndexResult<()> {
+        bump(&self.counters.splits, 1);
+        let l = closed.depth();
+        // Hash bit l is bit l mod 4 of the depth bits each entry carries (round l / 4).
+        let (mut a, mut b): (Vec<Entry>, Vec<Entry>) =
+            entries.iter().partition(|e| (e.dep() >> (l % 4)) & 1 == 0);
+        if (l + 1) % 4 == 0 {
+            // The round is used up: read the keys for the next round's bits (the paper's one
+            // KV read per entry every fourth split).
+            for half in [&mut a, &mut b] {
+                let keys = self.read_keys(c, half).await?;
+                for (e, k) in half.iter_mut().zip(&keys) {
+                    let kh = KeyHash::of(k);
+                    debug_assert_eq!(kh.dep(l) >> (l % 4) & 1, e.dep() >> (l % 4) & 1);
+                    *e = e.with_dep(kh.dep(l + 1));
+                }
+            }
+        }
+        let b_suffix = suffix | 1 << l;
+        let b_node = (b_suffix % c.info().nodes() as u64) as u16;
+        let b_seg = c.alloc_on(b_node, self.shape.cur.bytes(), 64).await?;
+        let mut buf = Vec::new();
+        // 1. B and its MainSegment, B closed.
+        let (mb, hb, pb) = self.write_main(c, b_node, &b, &mut buf).await?;
+        let mut head = [0u8; 16];
+        head[..8].copy_from_slice(&Meta::new(true, true, l + 1, mb).0.to_le_bytes());
+        head[8..].copy_from_slice(&b_suffix.to_le_bytes());
+        c.write(b_seg, &head).await?;
+        // 2. B's directory entry, then the global depth if it grew.
+        c.write(self.dir_entry(b_suffix), &b_seg.raw().to_le_bytes()).await?;
+        let mut gd = c.read_word(self.dir).await?;
+        while gd < (l + 1) as u64 {
+            let seen = c.cas(self.dir, gd, (l + 1) as u64).await?;
+            if seen == gd {
+                break;
+            }
+            gd = seen;
+        }
+        self.counters.depth.fetch_max((l + 1) as u64, std::sync::atomic::Ordering::Relaxed);
+        // 3. A: its MainSegment, then reopened one level deeper.
+        let (ma, ha, pa) = self.write_main(c, seg.node(), &a, &mut buf).await?;
+        self.reopen(c, seg, Meta::new(!closed.sign(), false, l + 1, ma)).await?;
+        // 4. B open.
+        c.write(b_seg, &Meta::new(true, false, l + 1, mb).0.to_le_bytes()).await?;
+        self.cache.learn_entry(b_suffix as usize, b_seg.raw());
+        self.cache.learn_main(seg, ma, ha, &pa);
+        self.cache.learn_main(b_seg, mb, hb, &pb);
+        Ok(())
+    }
+}

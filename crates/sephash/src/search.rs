@@ -1,0 +1,112 @@
+//! Search: the filter position, the meta and the predicted MainSegment range in one doorbell;
+//! the CurSegment only when the filter says the key may be there.
+//!
+//! # Why it is linearizable
+//!
+//! The doorbell READs the filter position (at `t_f`), then the meta (at `t_m`), then the
+//! MainSegment range; doorbell verbs execute in order. Filter positions are set before the CAS
+//! that takes a slot (same memory node, so they land first) and cleared only while a merge
+//! holds the segment closed. Say the meta at `t_m` is open with MainSegment `M`:
+//!
+//! * if that open phase had begun by `t_f`, every entry taken in it had its position set
+//!   before `t_f` or was taken after `t_f`; an unset position means the key had no entry in the
+//!   CurSegment at `t_f`, and its value then was `M`'s (linearised at `t_f`);
+//! * otherwise the phase began at some `t_o` in `(t_f, t_m]`, when the CurSegment was empty and
+//!   `M` held everything: `M`'s answer is right at `t_o`.
+//!
+//! When the position is set (or the meta is closed: a merge holds the segment and may have
+//! cleared the filter), the CurSegment's slots are READ and the meta after them; meta words
+//! never repeat, so an unchanged meta proves that the slots and `M` were the segment's content
+//! together at that READ. Blocks are immutable once published.
+
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_index::IndexResult;
+use smallvec::SmallVec;
+
+use crate::layout::{decode_entries, Entry, KeyHash, Meta};
+use crate::{bump, SepHash};
+
+/// Entries read inline without a heap buffer.
+pub(crate) type Words = SmallVec<[u8; 512]>;
+
+impl SepHash {
+    pub(crate) async fn search_key<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+    ) -> IndexResult<Option<Vec<u8>>> {
+        let kh = KeyHash::of(key);
+        let positions = self.shape.cur.positions;
+        bump(&self.counters.searches, 1);
+        let mut slots: Words = SmallVec::new();
+        loop {
+            let t = self.target(c, kh).await?;
+            let node = t.seg.node();
+            let mut filter = [1u8; 1];
+            let mut head = [0u8; 16];
+            let mut main: Words = SmallVec::from_elem(0, 8 * (t.main.hi - t.main.lo) as usize);
+            {
+                let mut ops: SmallVec<[BatchOp<'_>; 3]> = SmallVec::new();
+                if positions > 0 {
+                    let at = t.seg.add(self.shape.cur.filter(kh.filter(positions)));
+                    ops.push(BatchOp::Read { addr: at, buf: &mut filter });
+                }
+                ops.push(BatchOp::Read { addr: t.seg, buf: &mut head });
+                if !main.is_empty() {
+                    let at = GlobalAddr::new(node, t.main.main + t.main.entries_at)
+                        .add(8 * t.main.lo as u64);
+                    ops.push(BatchOp::Read { addr: at, buf: &mut main });
+                }
+                c.batch(&mut ops).await?;
+            }
+            bump(&self.counters.search_segment_reads, 1);
+            let meta = Meta(word(&head, 0));
+            if !meta.owns(word(&head, 8), kh.h) {
+                bump(&self.counters.retries, 1);
+                self.refresh_dir(c, kh).await?;
+                continue;
+            }
+            if meta.main() != t.main.main {
+                bump(&self.counters.retries, 1);
+                self.refresh_main(c, t.seg, meta.main()).await?;
+                continue;
+            }
+            let run: SmallVec<[Entry; 8]> =
+                decode_entries(&main).filter(|&e| kh.matches(e)).collect();
+            // The CurSegment's candidates, newest first.
+            let mut cur: SmallVec<[Entry; 4]> = SmallVec::new();
+            if filter[0] != 0 || meta.closed() {
+                bump(&self.counters.cur_reads, 1);
+                bump(&self.counters.search_segment_reads, 1);
+                let n = self.shape.cur.n;
+                slots.clear();
+                slots.resize(8 * n, 0);
+                let mut after = [0u8; 8];
+                c.batch(&mut [
+                    BatchOp::Read { addr: t.seg.add(self.shape.cur.slot(0)), buf: &mut slots },
+                    BatchOp::Read { addr: t.seg, buf: &mut after },
+                ])
+                .await?;
+                if word(&after, 0) != meta.0 {
+                    bump(&self.counters.retries, 1);
+                    continue;
+                }
+                let taken = decode_entries(&slots).take_while(|&e| meta.holds(e));
+                cur.extend(taken.filter(|&e| kh.matches(e)));
+                cur.reverse();
+            }
+            for e in cur.iter().chain(run.iter()) {
+                let b = self.blocks.read(c, e.block()).await?;
+                if b.key == key {
+                    return Ok(if e.tombstone() { None } else { Some(b.value) });
+                }
+            }
+            return Ok(None);
+        }
+    }
+}
+
+/// The little-endian word at byte `at` of `b`.
+pub(crate) fn word(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
