@@ -80,12 +80,14 @@ impl SepHash {
                     addr: t.seg.add(self.shape.cur.slot(from)),
                     buf: &mut slots,
                 });
-                ops.push(BatchOp::Read { addr: t.seg, buf: &mut after });
                 if !main.is_empty() {
                     let at = GlobalAddr::new(node, t.main.main + t.main.entries_at)
                         .add(8 * t.main.lo as u64);
                     ops.push(BatchOp::Read { addr: at, buf: &mut main });
                 }
+                // Last: an unchanged meta proves the slots (and the MainSegment, whose memory is
+                // reused once replaced) were read within one generation.
+                ops.push(BatchOp::Read { addr: t.seg, buf: &mut after });
                 c.batch(&mut ops).await?;
             }
             let meta = Meta(word(&head, 0));
@@ -98,9 +100,9 @@ impl SepHash {
                 self.refresh_dir(c, kh).await?;
                 continue;
             }
-            if conditional && meta.main() != t.main.main {
+            if conditional && meta.main_id() != t.main.id {
                 bump(&self.counters.retries, 1);
-                self.refresh_main(c, t.seg, meta.main()).await?;
+                self.refresh_main(c, t.seg, meta).await?;
                 continue;
             }
             if meta.closed() {

@@ -18,7 +18,7 @@ use crate::layout::{MainHeader, Point};
 /// What a client knows of one CurSegment.
 #[derive(Debug)]
 struct SegView {
-    /// The MainSegment the FPTable below describes (offset on the segment's node; 0: none).
+    /// The MainSegment the FPTable below describes ([`crate::layout::Meta::main_id`]).
     main: u64,
     header: MainHeader,
     points: Vec<Point>,
@@ -29,7 +29,9 @@ struct SegView {
 /// A MainSegment as the cache knows it, and the entries of one fingerprint in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MainRange {
-    /// Offset of the MainSegment on the segment's node (0: none).
+    /// The MainSegment's edition and offset ([`crate::layout::Meta::main_id`]).
+    pub id: u64,
+    /// Its offset on the segment's node (0: none).
     pub main: u64,
     pub entries: u32,
     pub entries_at: u64,
@@ -92,7 +94,8 @@ impl Cache {
         let v = g.segs.get(&seg.raw())?;
         let (lo, hi) = fptable::range(&v.points, v.header.entries, fp);
         let r = MainRange {
-            main: v.main,
+            id: v.main,
+            main: v.main & ((1 << 48) - 1),
             entries: v.header.entries,
             entries_at: v.header.entries_at(),
             lo,
@@ -101,7 +104,8 @@ impl Cache {
         Some((r, v.offset.load(Ordering::Relaxed)))
     }
 
-    /// Records that `seg`'s MainSegment is at `main` with `header` and record points `points`.
+    /// Records that `seg`'s MainSegment is `main` (edition and offset) with `header` and
+    /// record points `points`.
     pub fn learn_main(&self, seg: GlobalAddr, main: u64, header: MainHeader, points: &[Point]) {
         let mut g = self.inner.write().expect("cache lock");
         let old = g.segs.insert(

@@ -26,6 +26,8 @@ pub(crate) struct Target {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Utilisation {
     pub segments: u64,
+    /// The deepest segment's local depth.
+    pub depth: u32,
     /// CurSegment slots and MainSegment entries.
     pub entries: u64,
     /// Of which hold an entry.
@@ -55,13 +57,13 @@ impl SepHash {
                 return Ok(Target { seg, main, offset });
             }
             let meta = Meta(c.read_word(seg).await?);
-            self.refresh_main(c, seg, meta.main()).await?;
+            self.refresh_main(c, seg, meta).await?;
         }
         Err(IndexError::Corrupt(format!("no directory entry for hash {:#x}", kh.h)))
     }
 
     /// Reads the directory entries a key's hash can be under (`h mod 2^d` for every depth `d`
-    /// from the initial one to the deepest) and the global depth: one doorbell per 16.
+    /// from the initial one to the deepest): one doorbell per 16.
     pub(crate) async fn refresh_dir<T: Transport>(
         &self,
         c: &Client<T>,
@@ -76,10 +78,8 @@ impl SepHash {
             }
         }
         let mut words = [[0u8; 8]; 40];
-        let mut depth = [0u8; 8];
         {
-            let mut ops: ArrayVec<BatchOp<'_>, 41> = ArrayVec::new();
-            ops.push(BatchOp::Read { addr: self.dir, buf: &mut depth });
+            let mut ops: ArrayVec<BatchOp<'_>, 40> = ArrayVec::new();
             for (&i, w) in idx.iter().zip(words.iter_mut()) {
                 ops.push(BatchOp::Read { addr: self.dir_entry(i), buf: w });
             }
@@ -93,23 +93,22 @@ impl SepHash {
                 self.cache.learn_entry(i as usize, raw);
             }
         }
-        self.counters
-            .depth
-            .fetch_max(u64::from_le_bytes(depth), std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
-    /// Reads the header and record points of `seg`'s MainSegment at `main` (0: none) into the
-    /// cache. Usually one READ.
+    /// Reads the header and record points of the MainSegment `meta` names into the cache.
+    /// Usually one READ. A MainSegment replaced (and its memory reused) since `meta` was read
+    /// leaves a cache entry under an identity no meta will show again.
     pub(crate) async fn refresh_main<T: Transport>(
         &self,
         c: &Client<T>,
         seg: GlobalAddr,
-        main: u64,
+        meta: Meta,
     ) -> IndexResult<()> {
         bump(&self.counters.fptable_refreshes, 1);
+        let main = meta.main();
         if main == 0 {
-            self.cache.learn_main(seg, 0, MainHeader { entries: 0, points: 0 }, &[]);
+            self.cache.learn_main(seg, meta.main_id(), MainHeader { entries: 0, points: 0 }, &[]);
             return Ok(());
         }
         let at = GlobalAddr::new(seg.node(), main);
@@ -117,10 +116,9 @@ impl SepHash {
         c.read(at, &mut b).await?;
         let h = MainHeader::decode(&b);
         if h.points as usize > crate::fptable::N {
-            return Err(IndexError::Corrupt(format!(
-                "MainSegment at {at} claims {} points",
-                h.points
-            )));
+            // Reused since the meta was read (or not SepHash's): cache nothing; the caller
+            // reads the meta again.
+            return Ok(());
         }
         let mut points: Vec<Point> = decode_points(&b[8..], h.points as usize).collect();
         if h.points as usize > POINTS_GUESS {
@@ -132,7 +130,7 @@ impl SepHash {
                 .await?;
             points.extend(decode_points(&rest, h.points as usize - POINTS_GUESS));
         }
-        self.cache.learn_main(seg, main, h, &points);
+        self.cache.learn_main(seg, meta.main_id(), h, &points);
         Ok(())
     }
 
@@ -166,6 +164,7 @@ impl SepHash {
                     )
                 };
                 u.segments += 1;
+                u.depth = u.depth.max(meta.depth());
                 u.cur_used += used;
                 u.main_entries += main.entries as u64;
                 u.entries += n as u64 + main.entries as u64;

@@ -20,15 +20,17 @@
 //!
 //! ```text
 //! +0        meta (CAS'd)
-//!           63     62      61..56       55..48   47..0
-//!           sign | closed | local depth | 0      | MainSegment offset on this node (0: none)
+//!           63     62      61..56        55..48    47..0
+//!           sign | closed | local depth | edition | MainSegment offset on this node (0: none)
 //! +8        suffix (u64): the low `local depth` hash bits every key here has; never changes
 //! +16       slot[0..n]   (8 B each, CAS'd): entries, appended in slot order
 //! +16 + 8n  filter[0..positions] (1 B each): 1 = an entry with this (fp, fp2) position may be here
 //! ```
 //!
 //! A slot is free when its sign differs from the meta's, so flipping the meta's sign empties the
-//! CurSegment at once. Each filter position is a whole byte so that setting one is a plain WRITE
+//! CurSegment at once. The edition counts the segment's merges (mod 256): a MainSegment's memory
+//! is reused once it is replaced, and the edition keeps the meta words of one segment from
+//! repeating when its offset comes back (see `docs/sephash.md`, "Reclaiming MainSegments"). Each filter position is a whole byte so that setting one is a plain WRITE
 //! that cannot undo a neighbour's (RDMA has no remote OR; the paper's bit per position would lose
 //! bits to concurrent read-modify-writes).
 //!
@@ -82,9 +84,15 @@ pub struct Meta(pub u64);
 
 impl Meta {
     /// A meta word; `main` is the MainSegment's offset on the CurSegment's node (0: none).
-    pub fn new(sign: bool, closed: bool, depth: u32, main: u64) -> Meta {
+    pub fn new(sign: bool, closed: bool, depth: u32, edition: u8, main: u64) -> Meta {
         debug_assert!(depth < 64 && main <= OFFSET_MASK);
-        Meta((sign as u64) << 63 | (closed as u64) << 62 | (depth as u64) << 56 | main)
+        Meta(
+            (sign as u64) << 63
+                | (closed as u64) << 62
+                | (depth as u64) << 56
+                | (edition as u64) << 48
+                | main,
+        )
     }
     pub fn sign(self) -> bool {
         self.0 & SIGN != 0
@@ -99,6 +107,14 @@ impl Meta {
     /// The MainSegment's offset on this node (0: none yet).
     pub fn main(self) -> u64 {
         self.0 & OFFSET_MASK
+    }
+    /// Merges of this segment so far, mod 256.
+    pub fn edition(self) -> u8 {
+        (self.0 >> 48) as u8
+    }
+    /// The MainSegment as caches name it: edition and offset.
+    pub fn main_id(self) -> u64 {
+        self.0 & ((1 << 56) - 1)
     }
     /// The same word, closed.
     pub fn close(self) -> Meta {
@@ -300,11 +316,12 @@ mod tests {
 
     #[test]
     fn meta_bits_are_pinned() {
-        let m = Meta::new(true, false, 5, 0x1234_5678);
-        assert_eq!(m.0, 0x8500_0000_1234_5678);
+        let m = Meta::new(true, false, 5, 0xA7, 0x1234_5678);
+        assert_eq!(m.0, 0x85A7_0000_1234_5678);
         assert_eq!((m.sign(), m.closed(), m.depth(), m.main()), (true, false, 5, 0x1234_5678));
-        assert_eq!(m.close().0, 0xC500_0000_1234_5678);
-        assert_eq!(Meta::new(false, true, 63, (1 << 48) - 1).0, 0x7F00_FFFF_FFFF_FFFF);
+        assert_eq!((m.edition(), m.main_id()), (0xA7, 0xA7_0000_1234_5678));
+        assert_eq!(m.close().0, 0xC5A7_0000_1234_5678);
+        assert_eq!(Meta::new(false, true, 63, 0, (1 << 48) - 1).0, 0x7F00_FFFF_FFFF_FFFF);
         assert!(m.owns(0b10110, 0xFFFF_0000_0000_0036) && !m.owns(0b10110, 0x26));
     }
 

@@ -74,7 +74,7 @@ struct Counters {
     fptable_refreshes: AtomicU64,
     closed_waits: AtomicU64,
     merge_key_reads: AtomicU64,
-    depth: AtomicU64,
+    mains_reused: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -89,6 +89,8 @@ pub struct SepHash {
     blocks: Blocks,
     cache: Cache,
     counters: Counters,
+    /// Replaced MainSegments this node's merges may reuse: (address, bytes).
+    free_mains: std::sync::Mutex<Vec<(GlobalAddr, u64)>>,
 }
 
 impl SepHash {
@@ -99,6 +101,7 @@ impl SepHash {
             blocks: Blocks::new(shape.max_key, shape.max_value),
             cache: Cache::default(),
             counters: Counters::default(),
+            free_mains: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -137,7 +140,7 @@ impl<T: Transport> PointIndex<T> for SepHash {
             let node = (i % info.nodes() as u64) as u16;
             let seg = c.alloc_on(node, shape.cur.bytes(), 64).await?;
             let mut head = [0u8; 16];
-            head[..8].copy_from_slice(&Meta::new(true, false, shape.depth, 0).0.to_le_bytes());
+            head[..8].copy_from_slice(&Meta::new(true, false, shape.depth, 0, 0).0.to_le_bytes());
             head[8..].copy_from_slice(&i.to_le_bytes());
             c.write(seg, &head).await?;
             entries.extend_from_slice(&seg.raw().to_le_bytes());
@@ -193,7 +196,7 @@ impl<T: Transport> PointIndex<T> for SepHash {
                 ("fptable_refreshes", g(&k.fptable_refreshes)),
                 ("closed_waits", g(&k.closed_waits)),
                 ("merge_key_reads", g(&k.merge_key_reads)),
-                ("depth_seen", g(&k.depth)),
+                ("mains_reused", g(&k.mains_reused)),
             ],
         }
     }

@@ -92,12 +92,13 @@ impl SepHash {
         let depth = closed.depth();
         if survivors.len() <= self.shape.main_limit() || depth >= self.shape.max_depth {
             let (m, h, points) = self.write_main(c, node, &survivors, &mut Vec::new()).await?;
-            let open = Meta::new(!closed.sign(), false, depth, m);
+            let open = Meta::new(!closed.sign(), false, depth, closed.edition().wrapping_add(1), m);
             self.reopen(c, seg, open).await?;
-            self.cache.learn_main(seg, m, h, &points);
+            self.cache.learn_main(seg, open.main_id(), h, &points);
+            self.free_main(main_at, &mh);
             return Ok(());
         }
-        self.split(c, seg, closed, suffix, survivors).await
+        self.split(c, seg, closed, suffix, mh, survivors).await
     }
 
     /// The newest entry of each key among `all` (sorted by fingerprints, newest first within),
@@ -198,11 +199,41 @@ impl SepHash {
         let mut points = Vec::new();
         fptable::build(entries.iter().map(|e| e.fp()), entries.len() as u32, &mut points);
         encode_main(entries, &points, buf);
-        let at = c.alloc_on(node, buf.len() as u64, 8).await?;
+        let at = self.alloc_main(c, node, buf.len() as u64).await?;
         c.write(at, buf).await?;
         bump(&self.counters.resize_bytes, buf.len() as u64);
         let h = MainHeader { entries: entries.len() as u32, points: points.len() as u16 };
         Ok((at.offset(), h, points))
+    }
+
+    /// Memory for a MainSegment of `bytes` on `node`: a replaced one of at most twice the size
+    /// if this node has one, else fresh.
+    async fn alloc_main<T: Transport>(
+        &self,
+        c: &Client<T>,
+        node: u16,
+        bytes: u64,
+    ) -> IndexResult<GlobalAddr> {
+        {
+            let mut free = self.free_mains.lock().expect("free list");
+            let fits = |&(a, cap): &(GlobalAddr, u64)| {
+                a.node() == node && cap >= bytes && cap <= 2 * bytes.max(64)
+            };
+            if let Some(i) = free.iter().position(fits) {
+                bump(&self.counters.mains_reused, 1);
+                return Ok(free.swap_remove(i).0);
+            }
+        }
+        Ok(c.alloc_on(node, bytes, 8).await?)
+    }
+
+    /// Hands the replaced MainSegment at `at` to later merges on this node. Safe because
+    /// readers check the meta after they read a MainSegment, and a segment's meta words do not
+    /// repeat within 256 of its merges (the edition).
+    fn free_main(&self, at: GlobalAddr, h: &MainHeader) {
+        if at.offset() != 0 {
+            self.free_mains.lock().expect("free list").push((at, h.bytes()));
+        }
     }
 
     /// Clears `seg`'s filter, then writes its meta `open`: one doorbell.
@@ -229,6 +260,7 @@ impl SepHash {
         seg: GlobalAddr,
         closed: Meta,
         suffix: u64,
+        old_main: MainHeader,
         entries: Vec<Entry>,
     ) -> IndexResult<()> {
         bump(&self.counters.splits, 1);
@@ -255,7 +287,7 @@ impl SepHash {
         // 1. B and its MainSegment, B closed.
         let (mb, hb, pb) = self.write_main(c, b_node, &b, &mut buf).await?;
         let mut head = [0u8; 16];
-        head[..8].copy_from_slice(&Meta::new(true, true, l + 1, mb).0.to_le_bytes());
+        head[..8].copy_from_slice(&Meta::new(true, true, l + 1, 0, mb).0.to_le_bytes());
         head[8..].copy_from_slice(&b_suffix.to_le_bytes());
         c.write(b_seg, &head).await?;
         // 2. B's directory entry, then the global depth if it grew.
@@ -268,15 +300,17 @@ impl SepHash {
             }
             gd = seen;
         }
-        self.counters.depth.fetch_max((l + 1) as u64, std::sync::atomic::Ordering::Relaxed);
         // 3. A: its MainSegment, then reopened one level deeper.
         let (ma, ha, pa) = self.write_main(c, seg.node(), &a, &mut buf).await?;
-        self.reopen(c, seg, Meta::new(!closed.sign(), false, l + 1, ma)).await?;
+        let a_open = Meta::new(!closed.sign(), false, l + 1, closed.edition().wrapping_add(1), ma);
+        self.reopen(c, seg, a_open).await?;
         // 4. B open.
-        c.write(b_seg, &Meta::new(true, false, l + 1, mb).0.to_le_bytes()).await?;
+        let b_open = Meta::new(true, false, l + 1, 0, mb);
+        c.write(b_seg, &b_open.0.to_le_bytes()).await?;
         self.cache.learn_entry(b_suffix as usize, b_seg.raw());
-        self.cache.learn_main(seg, ma, ha, &pa);
-        self.cache.learn_main(b_seg, mb, hb, &pb);
+        self.cache.learn_main(seg, a_open.main_id(), ha, &pa);
+        self.free_main(GlobalAddr::new(seg.node(), closed.main()), &old_main);
+        self.cache.learn_main(b_seg, b_open.main_id(), hb, &pb);
         Ok(())
     }
 }

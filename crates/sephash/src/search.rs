@@ -44,6 +44,7 @@ impl SepHash {
             let node = t.seg.node();
             let mut filter = [1u8; 1];
             let mut head = [0u8; 16];
+            let mut after = [0u8; 8];
             let mut main: Words = SmallVec::from_elem(0, 8 * (t.main.hi - t.main.lo) as usize);
             {
                 let mut ops: SmallVec<[BatchOp<'_>; 3]> = SmallVec::new();
@@ -56,6 +57,9 @@ impl SepHash {
                     let at = GlobalAddr::new(node, t.main.main + t.main.entries_at)
                         .add(8 * t.main.lo as u64);
                     ops.push(BatchOp::Read { addr: at, buf: &mut main });
+                    // A MainSegment's memory is reused once replaced: the meta after it proves
+                    // it was still the current one.
+                    ops.push(BatchOp::Read { addr: t.seg, buf: &mut after });
                 }
                 c.batch(&mut ops).await?;
             }
@@ -66,9 +70,13 @@ impl SepHash {
                 self.refresh_dir(c, kh).await?;
                 continue;
             }
-            if meta.main() != t.main.main {
+            if !main.is_empty() && word(&after, 0) != meta.0 {
                 bump(&self.counters.retries, 1);
-                self.refresh_main(c, t.seg, meta.main()).await?;
+                continue;
+            }
+            if meta.main_id() != t.main.id {
+                bump(&self.counters.retries, 1);
+                self.refresh_main(c, t.seg, meta).await?;
                 continue;
             }
             let run: SmallVec<[Entry; 8]> =

@@ -71,6 +71,6 @@ fn many_writes_merge_split_and_reclaim() {
         assert!(u.main_entries <= N, "{u:?}: a key twice in MainSegments");
         assert!(u.main_entries + u.cur_used >= live, "{u:?}: lost keys");
         assert!(u.entries_used < live + 32 * u.segments, "{u:?}: superseded entries kept");
-        assert!(stat(&idx, "depth_seen") >= 6, "depth {}", stat(&idx, "depth_seen"));
+        assert!(u.segments >= 64, "{u:?}: the directory deepened");
     }]);
 }
