@@ -143,6 +143,9 @@ impl SepHash {
                 }
                 None => {
                     let b = self.blocks.post_on(c, node, key, value).await?;
+                    if !self.shape.zero_wait {
+                        c.flush().await?;
+                    }
                     block = Some(b);
                     b
                 }
@@ -157,7 +160,11 @@ impl SepHash {
             );
             if self.shape.cur.positions > 0 {
                 let f = t.seg.add(self.shape.cur.filter(kh.filter(self.shape.cur.positions)));
-                c.write_zero_wait(f, &[1])?;
+                if self.shape.zero_wait {
+                    c.write_zero_wait(f, &[1])?;
+                } else {
+                    c.write(f, &[1]).await?;
+                }
             }
             loop {
                 let expected = read[p - from];

@@ -42,6 +42,15 @@ use crate::layout::{decode_entries, encode_main, Entry, KeyHash, MainHeader, Met
 use crate::search::word;
 use crate::{bump, SepHash};
 
+/// A segment this client closed, as its merge read it.
+struct Held<'a> {
+    seg: GlobalAddr,
+    closed: Meta,
+    suffix: u64,
+    old_main: MainHeader,
+    slots: &'a [u8],
+}
+
 impl SepHash {
     pub(crate) async fn merge<T: Transport>(
         &self,
@@ -93,12 +102,13 @@ impl SepHash {
         if survivors.len() <= self.shape.main_limit() || depth >= self.shape.max_depth {
             let (m, h, points) = self.write_main(c, node, &survivors, &mut Vec::new()).await?;
             let open = Meta::new(!closed.sign(), false, depth, closed.edition().wrapping_add(1), m);
-            self.reopen(c, seg, open).await?;
+            self.reopen(c, seg, open, &slots).await?;
             self.cache.learn_main(seg, open.main_id(), h, &points);
             self.free_main(main_at, &mh);
             return Ok(());
         }
-        self.split(c, seg, closed, suffix, mh, survivors).await
+        let held = Held { seg, closed, suffix, old_main: mh, slots: &slots };
+        self.split(c, held, survivors).await
     }
 
     /// The newest entry of each key among `all` (sorted by fingerprints, newest first within),
@@ -236,16 +246,22 @@ impl SepHash {
         }
     }
 
-    /// Clears `seg`'s filter, then writes its meta `open`: one doorbell.
+    /// Clears `seg`'s filter, then writes its meta `open`: one doorbell. Without the paper's
+    /// entry layout (no sign bit) a merge must also rewrite every slot to empty it: that WRITE
+    /// is charged (of the slots' own bytes, so that correctness still rests on the sign).
     async fn reopen<T: Transport>(
         &self,
         c: &Client<T>,
         seg: GlobalAddr,
         open: Meta,
+        slots: &[u8],
     ) -> IndexResult<()> {
         let zeros = vec![0u8; self.shape.cur.positions];
         let meta = open.0.to_le_bytes();
-        let mut ops = Vec::with_capacity(2);
+        let mut ops = Vec::with_capacity(3);
+        if !self.shape.entry_layout {
+            ops.push(BatchOp::Write { addr: seg.add(self.shape.cur.slot(0)), data: slots });
+        }
         if !zeros.is_empty() {
             ops.push(BatchOp::Write { addr: seg.add(self.shape.cur.filter(0)), data: &zeros });
         }
@@ -257,17 +273,19 @@ impl SepHash {
     async fn split<T: Transport>(
         &self,
         c: &Client<T>,
-        seg: GlobalAddr,
-        closed: Meta,
-        suffix: u64,
-        old_main: MainHeader,
+        held: Held<'_>,
         entries: Vec<Entry>,
     ) -> IndexResult<()> {
+        let Held { seg, closed, suffix, old_main, slots } = held;
         bump(&self.counters.splits, 1);
         let l = closed.depth();
         // Hash bit l is bit l mod 4 of the depth bits each entry carries (round l / 4).
         let (mut a, mut b): (Vec<Entry>, Vec<Entry>) =
             entries.iter().partition(|e| (e.dep() >> (l % 4)) & 1 == 0);
+        if !self.shape.entry_layout {
+            // Without depth bits every split reads every key (the result is the same).
+            self.read_keys(c, &entries).await?;
+        }
         if (l + 1) % 4 == 0 {
             // The round is used up: read the keys for the next round's bits (the paper's one
             // KV read per entry every fourth split).
@@ -303,7 +321,7 @@ impl SepHash {
         // 3. A: its MainSegment, then reopened one level deeper.
         let (ma, ha, pa) = self.write_main(c, seg.node(), &a, &mut buf).await?;
         let a_open = Meta::new(!closed.sign(), false, l + 1, closed.edition().wrapping_add(1), ma);
-        self.reopen(c, seg, a_open).await?;
+        self.reopen(c, seg, a_open, slots).await?;
         // 4. B open.
         let b_open = Meta::new(true, false, l + 1, 0, mb);
         c.write(b_seg, &b_open.0.to_le_bytes()).await?;

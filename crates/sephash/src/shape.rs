@@ -24,6 +24,8 @@ const OPTIONS: Options = Options {
         Opt::number("filter", &["filter_positions"], 0..=65536),
         Opt::number("window", &[], 1..=64),
         Opt::flag("fptable", &[]),
+        Opt::flag("entry_layout", &["resize_entry"]),
+        Opt::flag("zero_wait", &[]),
     ],
 };
 
@@ -32,7 +34,10 @@ const OPTIONS: Options = Options {
 /// slots entries, default 64), `depth` (initial, default 4), `max_depth` (default 16),
 /// `filter` (CurSegment filter positions, a power of two, default 1024; 0 = no filter: every
 /// search reads the CurSegment), `window` (slots an insert reads, default 8), `fptable` (1:
-/// searches read the range the FPTable predicts; 0: the whole MainSegment).
+/// searches read the range the FPTable predicts; 0: the whole MainSegment), and the ablations of
+/// the paper's Fig. 19a: `entry_layout` (0: splits read every key's block instead of using the
+/// stored depth bits, and merges rewrite every slot to empty it) and `zero_wait` (0: the block
+/// and filter WRITEs are awaited).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub cur: CurLayout,
@@ -41,6 +46,8 @@ pub struct Shape {
     pub max_depth: u32,
     pub window: usize,
     pub fptable: bool,
+    pub entry_layout: bool,
+    pub zero_wait: bool,
     pub max_key: usize,
     pub max_value: usize,
 }
@@ -55,6 +62,8 @@ impl Shape {
             max_depth: 16,
             window: 8,
             fptable: true,
+            entry_layout: true,
+            zero_wait: true,
             max_key: cfg.max_key,
             max_value: cfg.max_value,
         };
@@ -67,6 +76,8 @@ impl Shape {
                 "filter" => filter = n,
                 "window" => s.window = n,
                 "fptable" => s.fptable = n == 1,
+                "entry_layout" => s.entry_layout = n == 1,
+                "zero_wait" => s.zero_wait = n == 1,
                 _ => unreachable!("declared options only"),
             }
         }

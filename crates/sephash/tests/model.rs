@@ -51,6 +51,23 @@ fn without_filter_or_fptable() {
     model_test::<SepHash, PointOnly>(&m);
 }
 
+/// The ablations of Fig. 19a: no depth bits (splits read keys) and awaited WRITEs.
+#[test]
+fn ablations_stay_correct() {
+    let m = cfg(
+        &[
+            ("cur", "80"),
+            ("main_ratio", "2"),
+            ("depth", "1"),
+            ("entry_layout", "0"),
+            ("zero_wait", "0"),
+        ],
+        150,
+        16,
+    );
+    model_test::<SepHash, PointOnly>(&m);
+}
+
 /// A depth ceiling: MainSegments grow past their limit instead of splitting.
 #[test]
 fn max_depth_reached() {

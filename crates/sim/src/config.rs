@@ -41,6 +41,21 @@
 //! CHIME B 16 % below its C if Sherman's B and C match (as they do here) — the real cluster
 //! charges updates more than any single per-verb cost here explains.
 
+//! # The `sephash-testbed` preset
+//!
+//! The SepHash paper (VLDB '24, §5.1) runs up to 8 machines with one 100 Gbps ConnectX-5
+//! InfiniBand NIC each behind one 100 Gbps IB switch; one machine is the memory pool, limited to
+//! a single CPU core. Differences from `chime-testbed`:
+//!
+//! | parameter | value | where it comes from |
+//! |---|---|---|
+//! | `one_way_ns` | 850 | the paper's single-client median insert of 4.3 µs is two round trips plus client CPU: ≈ 2 µs per round trip |
+//! | `header_bytes` | 42 | InfiniBand per-message overhead inside one subnet: LRH 8 + BTH 12 + RETH 16 + ICRC 4 + VCRC 2 (no Ethernet, IP or UDP headers) |
+//! | `nic_mops` | 100 | *Assumed*: ConnectX-5 is specified near 200 M messages/s; as for `chime-testbed`, one-sided verbs to one memory NIC saturate near half of that |
+//!
+//! The atomic unit, posting and MN-core costs are those of `chime-testbed` (same NIC generation
+//! class; the paper names CAS as the insert bottleneck, §5.6.3, without a figure for it).
+
 use serde::{Deserialize, Serialize};
 
 /// The fabric model's parameters. Times in virtual nanoseconds.
@@ -90,6 +105,16 @@ impl NetParams {
         NetParams { nic_mops: 75.0, header_bytes: 110, ..NetParams::chime_testbed() }
     }
 
+    /// The SepHash testbed: 100 Gb/s ConnectX-5 InfiniBand, one MN with one core (module docs).
+    pub fn sephash_testbed() -> NetParams {
+        NetParams {
+            one_way_ns: 850,
+            header_bytes: 42,
+            nic_mops: 100.0,
+            ..NetParams::chime_testbed()
+        }
+    }
+
     /// A slow, jittery fabric for correctness tests: long and variable service intervals make
     /// torn reads and reordered arrivals common.
     pub fn stress() -> NetParams {
@@ -112,6 +137,7 @@ impl NetParams {
         match name {
             "chime-testbed" | "chime" => Ok(NetParams::chime_testbed()),
             "chime-calibrated" => Ok(NetParams::chime_calibrated()),
+            "sephash-testbed" | "sephash" => Ok(NetParams::sephash_testbed()),
             "stress" => Ok(NetParams::stress()),
             _ => Err(format!("unknown fabric preset '{name}' (known: {})", PRESETS.join(", "))),
         }
@@ -163,7 +189,7 @@ impl NetParams {
 }
 
 /// Names accepted by [`NetParams::preset`].
-pub const PRESETS: &[&str] = &["chime-testbed", "chime-calibrated", "stress"];
+pub const PRESETS: &[&str] = &["chime-testbed", "chime-calibrated", "sephash-testbed", "stress"];
 
 /// The preset runs use when none is named: the RDMA testbed of the CHIME paper (the first of
 /// [`PRESETS`]).
@@ -270,7 +296,9 @@ mod tests {
         assert!(p.set("one_way_ns").unwrap_err().contains("name=value"));
         assert!(NetParams::preset("nope")
             .unwrap_err()
-            .contains("chime-testbed, chime-calibrated, stress"));
+            .contains("chime-testbed, chime-calibrated, sephash-testbed, stress"));
+        let s = NetParams::preset("sephash-testbed").unwrap();
+        assert_eq!((s.one_way_ns, s.header_bytes, s.nic_mops, s.mn_cores), (850, 42, 100.0, 1));
         let c = NetParams::preset("chime-calibrated").unwrap();
         assert_eq!((c.nic_mops, c.header_bytes, c.link_gbps), (75.0, 110, 100.0));
     }
