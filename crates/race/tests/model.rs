@@ -1,0 +1,50 @@
+//! RACE against a `HashMap`, on shapes small enough that every case splits segments and doubles
+//! the directory.
+
+use dmindex_index::conformance::{model_test, ModelConfig};
+use dmindex_index::{IndexConfig, IndexStats, PointOnly};
+use dmindex_race::Race;
+
+fn opts(kv: &[(&str, usize)]) -> Vec<(String, String)> {
+    kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn split_happened(s: &IndexStats, items: usize) {
+    let get = |n| s.extra.iter().find(|(k, _)| *k == n).map(|&(_, v)| v).unwrap();
+    // One group per segment holds at most 21 keys: more keys than that forced splits.
+    if items > 21 {
+        assert!(get("splits") > 0, "{items} keys and no split: {s:?}");
+        assert!(get("split_moved_entries") > 0, "{s:?}");
+    }
+}
+
+#[test]
+fn one_group_segments_from_depth_zero() {
+    let index = IndexConfig {
+        extra: opts(&[("groups", 1), ("depth", 0), ("max_depth", 12)]),
+        ..IndexConfig::default()
+    };
+    let mut cfg = ModelConfig::new(index, 200, 40);
+    cfg.after = Some(split_happened);
+    cfg.search_again = true;
+    model_test::<Race, PointOnly>(&cfg);
+}
+
+#[test]
+fn long_keys_and_values_two_groups() {
+    let index = IndexConfig {
+        max_key: 12,
+        max_value: 100,
+        extra: opts(&[("groups", 2), ("depth", 1)]),
+        ..IndexConfig::default()
+    };
+    let mut cfg = ModelConfig::new(index, 300, 16);
+    cfg.key = |x| format!("key-{x}").into_bytes();
+    cfg.value = |v, max| vec![v; 1 + v as usize % max];
+    model_test::<Race, PointOnly>(&cfg);
+}
+
+#[test]
+fn default_shape() {
+    model_test::<Race, PointOnly>(&ModelConfig::new(IndexConfig::default(), 500, 8));
+}
