@@ -29,8 +29,8 @@ use dmindex_fabric::{Client, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::kv_block;
 
-use crate::bucket::{At, Snap};
-use crate::layout::{self, dir_entry_parts, is_frozen, Hashes, FROZEN};
+use crate::bucket::{Copy, Snap};
+use crate::layout::{self, dir_entry_parts, is_frozen, Hashes};
 use crate::{bump, Race};
 
 impl Race {
@@ -100,6 +100,7 @@ impl Race {
                 if !copies.iter().any(|x| is_frozen(x.word))
                     && c.cas(snap.addr(low.at), low.word, word).await? == low.word
                 {
+                    self.clear_higher(c, &snap, &copies).await?;
                     return Ok(());
                 }
                 bump(&self.counters.retries, 1);
@@ -119,15 +120,11 @@ impl Race {
                 let re = self.read_snap(c, seg, &h).await?;
                 let now = re.word(at);
                 if re.matches(&h) {
-                    if now == word | FROZEN {
-                        // Frozen by a split that has not switched these headers yet.
-                        bump(&self.counters.retries, 1);
-                        continue;
+                    if self.dedup(c, &re, key, &h, word).await? {
+                        return Ok(());
                     }
-                    if now == word {
-                        self.dedup(c, &re, key, &h, word, at).await?;
-                    }
-                    return Ok(());
+                    bump(&self.counters.retries, 1);
+                    continue;
                 }
                 bump(&self.counters.retries, 1);
                 if now == word {
@@ -145,19 +142,19 @@ impl Race {
                     continue;
                 }
                 // Moved (frozen, or already cleared after the move) or changed by others:
-                // follow the key; our entry, if still there, is at the same position.
-                let next = self.locate(c, &h, &mut reads).await?;
-                if next.word(at) != word {
-                    return Ok(());
-                }
-                seg = next.seg;
+                // follow the key and settle its duplicates there (ours, if still there, is at
+                // the same position).
+                seg = self.locate(c, &h, &mut reads).await?.seg;
             }
         }
     }
 
-    /// Our entry `word` at `at` took effect; resolves duplicates of the key deterministically:
-    /// if a lower copy exists ours lost and we clear it, otherwise we clear the higher copies
-    /// (never a frozen one: a split owns it). Each clearing CAS expects the word it clears.
+    /// Settles the key's duplicates in `re` after our insert: the lowest copy is the value and
+    /// every other copy is cleared, each by a CAS expecting the word seen (ours among them if a
+    /// lower copy exists; `word` is ours, recognised without reading its block). Returns false
+    /// when the re-read must be repeated: a copy is frozen (a split is moving the key: the
+    /// duplicates are settled in the new segment, where they keep their positions) or a
+    /// clearing CAS failed.
     async fn dedup<T: Transport>(
         &self,
         c: &Client<T>,
@@ -165,23 +162,31 @@ impl Race {
         key: &[u8],
         h: &Hashes,
         word: u64,
-        at: At,
-    ) -> IndexResult<()> {
+    ) -> IndexResult<bool> {
         let copies = self.copies(c, re, key, h, word).await?;
-        let losers = match copies.first() {
-            // A lower copy wins: only ours is cleared (other higher ones are their inserters').
-            Some(low) if low.at != at => {
-                let ours = copies.iter().position(|x| x.at == at).unwrap_or(0);
-                &copies[ours..=ours]
-            }
-            _ => copies.get(1..).unwrap_or_default(),
-        };
-        for x in losers.iter().filter(|x| !is_frozen(x.word)) {
-            if c.cas(re.addr(x.at), x.word, 0).await? == x.word {
+        if copies.iter().any(|x| is_frozen(x.word)) {
+            return Ok(false);
+        }
+        self.clear_higher(c, re, &copies).await
+    }
+
+    /// Clears every copy but the lowest (non-lowest copies are not the key's value, so this
+    /// changes no value); true if every clearing CAS succeeded.
+    async fn clear_higher<T: Transport>(
+        &self,
+        c: &Client<T>,
+        snap: &Snap,
+        copies: &[Copy],
+    ) -> IndexResult<bool> {
+        let mut settled = true;
+        for x in copies.iter().skip(1) {
+            if c.cas(snap.addr(x.at), x.word, 0).await? == x.word {
                 bump(&self.counters.dedup, 1);
+            } else {
+                settled = false;
             }
         }
-        Ok(())
+        Ok(settled)
     }
 
     pub(crate) async fn update_key<T: Transport>(
@@ -197,12 +202,13 @@ impl Race {
             let snap = self.locate(c, &h, &mut reads).await?;
             let copies = self.copies(c, &snap, key, &h, 0).await?;
             let Some(low) = copies.first() else { return Ok(false) };
-            if !is_frozen(low.word) {
+            if !copies.iter().any(|x| is_frozen(x.word)) {
                 if word == 0 {
                     let block = self.blocks.write(c, key, value).await?;
                     word = self.word(&h, key, value, block);
                 }
                 if c.cas(snap.addr(low.at), low.word, word).await? == low.word {
+                    self.clear_higher(c, &snap, &copies).await?;
                     return Ok(true);
                 }
             }
