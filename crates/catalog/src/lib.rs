@@ -13,7 +13,7 @@ use dmindex_bench::{BenchConfig, BenchReport, Runnable, RunnableScans};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::Services;
 use dmindex_index::conformance::{CheckConfig, SeedReport};
-use dmindex_index::{mn_services, IndexKind, MnService, Ordered, PointIndex, Scans};
+use dmindex_index::{mn_services, IndexKind, MnService, Ordered, PointIndex, PointOnly, Scans};
 use dmindex_prim::rdwc::Rdwc;
 
 /// Whether compute nodes combine concurrent operations on one key (read delegation and write
@@ -94,6 +94,12 @@ pub static INDEXES: &[IndexEntry] = &[
         "reference: sorted shards behind one remote lock each (the harness's yardstick)",
         dmindex_reference::LockedShards,
         Ordered
+    ),
+    index!(
+        "race",
+        "RACE (ATC '21): one-sided extendible hashing, combined buckets, lock-free reads",
+        dmindex_race::Race,
+        PointOnly
     ),
 ];
 
