@@ -9,21 +9,20 @@
 //!
 //! # Insert, after its CAS into position p (the re-read)
 //!
-//! * every header matches, p still holds our word: if a lower copy exists ours is a duplicate
-//!   that lost; we clear it (CAS from our own word) and are done — our insert is linearized just
-//!   before the lower copy's insert, which our first READ did not see and so came after it. If
-//!   ours is the lowest we clear the higher copies we see (CAS from the word seen), so that
-//!   racing inserts of one key leave one slot;
-//! * every header matches, p holds something else: an update or delete acted on our entry
-//!   after it took effect; done;
-//! * p's frozen: a split is moving it; wait for the split, then follow the key to its new
-//!   segment and go on there from the same position;
+//! * every header matches: settle the key's duplicates — the lowest copy stays and every other
+//!   copy is cleared by a CAS expecting the word seen (ours too, if a lower copy exists: our
+//!   insert is then linearized just before the lower copy's insert, which our first READ did not
+//!   see and so came after it). A frozen copy means a split is moving the key: wait, and settle
+//!   in the new segment, where copies keep their positions. Updates clear the higher copies
+//!   their snapshot showed as well, so racing inserts of one key leave one slot;
 //! * p's bucket has switched and p still holds our word: we are either an entry the split will
 //!   still freeze (CAS'd before the switch, visible) or an orphan (CAS'd after the split READ
 //!   it, never visible to anyone, since every image of it carries a header that excludes the
 //!   key). We wait until the segment's split lock is free — then every split that switched the
 //!   bucket has finished its second pass, so an entry still unfrozen is an orphan — and take it
-//!   back by CAS (or find it frozen, and follow it), then insert again.
+//!   back by CAS (or find it frozen, and follow it), then insert again;
+//! * otherwise (frozen and moved, or changed by others) follow the key to its segment and
+//!   settle there.
 
 use dmindex_fabric::{Client, Transport};
 use dmindex_index::IndexResult;
