@@ -14,7 +14,7 @@ fn opts(groups: usize, depth: usize) -> Vec<(String, String)> {
 #[test]
 fn splits_race_every_operation_with_crashes() {
     let cfg = CheckConfig { index_options: opts(1, 0), ..CheckConfig::default() };
-    suite::<Race, PointOnly>("race_splits_with_crashes", &cfg, 0..80);
+    suite::<Race, PointOnly>("race_splits_with_crashes", &cfg, 0..400);
 }
 
 /// More keys than one-group segments hold at depth 2, and more clients, no crashes: every
@@ -29,7 +29,7 @@ fn many_keys_many_clients() {
         crashes: Crashes::Never,
         ..CheckConfig::default()
     };
-    suite::<Race, PointOnly>("race_many_keys", &cfg, 0..30);
+    suite::<Race, PointOnly>("race_many_keys", &cfg, 0..100);
 }
 
 /// Longer keys and values in blocks of two cache lines.
@@ -41,7 +41,21 @@ fn long_keys_and_values() {
         value_size: 80,
         ..CheckConfig::default()
     };
-    suite::<Race, PointOnly>("race_long_keys", &cfg, 0..30);
+    suite::<Race, PointOnly>("race_long_keys", &cfg, 0..150);
+}
+
+/// Hundreds of keys in one-group segments with crashes: dozens of splits per seed, and crashes
+/// inside them (clients behind a crashed splitter are reported stuck, not failed).
+#[test]
+fn many_splits_with_crashes() {
+    let cfg = CheckConfig { index_options: opts(1, 0), keys: 300, ..CheckConfig::default() };
+    suite::<Race, PointOnly>("race_many_splits_with_crashes", &cfg, 0..200);
+}
+
+/// The default shape (no split at this size): the plain paths.
+#[test]
+fn default_shape() {
+    suite::<Race, PointOnly>("race_default_shape", &CheckConfig::default(), 0..100);
 }
 
 #[test]

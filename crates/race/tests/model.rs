@@ -24,7 +24,7 @@ fn one_group_segments_from_depth_zero() {
         extra: opts(&[("groups", 1), ("depth", 0), ("max_depth", 12)]),
         ..IndexConfig::default()
     };
-    let mut cfg = ModelConfig::new(index, 200, 40);
+    let mut cfg = ModelConfig::new(index, 200, 150);
     cfg.after = Some(split_happened);
     cfg.search_again = true;
     model_test::<Race, PointOnly>(&cfg);
@@ -47,4 +47,36 @@ fn long_keys_and_values_two_groups() {
 #[test]
 fn default_shape() {
     model_test::<Race, PointOnly>(&ModelConfig::new(IndexConfig::default(), 500, 8));
+}
+
+#[test]
+fn options_are_checked() {
+    use dmindex_fabric::exec::run_tasks;
+    use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+    use dmindex_index::{IndexError, PointIndex};
+
+    let f = LocalFabric::new(LocalConfig { node_size: 64 << 20, ..Default::default() }).unwrap();
+    let c = f.client(0).unwrap();
+    let with = |kv: &[(&str, usize)]| IndexConfig { extra: opts(kv), ..IndexConfig::default() };
+    let err = |cfg: IndexConfig| match run_tasks([Race::create(&c, &cfg, 0)]).remove(0) {
+        Err(IndexError::Config(m)) => m,
+        other => panic!("{other:?}"),
+    };
+    let unknown = with(&[]);
+    let unknown = IndexConfig { extra: vec![("span".into(), "3".into())], ..unknown };
+    assert_eq!(err(unknown), "unknown race option 'span' (known: depth, max_depth, groups)");
+    assert_eq!(err(with(&[("groups", 0)])), "option groups=0: must be in 1..=1024");
+    assert_eq!(err(with(&[("depth", 9), ("max_depth", 8)])), "option depth=9 exceeds max_depth=8");
+    let big = IndexConfig { max_value: 9000, ..IndexConfig::default() };
+    assert!(err(big).contains("blocks at most 8128 bytes"));
+    // Created with one shape, opened with another: refused.
+    run_tasks([async {
+        let cfg = with(&[("groups", 2)]);
+        Race::create(&c, &cfg, 0).await.unwrap();
+        let other = with(&[("groups", 4)]);
+        let e = Race::open(&c, &other, 1).await.unwrap_err();
+        assert!(matches!(e, IndexError::Config(m) if m.contains("another shape")));
+        let e = Race::create(&c, &cfg, 0).await.unwrap_err();
+        assert!(matches!(e, IndexError::Config(m) if m.contains("in use")));
+    }]);
 }
