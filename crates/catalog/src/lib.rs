@@ -96,6 +96,12 @@ pub static INDEXES: &[IndexEntry] = &[
         PointOnly
     ),
     index!(
+        "race",
+        "RACE (ATC '21): one-sided extendible hashing, combined buckets, lock-free reads",
+        dmindex_race::Race,
+        PointOnly
+    ),
+    index!(
         "ref",
         "reference: sorted shards behind one remote lock each (the harness's yardstick)",
         dmindex_reference::LockedShards,
@@ -165,7 +171,7 @@ mod tests {
         assert!(find(DEFAULT_INDEX).is_ok());
         let e = find("nope").err().expect("unknown").to_string();
         assert!(
-            e.contains("unknown index 'nope'") && e.contains("chime, sherman, sephash, ref"),
+            e.contains("unknown index 'nope'") && e.contains("chime, sherman, sephash, race, ref"),
             "{e}"
         );
     }

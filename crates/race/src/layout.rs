@@ -1,0 +1,331 @@
+//! Every remote byte layout of RACE, drawn; all words are little-endian.
+//!
+//! # Slot (8 B, aligned; changed only by CAS, except the splitter's clearing WRITE of a slot it
+//! froze)
+//!
+//! ```text
+//!  63      56 55 54     48 47            42 41                                   0
+//! +----------+--+---------+----------------+--------------------------------------+
+//! | fp (8)   |F | units(7)| block node (6) | block offset / 64 (42)               |
+//! +----------+--+---------+----------------+--------------------------------------+
+//! byte 7 = fp, byte 6 = F << 7 | units, bytes 0..6 = the 48-bit block address
+//! ```
+//!
+//! * `0` is an empty slot; a used slot is never 0 (its block address is not null).
+//! * `fp`: 8 bits of the key's second hash ([`Hashes::fp`]); a reader reads a block only when the
+//!   fingerprint matches, and the key in the block decides.
+//! * `units`: the block's length in 64-B units (1..=127), so blocks are at most 8 128 B.
+//! * `F` (frozen): set by a splitter on an entry it is moving to the new segment. No CAS expects a
+//!   frozen word, so a frozen entry can no longer be updated or deleted in the old segment; it
+//!   still holds the key's current value until the split switches the bucket's header.
+//! * The 48-bit block address: the memory node in 6 bits (at most 64 memory nodes) and the
+//!   offset divided by 64 (blocks are 64-B aligned) in 42 bits (256 TiB per node).
+//!
+//! # Bucket (64 B = one cache line, 64-B aligned): header + 7 slots
+//!
+//! ```text
+//! +0        +1 .. +3   +4              +8      +16            +56      +64
+//! | depth u8| zero     | suffix u32 LE | slot 0 | slot 1 | ... | slot 6 |
+//! ```
+//!
+//! The header is `depth | suffix << 32`: the segment's local depth and the suffix (the low
+//! `depth` bits of the first hash) every key in the bucket has. A key belongs to a bucket iff
+//! `h1 mod 2^depth == suffix`. Only a splitter holding the segment's lock WRITEs headers.
+//!
+//! Why 7 slots and not RACE's 8: a bucket of header + 7 slots is exactly one cache line, and a
+//! cache line is the unit a READ samples atomically. Every bucket image a reader gets is
+//! therefore one instant's header *and* slots together, which is what makes the header check
+//! sound under torn reads: an entry seen next to a matching header was in the bucket while the
+//! bucket still belonged to the key's segment. With 8 slots (72 B) the header and the last slot
+//! would straddle two lines and a reader could pair an old header with a new slot.
+//!
+//! # Segment (64 + 192 × groups bytes, 64-B aligned)
+//!
+//! ```text
+//! +0     meta line (64 B): split lock u64 (0 free, bit 63 held) | zero
+//! +64    group 0: bucket 0 (main, side 0) | bucket 1 (overflow) | bucket 2 (main, side 1)
+//! +256   group 1: bucket 3 | bucket 4 | bucket 5
+//! ...
+//! ```
+//!
+//! Main bucket `m` (0..2 × groups) is bucket `3(m/2)` (side 0) or `3(m/2) + 2` (side 1); its
+//! combined bucket is it and the group's overflow bucket `3(m/2) + 1`, adjacent, so one 128-B
+//! READ. Two main buckets of one group share their overflow bucket; a key whose two choices are
+//! in one group reads the group whole (192 B, one READ).
+//!
+//! # Directory (64-B aligned; its address is the root word)
+//!
+//! ```text
+//! +0     header word: global depth (bits 0..7) | directory lock (bit 63)
+//! +8     zero (rest of the line)
+//! +64    entry 0, entry 1, ... entry 2^max_depth - 1    (8 B each)
+//!
+//! entry:  63                                    6 5        0
+//!        +---------------------------------------+----------+
+//!        | segment GlobalAddr (64-B aligned)     | depth (6)|
+//!        +---------------------------------------+----------+
+//! ```
+//!
+//! Entries are allocated for the largest directory up front (zeroed memory costs nothing until
+//! used); entries `0..2^global depth` are valid. Entry `i` names the segment whose suffix is
+//! `i mod 2^depth`. The split lock lives in the segment, not in the entry, so that doubling the
+//! directory copies entries without caring which are locked; entries and the global depth are
+//! written only under the directory lock.
+//!
+//! # Root slot and descriptor (root table on memory node 0)
+//!
+//! ```text
+//! slot N      the directory's GlobalAddr
+//! slot N + 1  descriptor: magic 0x5243 ("RC") in bits 48..63 | shape:
+//!             groups (bits 0..10) | max depth (11..15) | max key (16..28) | max value (29..41)
+//! ```
+
+use dmindex_fabric::GlobalAddr;
+use dmindex_prim::hash::{hash_bytes, mix64};
+use dmindex_prim::root::Magic;
+
+/// Slots per bucket: header + 7 slots = one 64-B cache line.
+pub const SLOTS: usize = 7;
+/// Bytes per bucket.
+pub const BUCKET: u64 = 64;
+/// Bytes of a segment's meta line (the split lock).
+pub const SEG_META: u64 = 64;
+/// Bytes of the directory's header line.
+pub const DIR_HEADER: u64 = 64;
+/// The frozen bit of a slot.
+pub const FROZEN: u64 = 1 << 55;
+/// The lock bit of a segment's lock word and of the directory header word.
+pub const LOCK: u64 = 1 << 63;
+/// Most memory nodes a 48-bit block address can name.
+pub const MAX_NODES: u16 = 64;
+/// Longest block a slot can describe (127 units of 64 B).
+pub const MAX_BLOCK: usize = 127 * 64;
+/// Largest maximum depth (a 2^24-entry directory is 128 MiB).
+pub const MAX_DEPTH: usize = 24;
+/// Most groups in a segment (the descriptor has 11 bits for them).
+pub const MAX_GROUPS: usize = 1024;
+
+/// The descriptor's magic.
+pub const MAGIC: Magic = Magic { name: "RACE hash table", value: 0x5243, bits: 16 };
+
+/// A segment's byte size.
+pub const fn segment_bytes(groups: usize) -> u64 {
+    SEG_META + 3 * BUCKET * groups as u64
+}
+
+/// The two hashes of a key and what they decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hashes {
+    /// First hash: its low bits index the directory (the suffix).
+    pub h1: u64,
+    /// Second hash: the second bucket choice and the fingerprint.
+    pub h2: u64,
+}
+
+impl Hashes {
+    pub fn of(key: &[u8]) -> Hashes {
+        let h1 = hash_bytes(key);
+        Hashes { h1, h2: mix64(h1 ^ 0x5241_4345_5241_4345) }
+    }
+
+    /// The slot fingerprint.
+    pub fn fp(&self) -> u8 {
+        (self.h2 >> 24) as u8
+    }
+
+    /// The two main buckets (distinct) of a segment of `groups` groups.
+    pub fn mains(&self, groups: usize) -> [usize; 2] {
+        let n = 2 * groups as u64;
+        let a = ((self.h1 >> 32) % n) as usize;
+        let mut b = ((self.h2 >> 32) % n) as usize;
+        if b == a {
+            b = a ^ 1;
+        }
+        [a, b]
+    }
+
+    /// Bit `depth` of the first hash: which half of a splitting segment the key goes to.
+    pub fn bit(&self, depth: u32) -> bool {
+        self.h1 >> depth & 1 == 1
+    }
+
+    /// Whether bucket header `header` says the bucket holds keys with this hash.
+    pub fn matches(&self, header: u64) -> bool {
+        let (depth, suffix) = header_parts(header);
+        self.h1 & low_mask(depth) == suffix
+    }
+}
+
+/// `2^bits - 1`.
+pub const fn low_mask(bits: u32) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1 << bits) - 1
+    }
+}
+
+/// Bucket header word.
+pub const fn header(depth: u32, suffix: u64) -> u64 {
+    depth as u64 | suffix << 32
+}
+
+/// (depth, suffix) of a header word.
+pub const fn header_parts(h: u64) -> (u32, u64) {
+    ((h & 0xFF) as u32, h >> 32)
+}
+
+/// The main bucket's index in its segment.
+pub const fn main_bucket(m: usize) -> usize {
+    3 * (m / 2) + 2 * (m % 2)
+}
+
+/// The overflow bucket of main bucket `m`.
+pub const fn overflow_bucket(m: usize) -> usize {
+    3 * (m / 2) + 1
+}
+
+/// Byte offset of bucket `b` in a segment.
+pub const fn bucket_offset(b: usize) -> u64 {
+    SEG_META + b as u64 * BUCKET
+}
+
+/// A slot word: fingerprint, length in 64-B units, block address (not frozen).
+pub fn slot(fp: u8, units: u8, block: GlobalAddr) -> u64 {
+    debug_assert!(units > 0 && units < 128 && block.is_aligned(64));
+    debug_assert!(block.node() < MAX_NODES);
+    (fp as u64) << 56 | (units as u64) << 48 | (block.node() as u64) << 42 | block.offset() >> 6
+}
+
+/// The block a used slot points to.
+pub fn slot_block(w: u64) -> GlobalAddr {
+    let node = (w >> 42 & 0x3F) as u16;
+    GlobalAddr::new(node, (w & low_mask(42)) << 6)
+}
+
+/// A slot's fingerprint.
+pub const fn slot_fp(w: u64) -> u8 {
+    (w >> 56) as u8
+}
+
+/// A slot's block length in 64-B units.
+pub const fn slot_units(w: u64) -> u8 {
+    (w >> 48 & 0x7F) as u8
+}
+
+/// Whether a slot word is frozen by a split.
+pub const fn is_frozen(w: u64) -> bool {
+    w & FROZEN != 0
+}
+
+/// Units of 64 B a block of `len` bytes takes.
+pub const fn units(len: usize) -> u8 {
+    len.div_ceil(64) as u8
+}
+
+/// Directory entry word.
+pub fn dir_entry(seg: GlobalAddr, depth: u32) -> u64 {
+    debug_assert!(seg.is_aligned(64) && depth < 64);
+    seg.raw() | depth as u64
+}
+
+/// (segment, depth) of a directory entry word.
+pub const fn dir_entry_parts(e: u64) -> (GlobalAddr, u32) {
+    (GlobalAddr::from_raw(e & !0x3F), (e & 0x3F) as u32)
+}
+
+/// Address of directory entry `i`.
+pub const fn dir_entry_addr(dir: GlobalAddr, i: u64) -> GlobalAddr {
+    dir.add(DIR_HEADER + 8 * i)
+}
+
+/// The shape the descriptor records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub groups: usize,
+    pub max_depth: usize,
+    pub max_key: usize,
+    pub max_value: usize,
+}
+
+impl Shape {
+    /// The descriptor's shape bits.
+    pub fn bits(&self) -> u64 {
+        self.groups as u64 & 0x7FF
+            | (self.max_depth as u64 & 0x1F) << 11
+            | (self.max_key as u64 & 0x1FFF) << 16
+            | (self.max_value as u64 & 0x1FFF) << 29
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_bytes_are_pinned() {
+        let block = GlobalAddr::new(3, 0x1234_5640);
+        let w = slot(0xAB, 2, block);
+        assert_eq!(
+            w.to_le_bytes(),
+            [0x59, 0xD1, 0x48, 0x00, 0x00, 0x0C, 0x02, 0xAB],
+            "offset / 64 = 0x48D159 in bits 0..42, node 3 in bits 42..48, units, fp"
+        );
+        assert_eq!(slot_block(w), block);
+        assert_eq!((slot_fp(w), slot_units(w), is_frozen(w)), (0xAB, 2, false));
+        let f = w | FROZEN;
+        assert_eq!(f.to_le_bytes()[6], 0x82, "the frozen bit is the top bit of byte 6");
+        assert_eq!((slot_block(f), slot_units(f), is_frozen(f)), (block, 2, true));
+        let far = GlobalAddr::new(63, (1 << 48) - 64);
+        assert_eq!(slot_block(slot(0, 127, far)), far);
+        assert_eq!(units(1), 1);
+        assert_eq!(units(64), 1);
+        assert_eq!(units(65), 2);
+        assert_eq!(units(MAX_BLOCK), 127);
+    }
+
+    #[test]
+    fn bucket_and_segment_bytes_are_pinned() {
+        let mut b = [0u8; 64];
+        b[..8].copy_from_slice(&header(5, 0b10110).to_le_bytes());
+        b[8..16].copy_from_slice(&slot(0x11, 1, GlobalAddr::new(0, 64)).to_le_bytes());
+        assert_eq!(b[..16], [5, 0, 0, 0, 0x16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0x01, 0x11]);
+        assert_eq!(header_parts(header(5, 0b10110)), (5, 0b10110));
+        assert_eq!(segment_bytes(1), 256);
+        assert_eq!(segment_bytes(64), 64 + 64 * 192);
+        // Group g: main (side 0), overflow, main (side 1).
+        assert_eq!([main_bucket(0), overflow_bucket(0), main_bucket(1)], [0, 1, 2]);
+        assert_eq!([main_bucket(6), overflow_bucket(7), main_bucket(7)], [9, 10, 11]);
+        assert_eq!([bucket_offset(0), bucket_offset(1), bucket_offset(3)], [64, 128, 256]);
+    }
+
+    #[test]
+    fn directory_and_descriptor_bytes_are_pinned() {
+        let seg = GlobalAddr::new(2, 0x4000);
+        let e = dir_entry(seg, 9);
+        assert_eq!(e.to_le_bytes(), [0x09, 0x40, 0, 0, 0, 0, 0x02, 0x00]);
+        assert_eq!(dir_entry_parts(e), (seg, 9));
+        let dir = GlobalAddr::new(0, 0x10000);
+        assert_eq!(dir_entry_addr(dir, 3), GlobalAddr::new(0, 0x10000 + 64 + 24));
+        let shape = Shape { groups: 64, max_depth: 20, max_key: 16, max_value: 32 };
+        assert_eq!(shape.bits(), 64 | 20 << 11 | 16 << 16 | 32 << 29);
+        assert_eq!(MAGIC.word(shape.bits()) >> 48, 0x5243);
+    }
+
+    #[test]
+    fn hashes_are_pinned_and_choices_distinct() {
+        let h = Hashes::of(&1u64.to_be_bytes());
+        assert_eq!(h.h1, hash_bytes(&1u64.to_be_bytes()));
+        assert_eq!(h.h2, mix64(h.h1 ^ 0x5241_4345_5241_4345));
+        assert_eq!(h.fp(), (h.h2 >> 24) as u8);
+        for k in 0..2000u64 {
+            let h = Hashes::of(&k.to_be_bytes());
+            for groups in [1, 2, 5, 64] {
+                let [a, b] = h.mains(groups);
+                assert!(a != b && a < 2 * groups && b < 2 * groups);
+            }
+            assert!(h.matches(header(0, 0)));
+            assert_eq!(h.matches(header(1, 1)), h.bit(0));
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! # dmindex-race: RACE, one-sided RDMA-conscious extendible hashing (USENIX ATC '21)
+//!
+//! The baseline of the SepHash paper: an extendible hash table whose every operation is
+//! one-sided verbs from the compute node. Layouts are drawn in [`layout`]; `docs/race.md` has the
+//! races closed and their round-trip costs.
+//!
+//! ## Structure
+//!
+//! A directory (global depth, one entry per suffix naming a segment and its local depth) points
+//! to segments of groups {main, shared overflow, main}. Each bucket is one cache line: a header
+//! (local depth and suffix) and 7 slots of {fingerprint, length, 48-bit KV block address}. A key
+//! has two main buckets in its segment (two hash choices); each with the group's overflow bucket
+//! forms a combined bucket, read with one READ, and both combined buckets are read in one
+//! doorbell (a segment lives on one memory node). Each compute node's handle caches the
+//! directory; every bucket image carries its header, so a stale cache is noticed on the data
+//! itself (suffix check) and the one entry is re-read.
+//!
+//! ## Operations and round trips (no split, warm cache, short blocks)
+//!
+//! | op | round trips |
+//! |---|---|
+//! | search | 1 doorbell READ of both combined buckets + 1 READ per fingerprint match (usually 1) |
+//! | insert (new key) | block WRITE + bucket READ (+ block READs of fingerprint matches) + slot CAS + re-read (dedup) = 4 |
+//! | insert (existing key) | block WRITE + bucket READ + block READ + slot CAS = 4 |
+//! | update | bucket READ + block READ + block WRITE + slot CAS = 4 (3 when the key is absent: no WRITE) |
+//! | delete | bucket READ + block READ + slot CAS = 3 |
+//!
+//! A KV block is written and *awaited* before its address is CAS'd into a slot: blocks and
+//! segments may be on different memory nodes, and RC ordering holds only per node.
+//!
+//! ## Duplicates (insert is an upsert)
+//!
+//! Two clients inserting the same absent key may both CAS an empty slot. Positions are ordered
+//! (bucket index, slot index) and *the lowest copy is the key's value*; readers and writers act
+//! on the lowest copy they see. After its CAS an inserter re-reads both combined buckets: if a
+//! lower copy exists it clears its own slot (CAS from its own word, which is the expected value
+//! the reference code got wrong) and is done — its insert is linearized just before the lower
+//! copy's insert. A delete clears higher copies before the lowest one, so a copy left by a client
+//! that crashed mid-insert can never resurface.
+//!
+//! ## Split (resize)
+//!
+//! When both combined buckets are full the inserter splits the segment: lock it (a CAS on its
+//! meta word), freeze every entry whose hash bit `depth` is 1 (CAS to the frozen form: updates and
+//! deletes of those keys now fail and wait), write the new segment with their copies at the same
+//! positions, switch the old segment's headers to depth + 1, freeze and copy what inserters added
+//! meanwhile, publish the new segment in the directory (under the directory lock, doubling it
+//! when needed), clear the moved slots and unlock. Searches never wait: a frozen entry beside an
+//! old header is still the key's value. See [`split`] for the argument.
+//!
+//! A client that crashes mid-split leaves the segment locked and its moving entries frozen: later
+//! splits of that segment, and updates and deletes of its moving keys, wait forever (there are no
+//! lock leases yet). A crash never loses an acknowledged write: nothing is cleared from the old
+//! segment before the new one is published with a copy of it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+
+use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_index::{IndexConfig, IndexError, IndexResult, IndexStats, PointIndex};
+use dmindex_prim::kv_block::{self, Blocks};
+use dmindex_prim::options::{Opt, Options};
+use dmindex_prim::root::RootSlot;
+
+pub mod layout;
+
+mod bucket;
+mod dir;
+mod ops;
+mod split;
+
+use layout::Shape;
+
+/// The options RACE reads from [`IndexConfig::extra`].
+pub const OPTIONS: Options = Options {
+    what: "race",
+    known: &[
+        Opt::number("depth", &["initial_depth"], 0..=layout::MAX_DEPTH),
+        Opt::number("max_depth", &[], 1..=layout::MAX_DEPTH),
+        Opt::number("groups", &[], 1..=layout::MAX_GROUPS),
+    ],
+};
+
+/// Initial global depth (the reference code's).
+pub const DEFAULT_DEPTH: usize = 4;
+/// Largest global depth (the reference code's).
+pub const DEFAULT_MAX_DEPTH: usize = 20;
+/// Groups {main, overflow, main} per segment (the reference code's 64).
+pub const DEFAULT_GROUPS: usize = 64;
+
+/// Counters of one compute node's handle.
+#[derive(Debug, Default)]
+struct Counters {
+    splits: AtomicU64,
+    moved: AtomicU64,
+    retries: AtomicU64,
+    dedup: AtomicU64,
+    delete_dedup: AtomicU64,
+    searches: AtomicU64,
+    search_buckets: AtomicU64,
+    refreshes: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// A compute node's handle on a RACE table: its shape and its directory cache.
+#[derive(Debug)]
+pub struct Race {
+    dir: GlobalAddr,
+    shape: Shape,
+    blocks: Blocks,
+    config: IndexConfig,
+    /// The directory cache: `2^depth` entries as last read.
+    cache: RwLock<Vec<u64>>,
+    counters: Counters,
+}
+
+/// Shape and initial depth from the configuration.
+fn parse(config: &IndexConfig) -> IndexResult<(Shape, usize)> {
+    let p = OPTIONS.parse(&config.extra)?;
+    let depth = p.number("depth").unwrap_or(DEFAULT_DEPTH);
+    let max_depth = p.number("max_depth").unwrap_or(DEFAULT_MAX_DEPTH.max(depth));
+    let groups = p.number("groups").unwrap_or(DEFAULT_GROUPS);
+    if depth > max_depth {
+        return Err(IndexError::Config(format!(
+            "option depth={depth} exceeds max_depth={max_depth}"
+        )));
+    }
+    let block = kv_block::HEADER + config.max_key + config.max_value;
+    if config.max_key == 0 || block > layout::MAX_BLOCK {
+        return Err(IndexError::Config(format!(
+            "race keys must be 1 byte or more and blocks at most {} bytes (key {} + value {} + \
+             header {})",
+            layout::MAX_BLOCK,
+            config.max_key,
+            config.max_value,
+            kv_block::HEADER
+        )));
+    }
+    let shape = Shape { groups, max_depth, max_key: config.max_key, max_value: config.max_value };
+    Ok((shape, depth))
+}
+
+fn check_nodes<T: Transport>(c: &Client<T>) -> IndexResult<()> {
+    if c.info().nodes() > layout::MAX_NODES {
+        return Err(IndexError::Config(format!(
+            "race addresses at most {} memory nodes (48-bit block addresses), not {}",
+            layout::MAX_NODES,
+            c.info().nodes()
+        )));
+    }
+    Ok(())
+}
+
+impl Race {
+    fn segment_bytes(&self) -> u64 {
+        layout::segment_bytes(self.shape.groups)
+    }
+}
+
+impl<T: Transport> PointIndex<T> for Race {
+    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        let (shape, depth) = parse(config)?;
+        check_nodes(c)?;
+        let root = RootSlot::with_descriptor(config.root_slot)?;
+        let dir = dir::create(c, &shape, depth as u32).await?;
+        root.claim(c, dir.raw()).await?;
+        root.publish(c, &layout::MAGIC, shape.bits()).await?;
+        Self::open(c, config, cn).await
+    }
+
+    async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        let (shape, _) = parse(config)?;
+        check_nodes(c)?;
+        let root = RootSlot::with_descriptor(config.root_slot)?;
+        root.check(c, &layout::MAGIC, shape.bits()).await?;
+        let dir = GlobalAddr::from_raw(root.load(c).await?);
+        let entries = dir::load(c, dir, shape.max_depth).await?;
+        Ok(Race {
+            dir,
+            shape,
+            blocks: Blocks::new(config.max_key, config.max_value),
+            config: config.clone(),
+            cache: RwLock::new(entries),
+            counters: Counters::default(),
+        })
+    }
+
+    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+        self.config.check_kv(key, None)?;
+        self.search_key(c, key).await
+    }
+
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        self.config.check_kv(key, Some(value))?;
+        self.insert_key(c, key, value).await
+    }
+
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        self.config.check_kv(key, Some(value))?;
+        self.update_key(c, key, value).await
+    }
+
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        self.config.check_kv(key, None)?;
+        self.delete_key(c, key).await
+    }
+
+    fn stats(&self) -> IndexStats {
+        let n = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let depth = self.cache.read().expect("directory cache").len().trailing_zeros() as u64;
+        IndexStats {
+            cache_bytes: 8 << depth,
+            retries: get(&n.retries),
+            extra: vec![
+                ("splits", get(&n.splits)),
+                ("split_moved_entries", get(&n.moved)),
+                ("dedup_removals", get(&n.dedup)),
+                ("delete_duplicate_removals", get(&n.delete_dedup)),
+                ("directory_refreshes", get(&n.refreshes)),
+                // Combined buckets read per search = the second over the first.
+                ("searches", get(&n.searches)),
+                ("search_combined_buckets_read", get(&n.search_buckets)),
+                // The global depth this handle has seen (the harness sums it over compute nodes).
+                ("directory_depth", depth),
+            ],
+        }
+    }
+
+    async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
+        let (used, slots) = self.count_slots(c).await?;
+        Ok(Some(if slots == 0 { 0.0 } else { used as f64 / slots as f64 }))
+    }
+}

@@ -1,0 +1,142 @@
+//! The races RACE must close, provoked on purpose under the simulator (torn reads, delays):
+//! racing inserts of one absent key, and splits under a storm of concurrent inserts. Each test
+//! looks at remote memory afterwards, not only at what the operations returned.
+
+use std::cell::Cell;
+
+use dmindex_fabric::Client;
+use dmindex_index::{mn_services, IndexConfig, PointIndex};
+use dmindex_race::Race;
+use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
+
+fn sim(seed: u64) -> Sim {
+    let net = NetParams::preset("stress").unwrap();
+    let services = mn_services(net.mn_cores, &[]).unwrap();
+    let cfg = SimConfig { node_size: 64 << 20, chunk_size: 1 << 20, ..SimConfig::new(seed, net) };
+    Sim::with_services(cfg, services).unwrap()
+}
+
+fn config() -> IndexConfig {
+    IndexConfig {
+        extra: vec![("groups".into(), "1".into()), ("depth".into(), "0".into())],
+        ..IndexConfig::default()
+    }
+}
+
+fn stat(idx: &Race, name: &str) -> u64 {
+    let s = <Race as PointIndex<SimTransport>>::stats(idx);
+    s.extra.iter().find(|(k, _)| *k == name).map(|&(_, v)| v).unwrap()
+}
+
+/// Clients, handles on three compute nodes, and the table, created fault-free.
+fn setup(sim: &Sim, clients: usize) -> (Vec<Client<SimTransport>>, Vec<Race>) {
+    let setup = sim.client_on_own_thread(0);
+    sim.block_on(<Race as PointIndex<SimTransport>>::create(&setup, &config(), 0)).unwrap();
+    let handles: Vec<Race> = (0..3)
+        .map(|cn| sim.block_on(Race::open(&sim.client_on_own_thread(cn), &config(), cn)).unwrap())
+        .collect();
+    let clients = (0..clients).map(|i| sim.client_on_own_thread((i % 3) as u16)).collect();
+    (clients, handles)
+}
+
+fn faults() -> Faults {
+    Faults { delay_prob: 0.05, delay_max_ns: 20_000, crash_prob: 0.0, max_crashes: 0 }
+}
+
+const HOT: u64 = 48;
+
+/// Twelve clients insert the same 48 keys, in the same order, each first inserting a key of its
+/// own: every shared key is inserted absent by several clients at once, while the other keys
+/// they insert change which combined bucket each sees as less loaded, so racing inserts CAS
+/// different slots (the duplicate RACE's re-read must remove), and the one-group segments split.
+/// Afterwards every key is in exactly one slot.
+#[test]
+fn racing_inserts_of_one_key_leave_one_slot() {
+    let mut dedups = 0;
+    for seed in 0..30 {
+        let sim = sim(seed);
+        let (clients, handles) = setup(&sim, 12);
+        sim.set_faults(faults());
+        let tasks = clients.iter().enumerate().map(|(i, c)| {
+            let idx = &handles[i % 3];
+            Box::pin(async move {
+                for hot in 1..=HOT {
+                    let own = (1000 + i as u64 * 100 + hot).to_be_bytes();
+                    idx.insert(c, &own, &own).await.unwrap();
+                    let v = (i as u64).to_be_bytes();
+                    idx.insert(c, &hot.to_be_bytes(), &v).await.unwrap();
+                }
+            }) as Task
+        });
+        let out = sim.run_until(tasks, sim.now_ns() + 2_000_000_000);
+        assert!(out.stuck.is_empty() && out.crashed.is_empty(), "seed {seed}: {out:?}");
+        sim.set_faults(Faults::default());
+        let c = sim.client_on_own_thread(1);
+        let fresh = sim.block_on(Race::open(&c, &config(), 1)).unwrap();
+        sim.block_on(async {
+            for hot in 1..=HOT {
+                let k = hot.to_be_bytes();
+                let n = fresh.slots_holding(&c, &k).await.unwrap();
+                assert_eq!(n, 1, "seed {seed}: key {hot} in {n} slots");
+                let v = fresh.search(&c, &k).await.unwrap().expect("present");
+                assert!(u64::from_be_bytes(v.try_into().unwrap()) < 12);
+            }
+            for i in 0..12u64 {
+                for hot in 1..=HOT {
+                    let own = (1000 + i * 100 + hot).to_be_bytes();
+                    assert_eq!(fresh.search(&c, &own).await.unwrap(), Some(own.to_vec()));
+                    assert_eq!(fresh.slots_holding(&c, &own).await.unwrap(), 1);
+                }
+            }
+        });
+        dedups += handles.iter().map(|h| stat(h, "dedup_removals")).sum::<u64>();
+        let splits: u64 = handles.iter().map(|h| stat(h, "splits")).sum();
+        assert!(splits > 0, "seed {seed}: no split happened");
+    }
+    assert!(dedups > 0, "no insert ever removed a duplicate: the race was not exercised");
+}
+
+/// Sixteen clients insert 50 distinct keys each into one-group segments from a one-segment
+/// directory: hundreds of splits and directory doublings race inserts into the segments being
+/// split. Every key is then found, with its value, in exactly one slot, through a cold handle.
+#[test]
+fn splits_under_concurrent_inserts_lose_nothing() {
+    for seed in 0..10 {
+        let sim = sim(seed);
+        let (clients, handles) = setup(&sim, 16);
+        sim.set_faults(faults());
+        let done = Cell::new(0);
+        let tasks = clients.iter().enumerate().map(|(i, c)| {
+            let (idx, done) = (&handles[i % 3], &done);
+            Box::pin(async move {
+                for n in 0..50u64 {
+                    let k = (1 + i as u64 + 16 * n).to_be_bytes();
+                    idx.insert(c, &k, &k).await.unwrap();
+                    // Read back a key another client inserted earlier (may be racing a split).
+                    if n > 0 {
+                        let other = (1 + (i as u64 + 1) % 16 + 16 * (n - 1)).to_be_bytes();
+                        let _ = idx.search(c, &other).await.unwrap();
+                    }
+                }
+                done.set(done.get() + 1);
+            }) as Task
+        });
+        let out = sim.run_until(tasks, sim.now_ns() + 5_000_000_000);
+        assert!(out.stuck.is_empty() && done.get() == 16, "seed {seed}: {out:?}");
+        let splits: u64 = handles.iter().map(|h| stat(h, "splits")).sum();
+        assert!(splits >= 16, "seed {seed}: only {splits} splits for 800 keys");
+        sim.set_faults(Faults::default());
+        let c = sim.client_on_own_thread(2);
+        let fresh = sim.block_on(Race::open(&c, &config(), 2)).unwrap();
+        sim.block_on(async {
+            for k in 1..=800u64 {
+                let k = k.to_be_bytes();
+                assert_eq!(fresh.search(&c, &k).await.unwrap(), Some(k.to_vec()), "seed {seed}");
+                assert_eq!(fresh.slots_holding(&c, &k).await.unwrap(), 1, "seed {seed}");
+            }
+            let lf = fresh.load_factor(&c).await.unwrap().unwrap();
+            assert!(lf > 0.2 && lf <= 1.0, "seed {seed}: load factor {lf}");
+        });
+        assert!(stat(&fresh, "directory_depth") >= 4, "seed {seed}");
+    }
+}
