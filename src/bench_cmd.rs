@@ -79,6 +79,9 @@ pub struct BenchArgs {
     /// scan, rmw, delete).
     #[arg(long)]
     mix: Option<String>,
+    /// Request distribution overriding the workload's: zipfian, uniform, latest.
+    #[arg(long)]
+    distribution: Option<String>,
     /// Replay this trace in the run phase instead of generating operations.
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -136,6 +139,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         ops: a.ops,
         workload: a.workload.clone(),
         mix: a.mix.clone(),
+        distribution: a.distribution.clone(),
         trace: a.trace.clone(),
         load_trace: a.load_trace.clone(),
         key_size: a.key_size,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::bail;
-use dmindex_bench::experiment::{run_experiment, Scale};
+use dmindex_bench::experiment::{run_experiment, Paper, Scale};
 use dmindex_catalog::papers::{resolve, PAPERS};
 
 #[derive(clap::Args, Debug)]
@@ -22,27 +22,28 @@ pub struct Args {
     /// Directory for the JSON reports and SVG charts.
     #[arg(long, default_value = "results")]
     out: PathBuf,
-    /// Items loaded before each run phase.
-    #[arg(long, default_value_t = Scale::default().items)]
-    items: u64,
+    /// Items loaded before each run phase (default: the paper's scale, see --list).
+    #[arg(long)]
+    items: Option<u64>,
     /// Operations per run phase.
-    #[arg(long, default_value_t = Scale::default().ops)]
-    ops: u64,
-    /// Compute nodes.
-    #[arg(long, default_value_t = Scale::default().cns)]
-    cns: u16,
-    /// Clients per CN along throughput–latency curves (comma-separated).
-    #[arg(long, value_delimiter = ',', default_values_t = Scale::default().clients)]
-    clients: Vec<usize>,
-    /// Clients per CN for single-point comparisons (factor and sensitivity analyses).
-    #[arg(long, default_value_t = Scale::default().peak_clients)]
-    peak_clients: usize,
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Compute nodes (at most, for papers that place clients by count).
+    #[arg(long)]
+    cns: Option<u16>,
+    /// Clients along throughput–latency curves (comma-separated; per CN or in total, as
+    /// --list says for each paper).
+    #[arg(long, value_delimiter = ',')]
+    clients: Option<Vec<usize>>,
+    /// Clients for single-point comparisons (factor and sensitivity analyses).
+    #[arg(long)]
+    peak_clients: Option<usize>,
     /// Coroutines per client.
-    #[arg(long, default_value_t = Scale::default().coroutines)]
-    coroutines: usize,
+    #[arg(long)]
+    coroutines: Option<usize>,
     /// Simulator seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[arg(long)]
+    seed: Option<u64>,
     /// Fill memory by fast-forward before each run phase (for paper-scale --items): the
     /// inserts go through each index untimed, and figures of load throughput are skipped.
     #[arg(long)]
@@ -63,7 +64,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             if args.paper.as_deref().is_some_and(|only| only != p.name) {
                 continue;
             }
+            let d = (p.scale)();
             println!("{} — {} (testbed preset {})", p.name, p.title, p.testbed);
+            println!(
+                "  scale: {} items, {} ops, clients {:?} ({}), peak {}, {} coroutines{}",
+                d.items,
+                d.ops,
+                d.clients,
+                p.clients_mean,
+                d.peak_clients,
+                d.coroutines,
+                if d.fast_load { ", fast-forward load" } else { "" }
+            );
             for e in p.experiments {
                 println!("  {:<22} {}", format!("{}/{}", p.name, e.name), e.figure);
             }
@@ -71,36 +83,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let name = args.name.as_deref().unwrap_or_default();
-    if args.items == 0 || args.ops == 0 || args.cns == 0 || args.coroutines == 0 {
-        bail!("--items, --ops, --cns and --coroutines must be positive");
-    }
-    if args.clients.is_empty() || args.clients.contains(&0) || args.peak_clients == 0 {
-        bail!("client counts must be positive");
-    }
-    let scale = Scale {
-        items: args.items,
-        ops: args.ops,
-        cns: args.cns,
-        clients: args.clients.clone(),
-        peak_clients: args.peak_clients,
-        coroutines: args.coroutines,
-        seed: args.seed,
-        fast_load: args.fast_load,
-        workloads: args.workloads.clone(),
-        overrides: args.overrides.clone(),
-    };
     if args.fast_load && !args.workloads.is_empty() && args.workloads.iter().all(|w| w == "load") {
         bail!("--workloads load with --fast-load leaves nothing to run (a fast-forward load is untimed)");
     }
     let chosen = resolve(name, args.paper.as_deref())?;
-    // Every override must apply to the testbed of every paper chosen, before anything runs.
+    // Every scale and override must apply to every paper chosen, before anything runs.
+    let mut scales = Vec::with_capacity(chosen.len());
     for (paper, _) in &chosen {
+        let scale = scale_of(paper, args)?;
         let mut net = dmindex_sim::NetParams::preset(paper.testbed).map_err(anyhow::Error::msg)?;
         for o in &scale.overrides {
             net.set(o).map_err(anyhow::Error::msg)?;
         }
+        scales.push(scale);
     }
-    for (paper, e) in chosen {
+    for ((paper, e), scale) in chosen.into_iter().zip(scales) {
         let t = Instant::now();
         let out =
             run_experiment(paper, e.name, &scale, &args.out, &dmindex_catalog::bench, |line| {
@@ -113,4 +110,28 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `paper`'s own scale with what the command line sets.
+fn scale_of(paper: &Paper, args: &Args) -> anyhow::Result<Scale> {
+    let mut s = (paper.scale)();
+    s.items = args.items.unwrap_or(s.items);
+    s.ops = args.ops.unwrap_or(s.ops);
+    s.cns = args.cns.unwrap_or(s.cns);
+    s.clients = args.clients.clone().unwrap_or(s.clients);
+    s.peak_clients = args.peak_clients.unwrap_or(s.peak_clients);
+    s.coroutines = args.coroutines.unwrap_or(s.coroutines);
+    s.seed = args.seed.unwrap_or(s.seed);
+    s.fast_load |= args.fast_load;
+    if !args.workloads.is_empty() {
+        s.workloads = args.workloads.clone();
+    }
+    s.overrides.extend(args.overrides.iter().cloned());
+    if s.items == 0 || s.ops == 0 || s.cns == 0 || s.coroutines == 0 {
+        bail!("--items, --ops, --cns and --coroutines must be positive");
+    }
+    if s.clients.is_empty() || s.clients.contains(&0) || s.peak_clients == 0 {
+        bail!("client counts must be positive");
+    }
+    Ok(s)
 }

@@ -182,9 +182,12 @@ fn bench_refuses_bad_input() {
         (&["bench", "--trace", "/definitely/not/here"][..], "cannot read trace"),
         (&["check", "--index", "nope"][..], "unknown index 'nope'"),
         (&["bench", "--fast-load"][..], "--fast-load goes with --transport sim"),
-        (&["experiment", "ycsb", "--set", "nope=1"][..], "unknown fabric parameter 'nope'"),
-        (&["experiment", "ycsb", "--workloads", "z"][..], "invalid value 'z'"),
-        (&["experiment", "ycsb", "--workloads", "load", "--fast-load"][..], "nothing to run"),
+        (&["experiment", "chime/ycsb", "--set", "nope=1"][..], "unknown fabric parameter 'nope'"),
+        (&["experiment", "chime/ycsb", "--workloads", "z"][..], "invalid value 'z'"),
+        (&["experiment", "chime/ycsb", "--workloads", "load", "--fast-load"][..], "nothing to run"),
+        (&["experiment", "ycsb"][..], "an experiment of several papers"),
+        (&["experiment", "sephash/insert", "--clients", "0"][..], "must be positive"),
+        (&["bench", "--distribution", "gauss"][..], "unknown request distribution 'gauss'"),
     ] {
         let out = dmindex(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -328,6 +331,46 @@ fn experiment_writes_json_and_svg_and_refuses_unknown_names() {
     let out = dmindex(&["experiment", "fig99"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown experiment 'fig99'"));
+}
+
+/// SepHash's ablation: RACE, then SepHash with its techniques added in turn, each an insert and
+/// a search run at the paper's placement (threads in total, 16 per CN), 16-B keys, 32-B values.
+#[test]
+fn sephash_ablation_runs_each_step_with_its_options() {
+    let dir = std::env::temp_dir().join(format!("dmindex-exp-sh-{}", std::process::id()));
+    let out = dmindex(&[
+        "experiment",
+        "sephash/ablation",
+        "--items",
+        "3000",
+        "--ops",
+        "2000",
+        "--peak-clients",
+        "20",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("ablation.json")).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let idx: Vec<&str> = runs.iter().map(|r| r["report"]["index"].as_str().unwrap()).collect();
+    assert_eq!(
+        idx,
+        ["race", "race", "sephash", "sephash", "sephash", "sephash", "sephash", "sephash"]
+    );
+    for r in runs {
+        let rep = &r["report"];
+        assert_eq!((rep["cns"].as_u64(), rep["clients"].as_u64()), (Some(2), Some(10)), "{rep}");
+        let search = r["series"] == "search";
+        assert_eq!(rep["workload"].as_str().unwrap().starts_with("c+uniform"), search);
+        assert!(rep["throughput_ops"].as_f64().unwrap() > 0.0);
+    }
+    // Base reads whole segments: far more bytes per search than with the FPTable and filter.
+    let bytes = |i: usize| runs[i]["report"]["bytes_read_per_op"].as_f64().unwrap();
+    assert!(bytes(3) > 2.0 * bytes(7), "base {} vs full {}", bytes(3), bytes(7));
+    assert!(std::fs::read_to_string(dir.join("ablation.svg")).unwrap().starts_with("<svg"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A paper-scale style run, small: memory filled by fast-forward (no LOAD figure, the load

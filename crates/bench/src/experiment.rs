@@ -23,6 +23,10 @@ pub struct Paper {
     pub title: &'static str,
     /// The simulator preset that models the paper's testbed.
     pub testbed: &'static str,
+    /// The scale its experiments run at unless the command line says otherwise.
+    pub scale: fn() -> Scale,
+    /// What `Scale::clients` and `Scale::cns` mean in this paper's sweeps (for `--list`).
+    pub clients_mean: &'static str,
     pub experiments: &'static [Experiment],
 }
 
@@ -126,7 +130,7 @@ pub struct Session<'a> {
     log: &'a mut dyn FnMut(&str),
 }
 
-impl Session<'_> {
+impl<'a> Session<'a> {
     /// Of a paper's `workloads`, those this scale runs: the ones `--workloads` names (all if
     /// none), without LOAD when memory is filled by fast-forward (an untimed load has no figure).
     pub fn workloads(&self, workloads: &[&'static str]) -> Vec<&'static str> {
@@ -178,6 +182,16 @@ impl Session<'_> {
         ));
         self.runs.push(Run { series: series.into(), x, report });
         Ok(self.runs.last_mut().expect("just pushed"))
+    }
+
+    /// A session outside [`run_experiment`], for testing what a paper's bodies configure.
+    pub fn for_test(
+        scale: &'a Scale,
+        testbed: &'a str,
+        runner: Runner<'a>,
+        log: &'a mut dyn FnMut(&str),
+    ) -> Session<'a> {
+        Session { scale, runs: Vec::new(), charts: Vec::new(), name: "test", testbed, runner, log }
     }
 
     /// Adds a chart, written as `<file>.svg`.

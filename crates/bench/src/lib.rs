@@ -58,6 +58,8 @@ pub struct BenchConfig {
     pub workload: String,
     /// Proportions overriding the workload's, e.g. `read=0.5,delete=0.5`.
     pub mix: Option<String>,
+    /// Request distribution overriding the workload's (`zipfian`, `uniform`, `latest`).
+    pub distribution: Option<String>,
     pub trace: Option<PathBuf>,
     /// Load the keys of this YCSB load trace (in file order) instead of generating `items`.
     pub load_trace: Option<PathBuf>,
@@ -98,6 +100,7 @@ impl Default for BenchConfig {
             ops: None,
             workload: "c".into(),
             mix: None,
+            distribution: None,
             trace: None,
             load_trace: None,
             key_size: 8,
@@ -209,6 +212,9 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     let mut spec = WorkloadSpec::named(&cfg.workload).map_err(anyhow::Error::msg)?;
     if let Some(m) = &cfg.mix {
         spec = spec.with_mix(m).map_err(anyhow::Error::msg).context("--mix")?;
+    }
+    if let Some(d) = &cfg.distribution {
+        spec = spec.with_distribution(d).map_err(anyhow::Error::msg).context("--distribution")?;
     }
     let trace = match &cfg.trace {
         Some(p) => {

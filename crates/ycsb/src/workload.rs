@@ -108,6 +108,29 @@ impl WorkloadSpec {
         self.name = format!("{}+mix({mix})", self.name);
         Ok(self)
     }
+
+    /// Overrides the request distribution (`zipfian`, `uniform`, `latest`, `plain_zipfian`).
+    pub fn with_distribution(mut self, name: &str) -> Result<WorkloadSpec, String> {
+        self.distribution = Distribution::named(name)?;
+        self.name = format!("{}+{}", self.name, name.trim().to_ascii_lowercase());
+        Ok(self)
+    }
+}
+
+impl Distribution {
+    /// The distribution called `name` (YCSB's `requestdistribution` values, plus
+    /// `plain_zipfian`).
+    pub fn named(name: &str) -> Result<Distribution, String> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "zipfian" => Ok(Distribution::Zipfian),
+            "uniform" => Ok(Distribution::Uniform),
+            "latest" => Ok(Distribution::Latest),
+            "plain_zipfian" => Ok(Distribution::PlainZipfian),
+            other => Err(format!(
+                "unknown request distribution '{other}' (known: zipfian, uniform, latest, plain_zipfian)"
+            )),
+        }
+    }
 }
 
 /// What one operation does.
@@ -506,6 +529,10 @@ mod tests {
             .unwrap_err()
             .contains("unknown operation 'jump'"));
         assert!(WorkloadSpec::named("c").unwrap().with_mix("read=0").unwrap_err().contains("zero"));
+        let u = WorkloadSpec::named("c").unwrap().with_distribution("Uniform").unwrap();
+        assert_eq!((u.distribution, u.name.as_str()), (Distribution::Uniform, "c+uniform"));
+        let e = WorkloadSpec::named("c").unwrap().with_distribution("gauss").unwrap_err();
+        assert!(e.contains("unknown request distribution 'gauss'"), "{e}");
         let keys: Vec<_> = load_keys(KeyFormat::new(8, true).unwrap(), 10, 1, 3).collect();
         assert_eq!(
             keys,

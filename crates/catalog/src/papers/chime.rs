@@ -6,7 +6,7 @@
 //! `docs/reproduce.md`).
 
 use dmindex_bench::experiment::{
-    cache_mb, chart, curves, lines, mops, opts, reads, stat, Experiment, Paper, Run, Session,
+    cache_mb, chart, curves, lines, mops, opts, reads, stat, Experiment, Paper, Run, Scale, Session,
 };
 use dmindex_bench::BenchReport;
 
@@ -14,6 +14,8 @@ pub static PAPER: Paper = Paper {
     name: "chime",
     title: "CHIME: A Cache-Efficient and High-Performance Hybrid Index on Disaggregated Memory (SOSP '24)",
     testbed: "chime-testbed",
+    scale: Scale::default,
+    clients_mean: "clients per CN on each of --cns CNs",
     experiments: &[
         Experiment {
             name: "load-factor",

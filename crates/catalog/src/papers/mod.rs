@@ -1,11 +1,12 @@
 //! One table per paper: which experiments reproduce which figures, and what they run.
 
 mod chime;
+mod sephash;
 
 use dmindex_bench::experiment::{Experiment, Paper};
 
 /// Every paper whose figures `dmindex experiment` reproduces.
-pub static PAPERS: &[&Paper] = &[&chime::PAPER];
+pub static PAPERS: &[&Paper] = &[&chime::PAPER, &sephash::PAPER];
 
 /// The paper called `name`; the error names the known ones.
 pub fn paper(name: &str) -> anyhow::Result<&'static Paper> {
@@ -59,7 +60,10 @@ mod tests {
     #[test]
     fn specs_resolve_or_name_what_is_wrong() {
         assert_eq!(resolve("chime/ycsb", None).unwrap().len(), 1);
-        assert_eq!(resolve("ycsb", None).unwrap()[0].1.name, "ycsb");
+        assert_eq!(resolve("factors", None).unwrap()[0].1.name, "factors");
+        let e = resolve("ycsb", None).err().expect("ambiguous").to_string();
+        assert!(e.contains("several papers"), "{e}");
+        assert_eq!(resolve("sephash/ycsb", None).unwrap()[0].0.name, "sephash");
         assert_eq!(resolve("all", Some("chime")).unwrap().len(), chime::PAPER.experiments.len());
         assert_eq!(resolve("chime/all", None).unwrap().len(), chime::PAPER.experiments.len());
         let e = resolve("chime/nope", None).err().expect("unknown").to_string();

@@ -1,0 +1,425 @@
+//! SepHash (VLDB '24, §5): the figures it reproduces on the simulated SepHash testbed.
+//!
+//! Every run uses the `sephash-testbed` preset (100 Gbps InfiniBand, one memory node with one
+//! core), 16-byte keys and 32-byte values, 2 coroutines per client, and the paper's placement:
+//! up to 16 client threads on one compute node, 32/64/128 threads on 2/4/8 compute nodes
+//! (`Scale::clients` are totals here). Micro-benchmark searches pick keys uniformly (the paper
+//! reads back the keys it inserted); YCSB runs use YCSB's distributions. Throughput runs insert
+//! into or search an index first filled with `Scale::items` keys by fast-forward, so the
+//! segment count is that of a grown index rather than of its first thousand inserts (see
+//! `docs/reproduce-sephash.md` for why that extrapolates to the paper's 100 M keys).
+
+use dmindex_bench::experiment::{
+    cache_mb, chart, lines, mops, opts, stat, Experiment, Paper, Run, Scale, Session,
+};
+use dmindex_bench::plot::Series;
+use dmindex_bench::{BenchConfig, BenchReport};
+
+pub static PAPER: Paper = Paper {
+    name: "sephash",
+    title: "SepHash: A Write-Optimized Hash Index On Disaggregated Memory via Separate Segment Structure (VLDB '24)",
+    testbed: "sephash-testbed",
+    scale,
+    clients_mean: "client threads in total, 16 per CN up to --cns CNs",
+    experiments: &[
+        Experiment {
+            name: "insert",
+            figure: "Fig. 12/13: insert throughput and median/P99 latency vs client threads",
+            body: insert,
+        },
+        Experiment {
+            name: "search",
+            figure: "Fig. 15/16: search throughput and median latency vs client threads",
+            body: search,
+        },
+        Experiment {
+            name: "hybrid",
+            figure: "Fig. 14: throughput vs insert ratio of a mixed insert/search workload",
+            body: hybrid,
+        },
+        Experiment { name: "ycsb", figure: "Fig. 17: YCSB A-D throughput", body: ycsb },
+        Experiment {
+            name: "resize",
+            figure: "Table 1: resizes, resize bytes, retries and buckets read per search, 1 vs peak threads",
+            body: resize,
+        },
+        Experiment {
+            name: "utilisation",
+            figure: "Fig. 18 / Table 2: entry utilisation and entries per key as keys are inserted",
+            body: utilisation,
+        },
+        Experiment {
+            name: "fptable",
+            figure: "Table 3: FPTable cache size vs MainSegment/CurSegment ratio",
+            body: fptable,
+        },
+        Experiment {
+            name: "ablation",
+            figure: "Fig. 19: write (Base, +entry layout, +zero-wait) and read (Base, +FPTable, +filter) ablations vs RACE",
+            body: ablation,
+        },
+        Experiment {
+            name: "segment-size",
+            figure: "Fig. 20: CurSegment size and MainSegment size vs insert and search throughput",
+            body: segment_size,
+        },
+        Experiment {
+            name: "memory-nodes",
+            figure: "Fig. 21: insert and search throughput vs memory nodes",
+            body: memory_nodes,
+        },
+    ],
+};
+
+/// The paper's sweep: 1–128 client threads on up to 8 compute nodes; 1 M keys filled by
+/// fast-forward before each throughput run, 200 k operations measured.
+fn scale() -> Scale {
+    Scale {
+        items: 1_000_000,
+        ops: 200_000,
+        cns: 8,
+        clients: vec![1, 2, 4, 8, 16, 32, 64, 128],
+        peak_clients: 128,
+        coroutines: 2,
+        seed: 1,
+        fast_load: true,
+        workloads: Vec::new(),
+        overrides: Vec::new(),
+    }
+}
+
+/// Threads per compute node in the paper's placement.
+const PER_CN: usize = 16;
+
+/// SepHash and its baseline.
+const INDEXES: [&str; 2] = ["sephash", "race"];
+
+/// A run of `index` on `workload` with `threads` client threads placed as the paper places
+/// them, 16-byte keys and 32-byte values.
+fn base(s: &Session<'_>, index: &str, workload: &str, threads: usize) -> BenchConfig {
+    let mut c = s.base(index, workload);
+    let cns = threads.div_ceil(PER_CN).clamp(1, s.scale.cns as usize);
+    c.cns = cns as u16;
+    c.clients = threads.div_ceil(cns);
+    c.key_size = 16;
+    c.value_size = 32;
+    c.ordered_keys = false;
+    c
+}
+
+/// Inserts of new keys only.
+fn inserts(s: &Session<'_>, index: &str, threads: usize) -> BenchConfig {
+    base(s, index, "load", threads)
+}
+
+/// Uniform searches of loaded keys.
+fn searches(s: &Session<'_>, index: &str, threads: usize) -> BenchConfig {
+    let mut c = base(s, index, "c", threads);
+    c.distribution = Some("uniform".into());
+    c
+}
+
+/// Percentile `p` of the run's latency.
+fn p50(r: &BenchReport) -> f64 {
+    r.latency_us.p50
+}
+
+fn p99(r: &BenchReport) -> f64 {
+    r.latency_us.p99
+}
+
+/// Combined buckets (RACE) or segment parts (SepHash) read per search: the paper's ReadBuc.
+fn buckets_per_search(r: &BenchReport) -> f64 {
+    let searches = stat(r, "searches");
+    if searches == 0.0 {
+        return 0.0;
+    }
+    (stat(r, "search_segment_reads") + stat(r, "search_combined_buckets_read")) / searches
+}
+
+/// Index entries per stored key (1 / entry utilisation with distinct keys).
+fn entries_per_key(r: &BenchReport) -> f64 {
+    r.load_factor.filter(|&l| l > 0.0).map_or(0.0, |l| 1.0 / l)
+}
+
+/// Runs `cfg` for each x, as line `series`.
+fn sweep(
+    s: &mut Session<'_>,
+    series: &str,
+    xs: &[usize],
+    mut cfg: impl FnMut(&Session<'_>, usize) -> BenchConfig,
+) -> anyhow::Result<()> {
+    for &x in xs {
+        let c = cfg(s, x);
+        s.go(series, x as f64, c)?;
+    }
+    Ok(())
+}
+
+fn insert(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let threads = s.scale.clients.clone();
+    for index in INDEXES {
+        sweep(s, index, &threads, |s, t| inserts(s, index, t))?;
+    }
+    let runs = &s.runs;
+    let (t, m, l) = (lines(runs, mops), lines(runs, p50), lines(runs, p99));
+    s.chart("insert-throughput", chart("Insert throughput", "client threads", "Mops/s", t));
+    s.chart("insert-p50", chart("Insert median latency", "client threads", "P50 latency (us)", m));
+    s.chart("insert-p99", chart("Insert tail latency", "client threads", "P99 latency (us)", l));
+    Ok(())
+}
+
+fn search(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let threads = s.scale.clients.clone();
+    for index in INDEXES {
+        sweep(s, index, &threads, |s, t| searches(s, index, t))?;
+    }
+    let (t, m) = (lines(&s.runs, mops), lines(&s.runs, p50));
+    s.chart("search-throughput", chart("Search throughput", "client threads", "Mops/s", t));
+    s.chart("search-p50", chart("Search median latency", "client threads", "P50 latency (us)", m));
+    Ok(())
+}
+
+/// Insert percentages of Fig. 14.
+const INSERT_RATIOS: [usize; 6] = [0, 20, 40, 60, 80, 100];
+
+fn hybrid(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let peak = s.scale.peak_clients;
+    for index in INDEXES {
+        sweep(s, index, &INSERT_RATIOS, |s, pct| {
+            let mut c = searches(s, index, peak);
+            let ins = pct as f64 / 100.0;
+            c.mix = Some(format!("insert={ins},read={}", 1.0 - ins));
+            c
+        })?;
+    }
+    let t = lines(&s.runs, mops);
+    s.chart("hybrid", chart("Mixed insert/search", "insert ratio (%)", "Mops/s", t));
+    Ok(())
+}
+
+const YCSB: [&str; 4] = ["a", "b", "c", "d"];
+
+fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let peak = s.scale.peak_clients;
+    let workloads = s.workloads(&YCSB);
+    for index in INDEXES {
+        for (i, w) in workloads.iter().enumerate() {
+            let c = base(s, index, w, peak);
+            s.go(index, i as f64, c)?;
+        }
+    }
+    let mut ch = chart("YCSB", "workload", "Mops/s", lines(&s.runs, mops));
+    ch.x_names = workloads.iter().map(|w| w.to_uppercase()).collect();
+    s.chart("ycsb", ch);
+    Ok(())
+}
+
+/// Table 1 from scratch: `ops` inserts into an empty index (timed, resizes included) at 1 and
+/// peak threads, then uniform searches of the keys inserted.
+fn resize(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let peak = s.scale.peak_clients;
+    for index in INDEXES {
+        for t in [1, peak] {
+            let mut c = inserts(s, index, t);
+            c.items = 1;
+            c.fast_load = false;
+            s.go(&format!("{index} insert"), t as f64, c)?;
+            let mut c = searches(s, index, t);
+            c.items = s.scale.ops;
+            c.fast_load = false;
+            s.go(&format!("{index} search"), t as f64, c)?;
+        }
+    }
+    let per_insert = |name: &'static str| {
+        move |r: &BenchReport| {
+            if r.workload.starts_with("load") {
+                stat(r, name) / r.ops.max(1) as f64
+            } else {
+                0.0
+            }
+        }
+    };
+    let inserts_only: Vec<Run> =
+        s.runs.iter().filter(|r| r.series.ends_with("insert")).cloned().collect();
+    let searches_only: Vec<Run> =
+        s.runs.iter().filter(|r| r.series.ends_with("search")).cloned().collect();
+    s.chart(
+        "resizes",
+        chart(
+            "Resizes per 1000 inserts (SepHash: merges + splits; RACE: splits)",
+            "client threads",
+            "resizes",
+            lines(&inserts_only, |r| 1000.0 * (per_insert("merges")(r) + per_insert("splits")(r))),
+        ),
+    );
+    s.chart(
+        "resize-retries",
+        chart(
+            "Retries per insert",
+            "client threads",
+            "retries",
+            lines(&inserts_only, |r| r.retries as f64 / r.ops.max(1) as f64),
+        ),
+    );
+    s.chart(
+        "read-buckets",
+        chart(
+            "Buckets read per search (ReadBuc)",
+            "client threads",
+            "buckets",
+            lines(&searches_only, buckets_per_search),
+        ),
+    );
+    Ok(())
+}
+
+/// Fig. 18: entry utilisation after inserting 10 k, 20 k, … keys (4 clients on one CN).
+fn utilisation(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let steps: Vec<usize> = (1..=20).map(|k| k * 10_000).collect();
+    for index in INDEXES {
+        sweep(s, index, &steps, |s, n| {
+            let mut c = searches(s, index, 4);
+            c.items = n as u64;
+            c.ops = Some(1000);
+            c.fast_load = false;
+            c
+        })?;
+    }
+    let u = lines(&s.runs, |r| r.load_factor.unwrap_or(0.0));
+    let e = lines(&s.runs, entries_per_key);
+    s.chart("utilisation", chart("Entry utilisation", "keys inserted", "entry utilisation", u));
+    s.chart("entries-per-key", chart("Entries per key", "keys inserted", "entries per key", e));
+    Ok(())
+}
+
+/// Table 3: FPTable cache per compute node after filling `items` keys, per MainSegment size.
+fn fptable(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for ratio in [64usize, 32, 16, 8] {
+        let mut c = searches(s, "sephash", PER_CN);
+        c.ops = Some(10_000);
+        c.index_options = opts(&[("main_ratio", &ratio.to_string())]);
+        s.go("sephash", ratio as f64, c)?;
+    }
+    let items = s.scale.items as f64;
+    let per_100m = lines(&s.runs, |r| cache_mb(r) * 1e8 / items);
+    s.chart(
+        "fptable",
+        chart(
+            "FPTable cache, scaled to 100 M keys",
+            "MainSegment / CurSegment",
+            "MB per CN at 100 M keys",
+            per_100m,
+        ),
+    );
+    Ok(())
+}
+
+/// Fig. 19: (a) inserts as SepHash's techniques are added, (b) searches likewise, RACE first.
+fn ablation(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let peak = s.scale.peak_clients;
+    let write: [(&str, &[(&str, &str)]); 3] = [
+        ("Base", &[("entry_layout", "0"), ("zero_wait", "0")]),
+        ("+entry layout", &[("zero_wait", "0")]),
+        ("+zero-wait", &[]),
+    ];
+    let read: [(&str, &[(&str, &str)]); 3] = [
+        ("Base", &[("fptable", "0"), ("filter", "0")]),
+        ("+FPTable", &[("filter", "0")]),
+        ("+filter", &[]),
+    ];
+    let mut names = vec!["RACE".to_string()];
+    s.go("insert", 0.0, inserts(s, "race", peak))?;
+    s.go("search", 0.0, searches(s, "race", peak))?;
+    for (i, ((wl, wo), (rl, ro))) in write.iter().zip(read.iter()).enumerate() {
+        let x = (i + 1) as f64;
+        let mut c = inserts(s, "sephash", peak);
+        c.index_options = opts(wo);
+        s.go("insert", x, c)?;
+        let mut c = searches(s, "sephash", peak);
+        c.index_options = opts(ro);
+        s.go("search", x, c)?;
+        names.push(format!("{wl} / {rl}"));
+    }
+    let mut ch = chart("Ablation at peak threads", "technique (insert / search)", "Mops/s", {
+        lines(&s.runs, mops)
+    });
+    ch.x_names = names;
+    s.chart("ablation", ch);
+    Ok(())
+}
+
+/// Fig. 20: (a) CurSegment 128 B – 2 KB (MainSegment 64×), (b) MainSegment 8–64 KB (CurSegment
+/// 1 KB), inserts and searches at peak threads.
+fn segment_size(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let peak = s.scale.peak_clients;
+    for (op, make) in
+        [("insert", inserts as fn(&Session<'_>, &str, usize) -> BenchConfig), ("search", searches)]
+    {
+        sweep(s, &format!("CurSegment, {op}"), &[128, 256, 512, 1024, 2048], |s, cur| {
+            let mut c = make(s, "sephash", peak);
+            c.index_options = opts(&[("cur", &cur.to_string())]);
+            c
+        })?;
+        sweep(s, &format!("MainSegment, {op}"), &[8, 16, 32, 64], |s, kb| {
+            let mut c = make(s, "sephash", peak);
+            c.index_options = opts(&[("main_ratio", &kb.to_string())]);
+            c
+        })?;
+    }
+    let of = |prefix: &str| -> Vec<Series> {
+        let runs: Vec<Run> =
+            s.runs.iter().filter(|r| r.series.starts_with(prefix)).cloned().collect();
+        lines(&runs, mops)
+    };
+    let (cur, main) = (of("CurSegment"), of("MainSegment"));
+    s.chart("cur-size", chart("CurSegment size", "CurSegment (bytes)", "Mops/s", cur));
+    s.chart(
+        "main-size",
+        chart("MainSegment size (CurSegment 1 KB)", "MainSegment (KB)", "Mops/s", main),
+    );
+    Ok(())
+}
+
+/// Fig. 21: 1–4 memory nodes (the directory on the first), inserts and searches at peak.
+fn memory_nodes(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let peak = s.scale.peak_clients;
+    for index in INDEXES {
+        sweep(s, &format!("{index} insert"), &[1, 2, 3, 4], |s, m| {
+            let mut c = inserts(s, index, peak);
+            c.memory_nodes = m as u16;
+            c
+        })?;
+        sweep(s, &format!("{index} search"), &[1, 2, 3, 4], |s, m| {
+            let mut c = searches(s, index, peak);
+            c.memory_nodes = m as u16;
+            c
+        })?;
+    }
+    let t = lines(&s.runs, mops);
+    s.chart("memory-nodes", chart("Memory nodes", "memory nodes", "Mops/s", t));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Threads are placed as the paper places them: ≤ 16 on one CN, then 16 per CN.
+    #[test]
+    fn threads_are_placed_as_the_paper() {
+        let scale = scale();
+        let mut log = |_: &str| {};
+        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
+        let s = Session::for_test(&scale, "sephash-testbed", &runner, &mut log);
+        let at = |t| {
+            let c = base(&s, "sephash", "c", t);
+            (c.cns, c.clients, c.key_size, c.value_size)
+        };
+        assert_eq!(at(1), (1, 1, 16, 32));
+        assert_eq!(at(16), (1, 16, 16, 32));
+        assert_eq!(at(32), (2, 16, 16, 32));
+        assert_eq!(at(128), (8, 16, 16, 32));
+        assert_eq!(searches(&s, "race", 4).distribution.as_deref(), Some("uniform"));
+    }
+}
