@@ -62,18 +62,7 @@ impl Blocks {
         key: &[u8],
         value: &[u8],
     ) -> IndexResult<GlobalAddr> {
-        if key.len() > self.max_key {
-            return Err(IndexError::KeyTooLong { len: key.len(), max: self.max_key });
-        }
-        if value.len() > self.max_value {
-            return Err(IndexError::ValueTooLong { len: value.len(), max: self.max_value });
-        }
-        let mut block = Vec::with_capacity(HEADER + key.len() + value.len());
-        block.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        block.extend_from_slice(&(value.len() as u32).to_le_bytes());
-        block.extend_from_slice(key);
-        block.extend_from_slice(value);
-        let size = block.len().max(HEADER + self.max_key) as u64;
+        let (block, size) = self.encode(key, value)?;
         let a = c.alloc(size, 64).await?;
         c.write(a, &block).await?;
         Ok(a)
@@ -90,21 +79,32 @@ impl Blocks {
         key: &[u8],
         value: &[u8],
     ) -> IndexResult<GlobalAddr> {
+        let (block, size) = self.encode(key, value)?;
+        let a = c.alloc_on(node, size, 64).await?;
+        c.write_zero_wait(a, &block)?;
+        Ok(a)
+    }
+
+    /// The block holding `key` and `value` (on the stack up to 256 bytes) and the bytes to
+    /// allocate for it; keys and values longer than the maxima are refused.
+    fn encode(
+        &self,
+        key: &[u8],
+        value: &[u8],
+    ) -> IndexResult<(smallvec::SmallVec<[u8; 256]>, u64)> {
         if key.len() > self.max_key {
             return Err(IndexError::KeyTooLong { len: key.len(), max: self.max_key });
         }
         if value.len() > self.max_value {
             return Err(IndexError::ValueTooLong { len: value.len(), max: self.max_value });
         }
-        let mut block: smallvec::SmallVec<[u8; 256]> = smallvec::SmallVec::new();
+        let mut block = smallvec::SmallVec::new();
         block.extend_from_slice(&(key.len() as u32).to_le_bytes());
         block.extend_from_slice(&(value.len() as u32).to_le_bytes());
         block.extend_from_slice(key);
         block.extend_from_slice(value);
         let size = block.len().max(HEADER + self.max_key) as u64;
-        let a = c.alloc_on(node, size, 64).await?;
-        c.write_zero_wait(a, &block)?;
-        Ok(a)
+        Ok((block, size))
     }
 
     /// Reads the block at `a`: one READ of up to [`GUESS`] bytes, a second only if longer.
