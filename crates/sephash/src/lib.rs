@@ -89,8 +89,8 @@ pub struct SepHash {
     blocks: Blocks,
     cache: Cache,
     counters: Counters,
-    /// Replaced MainSegments this node's merges may reuse: (address, bytes).
-    free_mains: std::sync::Mutex<Vec<(GlobalAddr, u64)>>,
+    /// Replaced MainSegments this node's merges may reuse, by (memory node, size class).
+    free_mains: std::sync::Mutex<std::collections::HashMap<(u16, u32), Vec<GlobalAddr>>>,
 }
 
 impl SepHash {
@@ -101,7 +101,7 @@ impl SepHash {
             blocks: Blocks::new(shape.max_key, shape.max_value),
             cache: Cache::default(),
             counters: Counters::default(),
-            free_mains: std::sync::Mutex::new(Vec::new()),
+            free_mains: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 

@@ -216,25 +216,28 @@ impl SepHash {
         Ok((at.offset(), h, points))
     }
 
-    /// Memory for a MainSegment of `bytes` on `node`: a replaced one of at most twice the size
-    /// if this node has one, else fresh.
+    /// Memory for a MainSegment of `bytes` on `node`: a replaced one of the same size class if
+    /// this node has one, else fresh memory of the whole class.
+    ///
+    /// Classes are powers of two: a merge's MainSegment is always larger than the one it
+    /// replaces, so memory of exactly the replaced size would fit almost no later merge and
+    /// garbage would pile up (100 M keys overflowed a 14 GB memory node that way); with classes
+    /// every merge of a segment between half and full size (all of them, with the default
+    /// shape) takes a replaced one back. At most half of a class is slack.
     async fn alloc_main<T: Transport>(
         &self,
         c: &Client<T>,
         node: u16,
         bytes: u64,
     ) -> IndexResult<GlobalAddr> {
-        {
-            let mut free = self.free_mains.lock().expect("free list");
-            let fits = |&(a, cap): &(GlobalAddr, u64)| {
-                a.node() == node && cap >= bytes && cap <= 2 * bytes.max(64)
-            };
-            if let Some(i) = free.iter().position(fits) {
-                bump(&self.counters.mains_reused, 1);
-                return Ok(free.swap_remove(i).0);
-            }
+        let class = main_class(bytes);
+        let reused =
+            self.free_mains.lock().expect("free list").get_mut(&(node, class)).and_then(Vec::pop);
+        if let Some(at) = reused {
+            bump(&self.counters.mains_reused, 1);
+            return Ok(at);
         }
-        Ok(c.alloc_on(node, bytes, 8).await?)
+        Ok(c.alloc_on(node, 1 << class, 8).await?)
     }
 
     /// Hands the replaced MainSegment at `at` to later merges on this node. Safe because
@@ -242,7 +245,8 @@ impl SepHash {
     /// repeat within 256 of its merges (the edition).
     fn free_main(&self, at: GlobalAddr, h: &MainHeader) {
         if at.offset() != 0 {
-            self.free_mains.lock().expect("free list").push((at, h.bytes()));
+            let key = (at.node(), main_class(h.bytes()));
+            self.free_mains.lock().expect("free list").entry(key).or_default().push(at);
         }
     }
 
@@ -331,4 +335,9 @@ impl SepHash {
         self.cache.learn_main(b_seg, b_open.main_id(), hb, &pb);
         Ok(())
     }
+}
+
+/// The size class (log2 of the bytes allocated) of a MainSegment of `bytes`.
+fn main_class(bytes: u64) -> u32 {
+    bytes.max(64).next_power_of_two().trailing_zeros()
 }
