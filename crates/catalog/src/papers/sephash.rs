@@ -6,8 +6,9 @@
 //! (`Scale::clients` are totals here). Micro-benchmark searches pick keys uniformly (the paper
 //! reads back the keys it inserted); YCSB runs use YCSB's distributions. Throughput runs insert
 //! into or search an index first filled with `Scale::items` keys by fast-forward, so the
-//! segment count is that of a grown index rather than of its first thousand inserts (see
-//! `docs/reproduce-sephash.md` for why that extrapolates to the paper's 100 M keys).
+//! segment count is that of a grown index rather than of its first thousand inserts; insert
+//! runs then double it (see `docs/reproduce-sephash.md` for why that extrapolates to the
+//! paper's 100 M keys).
 
 use dmindex_bench::experiment::{
     cache_mb, chart, lines, mops, opts, stat, Experiment, Paper, Run, Scale, Session,
@@ -107,9 +108,14 @@ fn base(s: &Session<'_>, index: &str, workload: &str, threads: usize) -> BenchCo
     c
 }
 
-/// Inserts of new keys only.
+/// Inserts of new keys only, as many as the index holds: a doubling takes every segment through
+/// one split and its share of merges, the cycle a growth from empty repeats (a shorter window
+/// would catch the segments either between splits or all splitting at once, since uniform
+/// hashing keeps them in step).
 fn inserts(s: &Session<'_>, index: &str, threads: usize) -> BenchConfig {
-    base(s, index, "load", threads)
+    let mut c = base(s, index, "load", threads);
+    c.ops = Some(s.scale.items.max(s.scale.ops));
+    c
 }
 
 /// Uniform searches of loaded keys.
@@ -187,7 +193,9 @@ fn hybrid(s: &mut Session<'_>) -> anyhow::Result<()> {
     let peak = s.scale.peak_clients;
     for index in INDEXES {
         sweep(s, index, &INSERT_RATIOS, |s, pct| {
+            // As the paper: as many operations as keys pre-inserted.
             let mut c = searches(s, index, peak);
+            c.ops = Some(s.scale.items.max(s.scale.ops));
             let ins = pct as f64 / 100.0;
             c.mix = Some(format!("insert={ins},read={}", 1.0 - ins));
             c
@@ -215,18 +223,18 @@ fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Table 1 from scratch: `ops` inserts into an empty index (timed, resizes included) at 1 and
-/// peak threads, then uniform searches of the keys inserted.
+/// Table 1 from scratch: `items` inserts into an empty index (timed, resizes included) at 1 and
+/// peak threads, then uniform searches of an index loaded the same way.
 fn resize(s: &mut Session<'_>) -> anyhow::Result<()> {
     let peak = s.scale.peak_clients;
     for index in INDEXES {
         for t in [1, peak] {
             let mut c = inserts(s, index, t);
             c.items = 1;
+            c.ops = Some(s.scale.items);
             c.fast_load = false;
             s.go(&format!("{index} insert"), t as f64, c)?;
             let mut c = searches(s, index, t);
-            c.items = s.scale.ops;
             c.fast_load = false;
             s.go(&format!("{index} search"), t as f64, c)?;
         }
