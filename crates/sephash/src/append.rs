@@ -81,9 +81,7 @@ impl SepHash {
                     buf: &mut slots,
                 });
                 if !main.is_empty() {
-                    let at = GlobalAddr::new(node, t.main.main + t.main.entries_at)
-                        .add(8 * t.main.lo as u64);
-                    ops.push(BatchOp::Read { addr: at, buf: &mut main });
+                    ops.push(BatchOp::Read { addr: t.main.range_addr(node), buf: &mut main });
                 }
                 // Last: an unchanged meta proves the slots (and the MainSegment, whose memory is
                 // reused once replaced) were read within one generation.

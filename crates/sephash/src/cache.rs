@@ -40,6 +40,13 @@ pub struct MainRange {
     pub hi: u32,
 }
 
+impl MainRange {
+    /// Where entry `lo` lies, the MainSegment being on `node`.
+    pub fn range_addr(&self, node: u16) -> GlobalAddr {
+        GlobalAddr::new(node, self.main + self.entries_at).add(8 * self.lo as u64)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     /// Directory entries by suffix (raw CurSegment addresses; 0: unknown or none).

@@ -19,7 +19,7 @@
 //! never repeat, so an unchanged meta proves that the slots and `M` were the segment's content
 //! together at that READ. Blocks are immutable once published.
 
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{BatchOp, Client, Transport};
 use dmindex_index::IndexResult;
 use smallvec::SmallVec;
 
@@ -54,9 +54,7 @@ impl SepHash {
                 }
                 ops.push(BatchOp::Read { addr: t.seg, buf: &mut head });
                 if !main.is_empty() {
-                    let at = GlobalAddr::new(node, t.main.main + t.main.entries_at)
-                        .add(8 * t.main.lo as u64);
-                    ops.push(BatchOp::Read { addr: at, buf: &mut main });
+                    ops.push(BatchOp::Read { addr: t.main.range_addr(node), buf: &mut main });
                     // A MainSegment's memory is reused once replaced: the meta after it proves
                     // it was still the current one.
                     ops.push(BatchOp::Read { addr: t.seg, buf: &mut after });
