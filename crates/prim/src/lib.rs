@@ -17,6 +17,7 @@
 //! | [`doorbell`] | verbs to one memory node posted as one doorbell batch |
 //! | [`rdwc`] | read delegation and write combining on a compute node |
 //! | [`pool`] | reusable buffers per compute node, sharded by client |
+//! | [`radix`] | adaptive radix inner nodes: header, CAS'd child slots, type switch, CN radix cache |
 
 pub mod cacheline;
 pub mod doorbell;
@@ -26,6 +27,7 @@ pub mod lock;
 pub mod node_cache;
 pub mod options;
 pub mod pool;
+pub mod radix;
 pub mod rdwc;
 pub mod root;
 pub mod version;

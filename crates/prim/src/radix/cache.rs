@@ -1,0 +1,180 @@
+//! The CN-side radix cache: copies of inner nodes by address, within a byte budget, shared by a
+//! compute node's clients.
+//!
+//! # Walk
+//!
+//! A lookup starts at the root's copy and follows the copies' slots by the key's partial keys,
+//! checking each copy's prefix, until a child is a leaf, missing, or not cached. The result is a
+//! *hint*: copies may be stale. What the design does with it (see SMART) keeps answers exact:
+//! a leaf found through a copy is trusted only if it is live and holds the key; anything else is
+//! settled by reading nodes afresh.
+//!
+//! # Budget
+//!
+//! A node costs 9 + 8·N bytes (N its slots), as SMART charges it. Past the budget the oldest
+//! insertions are evicted first; a budget of `u64::MAX` is SMART-Opt's unlimited cache.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crossbeam_utils::sync::ShardedLock;
+use dmindex_fabric::GlobalAddr;
+
+use super::node::{Lookup, NodeImage};
+use super::slot::{Child, Partial, Slot};
+
+/// Bytes a cached node of `slots` slots is charged.
+pub const fn cost(slots: usize) -> u64 {
+    9 + 8 * slots as u64
+}
+
+#[derive(Default)]
+struct Inner {
+    nodes: HashMap<GlobalAddr, Arc<NodeImage>>,
+    fifo: VecDeque<GlobalAddr>,
+    bytes: u64,
+}
+
+/// Where a walk over cached copies stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Walk {
+    /// The node the walk stopped at; its copy, if the walk used it (the key matched its prefix);
+    /// and the copy's slot for the key, if it has one (a leaf, or a frozen child).
+    pub node: GlobalAddr,
+    pub copy: Option<Arc<NodeImage>>,
+    pub slot: Option<(usize, Slot)>,
+    /// The address of the slot (in the copy's parent) through which `node` was reached.
+    pub via: Option<GlobalAddr>,
+}
+
+/// A compute node's radix cache.
+pub struct RadixCache {
+    inner: ShardedLock<Inner>,
+    budget: u64,
+}
+
+impl RadixCache {
+    pub fn new(budget: u64) -> RadixCache {
+        RadixCache { inner: ShardedLock::new(Inner::default()), budget }
+    }
+
+    /// Bytes charged for the copies held.
+    pub fn bytes(&self) -> u64 {
+        self.inner.read().expect("radix cache").bytes
+    }
+
+    /// Copies held.
+    pub fn len(&self) -> usize {
+        self.inner.read().expect("radix cache").nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn get(&self, addr: GlobalAddr) -> Option<Arc<NodeImage>> {
+        self.inner.read().expect("radix cache").nodes.get(&addr).cloned()
+    }
+
+    /// Keeps (or refreshes) the copy of the node at `addr`.
+    pub fn insert(&self, addr: GlobalAddr, node: NodeImage) {
+        let c = cost(node.slots.len());
+        if c > self.budget {
+            return;
+        }
+        let mut g = self.inner.write().expect("radix cache");
+        let node = Arc::new(node);
+        match g.nodes.insert(addr, node) {
+            Some(old) => g.bytes = g.bytes - cost(old.slots.len()) + c,
+            None => {
+                g.bytes += c;
+                g.fifo.push_back(addr);
+            }
+        }
+        while g.bytes > self.budget {
+            let Some(a) = g.fifo.pop_front() else { break };
+            if let Some(old) = g.nodes.remove(&a) {
+                g.bytes -= cost(old.slots.len());
+            }
+        }
+    }
+
+    /// Drops the copy of the node at `addr`.
+    pub fn invalidate(&self, addr: GlobalAddr) {
+        let mut g = self.inner.write().expect("radix cache");
+        if let Some(old) = g.nodes.remove(&addr) {
+            g.bytes -= cost(old.slots.len());
+            // Its FIFO entry stays and is skipped when reached.
+        }
+    }
+
+    /// Follows cached copies from `root` along `key`.
+    pub fn walk(&self, root: GlobalAddr, key: &[u8]) -> Walk {
+        let g = self.inner.read().expect("radix cache");
+        let mut w = Walk { node: root, copy: None, slot: None, via: None };
+        loop {
+            let Some(copy) = g.nodes.get(&w.node) else { return w };
+            let h = copy.header;
+            if h.mismatch(key, 0).is_some() {
+                // The key leaves this copy's prefix: the copy may be stale, decide afresh.
+                return w;
+            }
+            w.copy = Some(copy.clone());
+            let Lookup::Found(i, s) = copy.lookup(Partial::of(key, h.depth as usize)) else {
+                return w;
+            };
+            w.slot = Some((i, s));
+            match s.child() {
+                Some(Child::Inner { addr, .. }) if !s.is_frozen() => {
+                    w.via = Some(super::node::slot_addr(w.node, i));
+                    w.node = addr;
+                    w.copy = None;
+                    w.slot = None;
+                }
+                _ => return w,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::radix::{Header, Kind};
+
+    fn node(depth: usize, key: &[u8], children: &[Slot]) -> NodeImage {
+        let header = Header::new(Kind::N4, depth, key, depth.min(1));
+        let mut slots = children.to_vec();
+        slots.resize(4, Slot::EMPTY);
+        NodeImage { rev: GlobalAddr::NULL, header, slots }
+    }
+
+    #[test]
+    fn walk_follows_copies_and_budget_evicts_oldest() {
+        let root = GlobalAddr::new(0, 64);
+        let mid = GlobalAddr::new(0, 128);
+        let leaf = GlobalAddr::new(0, 192);
+        let c = RadixCache::new(2 * cost(4));
+        c.insert(root, node(0, b"", &[Slot::inner(Partial::Byte(b'a'), mid, Kind::N4)]));
+        c.insert(mid, node(2, b"ab", &[Slot::leaf(Partial::Byte(b'c'), leaf, 64)]));
+        assert_eq!(c.bytes(), 2 * 41);
+        let w = c.walk(root, b"abc");
+        assert_eq!((w.node, w.via), (mid, Some(root.add(16))));
+        assert_eq!(w.slot.map(|s| s.1.addr()), Some(Some(leaf)));
+        // The key leaves mid's prefix: the walk stops before trusting mid's copy.
+        let w = c.walk(root, b"aXc");
+        assert_eq!((w.node, w.copy, w.slot), (mid, None, None));
+        let w = c.walk(root, b"b");
+        assert_eq!((w.node, w.slot), (root, None));
+        assert!(w.copy.is_some());
+        // A third node evicts the root's copy (oldest first).
+        c.insert(leaf, node(0, b"", &[]));
+        assert!(c.get(root).is_none() && c.get(mid).is_some());
+        assert_eq!(c.walk(root, b"abc").copy, None);
+        c.invalidate(mid);
+        assert_eq!((c.len(), c.bytes()), (1, 41));
+        let unlimited = RadixCache::new(u64::MAX);
+        unlimited.insert(root, node(0, b"", &[]));
+        assert_eq!(unlimited.len(), 1);
+    }
+}
