@@ -102,6 +102,20 @@ pub static INDEXES: &[IndexEntry] = &[
         PointOnly
     ),
     index!(
+        "smart",
+        "SMART (OSDI '23): adaptive radix tree, lock-free inner nodes, one item per leaf",
+        dmindex_smart::Smart,
+        Ordered,
+        rdwc
+    ),
+    index!(
+        "smart-opt",
+        "SMART-Opt: SMART with an unlimited radix cache (the paper's upper bound)",
+        dmindex_smart::SmartOpt,
+        Ordered,
+        rdwc
+    ),
+    index!(
         "ref",
         "reference: sorted shards behind one remote lock each (the harness's yardstick)",
         dmindex_reference::LockedShards,
@@ -171,7 +185,8 @@ mod tests {
         assert!(find(DEFAULT_INDEX).is_ok());
         let e = find("nope").err().expect("unknown").to_string();
         assert!(
-            e.contains("unknown index 'nope'") && e.contains("chime, sherman, sephash, race, ref"),
+            e.contains("unknown index 'nope'")
+                && e.contains("chime, sherman, sephash, race, smart, smart-opt, ref"),
             "{e}"
         );
     }

@@ -11,7 +11,8 @@
 //!
 //! # Budget
 //!
-//! A node costs 9 + 8·N bytes (N its slots), as SMART charges it. Past the budget the oldest
+//! A node costs 9 + 8·N bytes, N its used slots, as SMART charges it (its copies keep only the
+//! used records). Past the budget the oldest
 //! insertions are evicted first; a budget of `u64::MAX` is SMART-Opt's unlimited cache.
 
 use std::collections::{HashMap, VecDeque};
@@ -20,12 +21,16 @@ use std::sync::Arc;
 use crossbeam_utils::sync::ShardedLock;
 use dmindex_fabric::GlobalAddr;
 
-use super::node::{Lookup, NodeImage};
+use super::node::{slot_addr, Kind, Lookup, NodeImage};
 use super::slot::{Child, Partial, Slot};
 
-/// Bytes a cached node of `slots` slots is charged.
-pub const fn cost(slots: usize) -> u64 {
-    9 + 8 * slots as u64
+/// Bytes a cached node with `children` used slots is charged.
+pub const fn cost(children: usize) -> u64 {
+    9 + 8 * children as u64
+}
+
+fn charge(n: &NodeImage) -> u64 {
+    cost(n.slots.iter().filter(|s| !s.is_empty()).count())
 }
 
 #[derive(Default)]
@@ -38,13 +43,25 @@ struct Inner {
 /// Where a walk over cached copies stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Walk {
-    /// The node the walk stopped at; its copy, if the walk used it (the key matched its prefix);
-    /// and the copy's slot for the key, if it has one (a leaf, or a frozen child).
+    /// The node the walk stopped at, and its kind.
     pub node: GlobalAddr,
+    pub kind: Kind,
+    /// Its copy, if the walk used it (the key matched its prefix), and the copy's slot for the
+    /// key if it has one (a leaf, or a frozen child).
     pub copy: Option<Arc<NodeImage>>,
     pub slot: Option<(usize, Slot)>,
-    /// The address of the slot (in the copy's parent) through which `node` was reached.
-    pub via: Option<GlobalAddr>,
+    /// How `node` was reached: its parent, the parent's slot address and word, the parent's
+    /// depth (`None` at the root).
+    pub link: Option<CachedLink>,
+}
+
+/// A parent-to-child link as a cached copy has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CachedLink {
+    pub parent: GlobalAddr,
+    pub slot: GlobalAddr,
+    pub word: Slot,
+    pub depth: usize,
 }
 
 /// A compute node's radix cache.
@@ -78,14 +95,14 @@ impl RadixCache {
 
     /// Keeps (or refreshes) the copy of the node at `addr`.
     pub fn insert(&self, addr: GlobalAddr, node: NodeImage) {
-        let c = cost(node.slots.len());
+        let c = charge(&node);
         if c > self.budget {
             return;
         }
         let mut g = self.inner.write().expect("radix cache");
         let node = Arc::new(node);
         match g.nodes.insert(addr, node) {
-            Some(old) => g.bytes = g.bytes - cost(old.slots.len()) + c,
+            Some(old) => g.bytes = g.bytes - charge(&old) + c,
             None => {
                 g.bytes += c;
                 g.fifo.push_back(addr);
@@ -94,7 +111,7 @@ impl RadixCache {
         while g.bytes > self.budget {
             let Some(a) = g.fifo.pop_front() else { break };
             if let Some(old) = g.nodes.remove(&a) {
-                g.bytes -= cost(old.slots.len());
+                g.bytes -= charge(&old);
             }
         }
     }
@@ -103,15 +120,15 @@ impl RadixCache {
     pub fn invalidate(&self, addr: GlobalAddr) {
         let mut g = self.inner.write().expect("radix cache");
         if let Some(old) = g.nodes.remove(&addr) {
-            g.bytes -= cost(old.slots.len());
+            g.bytes -= charge(&old);
             // Its FIFO entry stays and is skipped when reached.
         }
     }
 
-    /// Follows cached copies from `root` along `key`.
-    pub fn walk(&self, root: GlobalAddr, key: &[u8]) -> Walk {
+    /// Follows cached copies from `root` (of `kind`) along `key`.
+    pub fn walk(&self, root: GlobalAddr, kind: Kind, key: &[u8]) -> Walk {
         let g = self.inner.read().expect("radix cache");
-        let mut w = Walk { node: root, copy: None, slot: None, via: None };
+        let mut w = Walk { node: root, kind, copy: None, slot: None, link: None };
         loop {
             let Some(copy) = g.nodes.get(&w.node) else { return w };
             let h = copy.header;
@@ -125,9 +142,15 @@ impl RadixCache {
             };
             w.slot = Some((i, s));
             match s.child() {
-                Some(Child::Inner { addr, .. }) if !s.is_frozen() => {
-                    w.via = Some(super::node::slot_addr(w.node, i));
+                Some(Child::Inner { addr, kind }) if !s.is_frozen() && !s.is_tombstone() => {
+                    w.link = Some(CachedLink {
+                        parent: w.node,
+                        slot: slot_addr(w.node, i),
+                        word: s,
+                        depth: h.depth as usize,
+                    });
                     w.node = addr;
+                    w.kind = kind;
                     w.copy = None;
                     w.slot = None;
                 }
@@ -140,7 +163,7 @@ impl RadixCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::radix::{Header, Kind};
+    use crate::radix::Header;
 
     fn node(depth: usize, key: &[u8], children: &[Slot]) -> NodeImage {
         let header = Header::new(Kind::N4, depth, key, depth.min(1));
@@ -154,25 +177,25 @@ mod tests {
         let root = GlobalAddr::new(0, 64);
         let mid = GlobalAddr::new(0, 128);
         let leaf = GlobalAddr::new(0, 192);
-        let c = RadixCache::new(2 * cost(4));
+        let c = RadixCache::new(2 * cost(1));
         c.insert(root, node(0, b"", &[Slot::inner(Partial::Byte(b'a'), mid, Kind::N4)]));
         c.insert(mid, node(2, b"ab", &[Slot::leaf(Partial::Byte(b'c'), leaf, 64)]));
-        assert_eq!(c.bytes(), 2 * 41);
-        let w = c.walk(root, b"abc");
-        assert_eq!((w.node, w.via), (mid, Some(root.add(16))));
+        assert_eq!(c.bytes(), 2 * 17);
+        let w = c.walk(root, Kind::N4, b"abc");
+        assert_eq!((w.node, w.link.map(|l| l.slot)), (mid, Some(root.add(16))));
         assert_eq!(w.slot.map(|s| s.1.addr()), Some(Some(leaf)));
         // The key leaves mid's prefix: the walk stops before trusting mid's copy.
-        let w = c.walk(root, b"aXc");
+        let w = c.walk(root, Kind::N4, b"aXc");
         assert_eq!((w.node, w.copy, w.slot), (mid, None, None));
-        let w = c.walk(root, b"b");
+        let w = c.walk(root, Kind::N4, b"b");
         assert_eq!((w.node, w.slot), (root, None));
         assert!(w.copy.is_some());
         // A third node evicts the root's copy (oldest first).
-        c.insert(leaf, node(0, b"", &[]));
+        c.insert(leaf, node(0, b"", &[Slot::leaf(Partial::Byte(1), leaf, 64)]));
         assert!(c.get(root).is_none() && c.get(mid).is_some());
-        assert_eq!(c.walk(root, b"abc").copy, None);
+        assert_eq!(c.walk(root, Kind::N4, b"abc").copy, None);
         c.invalidate(mid);
-        assert_eq!((c.len(), c.bytes()), (1, 41));
+        assert_eq!((c.len(), c.bytes()), (1, 17));
         let unlimited = RadixCache::new(u64::MAX);
         unlimited.insert(root, node(0, b"", &[]));
         assert_eq!(unlimited.len(), 1);
