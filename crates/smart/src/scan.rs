@@ -6,14 +6,15 @@
 //! the way has its switch finished and the scan resumes after the last key it returned, so
 //! every key it skips was absent at the instant its slot was read from a reachable node.
 
-use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_fabric::verbs::MAX_BATCH;
+use dmindex_fabric::{BatchOp, Client, Transport};
 use dmindex_index::{IndexResult, Pair};
 use dmindex_prim::radix::node::slot_addr;
-use dmindex_prim::radix::slot::Child;
+use dmindex_prim::radix::slot::{Child, MAX_LEAF};
 use dmindex_prim::radix::{Partial, Slot};
 use std::cmp::Ordering;
 
-use crate::leaf::State;
+use crate::leaf::{LeafView, State};
 use crate::locate::Link;
 use crate::{bump, SmartIndex, Variant, ROOT_KIND};
 
@@ -56,8 +57,20 @@ impl<V: Variant> SmartIndex<V> {
                     return Ok(());
                 }
                 match f.slot.child() {
-                    Some(Child::Leaf { addr, len }) => {
-                        self.scan_leaf(c, addr, len, lo, hi, start, out).await?;
+                    Some(Child::Leaf { addr, .. }) => {
+                        // This leaf and the next ones on the stack on the same memory node, up
+                        // to what the scan still needs, in one doorbell.
+                        let want = (count - (out.len() - start)).min(MAX_BATCH);
+                        let mut leaves = vec![f.slot];
+                        while leaves.len() < want {
+                            match stack.last().and_then(|g| g.slot.child()) {
+                                Some(Child::Leaf { addr: a, .. }) if a.node() == addr.node() => {
+                                    leaves.push(stack.pop().expect("peeked").slot);
+                                }
+                                _ => break,
+                            }
+                        }
+                        self.scan_leaves(c, &leaves, lo, hi, start, out).await?;
                     }
                     Some(Child::Inner { addr, kind }) => {
                         let img = self.read_node(c, addr, kind).await?;
@@ -91,14 +104,29 @@ impl<V: Variant> SmartIndex<V> {
                         if hi.is_some_and(|hi| cmp_prefix(&pos, hi) == Ordering::Greater) {
                             continue;
                         }
-                        let children = img.live_sorted();
-                        for s in children.into_iter().rev() {
-                            let i = img.slots.iter().position(|x| x.thawed() == s).unwrap_or(0);
+                        for s in img.live_sorted().into_iter().rev() {
                             let mut p = pos.clone();
                             if let Partial::Byte(b) = s.partial() {
                                 p.push(b);
                             }
+                            // Children wholly outside the range are not read at all: an
+                            // end-of-key child is the key `p`; any other holds keys that start
+                            // with `p`.
+                            let (below, above) = match s.partial() {
+                                Partial::End => {
+                                    (p.as_slice() < lo, hi.is_some_and(|hi| p.as_slice() >= hi))
+                                }
+                                Partial::Byte(_) => (
+                                    cmp_prefix(&p, lo) == Ordering::Less,
+                                    hi.is_some_and(|hi| cmp_prefix(&p, hi) == Ordering::Greater),
+                                ),
+                            };
+                            if (!all && below) || above {
+                                continue;
+                            }
+                            let i = img.slots.iter().position(|x| x.thawed() == s).unwrap_or(0);
                             let link = Link { slot: slot_addr(addr, i), word: s, depth };
+                            let all = all || cmp_prefix(&p, lo) == Ordering::Greater;
                             stack.push(Frame { slot: s, link: Some(link), pos: p, all });
                         }
                     }
@@ -109,35 +137,51 @@ impl<V: Variant> SmartIndex<V> {
         }
     }
 
-    /// Reads one item and returns it if live and in range (and after every pair returned).
+    /// Reads the leaves `slots` name in one doorbell (one memory node) and returns the live
+    /// items in range, after every pair already returned; a moved item is followed.
     #[allow(clippy::too_many_arguments)]
-    async fn scan_leaf<T: Transport>(
+    async fn scan_leaves<T: Transport>(
         &self,
         c: &Client<T>,
-        addr: GlobalAddr,
-        len: usize,
+        slots: &[Slot],
         lo: &[u8],
         hi: Option<&[u8]>,
         start: usize,
         out: &mut Vec<Pair>,
     ) -> IndexResult<()> {
-        let mut s = Slot::leaf(Partial::Byte(0), addr, len);
-        let mut buf = [0u8; dmindex_prim::radix::slot::MAX_LEAF];
-        loop {
-            let Some(Child::Leaf { addr, len }) = s.child() else { return Ok(()) };
-            let v = self.read_leaf(c, addr, len, &mut buf).await?;
-            match v.status.state() {
-                State::Live { .. } => {
-                    let in_range = v.key >= lo && hi.is_none_or(|hi| v.key < hi);
-                    let fresh = out[start..].last().is_none_or(|(k, _)| v.key > k.as_slice());
-                    if in_range && fresh {
-                        out.push((v.key.to_vec(), v.value.to_vec()));
-                    }
-                    return Ok(());
-                }
-                State::Moved(t) => s = t,
-                _ => return Ok(()),
+        let mut bufs: Vec<Vec<u8>> = slots
+            .iter()
+            .map(|s| match s.child() {
+                Some(Child::Leaf { len, .. }) => vec![0; len],
+                _ => Vec::new(),
+            })
+            .collect();
+        let mut ops: Vec<BatchOp<'_>> = slots
+            .iter()
+            .zip(bufs.iter_mut())
+            .filter_map(|(s, buf)| Some(BatchOp::Read { addr: s.addr()?, buf }))
+            .collect();
+        c.batch(&mut ops).await?;
+        drop(ops);
+        let mut one = [0u8; MAX_LEAF];
+        for (s, buf) in slots.iter().zip(&bufs) {
+            let (mut key, mut value, mut state) = match LeafView::decode(buf) {
+                Ok(v) => (v.key.to_vec(), v.value.to_vec(), v.status.state()),
+                Err(_) => (Vec::new(), Vec::new(), State::Moved(*s)),
+            };
+            // A torn read (in-place update in flight) or a move: read on, one leaf at a time.
+            while let State::Moved(t) = state {
+                let Some(Child::Leaf { addr, len }) = t.child() else { break };
+                let v = self.read_leaf(c, addr, len, &mut one).await?;
+                (key, value, state) = (v.key.to_vec(), v.value.to_vec(), v.status.state());
+            }
+            let live = matches!(state, State::Live { .. });
+            let in_range = key.as_slice() >= lo && hi.is_none_or(|hi| key.as_slice() < hi);
+            let fresh = out[start..].last().is_none_or(|(k, _)| key > *k);
+            if live && in_range && fresh {
+                out.push((key, value));
             }
         }
+        Ok(())
     }
 }
