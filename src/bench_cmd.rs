@@ -14,6 +14,13 @@ pub fn parse_index(s: &str) -> Result<String, String> {
     dmindex_catalog::find(s).map(|e| e.name.to_string()).map_err(|e| e.to_string())
 }
 
+fn parse_cache_mb(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(mb) if mb.is_finite() && (0.0..=(1u64 << 24) as f64).contains(&mb) => Ok(mb),
+        _ => Err(format!("'{s}' is not a cache size in MB (0 to {})", 1u64 << 24)),
+    }
+}
+
 fn parse_option(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
@@ -102,9 +109,9 @@ pub struct BenchArgs {
     /// YCSB insertorder=ordered (keys 1, 2, 3, …) instead of hashed.
     #[arg(long)]
     ordered: bool,
-    /// CN-side cache budget per compute node, MB.
-    #[arg(long, default_value_t = 100)]
-    cache_mb: u64,
+    /// CN-side cache budget per compute node, MB (fractions allowed: 0.5 = 512 KiB).
+    #[arg(long, default_value_t = 100.0, value_parser = parse_cache_mb)]
+    cache_mb: f64,
     /// Index-specific option, e.g. --option span=64 (repeatable).
     #[arg(long = "option", value_name = "NAME=VALUE", value_parser = parse_option)]
     options: Vec<(String, String)>,

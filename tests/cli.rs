@@ -188,6 +188,12 @@ fn bench_refuses_bad_input() {
         (&["experiment", "ycsb"][..], "an experiment of several papers"),
         (&["experiment", "sephash/insert", "--clients", "0"][..], "must be positive"),
         (&["bench", "--distribution", "gauss"][..], "unknown request distribution 'gauss'"),
+        (&["bench", "--cache-mb=-1"][..], "not a cache size in MB"),
+        (&["bench", "--cache-mb", "NaN"][..], "not a cache size in MB"),
+        (
+            &["bench", "--index", "smart", "--value-size", "1000"][..],
+            "smart leaves hold at most 996",
+        ),
     ] {
         let out = dmindex(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -159,7 +159,7 @@ impl<'a> Session<'a> {
             workload: workload.into(),
             // YCSB E scans dense integer keys (as the papers' traces).
             ordered_keys: workload == "e",
-            cache_mb: 100,
+            cache_mb: 100.0,
             seed: scale.seed,
             fast_load: scale.fast_load,
             overrides: scale.overrides.clone(),

@@ -69,7 +69,8 @@ pub struct BenchConfig {
     pub ycsb_keys: bool,
     pub value_size: usize,
     pub ordered_keys: bool,
-    pub cache_mb: u64,
+    /// CN cache budget, MB (fractions for scaled-down runs).
+    pub cache_mb: f64,
     pub seed: u64,
     pub index_options: Vec<(String, String)>,
     pub progress: bool,
@@ -107,7 +108,7 @@ impl Default for BenchConfig {
             ycsb_keys: false,
             value_size: 8,
             ordered_keys: false,
-            cache_mb: 100,
+            cache_mb: 100.0,
             seed: 1,
             index_options: Vec::new(),
             progress: false,
@@ -258,7 +259,7 @@ pub(crate) fn index_config(cfg: &BenchConfig, plan: &Plan) -> IndexConfig {
     IndexConfig {
         max_key: plan.format.max_key_len(),
         max_value: cfg.value_size,
-        cache_bytes: cfg.cache_mb << 20,
+        cache_bytes: (cfg.cache_mb * (1u64 << 20) as f64) as u64,
         expected_items: plan.items + plan.ops,
         root_slot: 0,
         extra: cfg.index_options.clone(),

@@ -3,12 +3,14 @@
 //! Every run uses the `chime-testbed` preset (100 Gbps NICs, one MN), `cns` compute nodes with
 //! 2 coroutines per client, a 100 MB cache per CN, zipf 0.99, 8-byte keys and values, as the
 //! paper. Item and operation counts are scaled down to fit this machine (see
-//! `docs/reproduce.md`).
+//! `docs/reproduce.md`). SMART's cache budgets are scaled with the items (the paper's MB at
+//! 60 M items, times items / 60 M): its cache need grows with the items, so the same budget
+//! fraction caches the same fraction of its inner nodes ([`smart_cache`]).
 
 use dmindex_bench::experiment::{
     cache_mb, chart, curves, lines, mops, opts, reads, stat, Experiment, Paper, Run, Scale, Session,
 };
-use dmindex_bench::BenchReport;
+use dmindex_bench::{BenchConfig, BenchReport};
 
 pub static PAPER: Paper = Paper {
     name: "chime",
@@ -23,8 +25,13 @@ pub static PAPER: Paper = Paper {
             body: load_factor,
         },
         Experiment {
+            name: "motivation",
+            figure: "Fig. 3b/c: Sherman vs SMART peak, YCSB C, 1 MN + 1000 MB cache and 10 MNs + 100 MB",
+            body: motivation,
+        },
+        Experiment {
             name: "ycsb",
-            figure: "Fig. 12: throughput vs P99 latency, YCSB LOAD/A/B/C/D/E, CHIME vs Sherman",
+            figure: "Fig. 12: throughput vs P99 latency, YCSB LOAD/A/B/C/D/E, CHIME vs Sherman, SMART, SMART-Opt",
             body: ycsb,
         },
         Experiment { name: "cache", figure: "Fig. 14: CN cache consumption vs items loaded", body: cache },
@@ -53,8 +60,33 @@ pub static PAPER: Paper = Paper {
             figure: "Fig. 19c: hotspot buffer size vs throughput and hit ratio",
             body: hotspot,
         },
+        Experiment {
+            name: "smart-cache",
+            figure: "Fig. 18b: SMART throughput vs cache budget (YCSB C), CHIME for reference",
+            body: smart_cache_sweep,
+        },
     ],
 };
+
+/// Items the paper loads (60 M); budgets in its MB are scaled by items / this.
+const PAPER_ITEMS: f64 = 60e6;
+
+/// The radix-cache budget standing for `paper_mb` MB at the paper's 60 M items.
+fn smart_cache(s: &Session<'_>, paper_mb: f64) -> f64 {
+    paper_mb * s.scale.items as f64 / PAPER_ITEMS
+}
+
+/// A run of `index` whose cache budget stands for `paper_mb` at 60 M items (SMART's; CHIME's
+/// and Sherman's caches fit either way at both scales, so they keep the paper's budget).
+fn with_cache(s: &Session<'_>, index: &str, workload: &str, paper_mb: f64) -> BenchConfig {
+    let mut c = s.base(index, workload);
+    if index.starts_with("smart") {
+        c.cache_mb = smart_cache(s, paper_mb);
+    } else {
+        c.cache_mb = paper_mb;
+    }
+    c
+}
 
 /// The YCSB workloads of Fig. 12 and 15.
 const WORKLOADS: [&str; 6] = ["load", "a", "b", "c", "d", "e"];
@@ -114,9 +146,9 @@ fn load_factor(s: &mut Session<'_>) -> anyhow::Result<()> {
 fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
     for w in s.workloads(&WORKLOADS) {
         let first = s.runs.len();
-        for index in ["chime", "sherman"] {
+        for index in ["chime", "sherman", "smart", "smart-opt"] {
             for cl in s.scale.clients.clone() {
-                let mut c = s.base(index, w);
+                let mut c = with_cache(s, index, w, 100.0);
                 c.clients = cl;
                 s.go(&format!("{index} {w}"), cl as f64, c)?;
             }
@@ -132,14 +164,15 @@ fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
 }
 
 fn cache(s: &mut Session<'_>) -> anyhow::Result<()> {
-    for index in ["chime", "sherman"] {
+    for index in ["chime", "sherman", "smart"] {
         for f in [1u64, 2, 4, 8] {
             let mut c = s.base(index, "c");
             c.items = s.scale.items * f / 4;
             c.ops = Some(1000);
             c.clients = 4;
             // Enough cache to hold every internal node (the paper's "sufficient caches").
-            c.cache_mb = 4096;
+            c.cache_mb = 4096.0;
+            c.index = if index == "smart" { "smart-opt".into() } else { index.into() };
             s.go(index, c.items as f64, c)?;
         }
     }
@@ -260,6 +293,54 @@ fn hotspot(s: &mut Session<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Fig. 3b/c: the motivation — with one memory node and a large cache SMART (all inner
+/// nodes cached, one READ a search) beats Sherman, bound by the MN's bandwidth for whole
+/// leaves; with ten memory nodes and a small cache Sherman (small cache need) beats SMART.
+fn motivation(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let settings = [("1 MN, 1000 MB", 1u16, 1000.0), ("10 MNs, 100 MB", 10, 100.0)];
+    for (i, (label, mns, mb)) in settings.into_iter().enumerate() {
+        for index in ["sherman", "smart"] {
+            let mut c = with_cache(s, index, "c", mb);
+            c.memory_nodes = mns;
+            let run = s.go(&format!("{index} {label}"), i as f64, c)?;
+            run.series = index.into();
+        }
+    }
+    let mut ch =
+        chart("Motivation, YCSB C", "setting", "throughput (Mops/s)", lines(&s.runs, mops));
+    ch.x_names = settings.iter().map(|(l, ..)| l.to_string()).collect();
+    s.chart("motivation", ch);
+    Ok(())
+}
+
+/// Fig. 18b: SMART's throughput as its cache grows (budgets in the paper's MB at 60 M items).
+fn smart_cache_sweep(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for mb in [25.0, 50.0, 100.0, 200.0, 400.0, 600.0] {
+        s.go("smart", mb, with_cache(s, "smart", "c", mb))?;
+        s.go("chime", mb, with_cache(s, "chime", "c", mb))?;
+    }
+    let (tput, cache) = (lines(&s.runs, mops), lines(&s.runs, cache_mb));
+    s.chart(
+        "smart-cache-throughput",
+        chart(
+            "Cache budget, YCSB C",
+            "cache budget (MB at 60 M items)",
+            "throughput (Mops/s)",
+            tput,
+        ),
+    );
+    s.chart(
+        "smart-cache-used",
+        chart(
+            "Cache budget: cache used",
+            "cache budget (MB at 60 M items)",
+            "cache per CN (MB)",
+            cache,
+        ),
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +355,17 @@ mod tests {
         );
         let last = staircase().pop().unwrap().1;
         assert_eq!(last.len(), dmindex_chime::FACTORS.len());
+    }
+
+    /// SMART's budget is the paper's, scaled by items / 60 M; CHIME's is the paper's.
+    #[test]
+    fn smart_budgets_scale_with_items() {
+        let scale = Scale { items: 600_000, ..Scale::default() };
+        let mut log = |_: &str| {};
+        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
+        let s = Session::for_test(&scale, "chime-testbed", &runner, &mut log);
+        assert!((with_cache(&s, "smart", "c", 100.0).cache_mb - 1.0).abs() < 1e-9);
+        assert!((with_cache(&s, "smart-opt", "c", 600.0).cache_mb - 6.0).abs() < 1e-9);
+        assert_eq!(with_cache(&s, "chime", "c", 100.0).cache_mb, 100.0);
     }
 }
