@@ -408,7 +408,11 @@ fn experiment_fast_forwards_chosen_workloads_with_overridden_costs() {
         serde_json::from_slice(&std::fs::read(dir.join("ycsb.json")).unwrap()).unwrap();
     let runs = v["runs"].as_array().unwrap();
     let series: Vec<&str> = runs.iter().map(|r| r["series"].as_str().unwrap()).collect();
-    assert_eq!(series, ["chime c", "sherman c"], "LOAD has no figure after a fast-forward load");
+    assert_eq!(
+        series,
+        ["chime c", "sherman c", "smart c", "smart-opt c"],
+        "LOAD has no figure after a fast-forward load"
+    );
     for r in runs {
         assert_eq!(r["report"]["load_fast_forward"], true);
         assert_eq!(r["report"]["load_throughput_ops"], 0.0);

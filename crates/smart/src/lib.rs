@@ -54,7 +54,6 @@ pub mod leaf;
 mod locate;
 mod ops;
 mod scan;
-mod switch;
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -5,7 +5,7 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::radix::node::{slot_addr, Lookup};
 use dmindex_prim::radix::slot::Child;
-use dmindex_prim::radix::{Kind, NodeImage, Partial, Slot};
+use dmindex_prim::radix::{self, Kind, NodeImage, Partial, Slot};
 
 use crate::{bump, SmartIndex, Variant, ROOT_KIND};
 
@@ -55,6 +55,22 @@ impl<V: Variant> SmartIndex<V> {
         c.read(addr, buf).await?;
         NodeImage::decode(buf, kind)
             .ok_or_else(|| IndexError::Corrupt(format!("no smart node of {kind:?} at {addr:?}")))
+    }
+
+    /// Grows (or helps grow) the full or frozen node at `node` ([`radix::switch`]).
+    pub(crate) async fn switch<T: Transport>(
+        &self,
+        c: &Client<T>,
+        link: &Link,
+        node: GlobalAddr,
+        img: &NodeImage,
+    ) -> IndexResult<()> {
+        let grown = radix::switch::grow(c, link.slot, link.word.partial(), node, img).await?;
+        if grown.is_some() {
+            bump(&self.counters.switches);
+        }
+        self.cache.invalidate(node);
+        Ok(())
     }
 
     /// Descends to `key`'s node. With `use_cache`, starts from the deepest cached copy on the

@@ -27,8 +27,8 @@
 //! A node with no empty slot grows into the next kind ([`node::Kind::grow`]): every slot is
 //! *frozen* (CAS to itself with the frozen bit, so no later CAS on it can succeed), the live ones
 //! are copied into a new node and the parent's slot is CAS'd to it. Anyone meeting a frozen slot
-//! can finish the switch, so a crashed switcher blocks nobody; frozen values are still current
-//! for readers, since the new node starts with exactly them.
+//! can finish the switch ([`switch::grow`]), so a crashed switcher blocks nobody; frozen values
+//! are still current for readers, since the new node starts with exactly them.
 //!
 //! # CN-side cache
 //!
@@ -39,6 +39,7 @@ pub mod cache;
 pub mod header;
 pub mod node;
 pub mod slot;
+pub mod switch;
 
 pub use cache::RadixCache;
 pub use header::Header;
