@@ -103,13 +103,15 @@ pub fn encode_body(key: &[u8], value: &[u8], out: &mut [u8]) -> usize {
     end - 16
 }
 
-/// A whole new live leaf in `out` (resized to its allocation).
-pub fn encode(rev: GlobalAddr, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
-    out.clear();
-    out.resize(alloc_len(key.len(), value.len()), 0);
+/// A whole new live leaf at the front of `out` (at least its allocation long, zeroed past the
+/// item); returns its allocation length.
+pub fn encode(rev: GlobalAddr, key: &[u8], value: &[u8], out: &mut [u8]) -> usize {
+    let len = alloc_len(key.len(), value.len());
+    out[..len].fill(0);
     out[..8].copy_from_slice(&rev.raw().to_le_bytes());
     out[8..16].copy_from_slice(&LIVE.to_le_bytes());
     encode_body(key, value, out);
+    len
 }
 
 /// The slot naming a leaf of `len` bytes at `addr`.
@@ -158,9 +160,10 @@ mod tests {
 
     #[test]
     fn layout_is_pinned() {
-        let mut b = Vec::new();
-        encode(GlobalAddr::new(1, 0x40), b"key", b"value", &mut b);
-        assert_eq!(b.len(), 64);
+        let mut b = vec![0xEE; 128];
+        assert_eq!(encode(GlobalAddr::new(1, 0x40), b"key", b"value", &mut b), 64);
+        b.truncate(64);
+        assert!(b[36..].iter().all(|&x| x == 0), "zeroed past the item");
         assert_eq!(&b[..8], &GlobalAddr::new(1, 0x40).raw().to_le_bytes());
         assert_eq!(&b[8..16], &(1u64 << 62).to_le_bytes());
         assert_eq!(&b[24..36], b"\x03\x00\x05\x00keyvalue");

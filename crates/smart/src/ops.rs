@@ -153,11 +153,11 @@ impl<V: Variant> SmartIndex<V> {
         key: &[u8],
         value: &[u8],
     ) -> IndexResult<(GlobalAddr, usize)> {
-        let mut buf = Vec::with_capacity(MAX_LEAF);
-        leaf::encode(rev, key, value, &mut buf);
-        let at = c.alloc_on(near.node(), buf.len() as u64, 64).await?;
-        c.write_zero_wait(at, &buf)?;
-        Ok((at, buf.len()))
+        let mut buf = [0u8; MAX_LEAF];
+        let len = leaf::encode(rev, key, value, &mut buf);
+        let at = c.alloc_on(near.node(), len as u64, 64).await?;
+        c.write_zero_wait(at, &buf[..len])?;
+        Ok((at, len))
     }
 
     /// CASes slot `i` of `pos.node` from `old` to a new leaf for the item.
