@@ -171,6 +171,46 @@ fn bench_replays_traces_and_names_bad_lines() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A Twitter cache trace (CSV) replays: gets find what sets wrote, deletes remove; a bad line
+/// is named.
+#[test]
+fn bench_replays_twitter_cache_traces() {
+    let dir = std::env::temp_dir().join(format!("dmindex-cli-twitter-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("cluster.csv");
+    let mut t = String::new();
+    for i in 0..50 {
+        t += &format!("{i},key:{},8,100,1,set,0\n", i % 20);
+        t += &format!("{i},key:{},8,0,2,get,0\n", i % 20);
+    }
+    t += "60,key:3,5,0,1,delete,0\n60,key:3,5,0,1,get,0\n";
+    std::fs::write(&good, t).unwrap();
+    for index in ["ref", "smart"] {
+        let v = json(&dmindex(&[
+            "bench",
+            "--index",
+            index,
+            "--trace",
+            good.to_str().unwrap(),
+            "--items",
+            "10",
+            "--clients",
+            "1",
+            "--json",
+        ]));
+        assert_eq!(v["ops"], 102, "{index}");
+        let read = v["per_op"].as_array().unwrap().iter().find(|o| o["op"] == "read").unwrap();
+        assert_eq!((read["found"].as_u64(), read["not_found"].as_u64()), (Some(50), Some(1)));
+    }
+    let bad = dir.join("bad.csv");
+    std::fs::write(&bad, "0,k,1,0,1,get,0\n1,k,1,0,1,flush,0\n").unwrap();
+    let out = dmindex(&["bench", "--trace", bad.to_str().unwrap(), "--items", "10"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.csv:2: unknown operation 'flush'"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bench_refuses_bad_input() {
     for (args, msg) in [

@@ -13,6 +13,7 @@
 
 pub mod generators;
 pub mod trace;
+pub mod twitter;
 pub mod workload;
 
 pub use workload::{

@@ -1,4 +1,5 @@
-//! Trace replay: real YCSB output and the compact `OP key [len]` form.
+//! Trace replay: real YCSB output, the compact `OP key [len]` form, and Twitter's cache traces
+//! ([`crate::twitter`], recognised by their CSV lines).
 //!
 //! Accepted lines (operation names case-insensitive):
 //!
@@ -120,7 +121,14 @@ fn numbered_ops<'a>(
     path: &'a Path,
     format: KeyFormat,
 ) -> impl Iterator<Item = Result<(usize, Op), TraceError>> + 'a {
-    text.lines().enumerate().filter_map(move |(i, line)| match parse_line(line, format) {
+    // Twitter cache traces are told apart by their first request line.
+    let twitter = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .is_some_and(crate::twitter::looks_like);
+    let parse = if twitter { crate::twitter::parse_line } else { parse_line };
+    text.lines().enumerate().filter_map(move |(i, line)| match parse(line, format) {
         Ok(Some(op)) => Some(Ok((i + 1, op))),
         Ok(None) => None,
         Err(message) => Some(Err(TraceError { path: path.to_path_buf(), line: i + 1, message })),
