@@ -122,6 +122,35 @@ impl Blocks {
         })
     }
 
+    /// The value of the block at `a` if it holds `key` (search paths): the same READs as
+    /// [`Blocks::read`], into a stack buffer, so the only allocation is the value returned.
+    pub async fn value_if_key<T: Transport>(
+        &self,
+        c: &Client<T>,
+        a: GlobalAddr,
+        key: &[u8],
+    ) -> IndexResult<Option<Vec<u8>>> {
+        let guess = (HEADER + self.max_key + self.max_value).min(GUESS);
+        let mut head = [0u8; GUESS];
+        c.read(a, &mut head[..guess]).await?;
+        let (klen, vlen) = self.lengths(a, &head)?;
+        if klen != key.len() || (HEADER + klen <= guess && &head[HEADER..HEADER + klen] != key) {
+            return Ok(None);
+        }
+        let total = HEADER + klen + vlen;
+        if total <= guess {
+            return Ok(Some(head[HEADER + klen..total].to_vec()));
+        }
+        // Longer than the guess: the rest in a second READ (rare: long values).
+        let mut rest = vec![0u8; total - guess];
+        c.read(a.add(guess as u64), &mut rest).await?;
+        let whole = || head[..guess].iter().chain(rest.iter()).copied();
+        if !whole().skip(HEADER).take(klen).eq(key.iter().copied()) {
+            return Ok(None);
+        }
+        Ok(Some(whole().skip(HEADER + klen).collect()))
+    }
+
     /// Whether the block at `a` holds key `key`: one READ of the header and `key.len()` bytes.
     pub async fn holds_key<T: Transport>(
         &self,
@@ -129,7 +158,9 @@ impl Blocks {
         a: GlobalAddr,
         key: &[u8],
     ) -> IndexResult<bool> {
-        let b = c.read_vec(a, HEADER + key.len()).await?;
+        let n = HEADER + key.len();
+        let mut b = smallvec::SmallVec::<[u8; GUESS]>::from_elem(0, n);
+        c.read(a, &mut b).await?;
         let (klen, _) = self.lengths(a, &b)?;
         Ok(klen == key.len() && &b[HEADER..] == key)
     }
@@ -174,6 +205,23 @@ mod tests {
             assert!(blocks.holds_key(&c, a, b"key").await.unwrap());
             assert!(!blocks.holds_key(&c, a, b"kez").await.unwrap());
             assert!(!blocks.holds_key(&c, a, b"ke").await.unwrap());
+            // value_if_key: the same READs, the value only for the key.
+            let before = c.counts().round_trips;
+            assert_eq!(blocks.value_if_key(&c, a, b"key").await.unwrap(), Some(b"value".to_vec()));
+            assert_eq!(blocks.value_if_key(&c, a, b"kez").await.unwrap(), None);
+            assert_eq!(blocks.value_if_key(&c, a, b"keyy").await.unwrap(), None);
+            assert_eq!(c.counts().round_trips - before, 3);
+            assert_eq!(blocks.value_if_key(&c, long, b"k").await.unwrap(), Some(vec![7; 200]));
+            assert_eq!(blocks.value_if_key(&c, long, b"x").await.unwrap(), None);
+            let long_key = Blocks::new(140, 8);
+            let lk = long_key.write(&c, &[5; 140], b"v").await.unwrap();
+            assert_eq!(
+                long_key.value_if_key(&c, lk, &[5; 140]).await.unwrap(),
+                Some(b"v".to_vec())
+            );
+            let mut other = [5; 140];
+            other[139] = 6;
+            assert_eq!(long_key.value_if_key(&c, lk, &other).await.unwrap(), None);
         }]);
     }
 

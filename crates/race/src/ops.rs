@@ -64,9 +64,9 @@ impl Race {
         bump(&self.counters.searches, 1);
         bump(&self.counters.search_buckets, 2 * reads);
         for cand in snap.candidates(h.fp()) {
-            let b = self.blocks.read(c, layout::slot_block(cand.word)).await?;
-            if b.key == key {
-                return Ok(Some(b.value));
+            if let Some(v) = self.blocks.value_if_key(c, layout::slot_block(cand.word), key).await?
+            {
+                return Ok(Some(v));
             }
         }
         Ok(None)

@@ -102,9 +102,8 @@ impl SepHash {
                 cur.reverse();
             }
             for e in cur.iter().chain(run.iter()) {
-                let b = self.blocks.read(c, e.block()).await?;
-                if b.key == key {
-                    return Ok(if e.tombstone() { None } else { Some(b.value) });
+                if let Some(v) = self.blocks.value_if_key(c, e.block(), key).await? {
+                    return Ok(if e.tombstone() { None } else { Some(v) });
                 }
             }
             return Ok(None);
