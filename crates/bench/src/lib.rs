@@ -24,12 +24,12 @@ use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{Client, Services, Transport};
 use dmindex_index::{mn_services, IndexConfig, IndexKind, PointIndex, Scans};
 use dmindex_sim::SimTransport;
-use dmindex_ycsb::workload::load_keys;
+use dmindex_ycsb::workload::load_numbers;
 use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
-use runner::{OpSource, TaskEnv};
+use runner::{LoadKeys, OpSource, TaskEnv};
 
 /// Which transport to run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -314,16 +314,14 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
     load: bool,
 ) {
     if load {
-        match &plan.load {
-            Some(keys) => {
-                let mine = keys.iter().skip(i).step_by(n).cloned();
-                runner::load_client(idx, c, env, mine).await
-            }
-            None => {
-                let keys = load_keys(plan.format, plan.items, i as u64, n as u64);
-                runner::load_client(idx, c, env, keys).await
-            }
-        }
+        let keys = match &plan.load {
+            Some(keys) => LoadKeys::Given(Box::new(keys.iter().skip(i).step_by(n).map(|k| &k[..]))),
+            None => LoadKeys::Numbers(
+                plan.format,
+                Box::new(load_numbers(plan.items, i as u64, n as u64)),
+            ),
+        };
+        runner::load_client(idx, c, env, keys).await
     } else {
         let src = op_source(plan, shared, plan.seed, i, n);
         runner::run_client::<T, I, S>(idx, c, env, src, share(plan.ops, n, i)).await

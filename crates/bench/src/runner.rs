@@ -6,7 +6,7 @@ use std::sync::Arc;
 use dmindex_fabric::{Client, Transport, VerbCounts};
 use dmindex_index::recorded::Recorder;
 use dmindex_index::{IndexError, IndexResult, PointIndex, Scans};
-use dmindex_ycsb::{ClientStream, Op, OpKind};
+use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 
@@ -19,14 +19,15 @@ pub enum OpSource {
 }
 
 impl OpSource {
-    fn next_op(&mut self) -> Op {
+    /// The next operation, written over `op` (its key buffer reused).
+    fn next_into(&mut self, op: &mut Op) {
         match self {
-            OpSource::Generated(s) => s.next_op(),
+            OpSource::Generated(s) => s.next_into(op),
             OpSource::Trace { ops, index, clients, next } => {
                 let mine = (ops.len() + *clients - 1 - *index) / *clients;
                 let i = *index + (*next % mine.max(1)) * *clients;
                 *next += 1;
-                ops[i.min(ops.len() - 1)].clone()
+                op.clone_from(&ops[i.min(ops.len() - 1)]);
             }
         }
     }
@@ -113,37 +114,65 @@ const PROGRESS_BATCH: u64 = 1024;
 
 /// Runs one operation; returns whether it found its key (a search that hit, an update or delete
 /// of a present key, a scan that returned pairs; an insert always counts as found).
+/// `value` is a buffer values are made in and read into (reused across a client's operations).
 pub async fn run_op<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     idx: &I,
     c: &Client<T>,
     rec: &Recorder<'_>,
     op: &Op,
     seq: u64,
+    value: &mut Vec<u8>,
 ) -> IndexResult<bool> {
     match op.kind {
-        OpKind::Read => rec.search(idx, c, &op.key).await.map(|v| v.is_some()),
-        OpKind::Update => rec.update(idx, c, &op.key, &rec.value(seq)).await,
-        OpKind::Insert => rec.insert(idx, c, &op.key, &rec.value(seq)).await.map(|()| true),
+        OpKind::Read => rec.search_into(idx, c, &op.key, value).await,
+        OpKind::Update => rec.update(idx, c, &op.key, rec.value_into(seq, value)).await,
+        OpKind::Insert => {
+            rec.insert(idx, c, &op.key, rec.value_into(seq, value)).await.map(|()| true)
+        }
         OpKind::Scan => rec.scan::<T, I, S>(idx, c, &op.key, op.scan_len).await.map(|n| n > 0),
         OpKind::Delete => rec.delete(idx, c, &op.key).await,
         OpKind::ReadModifyWrite => {
-            let hit = rec.search(idx, c, &op.key).await?.is_some();
-            Ok(rec.update(idx, c, &op.key, &rec.value(seq)).await? && hit)
+            let hit = rec.search_into(idx, c, &op.key, value).await?;
+            Ok(rec.update(idx, c, &op.key, rec.value_into(seq, value)).await? && hit)
         }
     }
 }
 
-/// The load phase of one client: inserts `keys`.
+/// Where a loading client's keys come from.
+pub enum LoadKeys<'a> {
+    /// Key numbers, spelled by a format into one reused buffer.
+    Numbers(KeyFormat, Box<dyn Iterator<Item = u64> + 'a>),
+    /// Keys given whole (a load trace).
+    Given(Box<dyn Iterator<Item = &'a [u8]> + 'a>),
+}
+
+/// The load phase of one client: inserts `keys`, without allocating per key.
 pub async fn load_client<T: Transport, I: PointIndex<T>>(
     idx: &I,
     c: &Client<T>,
     env: &TaskEnv<'_>,
-    keys: impl Iterator<Item = Vec<u8>>,
+    mut keys: LoadKeys<'_>,
 ) {
     let mut done = 0;
-    for (seq, key) in keys.enumerate() {
+    let (mut key, mut value) = (Vec::new(), Vec::new());
+    let mut next = |buf: &mut Vec<u8>| -> bool {
+        match &mut keys {
+            LoadKeys::Numbers(f, ns) => ns.next().map(|n| f.key_into(n, buf)).is_some(),
+            LoadKeys::Given(ks) => ks
+                .next()
+                .map(|k| {
+                    buf.clear();
+                    buf.extend_from_slice(k);
+                })
+                .is_some(),
+        }
+    };
+    let mut seq = 0;
+    while next(&mut key) {
         let (t0, v0) = ((env.rec.now)(), c.counts());
-        let r = env.rec.insert(idx, c, &key, &env.rec.value(seq as u64)).await.map(|()| true);
+        let v = env.rec.value_into(seq, &mut value);
+        let r = env.rec.insert(idx, c, &key, v).await.map(|()| true);
+        seq += 1;
         if !record(OpKind::Insert, r, t0, v0, c, env, &mut done) {
             break;
         }
@@ -160,10 +189,11 @@ pub async fn run_client<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     ops: u64,
 ) {
     let mut done = 0;
+    let (mut op, mut value) = (Op::default(), Vec::new());
     for seq in 0..ops {
-        let op = source.next_op();
+        source.next_into(&mut op);
         let (t0, v0) = ((env.rec.now)(), c.counts());
-        let r = run_op::<T, I, S>(idx, c, &env.rec, &op, (1 << 39) | seq).await;
+        let r = run_op::<T, I, S>(idx, c, &env.rec, &op, (1 << 39) | seq, &mut value).await;
         if r.is_ok() {
             source.acknowledge(&op);
         }

@@ -62,6 +62,7 @@
 //! of the right sibling: the expected sibling of this node's last child. Physically: 1131 decoded,
 //! 1148 physical, lock word at 1152 (bit 63), 1216 allocated for S = 64.
 
+use arrayvec::ArrayVec;
 use dmindex_fabric::GlobalAddr;
 use dmindex_prim::cacheline::{phys_len, Objects};
 use dmindex_prim::lock::LOCK_BIT;
@@ -229,6 +230,87 @@ impl LeafLayout {
         let first = (b * self.span).div_ceil(self.buckets);
         let last = ((b + 1) * self.span).div_ceil(self.buckets) - 1;
         (first, last)
+    }
+}
+
+/// Decoded ranges one READ doorbell covers: at most a header and two wrapped pieces.
+pub type Ranges = ArrayVec<(usize, usize), 3>;
+
+/// What starts at a decoded offset of a leaf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Object {
+    /// Metadata replica `g`.
+    Replica(usize),
+    /// Entry `i`.
+    Entry(usize),
+}
+
+impl LeafLayout {
+    /// Decoded ranges covering slots `lo .. lo + n` (circular), each with a replica when it
+    /// starts at a group boundary; `n >= span` is the whole leaf. Without metadata replication
+    /// a range that misses the header is preceded by a dedicated READ of it (same doorbell).
+    pub fn read_ranges(&self, lo: usize, n: usize) -> Ranges {
+        let s = self.span;
+        let mut out = Ranges::new();
+        if n >= s {
+            out.push((0, self.decoded()));
+            return out;
+        }
+        let rg = self.rg;
+        let start = |i: usize| if i % rg == 0 { self.replica(i / rg) } else { self.entry(i) };
+        let end = |i: usize| self.entry(i) + self.entry_len;
+        if !self.kind.replicated && start(lo) != 0 && (lo + n <= s || start(0) != 0) {
+            out.push((0, self.meta_len));
+        }
+        if lo + n <= s {
+            out.push((start(lo), end(lo + n - 1)));
+        } else {
+            out.push((start(lo), end(s - 1)));
+            out.push((start(0), end(lo + n - 1 - s)));
+        }
+        out
+    }
+
+    /// Entry-only ranges covering slots `lo .. lo + n` (circular), for writes.
+    pub fn write_ranges(&self, lo: usize, n: usize) -> ArrayVec<(usize, usize), 2> {
+        let s = self.span;
+        let len = self.entry_len;
+        let (e0, e1) = (|i: usize| self.entry(i), |i: usize| self.entry(i) + len);
+        let mut out = ArrayVec::new();
+        if lo + n <= s {
+            out.push((e0(lo), e1(lo + n - 1)));
+        } else {
+            out.push((e0(lo), e1(s - 1)));
+            out.push((e0(0), e1(lo + n - 1 - s)));
+        }
+        out
+    }
+
+    /// The objects of decoded range `[d0, d1)` (which starts at an object), in order, with
+    /// their decoded offsets: one division for the range, none per object.
+    pub fn objects(&self, d0: usize, d1: usize) -> impl Iterator<Item = (usize, Object)> + '_ {
+        let group = self.group();
+        // (group, offset in group, slot at that offset when past the replica)
+        let (g, r) = div_rem(d0, group);
+        let slot = g * self.rg + r.saturating_sub(self.meta_len) / self.entry_len;
+        let mut state = (g, r, slot);
+        std::iter::from_fn(move || {
+            let (g, r, slot) = state;
+            let at = g * group + r;
+            if at >= d1 {
+                return None;
+            }
+            let (obj, mut next) = if r < self.meta_len {
+                (Object::Replica(g), (g, self.meta_len, slot))
+            } else {
+                (Object::Entry(slot), (g, r + self.entry_len, slot + 1))
+            };
+            if next.1 >= group {
+                next = (g + 1, 0, next.2);
+            }
+            state = next;
+            Some((at, obj))
+        })
     }
 }
 

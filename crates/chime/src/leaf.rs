@@ -13,14 +13,14 @@
 //! (or the slot was empty) — the property that lets readers detect hops by rebuilding a home's
 //! bitmap from the keys they read (the third level of the optimistic synchronization).
 
-use arrayvec::ArrayVec;
 use dmindex_prim::cacheline::{self, Torn};
-use dmindex_prim::hash::hash_u64;
 use smallvec::SmallVec;
 
 use dmindex_prim::version;
 
-use crate::layout::{self, LeafLayout, ENTRY, KEY};
+use crate::layout::{self, LeafLayout, Object, Ranges, ENTRY, KEY};
+use crate::view::LeafView;
+pub use crate::view::{home, Modified};
 
 /// The longest leaf entry (a hopscotch entry; sorted entries are shorter).
 const MAX_ENTRY: usize = ENTRY;
@@ -39,12 +39,6 @@ pub struct LeafBuf {
     /// Scratch for the physical bytes of READs (the whole leaf's worth), reused with the buffer.
     pub(crate) raw: Vec<u8>,
 }
-
-/// Slots an operation changed (inline: a hop sequence touches few).
-pub type Modified = SmallVec<[usize; 16]>;
-
-/// Decoded ranges one READ doorbell covers: at most a header and two wrapped pieces.
-pub type Ranges = ArrayVec<(usize, usize), 3>;
 
 /// Why a READ of a leaf cannot be trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,12 +68,6 @@ pub enum Hop {
     NoHop,
 }
 
-/// The home slot of `key` in a leaf of `span` slots.
-pub fn home(key: u64, span: usize) -> usize {
-    let (h, s) = (hash_u64(key), span as u64);
-    (if s.is_power_of_two() { h & (s - 1) } else { h % s }) as usize
-}
-
 /// A copy of the decoded leaf; the READ scratch is not copied (a copy never READs into it).
 impl Clone for LeafBuf {
     fn clone(&self) -> LeafBuf {
@@ -92,6 +80,35 @@ impl Clone for LeafBuf {
             nv_mixed: self.nv_mixed,
             raw: Vec::new(),
         }
+    }
+}
+
+impl LeafView for LeafBuf {
+    #[inline]
+    fn layout(&self) -> &LeafLayout {
+        &self.l
+    }
+
+    #[inline]
+    fn entry_bytes(&self, i: usize) -> &[u8] {
+        let at = self.l.entry(i);
+        &self.bytes[at..at + self.l.entry_len]
+    }
+
+    #[inline]
+    fn entry_bytes_mut(&mut self, i: usize) -> &mut [u8] {
+        let at = self.l.entry(i);
+        &mut self.bytes[at..at + self.l.entry_len]
+    }
+
+    fn replica_bytes(&self) -> Option<&[u8]> {
+        let g = self.replica_loaded.iter().position(|&r| r)?;
+        let at = self.l.replica(g);
+        Some(&self.bytes[at..at + self.l.meta_len])
+    }
+
+    fn decoded_from(&self, d: usize) -> &[u8] {
+        &self.bytes[d..]
     }
 }
 
@@ -143,63 +160,6 @@ impl LeafBuf {
         self.loaded[i]
     }
 
-    pub fn key(&self, i: usize) -> u64 {
-        layout::key_at(&self.bytes, self.l.entry(i) + self.l.key_off())
-    }
-
-    pub fn value(&self, i: usize) -> [u8; 8] {
-        let at = self.l.entry(i) + self.l.key_off() + KEY;
-        self.bytes[at..at + 8].try_into().expect("8 bytes")
-    }
-
-    pub fn version(&self, i: usize) -> u8 {
-        self.bytes[self.l.entry(i)]
-    }
-
-    pub fn bitmap(&self, i: usize) -> u16 {
-        let at = self.l.entry(i) + 1;
-        u16::from_le_bytes([self.bytes[at], self.bytes[at + 1]])
-    }
-
-    fn set_bitmap(&mut self, i: usize, b: u16) {
-        let at = self.l.entry(i) + 1;
-        self.bytes[at..at + 2].copy_from_slice(&b.to_le_bytes());
-    }
-
-    /// Bit of distance `d` in a hop bitmap (MSB of the H used bits = distance 0).
-    pub fn hop_bit(&self, d: usize) -> u16 {
-        1 << (self.l.h - 1 - d)
-    }
-
-    pub fn set_entry(&mut self, i: usize, key: u64, value: [u8; 8]) {
-        let at = self.l.entry(i) + self.l.key_off();
-        layout::put_key(&mut self.bytes, at, key);
-        self.bytes[at + KEY..at + 2 * KEY].copy_from_slice(&value);
-    }
-
-    pub fn bump_ev(&mut self, i: usize) {
-        let at = self.l.entry(i);
-        self.bytes[at] = version::bump_ev(self.bytes[at]);
-    }
-
-    /// The sibling pointer and valid flag from any replica read.
-    pub fn meta(&self) -> Option<(dmindex_fabric::GlobalAddr, bool)> {
-        let g = self.replica_loaded.iter().position(|&r| r)?;
-        let at = self.l.replica(g);
-        Some((layout::addr_at(&self.bytes, at + 2), self.bytes[at + 1] != 0))
-    }
-
-    /// The fence keys `[low, high]` (inclusive) from any replica read; `None` for leaves
-    /// without fences.
-    pub fn fences(&self) -> Option<(u64, u64)> {
-        if !self.l.kind.fenced {
-            return None;
-        }
-        let g = self.replica_loaded.iter().position(|&r| r)?;
-        let at = self.l.replica(g) + super::layout::REPLICA;
-        Some((layout::key_at(&self.bytes, at), layout::key_at(&self.bytes, at + KEY)))
-    }
-
     /// Sets every replica's fence keys.
     pub fn set_fences(&mut self, low: u64, high: u64) {
         for g in 0..self.l.groups() {
@@ -231,44 +191,9 @@ impl LeafBuf {
         }
     }
 
-    /// Decoded ranges covering slots `lo .. lo + n` (circular), each with a replica when it starts
-    /// at a group boundary; `n >= span` is the whole leaf. Without metadata replication a range
-    /// that misses the header is preceded by a dedicated READ of it (same doorbell).
+    /// Decoded ranges covering slots `lo .. lo + n` (circular): [`LeafLayout::read_ranges`].
     pub fn ranges(&self, lo: usize, n: usize) -> Ranges {
-        let s = self.l.span;
-        let mut out = Ranges::new();
-        if n >= s {
-            out.push((0, self.l.decoded()));
-            return out;
-        }
-        let rg = self.l.rg;
-        let start = |i: usize| if i % rg == 0 { self.l.replica(i / rg) } else { self.l.entry(i) };
-        let end = |i: usize| self.l.entry(i) + self.l.entry_len;
-        if !self.l.kind.replicated && start(lo) != 0 && (lo + n <= s || start(0) != 0) {
-            out.push((0, self.l.meta_len));
-        }
-        if lo + n <= s {
-            out.push((start(lo), end(lo + n - 1)));
-        } else {
-            out.push((start(lo), end(s - 1)));
-            out.push((start(0), end(lo + n - 1 - s)));
-        }
-        out
-    }
-
-    /// Entry-only ranges covering slots `lo .. lo + n` (circular), for writes.
-    pub fn write_ranges(&self, lo: usize, n: usize) -> ArrayVec<(usize, usize), 2> {
-        let s = self.l.span;
-        let len = self.l.entry_len;
-        let (e0, e1) = (|i: usize| self.l.entry(i), |i: usize| self.l.entry(i) + len);
-        let mut out = ArrayVec::new();
-        if lo + n <= s {
-            out.push((e0(lo), e1(lo + n - 1)));
-        } else {
-            out.push((e0(lo), e1(s - 1)));
-            out.push((e0(0), e1(lo + n - 1 - s)));
-        }
-        out
+        self.l.read_ranges(lo, n)
     }
 
     /// Decodes a READ of decoded range `[d0, d1)` (starting at an object) and marks what it
@@ -276,26 +201,13 @@ impl LeafBuf {
     pub fn absorb(&mut self, d0: usize, d1: usize, phys: &[u8]) -> Result<(), Invalid> {
         cacheline::decode(&self.l, phys, d0, d1, &mut self.bytes)?;
         let l = self.l;
-        let group = l.group();
-        // Walk the objects by (group, offset in group): one division per READ, not per object.
-        let (mut g, mut r) = (d0 / group, d0 % group);
-        // The slot at offset `r` of group `g` (when `r` is past the replica).
-        let mut slot = g * l.rg + r.saturating_sub(l.meta_len) / l.entry_len;
-        while g * group + r < d1 {
+        for (at, obj) in l.objects(d0, d1) {
+            match obj {
+                Object::Replica(g) => self.replica_loaded[g] = true,
+                Object::Entry(i) => self.loaded[i] = true,
+            }
             // The object's first byte holds its versions.
-            let object = g * group + if r < l.meta_len { 0 } else { r };
-            if r < l.meta_len {
-                self.replica_loaded[g] = true;
-                r = l.meta_len;
-            } else {
-                self.loaded[slot] = true;
-                slot += 1;
-                r += l.entry_len;
-            }
-            if r >= group {
-                (g, r) = (g + 1, 0);
-            }
-            let nv = version::nv(self.bytes[object]);
+            let nv = version::nv(self.bytes[at]);
             match self.nv {
                 None => self.nv = Some(nv),
                 Some(n) => self.nv_mixed |= n != nv,
@@ -313,19 +225,6 @@ impl LeafBuf {
             return Err(Invalid::NoReplica);
         }
         Ok(())
-    }
-
-    /// Rebuilds home `h`'s hop bitmap from the keys in its neighbourhood (all loaded).
-    pub fn status(&self, h: usize) -> u16 {
-        let mut b = 0;
-        for d in 0..self.l.h {
-            let i = (h + d) % self.l.span;
-            let k = self.key(i);
-            if k != 0 && home(k, self.l.span) == h {
-                b |= self.hop_bit(d);
-            }
-        }
-        b
     }
 
     /// Whether every home's hop bitmap matches the keys around it (whole leaf loaded): the third
@@ -368,11 +267,6 @@ impl LeafBuf {
             self.set_entry(i - 1, k, v);
         }
         self.set_entry(n - 1, 0, [0; 8]);
-    }
-
-    /// The slot of `key` within home `h`'s neighbourhood, if present.
-    pub fn find(&self, h: usize, key: u64) -> Option<usize> {
-        (0..self.l.h).map(|d| (h + d) % self.l.span).find(|&i| self.key(i) == key)
     }
 
     /// Inserts `key` (absent from its neighbourhood) by hopping, within the loaded slots. The
@@ -456,21 +350,6 @@ impl LeafBuf {
             let b = self.status(h);
             self.set_bitmap(h, b);
         }
-    }
-
-    /// Removes the key at slot `i` (home `h`): clears the entry and its home bit.
-    pub fn remove(&mut self, h: usize, i: usize) -> Modified {
-        let bm = self.bitmap(h) & !self.hop_bit(self.dist(h, i));
-        self.set_bitmap(h, bm);
-        self.set_entry(i, 0, [0; 8]);
-        self.bump_ev(i);
-        if h != i {
-            self.bump_ev(h);
-        }
-        let mut m: Modified = [h, i].into_iter().collect();
-        m.sort_unstable();
-        m.dedup();
-        m
     }
 
     /// The vacancy bitmap, exact for buckets fully loaded; `prev` kept for the others.
@@ -579,7 +458,7 @@ mod tests {
         );
         assert_eq!(b.ranges(5, 64).as_slice(), [(0, l.decoded())]);
         assert_eq!(
-            b.write_ranges(62, 4).as_slice(),
+            b.l.write_ranges(62, 4).as_slice(),
             [(l.entry(62), l.entry(63) + 19), (l.entry(0), l.entry(1) + 19)]
         );
     }

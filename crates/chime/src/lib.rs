@@ -80,9 +80,12 @@ pub mod hotspot;
 pub mod internal;
 pub mod layout;
 pub mod leaf;
+pub mod neighbourhood;
+pub mod read_plan;
 mod shape;
 pub mod sorted;
 mod tree;
+pub mod view;
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -98,6 +101,7 @@ use dmindex_prim::root::RootSlot;
 
 use crate::internal::NodeCache;
 use crate::layout::{InternalLayout, LeafLayout};
+use crate::read_plan::ReadPlan;
 use crate::shape::MAGIC;
 pub use crate::shape::{factors_on, ChimeShape, FACTORS, MAX_INDIRECT};
 use crate::tree::{Probe, Tree};
@@ -157,10 +161,18 @@ impl<V> ChimeIndex<V> {
             (true, Some(b)) => b.min(cfg.cache_bytes),
             (true, None) => cfg.cache_bytes * 3 / 10,
         };
+        let leaf = LeafLayout::with_kind(shape.span, shape.h, shape.kind).expect("checked");
+        let hop = shape.kind.hopscotch;
         Ok(ChimeIndex {
             variant: PhantomData,
             tree: Tree {
-                leaf: LeafLayout::with_kind(shape.span, shape.h, shape.kind).expect("checked"),
+                leaf,
+                plans: if hop { ReadPlan::every_home(&leaf) } else { Box::new([]) },
+                entry_plans: if hop && shape.speculative {
+                    ReadPlan::every_entry(&leaf)
+                } else {
+                    Box::new([])
+                },
                 vacancy: shape.vacancy,
                 blocks: Blocks::new(shape.key_len, shape.value_len),
                 inner: InternalLayout { span: shape.internal_span },
@@ -292,11 +304,21 @@ impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
     }
 
     async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self.search_into(c, key, &mut out).await?.then_some(out))
+    }
+
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         let (k, probe) = self.key_of(key)?;
-        match self.tree.search(c, k, probe).await? {
-            Some(slot) => Ok(Some(self.value_from(c, slot).await?)),
-            None => Ok(None),
+        out.clear();
+        let Some(slot) = self.tree.search(c, k, probe).await? else { return Ok(false) };
+        if self.shape.indirect() {
+            let block = GlobalAddr::from_raw(u64::from_le_bytes(slot));
+            self.tree.blocks.value_into(c, block, None, out).await?;
+        } else {
+            out.extend_from_slice(&slot[..self.shape.value_len]);
         }
+        Ok(true)
     }
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {

@@ -24,6 +24,7 @@ use dmindex_index::{IndexError, IndexResult};
 use crate::layout::LockWord;
 use crate::leaf::LeafBuf;
 use crate::tree::{Attempt, Insert, LockedLeaf, Probe, Tree, Where};
+use crate::view::LeafView;
 
 impl Tree {
     /// The slot of the probed key in sorted leaf `buf` (whole): binary search, or with long keys
@@ -54,7 +55,7 @@ impl Tree {
                 if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
                     return Ok(Some(buf.value(i)));
                 }
-                match self.judge(&loc, &buf, k) {
+                match self.judge(&loc, &*buf, k) {
                     Where::Absent => return Ok(None),
                     Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
                     Where::Right(_) => continue 'outer,
@@ -84,7 +85,7 @@ impl Tree {
             Err(next) => return Ok(next),
         };
         if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
-            self.update_in_place(c, leaf, &mut buf, i, k, v).await?;
+            self.update_in_place_buf(c, leaf, &mut buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
         let at = buf.sorted_search(k).unwrap_or_else(|i| i);
@@ -189,7 +190,7 @@ impl Tree {
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
                     match v {
-                        Some(v) => self.update_in_place(c, leaf, &mut buf, i, k, v).await?,
+                        Some(v) => self.update_in_place_buf(c, leaf, &mut buf, i, k, v).await?,
                         None => {
                             buf.sorted_remove(i);
                             self.rewrite_sorted_leaf(c, leaf, &mut buf).await?;
@@ -198,7 +199,7 @@ impl Tree {
                     return Ok(true);
                 }
                 self.unlock_leaf(c, leaf).await?;
-                match self.judge(&loc, &buf, k) {
+                match self.judge(&loc, &*buf, k) {
                     Where::Absent => return Ok(false),
                     Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
                     Where::Right(_) => continue 'outer,

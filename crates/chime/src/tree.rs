@@ -33,6 +33,7 @@ use crate::hotspot::Hotspots;
 use crate::internal::NodeCache;
 use crate::layout::{InternalLayout, LeafLayout, LockWord};
 use crate::leaf::LeafBuf;
+use crate::read_plan::ReadPlan;
 
 pub(crate) use descent::{Located, Where};
 pub(crate) use leaf_io::LockedLeaf;
@@ -63,6 +64,10 @@ pub(crate) struct Tree {
     pub local_locks: LocalLocks,
     /// The hotspot buffer, when speculative reads are on.
     pub hotspots: Option<Hotspots>,
+    /// The read plan of every home's neighbourhood (hopscotch leaves), and of every entry
+    /// alone (speculative reads), indexed by slot.
+    pub plans: Box<[ReadPlan]>,
+    pub entry_plans: Box<[ReadPlan]>,
     /// Leaf buffers for READs, reused across operations (see `Tree::leaf_buf`).
     pub bufs: Pool<LeafBuf>,
     pub retries: AtomicU64,

@@ -196,6 +196,20 @@ pub trait PointIndex<T: Transport>: Sized {
     /// The value of `key`, if present.
     async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>>;
 
+    /// [`PointIndex::search`] into `out` (cleared first, then the value): whether the key is
+    /// present. The hot path: a caller that reuses `out` allocates nothing, so indexes
+    /// implement it natively (the default goes through `search`).
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        out.clear();
+        match self.search(c, key).await? {
+            Some(v) => {
+                out.extend_from_slice(&v);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// Sets `key` to `value`, inserting it if absent (an upsert: never a duplicate).
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()>;
 

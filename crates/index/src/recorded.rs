@@ -23,11 +23,19 @@ pub struct Recorder<'a> {
 impl Recorder<'_> {
     /// A value unique to this client and write: the client and `seq` in its first 8 bytes.
     pub fn value(&self, seq: u64) -> Vec<u8> {
-        let mut v = vec![0x5Au8; self.value_size];
-        let tag = ((self.client as u64) << 40 | (seq & 0xFF_FFFF_FFFF)).to_le_bytes();
-        let n = v.len().min(8);
-        v[..n].copy_from_slice(&tag[..n]);
+        let mut v = Vec::new();
+        self.value_into(seq, &mut v);
         v
+    }
+
+    /// [`Recorder::value`] made in `buf` (reused: no allocation once it has the value's size).
+    pub fn value_into<'b>(&self, seq: u64, buf: &'b mut Vec<u8>) -> &'b [u8] {
+        buf.clear();
+        buf.resize(self.value_size, 0x5A);
+        let tag = ((self.client as u64) << 40 | (seq & 0xFF_FFFF_FFFF)).to_le_bytes();
+        let n = buf.len().min(8);
+        buf[..n].copy_from_slice(&tag[..n]);
+        buf
     }
 
     fn invoke(&self, call: impl FnOnce() -> Invocation) -> Option<OpId> {
@@ -51,6 +59,20 @@ impl Recorder<'_> {
         let r = idx.search(c, key).await?;
         self.complete(id, || Outcome::Found(r.clone()));
         Ok(r)
+    }
+
+    /// Recorded search into `out` ([`PointIndex::search_into`]); whether the key was found.
+    pub async fn search_into<T: Transport, I: PointIndex<T>>(
+        &self,
+        idx: &I,
+        c: &Client<T>,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> IndexResult<bool> {
+        let id = self.invoke(|| Invocation::Search { key: key.to_vec() });
+        let found = idx.search_into(c, key, out).await?;
+        self.complete(id, || Outcome::Found(found.then(|| out.clone())));
+        Ok(found)
     }
 
     /// Recorded insert.

@@ -65,20 +65,37 @@ pub trait Objects {
 /// node) occupy, CL versions included; a line's data at a time.
 pub fn encode<O: Objects>(objs: &O, node: &[u8], d0: usize, d1: usize, out: &mut Vec<u8>) {
     let (p0, p1) = phys_range(d0, d1);
-    out.reserve(p1 - p0);
+    let start = out.len();
+    out.resize(start + p1 - p0, 0);
+    encode_window(objs, &node[d0..], d0, d1, &mut out[start..]);
+}
+
+/// [`encode`] from a window of the decoded node (`window[i]` is decoded byte `d0 + i`) into
+/// `out` (at least the physical length of the range); returns the physical bytes written.
+/// What a writer that holds only the part it READ (a neighbourhood) encodes from.
+pub fn encode_window<O: Objects>(
+    objs: &O,
+    window: &[u8],
+    d0: usize,
+    d1: usize,
+    out: &mut [u8],
+) -> usize {
+    let (p0, p1) = phys_range(d0, d1);
     let (mut p, mut d) = (p0, d0);
     while p < p1 {
         if p >= LINE && p % LINE == 0 {
-            // The line's version: its first data byte's owner's.
-            out.push(node[objs.object_start(d)]);
+            // The line's version: its first data byte's owner's (an object inside the range,
+            // since writes cover whole objects).
+            out[p - p0] = window[objs.object_start(d) - d0];
             p += 1;
             continue;
         }
         let n = ((p / LINE + 1) * LINE).min(p1) - p;
-        out.extend_from_slice(&node[d..d + n]);
+        out[p - p0..p - p0 + n].copy_from_slice(&window[d - d0..d - d0 + n]);
         (p, d) = (p + n, d + n);
     }
     debug_assert_eq!(d, d1);
+    p1 - p0
 }
 
 /// A torn read: a CL version disagreed with its object.
@@ -95,6 +112,19 @@ pub fn decode<O: Objects>(
     d1: usize,
     node: &mut [u8],
 ) -> Result<(), Torn> {
+    decode_window(objs, phys_bytes, d0, d1, &mut node[d0..d1])
+}
+
+/// [`decode`] into a window of the decoded node: `window[i]` receives decoded byte `d0 + i`
+/// (`window` holds at least `d1 - d0` bytes). What a reader that keeps only the part it READ
+/// (a neighbourhood, on the stack) decodes into.
+pub fn decode_window<O: Objects>(
+    objs: &O,
+    phys_bytes: &[u8],
+    d0: usize,
+    d1: usize,
+    window: &mut [u8],
+) -> Result<(), Torn> {
     let (p0, p1) = phys_range(d0, d1);
     debug_assert_eq!(phys_bytes.len(), p1 - p0);
     // The data: runs between version bytes (physical offsets LINE, 2·LINE, …).
@@ -105,7 +135,7 @@ pub fn decode<O: Objects>(
             continue;
         }
         let n = ((p / LINE + 1) * LINE).min(p1) - p;
-        node[d..d + n].copy_from_slice(&phys_bytes[p - p0..p - p0 + n]);
+        window[d - d0..d - d0 + n].copy_from_slice(&phys_bytes[p - p0..p - p0 + n]);
         (p, d) = (p + n, d + n);
     }
     // The versions: each line's must equal its first data byte's owner's, decoded above.
@@ -113,7 +143,7 @@ pub fn decode<O: Objects>(
     while b < p1 {
         let first = b + 1 - b / LINE;
         let owner = objs.object_start(first);
-        if owner < d0 || node[owner] != phys_bytes[b - p0] {
+        if owner < d0 || window[owner - d0] != phys_bytes[b - p0] {
             return Err(Torn);
         }
         b += LINE;
@@ -186,5 +216,31 @@ mod tests {
         phys_bytes[57] ^= 0x10; // object 3 (decoded 57..76) starts at physical 57; line 1 starts at 64
         let mut back = vec![0u8; node.len()];
         assert_eq!(decode(&Nineteen, &phys_bytes, 0, node.len(), &mut back), Err(Torn));
+    }
+
+    /// A window holds exactly what the whole-node forms hold for its range, both ways, and a
+    /// torn line is caught in a window as in the whole node.
+    #[test]
+    fn windows_match_the_whole_node() {
+        let node: Vec<u8> =
+            (0..19 * 30).map(|i| if i % 19 == 0 { (i / 19) as u8 + 1 } else { i as u8 }).collect();
+        for (d0, d1) in [(0, 19), (19 * 3, 19 * 4), (19 * 3, 19 * 20), (19 * 12, 19 * 30)] {
+            let mut whole = Vec::new();
+            encode(&Nineteen, &node, d0, d1, &mut whole);
+            let mut out = [0u8; 700];
+            let n = encode_window(&Nineteen, &node[d0..d1], d0, d1, &mut out);
+            assert_eq!(&out[..n], &whole[..], "encode [{d0}, {d1})");
+            let mut window = [0u8; 700];
+            decode_window(&Nineteen, &whole, d0, d1, &mut window).unwrap();
+            assert_eq!(&window[..d1 - d0], &node[d0..d1], "decode [{d0}, {d1})");
+            if let Some(b) = (0..whole.len()).find(|&b| {
+                let p = phys_range(d0, d1).0 + b;
+                p >= LINE && p % LINE == 0
+            }) {
+                let mut torn = whole.clone();
+                torn[b] ^= 0x40;
+                assert_eq!(decode_window(&Nineteen, &torn, d0, d1, &mut window), Err(Torn));
+            }
+        }
     }
 }

@@ -130,25 +130,47 @@ impl Blocks {
         a: GlobalAddr,
         key: &[u8],
     ) -> IndexResult<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self.value_into(c, a, Some(key), &mut out).await?.then_some(out))
+    }
+
+    /// The value of the block at `a` into `out` (cleared first), if the block holds `key`
+    /// (`None`: any key): whether it did. One READ of up to [`GUESS`] bytes into a stack buffer,
+    /// a second only for a longer block; nothing allocated once `out` has grown.
+    pub async fn value_into<T: Transport>(
+        &self,
+        c: &Client<T>,
+        a: GlobalAddr,
+        key: Option<&[u8]>,
+        out: &mut Vec<u8>,
+    ) -> IndexResult<bool> {
+        out.clear();
         let guess = (HEADER + self.max_key + self.max_value).min(GUESS);
         let mut head = [0u8; GUESS];
         c.read(a, &mut head[..guess]).await?;
         let (klen, vlen) = self.lengths(a, &head)?;
-        if klen != key.len() || (HEADER + klen <= guess && &head[HEADER..HEADER + klen] != key) {
-            return Ok(None);
+        let probe = |k: &[u8]| key.is_none_or(|key| key == k);
+        if key.is_some_and(|key| klen != key.len())
+            || (HEADER + klen <= guess && !probe(&head[HEADER..HEADER + klen]))
+        {
+            return Ok(false);
         }
         let total = HEADER + klen + vlen;
         if total <= guess {
-            return Ok(Some(head[HEADER + klen..total].to_vec()));
+            out.extend_from_slice(&head[HEADER + klen..total]);
+            return Ok(true);
         }
-        // Longer than the guess: the rest in a second READ (rare: long values).
-        let mut rest = vec![0u8; total - guess];
-        c.read(a.add(guess as u64), &mut rest).await?;
-        let whole = || head[..guess].iter().chain(rest.iter()).copied();
-        if !whole().skip(HEADER).take(klen).eq(key.iter().copied()) {
-            return Ok(None);
+        // Longer than the guess: the whole block into `out`, the rest by a second READ (rare:
+        // long values), then the header and key dropped from its front.
+        out.extend_from_slice(&head[..guess]);
+        out.resize(total, 0);
+        c.read(a.add(guess as u64), &mut out[guess..]).await?;
+        if !probe(&out[HEADER..HEADER + klen]) {
+            out.clear();
+            return Ok(false);
         }
-        Ok(Some(whole().skip(HEADER + klen).collect()))
+        out.drain(..HEADER + klen);
+        Ok(true)
     }
 
     /// Whether the block at `a` holds key `key`: one READ of the header and `key.len()` bytes.
@@ -222,6 +244,14 @@ mod tests {
             let mut other = [5; 140];
             other[139] = 6;
             assert_eq!(long_key.value_if_key(&c, lk, &other).await.unwrap(), None);
+            // value_into: any key with None, into one reused buffer (left empty on a miss).
+            let mut out = vec![9; 3];
+            assert!(blocks.value_into(&c, long, None, &mut out).await.unwrap());
+            assert_eq!(out, vec![7; 200]);
+            assert!(blocks.value_into(&c, a, None, &mut out).await.unwrap());
+            assert_eq!(out, b"value");
+            assert!(!long_key.value_into(&c, lk, Some(&other), &mut out).await.unwrap());
+            assert!(out.is_empty());
         }]);
     }
 

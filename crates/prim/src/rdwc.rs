@@ -299,20 +299,29 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     }
 
     async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-        let Some(t) = &self.table else { return self.inner.search(c, key).await };
+        let mut out = Vec::new();
+        Ok(self.search_into(c, key, &mut out).await?.then_some(out))
+    }
+
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        let Some(t) = &self.table else { return self.inner.search_into(c, key, out).await };
         match t.join(key, Kind::Read, &[]).await {
             Role::Done(Out::Read(v)) => {
                 t.delegated.fetch_add(1, Ordering::Relaxed);
-                Ok(v)
+                out.clear();
+                if let Some(v) = &v {
+                    out.extend_from_slice(v);
+                }
+                Ok(v.is_some())
             }
             Role::Done(_) => unreachable!("read batches get read results"),
             Role::Lead(mut ticket) => {
-                let v = self.inner.search(c, key).await?;
+                let found = self.inner.search_into(c, key, out).await?;
                 // Only followers need a copy (a lone leader, the common case, copies nothing).
                 if !ticket.followers.is_empty() {
-                    ticket.out = Some(Out::Read(v.clone()));
+                    ticket.out = Some(Out::Read(found.then(|| out.clone())));
                 }
-                Ok(v)
+                Ok(found)
             }
         }
     }

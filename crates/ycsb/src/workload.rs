@@ -239,27 +239,46 @@ impl KeyFormat {
 
     /// The key of key number `n`.
     pub fn key(&self, n: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.key_into(n, &mut out);
+        out
+    }
+
+    /// [`KeyFormat::key`] written into `out` (cleared first): a client that reuses one buffer
+    /// makes its keys without allocating.
+    pub fn key_into(&self, n: u64, out: &mut Vec<u8>) {
         let v = match (self.style, self.ordered) {
             (KeyStyle::Fixed, true) => n + 1,
             (KeyStyle::Ycsb, true) => n,
             (_, false) => fnvhash64(n),
         };
-        self.key_of_value(v)
+        self.key_of_value_into(v, out)
     }
 
     /// The key for an already-hashed (or trace-given) integer `v`. For [`KeyStyle::Ycsb`], `v` is
     /// the bits of YCSB's Java `long`, written as that `long` (so 2^63 is `user-9223372036854775808`,
     /// what YCSB writes for `fnvhash64`'s one negative result).
     pub fn key_of_value(&self, v: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.key_of_value_into(v, &mut out);
+        out
+    }
+
+    /// [`KeyFormat::key_of_value`] written into `out` (cleared first).
+    pub fn key_of_value_into(&self, v: u64, out: &mut Vec<u8>) {
+        use std::io::Write;
+        out.clear();
         if self.style == KeyStyle::Ycsb {
-            return format!("user{}", v as i64).into_bytes();
+            write!(out, "user{}", v as i64).expect("writing to a Vec");
+            return;
         }
         if self.size == 8 {
-            return v.to_be_bytes().to_vec();
+            out.extend_from_slice(&v.to_be_bytes());
+            return;
         }
         let digits = self.size - 4;
         let v = if digits < 20 { v % 10u64.pow(digits as u32) } else { v };
-        format!("user{v:0digits$}").into_bytes()
+        write!(out, "user{v:0digits$}").expect("writing to a Vec");
     }
 }
 
@@ -272,6 +291,13 @@ pub struct Op {
     pub scan_len: usize,
     /// The insert number to acknowledge when an insert completes.
     pub insert_number: Option<u64>,
+}
+
+impl Default for Op {
+    /// A read of the empty key: a buffer for [`ClientStream::next_into`] to fill.
+    fn default() -> Op {
+        Op { kind: OpKind::Read, key: Vec::new(), scan_len: 0, insert_number: None }
+    }
 }
 
 /// State shared by all clients of one run: the insert counter and the key-space size.
@@ -364,6 +390,14 @@ impl ClientStream {
 
     /// The next operation.
     pub fn next_op(&mut self) -> Op {
+        let mut op = Op::default();
+        self.next_into(&mut op);
+        op
+    }
+
+    /// The next operation, written over `op` (its key buffer reused: no allocation once it has
+    /// grown to the longest key).
+    pub fn next_into(&mut self, op: &mut Op) {
         let total: f64 = self.weights.iter().sum();
         let mut u = next_double(&mut self.rng) * total;
         // Rounding can leave u at the total: fall back to the last operation with weight.
@@ -376,23 +410,21 @@ impl ClientStream {
             u -= w;
         }
         // `weights` follow `OpKind::ALL`'s order.
-        let kind = OpKind::ALL[pick];
-        if kind == OpKind::Insert {
+        op.kind = OpKind::ALL[pick];
+        if op.kind == OpKind::Insert {
             let n = self.shared.inserts.next();
-            return Op {
-                kind,
-                key: self.shared.format.key(n),
-                scan_len: 0,
-                insert_number: Some(n),
-            };
+            self.shared.format.key_into(n, &mut op.key);
+            (op.scan_len, op.insert_number) = (0, Some(n));
+            return;
         }
         let n = self.key_number();
-        let scan_len = if kind == OpKind::Scan {
+        op.scan_len = if op.kind == OpKind::Scan {
             1 + below(&mut self.rng, self.shared.spec.max_scan) as usize
         } else {
             0
         };
-        Op { kind, key: self.shared.format.key(n), scan_len, insert_number: None }
+        op.insert_number = None;
+        self.shared.format.key_into(n, &mut op.key);
     }
 
     /// Acknowledges a completed insert (so later reads may pick it).
@@ -411,7 +443,13 @@ pub fn load_keys(
     i: u64,
     loaders: u64,
 ) -> impl Iterator<Item = Vec<u8>> {
-    (i..records).step_by(loaders.max(1) as usize).map(move |n| format.key(n))
+    load_numbers(records, i, loaders).map(move |n| format.key(n))
+}
+
+/// The key numbers of [`load_keys`] (format each with [`KeyFormat::key_into`] to reuse a
+/// buffer).
+pub fn load_numbers(records: u64, i: u64, loaders: u64) -> impl Iterator<Item = u64> {
+    (i..records).step_by(loaders.max(1) as usize)
 }
 
 #[cfg(test)]

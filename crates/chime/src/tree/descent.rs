@@ -14,6 +14,7 @@ use dmindex_index::{IndexError, IndexResult};
 use super::{parse_root, Attempt, Insert, LockedLeaf, Tree};
 use crate::internal::Internal;
 use crate::leaf::LeafBuf;
+use crate::view::LeafView;
 
 /// Where a key's leaf was found.
 #[derive(Clone, Copy, Debug)]
@@ -148,7 +149,7 @@ impl Tree {
     /// Where `k`, absent from validated READ `buf` of a leaf reached through `loc`, lives:
     /// sibling-based validation compares the sibling with the one the parent expects; with
     /// fence keys (sibling-based validation off) the key must lie within them.
-    pub(crate) fn judge(&self, loc: &Located, buf: &LeafBuf, k: u64) -> Where {
+    pub(crate) fn judge(&self, loc: &Located, buf: &impl LeafView, k: u64) -> Where {
         let (sib, _) = buf.meta().expect("validated read has a replica");
         if self.leaf.kind.fenced {
             let (low, high) = buf.fences().expect("validated read has a replica");
@@ -263,7 +264,7 @@ impl Tree {
     pub(crate) async fn resolve_long<T: Transport>(
         &self,
         c: &Client<T>,
-        buf: &LeafBuf,
+        buf: &impl LeafView,
         slots: impl IntoIterator<Item = usize>,
         k: u64,
         full: &[u8],

@@ -8,20 +8,20 @@
 
 use std::sync::atomic::Ordering;
 
-use dmindex_fabric::{Client, GlobalAddr, Transport};
-use dmindex_index::IndexResult;
-use dmindex_prim::cacheline::phys_range;
-
 use super::{Attempt, Insert, Probe, Tree, Where};
 use crate::layout::LockWord;
-use crate::leaf::{home, Hop, LeafBuf};
+use crate::leaf::{home, Hop};
+use crate::neighbourhood::Neighbourhood;
+use crate::view::LeafView;
+use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_index::IndexResult;
 
 impl Tree {
     /// The slot of the probed key in home `h`'s neighbourhood of hopscotch leaf `buf` (loaded).
     async fn resolve<T: Transport>(
         &self,
         c: &Client<T>,
-        buf: &LeafBuf,
+        buf: &impl LeafView,
         h: usize,
         k: u64,
         probe: Probe<'_>,
@@ -34,13 +34,14 @@ impl Tree {
     /// Hotness-aware speculative read: READ only the hottest buffered slot of k's neighbourhood
     /// whose fingerprint matches; a whole entry holding k is k's value at that instant (see
     /// [`crate::hotspot`]). Long keys are not speculated on (their blocks would need reading).
-    async fn speculate<T: Transport>(
-        &self,
+    async fn speculate<'t, T: Transport>(
+        &'t self,
         c: &Client<T>,
         leaf: GlobalAddr,
         h: usize,
         k: u64,
         probe: Probe<'_>,
+        nb: &mut Neighbourhood<'t>,
     ) -> IndexResult<Option<[u8; 8]>> {
         let (Some(hs), Probe::Exact) = (&self.hotspots, probe) else { return Ok(None) };
         let Some(slot) = hs.best(leaf, (0..self.leaf.h).map(|d| (h + d) % self.leaf.span), k)
@@ -48,19 +49,10 @@ impl Tree {
             return Ok(None);
         };
         hs.attempts.fetch_add(1, Ordering::Relaxed);
-        let d0 = self.leaf.entry(slot);
-        let d1 = d0 + self.leaf.entry_len;
-        let (p0, p1) = phys_range(d0, d1);
-        let mut buf = self.leaf_buf(c);
-        let mut raw = std::mem::take(&mut buf.raw);
-        raw.resize(p1 - p0, 0);
-        c.read(leaf.add(p0 as u64), &mut raw).await?;
-        let torn = buf.absorb(d0, d1, &raw).is_err();
-        buf.raw = raw;
-        if !torn && buf.key(slot) == k {
+        if self.read_entry(c, leaf, slot, nb).await? && nb.key(slot) == k {
             hs.hits.fetch_add(1, Ordering::Relaxed);
             hs.touch(leaf, slot, k);
-            return Ok(Some(buf.value(slot)));
+            return Ok(Some(nb.value(slot)));
         }
         hs.forget(leaf, slot);
         Ok(None)
@@ -73,16 +65,17 @@ impl Tree {
         k: u64,
         probe: Probe<'_>,
     ) -> IndexResult<Option<[u8; 8]>> {
-        let (s, hh) = (self.leaf.span, self.leaf.h);
+        let s = self.leaf.span;
         let h = home(k, s);
+        let mut buf = self.neighbourhood(h);
         'outer: loop {
             let loc = self.locate(c, k).await?;
             let (mut cur, mut moves) = (loc.leaf, 0);
-            if let Some(v) = self.speculate(c, cur, h, k, probe).await? {
+            if let Some(v) = self.speculate(c, cur, h, k, probe, &mut buf).await? {
                 return Ok(Some(v));
             }
             loop {
-                let buf = self.read_slots(c, cur, h, hh).await?;
+                self.read_neighbourhood(c, cur, h, &mut buf).await?;
                 if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
                     if let Some(hs) = &self.hotspots {
                         hs.touch(cur, i, k);
@@ -137,8 +130,8 @@ impl Tree {
             Ok(leaf) => leaf,
             Err(next) => return Ok(next),
         };
-        if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
-            self.update_in_place(c, leaf, &mut buf, i, k, v).await?;
+        if let Some(i) = self.resolve(c, &*buf, h, k, probe).await? {
+            self.update_in_place_buf(c, leaf, &mut buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
         let am_key = (lw.argmax < s && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax));
@@ -158,9 +151,8 @@ impl Tree {
                     _ => lw.argmax,
                 };
                 let new = LockWord { locked: false, full: buf.vacancy(lw.full), argmax };
-                let (wlo, wn) = self.span_of(&buf, h, &modified);
-                let plan = self.write_plan(&mut buf, wlo, wn, new);
-                self.write_pieces(c, leaf, &buf, &plan).await?;
+                let span = self.span_of(h, &modified);
+                self.write_back_buf(c, leaf, &mut buf, span, new).await?;
                 Ok(Attempt::Done)
             }
             Hop::NoEmpty | Hop::NoHop => {
@@ -183,14 +175,15 @@ impl Tree {
         v: Option<[u8; 8]>,
         probe: Probe<'_>,
     ) -> IndexResult<bool> {
-        let (s, hh) = (self.leaf.span, self.leaf.h);
+        let s = self.leaf.span;
         let h = home(k, s);
+        let mut buf = self.neighbourhood(h);
         'outer: loop {
             let loc = self.locate(c, k).await?;
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let leaf = self.lock_hopscotch_leaf(c, cur).await?;
-                let mut buf = self.read_slots(c, cur, h, hh).await?;
+                self.read_neighbourhood(c, cur, h, &mut buf).await?;
                 if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
                         hs.touch(cur, i, k);
@@ -200,10 +193,9 @@ impl Tree {
                         None => {
                             let modified = buf.remove(h, i);
                             let full = leaf.lw.full & !(1 << self.leaf.bucket(i));
-                            let (wlo, wn) = self.span_of(&buf, h, &modified);
                             let lw = LockWord { full, ..leaf.lw };
-                            let plan = self.write_plan(&mut buf, wlo, wn, lw);
-                            self.write_pieces(c, leaf, &buf, &plan).await?;
+                            let span = self.span_of(h, &modified);
+                            self.write_back(c, leaf, &buf, span, lw).await?;
                         }
                     }
                     return Ok(true);
@@ -226,9 +218,10 @@ impl Tree {
     }
 
     /// The slots `modified` (all within `h ..` circularly) as (lo, n).
-    fn span_of(&self, buf: &LeafBuf, h: usize, modified: &[usize]) -> (usize, usize) {
-        let first = modified.iter().map(|&i| buf.dist(h, i)).min().expect("non-empty");
-        let last = modified.iter().map(|&i| buf.dist(h, i)).max().expect("non-empty");
-        ((h + first) % buf.span(), last - first + 1)
+    fn span_of(&self, h: usize, modified: &[usize]) -> (usize, usize) {
+        let l = &self.leaf;
+        let first = modified.iter().map(|&i| l.dist(h, i)).min().expect("non-empty");
+        let last = modified.iter().map(|&i| l.dist(h, i)).max().expect("non-empty");
+        ((h + first) % l.span, last - first + 1)
     }
 }

@@ -14,7 +14,10 @@ use dmindex_prim::pool::Pooled;
 
 use super::Tree;
 use crate::layout::LockWord;
-use crate::leaf::LeafBuf;
+use crate::leaf::{Invalid, LeafBuf};
+use crate::neighbourhood::Neighbourhood;
+use crate::read_plan;
+use crate::view::LeafView;
 
 /// A leaf under this client's lock: its address, the lock word the locking CAS returned
 /// (vacancy bitmap and argmax), and the held lock with its slot of the CN-local lock table.
@@ -135,73 +138,187 @@ impl Tree {
         }
     }
 
+    /// A neighbourhood window for home `h` of this tree's leaves, to be READ by
+    /// [`Tree::read_neighbourhood`]. Make it once per operation: it lives in the operation's
+    /// state and is never moved.
+    pub(crate) fn neighbourhood(&self, h: usize) -> Neighbourhood<'_> {
+        Neighbourhood::new(self.leaf, &self.plans[h])
+    }
+
+    /// READs the neighbourhood of home `h` of leaf `leaf` into `nb` until the READ validates:
+    /// one doorbell into `nb`'s buffer, nothing allocated or copied.
+    pub(crate) async fn read_neighbourhood<'t, T: Transport>(
+        &'t self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        h: usize,
+        nb: &mut Neighbourhood<'t>,
+    ) -> IndexResult<()> {
+        loop {
+            nb.reset(&self.plans[h]);
+            if self.read_window(c, leaf, nb).await?.is_ok() && nb.validate().is_ok() {
+                return Ok(());
+            }
+            self.retry();
+        }
+    }
+
+    /// READs entry `slot` of a leaf alone into `nb` (a speculative read); `false` if the READ
+    /// was torn.
+    pub(crate) async fn read_entry<'t, T: Transport>(
+        &'t self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        slot: usize,
+        nb: &mut Neighbourhood<'t>,
+    ) -> IndexResult<bool> {
+        nb.reset(&self.entry_plans[slot]);
+        Ok(self.read_window(c, leaf, nb).await?.is_ok())
+    }
+
+    /// One doorbell READ of the pieces `nb` was reset for, decoded in place; `Ok(Err)` if a
+    /// line was torn.
+    async fn read_window<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        nb: &mut Neighbourhood<'_>,
+    ) -> IndexResult<Result<(), Invalid>> {
+        let plan = nb.plan();
+        if let [(p0, _)] = plan.reads.as_slice() {
+            // One piece (most neighbourhoods): a plain READ.
+            c.read(leaf.add(*p0 as u64), nb.raw_mut()).await?;
+            return Ok(nb.absorb());
+        }
+        let mut reads = ArrayVec::<BatchOp<'_>, 3>::new();
+        let mut rest = nb.raw_mut();
+        for &(p0, n) in &plan.reads {
+            let (piece, tail) = rest.split_at_mut(n as usize);
+            reads.push(BatchOp::Read { addr: leaf.add(p0 as u64), buf: piece });
+            rest = tail;
+        }
+        doorbell::post(c, &mut reads).await?;
+        drop(reads);
+        Ok(nb.absorb())
+    }
+
     /// READs a leaf's inclusive upper bound (big-endian, at the rear).
     pub(super) async fn read_bound<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: GlobalAddr,
     ) -> IndexResult<u64> {
-        let b = c.read_vec(leaf.add(self.leaf.bound_offset() as u64), 8).await?;
-        Ok(u64::from_be_bytes(b.try_into().expect("8 bytes")))
+        let w = c.read_word(leaf.add(self.leaf.bound_offset() as u64)).await?;
+        Ok(u64::from_be_bytes(w.to_le_bytes()))
     }
 
-    /// Encodes slots `lo .. lo + n` (circular) of `buf` into its scratch, with the unlocking lock
-    /// word `lw` last: what [`Tree::write_pieces`] WRITEs. Allocates nothing once the scratch has
-    /// grown to a leaf's size.
+    /// Encodes slots `lo .. lo + n` (circular) of `view` into `out`, with the unlocking lock
+    /// word `lw` last: what [`Tree::write_pieces`] WRITEs. `out` holds at least the physical
+    /// bytes of the slots plus the pad and the lock word.
     pub(super) fn write_plan(
         &self,
-        buf: &mut LeafBuf,
+        view: &impl LeafView,
         lo: usize,
         n: usize,
         lw: LockWord,
+        out: &mut [u8],
     ) -> WritePlan {
-        let mut raw = std::mem::take(&mut buf.raw);
-        raw.clear();
         let mut pieces = WritePlan::new();
-        for (d0, d1) in buf.write_ranges(lo, n) {
-            let start = raw.len();
-            cacheline::encode(&self.leaf, &buf.bytes, d0, d1, &mut raw);
-            pieces.push((phys_range(d0, d1).0, start..raw.len()));
+        let mut len = 0;
+        for (d0, d1) in self.leaf.write_ranges(lo, n) {
+            let written = cacheline::encode_window(
+                &self.leaf,
+                view.decoded_from(d0),
+                d0,
+                d1,
+                &mut out[len..],
+            );
+            pieces.push((phys_range(d0, d1).0, len..len + written));
+            len += written;
         }
         let word = unlocked(lw.encode(&self.leaf)).to_le_bytes();
         let lock_at = self.leaf.lock_offset();
         let (at, range) = pieces.last().cloned().expect("at least one range");
         if at + range.len() == self.leaf.physical() {
             // The last range ends where the pad before the lock word begins: one WRITE.
-            raw.resize(range.start + lock_at - at, 0);
-            raw.extend_from_slice(&word);
-            pieces.last_mut().expect("at least one range").1 = range.start..raw.len();
+            let pad_end = range.start + lock_at - at;
+            out[len..pad_end].fill(0);
+            out[pad_end..pad_end + 8].copy_from_slice(&word);
+            pieces.last_mut().expect("at least one range").1 = range.start..pad_end + 8;
         } else {
-            let start = raw.len();
-            raw.extend_from_slice(&word);
-            pieces.push((lock_at, start..raw.len()));
+            out[len..len + 8].copy_from_slice(&word);
+            pieces.push((lock_at, len..len + 8));
         }
-        buf.raw = raw;
         pieces
     }
 
-    /// WRITEs a [`Tree::write_plan`] of `buf` (the last piece carries the unlocking lock word) to
-    /// locked leaf `leaf` in order, as one doorbell batch, releasing the leaf.
+    /// WRITEs a [`Tree::write_plan`] encoded in `out` (the last piece carries the unlocking
+    /// lock word) to locked leaf `leaf` in order, as one doorbell batch, releasing the leaf.
     pub(super) async fn write_pieces<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: LockedLeaf<'_>,
-        buf: &LeafBuf,
+        out: &[u8],
         plan: &WritePlan,
     ) -> IndexResult<()> {
         let mut writes = ArrayVec::<BatchOp<'_>, 3>::new();
         for (at, r) in plan {
-            writes.push(BatchOp::Write {
-                addr: leaf.addr.add(*at as u64),
-                data: &buf.raw[r.clone()],
-            });
+            writes.push(BatchOp::Write { addr: leaf.addr.add(*at as u64), data: &out[r.clone()] });
         }
         leaf.held.unlock_by(doorbell::post(c, &mut writes)).await
     }
 
-    /// Rewrites entry `i` of locked leaf `leaf` (READ into `buf`) as (k, v) with its
+    /// Encodes slots `lo .. lo + n` of `view` with the unlocking lock word `lw` and WRITEs them
+    /// to locked leaf `leaf`, releasing it: from a neighbourhood through a stack buffer.
+    pub(super) async fn write_back<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: LockedLeaf<'_>,
+        view: &Neighbourhood<'_>,
+        (lo, n): (usize, usize),
+        lw: LockWord,
+    ) -> IndexResult<()> {
+        let mut out = [0u8; read_plan::RAW + 16];
+        let plan = self.write_plan(view, lo, n, lw, &mut out);
+        self.write_pieces(c, leaf, &out, &plan).await
+    }
+
+    /// [`Tree::write_back`] from a whole-leaf buffer, encoding into its scratch.
+    pub(super) async fn write_back_buf<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: LockedLeaf<'_>,
+        buf: &mut LeafBuf,
+        (lo, n): (usize, usize),
+        lw: LockWord,
+    ) -> IndexResult<()> {
+        let mut out = std::mem::take(&mut buf.raw);
+        out.resize(self.leaf.lock_offset() + 8, 0);
+        let plan = self.write_plan(buf, lo, n, lw, &mut out);
+        let written = self.write_pieces(c, leaf, &out, &plan).await;
+        buf.raw = out;
+        written
+    }
+
+    /// Rewrites entry `i` of locked leaf `leaf` (READ into `view`) as (k, v) with its
     /// entry-level version bumped, unlocking the leaf in the same WRITE.
     pub(crate) async fn update_in_place<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: LockedLeaf<'_>,
+        view: &mut Neighbourhood<'_>,
+        i: usize,
+        k: u64,
+        v: [u8; 8],
+    ) -> IndexResult<()> {
+        view.set_entry(i, k, v);
+        view.bump_ev(i);
+        let lw = leaf.lw;
+        self.write_back(c, leaf, view, (i, 1), lw).await
+    }
+
+    /// [`Tree::update_in_place`] in a whole-leaf buffer.
+    pub(crate) async fn update_in_place_buf<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: LockedLeaf<'_>,
@@ -212,8 +329,8 @@ impl Tree {
     ) -> IndexResult<()> {
         buf.set_entry(i, k, v);
         buf.bump_ev(i);
-        let plan = self.write_plan(buf, i, 1, leaf.lw);
-        self.write_pieces(c, leaf, buf, &plan).await
+        let lw = leaf.lw;
+        self.write_back_buf(c, leaf, buf, (i, 1), lw).await
     }
 
     /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.

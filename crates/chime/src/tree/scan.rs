@@ -10,6 +10,7 @@ use dmindex_prim::doorbell;
 
 use super::Tree;
 use crate::leaf::LeafBuf;
+use crate::view::LeafView;
 
 impl Tree {
     /// READs whole leaves (one doorbell when they share a memory node, else one READ each),

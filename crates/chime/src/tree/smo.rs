@@ -12,9 +12,10 @@ use dmindex_prim::doorbell;
 use dmindex_prim::lock::Held;
 
 use super::{root_word, Insert, LockedLeaf, Tree};
-use crate::internal::Internal;
+use crate::internal::{Internal, Routes};
 use crate::layout::LockWord;
 use crate::leaf::{home, Hop, LeafBuf};
+use crate::view::LeafView;
 
 impl Tree {
     /// Splits locked leaf `leaf` (wholly read in `buf`) and tries to place `k` on the proper side.
@@ -154,7 +155,7 @@ impl Tree {
                             sibling_leftmost: GlobalAddr::NULL,
                             low: 0,
                             high: u64::MAX,
-                            entries: vec![(pivot, child)],
+                            routes: Routes::new(&[pivot], &[child]),
                         };
                         let a = c.alloc(self.inner.alloc() as u64, 64).await?;
                         c.write(a, &new_root.physical_with_lock(&self.inner)).await?;
@@ -180,21 +181,20 @@ impl Tree {
                 hint = (!node.sibling.is_null()).then_some(node.sibling);
                 continue;
             }
-            if node.entries.iter().any(|&(p, _)| p == pivot) {
+            if node.routes.pivots().contains(&pivot) {
                 held.unlock_with(c, 0).await?;
                 return Ok(());
             }
             let mut node = node.bumped();
-            let at = node.entries.partition_point(|&(p, _)| p < pivot);
-            node.entries.insert(at, (pivot, child));
-            if node.entries.len() <= self.inner.span {
+            node.routes.insert(pivot, child);
+            if node.routes.len() <= self.inner.span {
                 // The image ends with the lock word, unlocked.
                 held.unlock_by(c.write(addr, &node.physical_with_lock(&self.inner))).await?;
                 self.cache.insert(addr, node);
                 return Ok(());
             }
-            let m = node.entries.len() / 2;
-            let (sep, mid) = node.entries[m];
+            let m = node.routes.len() / 2;
+            let (sep, mid, routes) = node.routes.split_at(m);
             let right = Internal {
                 version: 0,
                 level,
@@ -204,7 +204,7 @@ impl Tree {
                 sibling_leftmost: node.sibling_leftmost,
                 low: sep,
                 high: node.high,
-                entries: node.entries[m + 1..].to_vec(),
+                routes,
             };
             let right_addr = match c.alloc(self.inner.alloc() as u64, 64).await {
                 Ok(a) => a,
@@ -213,7 +213,6 @@ impl Tree {
                     return Err(e.into());
                 }
             };
-            node.entries.truncate(m);
             node.high = sep - 1;
             node.sibling = right_addr;
             node.sibling_leftmost = mid;

@@ -1,0 +1,297 @@
+//! A neighbourhood READ kept on the stack: the window of a leaf a search, an update or a delete
+//! needs, decoded in place, with nothing of the rest of the leaf.
+//!
+//! # What it holds
+//!
+//! A hopscotch key lives within H slots of its home, so these operations READ slots
+//! `h .. h + H` (circularly) and the metadata replica that range always contains (the one
+//! before the group boundary it crosses, or the group's own when `h` starts one; a wrapped
+//! range is two pieces, the second starting at replica 0). Without metadata replication a
+//! dedicated READ of the header joins the doorbell. At most three pieces, READ back to back
+//! into one fixed buffer and decoded there in place:
+//!
+//! ```text
+//! READ:     buf = [ piece 0 physical | piece 1 physical | piece 2 physical ]
+//! absorbed: buf = [ piece 0 decoded | piece 1 decoded | piece 2 decoded ]   (≤ WINDOW bytes)
+//! pieces:   [(d0, d1, at)]: decoded range [d0, d1) of the leaf is buf[at .. at + d1 - d0]
+//! ```
+//!
+//! # Validation
+//!
+//! The same as a whole leaf's: every cache-line version agrees with its object (checked on the
+//! physical bytes before they are compacted), every object carries one node-level version,
+//! and a replica was read. A single-entry READ (a speculative read) has no replica and is only
+//! checked for tearing.
+//!
+//! # Writing back
+//!
+//! An update or delete changes entries inside the window; [`Neighbourhood::window_from`]
+//! hands the encoder the decoded bytes of a written range, so the WRITE is built from the
+//! window too (see `tree::leaf_io`).
+
+use dmindex_prim::version;
+
+use crate::layout::{LeafLayout, MAX_H};
+use crate::leaf::Invalid;
+use crate::read_plan::{ReadPlan, RAW, WINDOW};
+use crate::view::{home, wrap, LeafView};
+
+/// Slack after the buffers, so every line's data is copied as one fixed 64-byte move.
+const SLACK: usize = 64;
+
+/// One neighbourhood (or entry) of a leaf, as READ: the READ lands in `raw` as physical bytes;
+/// [`Neighbourhood::absorb`] checks its line versions and copies each line's data into
+/// `window`, all as the [`ReadPlan`] of its home says.
+pub struct Neighbourhood<'p> {
+    l: LeafLayout,
+    plan: &'p ReadPlan,
+    nv_mixed: bool,
+    raw: [u8; RAW + SLACK],
+    window: [u8; WINDOW + SLACK],
+}
+
+impl<'p> Neighbourhood<'p> {
+    /// A window for leaves of layout `l`, planned as `plan` says. Make it once per operation and
+    /// [`Neighbourhood::reset`] it for each READ: it is large, so it should not move.
+    pub fn new(l: LeafLayout, plan: &'p ReadPlan) -> Neighbourhood<'p> {
+        Neighbourhood {
+            l,
+            plan,
+            nv_mixed: false,
+            raw: [0; RAW + SLACK],
+            window: [0; WINDOW + SLACK],
+        }
+    }
+
+    /// Plans the next READ by `plan` (what was absorbed before is forgotten).
+    #[inline]
+    pub fn reset(&mut self, plan: &'p ReadPlan) {
+        (self.plan, self.nv_mixed) = (plan, false);
+    }
+
+    /// The plan of the next (or last) READ.
+    pub fn plan(&self) -> &'p ReadPlan {
+        self.plan
+    }
+
+    /// Physical bytes the READ of every piece takes, in order: (offset in the leaf, length).
+    pub fn raw_lens(&self) -> impl Iterator<Item = (usize, usize)> + 'p {
+        self.plan.reads.iter().map(|&(p0, n)| (p0 as usize, n as usize))
+    }
+
+    /// The buffer a READ lands in: the pieces' physical bytes back to back.
+    pub fn raw_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[..self.plan.raw_len]
+    }
+
+    /// Checks the READ in `raw` and decodes it into the window; `Err` if a line is torn. Node
+    /// versions are compared for [`Neighbourhood::validate`].
+    pub fn absorb(&mut self) -> Result<(), Invalid> {
+        let plan = self.plan;
+        if plan
+            .checks
+            .iter()
+            .any(|&(line, owner)| self.raw[line as usize] != self.raw[owner as usize])
+        {
+            return Err(Invalid::Torn);
+        }
+        for &(from, to, _) in &plan.runs {
+            let (from, to) = (from as usize, to as usize);
+            // Past a run's own bytes this copies garbage that the next run (or the slack) takes.
+            self.window[to..to + SLACK].copy_from_slice(&self.raw[from..from + SLACK]);
+        }
+        // Every object read carries one node-level version.
+        let first = self.window[*plan.replicas.first().unwrap_or(&plan.slots[0]) as usize];
+        let nv = version::nv(first);
+        let objects = plan.slots[..plan.count].iter().chain(&plan.replicas);
+        self.nv_mixed =
+            objects.fold(false, |m, &o| m | (version::nv(self.window[o as usize]) != nv));
+        Ok(())
+    }
+
+    /// Whether everything absorbed carries one node-level version and a replica was read.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        if self.nv_mixed {
+            return Err(Invalid::NodeVersion);
+        }
+        if self.plan.replicas.is_empty() {
+            return Err(Invalid::NoReplica);
+        }
+        Ok(())
+    }
+
+    /// The decoded bytes from offset `d` of the leaf to the end of its piece.
+    pub fn window_from(&self, d: usize) -> &[u8] {
+        let &(d0, d1, at) = self
+            .plan
+            .pieces
+            .iter()
+            .find(|&&(d0, d1, _)| d0 <= d && d < d1)
+            .unwrap_or_else(|| panic!("decoded offset {d} was not read"));
+        &self.window[at + d - d0..at + d1 - d0]
+    }
+
+    /// Where slot `i` sits in the window.
+    #[inline]
+    fn at(&self, i: usize) -> usize {
+        let (lo, count) = (self.plan.lo, self.plan.count);
+        let j = if i >= lo { i - lo } else { i + self.l.span - lo };
+        assert!(j < count, "slot {i} was not read");
+        self.plan.slots[j] as usize
+    }
+
+    /// The key at the `j`-th slot read.
+    #[inline]
+    fn key_at(&self, j: usize) -> u64 {
+        let at = self.plan.slots[j] as usize + self.l.key_off();
+        u64::from_be_bytes(self.window[at..at + 8].try_into().expect("8 bytes"))
+    }
+}
+
+impl LeafView for Neighbourhood<'_> {
+    #[inline]
+    fn layout(&self) -> &LeafLayout {
+        &self.l
+    }
+
+    #[inline]
+    fn entry_bytes(&self, i: usize) -> &[u8] {
+        let at = self.at(i);
+        &self.window[at..at + self.l.entry_len]
+    }
+
+    #[inline]
+    fn entry_bytes_mut(&mut self, i: usize) -> &mut [u8] {
+        let at = self.at(i);
+        &mut self.window[at..at + self.l.entry_len]
+    }
+
+    fn replica_bytes(&self) -> Option<&[u8]> {
+        let at = *self.plan.replicas.first()? as usize;
+        Some(&self.window[at..at + self.l.meta_len])
+    }
+
+    fn decoded_from(&self, d: usize) -> &[u8] {
+        self.window_from(d)
+    }
+
+    /// Through the plan's slot table when `h` is the home this window was read for.
+    #[inline]
+    fn find(&self, h: usize, key: u64) -> Option<usize> {
+        let (l, plan) = (self.l, self.plan);
+        if h != plan.lo || plan.count < l.h {
+            return (0..l.h).map(|d| wrap(h + d, l.span)).find(|&i| self.key(i) == key);
+        }
+        (0..plan.count).find(|&j| self.key_at(j) == key).map(|j| wrap(h + j, l.span))
+    }
+
+    fn status(&self, h: usize) -> u16 {
+        let l = self.l;
+        assert!(h == self.plan.lo && self.plan.count >= l.h, "home {h}'s neighbourhood was read");
+        let mut b = 0;
+        for j in 0..l.h {
+            let k = self.key_at(j);
+            if k != 0 && home(k, l.span) == h {
+                b |= self.hop_bit(j);
+            }
+        }
+        b
+    }
+}
+
+/// Slots a window can hold (the most a neighbourhood has).
+pub const MAX_SLOTS: usize = MAX_H;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::LeafKind;
+    use crate::leaf::LeafBuf;
+    use dmindex_prim::cacheline;
+
+    /// A neighbourhood decoded from a leaf's physical bytes sees exactly the whole leaf's
+    /// entries and metadata, for every home, with and without replication and fences.
+    #[test]
+    fn windows_agree_with_the_whole_leaf() {
+        let kinds = [
+            LeafKind::CHIME,
+            LeafKind { hopscotch: true, replicated: false, fenced: true },
+            LeafKind { hopscotch: true, replicated: true, fenced: true },
+        ];
+        for kind in kinds {
+            for h in [4, 8, 16] {
+                let l = LeafLayout::with_kind(64, h, kind).unwrap();
+                let mut whole = LeafBuf::empty(l);
+                for i in 0..64 {
+                    whole.set_entry(i, 1000 + i as u64, (i as u64).to_le_bytes());
+                    whole.set_bitmap(i, i as u16);
+                }
+                whole.set_sibling(dmindex_fabric::GlobalAddr::new(0, 0x4000));
+                if kind.fenced {
+                    whole.set_fences(5, 9999);
+                }
+                let mut phys = Vec::new();
+                cacheline::encode(&l, &whole.bytes, 0, l.decoded(), &mut phys);
+                for home in 0..64 {
+                    let plan = ReadPlan::new(&l, home, h, false);
+                    let mut nb = Neighbourhood::new(l, &plan);
+                    let mut raw = Vec::new();
+                    for (p0, n) in nb.raw_lens() {
+                        raw.extend_from_slice(&phys[p0..p0 + n]);
+                    }
+                    nb.raw_mut()[..raw.len()].copy_from_slice(&raw);
+                    nb.absorb().unwrap();
+                    nb.validate().unwrap();
+                    for d in 0..h {
+                        let i = (home + d) % 64;
+                        assert_eq!(nb.key(i), whole.key(i));
+                        assert_eq!(nb.value(i), whole.value(i));
+                        assert_eq!(nb.bitmap(i), whole.bitmap(i));
+                    }
+                    assert_eq!(nb.meta(), whole.meta());
+                    assert_eq!(nb.fences(), whole.fences());
+                    assert_eq!(nb.status(home), whole.status(home));
+                }
+            }
+        }
+    }
+
+    /// Pieces of two node versions, or a torn line, fail; a single entry has no replica.
+    #[test]
+    fn mixed_versions_torn_lines_and_missing_replicas_fail() {
+        let l = LeafLayout::new(64, 8).unwrap();
+        let old = LeafBuf::empty(l);
+        let mut new = LeafBuf::empty(l);
+        new.bump_node_version();
+        let phys = |b: &LeafBuf| {
+            let mut out = Vec::new();
+            cacheline::encode(&l, &b.bytes, 0, l.decoded(), &mut out);
+            out
+        };
+        let (po, pn) = (phys(&old), phys(&new));
+        // Home 60 wraps: its second piece comes from the new version.
+        let plan = ReadPlan::new(&l, 60, 8, false);
+        let mut nb = Neighbourhood::new(l, &plan);
+        let lens: Vec<_> = nb.raw_lens().collect();
+        let mut raw = po[lens[0].0..lens[0].0 + lens[0].1].to_vec();
+        raw.extend_from_slice(&pn[lens[1].0..lens[1].0 + lens[1].1]);
+        nb.raw_mut()[..raw.len()].copy_from_slice(&raw);
+        nb.absorb().unwrap();
+        assert_eq!(nb.validate(), Err(Invalid::NodeVersion));
+        // A line version that disagrees with its object.
+        let plan = ReadPlan::new(&l, 3, 8, false);
+        let mut nb = Neighbourhood::new(l, &plan);
+        let (p0, n) = nb.raw_lens().next().unwrap();
+        let mut raw = po[p0..p0 + n].to_vec();
+        let cl = (0..n).find(|&b| (p0 + b) % 64 == 0).unwrap();
+        raw[cl] ^= 0x10;
+        nb.raw_mut()[..raw.len()].copy_from_slice(&raw);
+        assert_eq!(nb.absorb(), Err(Invalid::Torn));
+        let plan = ReadPlan::new(&l, 5, 1, true);
+        let mut one = Neighbourhood::new(l, &plan);
+        let (p0, n) = one.raw_lens().next().unwrap();
+        one.raw_mut()[..n].copy_from_slice(&po[p0..p0 + n]);
+        one.absorb().unwrap();
+        assert_eq!((one.key(5), one.validate()), (0, Err(Invalid::NoReplica)));
+    }
+}

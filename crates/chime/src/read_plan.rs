@@ -1,0 +1,163 @@
+//! Read plans: everything about one neighbourhood READ that depends only on the leaf's geometry
+//! and the home slot, worked out once per home when a tree handle is made, so that a search
+//! does no layout arithmetic (no division, no range search) per operation.
+//!
+//! # What a plan says
+//!
+//! For the slots `lo .. lo + n` (circularly) and the replica they need
+//! ([`LeafLayout::read_ranges`]):
+//!
+//! ```text
+//! reads:    [(physical offset in the leaf, length)]     pieces READ back to back into `raw`
+//! checks:   [(line version in raw, its owner's version byte in raw)]   must be equal
+//! runs:     [(from in raw, to in window, length)]       each line's data, without its version
+//! slots:    [window offset of slot lo + j]
+//! replicas: [window offset of each replica read]
+//! pieces:   [(d0, d1, window offset)]                   decoded ranges, for writing back
+//! ```
+//!
+//! A READ is valid when every check holds (no line torn) and every object — each slot and each
+//! replica — carries one node-level version; the neighbourhood
+//! ([`crate::neighbourhood::Neighbourhood`]) applies a plan to its buffers.
+
+use arrayvec::ArrayVec;
+use dmindex_prim::cacheline::{phys, phys_range, Objects, LINE};
+
+use crate::layout::{LeafLayout, Ranges, ENTRY, MAX_H, REPLICA_FENCED};
+use crate::view::wrap;
+
+/// Decoded bytes a neighbourhood READ can cover: H entries and up to three headers.
+pub const WINDOW: usize = MAX_H * ENTRY + 3 * REPLICA_FENCED;
+/// Physical bytes of such a READ: its decoded bytes plus a line version per 63 and one leading
+/// line version per piece.
+pub const RAW: usize = WINDOW + WINDOW.div_ceil(63) + 3;
+/// Most lines a READ spans (a run and a check per line, plus one of each per piece).
+const LINES: usize = RAW.div_ceil(LINE) + 3;
+
+/// One planned READ of a window of a leaf (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadPlan {
+    pub reads: ArrayVec<(u32, u16), 3>,
+    pub checks: ArrayVec<(u16, u16), LINES>,
+    pub runs: ArrayVec<(u16, u16, u8), LINES>,
+    pub lo: usize,
+    pub count: usize,
+    pub slots: [u16; MAX_H],
+    pub replicas: ArrayVec<u16, 4>,
+    pub pieces: ArrayVec<(usize, usize, usize), 3>,
+    /// Physical bytes READ, and decoded bytes in the window.
+    pub raw_len: usize,
+    pub window_len: usize,
+}
+
+impl ReadPlan {
+    /// The plan for slots `lo .. lo + n` with their replica, or for entry `lo` alone
+    /// (`entry_only`: a speculative read, no replica).
+    pub fn new(l: &LeafLayout, lo: usize, n: usize, entry_only: bool) -> ReadPlan {
+        assert!(n >= 1 && n <= l.h.min(MAX_H), "a window holds 1 ..= H slots, not {n}");
+        let ranges: Ranges = if entry_only {
+            let e = l.entry(lo);
+            [(e, e + l.entry_len)].into_iter().collect()
+        } else {
+            l.read_ranges(lo, n)
+        };
+        let mut plan = ReadPlan {
+            reads: ArrayVec::new(),
+            checks: ArrayVec::new(),
+            runs: ArrayVec::new(),
+            lo,
+            count: n,
+            slots: [0; MAX_H],
+            replicas: ArrayVec::new(),
+            pieces: ArrayVec::new(),
+            raw_len: 0,
+            window_len: 0,
+        };
+        let group = l.group();
+        let (mut off, mut at) = (0, 0);
+        for &(d0, d1) in &ranges {
+            let (p0, p1) = phys_range(d0, d1);
+            plan.reads.push((p0 as u32, (p1 - p0) as u16));
+            plan.pieces.push((d0, d1, at));
+            // A line version must equal its first data byte's owner's version (the owner starts
+            // inside the piece: READs start at objects).
+            let mut b = p0.max(LINE).div_ceil(LINE) * LINE;
+            while b < p1 {
+                let owner = l.object_start(b + 1 - b / LINE);
+                assert!(owner >= d0, "line {b} is owned by an object before the READ");
+                plan.checks.push(((off + b - p0) as u16, (off + phys(owner) - p0) as u16));
+                b += LINE;
+            }
+            // Each line's data, in order, without its version byte.
+            let (mut ph, mut d) = (p0, d0);
+            while ph < p1 {
+                if ph >= LINE && ph % LINE == 0 {
+                    ph += 1;
+                    continue;
+                }
+                let len = ((ph / LINE + 1) * LINE).min(p1) - ph;
+                plan.runs.push(((off + ph - p0) as u16, (at + d - d0) as u16, len as u8));
+                (ph, d) = (ph + len, d + len);
+            }
+            // Replicas start at group boundaries.
+            let mut g = d0.div_ceil(group) * group;
+            while g < d1 {
+                plan.replicas.push((at + g - d0) as u16);
+                g += group;
+            }
+            (off, at) = (off + p1 - p0, at + d1 - d0);
+        }
+        assert!(at <= WINDOW && off <= RAW, "a READ of {at} decoded bytes exceeds {WINDOW}");
+        (plan.raw_len, plan.window_len) = (off, at);
+        for j in 0..n {
+            let e = l.entry(wrap(lo + j, l.span));
+            let &(d0, _, at) =
+                plan.pieces.iter().find(|&&(d0, d1, _)| d0 <= e && e < d1).expect("slot read");
+            plan.slots[j] = (at + e - d0) as u16;
+        }
+        plan
+    }
+
+    /// The plans of every home's neighbourhood of a leaf of layout `l`, indexed by home.
+    pub fn every_home(l: &LeafLayout) -> Box<[ReadPlan]> {
+        (0..l.span).map(|h| ReadPlan::new(l, h, l.h, false)).collect()
+    }
+
+    /// The plans of every entry alone, indexed by slot (speculative reads).
+    pub fn every_entry(l: &LeafLayout) -> Box<[ReadPlan]> {
+        (0..l.span).map(|i| ReadPlan::new(l, i, 1, true)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default leaf (S 64, H 8): home 3's neighbourhood is one piece that crosses into
+    /// group 1 (its replica in the middle), home 8's starts at group 1's replica, home 60's
+    /// wraps into two pieces, the second starting at replica 0.
+    #[test]
+    fn plans_are_pinned() {
+        let l = LeafLayout::new(64, 8).unwrap();
+        let p = ReadPlan::new(&l, 3, 8, false);
+        assert_eq!(p.pieces.as_slice(), [(l.entry(3), l.entry(10) + 19, 0)]);
+        // Decoded [67, 229) is physical [68, 232): lines 2 and 3 start inside it.
+        assert_eq!(p.reads.as_slice(), [(68, 164)]);
+        assert_eq!(p.replicas.as_slice(), [(l.replica(1) - l.entry(3)) as u16]);
+        assert_eq!(&p.slots[..8], &[0, 19, 38, 57, 76, 105, 124, 143]);
+        // Line 2's version (physical 128) is entry 6's (decoded 124, physical 125); line 3's
+        // (physical 192) is entry 8's (decoded 172, physical 174); offsets are from 68.
+        assert_eq!(p.checks.as_slice(), [(60, 57), (124, 106)]);
+        assert_eq!((p.raw_len, p.window_len), (164, 162));
+        let p = ReadPlan::new(&l, 8, 8, false);
+        assert_eq!((p.replicas.as_slice(), p.slots[0]), (&[0u16][..], 10));
+        let p = ReadPlan::new(&l, 60, 8, false);
+        assert_eq!(p.pieces.len(), 2);
+        assert_eq!(p.pieces[1], (0, l.entry(3) + 19, 4 * 19));
+        assert_eq!(p.replicas.as_slice(), [4 * 19]);
+        let e = ReadPlan::new(&l, 5, 1, true);
+        assert!(e.replicas.is_empty());
+        assert_eq!((e.count, e.window_len), (1, 19));
+        assert_eq!(ReadPlan::every_home(&l).len(), 64);
+    }
+}
