@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::bail;
@@ -15,10 +16,10 @@ use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
 use dmindex_ycsb::Shared;
 
 use crate::report::{summarise, Finished, Phase};
-use crate::runner::{ClientMetrics, TaskEnv};
+use crate::runner::{ClientMetrics, OpSource, TaskEnv};
 use crate::{
-    chunk_size, client_phase, index_config, progress_bar, services, BenchConfig, BenchReport, Plan,
-    Runnable, RunnableScans,
+    chunk_size, client_phase, index_config, planned_sources, progress_bar, services, BenchConfig,
+    BenchReport, Plan, Runnable, RunnableScans,
 };
 
 pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
@@ -69,7 +70,7 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
                 let rec =
                     Recorder { now, history: None, client: i as u32, value_size: cfg.value_size };
                 let env = TaskEnv { rec, progress: bar, metrics };
-                client_phase::<_, _, S>(plan, shared, idx, c, &env, (i, n), load).await;
+                client_phase::<_, _, S>(plan, shared, idx, c, &env, (i, n), load, None).await;
             }) as Task
         });
         let out = sim.run(tasks);
@@ -148,6 +149,12 @@ where
     let now = move || clock.delta_as_nanos(start, clock.raw());
 
     let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
+        // Run-phase operations are drawn before the clock starts where they can be.
+        let sources: Vec<Mutex<Option<OpSource>>> = if load {
+            Vec::new()
+        } else {
+            planned_sources(plan, &shared, n).into_iter().map(|s| Mutex::new(Some(s))).collect()
+        };
         let bar = progress_bar(cfg, total, name);
         let t0 = now();
         // One set of histograms per thread, shared by its coroutines, merged at the end.
@@ -156,6 +163,7 @@ where
             let cn = (t / cfg.clients) as u16;
             let i = t * cfg.coroutines + co;
             let (idx, bar, shared, metrics) = (&handles[cn as usize], &bar, &shared, Rc::clone(m));
+            let source = sources.get(i).and_then(|s| s.lock().expect("source lock").take());
             async move {
                 let c = match fabric.client(cn) {
                     Ok(c) => c,
@@ -171,7 +179,7 @@ where
                     value_size: cfg.value_size,
                 };
                 let env = TaskEnv { rec, progress: bar, metrics: &metrics };
-                client_phase::<_, _, S>(plan, shared, idx, &c, &env, (i, n), load).await;
+                client_phase::<_, _, S>(plan, shared, idx, &c, &env, (i, n), load, source).await;
                 c.counts()
             }
         });

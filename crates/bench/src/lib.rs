@@ -302,8 +302,19 @@ fn op_source(
     }
 }
 
+/// Every client's source of run-phase operations, drawn ahead where the stream allows
+/// ([`OpSource::planned`]): made before a timed run phase starts.
+pub(crate) fn planned_sources(plan: &Plan, shared: &Arc<Shared>, n: usize) -> Vec<OpSource> {
+    (0..n)
+        .map(|i| {
+            op_source(plan, shared, plan.seed, i, n).planned(share(plan.ops, n, i), plan.format)
+        })
+        .collect()
+}
+
 /// Client `i` of `n` in the load phase (its share of the keys) or the run phase (its share of
-/// the operations).
+/// the operations, from `source` if given, else generated as they go).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     plan: &Plan,
     shared: &Arc<Shared>,
@@ -312,6 +323,7 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
     env: &TaskEnv<'_>,
     (i, n): (usize, usize),
     load: bool,
+    source: Option<OpSource>,
 ) {
     if load {
         let keys = match &plan.load {
@@ -323,7 +335,7 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
         };
         runner::load_client(idx, c, env, keys).await
     } else {
-        let src = op_source(plan, shared, plan.seed, i, n);
+        let src = source.unwrap_or_else(|| op_source(plan, shared, plan.seed, i, n));
         runner::run_client::<T, I, S>(idx, c, env, src, share(plan.ops, n, i)).await
     }
 }

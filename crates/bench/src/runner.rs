@@ -3,10 +3,10 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use dmindex_fabric::{Client, Transport, VerbCounts};
+use dmindex_fabric::{Client, OpCost, Transport};
 use dmindex_index::recorded::Recorder;
 use dmindex_index::{IndexError, IndexResult, PointIndex, Scans};
-use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind};
+use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind, PlannedOp};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 
@@ -16,13 +16,34 @@ pub enum OpSource {
     Generated(Box<ClientStream>),
     /// Client `index` of `clients` takes trace lines `index, index + clients, …`, cyclically.
     Trace { ops: Arc<Vec<Op>>, index: usize, clients: usize, next: usize },
+    /// Drawn before the run (a stream with no inserts and no "latest" choice, whose operations
+    /// do not depend on the run: see [`OpSource::planned`]), spelled in `format` as they go.
+    Planned { ops: Vec<PlannedOp>, next: usize, format: KeyFormat },
 }
 
 impl OpSource {
+    /// `source` with its first `ops` operations drawn now, if its stream allows it (else
+    /// unchanged): what a run phase does before its clock starts, so that YCSB's generator —
+    /// about a quarter of a search's instructions on `local` — is not in the measured time (the
+    /// reference runs of CHIME and Sherman likewise replay workload files loaded beforehand).
+    pub fn planned(self, ops: u64, format: KeyFormat) -> OpSource {
+        match self {
+            OpSource::Generated(mut s) if s.plannable() => {
+                let ops = (0..ops).map(|_| s.next_planned()).collect();
+                OpSource::Planned { ops, next: 0, format }
+            }
+            other => other,
+        }
+    }
+
     /// The next operation, written over `op` (its key buffer reused).
     fn next_into(&mut self, op: &mut Op) {
         match self {
             OpSource::Generated(s) => s.next_into(op),
+            OpSource::Planned { ops, next, format } => {
+                ops[*next % ops.len().max(1)].write_into(*format, op);
+                *next += 1;
+            }
             OpSource::Trace { ops, index, clients, next } => {
                 let mine = (ops.len() + *clients - 1 - *index) / *clients;
                 let i = *index + (*next % mine.max(1)) * *clients;
@@ -45,7 +66,8 @@ pub struct ClientMetrics {
     pub counts: Vec<u64>,
     /// Operations that did not find their key (see [`run_op`]).
     pub not_found: Vec<u64>,
-    pub verbs: Vec<VerbCounts>,
+    /// Round trips and bytes, per kind.
+    pub verbs: Vec<OpCost>,
     pub failures: u64,
     pub first_error: Option<IndexError>,
 }
@@ -57,7 +79,7 @@ impl Default for ClientMetrics {
             latency: (0..n).map(|_| new_histogram()).collect(),
             counts: vec![0; n],
             not_found: vec![0; n],
-            verbs: vec![VerbCounts::default(); n],
+            verbs: vec![OpCost::default(); n],
             failures: 0,
             first_error: None,
         }
@@ -90,8 +112,9 @@ impl ClientMetrics {
         }
     }
 
-    fn record(&mut self, kind: OpKind, found: bool, ns: u64, verbs: VerbCounts) {
-        let i = OpKind::ALL.iter().position(|k| *k == kind).expect("known kind");
+    fn record(&mut self, kind: OpKind, found: bool, ns: u64, verbs: OpCost) {
+        // `OpKind::ALL` lists the kinds in declaration order.
+        let i = kind as usize;
         let _ = self.latency[i].record(ns.max(1));
         self.counts[i] += 1;
         self.not_found[i] += u64::from(!found);
@@ -169,7 +192,7 @@ pub async fn load_client<T: Transport, I: PointIndex<T>>(
     };
     let mut seq = 0;
     while next(&mut key) {
-        let (t0, v0) = ((env.rec.now)(), c.counts());
+        let (t0, v0) = ((env.rec.now)(), c.stats().cost());
         let v = env.rec.value_into(seq, &mut value);
         let r = env.rec.insert(idx, c, &key, v).await.map(|()| true);
         seq += 1;
@@ -192,7 +215,7 @@ pub async fn run_client<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     let (mut op, mut value) = (Op::default(), Vec::new());
     for seq in 0..ops {
         source.next_into(&mut op);
-        let (t0, v0) = ((env.rec.now)(), c.counts());
+        let (t0, v0) = ((env.rec.now)(), c.stats().cost());
         let r = run_op::<T, I, S>(idx, c, &env.rec, &op, (1 << 39) | seq, &mut value).await;
         if r.is_ok() {
             source.acknowledge(&op);
@@ -209,7 +232,7 @@ fn record<T: Transport>(
     kind: OpKind,
     r: IndexResult<bool>,
     t0: u64,
-    v0: VerbCounts,
+    v0: OpCost,
     c: &Client<T>,
     env: &TaskEnv<'_>,
     done: &mut u64,
@@ -217,7 +240,7 @@ fn record<T: Transport>(
     let mut m = env.metrics.borrow_mut();
     let ok = match r {
         Ok(found) => {
-            m.record(kind, found, (env.rec.now)() - t0, c.counts() - v0);
+            m.record(kind, found, (env.rec.now)() - t0, c.stats().cost() - v0);
             true
         }
         Err(e) => {

@@ -222,8 +222,20 @@ impl LeafLayout {
     /// The first slot from `from` on (circularly) whose bucket the vacancy bitmap `full` shows
     /// with a free slot.
     pub fn first_vacant_bucket_slot(&self, full: u64, from: usize) -> Option<usize> {
-        let s = self.span;
-        (0..s).map(|d| (from + d) % s).find(|&i| full & (1 << self.bucket(i)) == 0)
+        let nb = self.buckets as u32;
+        let mask = if nb == 64 { u64::MAX } else { (1 << nb) - 1 };
+        let vacant = !full & mask;
+        if vacant == 0 {
+            return None;
+        }
+        // The first vacant bucket at or after `from`'s, circularly over the `nb` buckets.
+        let bf = self.bucket(from) as u32;
+        let rotated = (vacant >> bf | vacant << ((nb - bf) % nb)) & mask;
+        let d = rotated.trailing_zeros();
+        if d == 0 {
+            return Some(from);
+        }
+        Some(self.bucket_slots(((bf + d) % nb) as usize).0)
     }
 
     pub fn bucket_slots(&self, b: usize) -> (usize, usize) {
@@ -235,15 +247,6 @@ impl LeafLayout {
 
 /// Decoded ranges one READ doorbell covers: at most a header and two wrapped pieces.
 pub type Ranges = ArrayVec<(usize, usize), 3>;
-
-/// What starts at a decoded offset of a leaf.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Object {
-    /// Metadata replica `g`.
-    Replica(usize),
-    /// Entry `i`.
-    Entry(usize),
-}
 
 impl LeafLayout {
     /// Decoded ranges covering slots `lo .. lo + n` (circular), each with a replica when it
@@ -284,33 +287,6 @@ impl LeafLayout {
             out.push((e0(0), e1(lo + n - 1 - s)));
         }
         out
-    }
-
-    /// The objects of decoded range `[d0, d1)` (which starts at an object), in order, with
-    /// their decoded offsets: one division for the range, none per object.
-    pub fn objects(&self, d0: usize, d1: usize) -> impl Iterator<Item = (usize, Object)> + '_ {
-        let group = self.group();
-        // (group, offset in group, slot at that offset when past the replica)
-        let (g, r) = div_rem(d0, group);
-        let slot = g * self.rg + r.saturating_sub(self.meta_len) / self.entry_len;
-        let mut state = (g, r, slot);
-        std::iter::from_fn(move || {
-            let (g, r, slot) = state;
-            let at = g * group + r;
-            if at >= d1 {
-                return None;
-            }
-            let (obj, mut next) = if r < self.meta_len {
-                (Object::Replica(g), (g, self.meta_len, slot))
-            } else {
-                (Object::Entry(slot), (g, r + self.entry_len, slot + 1))
-            };
-            if next.1 >= group {
-                next = (g + 1, 0, next.2);
-            }
-            state = next;
-            Some((at, obj))
-        })
     }
 }
 
@@ -484,6 +460,37 @@ mod tests {
         assert_eq!((fenced.group(), fenced.decoded(), fenced.entry(9)), (178, 1424, 178 + 26 + 19));
         let bad = LeafKind { hopscotch: false, replicated: true, fenced: true };
         assert!(LeafLayout::with_kind(64, 8, bad).is_err());
+    }
+
+    /// The bit-rotation search for the first vacant bucket agrees with walking the slots.
+    #[test]
+    fn first_vacant_bucket_slot_matches_the_slot_walk() {
+        let naive = |l: &LeafLayout, full: u64, from: usize| {
+            let s = l.span;
+            (0..s).map(|d| (from + d) % s).find(|&i| full & (1 << l.bucket(i)) == 0)
+        };
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for (span, h) in [(64, 8), (64, 4), (64, 16), (512, 8), (16, 2), (1024, 16)] {
+            let l = LeafLayout::new(span, h).unwrap();
+            let all = if l.buckets == 64 { u64::MAX } else { (1 << l.buckets) - 1 };
+            for round in 0..2000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Mostly-full masks, some entirely full, some empty.
+                let full = match round % 5 {
+                    0 => all,
+                    1 => 0,
+                    _ => (x | x.rotate_left(7) | x.rotate_left(19)) & all,
+                };
+                let from = (x >> 40) as usize % span;
+                assert_eq!(
+                    l.first_vacant_bucket_slot(full, from),
+                    naive(&l, full, from),
+                    "span {span} full {full:#x} from {from}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -18,7 +18,11 @@ use smallvec::SmallVec;
 
 use dmindex_prim::version;
 
-use crate::layout::{self, LeafLayout, Object, Ranges, ENTRY, KEY};
+use crate::layout::{self, LeafLayout, Ranges, ENTRY, KEY};
+use crate::read_plan::ReadPlan;
+
+/// Bytes after a buffer's leaf so that line data moves in whole 64-byte copies.
+pub const SLACK: usize = 64;
 use crate::view::LeafView;
 pub use crate::view::{home, Modified};
 
@@ -91,12 +95,15 @@ impl LeafView for LeafBuf {
 
     #[inline]
     fn entry_bytes(&self, i: usize) -> &[u8] {
+        // A buffer is not cleared between READs: only slots read may be looked at.
+        debug_assert!(self.loaded[i], "slot {i} was not read");
         let at = self.l.entry(i);
         &self.bytes[at..at + self.l.entry_len]
     }
 
     #[inline]
     fn entry_bytes_mut(&mut self, i: usize) -> &mut [u8] {
+        debug_assert!(self.loaded[i], "slot {i} was not read");
         let at = self.l.entry(i);
         &mut self.bytes[at..at + self.l.entry_len]
     }
@@ -115,13 +122,14 @@ impl LeafView for LeafBuf {
 impl LeafBuf {
     pub fn new(l: LeafLayout) -> LeafBuf {
         LeafBuf {
-            bytes: vec![0; l.decoded()],
+            // Slack after the leaf so a planned READ copies each line's data as one 64-byte move.
+            bytes: vec![0; l.decoded() + SLACK],
             loaded: vec![false; l.span],
             replica_loaded: vec![false; l.groups()],
             nv: None,
             nv_mixed: false,
             // A whole leaf's READ, or a write plan of every entry plus the lock word.
-            raw: Vec::with_capacity(l.physical().max(l.lock_offset() + 8)),
+            raw: Vec::with_capacity(l.physical().max(l.lock_offset() + 8) + SLACK),
             l,
         }
     }
@@ -129,9 +137,37 @@ impl LeafBuf {
     /// Back to the state [`LeafBuf::new`] makes, keeping the memory (pooled buffers).
     pub fn reset(&mut self) {
         self.bytes.fill(0);
+        self.forget();
+    }
+
+    /// Forgets what was read, leaving the bytes (for a READ that overwrites all of them).
+    pub fn forget(&mut self) {
         self.loaded.fill(false);
         self.replica_loaded.fill(false);
         (self.nv, self.nv_mixed) = (None, false);
+    }
+
+    /// Decodes a READ of the whole leaf by `plan` ([`ReadPlan::whole`]) from `raw` (the READ,
+    /// followed by at least [`SLACK`] more bytes): line checks, a 64-byte move per line, one
+    /// node-level version over every object.
+    pub fn absorb_whole(&mut self, raw: &[u8], plan: &ReadPlan) -> Result<(), Invalid> {
+        debug_assert_eq!((plan.count, plan.window_len), (self.l.span, self.l.decoded()));
+        if plan.checks.iter().any(|&(line, owner)| raw[line as usize] != raw[owner as usize]) {
+            return Err(Invalid::Torn);
+        }
+        for &(from, to, _) in &plan.runs {
+            let (from, to) = (from as usize, to as usize);
+            // Past a run's own bytes this copies garbage that the next run (or the slack) takes.
+            self.bytes[to..to + SLACK].copy_from_slice(&raw[from..from + SLACK]);
+        }
+        let nv = version::nv(self.bytes[0]);
+        let objects = plan.slots.iter().chain(&plan.replicas);
+        self.nv = Some(nv);
+        self.nv_mixed =
+            objects.fold(false, |m, &o| m | (version::nv(self.bytes[o as usize]) != nv));
+        self.loaded.fill(true);
+        self.replica_loaded.fill(true);
+        Ok(())
     }
 
     /// A fresh, empty leaf (every object at version 0, valid, no sibling) fully "loaded".
@@ -201,18 +237,28 @@ impl LeafBuf {
     pub fn absorb(&mut self, d0: usize, d1: usize, phys: &[u8]) -> Result<(), Invalid> {
         cacheline::decode(&self.l, phys, d0, d1, &mut self.bytes)?;
         let l = self.l;
-        for (at, obj) in l.objects(d0, d1) {
-            match obj {
-                Object::Replica(g) => self.replica_loaded[g] = true,
-                Object::Entry(i) => self.loaded[i] = true,
-            }
+        let nv = *self.nv.get_or_insert(version::nv(self.bytes[d0]));
+        // Walk the objects by (group, offset in group): one division per READ, none per object.
+        let (group, meta, len) = (l.group(), l.meta_len, l.entry_len);
+        let (mut g, mut r) = layout::div_rem(d0, group);
+        debug_assert!(r == 0 || (r >= meta && (r - meta) % len == 0), "READs start at objects");
+        let mut slot = g * l.rg + r.saturating_sub(meta) / len;
+        let (mut at, mut mixed) = (d0, false);
+        while at < d1 {
             // The object's first byte holds its versions.
-            let nv = version::nv(self.bytes[at]);
-            match self.nv {
-                None => self.nv = Some(nv),
-                Some(n) => self.nv_mixed |= n != nv,
+            mixed |= version::nv(self.bytes[at]) != nv;
+            if r == 0 {
+                self.replica_loaded[g] = true;
+                (at, r) = (at + meta, meta);
+            } else {
+                self.loaded[slot] = true;
+                (at, r, slot) = (at + len, r + len, slot + 1);
+            }
+            if r == group {
+                (g, r) = (g + 1, 0);
             }
         }
+        self.nv_mixed |= mixed;
         Ok(())
     }
 
@@ -230,27 +276,66 @@ impl LeafBuf {
     /// Whether every home's hop bitmap matches the keys around it (whole leaf loaded): the third
     /// level of validation applied to a whole-leaf READ, which a hop in flight would fail.
     pub fn hops_settled(&self) -> bool {
-        !self.l.kind.hopscotch || (0..self.l.span).all(|h| self.status(h) == self.bitmap(h))
+        !self.l.kind.hopscotch
+            || self.bitmaps().iter().enumerate().all(|(h, &b)| b == self.bitmap(h))
+    }
+
+    /// Every home's hop bitmap rebuilt from the keys (all loaded), in one pass over the slots
+    /// (one hash per key rather than one per key per home it might belong to).
+    fn bitmaps(&self) -> SmallVec<[u16; 64]> {
+        let s = self.l.span;
+        let mut out: SmallVec<[u16; 64]> = smallvec::smallvec![0; s];
+        for i in 0..s {
+            let k = self.key(i);
+            if k == 0 {
+                continue;
+            }
+            let h = home(k, s);
+            let d = self.l.dist(h, i);
+            if d < self.l.h {
+                out[h] |= self.hop_bit(d);
+            }
+        }
+        out
     }
 
     /// Sorted leaf: the slot of `key`, or where it would go (keys packed from slot 0).
     pub fn sorted_search(&self, key: u64) -> Result<usize, usize> {
-        let n = self.count();
-        let (mut lo, mut hi) = (0, n);
+        // Keys are packed from slot 0 and empty entries (key 0) follow, so over the whole span
+        // 0 sorts after every key: one binary search, no count first.
+        let (mut lo, mut hi) = (0, self.l.span);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match self.key(mid).cmp(&key) {
-                std::cmp::Ordering::Equal => return Ok(mid),
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
+            let m = self.key(mid);
+            if m == key {
+                return Ok(mid);
+            }
+            if m != 0 && m < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
             }
         }
         Err(lo)
     }
 
+    /// Sorted leaf: how many keys it holds (they are packed from slot 0).
+    pub fn sorted_len(&self) -> usize {
+        let (mut lo, mut hi) = (0, self.l.span);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.key(mid) != 0 {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
     /// Sorted leaf: puts `key` at slot `at`, shifting the larger keys right (not full).
     pub fn sorted_insert(&mut self, at: usize, key: u64, value: [u8; 8]) {
-        let n = self.count();
+        let n = self.sorted_len();
         debug_assert!(n < self.l.span);
         for i in (at..n).rev() {
             let (k, v) = (self.key(i), self.value(i));
@@ -261,7 +346,7 @@ impl LeafBuf {
 
     /// Sorted leaf: removes slot `at`, shifting the larger keys left.
     pub fn sorted_remove(&mut self, at: usize) {
-        let n = self.count();
+        let n = self.sorted_len();
         for i in at + 1..n {
             let (k, v) = (self.key(i), self.value(i));
             self.set_entry(i - 1, k, v);
@@ -346,8 +431,7 @@ impl LeafBuf {
 
     /// Recomputes every hop bitmap from the keys (all loaded), e.g. after a split.
     pub fn rebuild_bitmaps(&mut self) {
-        for h in 0..self.l.span {
-            let b = self.status(h);
+        for (h, b) in self.bitmaps().into_iter().enumerate() {
             self.set_bitmap(h, b);
         }
     }
@@ -355,17 +439,39 @@ impl LeafBuf {
     /// The vacancy bitmap, exact for buckets fully loaded; `prev` kept for the others.
     pub fn vacancy(&self, prev: u64) -> u64 {
         let mut full = prev;
+        let mut f = 0;
         for b in 0..self.l.buckets {
-            let (f, t) = self.l.bucket_slots(b);
+            let t = ((b + 1) * self.l.span).div_ceil(self.l.buckets) - 1;
             if (f..=t).all(|i| self.loaded[i]) {
-                if (f..=t).all(|i| self.key(i) != 0) {
-                    full |= 1 << b;
-                } else {
-                    full &= !(1 << b);
-                }
+                full = self.with_bucket(full, b, f, t);
             }
+            f = t + 1;
         }
         full
+    }
+
+    /// The vacancy bitmap `prev` with the buckets of the `changed` slots brought up to date
+    /// where wholly read: what a write under the leaf lock changes ([`LeafBuf::vacancy`] over
+    /// the few buckets it touched rather than all of them).
+    pub fn vacancy_after(&self, prev: u64, changed: &[usize]) -> u64 {
+        changed.iter().fold(prev, |full, &i| {
+            let b = self.l.bucket(i);
+            let (f, t) = self.l.bucket_slots(b);
+            if (f..=t).all(|j| self.loaded[j]) {
+                self.with_bucket(full, b, f, t)
+            } else {
+                full
+            }
+        })
+    }
+
+    /// `full` with bucket `b` (slots `f..=t`, loaded) marked full or not.
+    fn with_bucket(&self, full: u64, b: usize, f: usize, t: usize) -> u64 {
+        if (f..=t).all(|i| self.key(i) != 0) {
+            full | 1 << b
+        } else {
+            full & !(1 << b)
+        }
     }
 
     /// Occupied slots (all loaded).

@@ -54,6 +54,7 @@ impl<'p> Neighbourhood<'p> {
     /// A window for leaves of layout `l`, planned as `plan` says. Make it once per operation and
     /// [`Neighbourhood::reset`] it for each READ: it is large, so it should not move.
     pub fn new(l: LeafLayout, plan: &'p ReadPlan) -> Neighbourhood<'p> {
+        assert!(plan.fits_window(), "a neighbourhood holds at most {MAX_H} slots");
         Neighbourhood {
             l,
             plan,
@@ -66,6 +67,7 @@ impl<'p> Neighbourhood<'p> {
     /// Plans the next READ by `plan` (what was absorbed before is forgotten).
     #[inline]
     pub fn reset(&mut self, plan: &'p ReadPlan) {
+        debug_assert!(plan.fits_window());
         (self.plan, self.nv_mixed) = (plan, false);
     }
 
@@ -102,8 +104,9 @@ impl<'p> Neighbourhood<'p> {
         }
         // Every object read carries one node-level version.
         let first = self.window[*plan.replicas.first().unwrap_or(&plan.slots[0]) as usize];
+        debug_assert!(plan.fits_window());
         let nv = version::nv(first);
-        let objects = plan.slots[..plan.count].iter().chain(&plan.replicas);
+        let objects = plan.slots.iter().chain(&plan.replicas);
         self.nv_mixed =
             objects.fold(false, |m, &o| m | (version::nv(self.window[o as usize]) != nv));
         Ok(())

@@ -22,6 +22,7 @@
 
 use arrayvec::ArrayVec;
 use dmindex_prim::cacheline::{phys, phys_range, Objects, LINE};
+use smallvec::SmallVec;
 
 use crate::layout::{LeafLayout, Ranges, ENTRY, MAX_H, REPLICA_FENCED};
 use crate::view::wrap;
@@ -31,19 +32,21 @@ pub const WINDOW: usize = MAX_H * ENTRY + 3 * REPLICA_FENCED;
 /// Physical bytes of such a READ: its decoded bytes plus a line version per 63 and one leading
 /// line version per piece.
 pub const RAW: usize = WINDOW + WINDOW.div_ceil(63) + 3;
-/// Most lines a READ spans (a run and a check per line, plus one of each per piece).
+/// Most lines a neighbourhood READ spans (a run and a check per line, plus one of each per
+/// piece): a plan that size keeps everything inline; a whole leaf's spills to the heap.
 const LINES: usize = RAW.div_ceil(LINE) + 3;
 
-/// One planned READ of a window of a leaf (see the module docs).
+/// One planned READ of a window of a leaf (see the module docs). Offsets are `u32`: a leaf of
+/// 1024 entries is about 20 KB.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadPlan {
-    pub reads: ArrayVec<(u32, u16), 3>,
-    pub checks: ArrayVec<(u16, u16), LINES>,
-    pub runs: ArrayVec<(u16, u16, u8), LINES>,
+    pub reads: ArrayVec<(u32, u32), 3>,
+    pub checks: SmallVec<[(u32, u32); LINES]>,
+    pub runs: SmallVec<[(u32, u32, u8); LINES]>,
     pub lo: usize,
     pub count: usize,
-    pub slots: [u16; MAX_H],
-    pub replicas: ArrayVec<u16, 4>,
+    pub slots: SmallVec<[u32; MAX_H]>,
+    pub replicas: SmallVec<[u32; 4]>,
     pub pieces: ArrayVec<(usize, usize, usize), 3>,
     /// Physical bytes READ, and decoded bytes in the window.
     pub raw_len: usize,
@@ -51,10 +54,10 @@ pub struct ReadPlan {
 }
 
 impl ReadPlan {
-    /// The plan for slots `lo .. lo + n` with their replica, or for entry `lo` alone
-    /// (`entry_only`: a speculative read, no replica).
+    /// The plan for slots `lo .. lo + n` with their replica (the whole leaf when `n` is its
+    /// span), or for entry `lo` alone (`entry_only`: a speculative read, no replica).
     pub fn new(l: &LeafLayout, lo: usize, n: usize, entry_only: bool) -> ReadPlan {
-        assert!(n >= 1 && n <= l.h.min(MAX_H), "a window holds 1 ..= H slots, not {n}");
+        assert!(n >= 1 && n <= l.span, "a READ plan covers 1 ..= span slots, not {n}");
         let ranges: Ranges = if entry_only {
             let e = l.entry(lo);
             [(e, e + l.entry_len)].into_iter().collect()
@@ -63,12 +66,12 @@ impl ReadPlan {
         };
         let mut plan = ReadPlan {
             reads: ArrayVec::new(),
-            checks: ArrayVec::new(),
-            runs: ArrayVec::new(),
+            checks: SmallVec::new(),
+            runs: SmallVec::new(),
             lo,
             count: n,
-            slots: [0; MAX_H],
-            replicas: ArrayVec::new(),
+            slots: SmallVec::new(),
+            replicas: SmallVec::new(),
             pieces: ArrayVec::new(),
             raw_len: 0,
             window_len: 0,
@@ -77,7 +80,7 @@ impl ReadPlan {
         let (mut off, mut at) = (0, 0);
         for &(d0, d1) in &ranges {
             let (p0, p1) = phys_range(d0, d1);
-            plan.reads.push((p0 as u32, (p1 - p0) as u16));
+            plan.reads.push((p0 as u32, (p1 - p0) as u32));
             plan.pieces.push((d0, d1, at));
             // A line version must equal its first data byte's owner's version (the owner starts
             // inside the piece: READs start at objects).
@@ -85,7 +88,7 @@ impl ReadPlan {
             while b < p1 {
                 let owner = l.object_start(b + 1 - b / LINE);
                 assert!(owner >= d0, "line {b} is owned by an object before the READ");
-                plan.checks.push(((off + b - p0) as u16, (off + phys(owner) - p0) as u16));
+                plan.checks.push(((off + b - p0) as u32, (off + phys(owner) - p0) as u32));
                 b += LINE;
             }
             // Each line's data, in order, without its version byte.
@@ -96,31 +99,43 @@ impl ReadPlan {
                     continue;
                 }
                 let len = ((ph / LINE + 1) * LINE).min(p1) - ph;
-                plan.runs.push(((off + ph - p0) as u16, (at + d - d0) as u16, len as u8));
+                plan.runs.push(((off + ph - p0) as u32, (at + d - d0) as u32, len as u8));
                 (ph, d) = (ph + len, d + len);
             }
             // Replicas start at group boundaries.
             let mut g = d0.div_ceil(group) * group;
             while g < d1 {
-                plan.replicas.push((at + g - d0) as u16);
+                plan.replicas.push((at + g - d0) as u32);
                 g += group;
             }
             (off, at) = (off + p1 - p0, at + d1 - d0);
         }
-        assert!(at <= WINDOW && off <= RAW, "a READ of {at} decoded bytes exceeds {WINDOW}");
         (plan.raw_len, plan.window_len) = (off, at);
         for j in 0..n {
             let e = l.entry(wrap(lo + j, l.span));
             let &(d0, _, at) =
                 plan.pieces.iter().find(|&&(d0, d1, _)| d0 <= e && e < d1).expect("slot read");
-            plan.slots[j] = (at + e - d0) as u16;
+            plan.slots.push((at + e - d0) as u32);
         }
         plan
     }
 
+    /// Whether a READ by this plan fits a neighbourhood's fixed buffers.
+    pub fn fits_window(&self) -> bool {
+        self.window_len <= WINDOW && self.raw_len <= RAW && self.count <= MAX_H
+    }
+
+    /// The plan of a whole leaf: every entry and replica.
+    pub fn whole(l: &LeafLayout) -> ReadPlan {
+        ReadPlan::new(l, 0, l.span, false)
+    }
+
     /// The plans of every home's neighbourhood of a leaf of layout `l`, indexed by home.
     pub fn every_home(l: &LeafLayout) -> Box<[ReadPlan]> {
-        (0..l.span).map(|h| ReadPlan::new(l, h, l.h, false)).collect()
+        (0..l.span)
+            .map(|h| ReadPlan::new(l, h, l.h, false))
+            .inspect(|p| assert!(p.fits_window()))
+            .collect()
     }
 
     /// The plans of every entry alone, indexed by slot (speculative reads).
@@ -143,14 +158,14 @@ mod tests {
         assert_eq!(p.pieces.as_slice(), [(l.entry(3), l.entry(10) + 19, 0)]);
         // Decoded [67, 229) is physical [68, 232): lines 2 and 3 start inside it.
         assert_eq!(p.reads.as_slice(), [(68, 164)]);
-        assert_eq!(p.replicas.as_slice(), [(l.replica(1) - l.entry(3)) as u16]);
-        assert_eq!(&p.slots[..8], &[0, 19, 38, 57, 76, 105, 124, 143]);
+        assert_eq!(p.replicas.as_slice(), [(l.replica(1) - l.entry(3)) as u32]);
+        assert_eq!(p.slots.as_slice(), &[0, 19, 38, 57, 76, 105, 124, 143]);
         // Line 2's version (physical 128) is entry 6's (decoded 124, physical 125); line 3's
         // (physical 192) is entry 8's (decoded 172, physical 174); offsets are from 68.
         assert_eq!(p.checks.as_slice(), [(60, 57), (124, 106)]);
         assert_eq!((p.raw_len, p.window_len), (164, 162));
         let p = ReadPlan::new(&l, 8, 8, false);
-        assert_eq!((p.replicas.as_slice(), p.slots[0]), (&[0u16][..], 10));
+        assert_eq!((p.replicas.as_slice(), p.slots[0]), (&[0u32][..], 10));
         let p = ReadPlan::new(&l, 60, 8, false);
         assert_eq!(p.pieces.len(), 2);
         assert_eq!(p.pieces[1], (0, l.entry(3) + 19, 4 * 19));
@@ -159,5 +174,10 @@ mod tests {
         assert!(e.replicas.is_empty());
         assert_eq!((e.count, e.window_len), (1, 19));
         assert_eq!(ReadPlan::every_home(&l).len(), 64);
+        // A whole leaf: one piece, every slot and replica, a check per line after the first.
+        let w = ReadPlan::whole(&l);
+        assert_eq!((w.reads.as_slice(), w.window_len), (&[(0, 1316)][..], 1296));
+        assert_eq!((w.slots.len(), w.replicas.len(), w.checks.len()), (64, 8, 20));
+        assert!(!w.fits_window());
     }
 }

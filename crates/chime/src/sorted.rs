@@ -37,7 +37,7 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<Option<usize>> {
         let Probe::Full(full) = probe else { return Ok(buf.sorted_search(k).ok()) };
-        self.resolve_long(c, buf, 0..buf.count(), k, full).await
+        self.resolve_long(c, buf, 0..buf.sorted_len(), k, full).await
     }
 
     /// Search: READ the whole leaf, validate, binary search.
@@ -89,7 +89,7 @@ impl Tree {
             return Ok(Attempt::Done);
         }
         let at = buf.sorted_search(k).unwrap_or_else(|i| i);
-        if buf.count() < s {
+        if buf.sorted_len() < s {
             buf.sorted_insert(at, k, v);
             self.rewrite_sorted_leaf(c, leaf, &mut buf).await?;
             return Ok(Attempt::Done);

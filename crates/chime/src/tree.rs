@@ -68,6 +68,8 @@ pub(crate) struct Tree {
     /// alone (speculative reads), indexed by slot.
     pub plans: Box<[ReadPlan]>,
     pub entry_plans: Box<[ReadPlan]>,
+    /// The read plan of a whole leaf (scans, splits, sorted leaves).
+    pub whole_plan: ReadPlan,
     /// Leaf buffers for READs, reused across operations (see `Tree::leaf_buf`).
     pub bufs: Pool<LeafBuf>,
     pub retries: AtomicU64,

@@ -10,8 +10,11 @@
 //! a few threads. Nothing here blocks, spawns or reads a clock.
 
 use std::cell::Cell;
+use std::future::{ready, Future};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+
+use futures::future::Either;
 
 use crate::addr::{align_up, GlobalAddr, NodeId};
 use crate::error::{FabricError, Result};
@@ -128,13 +131,22 @@ impl<T: Transport> Client<T> {
     }
 
     /// READ `buf.len()` bytes at `addr`. One round trip.
-    pub async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<()> {
-        self.check(addr, buf.len() as u64)?;
+    ///
+    /// The verb is checked and counted when called; the future returned is the transport's own
+    /// (no wrapping state machine: verbs are on every hot path).
+    pub fn read<'a>(
+        &'a self,
+        addr: GlobalAddr,
+        buf: &'a mut [u8],
+    ) -> impl Future<Output = Result<()>> + 'a {
+        if let Err(e) = self.check(addr, buf.len() as u64) {
+            return Either::Right(ready(Err(e)));
+        }
         let s = &self.stats;
         bump(&s.round_trips, 1);
         bump(&s.reads, 1);
         bump(&s.bytes_read, buf.len() as u64);
-        self.transport.read(addr, buf).await
+        Either::Left(self.transport.read(addr, buf))
     }
 
     /// READ `len` bytes at `addr` into a new vector. One round trip.
@@ -151,14 +163,21 @@ impl<T: Transport> Client<T> {
         Ok(u64::from_le_bytes(b))
     }
 
-    /// WRITE `data` at `addr` and wait for it. One round trip.
-    pub async fn write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
-        self.check(addr, data.len() as u64)?;
+    /// WRITE `data` at `addr` and wait for it. One round trip. (Checked and counted when
+    /// called, like [`Client::read`].)
+    pub fn write<'a>(
+        &'a self,
+        addr: GlobalAddr,
+        data: &'a [u8],
+    ) -> impl Future<Output = Result<()>> + 'a {
+        if let Err(e) = self.check(addr, data.len() as u64) {
+            return Either::Right(ready(Err(e)));
+        }
         let s = &self.stats;
         bump(&s.round_trips, 1);
         bump(&s.writes, 1);
         bump(&s.bytes_written, data.len() as u64);
-        self.transport.write(addr, data).await
+        Either::Left(self.transport.write(addr, data))
     }
 
     /// WRITE `data` at `addr` without waiting (SepHash's zero-wait write). `data` may be reused at

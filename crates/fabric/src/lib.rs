@@ -49,5 +49,5 @@ pub use client::{Client, Fabric};
 pub use error::{FabricError, Result};
 pub use local::{LocalConfig, LocalFabric};
 pub use service::{ServiceId, Services};
-pub use stats::{ClientStats, VerbCounts};
+pub use stats::{ClientStats, OpCost, VerbCounts};
 pub use verbs::{AtomicOp, BatchOp, ClusterInfo, Transport};

@@ -86,16 +86,44 @@ impl Region {
     /// If the range is outside the region (callers validate first).
     pub fn read(&self, offset: u64, buf: &mut [u8]) {
         assert!(self.contains(offset, buf.len() as u64), "read outside region");
-        let mut pos = offset as usize;
-        let mut out = 0;
+        if buf.is_empty() {
+            return;
+        }
+        let line = CACHE_LINE as usize;
+        let pos = offset as usize;
         self.prefetch(pos, buf.len());
-        while out < buf.len() {
-            let line = pos / CACHE_LINE as usize;
-            let line_end = (line + 1) * CACHE_LINE as usize;
-            let n = (line_end - pos).min(buf.len() - out);
-            self.read_in_line(line, pos, &mut buf[out..out + n]);
-            pos += n;
-            out += n;
+        let (first, last) = (pos / line, (pos + buf.len() - 1) / line);
+        let mut out = 0;
+        for l in first..=last {
+            // The part of line `l` the READ wants: bytes [from, to) of the line.
+            let from = if l == first { pos - l * line } else { 0 };
+            let to = if l == last { pos + buf.len() - l * line } else { line };
+            let snapshot = self.line_snapshot(l);
+            buf[out..out + to - from].copy_from_slice(&snapshot[from..to]);
+            out += to - from;
+        }
+    }
+
+    /// Line `l` as one snapshot: its eight words loaded between two equal, even readings of its
+    /// sequence (a WRITE of the line in between makes it odd, or moves it on).
+    #[inline]
+    fn line_snapshot(&self, l: usize) -> [u8; CACHE_LINE as usize] {
+        let seq = &self.seqs[l];
+        let words = &self.words[l * WORDS_PER_LINE..(l + 1) * WORDS_PER_LINE];
+        loop {
+            let s1 = seq.load(Ordering::Acquire);
+            if s1 & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut out = [0u8; CACHE_LINE as usize];
+            for (chunk, w) in out.chunks_exact_mut(8).zip(words) {
+                chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+            }
+            fence(Ordering::Acquire);
+            if seq.load(Ordering::Relaxed) == s1 {
+                return out;
+            }
         }
     }
 
@@ -117,22 +145,6 @@ impl Region {
                     _mm_prefetch::<_MM_HINT_T0>(self.words[l * WORDS_PER_LINE..].as_ptr().cast());
                 }
                 _mm_prefetch::<_MM_HINT_T0>(self.seqs[first..].as_ptr().cast());
-            }
-        }
-    }
-
-    fn read_in_line(&self, line: usize, pos: usize, dst: &mut [u8]) {
-        let seq = &self.seqs[line];
-        loop {
-            let s1 = seq.load(Ordering::Acquire);
-            if s1 & 1 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            copy_out(&self.words, pos, dst);
-            fence(Ordering::Acquire);
-            if seq.load(Ordering::Relaxed) == s1 {
-                return;
             }
         }
     }
@@ -220,36 +232,6 @@ impl MnMemory for Region {
     }
     fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
         Region::atomic(self, offset, op)
-    }
-}
-
-/// Copies bytes `[pos, pos + dst.len())` of the word array into `dst`.
-#[inline]
-fn copy_out(words: &[AtomicU64], pos: usize, dst: &mut [u8]) {
-    let mut p = pos;
-    let mut o = 0;
-    // Leading partial word.
-    if p % 8 != 0 {
-        let b = p % 8;
-        let n = (8 - b).min(dst.len());
-        let w = words[p / 8].load(Ordering::Acquire).to_le_bytes();
-        dst[..n].copy_from_slice(&w[b..b + n]);
-        p += n;
-        o += n;
-    }
-    // Whole words: fixed-size copies the compiler turns into single stores.
-    let whole = (dst.len() - o) / 8;
-    for (chunk, word) in dst[o..o + whole * 8].chunks_exact_mut(8).zip(&words[p / 8..p / 8 + whole])
-    {
-        chunk.copy_from_slice(&word.load(Ordering::Acquire).to_le_bytes());
-    }
-    p += whole * 8;
-    o += whole * 8;
-    // Trailing partial word.
-    if o < dst.len() {
-        let n = dst.len() - o;
-        let w = words[p / 8].load(Ordering::Acquire).to_le_bytes();
-        dst[o..].copy_from_slice(&w[..n]);
     }
 }
 

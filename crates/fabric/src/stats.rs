@@ -126,6 +126,46 @@ pub struct ClientStats {
     pub(crate) bytes_written: Cell<u64>,
 }
 
+/// What the harness charges each operation: round trips and bytes each way (the per-kind
+/// figures of a report), read in three loads rather than a whole snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpCost {
+    pub round_trips: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+impl Sub for OpCost {
+    type Output = OpCost;
+    fn sub(self, o: OpCost) -> OpCost {
+        OpCost {
+            round_trips: self.round_trips - o.round_trips,
+            bytes_read: self.bytes_read - o.bytes_read,
+            bytes_written: self.bytes_written - o.bytes_written,
+        }
+    }
+}
+
+impl AddAssign for OpCost {
+    fn add_assign(&mut self, o: OpCost) {
+        self.round_trips += o.round_trips;
+        self.bytes_read += o.bytes_read;
+        self.bytes_written += o.bytes_written;
+    }
+}
+
+impl ClientStats {
+    /// Round trips and bytes so far (subtract two to cost an operation).
+    #[inline]
+    pub fn cost(&self) -> OpCost {
+        OpCost {
+            round_trips: self.round_trips.get(),
+            bytes_read: self.bytes_read.get(),
+            bytes_written: self.bytes_written.get(),
+        }
+    }
+}
+
 #[inline]
 pub(crate) fn bump(c: &Cell<u64>, n: u64) {
     c.set(c.get() + n);

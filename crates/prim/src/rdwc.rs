@@ -34,6 +34,8 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crossbeam_utils::CachePadded;
+
 use dmindex_fabric::{Client, Transport};
 use futures::channel::oneshot;
 use smallvec::SmallVec;
@@ -153,20 +155,30 @@ impl Drop for Ticket<'_> {
 }
 
 /// One slot of the table, alone on its cache line: the keys hashed here with a leader in
-/// flight, and per-slot counts (a table-wide counter would be one line every thread writes).
+/// flight.
 #[repr(align(64))]
 #[derive(Default)]
 struct Slot {
     /// Clients in the slot now: joining, leading or waiting.
     busy: AtomicU32,
     active: Mutex<Vec<Active>>,
+}
+
+/// Operations that went through the table, counted per shard of clients (by
+/// [`Client::ordinal`]) so that clients on different threads write different lines.
+#[derive(Default)]
+struct Counts {
     reads: AtomicU64,
     writes: AtomicU64,
 }
 
+/// Shards of [`Counts`].
+const COUNT_SHARDS: usize = 16;
+
 /// A compute node's RDWC table.
 pub struct Table {
     slots: Box<[Slot]>,
+    counts: Box<[CachePadded<Counts>]>,
     delegated: AtomicU64,
     combined: AtomicU64,
 }
@@ -175,40 +187,56 @@ impl Default for Table {
     fn default() -> Table {
         Table {
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+            counts: (0..COUNT_SHARDS).map(|_| CachePadded::default()).collect(),
             delegated: AtomicU64::new(0),
             combined: AtomicU64::new(0),
         }
     }
 }
 
+/// A client in its key's slot: whether it is alone there.
+struct Entered<'a> {
+    slot: &'a Slot,
+    busy: Busy<'a>,
+    alone: bool,
+}
+
 impl Table {
-    /// Joins the batch for (`key`, `kind`) depositing `value`: lead it, or get its result.
-    ///
-    /// Fast path: a client alone in its slot leads without listing itself, so an operation
-    /// nobody else on the compute node is near costs two uncontended atomics. A client that
-    /// arrives while it leads finds no batch for the key, lists itself and leads its own
-    /// remote operation: combining starts from the second client on, and the two operations
-    /// run independently (each is linearizable on its own).
-    async fn join<'a>(&'a self, key: &'a [u8], kind: Kind, value: &'a [u8]) -> Role<'a> {
-        let slot = &self.slots[(hash_bytes(key) % SLOTS as u64) as usize];
-        let counter = if kind == Kind::Read { &slot.reads } else { &slot.writes };
+    /// Enters the slot of `key` for an operation of `kind` by client `ordinal`. A client alone
+    /// in its slot leads without listing itself — no lock, no list, nothing awaited: an
+    /// operation nobody else on the compute node is near costs the slot's two uncontended
+    /// atomics. A client that arrives while it leads finds no batch for the key, lists itself
+    /// and leads its own remote operation: combining starts from the second client on, and
+    /// the two operations run independently (each is linearizable on its own).
+    fn enter(&self, key: &[u8], kind: Kind, ordinal: u32) -> Entered<'_> {
+        let counts = &self.counts[ordinal as usize % COUNT_SHARDS];
+        let counter = if kind == Kind::Read { &counts.reads } else { &counts.writes };
         counter.fetch_add(1, Ordering::Relaxed);
+        let slot = &self.slots[(hash_bytes(key) % SLOTS as u64) as usize];
         let alone = slot.busy.fetch_add(1, Ordering::Acquire) == 0;
-        let busy = Busy(slot);
-        let followers = if alone {
-            None
-        } else {
-            match self.wait_in(slot, key, kind, value).await {
-                Ok(f) => Some(f),
-                Err(done) => return done,
-            }
+        Entered { slot, busy: Busy(slot), alone }
+    }
+
+    /// Joins the batch for (`key`, `kind`) depositing `value`, having entered its slot with
+    /// another client there: lead the batch (listed), or get its result.
+    async fn join<'a>(
+        &'a self,
+        entered: Entered<'a>,
+        key: &'a [u8],
+        kind: Kind,
+        value: &'a [u8],
+    ) -> Role<'a> {
+        let Entered { slot, busy, .. } = entered;
+        let followers = match self.wait_in(slot, key, kind, value).await {
+            Ok(f) => f,
+            Err(done) => return done,
         };
         Role::Lead(Ticket {
             slot,
-            listed: followers.is_some(),
+            listed: true,
             key,
             kind,
-            followers: followers.unwrap_or_default(),
+            followers,
             own: value,
             out: None,
             _busy: busy,
@@ -253,7 +281,7 @@ impl Table {
 
     /// Searches and writes that went through the table.
     fn counts(&self) -> (u64, u64) {
-        self.slots.iter().fold((0, 0), |(r, w), s| {
+        self.counts.iter().fold((0, 0), |(r, w), s| {
             (r + s.reads.load(Ordering::Relaxed), w + s.writes.load(Ordering::Relaxed))
         })
     }
@@ -305,7 +333,11 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
 
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         let Some(t) = &self.table else { return self.inner.search_into(c, key, out).await };
-        match t.join(key, Kind::Read, &[]).await {
+        let entered = t.enter(key, Kind::Read, c.ordinal());
+        if entered.alone {
+            return self.inner.search_into(c, key, out).await;
+        }
+        match t.join(entered, key, Kind::Read, &[]).await {
             Role::Done(Out::Read(v)) => {
                 t.delegated.fetch_add(1, Ordering::Relaxed);
                 out.clear();
@@ -328,7 +360,11 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
         let Some(t) = &self.table else { return self.inner.insert(c, key, value).await };
-        match t.join(key, Kind::Insert, value).await {
+        let entered = t.enter(key, Kind::Insert, c.ordinal());
+        if entered.alone {
+            return self.inner.insert(c, key, value).await;
+        }
+        match t.join(entered, key, Kind::Insert, value).await {
             Role::Done(_) => {
                 t.combined.fetch_add(1, Ordering::Relaxed);
                 Ok(())
@@ -343,7 +379,11 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
 
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
         let Some(t) = &self.table else { return self.inner.update(c, key, value).await };
-        match t.join(key, Kind::Update, value).await {
+        let entered = t.enter(key, Kind::Update, c.ordinal());
+        if entered.alone {
+            return self.inner.update(c, key, value).await;
+        }
+        match t.join(entered, key, Kind::Update, value).await {
             Role::Done(Out::Update(existed)) => {
                 t.combined.fetch_add(1, Ordering::Relaxed);
                 Ok(existed)

@@ -17,6 +17,6 @@ pub mod twitter;
 pub mod workload;
 
 pub use workload::{
-    ClientStream, Distribution, KeyFormat, KeyStyle, Op, OpKind, Shared, WorkloadSpec,
+    ClientStream, Distribution, KeyFormat, KeyStyle, Op, OpKind, PlannedOp, Shared, WorkloadSpec,
     YCSB_MAX_KEY_LEN,
 };

@@ -146,7 +146,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    /// Every kind, in report order.
+    /// Every kind, in report order (which is declaration order: `kind as usize` indexes it).
     pub const ALL: [OpKind; 6] = [
         OpKind::Read,
         OpKind::Update,
@@ -293,6 +293,29 @@ pub struct Op {
     pub insert_number: Option<u64>,
 }
 
+/// An operation drawn but not yet spelled: its kind and key number (16 bytes), so a client's
+/// whole stream can be drawn before a measured run ([`ClientStream::plannable`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedOp {
+    pub kind: OpKind,
+    /// Key number (the insert number for an insert).
+    pub number: u64,
+    pub scan_len: u32,
+    /// An insert, to acknowledge once done.
+    pub insert: bool,
+}
+
+impl PlannedOp {
+    /// Spells this operation over `op` in `format` (its key buffer reused).
+    #[inline]
+    pub fn write_into(self, format: KeyFormat, op: &mut Op) {
+        op.kind = self.kind;
+        op.scan_len = self.scan_len as usize;
+        op.insert_number = self.insert.then_some(self.number);
+        format.key_into(self.number, &mut op.key);
+    }
+}
+
 impl Default for Op {
     /// A read of the empty key: a buffer for [`ClientStream::next_into`] to fill.
     fn default() -> Op {
@@ -398,6 +421,12 @@ impl ClientStream {
     /// The next operation, written over `op` (its key buffer reused: no allocation once it has
     /// grown to the longest key).
     pub fn next_into(&mut self, op: &mut Op) {
+        let p = self.next_planned();
+        p.write_into(self.shared.format, op);
+    }
+
+    /// The next operation as a key number, not yet spelled ([`PlannedOp::write_into`]).
+    pub fn next_planned(&mut self) -> PlannedOp {
         let total: f64 = self.weights.iter().sum();
         let mut u = next_double(&mut self.rng) * total;
         // Rounding can leave u at the total: fall back to the last operation with weight.
@@ -410,21 +439,24 @@ impl ClientStream {
             u -= w;
         }
         // `weights` follow `OpKind::ALL`'s order.
-        op.kind = OpKind::ALL[pick];
-        if op.kind == OpKind::Insert {
+        let kind = OpKind::ALL[pick];
+        if kind == OpKind::Insert {
             let n = self.shared.inserts.next();
-            self.shared.format.key_into(n, &mut op.key);
-            (op.scan_len, op.insert_number) = (0, Some(n));
-            return;
+            return PlannedOp { kind, number: n, scan_len: 0, insert: true };
         }
-        let n = self.key_number();
-        op.scan_len = if op.kind == OpKind::Scan {
-            1 + below(&mut self.rng, self.shared.spec.max_scan) as usize
+        let number = self.key_number();
+        let scan_len = if kind == OpKind::Scan {
+            1 + below(&mut self.rng, self.shared.spec.max_scan) as u32
         } else {
             0
         };
-        op.insert_number = None;
-        self.shared.format.key_into(n, &mut op.key);
+        PlannedOp { kind, number, scan_len, insert: false }
+    }
+
+    /// Whether this stream can be drawn ahead of time: no inserts and no "latest" choice, so no
+    /// operation depends on which inserts completed before it.
+    pub fn plannable(&self) -> bool {
+        self.shared.spec.insert == 0.0 && self.shared.spec.distribution != Distribution::Latest
     }
 
     /// Acknowledges a completed insert (so later reads may pick it).
@@ -455,6 +487,13 @@ pub fn load_numbers(records: u64, i: u64, loaders: u64) -> impl Iterator<Item = 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kinds_index_their_report_order() {
+        for (i, k) in OpKind::ALL.iter().enumerate() {
+            assert_eq!(*k as usize, i, "{}", k.name());
+        }
+    }
 
     #[test]
     fn proportions_follow_the_spec() {

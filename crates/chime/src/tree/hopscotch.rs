@@ -150,7 +150,8 @@ impl Tree {
                     }
                     _ => lw.argmax,
                 };
-                let new = LockWord { locked: false, full: buf.vacancy(lw.full), argmax };
+                let full = buf.vacancy_after(lw.full, &modified);
+                let new = LockWord { locked: false, full, argmax };
                 let span = self.span_of(h, &modified);
                 self.write_back_buf(c, leaf, &mut buf, span, new).await?;
                 Ok(Attempt::Done)

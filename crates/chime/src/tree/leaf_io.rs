@@ -14,7 +14,7 @@ use dmindex_prim::pool::Pooled;
 
 use super::Tree;
 use crate::layout::LockWord;
-use crate::leaf::{Invalid, LeafBuf};
+use crate::leaf::{Invalid, LeafBuf, SLACK};
 use crate::neighbourhood::Neighbourhood;
 use crate::read_plan;
 use crate::view::LeafView;
@@ -79,7 +79,8 @@ impl Tree {
     /// to the pool when dropped, so steady-state reads allocate nothing.
     pub(crate) fn leaf_buf<T: Transport>(&self, c: &Client<T>) -> PooledLeaf<'_> {
         let mut buf = self.bufs.get(c, || LeafBuf::new(self.leaf));
-        buf.reset();
+        // Not cleared: only the slots a READ covers are looked at (debug builds check).
+        buf.forget();
         buf
     }
 
@@ -128,10 +129,37 @@ impl Tree {
         lo: usize,
         n: usize,
     ) -> IndexResult<PooledLeaf<'_>> {
+        if n >= self.leaf.span {
+            return self.read_whole(c, leaf).await;
+        }
         loop {
             let mut buf = self.leaf_buf(c);
             let ranges = buf.ranges(lo, n);
             if self.read_into(c, leaf, &mut buf, &ranges).await? {
+                return Ok(buf);
+            }
+            self.retry();
+        }
+    }
+
+    /// READs a whole leaf until the READ validates: one READ, decoded by the tree's whole-leaf
+    /// plan into a pooled buffer (no clearing first: every byte is overwritten).
+    async fn read_whole<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+    ) -> IndexResult<PooledLeaf<'_>> {
+        let plan = &self.whole_plan;
+        loop {
+            let mut buf = self.bufs.get(c, || LeafBuf::new(self.leaf));
+            buf.forget();
+            let mut raw = std::mem::take(&mut buf.raw);
+            raw.resize(plan.raw_len + SLACK, 0);
+            let read = c.read(leaf, &mut raw[..plan.raw_len]).await;
+            let ok = read.is_ok() && buf.absorb_whole(&raw, plan).is_ok() && buf.validate().is_ok();
+            buf.raw = raw;
+            read?;
+            if ok {
                 return Ok(buf);
             }
             self.retry();

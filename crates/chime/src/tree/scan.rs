@@ -1,6 +1,7 @@
 //! Scans: whole leaves READ along the sibling chain, several per doorbell when the cached
-//! parent names the next ones and they share a memory node ([`dmindex_prim::doorbell`]). A leaf counts once its versions agree and no hop is in flight in
-//! it (every home's hop bitmap matches its neighbourhood). The load factor walks the same chain.
+//! parent names the next ones and they share a memory node ([`dmindex_prim::doorbell`]). A
+//! leaf counts once its versions agree and no hop is in flight in it (every home's hop bitmap
+//! matches its neighbourhood). The load factor walks the same chain.
 
 use std::collections::VecDeque;
 
@@ -8,44 +9,52 @@ use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::doorbell;
 
+use super::leaf_io::PooledLeaf;
 use super::Tree;
-use crate::leaf::LeafBuf;
+use crate::leaf::{LeafBuf, SLACK};
 use crate::view::LeafView;
 
 impl Tree {
-    /// READs whole leaves (one doorbell when they share a memory node, else one READ each),
-    /// re-reading each until it validates and no hop is in flight in it.
+    /// READs whole leaves (one doorbell when they share a memory node, else one READ each) into
+    /// pooled buffers, re-reading each until it validates and no hop is in flight in it.
     async fn read_leaves<T: Transport>(
         &self,
         c: &Client<T>,
         leaves: &[GlobalAddr],
-    ) -> IndexResult<Vec<LeafBuf>> {
-        let whole = self.leaf.physical();
-        let mut raw: Vec<Vec<u8>> = leaves.iter().map(|_| vec![0u8; whole]).collect();
-        let reads =
-            leaves.iter().zip(raw.iter_mut()).map(|(a, b)| BatchOp::Read { addr: *a, buf: b });
+    ) -> IndexResult<Vec<PooledLeaf<'_>>> {
+        let plan = &self.whole_plan;
+        let mut bufs: Vec<PooledLeaf<'_>> = leaves
+            .iter()
+            .map(|_| {
+                let mut b = self.bufs.get(c, || LeafBuf::new(self.leaf));
+                b.forget();
+                b.raw.resize(plan.raw_len + SLACK, 0);
+                b
+            })
+            .collect();
+        let reads = leaves
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(a, b)| BatchOp::Read { addr: *a, buf: &mut b.raw[..plan.raw_len] });
         doorbell::post_iter(c, reads).await?;
-        let mut out = Vec::with_capacity(leaves.len());
-        for (a, r) in leaves.iter().zip(&raw) {
-            let mut buf = LeafBuf::new(self.leaf);
-            if buf.absorb(0, self.leaf.decoded(), r).is_ok()
-                && buf.validate().is_ok()
-                && buf.hops_settled()
-            {
-                out.push(buf);
-            } else {
-                self.retry();
-                loop {
-                    let b = self.read_slots(c, *a, 0, self.leaf.span).await?;
-                    if b.hops_settled() {
-                        out.push(b.into_inner());
-                        break;
-                    }
-                    self.retry();
+        for (a, b) in leaves.iter().zip(bufs.iter_mut()) {
+            let raw = std::mem::take(&mut b.raw);
+            let ok = b.absorb_whole(&raw, plan).is_ok() && b.validate().is_ok() && b.hops_settled();
+            b.raw = raw;
+            if ok {
+                continue;
+            }
+            self.retry();
+            loop {
+                let fresh = self.read_slots(c, *a, 0, self.leaf.span).await?;
+                if fresh.hops_settled() {
+                    *b = fresh;
+                    break;
                 }
+                self.retry();
             }
         }
-        Ok(out)
+        Ok(bufs)
     }
 
     /// Up to `count` pairs with key ≥ `from`, ascending: whole leaves along the sibling chain,
