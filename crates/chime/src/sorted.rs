@@ -108,7 +108,11 @@ impl Tree {
     ) -> IndexResult<()> {
         buf.bump_node_version();
         let high = buf.fences().expect("whole leaf").1;
-        Ok(leaf.held.unlock_by(c.write(leaf.addr, &self.leaf_image(buf, leaf.lw, high))).await?)
+        let mut image = std::mem::take(&mut buf.raw);
+        self.leaf_image_into(buf, leaf.lw, high, &mut image);
+        let written = leaf.held.unlock_by(c.write(leaf.addr, &image)).await;
+        buf.raw = image;
+        Ok(written?)
     }
 
     /// Splits full, locked leaf `leaf` at the median of its keys and insert `ins`'s pair

@@ -173,6 +173,20 @@ impl Blocks {
         Ok(true)
     }
 
+    /// `f` of the key of the block at `a`: one READ of the header and the longest key, onto the
+    /// stack (what a split or a merge needs to place an entry: the key's hash).
+    pub async fn with_key<T: Transport, R>(
+        &self,
+        c: &Client<T>,
+        a: GlobalAddr,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> IndexResult<R> {
+        let mut b = smallvec::SmallVec::<[u8; 256]>::from_elem(0, HEADER + self.max_key);
+        c.read(a, &mut b).await?;
+        let (klen, _) = self.lengths(a, &b)?;
+        Ok(f(&b[HEADER..HEADER + klen]))
+    }
+
     /// Whether the block at `a` holds key `key`: one READ of the header and `key.len()` bytes.
     pub async fn holds_key<T: Transport>(
         &self,
@@ -252,6 +266,11 @@ mod tests {
             assert_eq!(out, b"value");
             assert!(!long_key.value_into(&c, lk, Some(&other), &mut out).await.unwrap());
             assert!(out.is_empty());
+            // with_key: the key alone, one READ.
+            let before = c.counts().round_trips;
+            assert_eq!(blocks.with_key(&c, a, |k| k.to_vec()).await.unwrap(), b"key");
+            assert_eq!(long_key.with_key(&c, lk, |k| k.len()).await.unwrap(), 140);
+            assert_eq!(c.counts().round_trips - before, 2);
         }]);
     }
 

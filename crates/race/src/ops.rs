@@ -53,23 +53,26 @@ impl Race {
         }
     }
 
+    /// The value of `key` into `out` (cleared first): whether the key is present.
     pub(crate) async fn search_key<T: Transport>(
         &self,
         c: &Client<T>,
         key: &[u8],
-    ) -> IndexResult<Option<Vec<u8>>> {
+        out: &mut Vec<u8>,
+    ) -> IndexResult<bool> {
+        out.clear();
         let h = Hashes::of(key);
         let mut reads = 0;
         let snap = self.locate(c, &h, &mut reads).await?;
         bump(&self.counters.searches, 1);
         bump(&self.counters.search_buckets, 2 * reads);
         for cand in snap.candidates(h.fp()) {
-            if let Some(v) = self.blocks.value_if_key(c, layout::slot_block(cand.word), key).await?
-            {
-                return Ok(Some(v));
+            let block = layout::slot_block(cand.word);
+            if self.blocks.value_into(c, block, Some(key), out).await? {
+                return Ok(true);
             }
         }
-        Ok(None)
+        Ok(false)
     }
 
     /// The slot word of a block of `len` bytes at `block` for a key with hashes `h`.

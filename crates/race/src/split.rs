@@ -122,8 +122,7 @@ impl Race {
             if w == 0 || is_frozen(w) {
                 return Ok(None);
             }
-            let b = self.blocks.read(c, layout::slot_block(w)).await?;
-            let kh = Hashes::of(&b.key);
+            let kh = self.blocks.with_key(c, layout::slot_block(w), Hashes::of).await?;
             if kh.h1 & low_mask(depth) != suffix || !kh.bit(depth) {
                 return Ok(None);
             }

@@ -32,7 +32,7 @@ use dmindex_index::IndexResult;
 use smallvec::SmallVec;
 
 use crate::layout::{decode_entries, Entry, KeyHash, Meta};
-use crate::search::{word, Words};
+use crate::search::{word, SlotWords, Words};
 use crate::{bump, SepHash};
 
 /// What an append does.
@@ -57,7 +57,7 @@ impl SepHash {
         let kh = KeyHash::of(key);
         let n = self.shape.cur.n;
         let mut block: Option<GlobalAddr> = None;
-        let mut slots: Words = SmallVec::new();
+        let mut slots: SlotWords = SmallVec::new();
         let mut main: Words = SmallVec::new();
         'op: loop {
             let t = self.target(c, kh).await?;
@@ -110,14 +110,14 @@ impl SepHash {
                 }
                 continue;
             }
-            let read: SmallVec<[Entry; 16]> = decode_entries(&slots).collect();
-            if from > 0 && !meta.holds(read[0]) {
+            let read = |j: usize| Entry(word(&slots, 8 * j));
+            if from > 0 && !meta.holds(read(0)) {
                 // The offset is past the first free slot (the segment was merged since).
                 self.cache.set_offset(t.seg, 0);
                 bump(&self.counters.retries, 1);
                 continue;
             }
-            let Some(first) = read.iter().position(|&e| !meta.holds(e)) else {
+            let Some(first) = (0..slots.len() / 8).position(|j| !meta.holds(read(j))) else {
                 if to == n {
                     self.close_and_merge(c, t.seg, meta).await?;
                 } else {
@@ -126,11 +126,8 @@ impl SepHash {
                 continue;
             };
             let mut p = from + first;
-            if conditional {
-                let prefix = &read[..first];
-                if !self.present(c, key, kh, prefix, &main).await? {
-                    return Ok(false);
-                }
+            if conditional && !self.present(c, key, kh, &slots[..8 * first], &main).await? {
+                return Ok(false);
             }
             let at = match block {
                 Some(b) if b.node() == node => b,
@@ -165,7 +162,7 @@ impl SepHash {
                 }
             }
             loop {
-                let expected = read[p - from];
+                let expected = read(p - from);
                 let old =
                     Entry(c.cas(t.seg.add(self.shape.cur.slot(p)), expected.0, entry.0).await?);
                 if old == expected {
@@ -193,10 +190,11 @@ impl SepHash {
         c: &Client<T>,
         key: &[u8],
         kh: KeyHash,
-        prefix: &[Entry],
+        prefix: &[u8],
         main: &[u8],
     ) -> IndexResult<bool> {
-        let cur = prefix.iter().rev().copied().filter(|&e| kh.matches(e));
+        // The CurSegment's entries before the first free slot, newest first.
+        let cur = decode_entries(prefix).rev().filter(|&e| kh.matches(e));
         for e in cur.chain(decode_entries(main).filter(|&e| kh.matches(e))) {
             if self.blocks.holds_key(c, e.block(), key).await? {
                 return Ok(!e.tombstone());

@@ -306,7 +306,7 @@ pub fn decode_points(b: &[u8], n: usize) -> impl Iterator<Item = Point> + '_ {
 }
 
 /// The entry words in `b`.
-pub fn decode_entries(b: &[u8]) -> impl Iterator<Item = Entry> + '_ {
+pub fn decode_entries(b: &[u8]) -> impl DoubleEndedIterator<Item = Entry> + '_ {
     b.chunks_exact(8).map(|w| Entry(u64::from_le_bytes(w.try_into().expect("8 bytes"))))
 }
 

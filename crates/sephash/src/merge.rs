@@ -36,6 +36,7 @@ use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::kv_block::HEADER;
+use smallvec::SmallVec;
 
 use crate::fptable;
 use crate::layout::{decode_entries, encode_main, Entry, KeyHash, MainHeader, Meta, Point};
@@ -145,10 +146,11 @@ impl SepHash {
                 );
                 continue;
             }
-            let group = &keys[k..k + g.len()];
+            let k0 = k;
             k += g.len();
             for (x, &(e, _)) in all[g].iter().enumerate() {
-                if !group[..x].contains(&group[x]) && !e.tombstone() {
+                let newer = (0..x).any(|y| keys.key(k0 + y) == keys.key(k0 + x));
+                if !newer && !e.tombstone() {
                     out.push(e.with_sign(false));
                 }
             }
@@ -156,17 +158,16 @@ impl SepHash {
         Ok(out)
     }
 
-    /// READs the keys of `entries`' blocks, in doorbells of up to 16 per memory node.
-    async fn read_keys<T: Transport>(
-        &self,
-        c: &Client<T>,
-        entries: &[Entry],
-    ) -> IndexResult<Vec<Vec<u8>>> {
+    /// READs the keys of `entries`' blocks, in doorbells of up to 16 per memory node, into one
+    /// buffer (a merge reads many: two allocations for all of them, not two each).
+    async fn read_keys<T: Transport>(&self, c: &Client<T>, entries: &[Entry]) -> IndexResult<Keys> {
         bump(&self.counters.merge_key_reads, entries.len() as u64);
-        let len = HEADER + self.shape.max_key;
+        let stride = HEADER + self.shape.max_key;
         let mut order: Vec<usize> = (0..entries.len()).collect();
         order.sort_by_key(|&i| entries[i].block().node());
-        let mut bufs = vec![vec![0u8; len]; entries.len()];
+        // Entry `order[j]`'s block lands at `flat[j * stride ..]`.
+        let mut flat = vec![0u8; stride * entries.len()];
+        let mut chunks = flat.chunks_exact_mut(stride);
         let mut j = 0;
         while j < order.len() {
             let node = entries[order[j]].block().node();
@@ -175,17 +176,19 @@ impl SepHash {
                 .take(MAX_BATCH)
                 .take_while(|&&i| entries[i].block().node() == node)
                 .count();
-            let mut ops: Vec<BatchOp<'_>> = bufs[j..end]
-                .iter_mut()
+            let mut ops: SmallVec<[BatchOp<'_>; MAX_BATCH]> = chunks
+                .by_ref()
+                .take(end - j)
                 .zip(&order[j..end])
                 .map(|(b, &i)| BatchOp::Read { addr: entries[i].block(), buf: b })
                 .collect();
             c.batch(&mut ops).await?;
             j = end;
         }
-        bump(&self.counters.resize_bytes, (len * entries.len()) as u64);
-        let mut keys = vec![Vec::new(); entries.len()];
-        for (b, &i) in bufs.iter().zip(&order) {
+        bump(&self.counters.resize_bytes, (stride * entries.len()) as u64);
+        let mut at = vec![(0usize, 0usize); entries.len()];
+        for (j, &i) in order.iter().enumerate() {
+            let b = &flat[j * stride..(j + 1) * stride];
             let klen = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
             if klen == 0 || klen > self.shape.max_key {
                 return Err(IndexError::Corrupt(format!(
@@ -193,9 +196,9 @@ impl SepHash {
                     entries[i].block()
                 )));
             }
-            keys[i] = b[HEADER..HEADER + klen].to_vec();
+            at[i] = (j * stride + HEADER, klen);
         }
-        Ok(keys)
+        Ok(Keys { flat, at })
     }
 
     /// WRITEs a fresh MainSegment of `entries` on `node`; returns its offset, header and points.
@@ -295,8 +298,8 @@ impl SepHash {
             // KV read per entry every fourth split).
             for half in [&mut a, &mut b] {
                 let keys = self.read_keys(c, half).await?;
-                for (e, k) in half.iter_mut().zip(&keys) {
-                    let kh = KeyHash::of(k);
+                for (i, e) in half.iter_mut().enumerate() {
+                    let kh = KeyHash::of(keys.key(i));
                     debug_assert_eq!(kh.dep(l) >> (l % 4) & 1, e.dep() >> (l % 4) & 1);
                     *e = e.with_dep(kh.dep(l + 1));
                 }
@@ -340,4 +343,17 @@ impl SepHash {
 /// The size class (log2 of the bytes allocated) of a MainSegment of `bytes`.
 fn main_class(bytes: u64) -> u32 {
     bytes.max(64).next_power_of_two().trailing_zeros()
+}
+
+/// Keys read from blocks, in one buffer: key `i` is `flat[at[i].0 ..][.. at[i].1]`.
+struct Keys {
+    flat: Vec<u8>,
+    at: Vec<(usize, usize)>,
+}
+
+impl Keys {
+    fn key(&self, i: usize) -> &[u8] {
+        let (at, len) = self.at[i];
+        &self.flat[at..at + len]
+    }
 }

@@ -29,16 +29,22 @@ use crate::{bump, SepHash};
 /// Entries read inline without a heap buffer.
 pub(crate) type Words = SmallVec<[u8; 512]>;
 
+/// A CurSegment's slots read inline (the default CurSegment, 1 KiB, fits).
+pub(crate) type SlotWords = SmallVec<[u8; 1024]>;
+
 impl SepHash {
+    /// The value of `key` into `out` (cleared first): whether the key is present.
     pub(crate) async fn search_key<T: Transport>(
         &self,
         c: &Client<T>,
         key: &[u8],
-    ) -> IndexResult<Option<Vec<u8>>> {
+        out: &mut Vec<u8>,
+    ) -> IndexResult<bool> {
+        out.clear();
         let kh = KeyHash::of(key);
         let positions = self.shape.cur.positions;
         bump(&self.counters.searches, 1);
-        let mut slots: Words = SmallVec::new();
+        let mut slots: SlotWords = SmallVec::new();
         loop {
             let t = self.target(c, kh).await?;
             let node = t.seg.node();
@@ -47,7 +53,7 @@ impl SepHash {
             let mut after = [0u8; 8];
             let mut main: Words = SmallVec::from_elem(0, 8 * (t.main.hi - t.main.lo) as usize);
             {
-                let mut ops: SmallVec<[BatchOp<'_>; 3]> = SmallVec::new();
+                let mut ops: SmallVec<[BatchOp<'_>; 4]> = SmallVec::new();
                 if positions > 0 {
                     let at = t.seg.add(self.shape.cur.filter(kh.filter(positions)));
                     ops.push(BatchOp::Read { addr: at, buf: &mut filter });
@@ -102,11 +108,15 @@ impl SepHash {
                 cur.reverse();
             }
             for e in cur.iter().chain(run.iter()) {
-                if let Some(v) = self.blocks.value_if_key(c, e.block(), key).await? {
-                    return Ok(if e.tombstone() { None } else { Some(v) });
+                if self.blocks.value_into(c, e.block(), Some(key), out).await? {
+                    if e.tombstone() {
+                        out.clear();
+                        return Ok(false);
+                    }
+                    return Ok(true);
                 }
             }
-            return Ok(None);
+            return Ok(false);
         }
     }
 }

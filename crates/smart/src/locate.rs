@@ -1,6 +1,8 @@
 //! The descent: from the deepest cached copy (or the root) to the node where a key's slot lives,
 //! reading every node on the way afresh, helping any type switch it meets.
 
+use std::sync::Arc;
+
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::radix::node::{slot_addr, Lookup};
@@ -31,7 +33,8 @@ pub(crate) enum At {
 #[derive(Clone, Debug)]
 pub(crate) struct Pos {
     pub node: GlobalAddr,
-    pub img: NodeImage,
+    /// Shared with the CN cache, which keeps the same copy.
+    pub img: Arc<NodeImage>,
     pub link: Option<Link>,
     pub at: At,
 }
@@ -90,7 +93,7 @@ impl<V: Variant> SmartIndex<V> {
                 (self.root, ROOT_KIND, None, true, None)
             };
             loop {
-                let img = self.read_node(c, node, kind).await?;
+                let img = Arc::new(self.read_node(c, node, kind).await?);
                 if let (false, Some(l), Some(p)) = (trusted, link, parent) {
                     if img.rev != l.slot {
                         // Re-parented since the parent's copy was taken.
@@ -98,8 +101,8 @@ impl<V: Variant> SmartIndex<V> {
                         self.cache.invalidate(p);
                     }
                 }
-                if self.cache.get(node).is_none_or(|old| *old != img) {
-                    self.cache.insert(node, img.clone());
+                if self.cache.get(node).is_none_or(|old| *old != *img) {
+                    self.cache.insert_shared(node, Arc::clone(&img));
                 }
                 if img.any_frozen() {
                     let Some(l) = link else {

@@ -133,14 +133,20 @@ impl<V: Variant> SmartIndex<V> {
         }
     }
 
+    /// The value of `key` into `out` (cleared first): whether the key is present.
     pub(crate) async fn search_key<T: Transport>(
         &self,
         c: &Client<T>,
         key: &[u8],
-    ) -> IndexResult<Option<Vec<u8>>> {
+        out: &mut Vec<u8>,
+    ) -> IndexResult<bool> {
         bump(&self.counters.searches);
-        let mut value = Vec::new();
-        Ok(self.find(c, key, Some(&mut value)).await?.map(|_| value))
+        out.clear();
+        let found = self.find(c, key, Some(&mut *out)).await?.is_some();
+        if !found {
+            out.clear();
+        }
+        Ok(found)
     }
 
     /// Writes a new leaf on memory node `near`'s side, without waiting; the slot CAS that

@@ -364,11 +364,23 @@ impl Tree {
     /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.
     pub(crate) fn leaf_image(&self, buf: &LeafBuf, lw: LockWord, bound: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        cacheline::encode(&self.leaf, &buf.bytes, 0, self.leaf.decoded(), &mut out);
+        self.leaf_image_into(buf, lw, bound, &mut out);
+        out
+    }
+
+    /// [`Tree::leaf_image`] into `out` (cleared first; a reused scratch allocates nothing).
+    pub(crate) fn leaf_image_into(
+        &self,
+        buf: &LeafBuf,
+        lw: LockWord,
+        bound: u64,
+        out: &mut Vec<u8>,
+    ) {
+        out.clear();
+        cacheline::encode(&self.leaf, &buf.bytes, 0, self.leaf.decoded(), out);
         out.resize(self.leaf.lock_offset(), 0);
         out.extend_from_slice(&unlocked(lw.encode(&self.leaf)).to_le_bytes());
         out.extend_from_slice(&bound.to_be_bytes());
-        out
     }
 }
 

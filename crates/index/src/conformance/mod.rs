@@ -9,6 +9,8 @@
 //!   history checked per key, stuck clients with no crash to explain them fail the seed, and
 //!   every summary states operations checked / requested.
 //! * [`threads`]: real threads on the in-process fabric, every history checked.
+//! * [`allocs`]: heap allocations per operation, for a test that installs the counting
+//!   allocator to pin.
 //!
 //! ```ignore
 //! #[test]
@@ -21,6 +23,7 @@
 //! }
 //! ```
 
+pub mod allocs;
 pub mod linearizable;
 pub mod model;
 pub mod threads;

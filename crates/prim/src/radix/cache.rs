@@ -95,12 +95,16 @@ impl RadixCache {
 
     /// Keeps (or refreshes) the copy of the node at `addr`.
     pub fn insert(&self, addr: GlobalAddr, node: NodeImage) {
+        self.insert_shared(addr, Arc::new(node));
+    }
+
+    /// [`RadixCache::insert`] of an image the caller keeps using (shared, not copied).
+    pub fn insert_shared(&self, addr: GlobalAddr, node: Arc<NodeImage>) {
         let c = charge(&node);
         if c > self.budget {
             return;
         }
         let mut g = self.inner.write().expect("radix cache");
-        let node = Arc::new(node);
         match g.nodes.insert(addr, node) {
             Some(old) => g.bytes = g.bytes - charge(&old) + c,
             None => {
@@ -169,7 +173,7 @@ mod tests {
         let header = Header::new(Kind::N4, depth, key, depth.min(1));
         let mut slots = children.to_vec();
         slots.resize(4, Slot::EMPTY);
-        NodeImage { rev: GlobalAddr::NULL, header, slots }
+        NodeImage { rev: GlobalAddr::NULL, header, slots: slots.into() }
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! reachable and had no child there.
 
 use dmindex_fabric::GlobalAddr;
+use smallvec::SmallVec;
 
 use super::header::Header;
 use super::slot::{Partial, Slot};
@@ -84,12 +85,13 @@ pub fn slot_addr(node: GlobalAddr, i: usize) -> GlobalAddr {
     node.add((NODE_HEADER + 8 * i) as u64)
 }
 
-/// A node as one READ saw it.
+/// A node as one READ saw it. The slots of the small kinds (4 and 16, the nodes near the
+/// leaves, which writes read afresh) are held inline: decoding them allocates nothing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeImage {
     pub rev: GlobalAddr,
     pub header: Header,
-    pub slots: Vec<Slot>,
+    pub slots: SmallVec<[Slot; 16]>,
 }
 
 /// What a node says about one partial key.
