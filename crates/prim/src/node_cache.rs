@@ -6,7 +6,8 @@
 //! Any node type that says where it sits ([`CachedNode`]): its level above the leaves (1 = a
 //! parent of leaves), the lowest key it covers (its low fence) and whether it covers a key, and
 //! what it costs in bytes. B+ tree internal nodes (CHIME, Sherman), radix-tree inner nodes and
-//! learned-index models fit. Each level is an ordered map from low fence to the node:
+//! learned-index models fit. Each level is a sorted array from low fence to the node (a
+//! node's low fence never changes, so a dropped copy leaves its place to be refilled):
 //!
 //! ```text
 //! level 2:  [low 0 ──────────────── high 999]
@@ -26,7 +27,7 @@
 //! [`NodeCache::invalidate`], which removes the copy only if it is still the one of that
 //! address (another client may have refreshed it meanwhile).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crossbeam_utils::sync::ShardedLock;
@@ -54,18 +55,61 @@ pub struct Cached<N> {
     pub node: N,
 }
 
+/// One level's copies, by low fence: a sorted array searched by bisection. A node's low fence
+/// never changes (a split keeps the left node's and gives the right one a new one), so once a
+/// low has a place it keeps it: dropping a copy (eviction, a stale copy) empties the place
+/// rather than removing it, and a later copy of that node refills it. Only a node never cached
+/// before shifts the array, once; lookups, refreshes and drops are logarithmic.
+struct Level<N: CachedNode> {
+    lows: Vec<N::Key>,
+    nodes: Vec<Option<Arc<Cached<N>>>>,
+}
+
+impl<N: CachedNode> Default for Level<N> {
+    fn default() -> Level<N> {
+        Level { lows: Vec::new(), nodes: Vec::new() }
+    }
+}
+
+impl<N: CachedNode> Level<N> {
+    /// The node whose range covers `k`: the copy with the greatest low fence ≤ `k`.
+    #[inline]
+    fn find(&self, k: &N::Key) -> Option<&Arc<Cached<N>>> {
+        let i = self.lows.partition_point(|l| l <= k);
+        let c = self.nodes.get(i.checked_sub(1)?)?.as_ref()?;
+        c.node.covers(k).then_some(c)
+    }
+
+    /// The place of low fence `low`, made if new.
+    fn place(&mut self, low: &N::Key) -> usize {
+        match self.lows.binary_search(low) {
+            Ok(i) => i,
+            Err(i) => {
+                self.lows.insert(i, low.clone());
+                self.nodes.insert(i, None);
+                i
+            }
+        }
+    }
+
+    /// The place of low fence `low`, if it has one.
+    fn at(&self, low: &N::Key) -> Option<usize> {
+        self.lows.binary_search(low).ok()
+    }
+}
+
 /// Per level, nodes by low fence; insertion order for eviction; bytes in use.
 struct Levels<N: CachedNode> {
-    levels: Vec<BTreeMap<N::Key, Arc<Cached<N>>>>,
+    levels: Vec<Level<N>>,
     fifo: VecDeque<(u8, N::Key, GlobalAddr)>,
     bytes: u64,
 }
 
 impl<N: CachedNode> Levels<N> {
-    /// The node at `level` whose range covers `k`: the one with the greatest low fence ≤ `k`.
+    /// The node at `level` whose range covers `k`.
+    #[inline]
     fn find(&self, level: u8, k: &N::Key) -> Option<&Arc<Cached<N>>> {
-        let (_, c) = self.levels.get(level as usize)?.range(..=k).next_back()?;
-        c.node.covers(k).then_some(c)
+        self.levels.get(level as usize)?.find(k)
     }
 }
 
@@ -103,8 +147,8 @@ impl<N: CachedNode> NodeCache<N> {
 
     /// The lowest cached level above the leaves with a node covering `k`.
     pub fn deepest(&self, k: &N::Key) -> Option<Arc<Cached<N>>> {
-        let levels = self.inner.read().expect("cache lock").levels.len();
-        (1..levels as u8).find_map(|lv| self.lookup(lv, k))
+        let g = self.inner.read().expect("cache lock");
+        (1..g.levels.len() as u8).find_map(|lv| g.find(lv, k).map(Arc::clone))
     }
 
     /// Caches (or refreshes) the node at `addr`, evicting the oldest past the budget.
@@ -115,18 +159,20 @@ impl<N: CachedNode> NodeCache<N> {
         let mut g = self.inner.write().expect("cache lock");
         let (level, low, cost) = (node.level() as usize, node.low().clone(), node.cache_cost());
         if g.levels.len() <= level {
-            g.levels.resize_with(level + 1, BTreeMap::new);
+            g.levels.resize_with(level + 1, Level::default);
         }
-        let old = g.levels[level].insert(low.clone(), Arc::new(Cached { addr, node }));
-        if let Some(o) = old {
-            g.bytes -= o.node.cache_cost();
-        } else {
-            g.fifo.push_back((level as u8, low, addr));
+        let lv = &mut g.levels[level];
+        let i = lv.place(&low);
+        let old = lv.nodes[i].replace(Arc::new(Cached { addr, node }));
+        match old {
+            Some(o) => g.bytes -= o.node.cache_cost(),
+            None => g.fifo.push_back((level as u8, low, addr)),
         }
         g.bytes += cost;
         while g.bytes > self.budget {
             let Some((lv, lo, _)) = g.fifo.pop_front() else { break };
-            if let Some(o) = g.levels[lv as usize].remove(&lo) {
+            let level = &mut g.levels[lv as usize];
+            if let Some(o) = level.at(&lo).and_then(|i| level.nodes[i].take()) {
                 g.bytes -= o.node.cache_cost();
             }
         }
@@ -135,9 +181,10 @@ impl<N: CachedNode> NodeCache<N> {
     /// Drops the cached node at `level` with low fence `low` if it is still the copy of `addr`.
     pub fn invalidate(&self, level: u8, low: &N::Key, addr: GlobalAddr) {
         let mut g = self.inner.write().expect("cache lock");
-        let Some(m) = g.levels.get_mut(level as usize) else { return };
-        if m.get(low).is_some_and(|c| c.addr == addr) {
-            let o = m.remove(low).expect("present");
+        let Some(lv) = g.levels.get_mut(level as usize) else { return };
+        let Some(i) = lv.at(low) else { return };
+        if lv.nodes[i].as_ref().is_some_and(|c| c.addr == addr) {
+            let o = lv.nodes[i].take().expect("present");
             g.bytes -= o.node.cache_cost();
         }
     }
