@@ -98,16 +98,19 @@ impl Region {
             // The part of line `l` the READ wants: bytes [from, to) of the line.
             let from = if l == first { pos - l * line } else { 0 };
             let to = if l == last { pos + buf.len() - l * line } else { line };
-            let snapshot = self.line_snapshot(l);
-            buf[out..out + to - from].copy_from_slice(&snapshot[from..to]);
+            let dst = &mut buf[out..out + to - from];
+            match <&mut [u8; CACHE_LINE as usize]>::try_from(&mut *dst) {
+                // A whole line (most of a long READ): straight into the buffer.
+                Ok(whole) => self.line_into(l, whole),
+                Err(_) => dst.copy_from_slice(&self.line_snapshot(l)[from..to]),
+            }
             out += to - from;
         }
     }
 
-    /// Line `l` as one snapshot: its eight words loaded between two equal, even readings of its
-    /// sequence (a WRITE of the line in between makes it odd, or moves it on).
+    /// Line `l` into `dst` as one snapshot (see [`Region::line_snapshot`]).
     #[inline]
-    fn line_snapshot(&self, l: usize) -> [u8; CACHE_LINE as usize] {
+    fn line_into(&self, l: usize, dst: &mut [u8; CACHE_LINE as usize]) {
         let seq = &self.seqs[l];
         let words = &self.words[l * WORDS_PER_LINE..(l + 1) * WORDS_PER_LINE];
         loop {
@@ -116,15 +119,23 @@ impl Region {
                 std::hint::spin_loop();
                 continue;
             }
-            let mut out = [0u8; CACHE_LINE as usize];
-            for (chunk, w) in out.chunks_exact_mut(8).zip(words) {
+            for (chunk, w) in dst.chunks_exact_mut(8).zip(words) {
                 chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
             }
             fence(Ordering::Acquire);
             if seq.load(Ordering::Relaxed) == s1 {
-                return out;
+                return;
             }
         }
+    }
+
+    /// Line `l` as one snapshot: its eight words loaded between two equal, even readings of its
+    /// sequence (a WRITE of the line in between makes it odd, or moves it on).
+    #[inline]
+    fn line_snapshot(&self, l: usize) -> [u8; CACHE_LINE as usize] {
+        let mut out = [0u8; CACHE_LINE as usize];
+        self.line_into(l, &mut out);
+        out
     }
 
     /// Asks the CPU for every line of `[pos, pos + len)` and their sequences at once, so a
