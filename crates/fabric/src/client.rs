@@ -197,8 +197,8 @@ impl<T: Transport> Client<T> {
         self.transport.quiesce().await
     }
 
-    async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
-        self.check_atomic(addr)?;
+    /// Counts one atomic verb (not its round trip).
+    fn count_atomic(&self, op: AtomicOp) {
         let s = &self.stats;
         let (kind, operand_bytes) = match op {
             AtomicOp::Cas { .. } => (&s.cas, 16),
@@ -206,12 +206,18 @@ impl<T: Transport> Client<T> {
             AtomicOp::Faa { .. } => (&s.faa, 8),
         };
         bump(kind, 1);
-        bump(&s.round_trips, 1);
         bump(&s.bytes_written, operand_bytes);
         bump(&s.bytes_read, 8);
+    }
+
+    /// An atomic verb on the aligned word at `addr`; returns the old word. One round trip.
+    pub async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
+        self.check_atomic(addr)?;
+        self.count_atomic(op);
+        bump(&self.stats.round_trips, 1);
         let old = self.transport.atomic(addr, op).await?;
         if op.failed(old) {
-            bump(&s.cas_failures, 1);
+            bump(&self.stats.cas_failures, 1);
         }
         Ok(old)
     }
@@ -243,8 +249,9 @@ impl<T: Transport> Client<T> {
         self.atomic(addr, AtomicOp::Faa { delta }).await
     }
 
-    /// A doorbell batch: READ/WRITE verbs to one memory node, posted and completed together, in
-    /// order. One round trip. At most [`MAX_BATCH`] verbs.
+    /// A doorbell batch: READ, WRITE and atomic verbs to one memory node, posted and completed
+    /// together, in order. One round trip. At most [`MAX_BATCH`] verbs. Each atomic's old word is
+    /// in its [`BatchOp::old`] afterwards.
     pub async fn batch(&self, ops: &mut [BatchOp<'_>]) -> Result<()> {
         let first = ops.first().ok_or(FabricError::EmptyBatch)?.addr().node();
         if ops.len() > MAX_BATCH {
@@ -254,7 +261,10 @@ impl<T: Transport> Client<T> {
             if op.addr().node() != first {
                 return Err(FabricError::MixedNodesInBatch { first, other: op.addr().node() });
             }
-            self.check(op.addr(), op.len() as u64)?;
+            match op {
+                BatchOp::Atomic { addr, .. } => self.check_atomic(*addr)?,
+                _ => self.check(op.addr(), op.len() as u64)?,
+            }
         }
         let s = &self.stats;
         bump(&s.round_trips, 1);
@@ -269,9 +279,18 @@ impl<T: Transport> Client<T> {
                     bump(&s.writes, 1);
                     bump(&s.bytes_written, data.len() as u64);
                 }
+                BatchOp::Atomic { op, .. } => self.count_atomic(*op),
             }
         }
-        self.transport.batch(first, ops).await
+        self.transport.batch(first, ops).await?;
+        for op in ops.iter() {
+            if let BatchOp::Atomic { op, old, .. } = op {
+                if op.failed(*old) {
+                    bump(&s.cas_failures, 1);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A two-sided request to `service` on memory node `node`. One round trip.

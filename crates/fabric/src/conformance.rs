@@ -11,7 +11,7 @@ use crate::error::FabricError;
 use crate::layout::{self, Superblock};
 use crate::service::{ServiceId, NODE_INFO};
 use crate::stats::VerbCounts;
-use crate::verbs::{BatchOp, Transport, MAX_BATCH};
+use crate::verbs::{AtomicOp, BatchOp, Transport, MAX_BATCH};
 
 /// Masked-CAS truth table: `(old, compare, compare_mask, swap, swap_mask, word after)`.
 pub const MASKED_CAS_TABLE: &[(u64, u64, u64, u64, u64, u64)] = &[
@@ -123,6 +123,52 @@ pub async fn single_client<T: Transport>(c: &Client<T>) {
         },
         "batch counts"
     );
+
+    // Atomics in a doorbell: in order with the READs and WRITEs around them, old words returned,
+    // a failed comparison does not stop the verbs after it, one round trip in all.
+    let a = base.add(5120);
+    let mut seen = [0u8; 16];
+    let mut after = [0u8; 8];
+    let s0 = c.counts();
+    let mut ops = [
+        BatchOp::Write { addr: a, data: &40u64.to_le_bytes() },
+        BatchOp::atomic(a, AtomicOp::Faa { delta: 2 }),
+        BatchOp::Read { addr: a, buf: &mut seen },
+        BatchOp::atomic(a, AtomicOp::Cas { expected: 7, new: 9 }),
+        BatchOp::atomic(a.add(8), AtomicOp::Cas { expected: 0, new: 5 }),
+        BatchOp::atomic(
+            a,
+            AtomicOp::MaskedCas {
+                compare: 42,
+                compare_mask: u64::MAX,
+                swap: 1 << 40,
+                swap_mask: 1 << 40,
+            },
+        ),
+        BatchOp::Read { addr: a, buf: &mut after },
+    ];
+    c.batch(&mut ops).await.unwrap();
+    let olds: Vec<Option<u64>> = ops.iter().map(BatchOp::old).collect();
+    assert_eq!(
+        olds,
+        [None, Some(40), None, Some(42), Some(0), Some(42), None],
+        "batched atomics see the earlier batched WRITE and each other, in order"
+    );
+    assert_eq!(u64::from_le_bytes(seen[..8].try_into().unwrap()), 42, "READ sees the batched FAA");
+    assert_eq!(u64::from_le_bytes(seen[8..].try_into().unwrap()), 0, "READ precedes a later CAS");
+    assert_eq!(u64::from_le_bytes(after), 42 | 1 << 40, "verbs after a failed CAS still run");
+    let d = diff(s0, c.counts());
+    assert_eq!(
+        (d.round_trips, d.batches, d.reads, d.writes, d.faa, d.cas, d.masked_cas, d.cas_failures),
+        (1, 1, 2, 1, 1, 2, 1, 1),
+        "batched atomics are counted as atomics, in one round trip"
+    );
+    assert_eq!((d.bytes_read, d.bytes_written), (16 + 8 + 4 * 8, 8 + 8 + 2 * 16 + 32));
+    assert_eq!(c.read_word(a.add(8)).await.unwrap(), 5);
+    assert!(matches!(
+        c.batch(&mut [BatchOp::atomic(a.add(4), AtomicOp::Faa { delta: 1 })]).await,
+        Err(FabricError::Misaligned { required: 8, .. })
+    ));
 
     // Zero-wait WRITE: not a round trip, ordered before later verbs to the node.
     let z = base.add(6000);

@@ -221,6 +221,7 @@ impl Transport for LocalTransport {
             match op {
                 BatchOp::Read { addr, buf } => region.read(addr.offset(), buf),
                 BatchOp::Write { addr, data } => region.write(addr.offset(), data),
+                BatchOp::Atomic { addr, op, old } => *old = region.atomic(addr.offset(), *op),
             }
         }
         Ok(())

@@ -12,8 +12,10 @@
 //! * Masked CAS (the RDMA extended atomic): only the bits in `compare_mask` are compared; on a
 //!   match only the bits in `swap_mask` are replaced by those of `swap`; the whole old word is
 //!   returned either way. See [`AtomicOp::apply`].
-//! * A doorbell batch is a list of READ/WRITE verbs to one memory node, posted together and
-//!   completed together: one round trip. Its verbs execute in list order.
+//! * A doorbell batch is a list of verbs (READ, WRITE and atomics) to one memory node, posted
+//!   together and completed together: one round trip. Its verbs execute in list order: an atomic
+//!   sees every earlier WRITE of the batch, and a later READ sees the atomic's effect. A failed
+//!   comparison does not stop the verbs after it.
 //! * Verbs that one client issues to one memory node execute in the order they are issued (like
 //!   an RC queue pair); in particular a zero-wait WRITE is executed before any verb the same client
 //!   issues after it to the same node.
@@ -99,13 +101,17 @@ pub enum BatchOp<'a> {
     Read { addr: GlobalAddr, buf: &'a mut [u8] },
     /// WRITE `data` at `addr`.
     Write { addr: GlobalAddr, data: &'a [u8] },
+    /// An atomic on the aligned word at `addr`; the transport stores the old word in `old`.
+    Atomic { addr: GlobalAddr, op: AtomicOp, old: u64 },
 }
 
 impl BatchOp<'_> {
     /// Target address.
     pub fn addr(&self) -> GlobalAddr {
         match self {
-            BatchOp::Read { addr, .. } | BatchOp::Write { addr, .. } => *addr,
+            BatchOp::Read { addr, .. }
+            | BatchOp::Write { addr, .. }
+            | BatchOp::Atomic { addr, .. } => *addr,
         }
     }
 
@@ -114,6 +120,20 @@ impl BatchOp<'_> {
         match self {
             BatchOp::Read { buf, .. } => buf.len(),
             BatchOp::Write { data, .. } => data.len(),
+            BatchOp::Atomic { .. } => 8,
+        }
+    }
+
+    /// An atomic verb, its old word to be filled in by the batch.
+    pub fn atomic(addr: GlobalAddr, op: AtomicOp) -> Self {
+        BatchOp::Atomic { addr, op, old: 0 }
+    }
+
+    /// The old word an atomic of a completed batch returned (`None` for READ and WRITE).
+    pub fn old(&self) -> Option<u64> {
+        match self {
+            BatchOp::Atomic { old, .. } => Some(*old),
+            _ => None,
         }
     }
 
@@ -160,7 +180,8 @@ pub trait Transport {
     fn quiesce(&self) -> impl Future<Output = Result<()>>;
     /// An atomic verb on the aligned word at `addr`; returns the old word.
     fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> impl Future<Output = Result<u64>>;
-    /// A doorbell batch of READ/WRITE verbs to `node`, executed in order, one round trip.
+    /// A doorbell batch of verbs to `node`, executed in order, one round trip; each atomic's old
+    /// word is stored in its `old`.
     fn batch(&self, node: NodeId, ops: &mut [BatchOp<'_>]) -> impl Future<Output = Result<()>>;
     /// A two-sided request to `service` on `node`, answered by the memory node's CPU.
     fn call(

@@ -1,4 +1,4 @@
-//! Doorbell batches: READs and WRITEs posted together to one memory node, one round trip.
+//! Doorbell batches: READs, WRITEs and atomics posted together to one memory node, one round trip.
 //!
 //! # Posting
 //!
@@ -62,6 +62,7 @@ async fn one<T: Transport>(c: &Client<T>, op: &mut BatchOp<'_>) -> IndexResult<(
     match op {
         BatchOp::Read { addr, buf } => c.read(*addr, buf).await?,
         BatchOp::Write { addr, data } => c.write(*addr, data).await?,
+        BatchOp::Atomic { addr, op, old } => *old = c.atomic(*addr, *op).await?,
     }
     Ok(())
 }

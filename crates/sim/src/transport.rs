@@ -130,6 +130,9 @@ impl SimTransport {
             match op {
                 BatchOp::Read { addr, buf } => self.region(*addr).read(addr.offset(), buf),
                 BatchOp::Write { addr, data } => self.region(*addr).write(addr.offset(), data),
+                BatchOp::Atomic { addr, op, old } => {
+                    *old = self.region(*addr).atomic(addr.offset(), *op)
+                }
             }
         }
     }
@@ -220,6 +223,10 @@ impl Transport for SimTransport {
                         b.extend_from_slice(data);
                         w.post(ready, self.client, OpKind::Write, *addr, b, false)
                     }
+                    BatchOp::Atomic { addr, op, .. } => {
+                        let b = w.buffer(0);
+                        w.post(ready, self.client, OpKind::Atomic(*op), *addr, b, false)
+                    }
                 };
             }
             ids
@@ -229,8 +236,11 @@ impl Transport for SimTransport {
         for (i, op) in ops.iter_mut().enumerate() {
             OpWait { shared: &self.shared, op: ids[i], taken: false }.await;
             let r = match op {
-                BatchOp::Read { buf, .. } => self.finish(ids[i], Out::CopyTo(buf)),
-                BatchOp::Write { .. } => self.finish(ids[i], Out::Discard),
+                BatchOp::Read { buf, .. } => self.finish(ids[i], Out::CopyTo(buf)).map(drop),
+                BatchOp::Write { .. } => self.finish(ids[i], Out::Discard).map(drop),
+                BatchOp::Atomic { old, .. } => {
+                    self.finish(ids[i], Out::Discard).map(|(word, _)| *old = word)
+                }
             };
             if let Err(e) = r {
                 result = Err(e);

@@ -425,6 +425,30 @@ impl UcxTransport {
         }
     }
 
+    /// Whether `op` is one UCX atomic: CAS, FAA, or a masked CAS that only sets clear bits
+    /// ("set these bits if they are clear": fetch-OR leaves a word whose bits are already set
+    /// unchanged, exactly like the failed masked CAS).
+    fn native(op: AtomicOp) -> bool {
+        match op {
+            AtomicOp::Cas { .. } | AtomicOp::Faa { .. } => true,
+            AtomicOp::MaskedCas { compare, compare_mask, swap, swap_mask } => {
+                compare & compare_mask == 0
+                    && swap_mask == compare_mask
+                    && swap & swap_mask == swap_mask
+            }
+        }
+    }
+
+    /// The UCX opcode, operand and initial reply word of a [`Self::native`] atomic (for CSWAP the
+    /// reply carries the new value in and the old one out).
+    fn native_args(op: AtomicOp) -> (i32, u64, u64) {
+        match op {
+            AtomicOp::Cas { expected, new } => (UCP_ATOMIC_OP_CSWAP, expected, new),
+            AtomicOp::Faa { delta } => (UCP_ATOMIC_OP_ADD, delta, 0),
+            AtomicOp::MaskedCas { swap_mask, .. } => (UCP_ATOMIC_OP_OR, swap_mask, 0),
+        }
+    }
+
     async fn word_atomic(
         &self,
         addr: GlobalAddr,
@@ -513,19 +537,11 @@ impl Transport for UcxTransport {
             return self.message(addr, Verb::Atomic(op), &[]).await.map(|(old, _)| old);
         }
         match op {
-            AtomicOp::Cas { expected, new } => {
-                self.word_atomic(addr, UCP_ATOMIC_OP_CSWAP, expected, new).await
+            op if Self::native(op) => {
+                let (code, operand, reply) = Self::native_args(op);
+                self.word_atomic(addr, code, operand, reply).await
             }
-            AtomicOp::Faa { delta } => self.word_atomic(addr, UCP_ATOMIC_OP_ADD, delta, 0).await,
-            AtomicOp::MaskedCas { compare, compare_mask, swap, swap_mask }
-                if compare & compare_mask == 0
-                    && swap_mask == compare_mask
-                    && swap & swap_mask == swap_mask =>
-            {
-                // "Set these bits if they are clear": fetch-OR leaves a word whose bits are
-                // already set unchanged, exactly like the failed masked CAS.
-                self.word_atomic(addr, UCP_ATOMIC_OP_OR, swap_mask, 0).await
-            }
+            AtomicOp::Cas { .. } | AtomicOp::Faa { .. } => unreachable!("always native"),
             AtomicOp::MaskedCas { .. } => {
                 let mut b = [0u8; 8];
                 self.read(addr, &mut b).await?;
@@ -552,14 +568,29 @@ impl Transport for UcxTransport {
                         (*addr, Verb::Read { len: buf.len() as u64 }, &[][..], buf.len())
                     }
                     BatchOp::Write { addr, data } => (*addr, Verb::Write, &data[..], data.len()),
+                    BatchOp::Atomic { addr, op, .. } => (*addr, Verb::Atomic(*op), &[][..], 8),
                 };
                 let a = self.post_message(addr, verb, payload, true)?.expect("reply asked for");
                 awaited.push((a, addr, len as u64));
             }
             for (op, (a, addr, len)) in ops.iter_mut().zip(awaited) {
-                let (_, data) = a.reply(&self.info, addr, len).await?;
-                if let BatchOp::Read { buf, .. } = op {
-                    copy_read(node, buf, &data)?;
+                let (word, data) = a.reply(&self.info, addr, len).await?;
+                match op {
+                    BatchOp::Read { buf, .. } => copy_read(node, buf, &data)?,
+                    BatchOp::Atomic { old, .. } => *old = word,
+                    BatchOp::Write { .. } => {}
+                }
+            }
+            return Ok(());
+        }
+        if ops.iter().any(|op| matches!(op, BatchOp::Atomic { op, .. } if !Self::native(*op))) {
+            // A masked CAS the NIC cannot do in one verb is a READ and CAS loop: the batch runs
+            // one verb after another, in order (more latency, the same effects).
+            for op in ops.iter_mut() {
+                match op {
+                    BatchOp::Read { addr, buf } => self.read(*addr, buf).await?,
+                    BatchOp::Write { addr, data } => self.write(*addr, data).await?,
+                    BatchOp::Atomic { addr, op, old } => *old = self.atomic(*addr, *op).await?,
                 }
             }
             return Ok(());
@@ -567,10 +598,13 @@ impl Transport for UcxTransport {
         self.before(node)?;
         let (ep, key) = (&self.conn.eps[node as usize], &self.conn.keys[node as usize]);
         let mut flights = Vec::with_capacity(ops.len());
-        let mut wrote = false;
-        for op in ops.iter_mut() {
-            if wrote {
-                // Nothing overtakes an earlier WRITE, as in a doorbell batch.
+        // Atomic operands live here, pinned with this future, until every flight is done.
+        let mut operands = [0u64; dmindex_fabric::verbs::MAX_BATCH];
+        let mut ordered = false;
+        for (i, op) in ops.iter_mut().enumerate() {
+            if ordered {
+                // Nothing overtakes an earlier WRITE or atomic, as in a doorbell batch (an RC
+                // responder executes a READ after an atomic it received first).
                 self.conn.worker.fence().map_err(|e| unavailable(node, e.to_string()))?;
             }
             let p = match op {
@@ -579,10 +613,19 @@ impl Transport for UcxTransport {
                 BatchOp::Read { addr, buf } => unsafe { ep.get(buf, self.remote(*addr), key) },
                 // SAFETY: as above.
                 BatchOp::Write { addr, data } => unsafe { ep.put(data, self.remote(*addr), key) },
+                BatchOp::Atomic { addr, op, old } => {
+                    let (code, operand, reply) = Self::native_args(*op);
+                    operands[i] = operand;
+                    *old = reply;
+                    // SAFETY: the operand is in `operands` and the reply in the borrowed batch,
+                    // both alive until every flight of this future has completed.
+                    unsafe { ep.atomic(code, &operands[i], old, self.remote(*addr), key) }
+                }
             };
-            wrote |= matches!(op, BatchOp::Write { .. });
+            ordered |= !matches!(op, BatchOp::Read { .. });
             flights.push(self.flight(node, p)?);
         }
+        let wrote = ops.iter().any(|op| !matches!(op, BatchOp::Read { .. }));
         if wrote {
             self.conn.fence.set(true);
         }
