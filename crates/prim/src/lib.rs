@@ -17,6 +17,7 @@
 //! | [`doorbell`] | verbs to one memory node posted as one doorbell batch |
 //! | [`rdwc`] | read delegation and write combining on a compute node |
 //! | [`pool`] | reusable buffers per compute node, sharded by client |
+//! | [`spear`] | Spear: the FAA-only ternary lock (operations in flight vs. an SMO claim) |
 //! | [`radix`] | adaptive radix inner nodes: header, CAS'd child slots, type switch, CN radix cache |
 
 pub mod cacheline;
@@ -30,4 +31,5 @@ pub mod pool;
 pub mod radix;
 pub mod rdwc;
 pub mod root;
+pub mod spear;
 pub mod version;
