@@ -140,6 +140,23 @@ impl NodeImage {
         Lookup::Absent(first_empty)
     }
 
+    /// The used, non-tombstone slot (thawed) with the largest partial key at most `p`, and its
+    /// index: Dolphin's special node names each leaf by its low key's last byte, so the leaf
+    /// whose range may hold a key is the floor of the key's byte.
+    pub fn floor(&self, p: Partial) -> Option<(usize, Slot)> {
+        let mut best: Option<(usize, Slot)> = None;
+        for (i, s) in self.slots.iter().enumerate() {
+            let s = s.thawed();
+            if s.is_empty() || s.is_tombstone() || s.partial() > p {
+                continue;
+            }
+            if best.is_none_or(|(_, b)| s.partial() > b.partial()) {
+                best = Some((i, s));
+            }
+        }
+        best
+    }
+
     /// Whether a type switch froze any slot.
     pub fn any_frozen(&self) -> bool {
         self.slots.iter().any(|s| s.is_frozen())
@@ -190,6 +207,18 @@ mod tests {
         assert_eq!(n.lookup(Partial::Byte(8)), Lookup::Absent(Some(2)));
         assert_eq!(n.live_sorted(), vec![s0, s1]);
         assert!(NodeImage::decode(&buf, Kind::N16).is_none(), "wrong kind");
+        // Floor: the largest partial key at most the one asked for, frozen or not, never a
+        // tombstone.
+        assert_eq!(n.floor(Partial::Byte(200)), Some((0, s1)));
+        assert_eq!(n.floor(Partial::Byte(9)), Some((0, s1)));
+        assert_eq!(n.floor(Partial::Byte(8)), Some((1, s0)));
+        let mut m = n.clone();
+        m.slots[0] = s1.frozen();
+        m.slots[2] = Slot::leaf(Partial::Byte(100), a, 64).tombstone();
+        assert_eq!(m.floor(Partial::Byte(120)), Some((0, s1)));
+        m.slots[1] = Slot::leaf(Partial::Byte(3), a, 64);
+        assert_eq!(m.floor(Partial::Byte(2)), None);
+        assert_eq!(m.floor(Partial::End), None);
         assert!(NodeImage::decode(&[0; 48], Kind::N4).is_none(), "unwritten memory");
     }
 }
