@@ -16,7 +16,8 @@
 //! |---|---|
 //! | leaf layout, epochs in every line, cell meta words, split point ([`leaf`]) | done, pinned |
 //! | Spear, atomics in doorbells, floor lookup in radix nodes | done (in `prim` and `fabric`) |
-//! | pathfinding with backtracking, search, insert, update, delete, SMOs, scans | to do |
+//! | search, insert, update, delete inside one leaf, under Spear ([`sync`]) | done, tested |
+//! | pathfinding with backtracking, SMOs (split, compaction), scans, the index | to do |
 //!
 //! # Races the paper leaves open, and how the leaf layout closes them
 //!
@@ -36,3 +37,4 @@
 //!   search overlaps a split.
 
 pub mod leaf;
+pub mod sync;

@@ -1,0 +1,230 @@
+//! MS-RNIC write synchronisation inside one leaf: lock-free searches, and inserts, updates and
+//! deletes that share the leaf through Spear.
+//!
+//! # Verbs (one doorbell = one round trip, 8-byte values, room in the leaf)
+//!
+//! | operation | round trips | verbs |
+//! |---|---|---|
+//! | search | 1 | READ leaf (again if torn by an SMO) |
+//! | insert of a new key | 3 | `[FAA +1, READ leaf]`; CAS the first free key word 0 → key; `[WRITE cell (LIVE, value), FAA −1]` |
+//! | insert of a present key (upsert) | 2 | `[FAA +1, READ leaf]`; `[WRITE cell (LIVE, value), FAA −1]` |
+//! | update | 2 | `[FAA +1, READ leaf]`; `[WRITE value bytes, FAA −1]` (the meta word is never written) |
+//! | delete | 2 | `[FAA +1, READ leaf]`; `[CAS meta LIVE → DELETED, FAA −1]` |
+//! | absent key (update, delete) | 2 | `[FAA +1, READ leaf]`; `FAA −1` |
+//!
+//! # Linearization points
+//!
+//! * insert: its cell WRITE (the cell turns LIVE with the value in one cache line);
+//! * update → true: its value WRITE when it lands on a LIVE cell; when a delete's CAS came
+//!   between its READ and its WRITE, just before that delete (the bytes it wrote are never seen:
+//!   a re-insert rewrites the whole cell);
+//! * delete → true: its CAS; update or delete → false, and a search: the READ that saw the cell.
+//!
+//! A key occupies at most one slot per leaf epoch (the crate docs explain why), so the cell a
+//! reader finds for a key is that key's only cell in the leaf.
+
+use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport};
+use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::spear::{self, Held};
+
+use crate::leaf::{encode_cell, CellMeta, Judge, LeafImage, Refused, Shape, State, LINE, SPEAR};
+
+/// Counters of the leaf protocol's slow paths.
+#[derive(Debug, Default)]
+pub struct SyncCounters {
+    /// Leaf READs refused as torn by an SMO and read again.
+    pub torn_reads: std::sync::atomic::AtomicU64,
+    /// Key CASes that lost to another insert.
+    pub lost_key_cas: std::sync::atomic::AtomicU64,
+    /// Operations turned away by an SMO's claim and started over.
+    pub claimed: std::sync::atomic::AtomicU64,
+}
+
+fn bump(c: &std::sync::atomic::AtomicU64) {
+    c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How a write on a leaf ended.
+#[derive(Debug)]
+pub enum Write<T> {
+    /// Done, with its result; the operation has left the leaf.
+    Done(T),
+    /// The key is not this leaf's to decide (`judge` against the image in the caller's buffer);
+    /// still in flight on the leaf, so the caller can leave in the doorbell that goes on.
+    Elsewhere(Held, Judge),
+    /// An insert found no free slot: still in flight, for the caller's SMO to claim the leaf.
+    Full(Held),
+    /// An SMO held the leaf (now gone): locate the key again and start over.
+    Again,
+}
+
+fn refused(leaf: GlobalAddr) -> IndexError {
+    IndexError::Corrupt(format!("no dolphin leaf at {leaf:?}"))
+}
+
+/// READs the leaf at `leaf` into `buf` until it checks.
+pub async fn read<'b, T: Transport>(
+    c: &Client<T>,
+    shape: &'b Shape,
+    leaf: GlobalAddr,
+    buf: &'b mut [u8],
+    counters: &SyncCounters,
+) -> IndexResult<LeafImage<'b>> {
+    loop {
+        c.read(leaf, &mut buf[..shape.bytes]).await?;
+        match LeafImage::check(shape, buf) {
+            Ok(_) => break,
+            Err(Refused::Torn) => bump(&counters.torn_reads),
+            Err(Refused::NotALeaf) => return Err(refused(leaf)),
+        }
+    }
+    LeafImage::check(shape, buf).map_err(|_| refused(leaf))
+}
+
+/// The value of `key` in the leaf image, if live there.
+pub fn search_image(img: &LeafImage<'_>, key: u64, out: &mut Vec<u8>) -> bool {
+    match img.find(key) {
+        Some(j) if img.meta(j).state() == Some(State::Live) => {
+            out.clear();
+            out.extend_from_slice(img.value(j));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Enters the leaf (Spear `+1` with the leaf READ in one doorbell). `None`: an SMO held it.
+async fn enter<T: Transport>(
+    c: &Client<T>,
+    shape: &Shape,
+    leaf: GlobalAddr,
+    buf: &mut [u8],
+    counters: &SyncCounters,
+) -> IndexResult<Option<Held>> {
+    let Some(held) = spear::enter(c, leaf.add(SPEAR as u64), leaf, &mut buf[..shape.bytes]).await?
+    else {
+        bump(&counters.claimed);
+        return Ok(None);
+    };
+    // No SMO runs while the operation is in flight, and a finished one's WRITEs precede its
+    // release: the image cannot be torn.
+    match LeafImage::check(shape, buf) {
+        Ok(_) => Ok(Some(held)),
+        Err(_) => {
+            held.leave_now(c).await?;
+            Err(refused(leaf))
+        }
+    }
+}
+
+/// Inserts or overwrites `key` in the leaf at `leaf` (an upsert). `buf` holds at least a leaf.
+pub async fn upsert<T: Transport>(
+    c: &Client<T>,
+    shape: &Shape,
+    leaf: GlobalAddr,
+    key: u64,
+    value: &[u8],
+    buf: &mut [u8],
+    counters: &SyncCounters,
+) -> IndexResult<Write<()>> {
+    let Some(held) = enter(c, shape, leaf, buf, counters).await? else { return Ok(Write::Again) };
+    let img = LeafImage::check(shape, buf).map_err(|_| refused(leaf))?;
+    match img.judge(key) {
+        Judge::Here => {}
+        j => return Ok(Write::Elsewhere(held, j)),
+    }
+    let nv = img.nv();
+    let mut slot = img.find(key);
+    let mut from = 0;
+    while slot.is_none() {
+        let Some(j) = img.free_from(from) else { return Ok(Write::Full(held)) };
+        let old = c.cas(leaf.add(shape.key_at(j) as u64), 0, key).await?;
+        if old == 0 || old == key {
+            slot = Some(j);
+        } else {
+            // Taken by another key since the READ: the word is as good as a read of it.
+            bump(&counters.lost_key_cas);
+            from = j + 1;
+        }
+    }
+    let j = slot.expect("a slot");
+    let mut cell = [0u8; LINE];
+    encode_cell(shape, CellMeta::new(State::Live, nv), value, &mut cell);
+    let mut ops = [
+        BatchOp::Write { addr: leaf.add(shape.cell_at(j) as u64), data: &cell[..shape.cell] },
+        held.leave(),
+    ];
+    c.batch(&mut ops).await?;
+    Ok(Write::Done(()))
+}
+
+/// Sets `key`'s value if it is live in the leaf; whether it was.
+pub async fn update<T: Transport>(
+    c: &Client<T>,
+    shape: &Shape,
+    leaf: GlobalAddr,
+    key: u64,
+    value: &[u8],
+    buf: &mut [u8],
+    counters: &SyncCounters,
+) -> IndexResult<Write<bool>> {
+    let Some(held) = enter(c, shape, leaf, buf, counters).await? else { return Ok(Write::Again) };
+    let img = LeafImage::check(shape, buf).map_err(|_| refused(leaf))?;
+    match img.judge(key) {
+        Judge::Here => {}
+        j => return Ok(Write::Elsewhere(held, j)),
+    }
+    match img.find(key) {
+        Some(j) if img.meta(j).state() == Some(State::Live) => {
+            let at = leaf.add((shape.cell_at(j) + 8) as u64);
+            c.batch(&mut [BatchOp::Write { addr: at, data: value }, held.leave()]).await?;
+            Ok(Write::Done(true))
+        }
+        _ => {
+            held.leave_now(c).await?;
+            Ok(Write::Done(false))
+        }
+    }
+}
+
+/// Deletes `key` if it is live in the leaf; whether it was.
+pub async fn delete<T: Transport>(
+    c: &Client<T>,
+    shape: &Shape,
+    leaf: GlobalAddr,
+    key: u64,
+    buf: &mut [u8],
+    counters: &SyncCounters,
+) -> IndexResult<Write<bool>> {
+    loop {
+        let Some(held) = enter(c, shape, leaf, buf, counters).await? else {
+            return Ok(Write::Again);
+        };
+        let img = LeafImage::check(shape, buf).map_err(|_| refused(leaf))?;
+        match img.judge(key) {
+            Judge::Here => {}
+            j => return Ok(Write::Elsewhere(held, j)),
+        }
+        let Some(j) = img.find(key).filter(|&j| img.meta(j).state() == Some(State::Live)) else {
+            held.leave_now(c).await?;
+            return Ok(Write::Done(false));
+        };
+        let live = img.meta(j);
+        let dead = CellMeta::new(State::Deleted, live.nv());
+        let mut ops = [
+            BatchOp::atomic(
+                leaf.add(shape.cell_at(j) as u64),
+                AtomicOp::Cas { expected: live.0, new: dead.0 },
+            ),
+            held.leave(),
+        ];
+        c.batch(&mut ops).await?;
+        if ops[0].old() == Some(live.0) {
+            return Ok(Write::Done(true));
+        }
+        // Another delete won, or an upsert rewrote the cell: look again.
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,233 @@
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use dmindex_fabric::exec::run_tasks;
+use dmindex_fabric::local::LocalTransport;
+use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+
+use super::*;
+use crate::leaf::encode;
+
+const LO: u64 = 0x1122_3344_5566_7700;
+const HI: u64 = LO | 0xFF;
+
+fn fabric() -> LocalFabric {
+    LocalFabric::new(LocalConfig { yield_per_verb: true, ..LocalConfig::default() }).unwrap()
+}
+
+/// A fresh leaf covering `[LO, HI]`, on the fabric's node 0.
+fn new_leaf(c: &Client<LocalTransport>, shape: &Shape) -> GlobalAddr {
+    run_tasks([async {
+        let leaf = c.alloc(shape.bytes as u64, 64).await.unwrap();
+        let mut img = Vec::new();
+        encode(shape, 0, 0, LO, HI, 1, std::iter::empty(), &mut img);
+        c.write(leaf, &img).await.unwrap();
+        leaf
+    }])
+    .pop()
+    .unwrap()
+}
+
+fn done<T: std::fmt::Debug>(w: Write<T>) -> T {
+    match w {
+        Write::Done(t) => t,
+        other => panic!("expected done, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_leaf_behaves_as_a_map_and_each_operation_costs_its_round_trips() {
+    let f = fabric();
+    let c = f.client(0).unwrap();
+    let shape = Shape::new(16, 8).unwrap();
+    let leaf = new_leaf(&c, &shape);
+    let k = SyncCounters::default();
+    let mut model: HashMap<u64, [u8; 8]> = HashMap::new();
+    // Keys that hold a slot (live or deleted: only an SMO frees a slot).
+    let mut slotted = std::collections::HashSet::new();
+    let mut buf = vec![0u8; shape.bytes];
+    let mut out = Vec::new();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    run_tasks([async {
+        for step in 0..3000u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let key = LO + 1 + rng % 24;
+            let value = step.to_le_bytes();
+            let rt = c.counts().round_trips;
+            let cost = |c: &Client<LocalTransport>| c.counts().round_trips - rt;
+            match rng >> 60 {
+                0..=5 => {
+                    let img = read(&c, &shape, leaf, &mut buf, &k).await.unwrap();
+                    let found = search_image(&img, key, &mut out);
+                    assert_eq!(found.then_some(&out[..]), model.get(&key).map(|v| &v[..]));
+                    assert_eq!(cost(&c), 1, "search");
+                }
+                6..=9 => {
+                    let has_slot = slotted.contains(&key);
+                    match upsert(&c, &shape, leaf, key, &value, &mut buf, &k).await.unwrap() {
+                        Write::Done(()) => {
+                            model.insert(key, value);
+                            slotted.insert(key);
+                            assert_eq!(cost(&c), if has_slot { 2 } else { 3 }, "insert");
+                        }
+                        Write::Full(h) => {
+                            // Slots hold deleted keys too until an SMO compacts the leaf.
+                            assert!(!has_slot && slotted.len() == shape.slots);
+                            h.leave_now(&c).await.unwrap();
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                }
+                10..=12 => {
+                    let r =
+                        done(update(&c, &shape, leaf, key, &value, &mut buf, &k).await.unwrap());
+                    assert_eq!(r, model.contains_key(&key), "update");
+                    if r {
+                        model.insert(key, value);
+                    }
+                    assert_eq!(cost(&c), 2, "update");
+                }
+                _ => {
+                    let r = done(delete(&c, &shape, leaf, key, &mut buf, &k).await.unwrap());
+                    assert_eq!(r, model.remove(&key).is_some(), "delete");
+                    assert_eq!(cost(&c), 2, "delete");
+                }
+            }
+        }
+        let img = read(&c, &shape, leaf, &mut buf, &k).await.unwrap();
+        assert_eq!(img.spear(), 0, "every operation left");
+        let mut live: Vec<u64> = img.live().map(|(k, _)| k).collect();
+        live.sort_unstable();
+        let mut want: Vec<u64> = model.keys().copied().collect();
+        want.sort_unstable();
+        assert_eq!(live, want);
+    }]);
+}
+
+#[test]
+fn keys_outside_the_range_are_sent_elsewhere_still_in_flight() {
+    let f = fabric();
+    let c = f.client(0).unwrap();
+    let shape = Shape::new(16, 8).unwrap();
+    let leaf = new_leaf(&c, &shape);
+    let k = SyncCounters::default();
+    let mut buf = vec![0u8; shape.bytes];
+    run_tasks([async {
+        for (key, judge) in [(HI + 1, Judge::OtherPrefix), (LO - 1, Judge::OtherPrefix)] {
+            let Write::Elsewhere(h, j) =
+                upsert(&c, &shape, leaf, key, &[0; 8], &mut buf, &k).await.unwrap()
+            else {
+                panic!("not this leaf's key")
+            };
+            assert_eq!(j, judge);
+            assert_eq!(c.read_word(leaf.add(SPEAR as u64)).await.unwrap(), 1, "still in flight");
+            c.batch(&mut [h.leave()]).await.unwrap();
+        }
+        assert_eq!(c.read_word(leaf.add(SPEAR as u64)).await.unwrap(), 0);
+    }]);
+}
+
+type Task<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+#[test]
+fn concurrent_inserts_of_one_key_take_one_slot() {
+    let f = fabric();
+    let shape = Shape::new(36, 8).unwrap();
+    let clients: Vec<_> = (0..8).map(|_| f.client(0).unwrap()).collect();
+    let leaf = new_leaf(&clients[0], &shape);
+    let k = SyncCounters::default();
+    for round in 0..20u64 {
+        let key = LO + 1 + round;
+        let tasks: Vec<Task<'_, ()>> = clients
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let (shape, k) = (&shape, &k);
+                Box::pin(async move {
+                    let mut buf = vec![0u8; shape.bytes];
+                    for _ in 0..i % 3 {
+                        futures_pending().await;
+                    }
+                    let v = (i as u64).to_le_bytes();
+                    done(upsert(c, shape, leaf, key, &v, &mut buf, k).await.unwrap());
+                }) as Task<'_, ()>
+            })
+            .collect();
+        run_tasks(tasks);
+        let c = &clients[0];
+        let mut buf = vec![0u8; shape.bytes];
+        let img = run_tasks([read(c, &shape, leaf, &mut buf, &k)]).pop().unwrap().unwrap();
+        let slots = (0..shape.slots).filter(|&j| img.key(j) == key).count();
+        assert_eq!(slots, 1, "round {round}: one slot for the key");
+        let mut out = Vec::new();
+        assert!(search_image(&img, key, &mut out));
+        assert!(u64::from_le_bytes(out[..].try_into().unwrap()) < 8);
+        assert_eq!(img.spear(), 0);
+    }
+    assert!(k.lost_key_cas.load(std::sync::atomic::Ordering::Relaxed) == 0);
+}
+
+#[test]
+fn concurrent_writers_of_distinct_keys_keep_every_acknowledged_write() {
+    let f = fabric();
+    let shape = Shape::new(64, 8).unwrap();
+    let clients: Vec<_> = (0..6).map(|_| f.client(0).unwrap()).collect();
+    let leaf = new_leaf(&clients[0], &shape);
+    let k = SyncCounters::default();
+    let tasks: Vec<Task<'_, ()>> = clients
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let (shape, k) = (&shape, &k);
+            Box::pin(async move {
+                let mut buf = vec![0u8; shape.bytes];
+                let keys: Vec<u64> = (0..8).map(|n| LO + 1 + (n * 6 + i) as u64).collect();
+                for &key in &keys {
+                    done(
+                        upsert(c, shape, leaf, key, &key.to_le_bytes(), &mut buf, k).await.unwrap(),
+                    );
+                }
+                for &key in keys.iter().step_by(2) {
+                    assert!(done(delete(c, shape, leaf, key, &mut buf, k).await.unwrap()));
+                }
+                for &key in keys.iter().skip(1).step_by(2) {
+                    let v = (key + 1).to_le_bytes();
+                    assert!(done(update(c, shape, leaf, key, &v, &mut buf, k).await.unwrap()));
+                }
+            }) as Task<'_, ()>
+        })
+        .collect();
+    run_tasks(tasks);
+    let mut buf = vec![0u8; shape.bytes];
+    let img = run_tasks([read(&clients[0], &shape, leaf, &mut buf, &k)]).pop().unwrap().unwrap();
+    let mut out = Vec::new();
+    for n in 0..48u64 {
+        let key = LO + 1 + n;
+        let live = search_image(&img, key, &mut out);
+        let odd = (n / 6) % 2 == 1;
+        assert_eq!(live, odd, "key {n}");
+        if live {
+            assert_eq!(out, (key + 1).to_le_bytes());
+        }
+    }
+    assert!(k.lost_key_cas.load(std::sync::atomic::Ordering::Relaxed) > 0, "inserts raced");
+    assert_eq!(img.spear(), 0);
+}
+
+/// Yields once to the other tasks.
+async fn futures_pending() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
