@@ -17,7 +17,8 @@
 //! | leaf layout, epochs in every line, cell meta words, split point ([`leaf`]) | done, pinned |
 //! | Spear, atomics in doorbells, floor lookup in radix nodes | done (in `prim` and `fabric`) |
 //! | search, insert, update, delete inside one leaf, under Spear ([`sync`]) | done, tested |
-//! | pathfinding with backtracking, SMOs (split, compaction), scans, the index | to do |
+//! | SMO claim and in-place compaction of a full leaf; split planning ([`smo`]) | done, tested under torn reads |
+//! | split publication in the special node, pathfinding with backtracking, scans, the index | to do |
 //!
 //! # Races the paper leaves open, and how the leaf layout closes them
 //!
@@ -37,4 +38,5 @@
 //!   search overlaps a split.
 
 pub mod leaf;
+pub mod smo;
 pub mod sync;

@@ -1,0 +1,201 @@
+//! Structure changes of a full leaf: claimed through Spear, planned from the drained image,
+//! written in place with the next epoch and released in the same doorbell.
+//!
+//! # Plan
+//!
+//! An insert that found no free slot still holds its `+1` on the leaf. It claims the leaf
+//! (`[FAA +2³², READ leaf]`, then polls until it is the only operation in flight), so the image
+//! it holds is final: nothing changes the leaf until the release. From it, the live pairs inside
+//! `[lo, hi]` plus the new one, sorted by key:
+//!
+//! * at most three quarters of the slots live: **compaction** — the leaf is rewritten with just
+//!   them (deleted keys and pending inserts whose inserter crashed are dropped: with no operation
+//!   in flight, a pending slot's inserter is gone and its insert never took effect);
+//! * more: a **split** at the middle pair ([`crate::leaf::split_at`]), which needs the new leaf
+//!   published in the radix levels before the old one shrinks.
+//!
+//! # Compaction: one doorbell
+//!
+//! `[WRITE leaf[16..] (lo, hi, meta with nv + 1, key lines, cells), FAA −(2³²+1)]`. The WRITE never
+//! covers the Spear word; every line gets the new epoch, so a search whose READ mixes old and new
+//! lines refuses the image and reads again. With the claim and the poll: 3 round trips after the
+//! insert's first one (more if operations were in flight).
+
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::spear::{self, Claim, Claimed, Held};
+
+use crate::leaf::{encode, split_at, LeafImage, Shape, State, LO};
+
+/// The live pairs of a drained image and one more, sorted by key (values in one buffer).
+#[derive(Debug, Default)]
+pub struct Pairs {
+    keys: Vec<(u64, usize)>,
+    values: Vec<u8>,
+}
+
+impl Pairs {
+    /// Gathers `img`'s live pairs and `(key, value)` (a key the image does not hold).
+    pub fn gather(img: &LeafImage<'_>, key: u64, value: &[u8]) -> Pairs {
+        let w = img.shape().value;
+        let mut p = Pairs::default();
+        for (k, j) in img.live().chain(std::iter::once((key, usize::MAX))) {
+            let v = if j == usize::MAX { value } else { img.value(j) };
+            p.keys.push((k, p.values.len()));
+            p.values.extend_from_slice(&v[..w]);
+        }
+        p.keys.sort_unstable_by_key(|&(k, _)| k);
+        p
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Pair `i` in key order.
+    pub fn get(&self, i: usize, w: usize) -> (u64, &[u8]) {
+        let (k, at) = self.keys[i];
+        (k, &self.values[at..at + w])
+    }
+}
+
+/// How an SMO attempt ended.
+#[derive(Debug)]
+pub enum Smo {
+    /// Compacted, with the new pair in; the claim is released and the insert done.
+    Compacted,
+    /// Too many live pairs: the leaf must split. Still claimed; the pairs are the leaf's live
+    /// ones and the new one, sorted, and `at` the first that moves to the new leaf.
+    Split { claimed: Claimed, pairs: Pairs, at: usize },
+    /// Another SMO held the leaf, or operations stayed in flight: start the insert over.
+    Again,
+}
+
+/// Claims the leaf at `leaf` (the insert's `held`) and compacts it with `(key, value)` in, or
+/// reports that it must split. `buf` holds a leaf.
+#[allow(clippy::too_many_arguments)]
+pub async fn compact_or_split<T: Transport>(
+    c: &Client<T>,
+    shape: &Shape,
+    leaf: GlobalAddr,
+    held: Held,
+    key: u64,
+    value: &[u8],
+    buf: &mut [u8],
+    polls: u32,
+) -> IndexResult<Smo> {
+    let claimed = match spear::claim(c, held, leaf, &mut buf[..shape.bytes], polls).await? {
+        Claim::Held(c) => c,
+        Claim::Lost | Claim::GaveUp => return Ok(Smo::Again),
+    };
+    let Ok(img) = LeafImage::check(shape, buf) else {
+        // Drained and claimed, the leaf cannot be torn.
+        c.batch(&mut [claimed.release()]).await?;
+        return Err(IndexError::Corrupt(format!("dolphin leaf at {leaf:?} does not check")));
+    };
+    let pairs = Pairs::gather(&img, key, value);
+    if let Some(at) = split_at(shape, pairs.len()) {
+        return Ok(Smo::Split { claimed, pairs, at });
+    }
+    let mut out = Vec::with_capacity(shape.bytes);
+    let w = shape.value;
+    encode(
+        shape,
+        img.rev(),
+        0,
+        img.lo(),
+        img.hi(),
+        img.nv().wrapping_add(1).max(1),
+        (0..pairs.len()).map(|i| {
+            let (k, v) = pairs.get(i, w);
+            (k, v, State::Live)
+        }),
+        &mut out,
+    );
+    let mut ops =
+        [BatchOp::Write { addr: leaf.add(LO as u64), data: &out[LO..] }, claimed.release()];
+    c.batch(&mut ops).await?;
+    Ok(Smo::Compacted)
+}
+
+#[cfg(test)]
+mod tests {
+    use dmindex_fabric::exec::run_tasks;
+    use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+
+    use super::*;
+    use crate::leaf::SPEAR;
+    use crate::sync::{self, search_image, SyncCounters, Write};
+
+    const LO_KEY: u64 = 0x0A0B_0C0D_0E0F_1000;
+
+    #[test]
+    fn a_full_leaf_with_deleted_slots_compacts_in_one_doorbell() {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let c = f.client(0).unwrap();
+        let shape = Shape::new(16, 8).unwrap();
+        let k = SyncCounters::default();
+        run_tasks([async {
+            let leaf = c.alloc(shape.bytes as u64, 64).await.unwrap();
+            let mut img = Vec::new();
+            encode(&shape, 7, 0, LO_KEY, LO_KEY | 0xFF, 1, std::iter::empty(), &mut img);
+            c.write(leaf, &img).await.unwrap();
+            let mut buf = vec![0u8; shape.bytes];
+            let put = |key: u64| (key, key.to_le_bytes());
+            for n in 1..=16 {
+                let (key, v) = put(LO_KEY + n);
+                let w = sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k).await.unwrap();
+                assert!(matches!(w, Write::Done(())));
+            }
+            for n in (2..=16).step_by(2) {
+                let w = sync::delete(&c, &shape, leaf, LO_KEY + n, &mut buf, &k).await.unwrap();
+                assert!(matches!(w, Write::Done(true)));
+            }
+            let (key, v) = put(LO_KEY + 0x80);
+            let Write::Full(held) =
+                sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k).await.unwrap()
+            else {
+                panic!("16 slots taken")
+            };
+            let rt = c.counts().round_trips;
+            let smo = compact_or_split(&c, &shape, leaf, held, key, &v, &mut buf, 8).await;
+            assert!(matches!(smo.unwrap(), Smo::Compacted));
+            assert_eq!(c.counts().round_trips - rt, 2, "claim with READ, rewrite with release");
+            let img = sync::read(&c, &shape, leaf, &mut buf, &k).await.unwrap();
+            assert_eq!((img.nv(), img.rev(), img.spear()), (2, 7, 0));
+            let live: Vec<u64> = img.live().map(|(k, _)| k - LO_KEY).collect();
+            assert_eq!(live, [1, 3, 5, 7, 9, 11, 13, 15, 0x80], "sorted, deleted keys gone");
+            let mut out = Vec::new();
+            assert!(search_image(&img, key, &mut out) && out == v);
+            assert_eq!(img.free_from(0), Some(9));
+            assert_eq!(c.read_word(leaf.add(SPEAR as u64)).await.unwrap(), 0);
+            // A leaf with more than three quarters live must split: still claimed.
+            for n in 0x90..0x97 {
+                let (key, v) = put(LO_KEY + n);
+                let w = sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k).await.unwrap();
+                assert!(matches!(w, Write::Done(())));
+            }
+            let (key, v) = put(LO_KEY + 0xA0);
+            let Write::Full(held) =
+                sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k).await.unwrap()
+            else {
+                panic!("full again")
+            };
+            let Smo::Split { claimed, pairs, at } =
+                compact_or_split(&c, &shape, leaf, held, key, &v, &mut buf, 8).await.unwrap()
+            else {
+                panic!("17 live pairs in 16 slots")
+            };
+            assert_eq!((pairs.len(), at), (17, 8));
+            let keys: Vec<u64> = (0..pairs.len()).map(|i| pairs.get(i, 8).0).collect();
+            assert!(keys.windows(2).all(|w| w[0] < w[1]), "sorted pairs");
+            assert_eq!(pairs.get(16, 8), (key, &v[..]), "the new pair with its own value");
+            assert_eq!(c.read_word(claimed.word()).await.unwrap(), (1 << 32) + 1);
+            c.batch(&mut [claimed.release()]).await.unwrap();
+        }]);
+    }
+}
