@@ -131,6 +131,19 @@ impl RadixCache {
 
     /// Follows cached copies from `root` (of `kind`) along `key`.
     pub fn walk(&self, root: GlobalAddr, kind: Kind, key: &[u8]) -> Walk {
+        self.walk_with(root, kind, key, None)
+    }
+
+    /// [`RadixCache::walk`], except that at a copy of depth `floor_depth` the child is the
+    /// floor of the key's byte ([`NodeImage::floor`]), not an exact match: Dolphin's special
+    /// nodes name each leaf by the last byte of its low key.
+    pub fn walk_with(
+        &self,
+        root: GlobalAddr,
+        kind: Kind,
+        key: &[u8],
+        floor_depth: Option<usize>,
+    ) -> Walk {
         let g = self.inner.read().expect("radix cache");
         let mut w = Walk { node: root, kind, copy: None, slot: None, link: None };
         loop {
@@ -141,9 +154,16 @@ impl RadixCache {
                 return w;
             }
             w.copy = Some(copy.clone());
-            let Lookup::Found(i, s) = copy.lookup(Partial::of(key, h.depth as usize)) else {
-                return w;
+            let p = Partial::of(key, h.depth as usize);
+            let found = if floor_depth == Some(h.depth as usize) {
+                copy.floor(p)
+            } else {
+                match copy.lookup(p) {
+                    Lookup::Found(i, s) => Some((i, s)),
+                    Lookup::Absent(_) => None,
+                }
             };
+            let Some((i, s)) = found else { return w };
             w.slot = Some((i, s));
             match s.child() {
                 Some(Child::Inner { addr, kind }) if !s.is_frozen() && !s.is_tombstone() => {
@@ -200,6 +220,25 @@ mod tests {
         assert_eq!(c.walk(root, Kind::N4, b"abc").copy, None);
         c.invalidate(mid);
         assert_eq!((c.len(), c.bytes()), (1, 17));
+        // A floor walk at depth 2 picks the largest partial key at most the key's byte.
+        let special = GlobalAddr::new(0, 256);
+        let (l0, l1) = (GlobalAddr::new(0, 320), GlobalAddr::new(0, 384));
+        let c = RadixCache::new(u64::MAX);
+        c.insert(root, node(0, b"", &[Slot::inner(Partial::Byte(b'a'), special, Kind::N4)]));
+        c.insert(
+            special,
+            node(
+                2,
+                b"ab",
+                &[Slot::leaf(Partial::Byte(0x80), l1, 64), Slot::leaf(Partial::Byte(0), l0, 64)],
+            ),
+        );
+        let leaf_of =
+            |key: &[u8], floor| c.walk_with(root, Kind::N4, key, floor).slot.map(|s| s.1.addr());
+        assert_eq!(leaf_of(b"ab\x7f", Some(2)), Some(Some(l0)));
+        assert_eq!(leaf_of(b"ab\x80", Some(2)), Some(Some(l1)));
+        assert_eq!(leaf_of(b"ab\xff", Some(2)), Some(Some(l1)));
+        assert_eq!(leaf_of(b"ab\x7f", None), None, "an exact walk misses between partial keys");
         let unlimited = RadixCache::new(u64::MAX);
         unlimited.insert(root, node(0, b"", &[]));
         assert_eq!(unlimited.len(), 1);
