@@ -191,24 +191,39 @@ pub enum Refused {
 impl<'b> LeafImage<'b> {
     /// Checks a READ of a whole leaf: every line of one epoch, a well-formed range.
     pub fn check(shape: &'b Shape, buf: &'b [u8]) -> Result<LeafImage<'b>, Refused> {
+        Self::verify(shape, buf)?;
+        Ok(LeafImage { shape, buf })
+    }
+
+    /// [`LeafImage::check`] without keeping the image (for a READ loop that goes on reading
+    /// into the same buffer until it checks).
+    pub fn verify(shape: &Shape, buf: &[u8]) -> Result<(), Refused> {
         if buf.len() < shape.bytes {
             return Err(Refused::NotALeaf);
         }
-        let img = LeafImage { shape, buf };
         let meta = word(buf, META);
         let nv = meta as u32;
-        let (lo, hi) = (img.lo(), img.hi());
+        let (lo, hi) = (word(buf, LO), word(buf, HI));
         if nv == 0 || (meta >> 32) as usize != shape.slots || lo > hi || prefix(lo) != prefix(hi) {
             // A rewrite lands line by line: a half-written header is a torn image, not a
             // corrupt leaf, as long as some other line says the leaf exists.
             return Err(if word(buf, LINE) != 0 { Refused::Torn } else { Refused::NotALeaf });
         }
         let torn = (0..shape.key_lines).any(|i| word(buf, LINE * (1 + i)) as u32 != nv)
-            || (0..shape.slots).any(|j| img.meta(j).nv() != nv || img.meta(j).state().is_none());
+            || (0..shape.slots).any(|j| {
+                let m = CellMeta(word(buf, shape.cell_at(j)));
+                m.nv() != nv || m.state().is_none()
+            });
         if torn {
             return Err(Refused::Torn);
         }
-        Ok(img)
+        Ok(())
+    }
+
+    /// The image of a buffer that [`LeafImage::verify`] accepted and nothing wrote since.
+    pub(crate) fn verified(shape: &'b Shape, buf: &'b [u8]) -> LeafImage<'b> {
+        debug_assert_eq!(Self::verify(shape, buf), Ok(()));
+        LeafImage { shape, buf }
     }
 
     pub fn shape(&self) -> &Shape {

@@ -18,8 +18,8 @@
 //!
 //! `[WRITE leaf[16..] (lo, hi, meta with nv + 1, key lines, cells), FAA −(2³²+1)]`. The WRITE never
 //! covers the Spear word; every line gets the new epoch, so a search whose READ mixes old and new
-//! lines refuses the image and reads again. With the claim and the poll: 3 round trips after the
-//! insert's first one (more if operations were in flight).
+//! lines refuses the image and reads again. With the claim: 2 round trips after the insert's own
+//! (one more per poll while other operations are in flight).
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};

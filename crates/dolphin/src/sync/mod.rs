@@ -72,13 +72,12 @@ pub async fn read<'b, T: Transport>(
 ) -> IndexResult<LeafImage<'b>> {
     loop {
         c.read(leaf, &mut buf[..shape.bytes]).await?;
-        match LeafImage::check(shape, buf) {
-            Ok(_) => break,
+        match LeafImage::verify(shape, buf) {
+            Ok(()) => return Ok(LeafImage::verified(shape, buf)),
             Err(Refused::Torn) => bump(&counters.torn_reads),
             Err(Refused::NotALeaf) => return Err(refused(leaf)),
         }
     }
-    LeafImage::check(shape, buf).map_err(|_| refused(leaf))
 }
 
 /// The value of `key` in the leaf image, if live there.
@@ -93,28 +92,40 @@ pub fn search_image(img: &LeafImage<'_>, key: u64, out: &mut Vec<u8>) -> bool {
     }
 }
 
-/// Enters the leaf (Spear `+1` with the leaf READ in one doorbell). `None`: an SMO held it.
-async fn enter<T: Transport>(
+/// What entering a leaf for a key found.
+enum Entered<'b> {
+    /// In flight on the leaf, which decides the key; its image.
+    Here(Held, LeafImage<'b>),
+    /// In flight on a leaf that does not decide the key.
+    Elsewhere(Held, Judge),
+    /// An SMO held the leaf (now gone).
+    Again,
+}
+
+/// Enters the leaf for `key` (Spear `+1` with the leaf READ in one doorbell) and judges it.
+async fn enter<'b, T: Transport>(
     c: &Client<T>,
-    shape: &Shape,
+    shape: &'b Shape,
     leaf: GlobalAddr,
-    buf: &mut [u8],
+    key: u64,
+    buf: &'b mut [u8],
     counters: &SyncCounters,
-) -> IndexResult<Option<Held>> {
+) -> IndexResult<Entered<'b>> {
     let Some(held) = spear::enter(c, leaf.add(SPEAR as u64), leaf, &mut buf[..shape.bytes]).await?
     else {
         bump(&counters.claimed);
-        return Ok(None);
+        return Ok(Entered::Again);
     };
     // No SMO runs while the operation is in flight, and a finished one's WRITEs precede its
     // release: the image cannot be torn.
-    match LeafImage::check(shape, buf) {
-        Ok(_) => Ok(Some(held)),
-        Err(_) => {
-            held.leave_now(c).await?;
-            Err(refused(leaf))
-        }
-    }
+    let Ok(img) = LeafImage::check(shape, buf) else {
+        held.leave_now(c).await?;
+        return Err(refused(leaf));
+    };
+    Ok(match img.judge(key) {
+        Judge::Here => Entered::Here(held, img),
+        j => Entered::Elsewhere(held, j),
+    })
 }
 
 /// Inserts or overwrites `key` in the leaf at `leaf` (an upsert). `buf` holds at least a leaf.
@@ -127,12 +138,11 @@ pub async fn upsert<T: Transport>(
     buf: &mut [u8],
     counters: &SyncCounters,
 ) -> IndexResult<Write<()>> {
-    let Some(held) = enter(c, shape, leaf, buf, counters).await? else { return Ok(Write::Again) };
-    let img = LeafImage::check(shape, buf).map_err(|_| refused(leaf))?;
-    match img.judge(key) {
-        Judge::Here => {}
-        j => return Ok(Write::Elsewhere(held, j)),
-    }
+    let (held, img) = match enter(c, shape, leaf, key, buf, counters).await? {
+        Entered::Here(held, img) => (held, img),
+        Entered::Elsewhere(held, j) => return Ok(Write::Elsewhere(held, j)),
+        Entered::Again => return Ok(Write::Again),
+    };
     let nv = img.nv();
     let mut slot = img.find(key);
     let mut from = 0;
@@ -168,12 +178,11 @@ pub async fn update<T: Transport>(
     buf: &mut [u8],
     counters: &SyncCounters,
 ) -> IndexResult<Write<bool>> {
-    let Some(held) = enter(c, shape, leaf, buf, counters).await? else { return Ok(Write::Again) };
-    let img = LeafImage::check(shape, buf).map_err(|_| refused(leaf))?;
-    match img.judge(key) {
-        Judge::Here => {}
-        j => return Ok(Write::Elsewhere(held, j)),
-    }
+    let (held, img) = match enter(c, shape, leaf, key, buf, counters).await? {
+        Entered::Here(held, img) => (held, img),
+        Entered::Elsewhere(held, j) => return Ok(Write::Elsewhere(held, j)),
+        Entered::Again => return Ok(Write::Again),
+    };
     match img.find(key) {
         Some(j) if img.meta(j).state() == Some(State::Live) => {
             let at = leaf.add((shape.cell_at(j) + 8) as u64);
@@ -197,14 +206,11 @@ pub async fn delete<T: Transport>(
     counters: &SyncCounters,
 ) -> IndexResult<Write<bool>> {
     loop {
-        let Some(held) = enter(c, shape, leaf, buf, counters).await? else {
-            return Ok(Write::Again);
+        let (held, img) = match enter(c, shape, leaf, key, &mut *buf, counters).await? {
+            Entered::Here(held, img) => (held, img),
+            Entered::Elsewhere(held, j) => return Ok(Write::Elsewhere(held, j)),
+            Entered::Again => return Ok(Write::Again),
         };
-        let img = LeafImage::check(shape, buf).map_err(|_| refused(leaf))?;
-        match img.judge(key) {
-            Judge::Here => {}
-            j => return Ok(Write::Elsewhere(held, j)),
-        }
         let Some(j) = img.find(key).filter(|&j| img.meta(j).state() == Some(State::Live)) else {
             held.leave_now(c).await?;
             return Ok(Write::Done(false));

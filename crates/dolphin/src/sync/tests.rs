@@ -2,7 +2,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
-use dmindex_fabric::exec::run_tasks;
+use dmindex_fabric::exec::{run_tasks, yield_now};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 
@@ -29,6 +29,18 @@ fn new_leaf(c: &Client<LocalTransport>, shape: &Shape) -> GlobalAddr {
     .unwrap()
 }
 
+/// `clients` clients of one in-process fabric and a fresh leaf of `slots` 8-byte values.
+fn setup(
+    clients: usize,
+    slots: usize,
+) -> (LocalFabric, Vec<Client<LocalTransport>>, Shape, GlobalAddr) {
+    let f = fabric();
+    let clients: Vec<_> = (0..clients).map(|_| f.client(0).unwrap()).collect();
+    let shape = Shape::new(slots, 8).unwrap();
+    let leaf = new_leaf(&clients[0], &shape);
+    (f, clients, shape, leaf)
+}
+
 fn done<T: std::fmt::Debug>(w: Write<T>) -> T {
     match w {
         Write::Done(t) => t,
@@ -38,10 +50,8 @@ fn done<T: std::fmt::Debug>(w: Write<T>) -> T {
 
 #[test]
 fn a_leaf_behaves_as_a_map_and_each_operation_costs_its_round_trips() {
-    let f = fabric();
-    let c = f.client(0).unwrap();
-    let shape = Shape::new(16, 8).unwrap();
-    let leaf = new_leaf(&c, &shape);
+    let (_f, clients, shape, leaf) = setup(1, 16);
+    let c = &clients[0];
     let k = SyncCounters::default();
     let mut model: HashMap<u64, [u8; 8]> = HashMap::new();
     // Keys that hold a slot (live or deleted: only an SMO frees a slot).
@@ -60,44 +70,43 @@ fn a_leaf_behaves_as_a_map_and_each_operation_costs_its_round_trips() {
             let cost = |c: &Client<LocalTransport>| c.counts().round_trips - rt;
             match rng >> 60 {
                 0..=5 => {
-                    let img = read(&c, &shape, leaf, &mut buf, &k).await.unwrap();
+                    let img = read(c, &shape, leaf, &mut buf, &k).await.unwrap();
                     let found = search_image(&img, key, &mut out);
                     assert_eq!(found.then_some(&out[..]), model.get(&key).map(|v| &v[..]));
-                    assert_eq!(cost(&c), 1, "search");
+                    assert_eq!(cost(c), 1, "search");
                 }
                 6..=9 => {
                     let has_slot = slotted.contains(&key);
-                    match upsert(&c, &shape, leaf, key, &value, &mut buf, &k).await.unwrap() {
+                    match upsert(c, &shape, leaf, key, &value, &mut buf, &k).await.unwrap() {
                         Write::Done(()) => {
                             model.insert(key, value);
                             slotted.insert(key);
-                            assert_eq!(cost(&c), if has_slot { 2 } else { 3 }, "insert");
+                            assert_eq!(cost(c), if has_slot { 2 } else { 3 }, "insert");
                         }
                         Write::Full(h) => {
                             // Slots hold deleted keys too until an SMO compacts the leaf.
                             assert!(!has_slot && slotted.len() == shape.slots);
-                            h.leave_now(&c).await.unwrap();
+                            h.leave_now(c).await.unwrap();
                         }
                         other => panic!("{other:?}"),
                     }
                 }
                 10..=12 => {
-                    let r =
-                        done(update(&c, &shape, leaf, key, &value, &mut buf, &k).await.unwrap());
+                    let r = done(update(c, &shape, leaf, key, &value, &mut buf, &k).await.unwrap());
                     assert_eq!(r, model.contains_key(&key), "update");
                     if r {
                         model.insert(key, value);
                     }
-                    assert_eq!(cost(&c), 2, "update");
+                    assert_eq!(cost(c), 2, "update");
                 }
                 _ => {
-                    let r = done(delete(&c, &shape, leaf, key, &mut buf, &k).await.unwrap());
+                    let r = done(delete(c, &shape, leaf, key, &mut buf, &k).await.unwrap());
                     assert_eq!(r, model.remove(&key).is_some(), "delete");
-                    assert_eq!(cost(&c), 2, "delete");
+                    assert_eq!(cost(c), 2, "delete");
                 }
             }
         }
-        let img = read(&c, &shape, leaf, &mut buf, &k).await.unwrap();
+        let img = read(c, &shape, leaf, &mut buf, &k).await.unwrap();
         assert_eq!(img.spear(), 0, "every operation left");
         let mut live: Vec<u64> = img.live().map(|(k, _)| k).collect();
         live.sort_unstable();
@@ -109,16 +118,14 @@ fn a_leaf_behaves_as_a_map_and_each_operation_costs_its_round_trips() {
 
 #[test]
 fn keys_outside_the_range_are_sent_elsewhere_still_in_flight() {
-    let f = fabric();
-    let c = f.client(0).unwrap();
-    let shape = Shape::new(16, 8).unwrap();
-    let leaf = new_leaf(&c, &shape);
+    let (_f, clients, shape, leaf) = setup(1, 16);
+    let c = &clients[0];
     let k = SyncCounters::default();
     let mut buf = vec![0u8; shape.bytes];
     run_tasks([async {
         for (key, judge) in [(HI + 1, Judge::OtherPrefix), (LO - 1, Judge::OtherPrefix)] {
             let Write::Elsewhere(h, j) =
-                upsert(&c, &shape, leaf, key, &[0; 8], &mut buf, &k).await.unwrap()
+                upsert(c, &shape, leaf, key, &[0; 8], &mut buf, &k).await.unwrap()
             else {
                 panic!("not this leaf's key")
             };
@@ -134,10 +141,7 @@ type Task<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
 #[test]
 fn concurrent_inserts_of_one_key_take_one_slot() {
-    let f = fabric();
-    let shape = Shape::new(36, 8).unwrap();
-    let clients: Vec<_> = (0..8).map(|_| f.client(0).unwrap()).collect();
-    let leaf = new_leaf(&clients[0], &shape);
+    let (_f, clients, shape, leaf) = setup(8, 36);
     let k = SyncCounters::default();
     for round in 0..20u64 {
         let key = LO + 1 + round;
@@ -149,7 +153,7 @@ fn concurrent_inserts_of_one_key_take_one_slot() {
                 Box::pin(async move {
                     let mut buf = vec![0u8; shape.bytes];
                     for _ in 0..i % 3 {
-                        futures_pending().await;
+                        yield_now().await;
                     }
                     let v = (i as u64).to_le_bytes();
                     done(upsert(c, shape, leaf, key, &v, &mut buf, k).await.unwrap());
@@ -172,10 +176,7 @@ fn concurrent_inserts_of_one_key_take_one_slot() {
 
 #[test]
 fn concurrent_writers_of_distinct_keys_keep_every_acknowledged_write() {
-    let f = fabric();
-    let shape = Shape::new(64, 8).unwrap();
-    let clients: Vec<_> = (0..6).map(|_| f.client(0).unwrap()).collect();
-    let leaf = new_leaf(&clients[0], &shape);
+    let (_f, clients, shape, leaf) = setup(6, 64);
     let k = SyncCounters::default();
     let tasks: Vec<Task<'_, ()>> = clients
         .iter()
@@ -215,19 +216,4 @@ fn concurrent_writers_of_distinct_keys_keep_every_acknowledged_write() {
     }
     assert!(k.lost_key_cas.load(std::sync::atomic::Ordering::Relaxed) > 0, "inserts raced");
     assert_eq!(img.spear(), 0);
-}
-
-/// Yields once to the other tasks.
-async fn futures_pending() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            std::task::Poll::Ready(())
-        } else {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        }
-    })
-    .await
 }
