@@ -19,10 +19,8 @@ use smallvec::SmallVec;
 use dmindex_prim::version;
 
 use crate::layout::{self, LeafLayout, Ranges, ENTRY, KEY};
+pub use crate::read_plan::SLACK;
 use crate::read_plan::ReadPlan;
-
-/// Bytes after a buffer's leaf so that line data moves in whole 64-byte copies.
-pub const SLACK: usize = 64;
 use crate::view::LeafView;
 pub use crate::view::{home, Modified};
 
@@ -152,19 +150,9 @@ impl LeafBuf {
     /// node-level version over every object.
     pub fn absorb_whole(&mut self, raw: &[u8], plan: &ReadPlan) -> Result<(), Invalid> {
         debug_assert_eq!((plan.count, plan.window_len), (self.l.span, self.l.decoded()));
-        if plan.checks.iter().any(|&(line, owner)| raw[line as usize] != raw[owner as usize]) {
-            return Err(Invalid::Torn);
-        }
-        for &(from, to, _) in &plan.runs {
-            let (from, to) = (from as usize, to as usize);
-            // Past a run's own bytes this copies garbage that the next run (or the slack) takes.
-            self.bytes[to..to + SLACK].copy_from_slice(&raw[from..from + SLACK]);
-        }
-        let nv = version::nv(self.bytes[0]);
-        let objects = plan.slots.iter().chain(&plan.replicas);
-        self.nv = Some(nv);
-        self.nv_mixed =
-            objects.fold(false, |m, &o| m | (version::nv(self.bytes[o as usize]) != nv));
+        // The whole plan's first object is replica 0, at offset 0.
+        let (nv, mixed) = plan.apply(raw, &mut self.bytes)?;
+        (self.nv, self.nv_mixed) = (Some(nv), mixed);
         self.loaded.fill(true);
         self.replica_loaded.fill(true);
         Ok(())

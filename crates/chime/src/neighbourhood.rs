@@ -29,15 +29,11 @@
 //! hands the encoder the decoded bytes of a written range, so the WRITE is built from the
 //! window too (see `tree::leaf_io`).
 
-use dmindex_prim::version;
 
 use crate::layout::{LeafLayout, MAX_H};
 use crate::leaf::Invalid;
-use crate::read_plan::{ReadPlan, RAW, WINDOW};
+use crate::read_plan::{ReadPlan, RAW, SLACK, WINDOW};
 use crate::view::{home, wrap, LeafView};
-
-/// Slack after the buffers, so every line's data is copied as one fixed 64-byte move.
-const SLACK: usize = 64;
 
 /// One neighbourhood (or entry) of a leaf, as READ: the READ lands in `raw` as physical bytes;
 /// [`Neighbourhood::absorb`] checks its line versions and copies each line's data into
@@ -89,26 +85,7 @@ impl<'p> Neighbourhood<'p> {
     /// Checks the READ in `raw` and decodes it into the window; `Err` if a line is torn. Node
     /// versions are compared for [`Neighbourhood::validate`].
     pub fn absorb(&mut self) -> Result<(), Invalid> {
-        let plan = self.plan;
-        if plan
-            .checks
-            .iter()
-            .any(|&(line, owner)| self.raw[line as usize] != self.raw[owner as usize])
-        {
-            return Err(Invalid::Torn);
-        }
-        for &(from, to, _) in &plan.runs {
-            let (from, to) = (from as usize, to as usize);
-            // Past a run's own bytes this copies garbage that the next run (or the slack) takes.
-            self.window[to..to + SLACK].copy_from_slice(&self.raw[from..from + SLACK]);
-        }
-        // Every object read carries one node-level version.
-        let first = self.window[*plan.replicas.first().unwrap_or(&plan.slots[0]) as usize];
-        debug_assert!(plan.fits_window());
-        let nv = version::nv(first);
-        let objects = plan.slots.iter().chain(&plan.replicas);
-        self.nv_mixed =
-            objects.fold(false, |m, &o| m | (version::nv(self.window[o as usize]) != nv));
+        (_, self.nv_mixed) = self.plan.apply(&self.raw, &mut self.window)?;
         Ok(())
     }
 

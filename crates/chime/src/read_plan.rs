@@ -24,8 +24,14 @@ use arrayvec::ArrayVec;
 use dmindex_prim::cacheline::{phys, phys_range, Objects, LINE};
 use smallvec::SmallVec;
 
+use dmindex_prim::version;
+
 use crate::layout::{LeafLayout, Ranges, ENTRY, MAX_H, REPLICA_FENCED};
+use crate::leaf::Invalid;
 use crate::view::wrap;
+
+/// Bytes after a buffer's data so that every line's data moves as one fixed 64-byte copy.
+pub const SLACK: usize = 64;
 
 /// Decoded bytes a neighbourhood READ can cover: H entries and up to three headers.
 pub const WINDOW: usize = MAX_H * ENTRY + 3 * REPLICA_FENCED;
@@ -118,6 +124,24 @@ impl ReadPlan {
             plan.slots.push((at + e - d0) as u32);
         }
         plan
+    }
+
+    /// Checks a READ by this plan in `raw` and decodes it into `window` (both followed by at
+    /// least [`SLACK`] more bytes): `Err` if a line is torn, else the node-level version of the
+    /// first object and whether any other object carries another.
+    pub fn apply(&self, raw: &[u8], window: &mut [u8]) -> Result<(u8, bool), Invalid> {
+        if self.checks.iter().any(|&(line, owner)| raw[line as usize] != raw[owner as usize]) {
+            return Err(Invalid::Torn);
+        }
+        for &(from, to, _) in &self.runs {
+            let (from, to) = (from as usize, to as usize);
+            // Past a run's own bytes this copies garbage that the next run (or the slack) takes.
+            window[to..to + SLACK].copy_from_slice(&raw[from..from + SLACK]);
+        }
+        // Every object read carries one node-level version.
+        let nv = version::nv(window[*self.replicas.first().unwrap_or(&self.slots[0]) as usize]);
+        let objects = self.slots.iter().chain(&self.replicas);
+        Ok((nv, objects.fold(false, |m, &o| m | (version::nv(window[o as usize]) != nv))))
     }
 
     /// Whether a READ by this plan fits a neighbourhood's fixed buffers.
