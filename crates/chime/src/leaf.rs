@@ -19,8 +19,8 @@ use smallvec::SmallVec;
 use dmindex_prim::version;
 
 use crate::layout::{self, LeafLayout, Ranges, ENTRY, KEY};
-pub use crate::read_plan::SLACK;
 use crate::read_plan::ReadPlan;
+pub use crate::read_plan::SLACK;
 use crate::view::LeafView;
 pub use crate::view::{home, Modified};
 
@@ -130,12 +130,6 @@ impl LeafBuf {
             raw: Vec::with_capacity(l.physical().max(l.lock_offset() + 8) + SLACK),
             l,
         }
-    }
-
-    /// Back to the state [`LeafBuf::new`] makes, keeping the memory (pooled buffers).
-    pub fn reset(&mut self) {
-        self.bytes.fill(0);
-        self.forget();
     }
 
     /// Forgets what was read, leaving the bytes (for a READ that overwrites all of them).
@@ -426,16 +420,14 @@ impl LeafBuf {
 
     /// The vacancy bitmap, exact for buckets fully loaded; `prev` kept for the others.
     pub fn vacancy(&self, prev: u64) -> u64 {
-        let mut full = prev;
-        let mut f = 0;
-        for b in 0..self.l.buckets {
-            let t = ((b + 1) * self.l.span).div_ceil(self.l.buckets) - 1;
+        (0..self.l.buckets).fold(prev, |full, b| {
+            let (f, t) = self.l.bucket_slots(b);
             if (f..=t).all(|i| self.loaded[i]) {
-                full = self.with_bucket(full, b, f, t);
+                self.with_bucket(full, b, f, t)
+            } else {
+                full
             }
-            f = t + 1;
-        }
-        full
+        })
     }
 
     /// The vacancy bitmap `prev` with the buckets of the `changed` slots brought up to date

@@ -29,7 +29,6 @@
 //! hands the encoder the decoded bytes of a written range, so the WRITE is built from the
 //! window too (see `tree::leaf_io`).
 
-
 use crate::layout::{LeafLayout, MAX_H};
 use crate::leaf::Invalid;
 use crate::read_plan::{ReadPlan, RAW, SLACK, WINDOW};
@@ -178,9 +177,6 @@ impl LeafView for Neighbourhood<'_> {
         b
     }
 }
-
-/// Slots a window can hold (the most a neighbourhood has).
-pub const MAX_SLOTS: usize = MAX_H;
 
 #[cfg(test)]
 mod tests {

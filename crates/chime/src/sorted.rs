@@ -85,7 +85,7 @@ impl Tree {
             Err(next) => return Ok(next),
         };
         if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
-            self.update_in_place_buf(c, leaf, &mut buf, i, k, v).await?;
+            self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
         let at = buf.sorted_search(k).unwrap_or_else(|i| i);
@@ -194,7 +194,7 @@ impl Tree {
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
                     match v {
-                        Some(v) => self.update_in_place_buf(c, leaf, &mut buf, i, k, v).await?,
+                        Some(v) => self.update_in_place(c, leaf, &mut *buf, i, k, v).await?,
                         None => {
                             buf.sorted_remove(i);
                             self.rewrite_sorted_leaf(c, leaf, &mut buf).await?;

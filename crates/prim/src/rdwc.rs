@@ -105,8 +105,6 @@ impl Drop for Busy<'_> {
 /// A leader's duty: report to its followers and hand the key on, even if dropped midway.
 struct Ticket<'a> {
     slot: &'a Slot,
-    /// Whether the leader is listed in the slot (the fast path lists nobody).
-    listed: bool,
     key: &'a [u8],
     kind: Kind,
     followers: Vec<Waiter>,
@@ -125,9 +123,6 @@ impl Ticket<'_> {
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
-        if !self.listed {
-            return;
-        }
         for f in self.followers.drain(..) {
             let msg = match &self.out {
                 Some(o) => Msg::Done(o.clone()),
@@ -231,16 +226,7 @@ impl Table {
             Ok(f) => f,
             Err(done) => return done,
         };
-        Role::Lead(Ticket {
-            slot,
-            listed: true,
-            key,
-            kind,
-            followers,
-            own: value,
-            out: None,
-            _busy: busy,
-        })
+        Role::Lead(Ticket { slot, key, kind, followers, own: value, out: None, _busy: busy })
     }
 
     /// The listed path: join the batch behind the key's leader and get its result

@@ -131,7 +131,7 @@ impl Tree {
             Err(next) => return Ok(next),
         };
         if let Some(i) = self.resolve(c, &*buf, h, k, probe).await? {
-            self.update_in_place_buf(c, leaf, &mut buf, i, k, v).await?;
+            self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
         let am_key = (lw.argmax < s && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax));

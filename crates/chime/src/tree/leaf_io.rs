@@ -100,13 +100,7 @@ impl Tree {
             (p0, p1 - p0)
         });
         raw.resize(lens.clone().map(|(_, n)| n).sum(), 0);
-        let mut reads = ArrayVec::<BatchOp<'_>, 3>::new();
-        let mut rest = raw.as_mut_slice();
-        for (p0, n) in lens {
-            let (piece, tail) = rest.split_at_mut(n);
-            reads.push(BatchOp::Read { addr: leaf.add(p0 as u64), buf: piece });
-            rest = tail;
-        }
+        let mut reads = piece_reads(leaf, lens, &mut raw);
         let posted = doorbell::post(c, &mut reads).await;
         drop(reads);
         let mut ok = posted.is_ok();
@@ -151,8 +145,7 @@ impl Tree {
     ) -> IndexResult<PooledLeaf<'_>> {
         let plan = &self.whole_plan;
         loop {
-            let mut buf = self.bufs.get(c, || LeafBuf::new(self.leaf));
-            buf.forget();
+            let mut buf = self.leaf_buf(c);
             let mut raw = std::mem::take(&mut buf.raw);
             raw.resize(plan.raw_len + SLACK, 0);
             let read = c.read(leaf, &mut raw[..plan.raw_len]).await;
@@ -212,19 +205,8 @@ impl Tree {
         leaf: GlobalAddr,
         nb: &mut Neighbourhood<'_>,
     ) -> IndexResult<Result<(), Invalid>> {
-        let plan = nb.plan();
-        if let [(p0, _)] = plan.reads.as_slice() {
-            // One piece (most neighbourhoods): a plain READ.
-            c.read(leaf.add(*p0 as u64), nb.raw_mut()).await?;
-            return Ok(nb.absorb());
-        }
-        let mut reads = ArrayVec::<BatchOp<'_>, 3>::new();
-        let mut rest = nb.raw_mut();
-        for &(p0, n) in &plan.reads {
-            let (piece, tail) = rest.split_at_mut(n as usize);
-            reads.push(BatchOp::Read { addr: leaf.add(p0 as u64), buf: piece });
-            rest = tail;
-        }
+        let pieces = nb.plan().reads.iter().map(|&(p0, n)| (p0 as usize, n as usize));
+        let mut reads = piece_reads(leaf, pieces, nb.raw_mut());
         doorbell::post(c, &mut reads).await?;
         drop(reads);
         Ok(nb.absorb())
@@ -297,12 +279,13 @@ impl Tree {
     }
 
     /// Encodes slots `lo .. lo + n` of `view` with the unlocking lock word `lw` and WRITEs them
-    /// to locked leaf `leaf`, releasing it: from a neighbourhood through a stack buffer.
+    /// to locked leaf `leaf`, releasing it, through a stack buffer (up to a neighbourhood's
+    /// worth of slots).
     pub(super) async fn write_back<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: LockedLeaf<'_>,
-        view: &Neighbourhood<'_>,
+        view: &impl LeafView,
         (lo, n): (usize, usize),
         lw: LockWord,
     ) -> IndexResult<()> {
@@ -328,13 +311,13 @@ impl Tree {
         written
     }
 
-    /// Rewrites entry `i` of locked leaf `leaf` (READ into `view`) as (k, v) with its
-    /// entry-level version bumped, unlocking the leaf in the same WRITE.
+    /// Rewrites entry `i` of locked leaf `leaf` (READ into `view`: a neighbourhood or a whole
+    /// leaf) as (k, v) with its entry-level version bumped, unlocking the leaf in the same WRITE.
     pub(crate) async fn update_in_place<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: LockedLeaf<'_>,
-        view: &mut Neighbourhood<'_>,
+        view: &mut impl LeafView,
         i: usize,
         k: u64,
         v: [u8; 8],
@@ -343,22 +326,6 @@ impl Tree {
         view.bump_ev(i);
         let lw = leaf.lw;
         self.write_back(c, leaf, view, (i, 1), lw).await
-    }
-
-    /// [`Tree::update_in_place`] in a whole-leaf buffer.
-    pub(crate) async fn update_in_place_buf<T: Transport>(
-        &self,
-        c: &Client<T>,
-        leaf: LockedLeaf<'_>,
-        buf: &mut LeafBuf,
-        i: usize,
-        k: u64,
-        v: [u8; 8],
-    ) -> IndexResult<()> {
-        buf.set_entry(i, k, v);
-        buf.bump_ev(i);
-        let lw = leaf.lw;
-        self.write_back_buf(c, leaf, buf, (i, 1), lw).await
     }
 
     /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.
@@ -390,3 +357,20 @@ pub(crate) type WritePlan = ArrayVec<(usize, std::ops::Range<usize>), 3>;
 
 /// A leaf buffer borrowed from a compute node's pool (see [`Tree::leaf_buf`]).
 pub(crate) type PooledLeaf<'t> = Pooled<'t, LeafBuf>;
+
+/// READs of a leaf's physical `pieces` (offset, length), landing back to back in `raw`: one
+/// doorbell (a lone piece is posted as a plain READ).
+fn piece_reads<'b>(
+    leaf: GlobalAddr,
+    pieces: impl Iterator<Item = (usize, usize)>,
+    raw: &'b mut [u8],
+) -> ArrayVec<BatchOp<'b>, 3> {
+    let mut reads = ArrayVec::new();
+    let mut rest = raw;
+    for (p0, n) in pieces {
+        let (piece, tail) = rest.split_at_mut(n);
+        reads.push(BatchOp::Read { addr: leaf.add(p0 as u64), buf: piece });
+        rest = tail;
+    }
+    reads
+}

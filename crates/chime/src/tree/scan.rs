@@ -11,7 +11,7 @@ use dmindex_prim::doorbell;
 
 use super::leaf_io::PooledLeaf;
 use super::Tree;
-use crate::leaf::{LeafBuf, SLACK};
+use crate::leaf::SLACK;
 use crate::view::LeafView;
 
 impl Tree {
@@ -26,8 +26,7 @@ impl Tree {
         let mut bufs: Vec<PooledLeaf<'_>> = leaves
             .iter()
             .map(|_| {
-                let mut b = self.bufs.get(c, || LeafBuf::new(self.leaf));
-                b.forget();
+                let mut b = self.leaf_buf(c);
                 b.raw.resize(plan.raw_len + SLACK, 0);
                 b
             })
