@@ -2,7 +2,8 @@
 //!
 //! A test binary installs the counting allocator
 //! (`#[global_allocator] static A: dmindex_fabric::alloc_count::CountingAlloc = CountingAlloc;`),
-//! calls [`per_op`], and asserts the bounds its design promises. Each kind of operation runs
+//! and either calls [`assert_within`] with the bounds its design promises, or [`per_op`] to
+//! assert its own. Each kind of operation runs
 //! over the same keys on a loaded index, one client on the in-process fabric; the counts are
 //! averages (splits and other structure changes are amortized over the operations that cause
 //! them).
@@ -25,6 +26,31 @@ pub struct Allocs {
     pub insert: f64,
     pub update: f64,
     pub delete: f64,
+}
+
+/// Most allocations per operation a design promises (on average).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bounds {
+    pub search: f64,
+    pub insert: f64,
+    pub update: f64,
+    pub delete: f64,
+}
+
+/// Counts `I`'s allocations per operation over `n` distinct 16-byte keys with 32-byte values
+/// ([`per_op`]) and asserts `bounds`, and that a search into a reused buffer allocates nothing.
+pub fn assert_within<I: PointIndex<LocalTransport>>(name: &str, n: u64, bounds: Bounds) {
+    let cfg = IndexConfig { max_key: 16, max_value: 32, ..IndexConfig::default() };
+    let key = |x: u64| {
+        format!("k{:015}", x.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 10u64.pow(15)).into_bytes()
+    };
+    let a = per_op::<I>(&cfg, n, key, |x| vec![x as u8; 32]);
+    eprintln!("{name}: {a:?}");
+    assert_eq!(a.search_into, 0.0, "a search into a reused buffer allocates nothing");
+    assert!(a.search <= bounds.search, "{:.2} allocations per search", a.search);
+    assert!(a.insert <= bounds.insert, "{:.2} allocations per insert", a.insert);
+    assert!(a.update <= bounds.update, "{:.2} allocations per update", a.update);
+    assert!(a.delete <= bounds.delete, "{:.2} allocations per delete", a.delete);
 }
 
 /// Loads `n` keys made by `key` (values `value(i)`) into a fresh index `I`, then counts the
