@@ -425,14 +425,17 @@ impl UcxTransport {
         }
     }
 
-    /// Whether `op` is one UCX atomic: CAS, FAA, or a masked CAS that only sets clear bits
-    /// ("set these bits if they are clear": fetch-OR leaves a word whose bits are already set
-    /// unchanged, exactly like the failed masked CAS).
+    /// Whether `op` is one UCX atomic: CAS, FAA, or a masked CAS that sets one bit if it is
+    /// clear (fetch-OR leaves a word whose bit is already set unchanged, exactly like the failed
+    /// masked CAS).
     fn native(op: AtomicOp) -> bool {
         match op {
             AtomicOp::Cas { .. } | AtomicOp::Faa { .. } => true,
             AtomicOp::MaskedCas { compare, compare_mask, swap, swap_mask } => {
-                compare & compare_mask == 0
+                // One bit: with several, some set, the masked CAS fails and changes nothing
+                // while fetch-OR would set the others.
+                swap_mask.count_ones() == 1
+                    && compare & compare_mask == 0
                     && swap_mask == compare_mask
                     && swap & swap_mask == swap_mask
             }
@@ -536,25 +539,21 @@ impl Transport for UcxTransport {
         if self.messages(addr.node()) {
             return self.message(addr, Verb::Atomic(op), &[]).await.map(|(old, _)| old);
         }
-        match op {
-            op if Self::native(op) => {
-                let (code, operand, reply) = Self::native_args(op);
-                self.word_atomic(addr, code, operand, reply).await
+        if Self::native(op) {
+            let (code, operand, reply) = Self::native_args(op);
+            return self.word_atomic(addr, code, operand, reply).await;
+        }
+        // Any other masked CAS: READ, then CAS until the comparison fails or a CAS lands.
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b).await?;
+        let mut old = u64::from_le_bytes(b);
+        loop {
+            let Some(new) = op.apply(old) else { return Ok(old) };
+            let got = self.word_atomic(addr, UCP_ATOMIC_OP_CSWAP, old, new).await?;
+            if got == old {
+                return Ok(old);
             }
-            AtomicOp::Cas { .. } | AtomicOp::Faa { .. } => unreachable!("always native"),
-            AtomicOp::MaskedCas { .. } => {
-                let mut b = [0u8; 8];
-                self.read(addr, &mut b).await?;
-                let mut old = u64::from_le_bytes(b);
-                loop {
-                    let Some(new) = op.apply(old) else { return Ok(old) };
-                    let got = self.word_atomic(addr, UCP_ATOMIC_OP_CSWAP, old, new).await?;
-                    if got == old {
-                        return Ok(old);
-                    }
-                    old = got;
-                }
-            }
+            old = got;
         }
     }
 
@@ -625,8 +624,7 @@ impl Transport for UcxTransport {
             ordered |= !matches!(op, BatchOp::Read { .. });
             flights.push(self.flight(node, p)?);
         }
-        let wrote = ops.iter().any(|op| !matches!(op, BatchOp::Read { .. }));
-        if wrote {
+        if ordered {
             self.conn.fence.set(true);
         }
         for f in flights {
