@@ -29,7 +29,7 @@ use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
-use runner::{LoadKeys, OpSource, TaskEnv};
+use runner::{OpSource, TaskEnv};
 
 /// Which transport to run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -326,14 +326,27 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
     source: Option<OpSource>,
 ) {
     if load {
-        let keys = match &plan.load {
-            Some(keys) => LoadKeys::Given(Box::new(keys.iter().skip(i).step_by(n).map(|k| &k[..]))),
-            None => LoadKeys::Numbers(
-                plan.format,
-                Box::new(load_numbers(plan.items, i as u64, n as u64)),
-            ),
-        };
-        runner::load_client(idx, c, env, keys).await
+        match &plan.load {
+            Some(keys) => {
+                let mut keys = keys.iter().skip(i).step_by(n);
+                let next = |buf: &mut Vec<u8>| {
+                    keys.next()
+                        .map(|k| {
+                            buf.clear();
+                            buf.extend_from_slice(k);
+                        })
+                        .is_some()
+                };
+                runner::load_client(idx, c, env, next).await
+            }
+            None => {
+                let mut numbers = load_numbers(plan.items, i as u64, n as u64);
+                let next = |buf: &mut Vec<u8>| {
+                    numbers.next().map(|k| plan.format.key_into(k, buf)).is_some()
+                };
+                runner::load_client(idx, c, env, next).await
+            }
+        }
     } else {
         let src = source.unwrap_or_else(|| op_source(plan, shared, plan.seed, i, n));
         runner::run_client::<T, I, S>(idx, c, env, src, share(plan.ops, n, i)).await

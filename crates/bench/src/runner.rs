@@ -161,35 +161,16 @@ pub async fn run_op<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     }
 }
 
-/// Where a loading client's keys come from.
-pub enum LoadKeys<'a> {
-    /// Key numbers, spelled by a format into one reused buffer.
-    Numbers(KeyFormat, Box<dyn Iterator<Item = u64> + 'a>),
-    /// Keys given whole (a load trace).
-    Given(Box<dyn Iterator<Item = &'a [u8]> + 'a>),
-}
-
-/// The load phase of one client: inserts `keys`, without allocating per key.
+/// The load phase of one client: inserts the keys `next` writes into its buffer (`false` when
+/// there are no more), without allocating per key.
 pub async fn load_client<T: Transport, I: PointIndex<T>>(
     idx: &I,
     c: &Client<T>,
     env: &TaskEnv<'_>,
-    mut keys: LoadKeys<'_>,
+    mut next: impl FnMut(&mut Vec<u8>) -> bool,
 ) {
     let mut done = 0;
     let (mut key, mut value) = (Vec::new(), Vec::new());
-    let mut next = |buf: &mut Vec<u8>| -> bool {
-        match &mut keys {
-            LoadKeys::Numbers(f, ns) => ns.next().map(|n| f.key_into(n, buf)).is_some(),
-            LoadKeys::Given(ks) => ks
-                .next()
-                .map(|k| {
-                    buf.clear();
-                    buf.extend_from_slice(k);
-                })
-                .is_some(),
-        }
-    };
     let mut seq = 0;
     while next(&mut key) {
         let (t0, v0) = ((env.rec.now)(), c.stats().cost());

@@ -142,11 +142,8 @@ impl<V: Variant> SmartIndex<V> {
     ) -> IndexResult<bool> {
         bump(&self.counters.searches);
         out.clear();
-        let found = self.find(c, key, Some(&mut *out)).await?.is_some();
-        if !found {
-            out.clear();
-        }
-        Ok(found)
+        // `find` writes `out` only for the live item it returns.
+        Ok(self.find(c, key, Some(out)).await?.is_some())
     }
 
     /// Writes a new leaf on memory node `near`'s side, without waiting; the slot CAS that

@@ -301,8 +301,6 @@ pub struct PlannedOp {
     /// Key number (the insert number for an insert).
     pub number: u64,
     pub scan_len: u32,
-    /// An insert, to acknowledge once done.
-    pub insert: bool,
 }
 
 impl PlannedOp {
@@ -311,7 +309,7 @@ impl PlannedOp {
     pub fn write_into(self, format: KeyFormat, op: &mut Op) {
         op.kind = self.kind;
         op.scan_len = self.scan_len as usize;
-        op.insert_number = self.insert.then_some(self.number);
+        op.insert_number = (self.kind == OpKind::Insert).then_some(self.number);
         format.key_into(self.number, &mut op.key);
     }
 }
@@ -442,7 +440,7 @@ impl ClientStream {
         let kind = OpKind::ALL[pick];
         if kind == OpKind::Insert {
             let n = self.shared.inserts.next();
-            return PlannedOp { kind, number: n, scan_len: 0, insert: true };
+            return PlannedOp { kind, number: n, scan_len: 0 };
         }
         let number = self.key_number();
         let scan_len = if kind == OpKind::Scan {
@@ -450,7 +448,7 @@ impl ClientStream {
         } else {
             0
         };
-        PlannedOp { kind, number, scan_len, insert: false }
+        PlannedOp { kind, number, scan_len }
     }
 
     /// Whether this stream can be drawn ahead of time: no inserts and no "latest" choice, so no
