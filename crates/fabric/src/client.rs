@@ -210,15 +210,20 @@ impl<T: Transport> Client<T> {
         bump(&s.bytes_read, 8);
     }
 
+    /// Counts a completed atomic that failed its comparison.
+    fn count_failure(&self, op: AtomicOp, old: u64) {
+        if op.failed(old) {
+            bump(&self.stats.cas_failures, 1);
+        }
+    }
+
     /// An atomic verb on the aligned word at `addr`; returns the old word. One round trip.
     pub async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
         self.check_atomic(addr)?;
         self.count_atomic(op);
         bump(&self.stats.round_trips, 1);
         let old = self.transport.atomic(addr, op).await?;
-        if op.failed(old) {
-            bump(&self.stats.cas_failures, 1);
-        }
+        self.count_failure(op, old);
         Ok(old)
     }
 
@@ -285,9 +290,7 @@ impl<T: Transport> Client<T> {
         self.transport.batch(first, ops).await?;
         for op in ops.iter() {
             if let BatchOp::Atomic { op, old, .. } = op {
-                if op.failed(*old) {
-                    bump(&s.cas_failures, 1);
-                }
+                self.count_failure(*op, *old);
             }
         }
         Ok(())

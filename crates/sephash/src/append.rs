@@ -117,7 +117,7 @@ impl SepHash {
                 bump(&self.counters.retries, 1);
                 continue;
             }
-            let Some(first) = (0..slots.len() / 8).position(|j| !meta.holds(read(j))) else {
+            let Some(first) = decode_entries(&slots).position(|e| !meta.holds(e)) else {
                 if to == n {
                     self.close_and_merge(c, t.seg, meta).await?;
                 } else {
