@@ -101,32 +101,25 @@ impl Region {
             let dst = &mut buf[out..out + to - from];
             match <&mut [u8; CACHE_LINE as usize]>::try_from(&mut *dst) {
                 // A whole line (most of a long READ): straight into the buffer.
-                Ok(whole) => self.line_into(l, (0, WORDS_PER_LINE), whole),
-                Err(_) => {
-                    // Only the words the READ wants (one for a lock word).
-                    let mut part = [0u8; CACHE_LINE as usize];
-                    self.line_into(l, (from / 8, to.div_ceil(8)), &mut part);
-                    dst.copy_from_slice(&part[from..to]);
-                }
+                Ok(whole) => self.line_into(l, whole),
+                Err(_) => dst.copy_from_slice(&self.line_snapshot(l)[from..to]),
             }
             out += to - from;
         }
     }
 
-    /// Words `w0 .. w1` of line `l` into the same bytes of `dst`, as one snapshot: loaded between
-    /// two equal, even readings of the line's sequence (a WRITE of the line in between makes it
-    /// odd, or moves it on).
+    /// Line `l` into `dst` as one snapshot (see [`Region::line_snapshot`]).
     #[inline]
-    fn line_into(&self, l: usize, (w0, w1): (usize, usize), dst: &mut [u8; CACHE_LINE as usize]) {
+    fn line_into(&self, l: usize, dst: &mut [u8; CACHE_LINE as usize]) {
         let seq = &self.seqs[l];
-        let words = &self.words[l * WORDS_PER_LINE + w0..l * WORDS_PER_LINE + w1];
+        let words = &self.words[l * WORDS_PER_LINE..(l + 1) * WORDS_PER_LINE];
         loop {
             let s1 = seq.load(Ordering::Acquire);
             if s1 & 1 == 1 {
                 std::hint::spin_loop();
                 continue;
             }
-            for (chunk, w) in dst[8 * w0..8 * w1].chunks_exact_mut(8).zip(words) {
+            for (chunk, w) in dst.chunks_exact_mut(8).zip(words) {
                 chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
             }
             fence(Ordering::Acquire);
@@ -134,6 +127,15 @@ impl Region {
                 return;
             }
         }
+    }
+
+    /// Line `l` as one snapshot: its eight words loaded between two equal, even readings of its
+    /// sequence (a WRITE of the line in between makes it odd, or moves it on).
+    #[inline]
+    fn line_snapshot(&self, l: usize) -> [u8; CACHE_LINE as usize] {
+        let mut out = [0u8; CACHE_LINE as usize];
+        self.line_into(l, &mut out);
+        out
     }
 
     /// Asks the CPU for every line of `[pos, pos + len)` and their sequences at once, so a
