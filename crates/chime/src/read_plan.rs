@@ -129,6 +129,7 @@ impl ReadPlan {
     /// Checks a READ by this plan in `raw` and decodes it into `window` (both followed by at
     /// least [`SLACK`] more bytes): `Err` if a line is torn, else the node-level version of the
     /// first object and whether any other object carries another.
+    #[inline]
     pub fn apply(&self, raw: &[u8], window: &mut [u8]) -> Result<(u8, bool), Invalid> {
         if self.checks.iter().any(|&(line, owner)| raw[line as usize] != raw[owner as usize]) {
             return Err(Invalid::Torn);
