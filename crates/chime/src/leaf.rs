@@ -420,14 +420,18 @@ impl LeafBuf {
 
     /// The vacancy bitmap, exact for buckets fully loaded; `prev` kept for the others.
     pub fn vacancy(&self, prev: u64) -> u64 {
-        (0..self.l.buckets).fold(prev, |full, b| {
-            let (f, t) = self.l.bucket_slots(b);
+        // Bucket by bucket, each starting where the last ended (one division a bucket, where
+        // `bucket_slots` makes two: measured on the insert path).
+        let mut full = prev;
+        let mut f = 0;
+        for b in 0..self.l.buckets {
+            let t = ((b + 1) * self.l.span).div_ceil(self.l.buckets) - 1;
             if (f..=t).all(|i| self.loaded[i]) {
-                self.with_bucket(full, b, f, t)
-            } else {
-                full
+                full = self.with_bucket(full, b, f, t);
             }
-        })
+            f = t + 1;
+        }
+        full
     }
 
     /// The vacancy bitmap `prev` with the buckets of the `changed` slots brought up to date

@@ -274,6 +274,7 @@ impl<T: Transport> Client<T> {
         let s = &self.stats;
         bump(&s.round_trips, 1);
         bump(&s.batches, 1);
+        let mut atomics = false;
         for op in ops.iter() {
             match op {
                 BatchOp::Read { buf, .. } => {
@@ -284,13 +285,18 @@ impl<T: Transport> Client<T> {
                     bump(&s.writes, 1);
                     bump(&s.bytes_written, data.len() as u64);
                 }
-                BatchOp::Atomic { op, .. } => self.count_atomic(*op),
+                BatchOp::Atomic { op, .. } => {
+                    self.count_atomic(*op);
+                    atomics = true;
+                }
             }
         }
         self.transport.batch(first, ops).await?;
-        for op in ops.iter() {
-            if let BatchOp::Atomic { op, old, .. } = op {
-                self.count_failure(*op, *old);
+        if atomics {
+            for op in ops.iter() {
+                if let BatchOp::Atomic { op, old, .. } = op {
+                    self.count_failure(*op, *old);
+                }
             }
         }
         Ok(())
