@@ -51,7 +51,6 @@
 
 pub mod leaf;
 
-mod locate;
 mod ops;
 mod scan;
 
@@ -65,7 +64,7 @@ use dmindex_index::{
 use dmindex_prim::options::Options;
 use dmindex_prim::radix::header::MAX_DEPTH;
 use dmindex_prim::radix::slot::MAX_NODES;
-use dmindex_prim::radix::{Header, Kind, NodeImage, RadixCache};
+use dmindex_prim::radix::{DescentCounters, Header, Kind, NodeImage, RadixCache, Tree};
 use dmindex_prim::root::{Magic, RootSlot};
 
 /// The descriptor's magic ("SM").
@@ -101,13 +100,11 @@ struct Counters {
     retries: AtomicU64,
     searches: AtomicU64,
     cache_hits: AtomicU64,
-    fresh_restarts: AtomicU64,
     torn_leaves: AtomicU64,
-    switches: AtomicU64,
     path_splits: AtomicU64,
     push_downs: AtomicU64,
     moves: AtomicU64,
-    stale_parents: AtomicU64,
+    descent: DescentCounters,
 }
 
 fn bump(c: &AtomicU64) {
@@ -171,6 +168,17 @@ impl<V: Variant> SmartIndex<V> {
             variant: PhantomData,
         }
     }
+
+    /// The tree as the shared radix descent sees it.
+    pub(crate) fn tree(&self) -> Tree<'_> {
+        Tree {
+            root: self.root,
+            root_kind: ROOT_KIND,
+            cache: &self.cache,
+            floor_depth: None,
+            counters: &self.counters.descent,
+        }
+    }
 }
 
 impl<T: Transport, V: Variant> PointIndex<T> for SmartIndex<V> {
@@ -228,13 +236,13 @@ impl<T: Transport, V: Variant> PointIndex<T> for SmartIndex<V> {
             extra: vec![
                 ("searches", get(&n.searches)),
                 ("search_cache_hits", get(&n.cache_hits)),
-                ("fresh_restarts", get(&n.fresh_restarts)),
+                ("fresh_restarts", get(&n.descent.fresh_restarts)),
                 ("torn_leaf_reads", get(&n.torn_leaves)),
-                ("type_switches", get(&n.switches)),
+                ("type_switches", get(&n.descent.switches)),
                 ("path_splits", get(&n.path_splits)),
                 ("push_downs", get(&n.push_downs)),
                 ("leaf_moves", get(&n.moves)),
-                ("stale_cached_parents", get(&n.stale_parents)),
+                ("stale_cached_parents", get(&n.descent.stale_parents)),
                 ("cached_nodes", self.cache.len() as u64),
             ],
         }

@@ -5,10 +5,9 @@ use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::radix::header::MAX_PREFIX;
 use dmindex_prim::radix::node::{slot_addr, Lookup};
 use dmindex_prim::radix::slot::{Child, MAX_LEAF};
-use dmindex_prim::radix::{Header, Kind, NodeImage, Partial, Slot};
+use dmindex_prim::radix::{At, Header, Kind, NodeImage, Partial, Pos, Slot};
 
 use crate::leaf::{self, LeafView, State, Status, LEAF_HEADER};
-use crate::locate::{At, Pos};
 use crate::{bump, SmartIndex, Variant, ROOT_KIND};
 
 /// A live leaf holding the key, and the slot it was reached through.
@@ -120,7 +119,7 @@ impl<V: Variant> SmartIndex<V> {
                 }
             }
         }
-        let pos = self.locate(c, key, true).await?;
+        let pos = self.tree().locate(c, key, true).await?;
         match pos.at {
             At::Slot(Lookup::Found(i, s)) if !s.is_tombstone() => {
                 let slot = Some((slot_addr(pos.node, i), s));
@@ -186,7 +185,7 @@ impl<V: Variant> SmartIndex<V> {
         value: &[u8],
     ) -> IndexResult<()> {
         loop {
-            let pos = self.locate(c, key, true).await?;
+            let pos = self.tree().locate(c, key, true).await?;
             let done = match pos.at {
                 At::Mismatch(j) => self.path_split(c, &pos, j, key, value).await?,
                 At::Slot(Lookup::Absent(Some(i))) => {
@@ -196,7 +195,7 @@ impl<V: Variant> SmartIndex<V> {
                     let link = pos.link.ok_or_else(|| {
                         IndexError::Corrupt("the smart root has no free slot".into())
                     })?;
-                    self.switch(c, &link, pos.node, &pos.img).await?;
+                    self.tree().switch(c, &link, pos.node, &pos.img).await?;
                     false
                 }
                 At::Slot(Lookup::Found(i, s)) if s.is_tombstone() => {
@@ -235,29 +234,17 @@ impl<V: Variant> SmartIndex<V> {
         value: &[u8],
     ) -> IndexResult<bool> {
         let link = pos.link.expect("a mismatch below the root");
-        let h = pos.img.header;
-        let len = j - (link.depth + 1);
-        debug_assert!(len <= MAX_PREFIX && j < h.depth as usize);
         // Both new objects on the parent's memory node, whose slot the CAS changes: posted
         // there first, they are in place before it.
         let near = link.slot;
         let m = c.alloc_on(near.node(), Kind::N4.alloc_bytes(), 64).await?;
-        let p = Partial::of(key, j);
         let (leaf, leaf_len) = self.post_leaf(c, near, slot_addr(m, 1), key, value).await?;
-        let children = [
-            Slot::inner(Partial::Byte(h.byte_at(j)), pos.node, h.kind),
-            leaf::slot(p, leaf, leaf_len),
-        ];
-        let mut buf = Vec::with_capacity(Kind::N4.bytes());
-        NodeImage::encode_new(link.slot, &Header::new(Kind::N4, j, key, len), &children, &mut buf);
-        c.write_zero_wait(m, &buf)?;
-        let new = Slot::inner(link.word.partial(), m, Kind::N4);
-        if c.cas(link.slot, link.word.0, new.0).await? != link.word.0 {
-            return Ok(false);
+        let child = leaf::slot(Partial::of(key, j), leaf, leaf_len);
+        let won = self.tree().path_split(c, pos, j, key, m, child).await?;
+        if won {
+            bump(&self.counters.path_splits);
         }
-        bump(&self.counters.path_splits);
-        c.write_zero_wait(pos.node, &slot_addr(m, 0).raw().to_le_bytes())?;
-        Ok(true)
+        Ok(won)
     }
 
     /// Slot `i` of `pos.node` holds another key's leaf (`other`, which agrees with the key on

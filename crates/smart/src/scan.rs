@@ -11,11 +11,10 @@ use dmindex_fabric::{BatchOp, Client, Transport};
 use dmindex_index::{IndexResult, Pair};
 use dmindex_prim::radix::node::slot_addr;
 use dmindex_prim::radix::slot::{Child, MAX_LEAF};
-use dmindex_prim::radix::{Partial, Slot};
+use dmindex_prim::radix::{Link, Partial, Slot};
 use std::cmp::Ordering;
 
 use crate::leaf::{LeafView, State};
-use crate::locate::Link;
 use crate::{bump, SmartIndex, Variant, ROOT_KIND};
 
 /// A subtree still to visit.
@@ -73,20 +72,20 @@ impl<V: Variant> SmartIndex<V> {
                         self.scan_leaves(c, &leaves, lo, hi, start, out).await?;
                     }
                     Some(Child::Inner { addr, kind }) => {
-                        let img = self.read_node(c, addr, kind).await?;
+                        let img = self.tree().read_node(c, addr, kind).await?;
                         if img.any_frozen() {
                             if let Some(l) = f.link {
-                                self.switch(c, &l, addr, &img).await?;
+                                self.tree().switch(c, &l, addr, &img).await?;
                             }
                             // Resume after the last key returned (pairs returned were each
                             // the key's value at an instant of the scan).
-                            bump(&self.counters.fresh_restarts);
+                            bump(&self.counters.descent.fresh_restarts);
                             continue 'restart;
                         }
                         let h = img.header;
                         let depth = h.depth as usize;
                         if depth < f.pos.len() || depth - (h.len as usize) > f.pos.len() {
-                            bump(&self.counters.fresh_restarts);
+                            bump(&self.counters.descent.fresh_restarts);
                             continue 'restart;
                         }
                         let mut pos = f.pos;

@@ -36,12 +36,14 @@
 //! 9 + 8·N bytes a node as SMART charges it; a lookup walks copies from the root.
 
 pub mod cache;
+pub mod descend;
 pub mod header;
 pub mod node;
 pub mod slot;
 pub mod switch;
 
 pub use cache::RadixCache;
+pub use descend::{At, DescentCounters, Link, Pos, Tree};
 pub use header::Header;
 pub use node::{Kind, NodeImage};
 pub use slot::{Partial, Slot};
