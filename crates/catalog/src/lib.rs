@@ -116,6 +116,13 @@ pub static INDEXES: &[IndexEntry] = &[
         rdwc
     ),
     index!(
+        "dolphin",
+        "Dolphin (MSST '24): radix inner nodes over key bytes 0-6, B+ leaves, Spear, MS-RNIC writes",
+        dmindex_dolphin::Dolphin,
+        Ordered,
+        rdwc
+    ),
+    index!(
         "ref",
         "reference: sorted shards behind one remote lock each (the harness's yardstick)",
         dmindex_reference::LockedShards,
@@ -186,7 +193,7 @@ mod tests {
         let e = find("nope").err().expect("unknown").to_string();
         assert!(
             e.contains("unknown index 'nope'")
-                && e.contains("chime, sherman, sephash, race, smart, smart-opt, ref"),
+                && e.contains("chime, sherman, sephash, race, smart, smart-opt, dolphin, ref"),
             "{e}"
         );
     }

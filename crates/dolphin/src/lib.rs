@@ -1,26 +1,51 @@
 //! # dmindex-dolphin: Dolphin, a hybrid index of radix inner nodes over B+ leaves
 //!
 //! Dolphin (MSST '24) keeps the upper levels of an adaptive radix tree over key bytes 0–6
-//! (the shared `dmindex_prim::radix` machinery) and stores keys in B+ leaves that each cover a
-//! range `[lo, hi]` inside one 7-byte prefix. A leaf that splits hangs, with its new siblings,
-//! from a *special* radix node at depth 7 whose slots name each leaf by the last byte of its
-//! `lo` and are searched by floor ([`dmindex_prim::radix::NodeImage::floor`]). Writers share a
-//! leaf through Spear ([`dmindex_prim::spear`]), the FAA-only lock whose FAA rides in the same
-//! doorbell as the leaf READ; structure changes claim the leaf exclusively.
+//! (the shared [`dmindex_prim::radix`] machinery) and stores keys in B+ leaves that each cover a
+//! range `[lo, hi]` inside one 7-byte prefix. A prefix's leaves hang from a *special* radix node
+//! at depth 7 whose slots name each leaf by the last byte of its `lo` and are searched by floor
+//! ([`dmindex_prim::radix::NodeImage::floor`]). Writers share a leaf through Spear
+//! ([`dmindex_prim::spear`]), the FAA-only lock whose FAA rides in the same doorbell as the leaf
+//! READ; structure changes claim the leaf exclusively.
 //!
-//! # Status
+//! # Structure
 //!
-//! This crate is being built in steps and is **not yet an index** (it is in no catalog):
+//! ```text
+//! depth 0        root N256 (never grows), picks by key[0]
+//! depth 1..6     radix nodes: exact partial keys, compressed prefixes, path splits
+//! depth 7        special nodes, one per 7-byte prefix P: slots name leaves by lo[7], floor lookup
+//! leaves         [lo, hi] inside [P00, PFF]; the leftmost has lo = P00, so a floor always exists
+//! ```
 //!
-//! | part | state |
-//! |---|---|
-//! | leaf layout, epochs in every line, cell meta words, split point ([`leaf`]) | done, pinned |
-//! | Spear, atomics in doorbells, floor lookup in radix nodes | done (in `prim` and `fabric`) |
-//! | search, insert, update, delete inside one leaf, under Spear ([`sync`]) | done, tested |
-//! | SMO claim and in-place compaction of a full leaf; split planning ([`smo`]) | done, tested under torn reads |
-//! | split publication in the special node, pathfinding with backtracking, scans, the index | to do |
+//! Keys are exactly 8 bytes, compared as big-endian integers; key 0 is reserved (a free key
+//! word). Values are exactly the configured `max_value` bytes (1 to 56: a value shares one cache
+//! line with its cell's meta word, [`leaf`]).
 //!
-//! # Races the paper leaves open, and how the leaf layout closes them
+//! # Pathfinding ([`ops`])
+//!
+//! The CN cache ([`dmindex_prim::radix::RadixCache`]) keeps copies of inner and special nodes; a
+//! walk over them with a floor at depth 7 names the key's leaf, so a warm search is **one READ**.
+//! A leaf image is authoritative for a key iff it checks (one epoch in every line) and
+//! `lo ≤ key ≤ hi`: leaves are never removed, `lo` never changes and `hi` only shrinks, so a key
+//! above `hi` means the leaf split after the copy of its special node was taken. The client then
+//! **backtracks**: it drops that copy and reads the special node afresh (one more READ), whose
+//! floor names the leaf that now covers the key. Everything else is decided on nodes read afresh
+//! by the shared descent ([`dmindex_prim::radix::descend`]).
+//!
+//! # Round trips (warm cache, 8-byte values)
+//!
+//! | operation | paper | here |
+//! |---|---|---|
+//! | search | 1 | 1: READ leaf |
+//! | update | 2 | 2: `[FAA +1, READ leaf]`, `[WRITE value, FAA −1]` |
+//! | insert, new key | 3 | 3: `[FAA +1, READ leaf]`, CAS key word, `[WRITE cell, FAA −1]` |
+//! | insert, present key | — | 2 |
+//! | delete | 2 | 2: `[FAA +1, READ leaf]`, `[CAS cell meta, FAA −1]` |
+//! | insert that splits | — | 6: insert's 1, claim `[FAA, READ]`, `[WRITE new leaf, READ special node]`, slot CAS, `[WRITE old leaf, WRITE new cell, FAA, FAA]` (+1: the insert's key CAS found no room) |
+//! | insert of a new 7-byte prefix | — | 1 CAS after the descent (+1 WRITE when the new special node is on another memory node) |
+//! | scan of 100 items | 2–3 READ rounds | 1–2 doorbells of leaf READs per special node ([`scan`]) |
+//!
+//! # Races the paper leaves open, and how they are closed
 //!
 //! * **Two inserts of one key take two slots.** Key words are written once per leaf epoch, by a
 //!   CAS from 0, and an insert takes the *first* free slot of its image; a failed CAS returns the
@@ -36,7 +61,334 @@
 //! * **A READ torn across an SMO's in-place rewrite.** Every line carries the leaf epoch; an
 //!   image is accepted only if all agree ([`leaf::LeafImage::check`]). One more READ when a
 //!   search overlaps a split.
+//! * **Moved keys in two leaves.** A split publishes the new leaf before it shrinks the old one
+//!   (so no key is ever unreachable), and the new leaf is *born claimed*: both copies of the moved
+//!   keys stay frozen until the last doorbell, whose WRITEs precede both releases. The inserted
+//!   key, if it moves, is pending in the new leaf until that doorbell. No extra round trip.
+//! * **A special node that fills** grows N4 → N16 → N48 → N256 by the shared, helped type
+//!   switch (the public code asserts at 16 leaves).
+//!
+//! # Where we differ from the paper and its public code
+//!
+//! * **Every prefix has a special node**, even one with a single leaf; the public code hangs a
+//!   prefix's first leaf directly from the deepest inner node (a *hidden prefix*) and makes the
+//!   special node at the first split. At the paper's density (512 M keys in a 2³⁰ key space,
+//!   ~128 keys a prefix, 36 a leaf) every prefix splits anyway; a single-leaf prefix costs one
+//!   N4 (64 B remote, 17 B of cache) and no round trip, and the push-down of a hidden leaf under
+//!   concurrent inserts (a race the public code does not handle) does not exist.
+//! * Leaves hold 36 slots in 1 KB (the public code: 65 in 1088 B): every line carries the epoch
+//!   and every slot a cell meta word, which is what makes torn reads and the races above
+//!   detectable ([`leaf`]).
+//! * The public code's defects (values detached from their keys by a split, versions never
+//!   incremented, exact match in uncached special-node lookups, no delete, no scan, FAA and READ
+//!   as two round trips) are not carried over.
+//!
+//! # Crashes
+//!
+//! Nothing acknowledged is lost: every write is in place before the operation returns. A client
+//! that crashes holding Spear's `+1` makes its leaf unsplittable (splitters give up after
+//! `drain_polls` polls and retry, so only inserts of new keys into that full leaf wait); one that
+//! crashes during a split leaves the two leaves claimed, so their writers wait while reads go on.
 
 pub mod leaf;
+pub mod ops;
+pub mod scan;
 pub mod smo;
+pub mod special;
 pub mod sync;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_index::{
+    IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
+};
+use dmindex_prim::options::{Opt, Options};
+use dmindex_prim::pool::{Pool, Pooled};
+use dmindex_prim::radix::slot::MAX_NODES;
+use dmindex_prim::radix::{DescentCounters, Header, Kind, NodeImage, RadixCache, Tree};
+use dmindex_prim::root::{Magic, RootSlot};
+
+use crate::leaf::Shape;
+use crate::sync::SyncCounters;
+
+/// The descriptor's magic ("DL").
+pub const MAGIC: Magic = Magic { name: "dolphin", value: 0x444C, bits: 16 };
+
+/// Dolphin's options: slots per leaf, and how long a split waits for operations in flight.
+pub const OPTIONS: Options = Options {
+    what: "dolphin",
+    known: &[
+        Opt::number("slots", &["leaf_slots"], 2..=leaf::MAX_SLOTS),
+        Opt::number("drain_polls", &[], 1..=1_000_000),
+    ],
+};
+
+/// Slots per leaf by default: 1 KB leaves with 8-byte values.
+pub const DEFAULT_SLOTS: usize = 36;
+/// Polls a split makes for operations in flight on its leaf before it gives up and retries.
+pub const DEFAULT_DRAIN_POLLS: usize = 256;
+/// Keys are this long.
+pub const KEY_BYTES: usize = 8;
+/// The depth of the special nodes (the index of the key byte their slots are named by).
+pub const SPECIAL_DEPTH: usize = 7;
+
+/// The root is the largest kind: it never grows, so the root word never changes.
+const ROOT_KIND: Kind = Kind::N256;
+
+#[derive(Debug, Default)]
+struct Counters {
+    sync: SyncCounters,
+    descent: DescentCounters,
+    searches: AtomicU64,
+    cache_hits: AtomicU64,
+    backtracks: AtomicU64,
+    retries: AtomicU64,
+    compactions: AtomicU64,
+    splits: AtomicU64,
+    smo_retries: AtomicU64,
+    new_prefixes: AtomicU64,
+    path_splits: AtomicU64,
+    scan_rounds: AtomicU64,
+    scan_refreshes: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A compute node's handle on a Dolphin index.
+pub struct Dolphin {
+    root: GlobalAddr,
+    shape: Shape,
+    polls: u32,
+    cache: RadixCache,
+    bufs: Pool<Vec<u8>>,
+    counters: Counters,
+}
+
+/// The shape and options `config` asks for, checked.
+fn configure<T: Transport>(c: &Client<T>, config: &IndexConfig) -> IndexResult<(Shape, u32)> {
+    let opts = OPTIONS.parse(&config.extra)?;
+    if config.max_key != KEY_BYTES {
+        return Err(IndexError::Config(format!(
+            "dolphin keys are exactly {KEY_BYTES} bytes (7-byte prefixes and a last byte), not \
+             max_key={}",
+            config.max_key
+        )));
+    }
+    if c.info().nodes() > MAX_NODES {
+        return Err(IndexError::Config(format!(
+            "dolphin addresses at most {MAX_NODES} memory nodes, not {}",
+            c.info().nodes()
+        )));
+    }
+    let slots = opts.number("slots").unwrap_or(DEFAULT_SLOTS);
+    let shape = Shape::new(slots, config.max_value)?;
+    let polls = opts.number("drain_polls").unwrap_or(DEFAULT_DRAIN_POLLS) as u32;
+    Ok((shape, polls))
+}
+
+fn shape_bits(shape: &Shape) -> u64 {
+    (shape.slots as u64) << 16 | shape.value as u64
+}
+
+/// The key as the integer leaves store (`InvalidKey` unless 8 bytes and not 0).
+fn key_word(key: &[u8]) -> IndexResult<u64> {
+    let Ok(b) = <[u8; KEY_BYTES]>::try_from(key) else {
+        return Err(IndexError::InvalidKey(format!(
+            "dolphin keys are exactly {KEY_BYTES} bytes, got {}",
+            key.len()
+        )));
+    };
+    match u64::from_be_bytes(b) {
+        0 => Err(IndexError::InvalidKey("the all-zero key is reserved (a free key slot)".into())),
+        k => Ok(k),
+    }
+}
+
+impl Dolphin {
+    fn new(root: GlobalAddr, shape: Shape, polls: u32, config: &IndexConfig) -> Dolphin {
+        Dolphin {
+            root,
+            shape,
+            polls,
+            cache: RadixCache::new(config.cache_bytes),
+            bufs: Pool::new(256),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The tree as the shared radix descent sees it (floor lookups at the special depth).
+    fn tree(&self) -> Tree<'_> {
+        Tree {
+            root: self.root,
+            root_kind: ROOT_KIND,
+            cache: &self.cache,
+            floor_depth: Some(SPECIAL_DEPTH),
+            counters: &self.counters.descent,
+        }
+    }
+
+    /// A leaf-sized buffer from this compute node's pool.
+    fn leaf_buf<T: Transport>(&self, c: &Client<T>) -> Pooled<'_, Vec<u8>> {
+        self.bufs.get(c, || vec![0u8; self.shape.bytes])
+    }
+
+    fn check_value(&self, value: &[u8]) -> IndexResult<()> {
+        if value.len() != self.shape.value {
+            return Err(IndexError::Config(format!(
+                "this dolphin index stores values of exactly {} bytes, got {}",
+                self.shape.value,
+                value.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl<T: Transport> PointIndex<T> for Dolphin {
+    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        let (shape, _) = configure(c, config)?;
+        let slot = RootSlot::with_descriptor(config.root_slot)?;
+        let root = c.alloc(ROOT_KIND.alloc_bytes(), 64).await?;
+        let mut buf = Vec::new();
+        NodeImage::encode_new(GlobalAddr::NULL, &Header::new(ROOT_KIND, 0, b"", 0), &[], &mut buf);
+        c.write(root, &buf).await?;
+        slot.claim(c, root.raw()).await?;
+        slot.publish(c, &MAGIC, shape_bits(&shape)).await?;
+        Self::open(c, config, cn).await
+    }
+
+    async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        let (shape, polls) = configure(c, config)?;
+        let slot = RootSlot::with_descriptor(config.root_slot)?;
+        slot.check(c, &MAGIC, shape_bits(&shape)).await?;
+        let root = GlobalAddr::from_raw(slot.load(c).await?);
+        Ok(Dolphin::new(root, shape, polls, config))
+    }
+
+    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self.search_into(c, key, &mut out).await?.then_some(out))
+    }
+
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        out.clear();
+        self.search_key(c, key_word(key)?, out).await
+    }
+
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        let k = key_word(key)?;
+        self.check_value(value)?;
+        self.insert_key(c, k, value).await
+    }
+
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        let k = key_word(key)?;
+        self.check_value(value)?;
+        self.update_key(c, k, value).await
+    }
+
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        self.delete_key(c, key_word(key)?).await
+    }
+
+    fn stats(&self) -> IndexStats {
+        let n = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        IndexStats {
+            cache_bytes: self.cache.bytes(),
+            retries: get(&n.retries),
+            extra: vec![
+                ("searches", get(&n.searches)),
+                ("search_cache_hits", get(&n.cache_hits)),
+                ("backtracks", get(&n.backtracks)),
+                ("torn_leaf_reads", get(&n.sync.torn_reads)),
+                ("lost_key_cas", get(&n.sync.lost_key_cas)),
+                ("turned_away_by_smo", get(&n.sync.claimed)),
+                ("compactions", get(&n.compactions)),
+                ("splits", get(&n.splits)),
+                ("smo_retries", get(&n.smo_retries)),
+                ("new_prefixes", get(&n.new_prefixes)),
+                ("path_splits", get(&n.path_splits)),
+                ("type_switches", get(&n.descent.switches)),
+                ("fresh_restarts", get(&n.descent.fresh_restarts)),
+                ("stale_cached_parents", get(&n.descent.stale_parents)),
+                ("scan_rounds", get(&n.scan_rounds)),
+                ("scan_refreshes", get(&n.scan_refreshes)),
+                ("cached_nodes", self.cache.len() as u64),
+            ],
+        }
+    }
+}
+
+/// The smallest 8-byte key at or after `bound` (which may be shorter or longer), if any.
+fn ceil_key(bound: &[u8]) -> Option<u64> {
+    let mut b = [0u8; KEY_BYTES];
+    let n = bound.len().min(KEY_BYTES);
+    b[..n].copy_from_slice(&bound[..n]);
+    let k = u64::from_be_bytes(b);
+    if bound.len() > KEY_BYTES && bound[KEY_BYTES..].iter().any(|&x| x != 0) {
+        // A longer bound sorts after its first 8 bytes.
+        k.checked_add(1)
+    } else {
+        Some(k)
+    }
+    .map(|k| k.max(1))
+}
+
+impl<T: Transport> RangeIndex<T> for Dolphin {
+    async fn scan(
+        &self,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        if from.len() > KEY_BYTES {
+            return Err(IndexError::KeyTooLong { len: from.len(), max: KEY_BYTES });
+        }
+        match ceil_key(from) {
+            Some(lo) => self.scan_keys(c, lo, u64::MAX, count, out).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn scan_range(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        // Keys below `hi` are the keys below its ceiling.
+        let (Some(lo), Some(end)) = (ceil_key(lo), ceil_key(hi)) else {
+            return match ceil_key(lo) {
+                Some(lo) => self.scan_keys(c, lo, u64::MAX, usize::MAX, out).await,
+                None => Ok(()),
+            };
+        };
+        if end <= lo {
+            return Ok(());
+        }
+        self.scan_keys(c, lo, end - 1, usize::MAX, out).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_bounds_round_up_to_keys() {
+        assert_eq!(ceil_key(b""), Some(1), "key 0 does not exist");
+        assert_eq!(ceil_key(b"ab"), Some(u64::from_be_bytes(*b"ab\0\0\0\0\0\0")));
+        assert_eq!(ceil_key(b"abcdefgh"), Some(u64::from_be_bytes(*b"abcdefgh")));
+        assert_eq!(ceil_key(b"abcdefgh\0"), Some(u64::from_be_bytes(*b"abcdefgh")));
+        assert_eq!(ceil_key(b"abcdefgh\x01"), Some(u64::from_be_bytes(*b"abcdefgi")));
+        assert_eq!(ceil_key(&[0xFF; 9]), None);
+        assert!(key_word(&[0; 8]).is_err() && key_word(b"short").is_err());
+        assert_eq!(key_word(&[0, 0, 0, 0, 0, 0, 1, 2]).unwrap(), 0x102);
+    }
+}

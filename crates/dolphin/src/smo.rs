@@ -63,14 +63,24 @@ impl Pairs {
     }
 }
 
+/// The header of a drained image: what a split keeps or changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub rev: u64,
+    pub lo: u64,
+    pub hi: u64,
+    pub nv: u32,
+}
+
 /// How an SMO attempt ended.
 #[derive(Debug)]
 pub enum Smo {
     /// Compacted, with the new pair in; the claim is released and the insert done.
     Compacted,
     /// Too many live pairs: the leaf must split. Still claimed; the pairs are the leaf's live
-    /// ones and the new one, sorted, and `at` the first that moves to the new leaf.
-    Split { claimed: Claimed, pairs: Pairs, at: usize },
+    /// ones and the new one, sorted, `at` the first that moves to the new leaf, and `frame`
+    /// the drained image's header.
+    Split { claimed: Claimed, pairs: Pairs, at: usize, frame: Frame },
     /// Another SMO held the leaf, or operations stayed in flight: start the insert over.
     Again,
 }
@@ -99,7 +109,8 @@ pub async fn compact_or_split<T: Transport>(
     };
     let pairs = Pairs::gather(&img, key, value);
     if let Some(at) = split_at(shape, pairs.len()) {
-        return Ok(Smo::Split { claimed, pairs, at });
+        let frame = Frame { rev: img.rev(), lo: img.lo(), hi: img.hi(), nv: img.nv() };
+        return Ok(Smo::Split { claimed, pairs, at, frame });
     }
     let mut out = Vec::with_capacity(shape.bytes);
     let w = shape.value;
@@ -109,7 +120,7 @@ pub async fn compact_or_split<T: Transport>(
         0,
         img.lo(),
         img.hi(),
-        img.nv().wrapping_add(1).max(1),
+        next_epoch(img.nv()),
         (0..pairs.len()).map(|i| {
             let (k, v) = pairs.get(i, w);
             (k, v, State::Live)
@@ -120,6 +131,72 @@ pub async fn compact_or_split<T: Transport>(
         [BatchOp::Write { addr: leaf.add(LO as u64), data: &out[LO..] }, claimed.release()];
     c.batch(&mut ops).await?;
     Ok(Smo::Compacted)
+}
+
+/// The epoch after `nv` (never 0, which no leaf has).
+pub fn next_epoch(nv: u32) -> u32 {
+    nv.wrapping_add(1).max(1)
+}
+
+/// A split's two images: the old leaf's rewrite (keys below the split key, `hi` lowered, the
+/// next epoch) and the new leaf's first image (born claimed, epoch 1). The inserted key, if it
+/// moves to the new leaf, is written there pending (its cell EMPTY) and turned live by the
+/// split's last doorbell ([`SplitImages::new_cell`]), so no reader sees it in the new leaf while
+/// another can still read the old leaf's image without it.
+pub struct SplitImages {
+    /// The split key: the new leaf's `lo`.
+    pub at_key: u64,
+    /// The old leaf's rewrite, whole (its first 16 bytes are not written).
+    pub old: Vec<u8>,
+    /// The new leaf, whole.
+    pub new: Vec<u8>,
+    /// The inserted key's cell in the new leaf (its slot and its live bytes), if it moved.
+    pub new_cell: Option<(usize, [u8; crate::leaf::LINE])>,
+}
+
+impl SplitImages {
+    /// Plans the split of a leaf with header `frame` into pairs `..at` and `at..` of `pairs`;
+    /// `key` is the inserted key.
+    pub fn plan(shape: &Shape, frame: Frame, pairs: &Pairs, at: usize, key: u64) -> SplitImages {
+        let w = shape.value;
+        let at_key = pairs.get(at, w).0;
+        let mut old = Vec::with_capacity(shape.bytes);
+        let mut new = Vec::with_capacity(shape.bytes);
+        let live = |i: usize| {
+            let (k, v) = pairs.get(i, w);
+            (k, v, State::Live)
+        };
+        encode(
+            shape,
+            frame.rev,
+            0,
+            frame.lo,
+            at_key - 1,
+            next_epoch(frame.nv),
+            (0..at).map(live),
+            &mut old,
+        );
+        let mut new_cell = None;
+        let moved = (at..pairs.len()).map(|i| {
+            let (k, v) = pairs.get(i, w);
+            if k == key {
+                let mut cell = [0u8; crate::leaf::LINE];
+                crate::leaf::encode_cell(
+                    shape,
+                    crate::leaf::CellMeta::new(State::Live, 1),
+                    v,
+                    &mut cell,
+                );
+                new_cell = Some((i - at, cell));
+                (k, v, State::Empty)
+            } else {
+                (k, v, State::Live)
+            }
+        });
+        let pairs_new: Vec<(u64, &[u8], State)> = moved.collect();
+        encode(shape, 0, spear::BORN_CLAIMED, at_key, frame.hi, 1, pairs_new, &mut new);
+        SplitImages { at_key, old, new, new_cell }
+    }
 }
 
 #[cfg(test)]
@@ -185,7 +262,7 @@ mod tests {
             else {
                 panic!("full again")
             };
-            let Smo::Split { claimed, pairs, at } =
+            let Smo::Split { claimed, pairs, at, .. } =
                 compact_or_split(&c, &shape, leaf, held, key, &v, &mut buf, 8).await.unwrap()
             else {
                 panic!("17 live pairs in 16 slots")

@@ -1,0 +1,66 @@
+//! Dolphin under the simulator (torn reads, delays, crashes, every history checked, scans
+//! included) and on real threads, through the conformance kit.
+
+use dmindex_dolphin::Dolphin;
+use dmindex_index::conformance::{on_local_threads, suite, CheckConfig, Crashes};
+use dmindex_index::{IndexConfig, Ordered};
+
+fn slots(n: &str) -> Vec<(String, String)> {
+    vec![("slots".into(), n.into())]
+}
+
+/// 48 dense keys in 4-slot leaves: splits every few inserts, racing searches, updates,
+/// deletes and scans; crashes on one seed in four.
+#[test]
+fn hot_prefix_small_leaves() {
+    let cfg = CheckConfig { index_options: slots("4"), ..CheckConfig::default() };
+    suite::<Dolphin, Ordered>("dolphin_hot_prefix", &cfg, 0..200);
+}
+
+/// 256 dense keys, 16 clients: a special node grows to N256 while leaves split under it.
+#[test]
+fn special_node_growth() {
+    let cfg = CheckConfig {
+        keys: 256,
+        clients: 16,
+        ops_per_client: 60,
+        index_options: slots("4"),
+        crashes: Crashes::Never,
+        ..CheckConfig::default()
+    };
+    suite::<Dolphin, Ordered>("dolphin_special_growth", &cfg, 0..40);
+}
+
+/// Keys in 12 prefixes of 4 keys each, parting at bytes 1 to 6: new prefixes and path splits
+/// racing splits and type switches, every client crashing sometimes.
+#[test]
+fn many_prefixes_with_crashes() {
+    let key_list = (0..48u64)
+        .map(|x| {
+            let group = (x / 4).wrapping_mul(0x0001_0203_0405_0607) & 0x00FF_FFFF_FFFF_FF00;
+            0x0100_0000_0000_0000 | group | ((x % 4) * 60 + 1)
+        })
+        .collect();
+    let cfg = CheckConfig {
+        key_list,
+        keys: 48,
+        index_options: slots("2"),
+        crashes: Crashes::EverySeed,
+        ..CheckConfig::default()
+    };
+    suite::<Dolphin, Ordered>("dolphin_many_prefixes", &cfg, 0..150);
+}
+
+/// Values filling a whole cache line with their meta word.
+#[test]
+fn line_wide_values() {
+    let cfg = CheckConfig { value_size: 56, index_options: slots("6"), ..CheckConfig::default() };
+    suite::<Dolphin, Ordered>("dolphin_wide_values", &cfg, 0..80);
+}
+
+#[test]
+fn real_threads() {
+    on_local_threads::<Dolphin, Ordered>(&IndexConfig::default(), 10);
+    let small = IndexConfig { extra: slots("4"), ..IndexConfig::default() };
+    on_local_threads::<Dolphin, Ordered>(&small, 5);
+}
