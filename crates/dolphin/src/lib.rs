@@ -41,9 +41,9 @@
 //! | insert, new key | 3 | 3: `[FAA +1, READ leaf]`, CAS key word, `[WRITE cell, FAA −1]` |
 //! | insert, present key | — | 2 |
 //! | delete | 2 | 2: `[FAA +1, READ leaf]`, `[CAS cell meta, FAA −1]` |
-//! | insert that splits | — | 6: insert's 1, claim `[FAA, READ]`, `[WRITE new leaf, READ special node]`, slot CAS, `[WRITE old leaf, WRITE new cell, FAA, FAA]` (+1: the insert's key CAS found no room) |
+//! | insert that splits | — | 5: `[FAA +1, READ leaf]` (no free slot), claim `[FAA, READ]`, `[WRITE new leaf, READ special node]`, slot CAS, `[WRITE old leaf, WRITE new cell, FAA, FAA]` |
 //! | insert of a new 7-byte prefix | — | 1 CAS after the descent (+1 WRITE when the new special node is on another memory node) |
-//! | scan of 100 items | 2–3 READ rounds | 1–2 doorbells of leaf READs per special node ([`scan`]) |
+//! | scan of 100 items | 2–3 READ rounds | 1 doorbell of leaf READs per prefix with its special node cached, +1 READ of it when not ([`scan`]) |
 //!
 //! # Races the paper leaves open, and how they are closed
 //!
