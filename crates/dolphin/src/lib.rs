@@ -151,6 +151,9 @@ struct Counters {
     path_splits: AtomicU64,
     scan_rounds: AtomicU64,
     scan_refreshes: AtomicU64,
+    /// Leaves scans read, and the pairs in range they held: the running mean sizes a round.
+    scan_leaves: AtomicU64,
+    scan_pairs: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {

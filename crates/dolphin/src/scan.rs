@@ -4,9 +4,8 @@
 //!
 //! For each 7-byte prefix from the start key's on: take its special node's image (the CN
 //! cache's copy if there is one, else read afresh), list its leaves by low key from the floor of
-//! the current key, and READ as many as the scan still needs (an estimate from half-full leaves,
-//! at most one doorbell's worth) in **one doorbell**: a prefix's leaves all live on its special
-//! node's memory node. A scan of 100 items over 1 KB leaves is one doorbell when the copy is
+//! the current key, and READ as many as the scan still needs (from the mean number of live pairs
+//! the compute node's scans found per leaf; at most one doorbell's worth) in **one doorbell**: a prefix's leaves all live on its special node's memory node. A scan of 100 items over 1 KB leaves is one doorbell when the copy is
 //! cached, two when it is not.
 //!
 //! # Coverage: why a stale copy cannot hide a key
@@ -29,6 +28,7 @@
 //! rare in the dense key spaces Dolphin is built for.
 
 use std::cmp::Ordering;
+use std::sync::atomic::Ordering::Relaxed;
 
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
@@ -223,14 +223,14 @@ impl Dolphin {
         let Some(mut first) = leaves.iter().rposition(|l| l.0 <= *cur as u8) else {
             return Ok(Leaves::Gap(*cur));
         };
-        let per_leaf = (self.shape.slots / 2).max(1);
         let shape = &self.shape;
         while first < leaves.len() {
-            let want = left.div_ceil(per_leaf).saturating_add(1).min(MAX_BATCH);
+            let want = self.leaves_for(*left);
             let batch = &leaves[first..(first + want).min(leaves.len())];
             let mut bufs: Vec<_> = batch.iter().map(|_| self.leaf_buf(c)).collect();
             self.read_leaves(c, batch, &mut bufs).await?;
             bump(&self.counters.scan_rounds);
+            self.counters.scan_leaves.fetch_add(batch.len() as u64, Relaxed);
             for (&(_, addr), buf) in batch.iter().zip(bufs.iter_mut()) {
                 if let Err(Refused::Torn) = LeafImage::verify(shape, buf) {
                     sync::read(c, shape, addr, buf, &self.counters.sync).await?;
@@ -249,6 +249,7 @@ impl Dolphin {
                 let mut live: Vec<(u64, usize)> =
                     img.live().filter(|&(k, _)| k >= *cur && k <= top).collect();
                 live.sort_unstable_by_key(|&(k, _)| k);
+                self.counters.scan_pairs.fetch_add(img.live().count() as u64, Relaxed);
                 for (k, j) in live {
                     if *left == 0 {
                         return Ok(Leaves::Done);
@@ -268,6 +269,17 @@ impl Dolphin {
         }
         // The image's last leaf ends before PFF: a leaf it does not name covers the rest.
         Ok(Leaves::Gap(*cur))
+    }
+
+    /// Leaves to read for `left` more pairs: by the mean live pairs per leaf the compute node's
+    /// scans saw (half-full leaves before any), counting the first leaf as half (a scan starts
+    /// anywhere in it), at least one and at most a doorbell's worth.
+    fn leaves_for(&self, left: usize) -> usize {
+        let (leaves, pairs) =
+            (self.counters.scan_leaves.load(Relaxed), self.counters.scan_pairs.load(Relaxed));
+        let per_leaf = pairs.checked_div(leaves).unwrap_or(self.shape.slots as u64 / 2).max(1);
+        let need = (left as u64).saturating_add(per_leaf / 2);
+        need.div_ceil(per_leaf).clamp(1, MAX_BATCH as u64) as usize
     }
 
     /// READs the leaves `batch` names into `bufs`: one doorbell per memory node (one in all
