@@ -11,9 +11,10 @@
 //! pair appears with the CAS: that is the insert's linearization point. A lost CAS leaves the
 //! two new objects unreachable (never reused, as in SMART) and the insert starts over.
 //!
-//! Special nodes go round-robin over the memory nodes (a design that put them next to their
-//! parent would put every prefix on the root's memory node); a prefix's leaves all live on its
-//! special node's memory node, so a split publishes and a scan reads a prefix with one doorbell.
+//! A prefix's special node goes to the memory node its prefix hashes to (next to the parent,
+//! every prefix would be on the root's memory node; with a client's allocation chunk, all the
+//! prefixes one client made), and all the prefix's leaves live there too, so a split publishes
+//! and a scan reads a prefix with one doorbell.
 //!
 //! # A split's new leaf
 //!
@@ -40,6 +41,12 @@ pub fn leaf_slot(lo: u64, addr: GlobalAddr) -> Slot {
     Slot::leaf(Partial::Byte(lo as u8), addr, LEAF_UNITS)
 }
 
+/// The memory node of `key`'s prefix.
+fn home(key: u64, nodes: u16) -> u16 {
+    let h = (key >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h >> 32) % u64::from(nodes.max(1))) as u16
+}
+
 impl Dolphin {
     /// Makes the special node and first leaf of `key`'s prefix, to be named by a slot of a node
     /// at depth `d` whose address is `rev`; both are in place once this returns or, if they
@@ -54,7 +61,7 @@ impl Dolphin {
         value: &[u8],
     ) -> IndexResult<Slot> {
         let kb = key.to_be_bytes();
-        let node = c.alloc(Kind::N4.alloc_bytes(), 64).await?;
+        let node = c.alloc_on(home(key, c.info().nodes()), Kind::N4.alloc_bytes(), 64).await?;
         let leaf = c.alloc_on(node.node(), self.shape.bytes as u64, 64).await?;
         let lo = key & !0xFF;
         let mut leaf_img = Vec::with_capacity(self.shape.bytes);
