@@ -89,6 +89,9 @@ pub struct BenchArgs {
     /// Request distribution overriding the workload's: zipfian, uniform, latest.
     #[arg(long)]
     distribution: Option<String>,
+    /// Every scan asks for exactly this many pairs (default: YCSB's uniform 1 to 100).
+    #[arg(long)]
+    scan_len: Option<u64>,
     /// Replay this trace in the run phase instead of generating operations.
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -147,6 +150,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         workload: a.workload.clone(),
         mix: a.mix.clone(),
         distribution: a.distribution.clone(),
+        scan_len: a.scan_len,
         trace: a.trace.clone(),
         load_trace: a.load_trace.clone(),
         key_size: a.key_size,

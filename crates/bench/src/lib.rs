@@ -60,6 +60,8 @@ pub struct BenchConfig {
     pub mix: Option<String>,
     /// Request distribution overriding the workload's (`zipfian`, `uniform`, `latest`).
     pub distribution: Option<String>,
+    /// Every scan asks for exactly this many pairs (YCSB: uniform in 1..=100).
+    pub scan_len: Option<u64>,
     pub trace: Option<PathBuf>,
     /// Load the keys of this YCSB load trace (in file order) instead of generating `items`.
     pub load_trace: Option<PathBuf>,
@@ -102,6 +104,7 @@ impl Default for BenchConfig {
             workload: "c".into(),
             mix: None,
             distribution: None,
+            scan_len: None,
             trace: None,
             load_trace: None,
             key_size: 8,
@@ -216,6 +219,9 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     }
     if let Some(d) = &cfg.distribution {
         spec = spec.with_distribution(d).map_err(anyhow::Error::msg).context("--distribution")?;
+    }
+    if let Some(n) = cfg.scan_len {
+        spec = spec.with_scan_len(n).map_err(anyhow::Error::msg).context("--scan-len")?;
     }
     let trace = match &cfg.trace {
         Some(p) => {

@@ -41,8 +41,14 @@ pub struct WorkloadSpec {
     pub delete: f64,
     /// Key distribution.
     pub distribution: Distribution,
-    /// Scan lengths are uniform in `[1, max_scan]`.
+    /// Scan lengths are uniform in `[min_scan, max_scan]` (YCSB: `[1, maxscanlength]`).
     pub max_scan: u64,
+    #[serde(default = "one")]
+    pub min_scan: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 impl WorkloadSpec {
@@ -73,6 +79,7 @@ impl WorkloadSpec {
             delete: 0.0,
             distribution,
             max_scan: 100,
+            min_scan: 1,
         })
     }
 
@@ -106,6 +113,16 @@ impl WorkloadSpec {
         (self.read, self.update, self.insert, self.scan, self.rmw, self.delete) =
             (r, u, i, s, m, d);
         self.name = format!("{}+mix({mix})", self.name);
+        Ok(self)
+    }
+
+    /// Every scan asks for exactly `n` pairs (1 to 1 000 000), not YCSB's uniform `[1, 100]`.
+    pub fn with_scan_len(mut self, n: u64) -> Result<WorkloadSpec, String> {
+        if !(1..=1_000_000).contains(&n) {
+            return Err(format!("scan length {n} is outside 1..=1000000"));
+        }
+        (self.min_scan, self.max_scan) = (n, n);
+        self.name = format!("{}+scan{n}", self.name);
         Ok(self)
     }
 
@@ -444,7 +461,8 @@ impl ClientStream {
         }
         let number = self.key_number();
         let scan_len = if kind == OpKind::Scan {
-            1 + below(&mut self.rng, self.shared.spec.max_scan) as u32
+            let spec = &self.shared.spec;
+            (spec.min_scan + below(&mut self.rng, spec.max_scan - spec.min_scan + 1)) as u32
         } else {
             0
         };
@@ -533,6 +551,21 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_fixed_scan_length_is_every_scan_s() {
+        let spec = WorkloadSpec::named("e").unwrap().with_scan_len(100).unwrap();
+        assert_eq!(spec.name, "e+scan100");
+        let shared = Shared::new(spec, KeyFormat::new(8, true).unwrap(), 10_000, 20_000);
+        let mut s = ClientStream::new(shared, 1, 0);
+        let scans: Vec<usize> = (0..2000)
+            .map(|_| s.next_op())
+            .filter(|op| op.kind == OpKind::Scan)
+            .map(|op| op.scan_len)
+            .collect();
+        assert!(scans.len() > 1800 && scans.iter().all(|&n| n == 100));
+        assert!(WorkloadSpec::named("e").unwrap().with_scan_len(0).is_err());
     }
 
     #[test]
