@@ -63,8 +63,12 @@ pub struct BenchReport {
     pub retries: u64,
     /// CN-side cache bytes in use, averaged over compute nodes.
     pub cache_bytes: u64,
-    /// Bytes allocated on memory nodes.
+    /// Bytes allocated on memory nodes (whole allocation chunks).
     pub remote_bytes: u64,
+    /// Of those, bytes the clients carved for the index's objects during load and run (the
+    /// index's memory-side footprint, without the chunks' unused reserve).
+    #[serde(default)]
+    pub index_bytes: u64,
     pub load_factor: Option<f64>,
     /// Index-specific counters summed over compute nodes (e.g. leaf splits).
     pub index_stats: std::collections::BTreeMap<String, u64>,
@@ -110,9 +114,10 @@ impl BenchReport {
             self.retries
         );
         s += &format!(
-            "cache {:.2} MB per CN | remote {:.2} MB{}\n",
+            "cache {:.2} MB per CN | remote {:.2} MB (index objects {:.2} MB){}\n",
             self.cache_bytes as f64 / 1e6,
             self.remote_bytes as f64 / 1e6,
+            self.index_bytes as f64 / 1e6,
             self.load_factor.map(|l| format!(" | load factor {:.3}", l)).unwrap_or_default()
         );
         if !self.index_stats.is_empty() {
@@ -236,6 +241,7 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         retries: stats.iter().map(|s| s.retries).sum(),
         cache_bytes: stats.iter().map(|s| s.cache_bytes).sum::<u64>() / handles.len().max(1) as u64,
         remote_bytes,
+        index_bytes: load.counts.bytes_allocated + run.counts.bytes_allocated,
         load_factor,
         index_stats: stats.iter().flat_map(|s| s.extra.iter()).fold(
             std::collections::BTreeMap::new(),

@@ -321,6 +321,7 @@ impl<T: Transport> Client<T> {
     /// round-robin when it runs out (one two-sided request). Remote memory is never freed.
     pub async fn alloc(&self, len: u64, align: u64) -> Result<GlobalAddr> {
         self.check_alloc(self.next_node.get(), len, align)?;
+        bump(&self.stats.bytes_allocated, len);
         if let Some(a) = carve(&self.chunk, len, align) {
             return Ok(a);
         }
@@ -341,6 +342,7 @@ impl<T: Transport> Client<T> {
         let slot =
             self.placed.get(node as usize).ok_or(FabricError::UnknownNode { node, nodes })?;
         self.check_alloc(node, len, align)?;
+        bump(&self.stats.bytes_allocated, len);
         if let Some(a) = carve(slot, len, align) {
             return Ok(a);
         }

@@ -296,8 +296,14 @@ pub async fn allocate_and_stamp<T: Transport>(
     tag: u64,
 ) -> Vec<GlobalAddr> {
     let mut out = Vec::with_capacity(n);
+    let before = c.counts().bytes_allocated;
     for i in 0..n {
         let a = c.alloc(len, 64).await.unwrap();
+        assert_eq!(
+            c.counts().bytes_allocated - before,
+            (i as u64 + 1) * len,
+            "allocations counted"
+        );
         assert!(a.is_aligned(64));
         assert_eq!(c.read_word(a).await.unwrap(), 0, "fresh allocation is zero");
         c.write(a, &(tag << 32 | i as u64).to_le_bytes()).await.unwrap();

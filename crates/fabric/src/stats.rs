@@ -46,6 +46,10 @@ pub struct VerbCounts {
     pub bytes_read: u64,
     /// Bytes carried from the client to memory nodes (WRITE payloads, atomic operands, requests).
     pub bytes_written: u64,
+    /// Remote bytes the client allocated (carved from its chunks, or given a range of their
+    /// own): what its index's objects take, without the chunks' unused reserve.
+    #[serde(default)]
+    pub bytes_allocated: u64,
 }
 
 impl VerbCounts {
@@ -94,7 +98,8 @@ fieldwise!(
     batches,
     rpcs,
     bytes_read,
-    bytes_written
+    bytes_written,
+    bytes_allocated
 );
 
 impl AddAssign for VerbCounts {
@@ -124,6 +129,7 @@ pub struct ClientStats {
     pub(crate) rpcs: Cell<u64>,
     pub(crate) bytes_read: Cell<u64>,
     pub(crate) bytes_written: Cell<u64>,
+    pub(crate) bytes_allocated: Cell<u64>,
 }
 
 /// What the harness charges each operation: round trips and bytes each way (the per-kind

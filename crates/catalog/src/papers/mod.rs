@@ -1,12 +1,13 @@
 //! One table per paper: which experiments reproduce which figures, and what they run.
 
 mod chime;
+mod dolphin;
 mod sephash;
 
 use dmindex_bench::experiment::{Experiment, Paper};
 
 /// Every paper whose figures `dmindex experiment` reproduces.
-pub static PAPERS: &[&Paper] = &[&chime::PAPER, &sephash::PAPER];
+pub static PAPERS: &[&Paper] = &[&chime::PAPER, &sephash::PAPER, &dolphin::PAPER];
 
 /// The paper called `name`; the error names the known ones.
 pub fn paper(name: &str) -> anyhow::Result<&'static Paper> {

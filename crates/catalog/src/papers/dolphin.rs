@@ -1,0 +1,251 @@
+//! Dolphin (MSST '24, §IV): the figures it reproduces on the simulated Dolphin testbed.
+//!
+//! Every run uses the `dolphin-testbed` preset, the paper's placement (4 compute nodes × 18
+//! client threads, 4 memory nodes, one coroutine a thread), 8-byte keys and values and a dense
+//! key space: YCSB's ordered keys (the paper folds its keys into a 2³⁰ space, 512 M items
+//! filling half of it; ordered keys fill it whole, so a 7-byte prefix holds 256 keys rather than
+//! ~128). Item counts are scaled down (`Scale::items` instead of 512 M) and so are cache budgets:
+//! a budget the paper gives in MB is multiplied by `items / 512 M` ([`budget`]), so each index
+//! keeps the same fraction of what it would cache at the paper's scale. Marlin, the paper's
+//! fourth index, is not built yet; its lines are missing from every figure.
+
+use dmindex_bench::experiment::{cache_mb, chart, lines, mops, Experiment, Paper, Scale, Session};
+use dmindex_bench::{BenchConfig, BenchReport};
+
+pub static PAPER: Paper = Paper {
+    name: "dolphin",
+    title: "Dolphin: A Resource-efficient Hybrid Index on Disaggregated Memory (MSST '24)",
+    testbed: "dolphin-testbed",
+    scale,
+    clients_mean: "client threads per CN (the paper: 18 on each of 4 CNs)",
+    experiments: &[
+        Experiment {
+            name: "rtt",
+            figure: "§I/§III: round trips per search, update, insert and 100-item scan, one client",
+            body: rtt,
+        },
+        Experiment {
+            name: "memory",
+            figure:
+                "Table II: CN cache for best throughput and MN memory, extrapolated to 512 M items",
+            body: memory,
+        },
+        Experiment {
+            name: "cache",
+            figure: "Fig. 6: YCSB A throughput vs CN cache size, zipfian 0.99 and uniform",
+            body: cache,
+        },
+        Experiment {
+            name: "ycsb",
+            figure: "Fig. 7: YCSB A, C and LOAD throughput, P50 and P99",
+            body: ycsb,
+        },
+        Experiment {
+            name: "scan",
+            figure: "Fig. 8: range-only and range-write (100-item scans, uniform) throughput",
+            body: scan,
+        },
+    ],
+};
+
+/// 4 CNs × 18 clients, 500 k dense items (the paper: 512 M), 200 k operations a run.
+fn scale() -> Scale {
+    Scale {
+        items: 500_000,
+        ops: 200_000,
+        cns: 4,
+        clients: vec![18],
+        peak_clients: 18,
+        coroutines: 1,
+        seed: 1,
+        fast_load: false,
+        workloads: Vec::new(),
+        overrides: Vec::new(),
+    }
+}
+
+/// The indexes of the paper's figures that exist here (Marlin is missing).
+const INDEXES: [&str; 3] = ["dolphin", "sherman", "smart"];
+
+/// Items the paper loads.
+const PAPER_ITEMS: f64 = 512e6;
+
+/// Memory nodes of the paper's testbed.
+const MEMORY_NODES: u16 = 4;
+
+/// A budget the paper gives in MB, scaled to `items`.
+fn budget(s: &Session<'_>, paper_mb: f64) -> f64 {
+    paper_mb * s.scale.items as f64 / PAPER_ITEMS
+}
+
+/// A run of `index` on `workload` as the paper runs it: dense keys, 4 memory nodes, the
+/// paper's 2000 MB cache (scaled) unless a figure says otherwise.
+fn base(s: &Session<'_>, index: &str, workload: &str) -> BenchConfig {
+    let mut c = s.base(index, workload);
+    c.ordered_keys = true;
+    c.memory_nodes = MEMORY_NODES;
+    c.cache_mb = budget(s, 2000.0);
+    c
+}
+
+/// 100-item scans of a `scan` share, the rest inserts, uniform keys.
+fn scans(s: &Session<'_>, index: &str, scan: f64) -> BenchConfig {
+    let mut c = base(s, index, "e");
+    c.mix = Some(format!("scan={scan},insert={}", 1.0 - scan));
+    c.scan_len = Some(100);
+    c.distribution = Some("uniform".into());
+    c
+}
+
+fn p50(r: &BenchReport) -> f64 {
+    r.latency_us.p50
+}
+
+fn p99(r: &BenchReport) -> f64 {
+    r.latency_us.p99
+}
+
+/// The operations of the round-trip figure: name, workload, mix.
+const RTT_OPS: [(&str, &str, Option<&str>); 4] = [
+    ("search", "c", None),
+    ("update", "a", Some("update=1")),
+    ("insert", "load", None),
+    ("scan 100", "e", Some("scan=1")),
+];
+
+fn rtt(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for index in INDEXES {
+        for (i, (_, workload, mix)) in RTT_OPS.iter().enumerate() {
+            let mut c = base(s, index, workload);
+            (c.cns, c.clients) = (1, 1);
+            c.ops = Some(s.scale.ops.min(20_000));
+            c.mix = mix.map(str::to_string);
+            c.distribution = Some("uniform".into());
+            c.scan_len = Some(100);
+            s.go(index, i as f64, c)?;
+        }
+    }
+    let mut ch = chart(
+        "Round trips per operation (one client, warm cache)",
+        "operation",
+        "round trips",
+        lines(&s.runs, |r| r.round_trips_per_op),
+    );
+    ch.x_names = RTT_OPS.iter().map(|o| o.0.to_string()).collect();
+    s.chart("rtt", ch);
+    Ok(())
+}
+
+/// Bytes per item of a loaded index, extrapolated to the paper's 512 M items, in MB.
+fn at_paper_scale(r: &BenchReport, bytes: u64) -> f64 {
+    bytes as f64 / r.items.max(1) as f64 * PAPER_ITEMS / (1 << 20) as f64
+}
+
+fn memory(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for index in INDEXES {
+        // One client, so that memory is what the index holds, not allocation chunks in reserve;
+        // an unlimited cache, warmed by uniform searches of every leaf.
+        let mut c = base(s, index, "c");
+        (c.cns, c.clients) = (1, 1);
+        c.cache_mb = 1e6;
+        c.ops = Some(s.scale.items);
+        c.distribution = Some("uniform".into());
+        if index == "smart" {
+            c.index = "smart-opt".into();
+        }
+        s.go(index, 0.0, c)?;
+    }
+    let cn = lines(&s.runs, |r| at_paper_scale(r, r.cache_bytes));
+    let mn = lines(&s.runs, |r| at_paper_scale(r, r.index_bytes) / 1024.0);
+    let mut ch = chart("CN cache holding every inner node, at 512 M items", "", "MB per CN", cn);
+    ch.x_names = vec!["Table II: CS".into()];
+    s.chart("memory-cn", ch);
+    let mut ch = chart("Memory-side bytes, at 512 M items", "", "GB", mn);
+    ch.x_names = vec!["Table II: MS".into()];
+    s.chart("memory-mn", ch);
+    Ok(())
+}
+
+/// The paper's cache budgets of Fig. 6, MB.
+const CACHE_MB: [f64; 5] = [50.0, 100.0, 200.0, 400.0, 800.0];
+
+fn cache(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for (dist, tag) in [("zipfian", "a"), ("uniform", "c")] {
+        let first = s.runs.len();
+        for index in INDEXES {
+            for mb in CACHE_MB {
+                let mut c = base(s, index, "a");
+                c.cache_mb = budget(s, mb);
+                c.distribution = Some(dist.into());
+                s.go(index, mb, c)?;
+            }
+        }
+        let title = format!("YCSB A, {dist}: throughput vs cache (paper MB, scaled)");
+        let runs = s.runs[first..].to_vec();
+        s.chart(
+            &format!("cache-{tag}-{dist}"),
+            chart(&title, "cache at the paper's scale (MB)", "Mops/s", lines(&runs, mops)),
+        );
+        let used = lines(&runs, cache_mb);
+        s.chart(
+            &format!("cache-{tag}-{dist}-used"),
+            chart("Cache used per CN", "cache at the paper's scale (MB)", "MB", used),
+        );
+    }
+    Ok(())
+}
+
+const YCSB: [&str; 3] = ["a", "c", "load"];
+
+fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let workloads = s.workloads(&YCSB);
+    for index in INDEXES {
+        for (i, w) in workloads.iter().enumerate() {
+            let c = base(s, index, w);
+            s.go(index, i as f64, c)?;
+        }
+    }
+    let names: Vec<String> = workloads.iter().map(|w| w.to_uppercase()).collect();
+    for (file, y, what) in [
+        ("ycsb-throughput", mops as fn(&BenchReport) -> f64, "Mops/s"),
+        ("ycsb-p50", p50, "P50 latency (us)"),
+        ("ycsb-p99", p99, "P99 latency (us)"),
+    ] {
+        let mut ch = chart("YCSB (2000 MB cache, scaled)", "workload", what, lines(&s.runs, y));
+        ch.x_names = names.clone();
+        s.chart(file, ch);
+    }
+    Ok(())
+}
+
+fn scan(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for index in INDEXES {
+        for (i, share) in [1.0, 0.5].into_iter().enumerate() {
+            let c = scans(s, index, share);
+            s.go(index, i as f64, c)?;
+        }
+    }
+    let mut ch =
+        chart("Range queries of 100 items, uniform", "workload", "Mops/s", lines(&s.runs, mops));
+    ch.x_names = vec!["range-only".into(), "range-write (50 % inserts)".into()];
+    s.chart("scan", ch);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_placed_as_the_paper_places_them() {
+        let scale = scale();
+        let mut log = |_: &str| {};
+        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { anyhow::bail!("not run") };
+        let s = Session::for_test(&scale, "dolphin-testbed", &runner, &mut log);
+        let c = base(&s, "dolphin", "a");
+        assert_eq!((c.cns, c.clients, c.memory_nodes, c.ordered_keys), (4, 18, 4, true));
+        assert!((c.cache_mb - 2000.0 * 500_000.0 / 512e6).abs() < 1e-9);
+        let r = scans(&s, "smart", 0.5);
+        assert_eq!((r.scan_len, r.mix.as_deref()), (Some(100), Some("scan=0.5,insert=0.5")));
+    }
+}
