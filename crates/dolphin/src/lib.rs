@@ -97,12 +97,13 @@ pub mod smo;
 pub mod special;
 pub mod sync;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
+use dmindex_prim::counter::{bump, get};
 use dmindex_prim::options::{Opt, Options};
 use dmindex_prim::pool::{Pool, Pooled};
 use dmindex_prim::radix::slot::MAX_NODES;
@@ -154,10 +155,6 @@ struct Counters {
     /// Leaves scans read, and the pairs in range they held: the running mean sizes a round.
     scan_leaves: AtomicU64,
     scan_pairs: AtomicU64,
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A compute node's handle on a Dolphin index.
@@ -299,7 +296,6 @@ impl<T: Transport> PointIndex<T> for Dolphin {
 
     fn stats(&self) -> IndexStats {
         let n = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         IndexStats {
             cache_bytes: self.cache.bytes(),
             retries: get(&n.retries),
@@ -365,17 +361,14 @@ impl<T: Transport> RangeIndex<T> for Dolphin {
         hi: &[u8],
         out: &mut Vec<Pair>,
     ) -> IndexResult<()> {
-        // Keys below `hi` are the keys below its ceiling.
-        let (Some(lo), Some(end)) = (ceil_key(lo), ceil_key(hi)) else {
-            return match ceil_key(lo) {
-                Some(lo) => self.scan_keys(c, lo, u64::MAX, usize::MAX, out).await,
-                None => Ok(()),
-            };
+        let Some(lo) = ceil_key(lo) else { return Ok(()) };
+        // Keys below `hi` are the keys below its ceiling (every key, if it has none).
+        let end = match ceil_key(hi) {
+            Some(h) if h <= lo => return Ok(()),
+            Some(h) => h - 1,
+            None => u64::MAX,
         };
-        if end <= lo {
-            return Ok(());
-        }
-        self.scan_keys(c, lo, end - 1, usize::MAX, out).await
+        self.scan_keys(c, lo, end, usize::MAX, out).await
     }
 }
 

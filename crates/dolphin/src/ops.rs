@@ -28,7 +28,7 @@ use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::radix::node::Lookup;
 use dmindex_prim::radix::slot::Child;
 use dmindex_prim::radix::{At, Kind, NodeImage, Pos};
-use dmindex_prim::spear::{Born, Claimed};
+use dmindex_prim::spear::{Born, Claimed, Held};
 
 use crate::leaf::{Judge, LO, SPEAR};
 use crate::smo::{self, Frame, Pairs, Smo, SplitImages};
@@ -110,7 +110,7 @@ impl Dolphin {
     async fn left<T: Transport>(
         &self,
         c: &Client<T>,
-        held: dmindex_prim::spear::Held,
+        held: Held,
         judge: Judge,
         special: GlobalAddr,
         key: u64,
@@ -220,23 +220,11 @@ impl Dolphin {
         key: u64,
         value: &[u8],
     ) -> IndexResult<bool> {
-        let mut buf = self.leaf_buf(c);
-        loop {
-            let (leaf, special) = match self.route(c, key).await? {
-                Route::NoPrefix(_) => return Ok(false),
-                Route::Leaf { leaf, special, .. } => (leaf, special),
-            };
-            let sc = &self.counters.sync;
-            match sync::update(c, &self.shape, leaf, key, value, &mut buf, sc).await? {
-                Write::Done(found) => return Ok(found),
-                Write::Elsewhere(held, j) => self.left(c, held, j, special, key).await?,
-                Write::Again => bump(&self.counters.retries),
-                Write::Full(held) => {
-                    held.leave_now(c).await?;
-                    return Err(corrupt("an update asked for room", key));
-                }
-            }
-        }
+        let (shape, sc) = (&self.shape, &self.counters.sync);
+        self.on_present(c, key, async |leaf, buf: &mut [u8]| {
+            sync::update(c, shape, leaf, key, value, buf, sc).await
+        })
+        .await
     }
 
     pub(crate) async fn delete_key<T: Transport>(
@@ -244,19 +232,35 @@ impl Dolphin {
         c: &Client<T>,
         key: u64,
     ) -> IndexResult<bool> {
+        let (shape, sc) = (&self.shape, &self.counters.sync);
+        self.on_present(c, key, async |leaf, buf: &mut [u8]| {
+            sync::delete(c, shape, leaf, key, buf, sc).await
+        })
+        .await
+    }
+
+    /// Runs `op`, a write of a key that must be present (an update or a delete), on the key's
+    /// leaf until it is done, backtracking while the leaf a route names no longer covers the
+    /// key; `false` when the key's prefix has no leaf.
+    async fn on_present<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: u64,
+        op: impl AsyncFn(GlobalAddr, &mut [u8]) -> IndexResult<Write<bool>>,
+    ) -> IndexResult<bool> {
         let mut buf = self.leaf_buf(c);
         loop {
             let (leaf, special) = match self.route(c, key).await? {
                 Route::NoPrefix(_) => return Ok(false),
                 Route::Leaf { leaf, special, .. } => (leaf, special),
             };
-            match sync::delete(c, &self.shape, leaf, key, &mut buf, &self.counters.sync).await? {
+            match op(leaf, &mut buf).await? {
                 Write::Done(found) => return Ok(found),
                 Write::Elsewhere(held, j) => self.left(c, held, j, special, key).await?,
                 Write::Again => bump(&self.counters.retries),
                 Write::Full(held) => {
                     held.leave_now(c).await?;
-                    return Err(corrupt("a delete asked for room", key));
+                    return Err(corrupt("an update or a delete asked for room", key));
                 }
             }
         }

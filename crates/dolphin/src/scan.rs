@@ -28,11 +28,12 @@
 //! rare in the dense key spaces Dolphin is built for.
 
 use std::cmp::Ordering;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult, Pair};
+use dmindex_prim::counter::{add, get};
 use dmindex_prim::pool::Pooled;
 use dmindex_prim::radix::node::slot_addr;
 use dmindex_prim::radix::node::Lookup;
@@ -45,7 +46,8 @@ use crate::{bump, sync, Dolphin, ROOT_KIND, SPECIAL_DEPTH};
 /// A special node as a scan uses it.
 struct Special {
     node: GlobalAddr,
-    img: NodeImage,
+    /// Shared with the CN cache, or read just now.
+    img: Arc<NodeImage>,
     /// The 7-byte prefix it names leaves of.
     prefix: u64,
 }
@@ -120,17 +122,13 @@ impl Dolphin {
         let w = self.cache.walk_with(self.root, ROOT_KIND, &kb, Some(SPECIAL_DEPTH));
         if let Some(copy) = &w.copy {
             if copy.header.depth as usize == SPECIAL_DEPTH {
-                let img = NodeImage::clone(copy);
+                let img = Arc::clone(copy);
                 return Ok(Some(Special { node: w.node, img, prefix: prefix(key) }));
             }
         }
         let pos = self.tree().locate(c, &kb, true).await?;
         if pos.depth() == SPECIAL_DEPTH && matches!(pos.at, At::Slot(Lookup::Found(..))) {
-            return Ok(Some(Special {
-                node: pos.node,
-                img: (*pos.img).clone(),
-                prefix: prefix(key),
-            }));
+            return Ok(Some(Special { node: pos.node, img: pos.img, prefix: prefix(key) }));
         }
         self.next_special(c, prefix(key)).await
     }
@@ -176,7 +174,7 @@ impl Dolphin {
                         b[1..].copy_from_slice(&pos);
                         return Ok(Some(Special {
                             node: addr,
-                            img,
+                            img: Arc::new(img),
                             prefix: u64::from_be_bytes(b),
                         }));
                     }
@@ -230,13 +228,19 @@ impl Dolphin {
             let mut bufs: Vec<_> = batch.iter().map(|_| self.leaf_buf(c)).collect();
             self.read_leaves(c, batch, &mut bufs).await?;
             bump(&self.counters.scan_rounds);
-            self.counters.scan_leaves.fetch_add(batch.len() as u64, Relaxed);
+            add(&self.counters.scan_leaves, batch.len() as u64);
             for (&(_, addr), buf) in batch.iter().zip(bufs.iter_mut()) {
-                if let Err(Refused::Torn) = LeafImage::verify(shape, buf) {
-                    sync::read(c, shape, addr, buf, &self.counters.sync).await?;
+                match LeafImage::verify(shape, buf) {
+                    Ok(()) => {}
+                    // Torn by a split's rewrite: this leaf again, alone, until it checks.
+                    Err(Refused::Torn) => {
+                        sync::read(c, shape, addr, buf, &self.counters.sync).await?;
+                    }
+                    Err(Refused::NotALeaf) => {
+                        return Err(IndexError::Corrupt(format!("no dolphin leaf at {addr:?}")))
+                    }
                 }
-                let img = LeafImage::check(shape, buf)
-                    .map_err(|_| IndexError::Corrupt(format!("no dolphin leaf at {addr:?}")))?;
+                let img = LeafImage::verified(shape, buf);
                 if img.hi() < *cur {
                     // Covered already (the old image of a leaf in a split's window), or split
                     // away: the next leaf's `lo` tells.
@@ -249,7 +253,7 @@ impl Dolphin {
                 let mut live: Vec<(u64, usize)> =
                     img.live().filter(|&(k, _)| k >= *cur && k <= top).collect();
                 live.sort_unstable_by_key(|&(k, _)| k);
-                self.counters.scan_pairs.fetch_add(img.live().count() as u64, Relaxed);
+                add(&self.counters.scan_pairs, img.live().count() as u64);
                 for (k, j) in live {
                     if *left == 0 {
                         return Ok(Leaves::Done);
@@ -275,8 +279,7 @@ impl Dolphin {
     /// scans saw (half-full leaves before any), counting the first leaf as half (a scan starts
     /// anywhere in it), at least one and at most a doorbell's worth.
     fn leaves_for(&self, left: usize) -> usize {
-        let (leaves, pairs) =
-            (self.counters.scan_leaves.load(Relaxed), self.counters.scan_pairs.load(Relaxed));
+        let (leaves, pairs) = (get(&self.counters.scan_leaves), get(&self.counters.scan_pairs));
         let per_leaf = pairs.checked_div(leaves).unwrap_or(self.shape.slots as u64 / 2).max(1);
         let need = (left as u64).saturating_add(per_leaf / 2);
         need.div_ceil(per_leaf).clamp(1, MAX_BATCH as u64) as usize

@@ -26,6 +26,7 @@
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::hash::hash_u64;
 use dmindex_prim::radix::node::{slot_addr, Lookup};
 use dmindex_prim::radix::{At, Header, Kind, NodeImage, Partial, Pos, Slot};
 
@@ -43,8 +44,7 @@ pub fn leaf_slot(lo: u64, addr: GlobalAddr) -> Slot {
 
 /// The memory node of `key`'s prefix.
 fn home(key: u64, nodes: u16) -> u16 {
-    let h = (key >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    ((h >> 32) % u64::from(nodes.max(1))) as u16
+    (hash_u64(key >> 8) % u64::from(nodes.max(1))) as u16
 }
 
 impl Dolphin {

@@ -6,6 +6,7 @@
 //!
 //! | module | primitive |
 //! |---|---|
+//! | [`counter`] | index counters: relaxed atomics bumped on slow paths, read by `stats` |
 //! | [`cacheline`] | cache-line versions: encoding a node so that a torn READ is detected |
 //! | [`lock`] | remote lock words (masked CAS, unlocking WRITE) and the CN-local lock table |
 //! | [`version`] | node-level and entry-level versions in one byte |
@@ -21,6 +22,7 @@
 //! | [`radix`] | adaptive radix inner nodes: header, CAS'd child slots, type switch, CN radix cache |
 
 pub mod cacheline;
+pub mod counter;
 pub mod doorbell;
 pub mod hash;
 pub mod kv_block;

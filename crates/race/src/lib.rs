@@ -101,9 +101,7 @@ struct Counters {
     refreshes: AtomicU64,
 }
 
-fn bump(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
-}
+use dmindex_prim::counter::add as bump;
 
 /// A compute node's handle on a RACE table: its shape and its directory cache.
 #[derive(Debug)]

@@ -77,9 +77,7 @@ struct Counters {
     mains_reused: AtomicU64,
 }
 
-fn bump(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
-}
+use dmindex_prim::counter::add as bump;
 
 /// A compute node's handle on a SepHash index.
 pub struct SepHash {

@@ -55,12 +55,13 @@ mod ops;
 mod scan;
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
+use dmindex_prim::counter::{bump, get};
 use dmindex_prim::options::Options;
 use dmindex_prim::radix::header::MAX_DEPTH;
 use dmindex_prim::radix::slot::MAX_NODES;
@@ -105,10 +106,6 @@ struct Counters {
     push_downs: AtomicU64,
     moves: AtomicU64,
     descent: DescentCounters,
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A compute node's handle on a SMART tree.
@@ -229,7 +226,6 @@ impl<T: Transport, V: Variant> PointIndex<T> for SmartIndex<V> {
 
     fn stats(&self) -> IndexStats {
         let n = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         IndexStats {
             cache_bytes: self.cache.bytes(),
             retries: get(&n.retries),

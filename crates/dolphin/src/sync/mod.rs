@@ -27,6 +27,7 @@ use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::spear::{self, Held};
 
+use crate::bump;
 use crate::leaf::{encode_cell, CellMeta, Judge, LeafImage, Refused, Shape, State, LINE, SPEAR};
 
 /// Counters of the leaf protocol's slow paths.
@@ -38,10 +39,6 @@ pub struct SyncCounters {
     pub lost_key_cas: std::sync::atomic::AtomicU64,
     /// Operations turned away by an SMO's claim and started over.
     pub claimed: std::sync::atomic::AtomicU64,
-}
-
-fn bump(c: &std::sync::atomic::AtomicU64) {
-    c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// How a write on a leaf ended.
@@ -92,29 +89,21 @@ pub fn search_image(img: &LeafImage<'_>, key: u64, out: &mut Vec<u8>) -> bool {
     }
 }
 
-/// What entering a leaf for a key found.
-enum Entered<'b> {
-    /// In flight on the leaf, which decides the key; its image.
-    Here(Held, LeafImage<'b>),
-    /// In flight on a leaf that does not decide the key.
-    Elsewhere(Held, Judge),
-    /// An SMO held the leaf (now gone).
-    Again,
-}
-
-/// Enters the leaf for `key` (Spear `+1` with the leaf READ in one doorbell) and judges it.
-async fn enter<'b, T: Transport>(
+/// Enters the leaf for `key` (Spear `+1` with the leaf READ in one doorbell) and judges it:
+/// in flight on the leaf, which decides the key, with its image; or how the write ends without
+/// touching it ([`Write::Elsewhere`], still in flight; [`Write::Again`], an SMO held it).
+async fn enter<'b, T: Transport, R>(
     c: &Client<T>,
     shape: &'b Shape,
     leaf: GlobalAddr,
     key: u64,
     buf: &'b mut [u8],
     counters: &SyncCounters,
-) -> IndexResult<Entered<'b>> {
+) -> IndexResult<Result<(Held, LeafImage<'b>), Write<R>>> {
     let Some(held) = spear::enter(c, leaf.add(SPEAR as u64), leaf, &mut buf[..shape.bytes]).await?
     else {
         bump(&counters.claimed);
-        return Ok(Entered::Again);
+        return Ok(Err(Write::Again));
     };
     // No SMO runs while the operation is in flight, and a finished one's WRITEs precede its
     // release: the image cannot be torn.
@@ -123,8 +112,8 @@ async fn enter<'b, T: Transport>(
         return Err(refused(leaf));
     };
     Ok(match img.judge(key) {
-        Judge::Here => Entered::Here(held, img),
-        j => Entered::Elsewhere(held, j),
+        Judge::Here => Ok((held, img)),
+        j => Err(Write::Elsewhere(held, j)),
     })
 }
 
@@ -139,9 +128,8 @@ pub async fn upsert<T: Transport>(
     counters: &SyncCounters,
 ) -> IndexResult<Write<()>> {
     let (held, img) = match enter(c, shape, leaf, key, buf, counters).await? {
-        Entered::Here(held, img) => (held, img),
-        Entered::Elsewhere(held, j) => return Ok(Write::Elsewhere(held, j)),
-        Entered::Again => return Ok(Write::Again),
+        Ok(entered) => entered,
+        Err(w) => return Ok(w),
     };
     let nv = img.nv();
     let mut slot = img.find(key);
@@ -179,9 +167,8 @@ pub async fn update<T: Transport>(
     counters: &SyncCounters,
 ) -> IndexResult<Write<bool>> {
     let (held, img) = match enter(c, shape, leaf, key, buf, counters).await? {
-        Entered::Here(held, img) => (held, img),
-        Entered::Elsewhere(held, j) => return Ok(Write::Elsewhere(held, j)),
-        Entered::Again => return Ok(Write::Again),
+        Ok(entered) => entered,
+        Err(w) => return Ok(w),
     };
     match img.find(key) {
         Some(j) if img.meta(j).state() == Some(State::Live) => {
@@ -207,9 +194,8 @@ pub async fn delete<T: Transport>(
 ) -> IndexResult<Write<bool>> {
     loop {
         let (held, img) = match enter(c, shape, leaf, key, &mut *buf, counters).await? {
-            Entered::Here(held, img) => (held, img),
-            Entered::Elsewhere(held, j) => return Ok(Write::Elsewhere(held, j)),
-            Entered::Again => return Ok(Write::Again),
+            Ok(entered) => entered,
+            Err(w) => return Ok(w),
         };
         let Some(j) = img.find(key).filter(|&j| img.meta(j).state() == Some(State::Live)) else {
             held.leave_now(c).await?;

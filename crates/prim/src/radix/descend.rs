@@ -17,7 +17,7 @@
 //! exact match (Dolphin's special nodes, whose slots name leaves by their low key's last byte):
 //! [`Tree::floor_depth`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
@@ -26,6 +26,7 @@ use dmindex_index::{IndexError, IndexResult};
 use super::node::{slot_addr, Lookup};
 use super::slot::Child;
 use super::{switch, Header, Kind, NodeImage, Partial, RadixCache, Slot};
+use crate::counter::bump;
 
 /// The parent slot through which a node was reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,10 +72,6 @@ pub struct DescentCounters {
     pub stale_parents: AtomicU64,
     /// Type switches this compute node published.
     pub switches: AtomicU64,
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A compute node's view of one radix tree: its root, its cache, how it looks children up.
