@@ -311,13 +311,13 @@ impl<T: Transport> PointIndex<T> for Dolphin {
                 ("smo_retries", get(&n.smo_retries)),
                 ("new_prefixes", get(&n.new_prefixes)),
                 ("path_splits", get(&n.path_splits)),
-                ("type_switches", get(&n.descent.switches)),
-                ("fresh_restarts", get(&n.descent.fresh_restarts)),
-                ("stale_cached_parents", get(&n.descent.stale_parents)),
                 ("scan_rounds", get(&n.scan_rounds)),
                 ("scan_refreshes", get(&n.scan_refreshes)),
                 ("cached_nodes", self.cache.len() as u64),
-            ],
+            ]
+            .into_iter()
+            .chain(n.descent.rows())
+            .collect(),
         }
     }
 }

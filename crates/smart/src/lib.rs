@@ -232,15 +232,15 @@ impl<T: Transport, V: Variant> PointIndex<T> for SmartIndex<V> {
             extra: vec![
                 ("searches", get(&n.searches)),
                 ("search_cache_hits", get(&n.cache_hits)),
-                ("fresh_restarts", get(&n.descent.fresh_restarts)),
                 ("torn_leaf_reads", get(&n.torn_leaves)),
-                ("type_switches", get(&n.descent.switches)),
                 ("path_splits", get(&n.path_splits)),
                 ("push_downs", get(&n.push_downs)),
                 ("leaf_moves", get(&n.moves)),
-                ("stale_cached_parents", get(&n.descent.stale_parents)),
                 ("cached_nodes", self.cache.len() as u64),
-            ],
+            ]
+            .into_iter()
+            .chain(n.descent.rows())
+            .collect(),
         }
     }
 }

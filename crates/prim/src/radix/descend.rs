@@ -26,7 +26,7 @@ use dmindex_index::{IndexError, IndexResult};
 use super::node::{slot_addr, Lookup};
 use super::slot::Child;
 use super::{switch, Header, Kind, NodeImage, Partial, RadixCache, Slot};
-use crate::counter::bump;
+use crate::counter::{bump, get};
 
 /// The parent slot through which a node was reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +72,17 @@ pub struct DescentCounters {
     pub stale_parents: AtomicU64,
     /// Type switches this compute node published.
     pub switches: AtomicU64,
+}
+
+impl DescentCounters {
+    /// The counters as an index's `stats` rows.
+    pub fn rows(&self) -> [(&'static str, u64); 3] {
+        [
+            ("fresh_restarts", get(&self.fresh_restarts)),
+            ("stale_cached_parents", get(&self.stale_parents)),
+            ("type_switches", get(&self.switches)),
+        ]
+    }
 }
 
 /// A compute node's view of one radix tree: its root, its cache, how it looks children up.
