@@ -49,23 +49,15 @@
 //!
 //! Lock word and upper bound follow the versioned part as above in every kind.
 //!
-//! # Internal node (span S)
+//! # Internal node
 //!
-//! ```text
-//! header, 43 B: version u8 | level u8 | valid u8 | sibling u64 | leftmost u64 |
-//!               sibling_leftmost u64 | low fence [8] | high fence [8]
-//! entries, S × 17 B: version u8 | pivot key [8] | child u64   (sorted; unused: child = 0)
-//! ```
-//!
-//! Fences: keys k with low ≤ k ≤ high (inclusive) belong here. `leftmost` covers
-//! [low, pivot 0); entry i covers [pivot i, pivot i+1). `sibling_leftmost` is the leftmost child
-//! of the right sibling: the expected sibling of this node's last child. Physically: 1131 decoded,
-//! 1148 physical, lock word at 1152 (bit 63), 1216 allocated for S = 64.
+//! The B-link internal node every B+ tree design shares: see `dmindex_prim::blink::layout`.
 
 use arrayvec::ArrayVec;
-use dmindex_fabric::GlobalAddr;
 use dmindex_prim::cacheline::{phys_len, Objects};
 use dmindex_prim::lock::LOCK_BIT;
+
+pub use dmindex_prim::blink::layout::{addr_at, key_at, put_addr, put_key, word};
 
 /// Bytes per metadata replica (sibling-based validation).
 pub const REPLICA: usize = 10;
@@ -326,70 +318,6 @@ impl LockWord {
     }
 }
 
-/// Bytes of an internal node's header.
-pub const INTERNAL_HEADER: usize = 43;
-/// Bytes per internal entry.
-pub const INTERNAL_ENTRY: usize = 17;
-
-/// Geometry of an internal node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InternalLayout {
-    pub span: usize,
-}
-
-impl InternalLayout {
-    pub fn decoded(&self) -> usize {
-        INTERNAL_HEADER + INTERNAL_ENTRY * self.span
-    }
-    pub fn physical(&self) -> usize {
-        phys_len(self.decoded())
-    }
-    pub fn lock_offset(&self) -> usize {
-        self.physical().div_ceil(8) * 8
-    }
-    pub fn alloc(&self) -> usize {
-        (self.lock_offset() + 8).div_ceil(64) * 64
-    }
-    pub fn entry(&self, i: usize) -> usize {
-        INTERNAL_HEADER + INTERNAL_ENTRY * i
-    }
-}
-
-impl Objects for InternalLayout {
-    fn object_start(&self, d: usize) -> usize {
-        if d < INTERNAL_HEADER {
-            0
-        } else {
-            INTERNAL_HEADER + (d - INTERNAL_HEADER) / INTERNAL_ENTRY * INTERNAL_ENTRY
-        }
-    }
-}
-
-/// Reads a little-endian word at `at`.
-pub fn word(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-/// Reads a key (big-endian integer) at `at`.
-pub fn key_at(b: &[u8], at: usize) -> u64 {
-    u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-/// Writes a key at `at`.
-pub fn put_key(b: &mut [u8], at: usize, k: u64) {
-    b[at..at + 8].copy_from_slice(&k.to_be_bytes());
-}
-
-/// Writes an address at `at`.
-pub fn put_addr(b: &mut [u8], at: usize, a: GlobalAddr) {
-    b[at..at + 8].copy_from_slice(&a.raw().to_le_bytes());
-}
-
-/// Reads an address at `at`.
-pub fn addr_at(b: &[u8], at: usize) -> GlobalAddr {
-    GlobalAddr::from_raw(word(b, at))
-}
-
 /// `(x / d, x % d)`, by shift and mask when `d` is a power of two (H and the spans the papers
 /// use are), so the hot layout arithmetic does no runtime division.
 #[inline]
@@ -499,16 +427,5 @@ mod tests {
         let w = LockWord { locked: true, full: 0b101, argmax: 63 };
         assert_eq!(w.encode(&l), (1 << 63) | 0b101 | (63 << 57));
         assert_eq!(LockWord::decode(&l, w.encode(&l)), w);
-    }
-
-    #[test]
-    fn internal_layout_is_pinned() {
-        let l = InternalLayout { span: 64 };
-        assert_eq!(
-            (l.decoded(), l.physical(), l.lock_offset(), l.alloc()),
-            (1131, 1148, 1152, 1216)
-        );
-        assert_eq!(l.object_start(42), 0);
-        assert_eq!(l.object_start(43 + 17 + 3), 60);
     }
 }

@@ -77,7 +77,6 @@
 //! key beyond the range (later leaves hold only larger keys).
 
 pub mod hotspot;
-pub mod internal;
 pub mod layout;
 pub mod leaf;
 pub mod neighbourhood;
@@ -94,13 +93,12 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
+use dmindex_prim::blink::Blink;
 use dmindex_prim::kv_block::{Block, Blocks};
-use dmindex_prim::lock::LocalLocks;
 use dmindex_prim::pool::Pool;
 use dmindex_prim::root::RootSlot;
 
-use crate::internal::NodeCache;
-use crate::layout::{InternalLayout, LeafLayout};
+use crate::layout::LeafLayout;
 use crate::read_plan::ReadPlan;
 use crate::shape::MAGIC;
 pub use crate::shape::{factors_on, ChimeShape, FACTORS, MAX_INDIRECT};
@@ -176,15 +174,15 @@ impl<V> ChimeIndex<V> {
                 },
                 vacancy: shape.vacancy,
                 blocks: Blocks::new(shape.key_len, shape.value_len),
-                inner: InternalLayout { span: shape.internal_span },
-                root: RootSlot::with_descriptor(cfg.root_slot)?,
                 // With speculative reads the hotspot buffer is carved from the cache budget and
                 // the node cache gets the rest.
-                cache: NodeCache::new(cfg.cache_bytes.saturating_sub(hotspot)),
+                blink: Blink::new(
+                    shape.internal_span,
+                    RootSlot::with_descriptor(cfg.root_slot)?,
+                    cfg.cache_bytes.saturating_sub(hotspot),
+                ),
                 hotspots: shape.speculative.then(|| hotspot::Hotspots::new(hotspot)),
-                local_locks: LocalLocks::default(),
                 bufs: Pool::new(tree::LEAF_BUFS),
-                retries: AtomicU64::new(0),
                 splits: AtomicU64::new(0),
                 moves_right: AtomicU64::new(0),
                 keys_at_split: AtomicU64::new(0),
@@ -270,7 +268,7 @@ impl<V> ChimeIndex<V> {
         }
         let me = Self::new(cfg, shape)?;
         me.tree.create_root(c).await?;
-        me.tree.root.publish(c, &MAGIC, shape.descriptor()).await?;
+        me.tree.blink.root.publish(c, &MAGIC, shape.descriptor()).await?;
         Ok(me)
     }
 
@@ -280,13 +278,13 @@ impl<V> ChimeIndex<V> {
         shape: ChimeShape,
     ) -> IndexResult<Self> {
         let me = Self::new(cfg, shape)?;
-        me.tree.root.check(c, &MAGIC, shape.descriptor()).await?;
+        me.tree.blink.root.check(c, &MAGIC, shape.descriptor()).await?;
         Ok(me)
     }
 
     /// Bytes of the CN-side cache in use.
     pub fn cache_bytes(&self) -> u64 {
-        self.tree.cache.bytes()
+        self.tree.blink.cache.bytes()
     }
 
     /// The tree's shape.
@@ -343,8 +341,8 @@ impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
         let t = &self.tree;
         let splits = t.splits.load(Ordering::Relaxed);
         IndexStats {
-            cache_bytes: t.cache.bytes() + t.hotspots.as_ref().map_or(0, |h| h.bytes()),
-            retries: t.retries.load(Ordering::Relaxed),
+            cache_bytes: t.blink.cache.bytes() + t.hotspots.as_ref().map_or(0, |h| h.bytes()),
+            retries: t.blink.retries.load(Ordering::Relaxed),
             extra: vec![
                 ("leaf_splits", splits),
                 ("leaf_moves_right", t.moves_right.load(Ordering::Relaxed)),

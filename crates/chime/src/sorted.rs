@@ -20,6 +20,7 @@
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::blink::write_split;
 
 use crate::layout::LockWord;
 use crate::leaf::LeafBuf;
@@ -48,7 +49,7 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<Option<[u8; 8]>> {
         'outer: loop {
-            let loc = self.locate(c, k).await?;
+            let loc = self.blink.locate(c, k).await?;
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
@@ -60,7 +61,7 @@ impl Tree {
                     Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
                     Where::Right(_) => continue 'outer,
                     Where::Stale => {
-                        self.invalidate(&loc);
+                        self.blink.invalidate(&loc);
                         continue 'outer;
                     }
                 }
@@ -172,9 +173,9 @@ impl Tree {
         let right_img = self.leaf_image(&right, lw, high);
         let left_img = self.leaf_image(&buf, lw, left_max);
         // The left image unlocks the leaf; its local slot goes before the parent's is taken.
-        let written = self.write_split(c, (right_addr, &right_img), (cur, &left_img));
+        let written = write_split(c, (right_addr, &right_img), (cur, &left_img));
         leaf.held.unlock_by(written).await?;
-        self.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await
+        self.blink.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await
     }
 
     /// Update (`Some(v)`: one entry rewritten) or delete (`None`: shift left, whole leaf
@@ -187,7 +188,7 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<bool> {
         'outer: loop {
-            let loc = self.locate(c, k).await?;
+            let loc = self.blink.locate(c, k).await?;
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let leaf = self.lock_leaf(c, cur).await?;
@@ -208,7 +209,7 @@ impl Tree {
                     Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
                     Where::Right(_) => continue 'outer,
                     Where::Stale => {
-                        self.invalidate(&loc);
+                        self.blink.invalidate(&loc);
                         continue 'outer;
                     }
                 }

@@ -20,48 +20,32 @@ mod leaf_io;
 mod scan;
 mod smo;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::blink::{root_word, Blink, Located};
 use dmindex_prim::kv_block::Blocks;
-use dmindex_prim::lock::LocalLocks;
 use dmindex_prim::pool::Pool;
-use dmindex_prim::root::RootSlot;
 
 use crate::hotspot::Hotspots;
-use crate::internal::NodeCache;
-use crate::layout::{InternalLayout, LeafLayout, LockWord};
+use crate::layout::{LeafLayout, LockWord};
 use crate::leaf::LeafBuf;
 use crate::read_plan::ReadPlan;
 
-pub(crate) use descent::{Located, Where};
+pub(crate) use descent::Where;
 pub(crate) use leaf_io::LockedLeaf;
-
-/// Root word in the root-table slot: height (levels, 1 = the root is a leaf) in the top byte,
-/// then the root's memory node (8 bits) and offset (48 bits).
-pub(crate) fn root_word(height: u8, a: GlobalAddr) -> u64 {
-    (height as u64) << 56 | (a.node() as u64) << 48 | a.offset()
-}
-
-/// The height and root address a root word holds.
-pub(crate) fn parse_root(w: u64) -> (u8, GlobalAddr) {
-    ((w >> 56) as u8, GlobalAddr::new(((w >> 48) & 0xFF) as u16, w & ((1 << 48) - 1)))
-}
 
 /// The tree's remote shape and CN-side state.
 pub(crate) struct Tree {
     pub leaf: LeafLayout,
-    pub inner: InternalLayout,
-    /// The root word's slot (the descriptor is in the next one).
-    pub root: RootSlot,
+    /// The internal levels: root word (the descriptor is in the next slot), node cache, the
+    /// CN-local lock table (leaf locks queue on it too) and the retry count.
+    pub blink: Blink,
     /// Vacancy-bitmap piggybacking: off, the bitmap is READ separately after locking.
     pub vacancy: bool,
     /// Indirect values and long keys.
     pub blocks: Blocks,
-    pub cache: NodeCache,
-    /// The CN-local lock table.
-    pub local_locks: LocalLocks,
     /// The hotspot buffer, when speculative reads are on.
     pub hotspots: Option<Hotspots>,
     /// The read plan of every home's neighbourhood (hopscotch leaves), and of every entry
@@ -72,7 +56,6 @@ pub(crate) struct Tree {
     pub whole_plan: ReadPlan,
     /// Leaf buffers for READs, reused across operations (see `Tree::leaf_buf`).
     pub bufs: Pool<LeafBuf>,
-    pub retries: AtomicU64,
     /// Leaf splits by this CN.
     pub splits: AtomicU64,
     /// Moves right along the leaf chain (half splits crossed, [`Tree::walk_on`]).
@@ -117,7 +100,7 @@ pub(crate) struct Insert<'p> {
 impl Tree {
     /// Counts one retry (a validation that failed, a lock found taken, a move right).
     fn retry(&self) {
-        self.retries.fetch_add(1, Ordering::Relaxed);
+        self.blink.retry();
     }
 
     /// Creates the first (root) leaf and publishes it.
@@ -129,7 +112,7 @@ impl Tree {
             &self.leaf_image(&buf, LockWord { locked: false, full: 0, argmax: 0 }, u64::MAX),
         )
         .await?;
-        self.root.claim(c, root_word(1, a)).await
+        self.blink.root.claim(c, root_word(1, a)).await
     }
 }
 
@@ -178,7 +161,7 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<()> {
         'outer: loop {
-            let ins = Insert { k, v, probe, loc: self.locate(c, k).await? };
+            let ins = Insert { k, v, probe, loc: self.blink.locate(c, k).await? };
             let (mut cur, mut moves) = (ins.loc.leaf, 0);
             loop {
                 let attempt = match self.paths() {

@@ -19,8 +19,10 @@
 //! | [`rdwc`] | read delegation and write combining on a compute node |
 //! | [`pool`] | reusable buffers per compute node, sharded by client |
 //! | [`spear`] | Spear: the FAA-only ternary lock (operations in flight vs. an SMO claim) |
+//! | [`blink`] | B-link internal nodes: layout, CN cache, root word, descent, separator insertion |
 //! | [`radix`] | adaptive radix inner nodes: header, CAS'd child slots, type switch, CN radix cache |
 
+pub mod blink;
 pub mod cacheline;
 pub mod counter;
 pub mod doorbell;

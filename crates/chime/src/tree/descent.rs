@@ -1,5 +1,5 @@
-//! Descent: from the root word, or the deepest cached internal node, to the leaf that should
-//! hold a key, and the validation of the leaf reached. CHIME validates by sibling: a leaf
+//! The leaf end of a descent ([`dmindex_prim::blink`] finds the leaf): the validation of the
+//! leaf reached. CHIME validates by sibling: a leaf
 //! reached through a cached parent must have the sibling that parent expects, else the cached
 //! parent is stale and dropped; reached through a remote parent, a mismatch is a half split and
 //! the key may have moved right along the sibling chain. With fence keys (sibling-based
@@ -9,24 +9,12 @@
 use std::sync::atomic::Ordering;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
-use dmindex_index::{IndexError, IndexResult};
+use dmindex_index::IndexResult;
+use dmindex_prim::blink::Located;
 
-use super::{parse_root, Attempt, Insert, LockedLeaf, Tree};
-use crate::internal::Internal;
+use super::{Attempt, Insert, LockedLeaf, Tree};
 use crate::leaf::LeafBuf;
 use crate::view::LeafView;
-
-/// Where a key's leaf was found.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Located {
-    pub leaf: GlobalAddr,
-    /// The leaf's sibling as its parent knows it (null for the rightmost leaf).
-    pub expected: GlobalAddr,
-    /// The cached parent that produced it, if it came from the cache: (low fence, address).
-    pub cached: Option<(u64, GlobalAddr)>,
-    /// The parent's address, when known.
-    pub parent: Option<GlobalAddr>,
-}
 
 /// Where a validated READ of a leaf that lacks the key says the key lives.
 pub(crate) enum Where {
@@ -63,87 +51,8 @@ impl Tree {
         if loc.parent.is_some() || loc.cached.is_some() || *moves % RECHECK_MOVES != 0 {
             return Ok(true);
         }
-        let (height, _) = self.root(c).await?;
+        let (height, _) = self.blink.root(c).await?;
         Ok(height == 1)
-    }
-
-    /// Reads the root word.
-    pub(super) async fn root<T: Transport>(&self, c: &Client<T>) -> IndexResult<(u8, GlobalAddr)> {
-        let w = c.read_word(self.root.addr()).await?;
-        let (h, a) = parse_root(w);
-        if h == 0 || a.is_null() {
-            return Err(IndexError::Corrupt(format!("root word {w:#x}")));
-        }
-        Ok((h, a))
-    }
-
-    /// READs an internal node until it validates, and caches it.
-    pub(super) async fn read_internal<T: Transport>(
-        &self,
-        c: &Client<T>,
-        addr: GlobalAddr,
-    ) -> IndexResult<Internal> {
-        let mut b = vec![0u8; self.inner.physical()];
-        for _ in 0..1_000_000 {
-            c.read(addr, &mut b).await?;
-            if let Ok(n) = Internal::decode(&self.inner, &b) {
-                if n.level == 0 {
-                    return Err(IndexError::Corrupt(format!(
-                        "internal node at {addr} has level 0"
-                    )));
-                }
-                self.cache.insert(addr, n.clone());
-                return Ok(n);
-            }
-            self.retry();
-        }
-        Err(IndexError::Corrupt(format!("internal node at {addr} never read consistently")))
-    }
-
-    /// Finds the leaf for `k`: the cached parent if any, else a remote traversal from the deepest
-    /// cached node above (or the root).
-    pub(crate) async fn locate<T: Transport>(&self, c: &Client<T>, k: u64) -> IndexResult<Located> {
-        let parent = self.cache.with(1, &k, |p| {
-            let (leaf, expected) = p.node.child_for(k);
-            Located { leaf, expected, cached: Some((p.node.low, p.addr)), parent: Some(p.addr) }
-        });
-        if let Some(loc) = parent {
-            return Ok(loc);
-        }
-        let mut from_cache = self.cache.deepest(&k).filter(|n| n.node.level >= 2);
-        'restart: loop {
-            let mut addr = match from_cache.take() {
-                Some(n) => n.node.child_for(k).0,
-                None => {
-                    let (height, root) = self.root(c).await?;
-                    if height == 1 {
-                        return Ok(Located {
-                            leaf: root,
-                            expected: GlobalAddr::NULL,
-                            cached: None,
-                            parent: None,
-                        });
-                    }
-                    root
-                }
-            };
-            loop {
-                let n = self.read_internal(c, addr).await?;
-                if k > n.high && !n.sibling.is_null() {
-                    addr = n.sibling;
-                    continue;
-                }
-                if k < n.low {
-                    self.retry();
-                    continue 'restart;
-                }
-                let (child, expected) = n.child_for(k);
-                if n.level == 1 {
-                    return Ok(Located { leaf: child, expected, cached: None, parent: Some(addr) });
-                }
-                addr = child;
-            }
-        }
     }
 
     /// Where `k`, absent from validated READ `buf` of a leaf reached through `loc`, lives:
@@ -172,15 +81,6 @@ impl Tree {
         }
     }
 
-    /// Drops the cached parent that led to a stale leaf, if it came from the cache, and counts
-    /// a retry.
-    pub(crate) fn invalidate(&self, loc: &Located) {
-        if let Some((low, addr)) = loc.cached {
-            self.cache.invalidate(1, &low, addr);
-        }
-        self.retry();
-    }
-
     /// Validates leaf `leaf`, locked and READ into `buf` for insert `ins`: `Ok(leaf)`, still
     /// locked, if the key belongs there, else what the attempt does next (the leaf unlocked).
     /// With fence keys the key must lie within them. Otherwise a sibling other than the one the
@@ -202,7 +102,7 @@ impl Tree {
         }
         if ins.loc.cached.is_some() {
             self.unlock_leaf(c, leaf).await?;
-            self.invalidate(&ins.loc);
+            self.blink.invalidate(&ins.loc);
             return Ok(Err(Attempt::Restart));
         }
         if !sib.is_null() && !self.belongs(c, &leaf, buf, ins.k).await? {
@@ -229,7 +129,7 @@ impl Tree {
                 Attempt::Right(sib)
             }
             Where::Stale => {
-                self.invalidate(&ins.loc);
+                self.blink.invalidate(&ins.loc);
                 Attempt::Restart
             }
         };

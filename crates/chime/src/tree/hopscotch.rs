@@ -69,7 +69,7 @@ impl Tree {
         let h = home(k, s);
         let mut buf = self.neighbourhood(h);
         'outer: loop {
-            let loc = self.locate(c, k).await?;
+            let loc = self.blink.locate(c, k).await?;
             let (mut cur, mut moves) = (loc.leaf, 0);
             if let Some(v) = self.speculate(c, cur, h, k, probe, &mut buf).await? {
                 return Ok(Some(v));
@@ -90,7 +90,7 @@ impl Tree {
                 match self.judge(&loc, &buf, k) {
                     Where::Absent => return Ok(None),
                     Where::Stale => {
-                        self.invalidate(&loc);
+                        self.blink.invalidate(&loc);
                         continue 'outer;
                     }
                     // Half split: the key may have moved right.
@@ -180,7 +180,7 @@ impl Tree {
         let h = home(k, s);
         let mut buf = self.neighbourhood(h);
         'outer: loop {
-            let loc = self.locate(c, k).await?;
+            let loc = self.blink.locate(c, k).await?;
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let leaf = self.lock_hopscotch_leaf(c, cur).await?;
@@ -205,7 +205,7 @@ impl Tree {
                 match self.judge(&loc, &buf, k) {
                     Where::Absent => return Ok(false),
                     Where::Stale => {
-                        self.invalidate(&loc);
+                        self.blink.invalidate(&loc);
                         continue 'outer;
                     }
                     Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => {

@@ -43,7 +43,7 @@ impl Tree {
         c: &Client<T>,
         leaf: GlobalAddr,
     ) -> IndexResult<LockedLeaf<'_>> {
-        let held = self.local_locks.acquire(c, self.lock_addr(leaf), || self.retry()).await?;
+        let held = self.blink.locks.acquire(c, self.lock_addr(leaf), || self.retry()).await?;
         let lw = LockWord::decode(&self.leaf, held.word());
         Ok(LockedLeaf { addr: leaf, lw, held })
     }

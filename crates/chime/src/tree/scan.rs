@@ -70,12 +70,14 @@ impl Tree {
         if count == 0 {
             return Ok(());
         }
-        let loc = self.locate(c, from).await?;
-        let mut ahead: VecDeque<GlobalAddr> =
-            match loc.parent.and_then(|p| self.cache.lookup(1, &from).filter(|n| n.addr == p)) {
-                Some(p) => p.node.children_from(from).into_iter().skip(1).collect(),
-                None => VecDeque::new(),
-            };
+        let loc = self.blink.locate(c, from).await?;
+        let mut ahead: VecDeque<GlobalAddr> = match loc
+            .parent
+            .and_then(|p| self.blink.cache.lookup(1, &from).filter(|n| n.addr == p))
+        {
+            Some(p) => p.node.children_from(from).into_iter().skip(1).collect(),
+            None => VecDeque::new(),
+        };
         let mut cur = loc.leaf;
         let start = out.len();
         loop {
@@ -137,9 +139,9 @@ impl Tree {
 
     /// Keys per slot over all leaves, walking the leaf chain from the leftmost leaf.
     pub(crate) async fn load_factor<T: Transport>(&self, c: &Client<T>) -> IndexResult<f64> {
-        let (height, mut addr) = self.root(c).await?;
+        let (height, mut addr) = self.blink.root(c).await?;
         for _ in 1..height {
-            addr = self.read_internal(c, addr).await?.leftmost;
+            addr = self.blink.read_internal(c, addr).await?.leftmost;
         }
         let (mut keys, mut leaves) = (0usize, 0usize);
         while !addr.is_null() {

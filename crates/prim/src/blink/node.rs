@@ -1,12 +1,12 @@
-//! Internal nodes (B+ tree style, B-link siblings, fence keys), cached on every compute node.
+//! Decoded internal nodes (B+ tree style, B-link siblings, fence keys), cached on every compute
+//! node; their bytes are drawn in [`super::layout`].
 
 use dmindex_fabric::GlobalAddr;
-use dmindex_prim::cacheline::{self, Torn};
-use dmindex_prim::node_cache::{self, CachedNode};
 
-use dmindex_prim::version;
-
-use crate::layout::{self, InternalLayout, INTERNAL_ENTRY, INTERNAL_HEADER};
+use super::layout::{self, InternalLayout, INTERNAL_ENTRY, INTERNAL_HEADER};
+use crate::cacheline::{self, Torn};
+use crate::node_cache::{self, CachedNode};
+use crate::version;
 
 /// A decoded internal node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -211,7 +211,7 @@ impl CachedNode for Internal {
     }
 }
 
-/// The CN-wide cache of internal nodes ([`dmindex_prim::node_cache`]).
+/// The CN-wide cache of internal nodes ([`crate::node_cache`]).
 pub type NodeCache = node_cache::NodeCache<Internal>;
 
 #[cfg(test)]
