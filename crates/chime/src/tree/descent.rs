@@ -26,33 +26,16 @@ pub(crate) enum Where {
     Stale,
 }
 
-/// Moves right between checks of the root word, on a walk from a leaf reached with no parent.
-const RECHECK_MOVES: u32 = 8;
-
 impl Tree {
-    /// Whether a walk right along the leaf chain should go on (`false`: descend again).
-    ///
-    /// A leaf reached with a parent is at most a few half splits left of the key. A leaf
-    /// reached with none was the root when the descent read the root word, and a walk from it
-    /// can be as long as the tree has leaves: a client that queued for the root leaf's lock
-    /// while many clients loaded the tree walked right thousands of times (6 moves per insert
-    /// over a 300 k load at 10 CNs × 64 × 2 on the simulator). So every [`RECHECK_MOVES`] moves
-    /// such a walk reads the root word again and starts over from the root once the tree has
-    /// grown — one READ per that many moves. If it has not (the split that should grow it is
-    /// still in flight, or its client crashed), the walk goes on, so it always ends.
+    /// Whether a walk right along the leaf chain should go on ([`dmindex_prim::blink::Blink::walk_on`]), counted.
     pub(crate) async fn walk_on<T: Transport>(
         &self,
         c: &Client<T>,
         loc: &Located,
         moves: &mut u32,
     ) -> IndexResult<bool> {
-        *moves += 1;
         self.moves_right.fetch_add(1, Ordering::Relaxed);
-        if loc.parent.is_some() || loc.cached.is_some() || *moves % RECHECK_MOVES != 0 {
-            return Ok(true);
-        }
-        let (height, _) = self.blink.root(c).await?;
-        Ok(height == 1)
+        self.blink.walk_on(c, loc, moves).await
     }
 
     /// Where `k`, absent from validated READ `buf` of a leaf reached through `loc`, lives:
