@@ -123,6 +123,13 @@ pub static INDEXES: &[IndexEntry] = &[
         rdwc
     ),
     index!(
+        "marlin",
+        "Marlin (ICPP '23, Dolphin's baseline): B-link tree, unsorted {key, item pointer} leaves, Spear",
+        dmindex_marlin::Marlin,
+        Ordered,
+        rdwc
+    ),
+    index!(
         "ref",
         "reference: sorted shards behind one remote lock each (the harness's yardstick)",
         dmindex_reference::LockedShards,
@@ -193,7 +200,9 @@ mod tests {
         let e = find("nope").err().expect("unknown").to_string();
         assert!(
             e.contains("unknown index 'nope'")
-                && e.contains("chime, sherman, sephash, race, smart, smart-opt, dolphin, ref"),
+                && e.contains(
+                    "chime, sherman, sephash, race, smart, smart-opt, dolphin, marlin, ref"
+                ),
             "{e}"
         );
     }

@@ -104,6 +104,7 @@ use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
 use dmindex_prim::counter::{bump, get};
+use dmindex_prim::key;
 use dmindex_prim::options::{Opt, Options};
 use dmindex_prim::pool::{Pool, Pooled};
 use dmindex_prim::radix::slot::MAX_NODES;
@@ -130,7 +131,7 @@ pub const DEFAULT_SLOTS: usize = 36;
 /// Polls a split makes for operations in flight on its leaf before it gives up and retries.
 pub const DEFAULT_DRAIN_POLLS: usize = 256;
 /// Keys are this long.
-pub const KEY_BYTES: usize = 8;
+pub const KEY_BYTES: usize = key::BYTES;
 /// The depth of the special nodes (the index of the key byte their slots are named by).
 pub const SPECIAL_DEPTH: usize = 7;
 
@@ -191,20 +192,6 @@ fn configure<T: Transport>(c: &Client<T>, config: &IndexConfig) -> IndexResult<(
 
 fn shape_bits(shape: &Shape) -> u64 {
     (shape.slots as u64) << 16 | shape.value as u64
-}
-
-/// The key as the integer leaves store (`InvalidKey` unless 8 bytes and not 0).
-fn key_word(key: &[u8]) -> IndexResult<u64> {
-    let Ok(b) = <[u8; KEY_BYTES]>::try_from(key) else {
-        return Err(IndexError::InvalidKey(format!(
-            "dolphin keys are exactly {KEY_BYTES} bytes, got {}",
-            key.len()
-        )));
-    };
-    match u64::from_be_bytes(b) {
-        0 => Err(IndexError::InvalidKey("the all-zero key is reserved (a free key slot)".into())),
-        k => Ok(k),
-    }
 }
 
 impl Dolphin {
@@ -275,23 +262,23 @@ impl<T: Transport> PointIndex<T> for Dolphin {
 
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         out.clear();
-        self.search_key(c, key_word(key)?, out).await
+        self.search_key(c, key::word(key, "dolphin")?, out).await
     }
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
-        let k = key_word(key)?;
+        let k = key::word(key, "dolphin")?;
         self.check_value(value)?;
         self.insert_key(c, k, value).await
     }
 
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
-        let k = key_word(key)?;
+        let k = key::word(key, "dolphin")?;
         self.check_value(value)?;
         self.update_key(c, k, value).await
     }
 
     async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
-        self.delete_key(c, key_word(key)?).await
+        self.delete_key(c, key::word(key, "dolphin")?).await
     }
 
     fn stats(&self) -> IndexStats {
@@ -322,21 +309,6 @@ impl<T: Transport> PointIndex<T> for Dolphin {
     }
 }
 
-/// The smallest 8-byte key at or after `bound` (which may be shorter or longer), if any.
-fn ceil_key(bound: &[u8]) -> Option<u64> {
-    let mut b = [0u8; KEY_BYTES];
-    let n = bound.len().min(KEY_BYTES);
-    b[..n].copy_from_slice(&bound[..n]);
-    let k = u64::from_be_bytes(b);
-    if bound.len() > KEY_BYTES && bound[KEY_BYTES..].iter().any(|&x| x != 0) {
-        // A longer bound sorts after its first 8 bytes.
-        k.checked_add(1)
-    } else {
-        Some(k)
-    }
-    .map(|k| k.max(1))
-}
-
 impl<T: Transport> RangeIndex<T> for Dolphin {
     async fn scan(
         &self,
@@ -348,7 +320,7 @@ impl<T: Transport> RangeIndex<T> for Dolphin {
         if from.len() > KEY_BYTES {
             return Err(IndexError::KeyTooLong { len: from.len(), max: KEY_BYTES });
         }
-        match ceil_key(from) {
+        match key::ceil(from) {
             Some(lo) => self.scan_keys(c, lo, u64::MAX, count, out).await,
             None => Ok(()),
         }
@@ -361,30 +333,7 @@ impl<T: Transport> RangeIndex<T> for Dolphin {
         hi: &[u8],
         out: &mut Vec<Pair>,
     ) -> IndexResult<()> {
-        let Some(lo) = ceil_key(lo) else { return Ok(()) };
-        // Keys below `hi` are the keys below its ceiling (every key, if it has none).
-        let end = match ceil_key(hi) {
-            Some(h) if h <= lo => return Ok(()),
-            Some(h) => h - 1,
-            None => u64::MAX,
-        };
+        let Some((lo, end)) = key::range(lo, hi) else { return Ok(()) };
         self.scan_keys(c, lo, end, usize::MAX, out).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scan_bounds_round_up_to_keys() {
-        assert_eq!(ceil_key(b""), Some(1), "key 0 does not exist");
-        assert_eq!(ceil_key(b"ab"), Some(u64::from_be_bytes(*b"ab\0\0\0\0\0\0")));
-        assert_eq!(ceil_key(b"abcdefgh"), Some(u64::from_be_bytes(*b"abcdefgh")));
-        assert_eq!(ceil_key(b"abcdefgh\0"), Some(u64::from_be_bytes(*b"abcdefgh")));
-        assert_eq!(ceil_key(b"abcdefgh\x01"), Some(u64::from_be_bytes(*b"abcdefgi")));
-        assert_eq!(ceil_key(&[0xFF; 9]), None);
-        assert!(key_word(&[0; 8]).is_err() && key_word(b"short").is_err());
-        assert_eq!(key_word(&[0, 0, 0, 0, 0, 0, 1, 2]).unwrap(), 0x102);
     }
 }

@@ -117,10 +117,27 @@ impl Blocks {
         Ok((block, size))
     }
 
+    /// Bytes the first READ of a block takes (header, the longest key and value, at most
+    /// [`GUESS`]); a caller batching block READs reads this much of each.
+    pub fn first_read(&self) -> usize {
+        (HEADER + self.max_key + self.max_value).min(GUESS)
+    }
+
+    /// The key and value of the block at `a` whose first bytes are `b`; `None` if the block is
+    /// longer than `b` (READ the rest, or use [`Blocks::value_into`]).
+    pub fn parse<'b>(
+        &self,
+        a: GlobalAddr,
+        b: &'b [u8],
+    ) -> IndexResult<Option<(&'b [u8], &'b [u8])>> {
+        let (klen, vlen) = self.lengths(a, b)?;
+        let total = HEADER + klen + vlen;
+        Ok((total <= b.len()).then(|| (&b[HEADER..HEADER + klen], &b[HEADER + klen..total])))
+    }
+
     /// Reads the block at `a`: one READ of up to [`GUESS`] bytes, a second only if longer.
     pub async fn read<T: Transport>(&self, c: &Client<T>, a: GlobalAddr) -> IndexResult<Block> {
-        let guess = (HEADER + self.max_key + self.max_value).min(GUESS);
-        let mut b = c.read_vec(a, guess).await?;
+        let mut b = c.read_vec(a, self.first_read()).await?;
         let (klen, vlen) = self.lengths(a, &b)?;
         let total = HEADER + klen + vlen;
         if total > b.len() {
@@ -155,7 +172,7 @@ impl Blocks {
         out: &mut Vec<u8>,
     ) -> IndexResult<bool> {
         out.clear();
-        let guess = (HEADER + self.max_key + self.max_value).min(GUESS);
+        let guess = self.first_read();
         let mut head = [0u8; GUESS];
         c.read(a, &mut head[..guess]).await?;
         let (klen, vlen) = self.lengths(a, &head)?;
@@ -319,6 +336,11 @@ mod tests {
             assert!(items.value_into(&c, b, Some(&8u64.to_be_bytes()), &mut out).await.unwrap());
             assert_eq!(out, b"value 02");
             assert!(!items.value_into(&c, a, Some(&8u64.to_be_bytes()), &mut out).await.unwrap());
+            let first = c.read_vec(a, items.first_read()).await.unwrap();
+            assert_eq!(first.len(), 24);
+            let parsed = items.parse(a, &first).unwrap();
+            assert_eq!(parsed, Some((&7u64.to_be_bytes()[..], &b"value 01"[..])));
+            assert_eq!(items.parse(a, &first[..20]).unwrap(), None, "longer than the bytes");
         }]);
     }
 }

@@ -11,6 +11,7 @@
 //! | [`lock`] | remote lock words (masked CAS, unlocking WRITE) and the CN-local lock table |
 //! | [`version`] | node-level and entry-level versions in one byte |
 //! | [`hash`] | the key hash and 16-bit fingerprints |
+//! | [`key`] | fixed 8-byte keys: the stored word, scan bounds rounded to keys |
 //! | [`kv_block`] | out-of-place key-value blocks: one writer, one parser |
 //! | [`root`] | root-table slots: claiming one, the descriptor word, refusing a foreign index |
 //! | [`node_cache`] | the CN-side cache of nodes by level and key range, within a byte budget |
@@ -27,6 +28,7 @@ pub mod cacheline;
 pub mod counter;
 pub mod doorbell;
 pub mod hash;
+pub mod key;
 pub mod kv_block;
 pub mod lock;
 pub mod node_cache;

@@ -1,0 +1,118 @@
+//! Structure changes of a full leaf: claimed through Spear, planned from the drained image,
+//! written in place with the next epoch and released in the same doorbell; a split publishes
+//! its new right sibling B-link style.
+//!
+//! # Plan
+//!
+//! An insert that found no free entry still holds its `+1` on the leaf. It posts its item, claims
+//! the leaf (`[FAA +2³², READ leaf]`, then polls until it is the only operation in flight), so
+//! the image it holds is final. From it, the keys with a value, plus the new one (replacing the
+//! key's entry if a concurrent insert took one meanwhile), sorted by key:
+//!
+//! * at most three quarters of the entries: **compaction** — the leaf is rewritten with just
+//!   them (deleted keys, and keys whose inserter crashed before publishing a pointer, go);
+//! * more: a **split** at the middle key `s`.
+//!
+//! # Split
+//!
+//! 1. The new leaf R gets the keys `≥ s`, fences `[s, high]` and the old sibling; it is WRITTEN
+//!    whole (Spear word 0) before anything points to it.
+//! 2. `[WRITE L[8..] (keys < s, high = s − 1, sibling = R, next epoch), FAA −(2³²+1)]` — one
+//!    doorbell (with R's WRITE in front when R is on L's memory node). From here a key `≥ s`
+//!    reaches R by L's sibling (the B-link half split), and L's writers are released.
+//! 3. The separator `s → R` goes into the parent ([`dmindex_prim::blink::Blink::insert_internal`]).
+//!
+//! The insert is done at step 2 (its key is in one of the images). A crash after step 2 leaves
+//! the separator missing, which readers cross by the sibling pointer; one before it leaves the
+//! leaf claimed (writers of that leaf wait, readers go on: [`dmindex_prim::spear`]).
+//!
+//! Round trips after the insert's first doorbell: claim 1 (+1 per poll), R's WRITE 1 (0 on one
+//! memory node), L's WRITE with the release 1, separator 3 (lock, READ, WRITE) — one more per
+//! internal split above.
+
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::counter::bump;
+use dmindex_prim::spear::{self, Claim, Held};
+
+use crate::leaf::{encode, next_epoch, LeafImage, META};
+use crate::Marlin;
+
+/// How an SMO attempt ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Smo {
+    /// The leaf was compacted or split with the new pair in: the insert is done.
+    Done,
+    /// Another SMO held the leaf, or operations stayed in flight: start the insert over.
+    Again,
+}
+
+impl Marlin {
+    /// Claims the full leaf at `leaf` (the insert's `held`) and compacts or splits it with
+    /// `(key, value)` in. `parent` is the leaf's parent as the descent saw it; `buf` holds a leaf.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn smo<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        parent: Option<GlobalAddr>,
+        held: Held,
+        key: u64,
+        value: &[u8],
+        buf: &mut [u8],
+    ) -> IndexResult<Smo> {
+        let shape = &self.shape;
+        let claimed = match spear::claim(c, held, leaf, &mut buf[..shape.bytes], self.polls).await?
+        {
+            Claim::Held(claimed) => claimed,
+            Claim::Lost | Claim::GaveUp => {
+                bump(&self.counters.smo_retries);
+                return Ok(Smo::Again);
+            }
+        };
+        let Ok(img) = LeafImage::check(shape, buf) else {
+            // Drained and claimed, the leaf cannot be torn.
+            c.batch(&mut [claimed.release()]).await?;
+            return Err(crate::write::not_a_leaf(leaf));
+        };
+        let item = self.items.post_on(c, leaf.node(), &key.to_be_bytes(), value).await?;
+        let mut pairs: Vec<(u64, GlobalAddr)> = img.live().filter(|&(k, _)| k != key).collect();
+        pairs.push((key, item));
+        pairs.sort_unstable_by_key(|&(k, _)| k);
+        let (low, high, sibling, nv) = (img.low(), img.high(), img.sibling(), next_epoch(img.nv()));
+        let mut left = Vec::with_capacity(shape.bytes);
+        if pairs.len() <= shape.compact_limit() {
+            encode(shape, nv, low, high, sibling, pairs, &mut left);
+            let mut ops = [
+                BatchOp::Write { addr: leaf.add(META as u64), data: &left[META..] },
+                claimed.release(),
+            ];
+            c.batch(&mut ops).await?;
+            bump(&self.counters.compactions);
+            return Ok(Smo::Done);
+        }
+        let m = pairs.len() / 2;
+        let s = pairs[m].0;
+        let right_addr = match c.alloc(shape.bytes as u64, 64).await {
+            Ok(a) => a,
+            Err(e) => {
+                c.batch(&mut [claimed.release()]).await?;
+                return Err(IndexError::from(e));
+            }
+        };
+        let mut right = Vec::with_capacity(shape.bytes);
+        encode(shape, 1, s, high, sibling, pairs[m..].iter().copied(), &mut right);
+        encode(shape, nv, low, s - 1, right_addr, pairs[..m].iter().copied(), &mut left);
+        let write_left = BatchOp::Write { addr: leaf.add(META as u64), data: &left[META..] };
+        if right_addr.node() == leaf.node() {
+            let write_right = BatchOp::Write { addr: right_addr, data: &right };
+            c.batch(&mut [write_right, write_left, claimed.release()]).await?;
+        } else {
+            c.write(right_addr, &right).await?;
+            c.batch(&mut [write_left, claimed.release()]).await?;
+        }
+        bump(&self.counters.splits);
+        self.blink.insert_internal(c, 1, s, right_addr, parent).await?;
+        Ok(Smo::Done)
+    }
+}
