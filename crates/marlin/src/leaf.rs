@@ -36,6 +36,7 @@
 
 use dmindex_fabric::GlobalAddr;
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::hash::hash_u64;
 
 /// Offset of the Spear word.
 pub const SPEAR: usize = 0;
@@ -86,6 +87,15 @@ impl Shape {
     /// Offset of entry `i`'s pointer word.
     pub fn ptr_at(&self, i: usize) -> usize {
         ENTRIES + ENTRY * i + 8
+    }
+
+    /// The order in which inserts of `key` try entries: every entry once, cyclically from one
+    /// picked by the key's hash. Inserts of one key share the order (which is all that keeps a
+    /// key in one entry, [`crate::write`]); inserts of different keys mostly start apart, so
+    /// concurrent inserts into one leaf rarely CAS the same free entry.
+    pub fn probe(&self, key: u64) -> impl Iterator<Item = usize> {
+        let (span, start) = (self.span, (hash_u64(key) % self.span as u64) as usize);
+        (0..span).map(move |d| (start + d) % span)
     }
 
     /// Most live entries an SMO compacts into a leaf in place; more split it.
@@ -230,9 +240,9 @@ impl<'b> LeafImage<'b> {
         (0..self.shape.span).find(|&i| self.key(i) == key)
     }
 
-    /// The first free entry at or after `from`.
-    pub fn free_from(&self, from: usize) -> Option<usize> {
-        (from..self.shape.span).find(|&i| self.key(i) == 0)
+    /// The free entries in `key`'s probe order ([`Shape::probe`]).
+    pub fn free_for(&self, key: u64) -> impl Iterator<Item = usize> + '_ {
+        self.shape.probe(key).filter(|&i| self.key(i) == 0)
     }
 
     /// The keys with a value and their items, in entry order.
@@ -244,7 +254,10 @@ impl<'b> LeafImage<'b> {
     }
 }
 
-/// Encodes a whole leaf (Spear word 0) holding `entries` (at most `shape.span`) into `out`.
+/// Encodes a whole leaf (Spear word 0) holding `entries` (at most `shape.span`, distinct keys)
+/// into `out`, each at the first entry of its probe order not taken by an earlier one, so the
+/// free entries an SMO leaves are spread as the keys' hashes are (packed from entry 0, every
+/// insert whose probe starts among them would race for the first free entry after them).
 pub fn encode(
     shape: &Shape,
     nv: u8,
@@ -262,15 +275,14 @@ pub fn encode(
     put(out, LOW, low);
     put(out, HIGH, high);
     put(out, SIBLING, sibling.raw());
-    let mut n = 0;
-    for (k, item) in entries {
-        assert!(n < shape.span, "more entries than the leaf holds");
-        put(out, shape.key_at(n), k);
-        put(out, shape.ptr_at(n), Ptr::to(nv, item).0);
-        n += 1;
-    }
-    for i in n..shape.span {
+    for i in 0..shape.span {
         put(out, shape.ptr_at(i), Ptr::null(nv).0);
+    }
+    for (k, item) in entries {
+        let at = shape.probe(k).find(|&i| word(out, shape.key_at(i)) == 0);
+        let i = at.expect("more entries than the leaf holds");
+        put(out, shape.key_at(i), k);
+        put(out, shape.ptr_at(i), Ptr::to(nv, item).0);
     }
 }
 
@@ -300,16 +312,33 @@ mod tests {
         assert_eq!(b[16..24], 100u64.to_le_bytes());
         assert_eq!(b[24..32], 200u64.to_le_bytes());
         assert_eq!(b[32..40], sib.raw().to_le_bytes());
-        assert_eq!(b[64..72], 150u64.to_le_bytes());
-        assert_eq!(b[72..80], Ptr::to(9, item).0.to_le_bytes());
-        assert_eq!(b[1080..1088], Ptr::null(9).0.to_le_bytes());
+        let (i150, i120) = (s.probe(150).next().unwrap(), s.probe(120).next().unwrap());
+        assert_ne!(i150, i120, "these two keys start their probes apart");
+        assert_eq!(b[s.key_at(i150)..s.key_at(i150) + 8], 150u64.to_le_bytes());
+        assert_eq!(b[s.ptr_at(i150)..s.ptr_at(i150) + 8], Ptr::to(9, item).0.to_le_bytes());
+        let other = (0..64).find(|&i| i != i150 && i != i120).unwrap();
+        assert_eq!(b[s.ptr_at(other)..s.ptr_at(other) + 8], Ptr::null(9).0.to_le_bytes());
         let img = LeafImage::check(&s, &b).unwrap();
         assert_eq!((img.nv(), img.low(), img.high(), img.sibling()), (9, 100, 200, sib));
-        assert_eq!(img.live().collect::<Vec<_>>(), [(150, item), (120, item)]);
-        assert_eq!((img.find(120), img.free_from(0)), (Some(1), Some(2)));
+        let mut live: Vec<_> = img.live().collect();
+        live.sort_unstable();
+        assert_eq!(live, [(120, item), (150, item)]);
+        assert_eq!(img.find(120), Some(i120));
+        let order: Vec<usize> = s.probe(7).collect();
+        assert_eq!(order.len(), 64);
+        assert!(order.windows(2).all(|w| w[1] == (w[0] + 1) % 64), "cyclic");
+        let free: Vec<usize> = img.free_for(7).collect();
+        assert_eq!(free.len(), 62);
+        assert!(!free.contains(&i150) && !free.contains(&i120));
         assert_eq!(img.judge(99), Judge::Stale);
         assert_eq!(img.judge(200), Judge::Here);
         assert_eq!(img.judge(201), Judge::Right(sib));
+        // A full leaf: every key finds an entry, the last ones further along their probes.
+        let all: Vec<(u64, GlobalAddr)> = (1..=64).map(|k| (k, item)).collect();
+        encode(&s, 1, 1, u64::MAX, GlobalAddr::NULL, all, &mut b);
+        let img = LeafImage::check(&s, &b).unwrap();
+        assert_eq!(img.live().count(), 64);
+        assert_eq!(img.free_for(99).next(), None);
     }
 
     #[test]

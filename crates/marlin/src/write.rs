@@ -27,9 +27,15 @@
 //! * update or delete → false, and a search: the READ that saw the pointer null or the key absent.
 //!
 //! A key holds at most one entry per leaf epoch: key words are written once, by a CAS from 0,
-//! and an insert walks its image's free entries in order, treating a failed CAS's returned word
-//! as a read of it (the Dolphin paper's argument; the public Marlin code publishes the pointer
-//! first and never rechecks, so two inserts of a key can take two entries).
+//! and every insert of a key walks its image's free entries in the key's own probe order
+//! ([`crate::leaf::Shape::probe`]), treating a failed CAS's returned word as a read of it. Two
+//! inserts of `k` that ended at different entries `i` before `j` (in `k`'s order) contradict
+//! this: the one that ended at `j` passed `i` having seen (in its image or from its CAS) a key
+//! other than `k` there, which never changes within the epoch, so the other's CAS at `i` could
+//! not have returned 0 or `k`. (The Dolphin paper's argument, with the order rotated by the
+//! key's hash so that inserts of different keys into one leaf rarely collide; the public Marlin
+//! code publishes the pointer first and never rechecks, so two inserts of a key can take two
+//! entries.)
 
 use std::sync::atomic::AtomicU64;
 
@@ -158,7 +164,8 @@ impl Writer<'_> {
             held.leave_now(c).await?;
             return Ok(Write::Done(()));
         }
-        let Some(mut j) = img.free_from(0) else { return Ok(Write::Full(held)) };
+        let mut free = img.free_for(key);
+        let Some(mut j) = free.next() else { return Ok(Write::Full(held)) };
         let item = self.post_item(c, leaf, key, value).await?;
         loop {
             let old = c.cas(leaf.add(self.shape.key_at(j) as u64), 0, key).await?;
@@ -167,7 +174,7 @@ impl Writer<'_> {
             }
             // Taken by another key since the READ: the word is as good as a read of it.
             bump(&self.counters.lost_key_cas);
-            match img.free_from(j + 1) {
+            match free.next() {
                 Some(next) => j = next,
                 None => return Ok(Write::Full(held)),
             }

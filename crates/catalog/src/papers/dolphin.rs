@@ -6,8 +6,7 @@
 //! filling half of it; ordered keys fill it whole, so a 7-byte prefix holds 256 keys rather than
 //! ~128). Item counts are scaled down (`Scale::items` instead of 512 M) and so are cache budgets:
 //! a budget the paper gives in MB is multiplied by `items / 512 M` ([`budget`]), so each index
-//! keeps the same fraction of what it would cache at the paper's scale. Marlin, the paper's
-//! fourth index, is not built yet; its lines are missing from every figure.
+//! keeps the same fraction of what it would cache at the paper's scale.
 
 use dmindex_bench::experiment::{cache_mb, chart, lines, mops, Experiment, Paper, Scale, Session};
 use dmindex_bench::{BenchConfig, BenchReport};
@@ -64,8 +63,8 @@ fn scale() -> Scale {
     }
 }
 
-/// The indexes of the paper's figures that exist here (Marlin is missing).
-const INDEXES: [&str; 3] = ["dolphin", "sherman", "smart"];
+/// The indexes of the paper's figures.
+const INDEXES: [&str; 4] = ["dolphin", "sherman", "marlin", "smart"];
 
 /// Items the paper loads.
 const PAPER_ITEMS: f64 = 512e6;
