@@ -112,6 +112,10 @@ pub struct BenchArgs {
     /// YCSB insertorder=ordered (keys 1, 2, 3, …) instead of hashed.
     #[arg(long)]
     ordered: bool,
+    /// 8-byte keys folded into a space of twice the keys the run reaches (items + ops, rounded
+    /// up to a power of two), loaded in pseudo-random order: the Dolphin paper's key format.
+    #[arg(long, conflicts_with_all = ["ordered", "ycsb_keys"])]
+    folded: bool,
     /// CN-side cache budget per compute node, MB (fractions allowed: 0.5 = 512 KiB).
     #[arg(long, default_value_t = 100.0, value_parser = parse_cache_mb)]
     cache_mb: f64,
@@ -157,6 +161,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         ycsb_keys: a.ycsb_keys,
         value_size: a.value_size,
         ordered_keys: a.ordered,
+        folded_keys: a.folded,
         cache_mb: a.cache_mb,
         seed: a.seed,
         index_options: a.options.clone(),

@@ -228,6 +228,9 @@ fn bench_refuses_bad_input() {
         (&["experiment", "ycsb"][..], "an experiment of several papers"),
         (&["experiment", "sephash/insert", "--clients", "0"][..], "must be positive"),
         (&["bench", "--distribution", "gauss"][..], "unknown request distribution 'gauss'"),
+        (&["bench", "--folded", "--key-size", "16"][..], "--folded makes 8-byte integer keys"),
+        (&["bench", "--folded", "--ordered"][..], "cannot be used with"),
+        (&["bench", "--index", "marlin", "--key-size", "16"][..], "marlin keys are exactly 8"),
         (&["bench", "--cache-mb=-1"][..], "not a cache size in MB"),
         (&["bench", "--cache-mb", "NaN"][..], "not a cache size in MB"),
         (

@@ -71,6 +71,9 @@ pub struct BenchConfig {
     pub ycsb_keys: bool,
     pub value_size: usize,
     pub ordered_keys: bool,
+    /// Keys folded into a space twice the keys a run can reach, loaded in pseudo-random order
+    /// ([`KeyFormat::folded`], the Dolphin paper's key format); 8-byte keys only.
+    pub folded_keys: bool,
     /// CN cache budget, MB (fractions for scaled-down runs).
     pub cache_mb: f64,
     pub seed: u64,
@@ -111,6 +114,7 @@ impl Default for BenchConfig {
             ycsb_keys: false,
             value_size: 8,
             ordered_keys: false,
+            folded_keys: false,
             cache_mb: 100.0,
             seed: 1,
             index_options: Vec::new(),
@@ -206,13 +210,6 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     if cfg.value_size == 0 || cfg.value_size > 4096 {
         bail!("--value-size must be in 1..=4096, got {}", cfg.value_size);
     }
-    let format = if cfg.ycsb_keys {
-        KeyFormat::ycsb(cfg.ordered_keys)
-    } else {
-        KeyFormat::new(cfg.key_size, cfg.ordered_keys)
-            .map_err(anyhow::Error::msg)
-            .context("--key-size")?
-    };
     let mut spec = WorkloadSpec::named(&cfg.workload).map_err(anyhow::Error::msg)?;
     if let Some(m) = &cfg.mix {
         spec = spec.with_mix(m).map_err(anyhow::Error::msg).context("--mix")?;
@@ -223,6 +220,21 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     if let Some(n) = cfg.scan_len {
         spec = spec.with_scan_len(n).map_err(anyhow::Error::msg).context("--scan-len")?;
     }
+    let format = if cfg.folded_keys {
+        if cfg.ycsb_keys || cfg.ordered_keys || cfg.key_size != 8 {
+            bail!("--folded makes 8-byte integer keys: drop --ycsb-keys, --ordered and --key-size");
+        }
+        // The keys the run can reach: the loaded ones and the inserts of the run phase.
+        let inserts = cfg.ops.unwrap_or(cfg.items) as f64 * spec.insert;
+        let reach = cfg.items.saturating_add(inserts.ceil() as u64);
+        KeyFormat::folded(KeyFormat::fold_bits_for(reach)).map_err(anyhow::Error::msg)?
+    } else if cfg.ycsb_keys {
+        KeyFormat::ycsb(cfg.ordered_keys)
+    } else {
+        KeyFormat::new(cfg.key_size, cfg.ordered_keys)
+            .map_err(anyhow::Error::msg)
+            .context("--key-size")?
+    };
     let trace = match &cfg.trace {
         Some(p) => {
             let ops = dmindex_ycsb::trace::read(p, format)?;

@@ -220,6 +220,10 @@ pub struct KeyFormat {
     /// How keys are spelled.
     #[serde(default)]
     pub style: KeyStyle,
+    /// Folded keys (8-byte integers only, [`KeyFormat::folded`]): key number n is a bijective
+    /// mix of n's low `fold_bits` bits, plus one. 0: not folded.
+    #[serde(default)]
+    pub fold_bits: u8,
 }
 
 impl KeyFormat {
@@ -231,13 +235,29 @@ impl KeyFormat {
         if size > 255 {
             return Err(format!("key size {size} exceeds 255 bytes"));
         }
-        Ok(KeyFormat { size, ordered, style: KeyStyle::Fixed })
+        Ok(KeyFormat { size, ordered, style: KeyStyle::Fixed, fold_bits: 0 })
+    }
+
+    /// The Dolphin paper's key format: 8-byte integer keys *folded* into a space of 2^`bits`
+    /// (`1 ..= 2^bits`), each number's key a bijective mix of it ([`fold`]), so a load inserts
+    /// them in pseudo-random order and `2^(bits − 1)` items fill half the space (the paper: 512 M
+    /// keys in 2³⁰). Numbers at or past 2^`bits` wrap onto earlier keys.
+    pub fn folded(bits: u8) -> Result<KeyFormat, String> {
+        if !(2..=63).contains(&bits) {
+            return Err(format!("a folded key space of 2^{bits} keys is out of 2^2..=2^63"));
+        }
+        Ok(KeyFormat { size: 8, ordered: false, style: KeyStyle::Fixed, fold_bits: bits })
+    }
+
+    /// The bits of the smallest folded space that holds `keys` at density at most ½.
+    pub fn fold_bits_for(keys: u64) -> u8 {
+        (64 - keys.max(2).saturating_sub(1).leading_zeros() as u8 + 1).clamp(2, 63)
     }
 
     /// Keys exactly as YCSB 0.17 forms them ([`KeyStyle::Ycsb`]): `"user" + fnvhash64(n)`, or
     /// `"user" + n` when `ordered`, in plain decimal.
     pub fn ycsb(ordered: bool) -> KeyFormat {
-        KeyFormat { size: YCSB_MAX_KEY_LEN, ordered, style: KeyStyle::Ycsb }
+        KeyFormat { size: YCSB_MAX_KEY_LEN, ordered, style: KeyStyle::Ycsb, fold_bits: 0 }
     }
 
     /// The longest key this format makes (every key has this length for [`KeyStyle::Fixed`]): what
@@ -265,6 +285,7 @@ impl KeyFormat {
     /// makes its keys without allocating.
     pub fn key_into(&self, n: u64, out: &mut Vec<u8>) {
         let v = match (self.style, self.ordered) {
+            _ if self.fold_bits > 0 => fold(n, self.fold_bits) + 1,
             (KeyStyle::Fixed, true) => n + 1,
             (KeyStyle::Ycsb, true) => n,
             (_, false) => fnvhash64(n),
@@ -297,6 +318,20 @@ impl KeyFormat {
         let v = if digits < 20 { v % 10u64.pow(digits as u32) } else { v };
         write!(out, "user{v:0digits$}").expect("writing to a Vec");
     }
+}
+
+/// A bijection of `[0, 2^bits)` (`n` taken modulo 2^bits): multiply by odd constants and
+/// xor-shift right, each step invertible on `bits`-bit words, so consecutive numbers land far
+/// apart.
+pub fn fold(n: u64, bits: u8) -> u64 {
+    let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+    let half = (bits / 2).max(1);
+    let mut v = n & mask;
+    v = v.wrapping_mul(0x9E37_79B9_7F4A_7C15) & mask;
+    v ^= v >> half;
+    v = v.wrapping_mul(0xBF58_476D_1CE4_E5B9) & mask;
+    v ^= v >> half;
+    v
 }
 
 /// One operation to run.
@@ -503,6 +538,21 @@ pub fn load_numbers(records: u64, i: u64, loaders: u64) -> impl Iterator<Item = 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn folded_keys_are_a_shuffled_half_full_space() {
+        assert_eq!(KeyFormat::fold_bits_for(512 << 20), 30, "the paper: 512 M keys in 2^30");
+        assert_eq!(KeyFormat::fold_bits_for(500_000), 20);
+        assert!(KeyFormat::folded(1).is_err() && KeyFormat::folded(64).is_err());
+        let f = KeyFormat::folded(12).unwrap();
+        let mut seen: Vec<u64> =
+            (0..4096).map(|n| u64::from_be_bytes(f.key(n).try_into().unwrap())).collect();
+        // Pseudo-random order: consecutive numbers are not neighbours.
+        assert!(seen.windows(2).filter(|w| w[0].abs_diff(w[1]) < 16).count() < 64);
+        seen.sort_unstable();
+        assert_eq!(seen, (1..=4096).collect::<Vec<u64>>(), "a bijection onto 1..=2^bits");
+        assert_eq!(f.key(4096), f.key(0), "numbers wrap");
+    }
 
     #[test]
     fn kinds_index_their_report_order() {

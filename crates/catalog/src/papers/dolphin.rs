@@ -1,11 +1,12 @@
 //! Dolphin (MSST '24, §IV): the figures it reproduces on the simulated Dolphin testbed.
 //!
 //! Every run uses the `dolphin-testbed` preset, the paper's placement (4 compute nodes × 18
-//! client threads, 4 memory nodes, one coroutine a thread), 8-byte keys and values and a dense
-//! key space: YCSB's ordered keys (the paper folds its keys into a 2³⁰ space, 512 M items
-//! filling half of it; ordered keys fill it whole, so a 7-byte prefix holds 256 keys rather than
-//! ~128). Item counts are scaled down (`Scale::items` instead of 512 M) and so are cache budgets:
-//! a budget the paper gives in MB is multiplied by `items / 512 M` ([`budget`]), so each index
+//! client threads, 4 memory nodes, one coroutine a thread), 8-byte keys and values, and the
+//! paper's key format: keys *folded* into a space twice the keys a run reaches and loaded in
+//! pseudo-random order (`--folded`; the paper: 512 M keys in 2³⁰), so a 7-byte prefix holds
+//! ~128 keys as in the paper. Item counts are scaled down (`Scale::items` instead of 512 M) and
+//! so are cache budgets: a budget the paper gives in MB is multiplied by `items / 512 M`
+//! ([`budget`]), so each index
 //! keeps the same fraction of what it would cache at the paper's scale.
 
 use dmindex_bench::experiment::{cache_mb, chart, lines, mops, Experiment, Paper, Scale, Session};
@@ -77,11 +78,11 @@ fn budget(s: &Session<'_>, paper_mb: f64) -> f64 {
     paper_mb * s.scale.items as f64 / PAPER_ITEMS
 }
 
-/// A run of `index` on `workload` as the paper runs it: dense keys, 4 memory nodes, the
+/// A run of `index` on `workload` as the paper runs it: folded keys, 4 memory nodes, the
 /// paper's 2000 MB cache (scaled) unless a figure says otherwise.
 fn base(s: &Session<'_>, index: &str, workload: &str) -> BenchConfig {
     let mut c = s.base(index, workload);
-    c.ordered_keys = true;
+    (c.ordered_keys, c.folded_keys) = (false, true);
     c.memory_nodes = MEMORY_NODES;
     c.cache_mb = budget(s, 2000.0);
     c
@@ -215,7 +216,7 @@ fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
         s.chart(file, ch);
     }
     // LOAD: the load phase of the last workload's runs (each client inserts its own share of
-    // the ordered keys; a run phase of inserts would append every key to one leaf).
+    // the keys, in folded order), timed like a run phase.
     let mut series = lines(&s.runs, mops);
     if !s.scale.fast_load {
         let last = workloads.len() - 1;
@@ -258,7 +259,8 @@ mod tests {
         let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { anyhow::bail!("not run") };
         let s = Session::for_test(&scale, "dolphin-testbed", &runner, &mut log);
         let c = base(&s, "dolphin", "a");
-        assert_eq!((c.cns, c.clients, c.memory_nodes, c.ordered_keys), (4, 18, 4, true));
+        assert_eq!((c.cns, c.clients, c.memory_nodes, c.folded_keys), (4, 18, 4, true));
+        assert!(!c.ordered_keys);
         assert!((c.cache_mb - 2000.0 * 500_000.0 / 512e6).abs() < 1e-9);
         let r = scans(&s, "smart", 0.5);
         assert_eq!((r.scan_len, r.mix.as_deref()), (Some(100), Some("scan=0.5,insert=0.5")));
