@@ -171,6 +171,13 @@ fn word(b: &[u8], at: usize) -> u64 {
 impl<'b> LeafImage<'b> {
     /// Checks a READ of a leaf (at least `shape.bytes` long).
     pub fn check(shape: &'b Shape, b: &'b [u8]) -> Result<LeafImage<'b>, Refused> {
+        Self::verify(shape, b)?;
+        Ok(LeafImage { shape, b: &b[..shape.bytes] })
+    }
+
+    /// [`LeafImage::check`] without keeping the image (for a READ loop that goes on reading
+    /// into the same buffer until it checks).
+    pub fn verify(shape: &Shape, b: &[u8]) -> Result<(), Refused> {
         let b = &b[..shape.bytes];
         let meta = word(b, META);
         let nv = meta as u8;
@@ -183,7 +190,13 @@ impl<'b> LeafImage<'b> {
         if word(b, LOW) > word(b, HIGH) {
             return Err(Refused::NotALeaf);
         }
-        Ok(LeafImage { shape, b })
+        Ok(())
+    }
+
+    /// The image of a buffer that [`LeafImage::verify`] accepted and nothing wrote since.
+    pub(crate) fn verified(shape: &'b Shape, b: &'b [u8]) -> LeafImage<'b> {
+        debug_assert_eq!(Self::verify(shape, b), Ok(()));
+        LeafImage { shape, b: &b[..shape.bytes] }
     }
 
     pub fn shape(&self) -> &'b Shape {

@@ -65,7 +65,6 @@ impl Marlin {
             }
             out.push(child);
         }
-        out.truncate(n);
         out
     }
 
@@ -103,8 +102,8 @@ impl Marlin {
             let mut last: Option<GlobalAddr> = None;
             for (i, &leaf) in leaves.iter().enumerate() {
                 let buf = &mut bufs[i * bytes..(i + 1) * bytes];
-                let img = match LeafImage::check(&self.shape, buf) {
-                    Ok(_) => LeafImage::check(&self.shape, buf).expect("checked"),
+                let img = match LeafImage::verify(&self.shape, buf) {
+                    Ok(()) => LeafImage::verified(&self.shape, buf),
                     Err(Refused::Torn) => {
                         write::read(c, &self.shape, leaf, buf, &self.counters.write).await?
                     }

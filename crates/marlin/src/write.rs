@@ -88,13 +88,12 @@ pub async fn read<'b, T: Transport>(
 ) -> IndexResult<LeafImage<'b>> {
     loop {
         c.read(leaf, &mut buf[..shape.bytes]).await?;
-        match LeafImage::check(shape, buf) {
-            Ok(_) => break,
+        match LeafImage::verify(shape, buf) {
+            Ok(()) => return Ok(LeafImage::verified(shape, buf)),
             Err(Refused::Torn) => bump(&counters.torn_reads),
             Err(Refused::NotALeaf) => return Err(not_a_leaf(leaf)),
         }
     }
-    LeafImage::check(shape, buf).map_err(|_| not_a_leaf(leaf))
 }
 
 /// Enters the leaf for `key` (Spear `+1` with the leaf READ in one doorbell) and judges it.
