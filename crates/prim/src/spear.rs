@@ -40,7 +40,7 @@
 //! the node (and a node born claimed with it) locked for writers forever; readers go on.
 
 use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport};
-use dmindex_index::IndexResult;
+use dmindex_index::{IndexError, IndexResult};
 
 /// One in-flight insert, update or delete.
 pub const IDU: u64 = 1;
@@ -168,6 +168,30 @@ pub async fn enter<T: Transport>(
     c.faa(word, IDU.wrapping_neg()).await?;
     wait_unclaimed(c, word).await?;
     Ok(None)
+}
+
+/// [`enter`], then the node image it READ, made by `check` from `buf` (the READ's bytes). No
+/// SMO runs while the operation is in flight and a finished one's WRITEs precede its release,
+/// so the image cannot be torn: `check` returning `None` means there is no node at `node`, and
+/// the operation leaves at once with the error `not_node` makes. `Ok(None)`: an SMO held the
+/// node, as [`enter`].
+pub async fn enter_checked<'b, T: Transport, I>(
+    c: &Client<T>,
+    word: GlobalAddr,
+    node: GlobalAddr,
+    buf: &'b mut [u8],
+    check: impl FnOnce(&'b [u8]) -> Option<I>,
+    not_node: impl FnOnce() -> IndexError,
+) -> IndexResult<Option<(Held, I)>> {
+    let Some(held) = enter(c, word, node, &mut *buf).await? else { return Ok(None) };
+    let buf: &'b [u8] = buf;
+    match check(buf) {
+        Some(img) => Ok(Some((held, img))),
+        None => {
+            held.leave_now(c).await?;
+            Err(not_node())
+        }
+    }
 }
 
 /// How a claim ended.
@@ -361,5 +385,25 @@ mod tests {
         ]);
         assert_eq!(outcomes, ["held", "lost"]);
         assert_eq!(run_tasks([a.read_word(word)]).pop().unwrap().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_checked_entry_hands_over_the_image_or_leaves() {
+        let f = fabric();
+        let c = f.client(0).unwrap();
+        run_tasks([async {
+            let word = c.alloc(64, 64).await.unwrap();
+            let node = word.add(8);
+            c.write(node, &[7; 8]).await.unwrap();
+            let mut buf = [0u8; 8];
+            let ok = enter_checked(&c, word, node, &mut buf, |b| Some(b[0]), || unreachable!());
+            let (held, first) = ok.await.unwrap().expect("free node");
+            assert_eq!((first, c.read_word(word).await.unwrap()), (7, IDU));
+            held.leave_now(&c).await.unwrap();
+            let gone = || IndexError::Corrupt("no node".into());
+            let bad = enter_checked(&c, word, node, &mut buf, |_| None::<()>, gone).await;
+            assert!(matches!(bad, Err(IndexError::Corrupt(_))));
+            assert_eq!(c.read_word(word).await.unwrap(), 0, "left before the error");
+        }]);
     }
 }

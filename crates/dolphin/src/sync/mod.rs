@@ -100,16 +100,13 @@ async fn enter<'b, T: Transport, R>(
     buf: &'b mut [u8],
     counters: &SyncCounters,
 ) -> IndexResult<Result<(Held, LeafImage<'b>), Write<R>>> {
-    let Some(held) = spear::enter(c, leaf.add(SPEAR as u64), leaf, &mut buf[..shape.bytes]).await?
-    else {
+    let check = |b| LeafImage::check(shape, b).ok();
+    let word = leaf.add(SPEAR as u64);
+    let entered =
+        spear::enter_checked(c, word, leaf, &mut buf[..shape.bytes], check, || refused(leaf));
+    let Some((held, img)) = entered.await? else {
         bump(&counters.claimed);
         return Ok(Err(Write::Again));
-    };
-    // No SMO runs while the operation is in flight, and a finished one's WRITEs precede its
-    // release: the image cannot be torn.
-    let Ok(img) = LeafImage::check(shape, buf) else {
-        held.leave_now(c).await?;
-        return Err(refused(leaf));
     };
     Ok(match img.judge(key) {
         Judge::Here => Ok((held, img)),
