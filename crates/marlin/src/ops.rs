@@ -13,10 +13,8 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::blink::Located;
 use dmindex_prim::counter::bump;
-use dmindex_prim::spear::Held;
 
 use crate::leaf::Judge;
-use crate::smo::Smo;
 use crate::write::{self, Write};
 use crate::Marlin;
 
@@ -132,29 +130,11 @@ impl Marlin {
         let w = self.writer();
         self.write_loop(c, key, async |leaf, parent, buf: &mut [u8]| {
             match w.upsert(c, leaf, key, value, buf).await? {
-                Write::Full(held) => self.full(c, leaf, parent, held, key, value, buf).await,
+                Write::Full(held) => self.smo(c, leaf, parent, held, key, value, buf).await,
                 other => Ok(other),
             }
         })
         .await
-    }
-
-    /// The SMO of a full leaf, as a write's outcome.
-    #[allow(clippy::too_many_arguments)]
-    async fn full<T: Transport>(
-        &self,
-        c: &Client<T>,
-        leaf: GlobalAddr,
-        parent: Option<GlobalAddr>,
-        held: Held,
-        key: u64,
-        value: &[u8],
-        buf: &mut [u8],
-    ) -> IndexResult<Write<()>> {
-        Ok(match self.smo(c, leaf, parent, held, key, value, buf).await? {
-            Smo::Done => Write::Done(()),
-            Smo::Again => Write::Again,
-        })
     }
 
     /// Update: whether the key had a value.

@@ -36,20 +36,14 @@ use dmindex_prim::counter::bump;
 use dmindex_prim::spear::{self, Claim, Held};
 
 use crate::leaf::{encode, next_epoch, LeafImage, META};
+use crate::write::Write;
 use crate::Marlin;
-
-/// How an SMO attempt ended.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Smo {
-    /// The leaf was compacted or split with the new pair in: the insert is done.
-    Done,
-    /// Another SMO held the leaf, or operations stayed in flight: start the insert over.
-    Again,
-}
 
 impl Marlin {
     /// Claims the full leaf at `leaf` (the insert's `held`) and compacts or splits it with
-    /// `(key, value)` in. `parent` is the leaf's parent as the descent saw it; `buf` holds a leaf.
+    /// `(key, value)` in: [`Write::Done`], or [`Write::Again`] when another SMO held the leaf or
+    /// operations stayed in flight. `parent` is the leaf's parent as the descent saw it; `buf`
+    /// holds a leaf.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn smo<T: Transport>(
         &self,
@@ -60,14 +54,14 @@ impl Marlin {
         key: u64,
         value: &[u8],
         buf: &mut [u8],
-    ) -> IndexResult<Smo> {
+    ) -> IndexResult<Write<()>> {
         let shape = &self.shape;
         let claimed = match spear::claim(c, held, leaf, &mut buf[..shape.bytes], self.polls).await?
         {
             Claim::Held(claimed) => claimed,
             Claim::Lost | Claim::GaveUp => {
                 bump(&self.counters.smo_retries);
-                return Ok(Smo::Again);
+                return Ok(Write::Again);
             }
         };
         let Ok(img) = LeafImage::check(shape, buf) else {
@@ -89,7 +83,7 @@ impl Marlin {
             ];
             c.batch(&mut ops).await?;
             bump(&self.counters.compactions);
-            return Ok(Smo::Done);
+            return Ok(Write::Done(()));
         }
         let m = pairs.len() / 2;
         let s = pairs[m].0;
@@ -113,6 +107,6 @@ impl Marlin {
         }
         bump(&self.counters.splits);
         self.blink.insert_internal(c, 1, s, right_addr, parent).await?;
-        Ok(Smo::Done)
+        Ok(Write::Done(()))
     }
 }

@@ -155,8 +155,7 @@ impl Writer<'_> {
         };
         let nv = img.nv();
         if let Some(j) = img.find(key) {
-            let item = self.post_item(c, leaf, key, value).await?;
-            self.swap(c, leaf, j, img.ptr(j), Ptr::to(nv, item)).await?;
+            self.replace(c, leaf, &img, j, key, value).await?;
             held.leave_now(c).await?;
             return Ok(Write::Done(()));
         }
@@ -204,24 +203,26 @@ impl Writer<'_> {
         };
         let found = img.find(key).filter(|&j| img.ptr(j).item().is_some());
         if let Some(j) = found {
-            let item = self.post_item(c, leaf, key, value).await?;
-            self.swap(c, leaf, j, img.ptr(j), Ptr::to(img.nv(), item)).await?;
+            self.replace(c, leaf, &img, j, key, value).await?;
         }
         held.leave_now(c).await?;
         Ok(Write::Done(found.is_some()))
     }
 
-    /// CASes entry `j`'s pointer from `old` to `new` (the item posted just before rides ahead).
-    async fn swap<T: Transport>(
+    /// Points entry `j` of `img` (the key's) at a new item holding `value`: the item is posted,
+    /// then the pointer CASed from what the image holds (a lost CAS counts as done, see above).
+    async fn replace<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: GlobalAddr,
+        img: &LeafImage<'_>,
         j: usize,
-        old: Ptr,
-        new: Ptr,
+        key: u64,
+        value: &[u8],
     ) -> IndexResult<()> {
-        let at = leaf.add(self.shape.ptr_at(j) as u64);
-        if c.cas(at, old.0, new.0).await? != old.0 {
+        let item = self.post_item(c, leaf, key, value).await?;
+        let (old, new) = (img.ptr(j), Ptr::to(img.nv(), item));
+        if c.cas(leaf.add(self.shape.ptr_at(j) as u64), old.0, new.0).await? != old.0 {
             bump(&self.counters.lost_ptr_cas);
         }
         Ok(())
