@@ -317,10 +317,7 @@ impl<T: Transport> RangeIndex<T> for Dolphin {
         count: usize,
         out: &mut Vec<Pair>,
     ) -> IndexResult<()> {
-        if from.len() > KEY_BYTES {
-            return Err(IndexError::KeyTooLong { len: from.len(), max: KEY_BYTES });
-        }
-        match key::ceil(from) {
+        match key::scan_from(from)? {
             Some(lo) => self.scan_keys(c, lo, u64::MAX, count, out).await,
             None => Ok(()),
         }

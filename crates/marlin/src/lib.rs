@@ -269,11 +269,7 @@ impl<T: Transport> RangeIndex<T> for Marlin {
         count: usize,
         out: &mut Vec<Pair>,
     ) -> IndexResult<()> {
-        if from.len() > KEY_BYTES {
-            return Err(IndexError::KeyTooLong { len: from.len(), max: KEY_BYTES });
-        }
-        out.clear();
-        match key::ceil(from) {
+        match key::scan_from(from)? {
             Some(lo) => self.scan_keys(c, lo, u64::MAX, count, out).await,
             None => Ok(()),
         }
@@ -286,7 +282,6 @@ impl<T: Transport> RangeIndex<T> for Marlin {
         hi: &[u8],
         out: &mut Vec<Pair>,
     ) -> IndexResult<()> {
-        out.clear();
         let Some((lo, end)) = key::range(lo, hi) else { return Ok(()) };
         self.scan_keys(c, lo, end, usize::MAX, out).await
     }

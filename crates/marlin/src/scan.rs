@@ -68,7 +68,7 @@ impl Marlin {
         out
     }
 
-    /// The keys in `[lo, hi]`, at most `count`, with their values, in key order.
+    /// Appends the keys in `[lo, hi]`, at most `count`, with their values, in key order.
     pub(crate) async fn scan_keys<T: Transport>(
         &self,
         c: &Client<T>,
@@ -77,7 +77,6 @@ impl Marlin {
         count: usize,
         out: &mut Vec<Pair>,
     ) -> IndexResult<()> {
-        out.clear();
         if count == 0 || lo > hi {
             return Ok(());
         }

@@ -37,6 +37,15 @@ pub fn ceil(bound: &[u8]) -> Option<u64> {
     .map(|k| k.max(1))
 }
 
+/// Where a scan from `from` starts: the smallest key at or after it, if any; a bound longer than
+/// a key is `KeyTooLong` (a scan's start is a key the index could hold).
+pub fn scan_from(from: &[u8]) -> IndexResult<Option<u64>> {
+    if from.len() > BYTES {
+        return Err(IndexError::KeyTooLong { len: from.len(), max: BYTES });
+    }
+    Ok(ceil(from))
+}
+
 /// The keys of `[lo, hi)` as an inclusive range of words, if any.
 pub fn range(lo: &[u8], hi: &[u8]) -> Option<(u64, u64)> {
     let lo = ceil(lo)?;
@@ -63,6 +72,8 @@ mod tests {
         assert!(word(&[0; 8], "t").is_err() && word(b"short", "t").is_err());
         assert_eq!(word(&[0, 0, 0, 0, 0, 0, 1, 2], "t").unwrap(), 0x102);
         assert_eq!(range(b"", &5u64.to_be_bytes()), Some((1, 4)));
+        assert_eq!(scan_from(b"ab").unwrap(), ceil(b"ab"));
+        assert!(matches!(scan_from(&[1; 9]), Err(IndexError::KeyTooLong { len: 9, max: 8 })));
         assert_eq!(range(&5u64.to_be_bytes(), &5u64.to_be_bytes()), None);
         assert_eq!(range(&5u64.to_be_bytes(), &[0xFF; 9]), Some((5, u64::MAX)));
     }

@@ -74,6 +74,11 @@ impl ModelConfig {
     }
 }
 
+/// A pair already in a scan's output, which the scan must keep (scans append).
+fn appended() -> (Vec<u8>, Vec<u8>) {
+    (b"already here".to_vec(), b"kept".to_vec())
+}
+
 /// Random step sequences for an index of `kind`: no scans for point indexes.
 pub fn steps(kind: IndexKind, keys: u64, max_steps: usize) -> impl Strategy<Value = Vec<Step>> {
     let scans = if kind == IndexKind::Ordered { 1 } else { 0 };
@@ -195,8 +200,9 @@ where
                     )
                 }
                 Step::Scan(x, n) => {
-                    let mut out = Vec::new();
+                    let mut out = vec![appended()];
                     S::scan(&t, &c, &k(x), n as usize, &mut out).await.unwrap();
+                    assert_eq!(out.remove(0), appended(), "a scan appends to its output");
                     let want: Vec<_> = model
                         .ordered()
                         .range(k(x)..)
@@ -207,8 +213,9 @@ where
                 }
                 Step::ScanRange(a, b) => {
                     let (lo, hi) = (k(a), k(b));
-                    let mut out = Vec::new();
+                    let mut out = vec![appended()];
                     S::scan_range(&t, &c, &lo, &hi, &mut out).await.unwrap();
+                    assert_eq!(out.remove(0), appended(), "a range scan appends to its output");
                     let want: Vec<_> = if lo < hi {
                         model
                             .ordered()
