@@ -103,7 +103,7 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
-use dmindex_prim::counter::{bump, get};
+use dmindex_prim::counter::{bump, get, LeafFill};
 use dmindex_prim::key;
 use dmindex_prim::options::{Opt, Options};
 use dmindex_prim::pool::{Pool, Pooled};
@@ -153,9 +153,8 @@ struct Counters {
     path_splits: AtomicU64,
     scan_rounds: AtomicU64,
     scan_refreshes: AtomicU64,
-    /// Leaves scans read, and the pairs in range they held: the running mean sizes a round.
-    scan_leaves: AtomicU64,
-    scan_pairs: AtomicU64,
+    /// Live pairs per leaf scans saw: sizes a round.
+    leaf_fill: LeafFill,
 }
 
 /// A compute node's handle on a Dolphin index.

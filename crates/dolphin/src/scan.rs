@@ -33,7 +33,6 @@ use std::sync::Arc;
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult, Pair};
-use dmindex_prim::counter::{add, get};
 use dmindex_prim::pool::Pooled;
 use dmindex_prim::radix::node::slot_addr;
 use dmindex_prim::radix::node::Lookup;
@@ -223,12 +222,11 @@ impl Dolphin {
         };
         let shape = &self.shape;
         while first < leaves.len() {
-            let want = self.leaves_for(*left);
+            let want = self.counters.leaf_fill.leaves_for(*left, shape.slots / 2, MAX_BATCH);
             let batch = &leaves[first..(first + want).min(leaves.len())];
             let mut bufs: Vec<_> = batch.iter().map(|_| self.leaf_buf(c)).collect();
             self.read_leaves(c, batch, &mut bufs).await?;
             bump(&self.counters.scan_rounds);
-            add(&self.counters.scan_leaves, batch.len() as u64);
             for (&(_, addr), buf) in batch.iter().zip(bufs.iter_mut()) {
                 match LeafImage::verify(shape, buf) {
                     Ok(()) => {}
@@ -253,7 +251,7 @@ impl Dolphin {
                 let mut live: Vec<(u64, usize)> =
                     img.live().filter(|&(k, _)| k >= *cur && k <= top).collect();
                 live.sort_unstable_by_key(|&(k, _)| k);
-                add(&self.counters.scan_pairs, img.live().count() as u64);
+                self.counters.leaf_fill.saw(img.live().count());
                 for (k, j) in live {
                     if *left == 0 {
                         return Ok(Leaves::Done);
@@ -273,16 +271,6 @@ impl Dolphin {
         }
         // The image's last leaf ends before PFF: a leaf it does not name covers the rest.
         Ok(Leaves::Gap(*cur))
-    }
-
-    /// Leaves to read for `left` more pairs: by the mean live pairs per leaf the compute node's
-    /// scans saw (half-full leaves before any), counting the first leaf as half (a scan starts
-    /// anywhere in it), at least one and at most a doorbell's worth.
-    fn leaves_for(&self, left: usize) -> usize {
-        let (leaves, pairs) = (get(&self.counters.scan_leaves), get(&self.counters.scan_pairs));
-        let per_leaf = pairs.checked_div(leaves).unwrap_or(self.shape.slots as u64 / 2).max(1);
-        let need = (left as u64).saturating_add(per_leaf / 2);
-        need.div_ceil(per_leaf).clamp(1, MAX_BATCH as u64) as usize
     }
 
     /// READs the leaves `batch` names into `bufs`: one doorbell per memory node (one in all

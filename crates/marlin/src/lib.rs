@@ -70,7 +70,7 @@ use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
 use dmindex_prim::blink::{root_word, Blink};
-use dmindex_prim::counter::get;
+use dmindex_prim::counter::{get, LeafFill};
 use dmindex_prim::key;
 use dmindex_prim::kv_block::Blocks;
 use dmindex_prim::options::{Opt, Options};
@@ -115,9 +115,8 @@ struct Counters {
     scan_rounds: AtomicU64,
     scan_refreshes: AtomicU64,
     scan_items: AtomicU64,
-    /// Leaves scans read, and the pairs in range they held: the running mean sizes a round.
-    scan_leaves: AtomicU64,
-    scan_pairs: AtomicU64,
+    /// Live pairs per leaf scans saw: sizes a round.
+    leaf_fill: LeafFill,
 }
 
 /// A compute node's handle on a Marlin tree.

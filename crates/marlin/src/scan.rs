@@ -26,7 +26,7 @@ use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult, Pair};
 use dmindex_prim::blink::Internal;
-use dmindex_prim::counter::{add, bump, get};
+use dmindex_prim::counter::{add, bump};
 
 use crate::leaf::{Judge, LeafImage, Refused};
 use crate::write;
@@ -38,17 +38,6 @@ pub const ITEMS_PER_DOORBELL: usize = MAX_BATCH;
 const MAX_LEAVES: usize = MAX_BATCH;
 
 impl Marlin {
-    /// Leaves a scan of `want` more pairs should READ at once, by the mean pairs per leaf.
-    fn leaves_for(&self, want: usize) -> usize {
-        let (leaves, pairs) = (get(&self.counters.scan_leaves), get(&self.counters.scan_pairs));
-        let per_leaf = if leaves < 8 || pairs == 0 {
-            (self.shape.span / 2).max(1) as u64
-        } else {
-            (pairs / leaves).max(1)
-        };
-        (want as u64).div_ceil(per_leaf).clamp(1, MAX_LEAVES as u64 - 1) as usize + 1
-    }
-
     /// The children of cached parent `p` from the one covering `next`, while they may hold keys
     /// up to `hi`, at most `n`.
     fn children(p: &Internal, next: u64, hi: u64, n: usize) -> Vec<GlobalAddr> {
@@ -88,7 +77,8 @@ impl Marlin {
         let bytes = self.shape.bytes;
         'rounds: loop {
             bump(&self.counters.scan_rounds);
-            let want = self.leaves_for(count.saturating_sub(pairs.len()));
+            let left = count.saturating_sub(pairs.len());
+            let want = self.counters.leaf_fill.leaves_for(left, self.shape.span / 2, MAX_LEAVES);
             let leaves = match follow.take() {
                 Some(a) => vec![a],
                 None => match self.blink.cache.lookup(1, &next) {
@@ -133,8 +123,7 @@ impl Marlin {
                 let from = pairs.len();
                 pairs.extend(img.live().filter(|&(k, _)| (next..=end).contains(&k)));
                 pairs[from..].sort_unstable_by_key(|&(k, _)| k);
-                add(&self.counters.scan_leaves, 1);
-                add(&self.counters.scan_pairs, (pairs.len() - from) as u64);
+                self.counters.leaf_fill.saw(img.live().count());
                 if pairs.len() >= count || end == hi || img.high() == u64::MAX {
                     pairs.truncate(count);
                     break 'rounds;

@@ -17,3 +17,45 @@ pub fn add(c: &AtomicU64, n: u64) {
 pub fn get(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
 }
+
+/// Live pairs per leaf as a compute node's scans saw them, which sizes a scan's next batch of
+/// leaf READs.
+#[derive(Debug, Default)]
+pub struct LeafFill {
+    leaves: AtomicU64,
+    pairs: AtomicU64,
+}
+
+impl LeafFill {
+    /// Counts one leaf a scan used, holding `pairs` live pairs.
+    pub fn saw(&self, pairs: usize) {
+        bump(&self.leaves);
+        add(&self.pairs, pairs as u64);
+    }
+
+    /// Leaves to READ for `left` more pairs: by the mean live pairs per leaf so far (`guess`
+    /// before any), counting the first leaf as half (a scan starts anywhere in it), at least one
+    /// and at most `max`.
+    pub fn leaves_for(&self, left: usize, guess: usize, max: usize) -> usize {
+        let per_leaf = get(&self.pairs).checked_div(get(&self.leaves)).unwrap_or(guess as u64);
+        let per_leaf = per_leaf.max(1);
+        let need = (left as u64).saturating_add(per_leaf / 2);
+        need.div_ceil(per_leaf).clamp(1, max.max(1) as u64) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaf_fill_sizes_a_scan_round() {
+        let f = LeafFill::default();
+        assert_eq!(f.leaves_for(100, 20, 16), 6, "(100 + 10) / 20, rounded up, before any leaf");
+        f.saw(40);
+        f.saw(60);
+        assert_eq!(f.leaves_for(100, 20, 16), 3, "(100 + 25) / 50, rounded up");
+        assert_eq!(f.leaves_for(0, 20, 16), 1);
+        assert_eq!(f.leaves_for(10_000, 20, 16), 16);
+    }
+}
