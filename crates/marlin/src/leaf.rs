@@ -199,15 +199,6 @@ impl<'b> LeafImage<'b> {
         LeafImage { shape, b: &b[..shape.bytes] }
     }
 
-    pub fn shape(&self) -> &'b Shape {
-        self.shape
-    }
-
-    /// The Spear word as READ (with the image, before any WRITE of the SMO it may show).
-    pub fn spear(&self) -> u64 {
-        word(self.b, SPEAR)
-    }
-
     pub fn nv(&self) -> u8 {
         word(self.b, META) as u8
     }
