@@ -89,6 +89,9 @@ pub struct BenchArgs {
     /// Request distribution overriding the workload's: zipfian, uniform, latest.
     #[arg(long)]
     distribution: Option<String>,
+    /// Skew θ of the zipfian and latest distributions, in (0, 1) (YCSB: 0.99).
+    #[arg(long)]
+    zipf_theta: Option<f64>,
     /// Every scan asks for exactly this many pairs (default: YCSB's uniform 1 to 100).
     #[arg(long)]
     scan_len: Option<u64>,
@@ -154,6 +157,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         workload: a.workload.clone(),
         mix: a.mix.clone(),
         distribution: a.distribution.clone(),
+        zipf_theta: a.zipf_theta,
         scan_len: a.scan_len,
         trace: a.trace.clone(),
         load_trace: a.load_trace.clone(),

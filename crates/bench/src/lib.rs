@@ -25,7 +25,7 @@ use dmindex_fabric::{Client, Services, Transport};
 use dmindex_index::{mn_services, IndexConfig, IndexKind, PointIndex, Scans};
 use dmindex_sim::SimTransport;
 use dmindex_ycsb::workload::load_numbers;
-use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
+use dmindex_ycsb::{ClientStream, Distribution, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
@@ -60,6 +60,8 @@ pub struct BenchConfig {
     pub mix: Option<String>,
     /// Request distribution overriding the workload's (`zipfian`, `uniform`, `latest`).
     pub distribution: Option<String>,
+    /// Skew θ of the zipfian and latest distributions (YCSB: 0.99).
+    pub zipf_theta: Option<f64>,
     /// Every scan asks for exactly this many pairs (YCSB: uniform in 1..=100).
     pub scan_len: Option<u64>,
     pub trace: Option<PathBuf>,
@@ -107,6 +109,7 @@ impl Default for BenchConfig {
             workload: "c".into(),
             mix: None,
             distribution: None,
+            zipf_theta: None,
             scan_len: None,
             trace: None,
             load_trace: None,
@@ -216,6 +219,12 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     }
     if let Some(d) = &cfg.distribution {
         spec = spec.with_distribution(d).map_err(anyhow::Error::msg).context("--distribution")?;
+    }
+    if let Some(t) = cfg.zipf_theta {
+        if spec.distribution == Distribution::Uniform {
+            bail!("--zipf-theta skews a zipfian or latest distribution; this run's is uniform");
+        }
+        spec = spec.with_theta(t).map_err(anyhow::Error::msg).context("--zipf-theta")?;
     }
     if let Some(n) = cfg.scan_len {
         spec = spec.with_scan_len(n).map_err(anyhow::Error::msg).context("--scan-len")?;

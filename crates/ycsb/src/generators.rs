@@ -131,12 +131,26 @@ pub struct ScrambledZipfian {
 }
 
 impl ScrambledZipfian {
-    /// Over `[min, max]`.
+    /// Over `[min, max]`, θ = 0.99.
     pub fn new(min: u64, max: u64) -> ScrambledZipfian {
         ScrambledZipfian {
             min,
             items: max - min + 1,
             gen: Zipfian::new(0, SCRAMBLED_ITEM_COUNT, ZIPFIAN_CONSTANT, Some(SCRAMBLED_ZETAN)),
+        }
+    }
+
+    /// Over `[min, max]` with skew `theta`. As YCSB's generator does for a constant other than
+    /// 0.99, the ranks are drawn over the items themselves, not over 10^10 (there is no
+    /// precomputed ζ for them); `zetan` is ζ(items, θ) when the caller has it.
+    pub fn with_theta(min: u64, max: u64, theta: f64, zetan: Option<f64>) -> ScrambledZipfian {
+        if theta == ZIPFIAN_CONSTANT {
+            return ScrambledZipfian::new(min, max);
+        }
+        ScrambledZipfian {
+            min,
+            items: max - min + 1,
+            gen: Zipfian::new(0, max - min, theta, zetan),
         }
     }
 
@@ -204,9 +218,10 @@ pub struct SkewedLatest {
 }
 
 impl SkewedLatest {
-    /// Over the `items` acknowledged so far (ζ(items) may be passed in to share its cost).
-    pub fn new(items: u64, zetan: Option<f64>) -> SkewedLatest {
-        SkewedLatest { zipf: Zipfian::new(0, items.max(1) - 1, ZIPFIAN_CONSTANT, zetan) }
+    /// Over the `items` acknowledged so far with skew `theta` (ζ(items, θ) may be passed in to
+    /// share its cost).
+    pub fn new(items: u64, theta: f64, zetan: Option<f64>) -> SkewedLatest {
+        SkewedLatest { zipf: Zipfian::new(0, items.max(1) - 1, theta, zetan) }
     }
 
     /// The next key number, given the last acknowledged one.
@@ -289,7 +304,7 @@ mod tests {
     #[test]
     fn skewed_latest_prefers_recent() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        let mut g = SkewedLatest::new(1000, None);
+        let mut g = SkewedLatest::new(1000, ZIPFIAN_CONSTANT, None);
         let draws: Vec<u64> = (0..10_000).map(|_| g.next(&mut rng, 999)).collect();
         assert!(draws.iter().all(|&d| d <= 999));
         let latest = draws.iter().filter(|&&d| d == 999).count() as f64 / 10_000.0;

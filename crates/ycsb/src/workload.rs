@@ -15,7 +15,7 @@ use crate::generators::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Distribution {
-    /// YCSB's "zipfian": scrambled Zipfian, θ = 0.99.
+    /// YCSB's "zipfian": scrambled Zipfian, θ = 0.99 unless the spec says otherwise.
     Zipfian,
     /// Plain Zipfian (Gray et al.) over the loaded keys: key number 0 is the hottest.
     PlainZipfian,
@@ -41,6 +41,10 @@ pub struct WorkloadSpec {
     pub delete: f64,
     /// Key distribution.
     pub distribution: Distribution,
+    /// Skew θ of the zipfian, plain zipfian and latest distributions (YCSB's
+    /// `zipfianconstant`, 0.99).
+    #[serde(default = "default_theta")]
+    pub theta: f64,
     /// Scan lengths are uniform in `[min_scan, max_scan]` (YCSB: `[1, maxscanlength]`).
     pub max_scan: u64,
     #[serde(default = "one")]
@@ -49,6 +53,10 @@ pub struct WorkloadSpec {
 
 fn one() -> u64 {
     1
+}
+
+fn default_theta() -> f64 {
+    ZIPFIAN_CONSTANT
 }
 
 impl WorkloadSpec {
@@ -78,6 +86,7 @@ impl WorkloadSpec {
             rmw,
             delete: 0.0,
             distribution,
+            theta: ZIPFIAN_CONSTANT,
             max_scan: 100,
             min_scan: 1,
         })
@@ -123,6 +132,17 @@ impl WorkloadSpec {
         }
         (self.min_scan, self.max_scan) = (n, n);
         self.name = format!("{}+scan{n}", self.name);
+        Ok(self)
+    }
+
+    /// Sets the skew θ of the zipfian-family distributions, in `(0, 1)` like YCSB's
+    /// `zipfianconstant` (θ = 1 divides by zero in Gray's formula).
+    pub fn with_theta(mut self, theta: f64) -> Result<WorkloadSpec, String> {
+        if !(theta > 0.0 && theta < 1.0) {
+            return Err(format!("zipfian skew {theta} is outside (0, 1)"));
+        }
+        self.theta = theta;
+        self.name = format!("{}+theta{theta}", self.name);
         Ok(self)
     }
 
@@ -383,7 +403,9 @@ pub struct Shared {
     /// Insert numbers for the run phase.
     pub inserts: AcknowledgedCounter,
     key_space: u64,
-    latest_zetan: f64,
+    /// ζ of the chosen zipfian-family distribution over its items, computed once for all
+    /// clients (0 when the distribution needs none).
+    zetan: f64,
 }
 
 impl Shared {
@@ -391,18 +413,23 @@ impl Shared {
     pub fn new(spec: WorkloadSpec, format: KeyFormat, records: u64, ops: u64) -> Arc<Shared> {
         // YCSB sizes the zipfian key space to cover expected inserts so hot keys do not move.
         let expected_new = (ops as f64 * spec.insert * 2.0) as u64;
-        let latest_zetan = if spec.distribution == Distribution::Latest {
-            zeta(0, records.max(1), ZIPFIAN_CONSTANT, 0.0)
-        } else {
-            0.0
+        let key_space = records + expected_new + 1;
+        let zetan = match spec.distribution {
+            Distribution::Latest | Distribution::PlainZipfian => {
+                zeta(0, records.max(1), spec.theta, 0.0)
+            }
+            Distribution::Zipfian if spec.theta != ZIPFIAN_CONSTANT => {
+                zeta(0, key_space, spec.theta, 0.0)
+            }
+            _ => 0.0,
         };
         Arc::new(Shared {
-            key_space: records + expected_new + 1,
+            key_space,
             inserts: AcknowledgedCounter::new(records),
             spec,
             format,
             records,
-            latest_zetan,
+            zetan,
         })
     }
 }
@@ -428,16 +455,18 @@ impl ClientStream {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(client + 1);
         let records = shared.records.max(1);
+        let (theta, zetan) = (shared.spec.theta, Some(shared.zetan));
         let chooser = match shared.spec.distribution {
-            Distribution::Zipfian => {
-                Chooser::Scrambled(ScrambledZipfian::new(0, shared.key_space - 1))
-            }
+            Distribution::Zipfian => Chooser::Scrambled(ScrambledZipfian::with_theta(
+                0,
+                shared.key_space - 1,
+                theta,
+                zetan,
+            )),
             Distribution::PlainZipfian => {
-                Chooser::Plain(Zipfian::new(0, records - 1, ZIPFIAN_CONSTANT, None))
+                Chooser::Plain(Zipfian::new(0, records - 1, theta, zetan))
             }
-            Distribution::Latest => {
-                Chooser::Latest(SkewedLatest::new(records, Some(shared.latest_zetan)))
-            }
+            Distribution::Latest => Chooser::Latest(SkewedLatest::new(records, theta, zetan)),
             Distribution::Uniform => Chooser::Uniform,
         };
         let s = &shared.spec;
@@ -552,6 +581,40 @@ mod tests {
         seen.sort_unstable();
         assert_eq!(seen, (1..=4096).collect::<Vec<u64>>(), "a bijection onto 1..=2^bits");
         assert_eq!(f.key(4096), f.key(0), "numbers wrap");
+    }
+
+    /// The share of reads that hit the most requested key of a zipfian run at skew `theta`.
+    fn hottest_share(theta: f64) -> f64 {
+        let spec = WorkloadSpec::named("c").unwrap().with_theta(theta).unwrap();
+        let shared = Shared::new(spec, KeyFormat::new(8, true).unwrap(), 100_000, 0);
+        let mut s = ClientStream::new(shared, 3, 0);
+        let mut counts = std::collections::HashMap::new();
+        let n = 200_000;
+        for _ in 0..n {
+            *counts.entry(s.key_number()).or_insert(0u32) += 1;
+        }
+        *counts.values().max().unwrap() as f64 / n as f64
+    }
+
+    #[test]
+    fn zipf_theta_sets_the_skew() {
+        // The hottest key's share is 1/ζ(100 001, θ): 0.0451 at θ = 0.9, 0.00158 at 0.5.
+        let (t9, t5) = (hottest_share(0.9), hottest_share(0.5));
+        assert!((t9 - 0.0451).abs() < 0.003, "θ = 0.9: {t9}");
+        assert!((t5 - 0.00158).abs() < 0.0003, "θ = 0.5: {t5}");
+        // θ = 0.99 keeps YCSB's own generator (ranks over 10^10, 3.8 % over 60 M keys).
+        let a = WorkloadSpec::named("a").unwrap();
+        let same = a.clone().with_theta(ZIPFIAN_CONSTANT).unwrap();
+        let stream = |spec| {
+            let shared = Shared::new(spec, KeyFormat::new(8, true).unwrap(), 1000, 100);
+            let mut s = ClientStream::new(shared, 5, 1);
+            (0..100).map(|_| s.next_op().key).collect::<Vec<_>>()
+        };
+        assert_eq!(stream(a), stream(same));
+        for bad in [0.0, 1.0, -0.5, f64::NAN, 2.0] {
+            let e = WorkloadSpec::named("a").unwrap().with_theta(bad).unwrap_err();
+            assert!(e.contains("outside (0, 1)"), "{e}");
+        }
     }
 
     #[test]
