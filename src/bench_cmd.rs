@@ -102,6 +102,11 @@ pub struct BenchArgs {
     /// key`) in file order instead of generating --items keys.
     #[arg(long)]
     load_trace: Option<PathBuf>,
+    /// Load the distinct keys of --trace, in order of first appearance, instead of --items
+    /// generated keys (a cache trace such as Twitter's has no load phase of its own). With
+    /// --folded, the trace's keys are numbered by first appearance and folded like generated ones.
+    #[arg(long)]
+    trace_warm: bool,
     /// Key size in bytes (8: integer keys; more: `user…` strings padded to this size).
     #[arg(long, default_value_t = 8)]
     key_size: usize,
@@ -161,6 +166,7 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         scan_len: a.scan_len,
         trace: a.trace.clone(),
         load_trace: a.load_trace.clone(),
+        trace_warm: a.trace_warm,
         key_size: a.key_size,
         ycsb_keys: a.ycsb_keys,
         value_size: a.value_size,

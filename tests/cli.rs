@@ -211,6 +211,77 @@ fn bench_replays_twitter_cache_traces() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--trace-warm` loads a trace's distinct keys first, so a cache trace's gets of keys it never
+/// sets are found; with `--folded` its keys are renumbered densely and still found.
+#[test]
+fn trace_warm_loads_the_keys_a_trace_names() {
+    let dir = std::env::temp_dir().join(format!("dmindex-cli-warm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("cluster9.csv");
+    let mut t = String::new();
+    for i in 0..300 {
+        // 37 distinct keys, read before (and mostly without) any set.
+        t += &format!(
+            "{i},obj:{},8,0,1,get,0
+",
+            (i * 7) % 37
+        );
+        if i % 10 == 0 {
+            t += &format!(
+                "{i},obj:{},8,39,1,set,0
+",
+                i % 37
+            );
+        }
+    }
+    std::fs::write(&trace, t).unwrap();
+    let path = trace.to_str().unwrap();
+    let run = |index: &str, extra: &[&str]| {
+        let mut args = vec!["bench", "--index", index, "--trace", path, "--clients", "1"];
+        args.extend_from_slice(extra);
+        args.push("--json");
+        json(&dmindex(&args))
+    };
+    for (index, extra) in
+        [("ref", &["--trace-warm"][..]), ("dolphin", &["--trace-warm", "--folded"][..])]
+    {
+        let v = run(index, extra);
+        assert_eq!((v["items"].as_u64(), v["ops"].as_u64()), (Some(37), Some(330)), "{index}");
+        let read = v["per_op"].as_array().unwrap().iter().find(|o| o["op"] == "read").unwrap();
+        assert_eq!((read["found"].as_u64(), read["not_found"].as_u64()), (Some(300), Some(0)));
+    }
+    // The experiment replaying Twitter's traces names what it needs.
+    let out = dir.join("results");
+    let out = out.to_str().unwrap();
+    for (args, want) in [
+        (&["experiment", "dolphin/twitter", "--out", out][..], "pass --traces DIR"),
+        (
+            &["experiment", "dolphin/twitter", "--out", out, "--traces", "/definitely/not/here"][..],
+            "--traces /definitely/not/here",
+        ),
+    ] {
+        let o = dmindex(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    // Without warming, the reads of keys not yet set miss.
+    let cold = run("ref", &["--items", "5"]);
+    let read = cold["per_op"].as_array().unwrap().iter().find(|o| o["op"] == "read").unwrap();
+    assert!(read["not_found"].as_u64().unwrap() > 100, "{read}");
+    for (args, want) in [
+        (&["bench", "--trace-warm"][..], "--trace-warm loads the keys of --trace"),
+        (&["bench", "--trace", path, "--trace-warm", "--load-trace", path][..], "no --load-trace"),
+        (&["bench", "--folded", "--load-trace", path][..], "--folded numbers generated"),
+    ] {
+        let out = dmindex(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bench_refuses_bad_input() {
     for (args, msg) in [
@@ -227,6 +298,7 @@ fn bench_refuses_bad_input() {
         (&["experiment", "chime/ycsb", "--workloads", "load", "--fast-load"][..], "nothing to run"),
         (&["experiment", "ycsb"][..], "an experiment of several papers"),
         (&["experiment", "sephash/insert", "--clients", "0"][..], "must be positive"),
+        (&["bench", "--zipf-theta", "1"][..], "zipfian skew 1 is outside (0, 1)"),
         (&["bench", "--distribution", "gauss"][..], "unknown request distribution 'gauss'"),
         (&["bench", "--folded", "--key-size", "16"][..], "--folded makes 8-byte integer keys"),
         (&["bench", "--folded", "--ordered"][..], "cannot be used with"),

@@ -74,6 +74,8 @@ pub struct Scale {
     pub workloads: Vec<String>,
     /// Fabric parameters overriding the paper's testbed preset (`name=value`).
     pub overrides: Vec<String>,
+    /// Directory of the real-world traces that experiments replay (`--traces`).
+    pub traces: Option<PathBuf>,
 }
 
 impl Default for Scale {
@@ -89,9 +91,23 @@ impl Default for Scale {
             fast_load: false,
             workloads: Vec::new(),
             overrides: Vec::new(),
+            traces: None,
         }
     }
 }
+
+/// An experiment replays real-world traces and no `--traces` directory was given: running
+/// every experiment skips it, naming it alone is an error.
+#[derive(Debug)]
+pub struct NeedsTraces(pub String);
+
+impl std::fmt::Display for NeedsTraces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NeedsTraces {}
 
 /// One run of an experiment.
 #[derive(Clone, Debug, Serialize)]
@@ -165,6 +181,35 @@ impl<'a> Session<'a> {
             overrides: scale.overrides.clone(),
             ..BenchConfig::default()
         }
+    }
+
+    /// The trace file in the `--traces` directory whose name starts with `prefix` (e.g.
+    /// `cluster8` for `cluster8.sort` or `cluster8.csv`), left compressed files aside.
+    /// [`NeedsTraces`] when no directory was given.
+    pub fn trace(&self, prefix: &str, how: &str) -> anyhow::Result<PathBuf> {
+        let Some(dir) = &self.scale.traces else {
+            return Err(NeedsTraces(format!(
+                "{}: replays the {prefix} trace, which is not shipped: pass --traces DIR with \
+                 it decompressed in DIR ({how})",
+                self.name
+            ))
+            .into());
+        };
+        let entries =
+            std::fs::read_dir(dir).with_context(|| format!("--traces {}", dir.display()))?;
+        let mut found: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                let packed = [".zst", ".gz", ".xz", ".bz2"].iter().any(|z| name.ends_with(z));
+                name.starts_with(prefix) && !packed && p.is_file()
+            })
+            .collect();
+        found.sort();
+        found.into_iter().next().with_context(|| {
+            format!("--traces {}: no decompressed file named {prefix}… ({how})", dir.display())
+        })
     }
 
     /// Runs `cfg` as point `x` of line `series`.

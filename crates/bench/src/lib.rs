@@ -67,6 +67,9 @@ pub struct BenchConfig {
     pub trace: Option<PathBuf>,
     /// Load the keys of this YCSB load trace (in file order) instead of generating `items`.
     pub load_trace: Option<PathBuf>,
+    /// Load the distinct keys of `trace` (in order of first appearance) instead of generating
+    /// `items`, so the replay finds what it reads (a cache trace has no load phase of its own).
+    pub trace_warm: bool,
     pub key_size: usize,
     /// Keys exactly as YCSB forms them: "user" + the decimal key hash, no padding (so generated
     /// keys and a real trace's keys are the same bytes); `key_size` is then ignored.
@@ -113,6 +116,7 @@ impl Default for BenchConfig {
             scan_len: None,
             trace: None,
             load_trace: None,
+            trace_warm: false,
             key_size: 8,
             ycsb_keys: false,
             value_size: 8,
@@ -244,21 +248,47 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
             .map_err(anyhow::Error::msg)
             .context("--key-size")?
     };
+    if cfg.folded_keys && cfg.load_trace.is_some() {
+        bail!("--folded numbers generated and --trace keys; a --load-trace's keys are loaded as given");
+    }
+    if cfg.trace_warm && (cfg.trace.is_none() || cfg.load_trace.is_some()) {
+        bail!("--trace-warm loads the keys of --trace: give --trace, and no --load-trace");
+    }
+    let (mut format, mut items) = (format, cfg.items);
+    let mut load = match &cfg.load_trace {
+        Some(p) => Some(Arc::new(dmindex_ycsb::trace::read_load(p, format)?)),
+        None => None,
+    };
     let trace = match &cfg.trace {
         Some(p) => {
-            let ops = dmindex_ycsb::trace::read(p, format)?;
+            let mut ops = dmindex_ycsb::trace::read(p, format)?;
             if ops.is_empty() {
                 bail!("trace {} holds no operations", p.display());
+            }
+            let (numbers, keys) = if cfg.trace_warm || cfg.folded_keys {
+                dmindex_ycsb::trace::first_seen(&ops)
+            } else {
+                (Vec::new(), Vec::new())
+            };
+            if cfg.trace_warm {
+                items = keys.len() as u64;
+            }
+            if cfg.folded_keys {
+                // Key n of the trace (by first appearance) is generated key n, folded over a
+                // space that holds the trace's keys and the generated load at density ½.
+                let bits = KeyFormat::fold_bits_for(items.max(keys.len() as u64));
+                format = KeyFormat::folded(bits).map_err(anyhow::Error::msg)?;
+                for (op, n) in ops.iter_mut().zip(numbers) {
+                    format.key_into(n, &mut op.key);
+                }
+            } else if cfg.trace_warm {
+                load = Some(Arc::new(keys));
             }
             Some(Arc::new(ops))
         }
         None => None,
     };
-    let load = match &cfg.load_trace {
-        Some(p) => Some(Arc::new(dmindex_ycsb::trace::read_load(p, format)?)),
-        None => None,
-    };
-    let items = load.as_ref().map_or(cfg.items, |l| l.len() as u64);
+    let items = load.as_ref().map_or(items, |l| l.len() as u64);
     let ops = cfg.ops.unwrap_or_else(|| trace.as_ref().map_or(items, |t| t.len() as u64));
     Ok(Plan { format, spec, trace, load, items, ops, seed: cfg.seed })
 }

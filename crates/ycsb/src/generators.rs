@@ -51,6 +51,22 @@ pub fn zeta(from: u64, to: u64, theta: f64, initial: f64) -> f64 {
     sum
 }
 
+/// ζ(n, θ) = Σ_{i=1}^{n} i^−θ: summed exactly up to 2^20 terms, the rest by Euler–Maclaurin
+/// (integral, end-point and first derivative terms; the next term is below 10^−25 there).
+pub fn zeta_of(n: u64, theta: f64) -> f64 {
+    const EXACT: u64 = 1 << 20;
+    if n <= EXACT {
+        return zeta(0, n, theta, 0.0);
+    }
+    let (m, nf) = (EXACT as f64, n as f64);
+    let f = |x: f64| x.powf(-theta);
+    let df = |x: f64| -theta * x.powf(-theta - 1.0);
+    zeta(0, EXACT, theta, 0.0)
+        + (nf.powf(1.0 - theta) - m.powf(1.0 - theta)) / (1.0 - theta)
+        + (f(nf) - f(m)) / 2.0
+        + (df(nf) - df(m)) / 12.0
+}
+
 /// Zipfian over `[base, base + items)` (Gray et al., SIGMOD '94), as YCSB's `ZipfianGenerator`:
 /// item `base` is the most popular. The item count can grow; ζ is then extended incrementally.
 #[derive(Clone, Debug)]
@@ -140,17 +156,18 @@ impl ScrambledZipfian {
         }
     }
 
-    /// Over `[min, max]` with skew `theta`. As YCSB's generator does for a constant other than
-    /// 0.99, the ranks are drawn over the items themselves, not over 10^10 (there is no
-    /// precomputed ζ for them); `zetan` is ζ(items, θ) when the caller has it.
+    /// Over `[min, max]` with skew `theta`: as YCSB's generator, ranks over 10^10 items for
+    /// every θ (YCSB sums ζ(10^10, θ) term by term; [`zeta_of`] gets it in milliseconds, and
+    /// callers making many generators pass it in).
     pub fn with_theta(min: u64, max: u64, theta: f64, zetan: Option<f64>) -> ScrambledZipfian {
         if theta == ZIPFIAN_CONSTANT {
             return ScrambledZipfian::new(min, max);
         }
+        let zetan = zetan.unwrap_or_else(|| zeta_of(SCRAMBLED_ITEM_COUNT, theta));
         ScrambledZipfian {
             min,
             items: max - min + 1,
-            gen: Zipfian::new(0, max - min, theta, zetan),
+            gen: Zipfian::new(0, SCRAMBLED_ITEM_COUNT, theta, Some(zetan)),
         }
     }
 
@@ -273,6 +290,15 @@ mod tests {
             // Gray's closed form is approximate beyond rank 1; ranks 0 and 1 are exact.
             let tol = if i < 2 { 0.1 } else { 0.35 };
             assert!((got - p).abs() / p < tol, "rank {i}: {got} vs {p}");
+        }
+    }
+
+    #[test]
+    fn zeta_of_matches_the_sum_and_ycsb_constant() {
+        assert!((zeta_of(SCRAMBLED_ITEM_COUNT, 0.99) - SCRAMBLED_ZETAN).abs() < 1e-9);
+        for (n, theta) in [(3_000_000, 0.5), (5_000_000, 0.9), (1 << 20, 0.99)] {
+            let exact = zeta(0, n, theta, 0.0);
+            assert!((zeta_of(n, theta) - exact).abs() / exact < 1e-12, "ζ({n}, {theta})");
         }
     }
 

@@ -187,6 +187,23 @@ pub fn read_load(path: &Path, format: KeyFormat) -> Result<Vec<Vec<u8>>, TraceEr
     parse_load(&read_text(path)?, path, format)
 }
 
+/// The distinct keys of `ops` in order of first appearance, and each op's key number in that
+/// order: what warms an index before a trace is replayed, and what folds a trace's keys
+/// ([`KeyFormat::folded`]) so they are dense like a generated load's.
+pub fn first_seen(ops: &[Op]) -> (Vec<u64>, Vec<Vec<u8>>) {
+    let mut numbers = Vec::with_capacity(ops.len());
+    let mut seen = std::collections::HashMap::new();
+    let mut keys = Vec::new();
+    for op in ops {
+        let n = *seen.entry(op.key.as_slice()).or_insert_with(|| {
+            keys.push(op.key.clone());
+            keys.len() as u64 - 1
+        });
+        numbers.push(n);
+    }
+    (numbers, keys)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

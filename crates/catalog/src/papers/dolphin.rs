@@ -45,6 +45,11 @@ pub static PAPER: Paper = Paper {
             figure: "Fig. 8: range-only and range-write (100-item scans, uniform) throughput",
             body: scan,
         },
+        Experiment {
+            name: "twitter",
+            figure: "Fig. 9: Twitter cache traces cluster8 and cluster9 (needs --traces DIR)",
+            body: twitter,
+        },
     ],
 };
 
@@ -59,8 +64,7 @@ fn scale() -> Scale {
         coroutines: 1,
         seed: 1,
         fast_load: false,
-        workloads: Vec::new(),
-        overrides: Vec::new(),
+        ..Scale::default()
     }
 }
 
@@ -258,6 +262,32 @@ fn scan(s: &mut Session<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The Twitter clusters of Fig. 9: cluster8 is write-heavy, cluster9 read-only.
+const CLUSTERS: [&str; 2] = ["cluster8", "cluster9"];
+
+/// How to get a cluster's trace (the error when it is missing says so).
+const TRACE_HOW: &str = "the twitter/cache-trace release's clusterN.sort.zst, `zstd -d` it and \
+                         cut it with `head -n`; docs/reproduce-dolphin.md";
+
+/// Each cluster's trace replayed from the start by every index: the index is first loaded with
+/// the trace's distinct keys (a cache trace has no load phase; its gets would otherwise miss),
+/// numbered by first appearance and folded like the other figures' keys.
+fn twitter(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let files: Vec<_> =
+        CLUSTERS.iter().map(|c| s.trace(c, TRACE_HOW)).collect::<anyhow::Result<_>>()?;
+    for index in INDEXES {
+        for (i, file) in files.iter().enumerate() {
+            let mut c = base(s, index, "c");
+            (c.trace, c.trace_warm) = (Some(file.clone()), true);
+            s.go(index, i as f64, c)?;
+        }
+    }
+    let mut ch = chart("Twitter cache traces", "trace", "Mops/s", lines(&s.runs, mops));
+    ch.x_names = vec!["cluster8 (write-heavy)".into(), "cluster9 (read-only)".into()];
+    s.chart("twitter", ch);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +304,36 @@ mod tests {
         assert!((c.cache_mb - 2000.0 * 500_000.0 / 512e6).abs() < 1e-9);
         let r = scans(&s, "smart", 0.5);
         assert_eq!((r.scan_len, r.mix.as_deref()), (Some(100), Some("scan=0.5,insert=0.5")));
+    }
+
+    #[test]
+    fn twitter_replays_each_cluster_after_loading_its_keys() {
+        let dir = std::env::temp_dir().join(format!("dmindex-twitter-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut scale = scale();
+        let mut log = |_: &str| {};
+        let seen = std::cell::RefCell::new(Vec::new());
+        let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> {
+            seen.borrow_mut().push((c.index.clone(), c.trace.clone(), c.trace_warm, c.folded_keys));
+            anyhow::bail!("not run")
+        };
+        // No directory: the typed error that `all` skips on.
+        let mut s = Session::for_test(&scale, "dolphin-testbed", &runner, &mut log);
+        let e = twitter(&mut s).unwrap_err();
+        assert!(e.downcast_ref::<dmindex_bench::experiment::NeedsTraces>().is_some(), "{e}");
+        assert!(e.to_string().contains("--traces DIR"), "{e}");
+        // A directory with cluster8 only (cluster9 still compressed): named as missing.
+        std::fs::write(dir.join("cluster8.sort"), "0,k,1,1,1,set,0\n").unwrap();
+        std::fs::write(dir.join("cluster9.sort.zst"), "").unwrap();
+        scale.traces = Some(dir.clone());
+        let mut s = Session::for_test(&scale, "dolphin-testbed", &runner, &mut log);
+        let e = twitter(&mut s).unwrap_err().to_string();
+        assert!(e.contains("no decompressed file named cluster9"), "{e}");
+        std::fs::write(dir.join("cluster9.csv"), "0,k,1,1,1,get,0\n").unwrap();
+        let mut s = Session::for_test(&scale, "dolphin-testbed", &runner, &mut log);
+        assert!(format!("{:#}", twitter(&mut s).unwrap_err()).contains("not run"));
+        let first = seen.borrow().last().cloned().unwrap();
+        assert_eq!(first, ("dolphin".into(), Some(dir.join("cluster8.sort")), true, true));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

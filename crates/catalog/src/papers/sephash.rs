@@ -84,8 +84,7 @@ fn scale() -> Scale {
         coroutines: 2,
         seed: 1,
         fast_load: true,
-        workloads: Vec::new(),
-        overrides: Vec::new(),
+        ..Scale::default()
     }
 }
 
