@@ -14,23 +14,30 @@
 //! key line i (i < K = ceil(S / 7)), at 64 + 64 i
 //!  +0   ver   u64  the epoch of the creation or SMO that last wrote the line
 //!  +8   keys 7i .. 7i + 6, one u64 each: 0 = free; set once per epoch by CAS 0 -> key
-//! value region, at 64 (1 + K): cell j at 64 (1 + K) + C j, C in {16, 32, 64} (C | 64)
-//!  +0   M     u64  the cell meta word (below)
-//!  +8   value W bytes (the configured value size rounded up to 8)
+//! value region, at 64 (1 + K): cell j at 64 (1 + K) + C j
+//!  W <= 56: C in {16, 32, 64} (C | 64), one line
+//!   +0   M     u64  the cell meta word (below)
+//!   +8   value W bytes (the configured value size rounded up to 8)
+//!  W > 56: a multi-line cell, C = 64 (1 + ceil((W - 56) / 63)), 64-aligned
+//!   line 0   +0 M u64 | +8 value bytes 0 .. 56
+//!   line t   +0 cl u8 (= cv & 0xFF) | +1 value bytes 56 + 63 (t - 1) .. (63 each)
 //! ```
 //!
 //! The cell meta word, the only per-slot state, sits in the same cache line as the value:
 //!
 //! ```text
-//!  63                         34 33  32 31                      0
-//! +-----------------------------+------+-------------------------+
-//! | 0                           |  st  | nv: the leaf epoch      |
-//! +-----------------------------+------+-------------------------+
+//!  63            48 47          35 34 33  32 31                      0
+//! +----------------+--------------+--+------+-------------------------+
+//! | cv             | 0            |L |  st  | nv: the leaf epoch      |
+//! +----------------+--------------+--+------+-------------------------+
 //!  st: 0 EMPTY (a key CAS'd into a slot whose cell is EMPTY is a pending insert: invisible),
 //!      1 LIVE, 2 DELETED
+//!  L, cv: multi-line cells only (0 otherwise): the writer lock, and the cell version that
+//!      every line's cl byte repeats when the cell is whole
 //! ```
 //!
 //! Default shape (36 slots, 8-byte values): K = 6 key lines, C = 16, 9 value lines, 1024 bytes.
+//! 100-byte values: C = 128, 72 value lines, 5056 bytes.
 //!
 //! # Why each word is where it is
 //!
@@ -43,6 +50,18 @@
 //! * The Spear word is inside line 0 but outside every WRITE (`[0, 8)` and `[16, ..)` are
 //!   written separately), so a rewrite never erases a concurrent FAA.
 //! * Zeroed memory never checks: `nv >= 1` and a well-formed `[lo, hi]` are required.
+//!
+//! # Multi-line cells
+//!
+//! A value longer than a line cannot be written atomically, so its lines carry the cell version:
+//! a reader takes the cell only when every line's cl byte equals `M.cv` ([`LeafImage::cell_whole`]),
+//! else it READs again. Writers serialise on `M.L` (`crate::sync` says how) and write the other
+//! lines first and line 0, with `M` unlocked at `cv + 1`, last in the same doorbell: a reader
+//! sees either every line of one version or a mismatch. An SMO rewriting a leaf in place gives
+//! each cell `cv + 2` of the cell it overwrites (a crashed writer may have left lines at `cv + 1`),
+//! a fresh leaf `cv = 1` (zeroed lines have cl 0), so no line of the old epoch matches a cell of
+//! the new one. The check is a byte: a READ would have to span 256 versions of one cell (or 128
+//! rewrites of its leaf) to be fooled, as with FaRM's cache-line versions.
 
 use dmindex_index::{IndexError, IndexResult};
 
@@ -59,7 +78,11 @@ pub const HI: usize = 24;
 /// Offset of the meta word.
 pub const META: usize = 32;
 /// Largest value a cell holds in one cache line (with its meta word).
-pub const MAX_VALUE: usize = LINE - 8;
+pub const LINE_VALUE: usize = LINE - 8;
+/// Largest value (a multi-line cell beyond [`LINE_VALUE`]).
+pub const MAX_VALUE: usize = 4096;
+/// Value bytes in each line of a multi-line cell after the first (one byte is the cl byte).
+const TAIL_VALUE: usize = LINE - 1;
 /// Most slots a leaf may have.
 pub const MAX_SLOTS: usize = 256;
 
@@ -76,23 +99,56 @@ pub enum State {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CellMeta(pub u64);
 
+/// The writer lock bit of a multi-line cell.
+const LOCK: u64 = 1 << 34;
+/// Bits no writer sets.
+const UNUSED: u64 = ((1 << 48) - 1) & !((1 << 35) - 1);
+
 impl CellMeta {
     pub const fn new(state: State, nv: u32) -> CellMeta {
+        CellMeta::versioned(state, nv, 0)
+    }
+
+    /// A multi-line cell's word at version `cv`, unlocked.
+    pub const fn versioned(state: State, nv: u32, cv: u16) -> CellMeta {
         let st = match state {
             State::Empty => 0,
             State::Live => 1,
             State::Deleted => 2,
         };
-        CellMeta((st << 32) | nv as u64)
+        CellMeta((cv as u64) << 48 | (st << 32) | nv as u64)
     }
 
     pub const fn nv(self) -> u32 {
         self.0 as u32
     }
 
+    /// The cell version (multi-line cells).
+    pub const fn cv(self) -> u16 {
+        (self.0 >> 48) as u16
+    }
+
+    /// Whether a writer holds the cell (multi-line cells).
+    pub const fn locked(self) -> bool {
+        self.0 & LOCK != 0
+    }
+
+    /// This word with the writer lock set.
+    pub const fn lock(self) -> CellMeta {
+        CellMeta(self.0 | LOCK)
+    }
+
+    /// This word in `state`, version and epoch kept, unlocked.
+    pub fn with_state(self, state: State) -> CellMeta {
+        CellMeta::versioned(state, self.nv(), self.cv())
+    }
+
     /// The state, or `None` for a word no writer produces.
     pub const fn state(self) -> Option<State> {
-        match self.0 >> 32 {
+        if self.0 & UNUSED != 0 {
+            return None;
+        }
+        match (self.0 >> 32) & 3 {
             0 => Some(State::Empty),
             1 => Some(State::Live),
             2 => Some(State::Deleted),
@@ -108,7 +164,8 @@ pub struct Shape {
     pub slots: usize,
     /// Value bytes as configured.
     pub value: usize,
-    /// Bytes of a cell: meta word and value, a power of two dividing 64.
+    /// Bytes of a cell: meta word and value, a power of two dividing 64, or whole lines for a
+    /// multi-line cell.
     pub cell: usize,
     /// Key lines.
     pub key_lines: usize,
@@ -128,11 +185,14 @@ impl Shape {
         }
         if !(1..=MAX_VALUE).contains(&value) {
             return Err(IndexError::Config(format!(
-                "dolphin: values of {value} bytes are not supported (1..={MAX_VALUE}: a value \
-                 shares one cache line with its cell meta word)"
+                "dolphin: values of {value} bytes are not supported (1..={MAX_VALUE})"
             )));
         }
-        let cell = (8 + value.next_multiple_of(8)).next_power_of_two().max(16);
+        let cell = if value <= LINE_VALUE {
+            (8 + value.next_multiple_of(8)).next_power_of_two().max(16)
+        } else {
+            LINE * (1 + (value - LINE_VALUE).div_ceil(TAIL_VALUE))
+        };
         let key_lines = slots.div_ceil(KEYS_PER_LINE);
         let cells_at = LINE * (1 + key_lines);
         let bytes = cells_at + (slots * cell).next_multiple_of(LINE);
@@ -147,6 +207,21 @@ impl Shape {
     /// Offset of cell `j` (its meta word; the value follows).
     pub const fn cell_at(&self, j: usize) -> usize {
         self.cells_at + self.cell * j
+    }
+
+    /// Whether a cell spans several lines (values over 56 bytes).
+    pub const fn multi_line(&self) -> bool {
+        self.cell > LINE
+    }
+
+    /// The cell version an SMO gives cell `j` when it writes a leaf over `old` (the versions of
+    /// the cells it overwrites in place, empty for fresh memory): see the module docs.
+    fn next_cv(&self, old: &[u16], j: usize) -> u16 {
+        match (self.multi_line(), old.get(j)) {
+            (false, _) => 0,
+            (true, Some(cv)) => cv.wrapping_add(2),
+            (true, None) => 1,
+        }
     }
 }
 
@@ -265,10 +340,35 @@ impl<'b> LeafImage<'b> {
         CellMeta(word(self.buf, self.shape.cell_at(j)))
     }
 
-    /// Cell `j`'s value bytes.
-    pub fn value(&self, j: usize) -> &'b [u8] {
-        let at = self.shape.cell_at(j) + 8;
-        &self.buf[at..at + self.shape.value]
+    /// Appends cell `j`'s value bytes to `out` (whole only if [`LeafImage::cell_whole`]).
+    pub fn value_into(&self, j: usize, out: &mut Vec<u8>) {
+        let (at, w) = (self.shape.cell_at(j), self.shape.value);
+        out.extend_from_slice(&self.buf[at + 8..at + 8 + w.min(LINE_VALUE)]);
+        let mut rest = w.saturating_sub(LINE_VALUE);
+        let mut line = at + LINE;
+        while rest > 0 {
+            let n = rest.min(TAIL_VALUE);
+            out.extend_from_slice(&self.buf[line + 1..line + 1 + n]);
+            (rest, line) = (rest - n, line + LINE);
+        }
+    }
+
+    /// Whether cell `j` is of one version: always for one-line cells; for a multi-line cell,
+    /// when every line's cl byte repeats `M.cv` (a writer's lines may be landing otherwise).
+    pub fn cell_whole(&self, j: usize) -> bool {
+        let at = self.shape.cell_at(j);
+        let cl = self.meta(j).cv() as u8;
+        (LINE..self.shape.cell).step_by(LINE).all(|t| self.buf[at + t] == cl)
+    }
+
+    /// Whether every live cell is whole (see [`LeafImage::cell_whole`]).
+    pub fn live_whole(&self) -> bool {
+        !self.shape.multi_line() || self.live().all(|(_, j)| self.cell_whole(j))
+    }
+
+    /// The versions of every cell (for an SMO that rewrites this leaf in place).
+    pub fn cvs(&self) -> Vec<u16> {
+        (0..self.shape.slots).map(|j| self.meta(j).cv()).collect()
     }
 
     pub fn judge(&self, key: u64) -> Judge {
@@ -303,7 +403,8 @@ impl<'b> LeafImage<'b> {
 }
 
 /// Writes a whole leaf of `shape` into `out` (which it resizes): header (with `spear`), keys
-/// and cells of epoch `nv`. `pairs` are (key, value) put in slots 0, 1, … as `state`.
+/// and cells of epoch `nv`. `pairs` are (key, value) put in slots 0, 1, … as `state`. `over`:
+/// the cell versions of the leaf this image overwrites in place (empty for fresh memory).
 #[allow(clippy::too_many_arguments)]
 pub fn encode<'v>(
     shape: &Shape,
@@ -312,6 +413,7 @@ pub fn encode<'v>(
     lo: u64,
     hi: u64,
     nv: u32,
+    over: &[u16],
     pairs: impl IntoIterator<Item = (u64, &'v [u8], State)>,
     out: &mut Vec<u8>,
 ) {
@@ -328,26 +430,37 @@ pub fn encode<'v>(
     for i in 0..shape.key_lines {
         put(out, LINE * (1 + i), u64::from(nv));
     }
+    let mut pairs = pairs.into_iter();
     for j in 0..shape.slots {
-        put(out, shape.cell_at(j), CellMeta::new(State::Empty, nv).0);
+        let (meta, value) = match pairs.next() {
+            Some((k, v, state)) => {
+                debug_assert!(k != 0 && v.len() == shape.value);
+                put(out, shape.key_at(j), k);
+                (CellMeta::versioned(state, nv, shape.next_cv(over, j)), v)
+            }
+            None => (CellMeta::versioned(State::Empty, nv, shape.next_cv(over, j)), &[][..]),
+        };
+        let at = shape.cell_at(j);
+        encode_cell(shape, meta, value, &mut out[at..at + shape.cell]);
     }
-    for (j, (k, v, state)) in pairs.into_iter().enumerate() {
-        assert!(j < shape.slots, "more pairs than slots");
-        debug_assert!(k != 0 && v.len() == shape.value);
-        put(out, shape.key_at(j), k);
-        put(out, shape.cell_at(j), CellMeta::new(state, nv).0);
-        let at = shape.cell_at(j) + 8;
-        out[at..at + v.len()].copy_from_slice(v);
-    }
+    assert!(pairs.next().is_none(), "more pairs than slots");
 }
 
-/// The bytes of one cell (meta word and value, padded to the cell): what an insert or an upsert
-/// WRITEs, in one cache line.
+/// The bytes of one cell (meta word, value, and for a multi-line cell every line's cl byte
+/// `meta.cv`), padded to the cell: what an insert or an upsert WRITEs. `value` may be empty (an
+/// empty cell).
 pub fn encode_cell(shape: &Shape, meta: CellMeta, value: &[u8], out: &mut [u8]) {
     let out = &mut out[..shape.cell];
     out.fill(0);
     out[..8].copy_from_slice(&meta.0.to_le_bytes());
-    out[8..8 + value.len()].copy_from_slice(value);
+    let head = value.len().min(LINE_VALUE);
+    out[8..8 + head].copy_from_slice(&value[..head]);
+    for (t, line) in out.chunks_exact_mut(LINE).enumerate().skip(1) {
+        line[0] = meta.cv() as u8;
+        let from = (LINE_VALUE + TAIL_VALUE * (t - 1)).min(value.len());
+        let n = (value.len() - from).min(TAIL_VALUE);
+        line[1..1 + n].copy_from_slice(&value[from..from + n]);
+    }
 }
 
 /// Where an SMO of a leaf holding `live` pairs (sorted by key) splits: `None` to compact in
@@ -381,7 +494,17 @@ mod tests {
             .collect();
         assert_eq!(sizes, [(32, 1600), (64, 2752), (64, 2752)]);
         assert_eq!(Shape::new(7, 8).unwrap().bytes, 64 * (1 + 1 + 2));
-        assert!(Shape::new(1, 8).is_err() && Shape::new(36, 57).is_err());
+        assert!(Shape::new(1, 8).is_err() && Shape::new(36, 4097).is_err());
+        // Multi-line cells: 100-byte values take two lines, 56 + 63 value bytes.
+        let m = Shape::new(36, 100).unwrap();
+        assert_eq!((m.cell, m.bytes, m.multi_line()), (128, 5056, true));
+        assert_eq!(
+            (Shape::new(36, 57).unwrap().cell, Shape::new(36, 120).unwrap().cell),
+            (128, 192)
+        );
+        assert_eq!(CellMeta::versioned(State::Live, 7, 0x1234).0, 0x1234 << 48 | 1 << 32 | 7);
+        assert_eq!(CellMeta::new(State::Live, 7).lock().0, 1 << 34 | 1 << 32 | 7);
+        assert_eq!(CellMeta(1 << 40).state(), None, "bits 35..48 are never set");
         assert!(Shape::new(36, 0).is_err() && Shape::new(257, 8).is_err());
         assert_eq!(CellMeta::new(State::Live, 7).0, 1 << 32 | 7);
         assert_eq!(CellMeta::new(State::Deleted, 1).0, 2 << 32 | 1);
@@ -402,6 +525,7 @@ mod tests {
             lo,
             hi,
             4,
+            &[],
             pairs
                 .iter()
                 .enumerate()
@@ -416,7 +540,9 @@ mod tests {
         assert_eq!((img.rev(), img.spear(), img.nv()), (0xAB, 3, 4));
         assert_eq!(img.find(lo + 1), Some(1));
         assert_eq!(img.meta(1).state(), Some(State::Deleted));
-        assert_eq!(img.value(2), &[9; 8]);
+        let mut v = Vec::new();
+        img.value_into(2, &mut v);
+        assert_eq!((v, img.cell_whole(2), img.live_whole()), (vec![9; 8], true, true));
         assert_eq!(img.free_from(0), Some(3));
         assert_eq!(img.live().collect::<Vec<_>>(), [(lo + 5, 0), (lo + 9, 2)]);
         assert_eq!(img.judge(lo), Judge::Here);
@@ -436,8 +562,8 @@ mod tests {
         let lo = 0x0A00;
         let (mut old, mut new) = (Vec::new(), Vec::new());
         let v = [7u8; 8];
-        encode(&s, 0, 0, lo, lo | 0xFF, 1, [(lo + 1, &v[..], State::Live)], &mut old);
-        encode(&s, 0, 0, lo, lo + 0x7F, 2, [(lo + 2, &v[..], State::Live)], &mut new);
+        encode(&s, 0, 0, lo, lo | 0xFF, 1, &[], [(lo + 1, &v[..], State::Live)], &mut old);
+        encode(&s, 0, 0, lo, lo + 0x7F, 2, &[], [(lo + 2, &v[..], State::Live)], &mut new);
         // Every mix of whole lines from two epochs other than all-old and all-new is refused.
         let lines = s.bytes / LINE;
         for mask in 1..(1u32 << lines) - 1 {
@@ -450,6 +576,53 @@ mod tests {
         assert!(LeafImage::check(&s, &old).is_ok() && LeafImage::check(&s, &new).is_ok());
         assert_eq!(LeafImage::check(&s, &vec![0; s.bytes]).err(), Some(Refused::NotALeaf));
         assert_eq!(LeafImage::check(&s, &old[..512]).err(), Some(Refused::NotALeaf));
+    }
+
+    #[test]
+    fn multi_line_cells_carry_their_version_on_every_line() {
+        let s = Shape::new(8, 150).unwrap();
+        assert_eq!(s.cell, 192, "56 + 63 + 63 >= 150: three lines");
+        let lo = 0x0A00;
+        let v: Vec<u8> = (0..150).map(|i| i as u8 + 1).collect();
+        let mut img = Vec::new();
+        encode(&s, 0, 0, lo, lo | 0xFF, 3, &[], [(lo + 1, &v[..], State::Live)], &mut img);
+        let at = s.cell_at(0);
+        // Fresh memory: version 1 everywhere; line t starts with its cl byte.
+        assert_eq!(word(&img, at), CellMeta::versioned(State::Live, 3, 1).0);
+        assert_eq!((img[at + 64], img[at + 128]), (1, 1));
+        assert_eq!((img[at + 8], img[at + 63], img[at + 65], img[at + 128 + 31]), (1, 56, 57, 150));
+        let leaf = LeafImage::check(&s, &img).unwrap();
+        let mut got = Vec::new();
+        leaf.value_into(0, &mut got);
+        assert_eq!((got, leaf.cell_whole(0)), (v.clone(), true));
+        // A rewrite in place: every cell at its old version + 2.
+        let mut again = Vec::new();
+        encode(
+            &s,
+            0,
+            0,
+            lo,
+            lo | 0xFF,
+            4,
+            &leaf.cvs(),
+            [(lo + 1, &v[..], State::Live)],
+            &mut again,
+        );
+        assert_eq!(LeafImage::check(&s, &again).unwrap().meta(5).cv(), 3);
+        // A writer's version 2 landing line by line: any mix of its lines with version 1's is
+        // refused, the whole of either taken.
+        let mut next = [0u8; 192];
+        let w: Vec<u8> = v.iter().map(|b| b ^ 0xFF).collect();
+        encode_cell(&s, CellMeta::versioned(State::Live, 3, 2), &w, &mut next);
+        for mask in 0..8u32 {
+            let mut mix = img.clone();
+            for l in (0..3).filter(|l| mask >> l & 1 == 1) {
+                mix[at + 64 * l..at + 64 * (l + 1)].copy_from_slice(&next[64 * l..64 * (l + 1)]);
+            }
+            let m = LeafImage::check(&s, &mix).unwrap();
+            assert_eq!(m.cell_whole(0), mask == 0 || mask == 7, "mask {mask:#b}");
+            assert_eq!(m.live_whole(), mask == 0 || mask == 7);
+        }
     }
 
     #[test]

@@ -18,8 +18,10 @@
 //! ```
 //!
 //! Keys are exactly 8 bytes, compared as big-endian integers; key 0 is reserved (a free key
-//! word). Values are exactly the configured `max_value` bytes (1 to 56: a value shares one cache
-//! line with its cell's meta word, [`leaf`]).
+//! word). Values are exactly the configured `max_value` bytes (1 to 4096). Up to 56 bytes a value
+//! shares one cache line with its cell's meta word and writes are lock-free; longer values take
+//! multi-line cells whose writers serialise on a per-cell lock, one round trip more per write
+//! ([`leaf`], [`sync`]).
 //!
 //! # Pathfinding ([`ops`])
 //!

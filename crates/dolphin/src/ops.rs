@@ -30,7 +30,7 @@ use dmindex_prim::radix::slot::Child;
 use dmindex_prim::radix::{At, Kind, NodeImage, Pos};
 use dmindex_prim::spear::{Born, Claimed, Held};
 
-use crate::leaf::{Judge, LO, SPEAR};
+use crate::leaf::{Judge, LINE, LO, SPEAR};
 use crate::smo::{self, Frame, Pairs, Smo, SplitImages};
 use crate::sync::{self, search_image, Write};
 use crate::{bump, Dolphin, ROOT_KIND, SPECIAL_DEPTH};
@@ -99,7 +99,10 @@ impl Dolphin {
             };
             let img = sync::read(c, &self.shape, leaf, &mut buf, &self.counters.sync).await?;
             match img.judge(key) {
-                Judge::Here => return Ok(search_image(&img, key, out)),
+                Judge::Here => match search_image(&img, key, out) {
+                    Some(found) => return Ok(found),
+                    None => bump(&self.counters.sync.torn_reads),
+                },
                 Judge::Right => self.backtrack(special),
                 Judge::Left | Judge::OtherPrefix => return Err(corrupt("a floor overshot", key)),
             }
@@ -180,7 +183,7 @@ impl Dolphin {
         key: u64,
     ) -> IndexResult<()> {
         let shape = &self.shape;
-        let plan = SplitImages::plan(shape, to.frame, pairs, at, key);
+        let plan = SplitImages::plan(shape, &to.frame, pairs, at, key);
         let new = c.alloc_on(to.leaf.node(), shape.bytes as u64, 64).await?;
         let mut nb = [0u8; Kind::N256.bytes()];
         let nb = &mut nb[..to.kind.bytes()];
@@ -205,7 +208,7 @@ impl Dolphin {
         ops.push(BatchOp::Write { addr: to.leaf.add(LO as u64), data: &plan.old[LO..] });
         ops.push(BatchOp::Write { addr: new, data: &rev });
         if let Some((addr, bytes)) = &cell {
-            ops.push(BatchOp::Write { addr: *addr, data: &bytes[..shape.cell] });
+            ops.push(BatchOp::Write { addr: *addr, data: &bytes[..shape.cell.min(LINE)] });
         }
         ops.push(claimed.release());
         ops.push(Born::new(new.add(SPEAR as u64)).release());

@@ -229,10 +229,11 @@ impl Dolphin {
             bump(&self.counters.scan_rounds);
             for (&(_, addr), buf) in batch.iter().zip(bufs.iter_mut()) {
                 match LeafImage::verify(shape, buf) {
-                    Ok(()) => {}
-                    // Torn by a split's rewrite: this leaf again, alone, until it checks.
-                    Err(Refused::Torn) => {
-                        sync::read(c, shape, addr, buf, &self.counters.sync).await?;
+                    Ok(()) if LeafImage::verified(shape, buf).live_whole() => {}
+                    // Torn by a split's rewrite, or a multi-line cell mid-write: this leaf
+                    // again, alone, until it checks.
+                    Ok(()) | Err(Refused::Torn) => {
+                        sync::read_whole(c, shape, addr, buf, &self.counters.sync).await?;
                     }
                     Err(Refused::NotALeaf) => {
                         return Err(IndexError::Corrupt(format!("no dolphin leaf at {addr:?}")))
@@ -256,7 +257,9 @@ impl Dolphin {
                     if *left == 0 {
                         return Ok(Leaves::Done);
                     }
-                    out.push((k.to_be_bytes().to_vec(), img.value(j).to_vec()));
+                    let mut value = Vec::with_capacity(shape.value);
+                    img.value_into(j, &mut value);
+                    out.push((k.to_be_bytes().to_vec(), value));
                     *left -= 1;
                 }
                 if *left == 0 || top == end {

@@ -25,7 +25,7 @@ use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::spear::{self, Claim, Claimed, Held};
 
-use crate::leaf::{encode, split_at, LeafImage, Shape, State, LO};
+use crate::leaf::{encode, split_at, CellMeta, LeafImage, Shape, State, LINE, LO};
 
 /// The live pairs of a drained image and one more, sorted by key (values in one buffer).
 #[derive(Debug, Default)]
@@ -35,17 +35,21 @@ pub struct Pairs {
 }
 
 impl Pairs {
-    /// Gathers `img`'s live pairs and `(key, value)` (a key the image does not hold).
-    pub fn gather(img: &LeafImage<'_>, key: u64, value: &[u8]) -> Pairs {
-        let w = img.shape().value;
+    /// Gathers `img`'s live pairs and `(key, value)` (a key the image does not hold); `None`
+    /// if a live cell is not whole, which a drained image never has.
+    pub fn gather(img: &LeafImage<'_>, key: u64, value: &[u8]) -> Option<Pairs> {
         let mut p = Pairs::default();
-        for (k, j) in img.live().chain(std::iter::once((key, usize::MAX))) {
-            let v = if j == usize::MAX { value } else { img.value(j) };
+        for (k, j) in img.live() {
+            if !img.cell_whole(j) {
+                return None;
+            }
             p.keys.push((k, p.values.len()));
-            p.values.extend_from_slice(&v[..w]);
+            img.value_into(j, &mut p.values);
         }
+        p.keys.push((key, p.values.len()));
+        p.values.extend_from_slice(value);
         p.keys.sort_unstable_by_key(|&(k, _)| k);
-        p
+        Some(p)
     }
 
     pub fn len(&self) -> usize {
@@ -63,13 +67,14 @@ impl Pairs {
     }
 }
 
-/// The header of a drained image: what a split keeps or changes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The header of a drained image, and its cell versions: what a split keeps or changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Frame {
     pub rev: u64,
     pub lo: u64,
     pub hi: u64,
     pub nv: u32,
+    pub cvs: Vec<u16>,
 }
 
 /// How an SMO attempt ended.
@@ -102,14 +107,18 @@ pub async fn compact_or_split<T: Transport>(
         Claim::Held(c) => c,
         Claim::Lost | Claim::GaveUp => return Ok(Smo::Again),
     };
-    let Ok(img) = LeafImage::check(shape, buf) else {
-        // Drained and claimed, the leaf cannot be torn.
+    // Drained and claimed, the leaf cannot be torn, nor any cell of it mid-write.
+    let drained = LeafImage::check(shape, buf).ok().and_then(|img| {
+        let pairs = Pairs::gather(&img, key, value)?;
+        Some((img, pairs))
+    });
+    let Some((img, pairs)) = drained else {
         c.batch(&mut [claimed.release()]).await?;
         return Err(IndexError::Corrupt(format!("dolphin leaf at {leaf:?} does not check")));
     };
-    let pairs = Pairs::gather(&img, key, value);
     if let Some(at) = split_at(shape, pairs.len()) {
-        let frame = Frame { rev: img.rev(), lo: img.lo(), hi: img.hi(), nv: img.nv() };
+        let (rev, lo, hi, nv, cvs) = (img.rev(), img.lo(), img.hi(), img.nv(), img.cvs());
+        let frame = Frame { rev, lo, hi, nv, cvs };
         return Ok(Smo::Split { claimed, pairs, at, frame });
     }
     let mut out = Vec::with_capacity(shape.bytes);
@@ -121,6 +130,7 @@ pub async fn compact_or_split<T: Transport>(
         img.lo(),
         img.hi(),
         next_epoch(img.nv()),
+        &img.cvs(),
         (0..pairs.len()).map(|i| {
             let (k, v) = pairs.get(i, w);
             (k, v, State::Live)
@@ -150,14 +160,15 @@ pub struct SplitImages {
     pub old: Vec<u8>,
     /// The new leaf, whole.
     pub new: Vec<u8>,
-    /// The inserted key's cell in the new leaf (its slot and its live bytes), if it moved.
-    pub new_cell: Option<(usize, [u8; crate::leaf::LINE])>,
+    /// The inserted key's cell in the new leaf (its slot, and its first line as it is once
+    /// live: the meta word turns LIVE, the other lines are in `new` already), if it moved.
+    pub new_cell: Option<(usize, [u8; LINE])>,
 }
 
 impl SplitImages {
     /// Plans the split of a leaf with header `frame` into pairs `..at` and `at..` of `pairs`;
     /// `key` is the inserted key.
-    pub fn plan(shape: &Shape, frame: Frame, pairs: &Pairs, at: usize, key: u64) -> SplitImages {
+    pub fn plan(shape: &Shape, frame: &Frame, pairs: &Pairs, at: usize, key: u64) -> SplitImages {
         let w = shape.value;
         let at_key = pairs.get(at, w).0;
         let mut old = Vec::with_capacity(shape.bytes);
@@ -166,35 +177,23 @@ impl SplitImages {
             let (k, v) = pairs.get(i, w);
             (k, v, State::Live)
         };
-        encode(
-            shape,
-            frame.rev,
-            0,
-            frame.lo,
-            at_key - 1,
-            next_epoch(frame.nv),
-            (0..at).map(live),
-            &mut old,
-        );
-        let mut new_cell = None;
+        let (lo, hi, nv) = (frame.lo, at_key - 1, next_epoch(frame.nv));
+        encode(shape, frame.rev, 0, lo, hi, nv, &frame.cvs, (0..at).map(live), &mut old);
         let moved = (at..pairs.len()).map(|i| {
             let (k, v) = pairs.get(i, w);
-            if k == key {
-                let mut cell = [0u8; crate::leaf::LINE];
-                crate::leaf::encode_cell(
-                    shape,
-                    crate::leaf::CellMeta::new(State::Live, 1),
-                    v,
-                    &mut cell,
-                );
-                new_cell = Some((i - at, cell));
-                (k, v, State::Empty)
-            } else {
-                (k, v, State::Live)
-            }
+            (k, v, if k == key { State::Empty } else { State::Live })
         });
-        let pairs_new: Vec<(u64, &[u8], State)> = moved.collect();
-        encode(shape, 0, spear::BORN_CLAIMED, at_key, frame.hi, 1, pairs_new, &mut new);
+        encode(shape, 0, spear::BORN_CLAIMED, at_key, frame.hi, 1, &[], moved, &mut new);
+        let new_cell = (at..pairs.len()).find(|&i| pairs.get(i, w).0 == key).map(|i| {
+            let j = i - at;
+            let from = shape.cell_at(j);
+            let mut line = [0u8; LINE];
+            let n = shape.cell.min(LINE);
+            line[..n].copy_from_slice(&new[from..from + n]);
+            let meta = CellMeta(u64::from_le_bytes(line[..8].try_into().expect("8 bytes")));
+            line[..8].copy_from_slice(&meta.with_state(State::Live).0.to_le_bytes());
+            (j, line)
+        });
         SplitImages { at_key, old, new, new_cell }
     }
 }
@@ -219,7 +218,7 @@ mod tests {
         run_tasks([async {
             let leaf = c.alloc(shape.bytes as u64, 64).await.unwrap();
             let mut img = Vec::new();
-            encode(&shape, 7, 0, LO_KEY, LO_KEY | 0xFF, 1, std::iter::empty(), &mut img);
+            encode(&shape, 7, 0, LO_KEY, LO_KEY | 0xFF, 1, &[], std::iter::empty(), &mut img);
             c.write(leaf, &img).await.unwrap();
             let mut buf = vec![0u8; shape.bytes];
             let put = |key: u64| (key, key.to_le_bytes());
@@ -247,7 +246,7 @@ mod tests {
             let live: Vec<u64> = img.live().map(|(k, _)| k - LO_KEY).collect();
             assert_eq!(live, [1, 3, 5, 7, 9, 11, 13, 15, 0x80], "sorted, deleted keys gone");
             let mut out = Vec::new();
-            assert!(search_image(&img, key, &mut out) && out == v);
+            assert!(search_image(&img, key, &mut out) == Some(true) && out == v);
             assert_eq!(img.free_from(0), Some(9));
             assert_eq!(c.read_word(leaf.add(SPEAR as u64)).await.unwrap(), 0);
             // A leaf with more than three quarters live must split: still claimed.

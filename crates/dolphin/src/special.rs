@@ -66,7 +66,17 @@ impl Dolphin {
         let lo = key & !0xFF;
         let mut leaf_img = Vec::with_capacity(self.shape.bytes);
         let pair = [(key, value, State::Live)];
-        encode(&self.shape, slot_addr(node, 0).raw(), 0, lo, lo | 0xFF, 1, pair, &mut leaf_img);
+        encode(
+            &self.shape,
+            slot_addr(node, 0).raw(),
+            0,
+            lo,
+            lo | 0xFF,
+            1,
+            &[],
+            pair,
+            &mut leaf_img,
+        );
         let header = Header::new(Kind::N4, SPECIAL_DEPTH, &kb, SPECIAL_DEPTH - (d + 1));
         let mut node_img = Vec::with_capacity(Kind::N4.bytes());
         NodeImage::encode_new(rev, &header, &[leaf_slot(lo, leaf)], &mut node_img);

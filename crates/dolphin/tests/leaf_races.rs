@@ -24,6 +24,11 @@ fn key(w: u64, n: u64) -> u64 {
     LO + 1 + w * KEYS + n
 }
 
+/// A `width`-byte value naming `v` in every 8 bytes, so a value torn between two shows.
+fn val(v: u64, width: usize) -> Vec<u8> {
+    v.to_le_bytes().iter().copied().cycle().take(width).collect()
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn insert(
     c: &Client<SimTransport>,
@@ -35,15 +40,13 @@ async fn insert(
     ctr: &SyncCounters,
     smos: &Cell<u64>,
 ) {
+    let v = val(v, s.value);
     loop {
-        match sync::upsert(c, s, leaf, k, &v.to_le_bytes(), buf, ctr).await.unwrap() {
+        match sync::upsert(c, s, leaf, k, &v, buf, ctr).await.unwrap() {
             Write::Done(()) => return,
             Write::Again => {}
             Write::Full(held) => {
-                match compact_or_split(c, s, leaf, held, k, &v.to_le_bytes(), buf, 64)
-                    .await
-                    .unwrap()
-                {
+                match compact_or_split(c, s, leaf, held, k, &v, buf, 64).await.unwrap() {
                     Smo::Compacted => {
                         smos.set(smos.get() + 1);
                         return;
@@ -61,18 +64,29 @@ async fn insert(
 
 #[test]
 fn searches_during_in_place_compactions_see_only_written_values_in_order() {
+    searches_during_compactions(8);
+}
+
+/// The same with 100-byte values: two-line cells, written under their lock while readers READ.
+#[test]
+fn multi_line_values_are_never_seen_torn() {
+    searches_during_compactions(100);
+}
+
+fn searches_during_compactions(width: usize) {
     let (mut torn, mut compactions) = (0, 0);
+    let mid_write = Cell::new(0u64);
     for seed in 0..12 {
         let net = NetParams::preset("stress").unwrap();
         let cfg =
             SimConfig { node_size: 16 << 20, chunk_size: 1 << 20, ..SimConfig::new(seed, net) };
         let sim = Sim::new(cfg).unwrap();
-        let shape = Shape::new(12, 8).unwrap();
+        let shape = Shape::new(12, width).unwrap();
         let setup = sim.client_on_own_thread(0);
         let leaf = sim.block_on(async {
             let leaf = setup.alloc(shape.bytes as u64, 64).await.unwrap();
             let mut img = Vec::new();
-            encode(&shape, 0, 0, LO, LO | 0xFF, 1, std::iter::empty(), &mut img);
+            encode(&shape, 0, 0, LO, LO | 0xFF, 1, &[], std::iter::empty(), &mut img);
             setup.write(leaf, &img).await.unwrap();
             leaf
         });
@@ -115,7 +129,7 @@ fn searches_during_in_place_compactions_see_only_written_values_in_order() {
             }));
         }
         for c in &readers {
-            let (shape, ctr, started) = (&shape, &ctr, &started);
+            let (shape, ctr, started, mid_write) = (&shape, &ctr, &started, &mid_write);
             tasks.push(Box::pin(async move {
                 let mut buf = vec![0u8; shape.bytes];
                 let mut last = vec![0u64; (WRITERS * KEYS) as usize];
@@ -125,10 +139,17 @@ fn searches_during_in_place_compactions_see_only_written_values_in_order() {
                     // Every key of the image, so a torn image would show somewhere.
                     for i in 0..(WRITERS * KEYS) as usize {
                         let k = key(i as u64 / KEYS, i as u64 % KEYS);
-                        if !search_image(&img, k, &mut out) {
-                            continue;
+                        // A multi-line cell mid-write is not taken (its searcher READs again).
+                        match search_image(&img, k, &mut out) {
+                            Some(true) => {}
+                            Some(false) => continue,
+                            None => {
+                                mid_write.set(mid_write.get() + 1);
+                                continue;
+                            }
                         }
-                        let v = u64::from_le_bytes(out[..].try_into().unwrap());
+                        let v = u64::from_le_bytes(out[..8].try_into().unwrap());
+                        assert_eq!(out, val(v, width), "seed {seed}: key {i}'s value torn");
                         assert_eq!(
                             v >> 32,
                             i as u64,
@@ -168,13 +189,13 @@ fn searches_during_in_place_compactions_see_only_written_values_in_order() {
                     let Some(last) = (1..=OPS).rev().find(|s| s / 3 % KEYS == n) else {
                         continue;
                     };
-                    let found = search_image(&img, key(w, n), &mut out);
+                    let found = search_image(&img, key(w, n), &mut out) == Some(true);
                     if last % 3 == 2 {
                         assert!(!found, "seed {seed}: key {w}/{n} was deleted last");
                     } else {
                         assert!(found, "seed {seed}: key {w}/{n} lost");
                         let v = (w * KEYS + n) << 32 | last;
-                        assert_eq!(out, v.to_le_bytes(), "seed {seed}: key {w}/{n}");
+                        assert_eq!(out, val(v, width), "seed {seed}: key {w}/{n}");
                     }
                 }
             }
@@ -184,4 +205,6 @@ fn searches_during_in_place_compactions_see_only_written_values_in_order() {
     }
     assert!(compactions > 50, "{compactions} compactions: the SMO path was not exercised");
     assert!(torn > 0, "no READ was ever torn by a compaction: the check was not exercised");
+    let multi = Shape::new(12, width).unwrap().multi_line();
+    assert!(!multi || mid_write.get() > 0, "no cell was ever seen mid-write: cl bytes unexercised");
 }

@@ -58,6 +58,14 @@ fn line_wide_values() {
     suite::<Dolphin, Ordered>("dolphin_wide_values", &cfg, 0..80);
 }
 
+/// Two-line cells (100-byte values): writers lock a cell and land its lines one by one while
+/// readers READ them, under torn reads, delays and crashes.
+#[test]
+fn multi_line_values() {
+    let cfg = CheckConfig { value_size: 100, index_options: slots("6"), ..CheckConfig::default() };
+    suite::<Dolphin, Ordered>("dolphin_multi_line_values", &cfg, 0..80);
+}
+
 #[test]
 fn real_threads() {
     on_local_threads::<Dolphin, Ordered>(&IndexConfig::default(), 10);

@@ -77,7 +77,8 @@ fn grouped_keys_tiny_and_unlimited_caches() {
 
 #[test]
 fn values_of_every_cell_width() {
-    for width in [1, 24, 56] {
+    // One-line cells, and multi-line ones (57: two lines; 300: six).
+    for width in [1, 24, 56, 57, 300] {
         let index = with(&[("slots", "6")], IndexConfig { max_value: width, ..Default::default() });
         let mut cfg = ModelConfig::new(index, 200, 8);
         cfg.value = |v, len| (0..len).map(|i| v.wrapping_add(i as u8)).collect();

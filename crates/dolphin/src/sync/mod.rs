@@ -12,13 +12,35 @@
 //! | delete | 2 | `[FAA +1, READ leaf]`; `[CAS meta LIVE → DELETED, FAA −1]` |
 //! | absent key (update, delete) | 2 | `[FAA +1, READ leaf]`; `FAA −1` |
 //!
+//! # Multi-line cells (values over 56 bytes)
+//!
+//! Two WRITEs of one multi-line cell could interleave line by line and leave a value torn for
+//! good, so writers of such a cell serialise on its lock bit `M.L`, taken by CAS after the entry
+//! (a locked cell turns the writer away to enter again), and released by the writer's last WRITE:
+//!
+//! | operation | round trips | verbs |
+//! |---|---|---|
+//! | insert of a new key | 4 | enter; CAS key 0 → key; CAS `M` → `M \| L`; `[WRITE lines 1.., WRITE line 0 (M LIVE at cv + 1, unlocked), FAA −1]` |
+//! | insert of a present key | 3 | enter; CAS `M` → `M \| L`; the same doorbell |
+//! | update | 3 | enter; CAS `M` (LIVE) → `M \| L`; the same doorbell |
+//! | delete | 2 | enter; `[CAS M LIVE unlocked → DELETED, FAA −1]` (a locked cell: enter again) |
+//! | search | 1 | READ; the cell is taken when whole ([`LeafImage::cell_whole`]), else READ again |
+//!
+//! Line 0 goes last: until it lands the cell's lines show the old version or a mismatch, never
+//! a whole new version under an old `M`. A doorbell is posted whole, so a writer that stops
+//! holding the lock leaves the old value whole; writers of that key then wait on it (as on any
+//! crashed holder; its Spear entry also keeps SMOs off the leaf). The lock costs a round trip
+//! over one-line cells on every write.
+//!
 //! # Linearization points
 //!
 //! * insert: its cell WRITE (the cell turns LIVE with the value in one cache line);
 //! * update → true: its value WRITE when it lands on a LIVE cell; when a delete's CAS came
 //!   between its READ and its WRITE, just before that delete (the bytes it wrote are never seen:
 //!   a re-insert rewrites the whole cell);
-//! * delete → true: its CAS; update or delete → false, and a search: the READ that saw the cell.
+//! * delete → true: its CAS; update or delete → false, and a search: the READ that saw the cell
+//!   (for a multi-line update that found the cell DELETED when locking it, that CAS).
+//! * a multi-line insert or update: the WRITE of the cell's line 0.
 //!
 //! A key occupies at most one slot per leaf epoch (the crate docs explain why), so the cell a
 //! reader finds for a key is that key's only cell in the leaf.
@@ -77,16 +99,99 @@ pub async fn read<'b, T: Transport>(
     }
 }
 
-/// The value of `key` in the leaf image, if live there.
-pub fn search_image(img: &LeafImage<'_>, key: u64, out: &mut Vec<u8>) -> bool {
+/// READs the leaf at `leaf` into `buf` until it checks with every live cell whole (for a scan,
+/// which returns them all).
+pub async fn read_whole<T: Transport>(
+    c: &Client<T>,
+    shape: &Shape,
+    leaf: GlobalAddr,
+    buf: &mut [u8],
+    counters: &SyncCounters,
+) -> IndexResult<()> {
+    loop {
+        if read(c, shape, leaf, buf, counters).await?.live_whole() {
+            return Ok(());
+        }
+        bump(&counters.torn_reads);
+    }
+}
+
+/// The value of `key` in the leaf image, if live there; `None` when its multi-line cell was
+/// mid-write (READ again).
+pub fn search_image(img: &LeafImage<'_>, key: u64, out: &mut Vec<u8>) -> Option<bool> {
     match img.find(key) {
         Some(j) if img.meta(j).state() == Some(State::Live) => {
+            if !img.cell_whole(j) {
+                return None;
+            }
             out.clear();
-            out.extend_from_slice(img.value(j));
-            true
+            img.value_into(j, out);
+            Some(true)
         }
-        _ => false,
+        _ => Some(false),
     }
+}
+
+/// Bytes of the largest multi-line cell.
+const MAX_CELL: usize = LINE * (1 + (crate::leaf::MAX_VALUE - 56).div_ceil(LINE - 1));
+
+/// How taking a multi-line cell's lock ended.
+enum Locked {
+    /// Held; the word it replaced (unlocked).
+    Held(CellMeta),
+    /// Another writer holds it: leave and enter again.
+    Busy,
+    /// Its state stopped matching what the writer needs (an update found it not LIVE).
+    Gone,
+}
+
+/// Takes cell `j`'s lock, starting from the word `seen` the entry READ; `live` asks the cell to
+/// be LIVE. A failed CAS returns the word, as good as a READ of it.
+async fn lock_cell<T: Transport>(
+    c: &Client<T>,
+    shape: &Shape,
+    leaf: GlobalAddr,
+    j: usize,
+    mut seen: CellMeta,
+    live: bool,
+) -> IndexResult<Locked> {
+    let at = leaf.add(shape.cell_at(j) as u64);
+    loop {
+        if seen.locked() {
+            return Ok(Locked::Busy);
+        }
+        if live && seen.state() != Some(State::Live) {
+            return Ok(Locked::Gone);
+        }
+        let old = c.cas(at, seen.0, seen.lock().0).await?;
+        if old == seen.0 {
+            return Ok(Locked::Held(seen));
+        }
+        seen = CellMeta(old);
+    }
+}
+
+/// Writes `value` into locked multi-line cell `j` (whose unlocked word was `was`) as LIVE at the
+/// next version, other lines first and line 0 last, and leaves the leaf, in one doorbell.
+async fn write_locked<T: Transport>(
+    c: &Client<T>,
+    shape: &Shape,
+    leaf: GlobalAddr,
+    j: usize,
+    was: CellMeta,
+    value: &[u8],
+    held: Held,
+) -> IndexResult<()> {
+    let mut cell = [0u8; MAX_CELL];
+    let meta = CellMeta::versioned(State::Live, was.nv(), was.cv().wrapping_add(1));
+    encode_cell(shape, meta, value, &mut cell);
+    let at = leaf.add(shape.cell_at(j) as u64);
+    let mut ops = [
+        BatchOp::Write { addr: at.add(LINE as u64), data: &cell[LINE..shape.cell] },
+        BatchOp::Write { addr: at, data: &cell[..LINE] },
+        held.leave(),
+    ];
+    Ok(c.batch(&mut ops).await?)
 }
 
 /// Enters the leaf for `key` (Spear `+1` with the leaf READ in one doorbell) and judges it:
@@ -143,6 +248,18 @@ pub async fn upsert<T: Transport>(
         }
     }
     let j = slot.expect("a slot");
+    if shape.multi_line() {
+        return Ok(match lock_cell(c, shape, leaf, j, img.meta(j), false).await? {
+            Locked::Held(was) => {
+                write_locked(c, shape, leaf, j, was, value, held).await?;
+                Write::Done(())
+            }
+            Locked::Busy | Locked::Gone => {
+                held.leave_now(c).await?;
+                Write::Again
+            }
+        });
+    }
     let mut cell = [0u8; LINE];
     encode_cell(shape, CellMeta::new(State::Live, nv), value, &mut cell);
     let mut ops = [
@@ -168,6 +285,22 @@ pub async fn update<T: Transport>(
         Err(w) => return Ok(w),
     };
     match img.find(key) {
+        Some(j) if img.meta(j).state() == Some(State::Live) && shape.multi_line() => {
+            match lock_cell(c, shape, leaf, j, img.meta(j), true).await? {
+                Locked::Held(was) => {
+                    write_locked(c, shape, leaf, j, was, value, held).await?;
+                    Ok(Write::Done(true))
+                }
+                Locked::Busy => {
+                    held.leave_now(c).await?;
+                    Ok(Write::Again)
+                }
+                Locked::Gone => {
+                    held.leave_now(c).await?;
+                    Ok(Write::Done(false))
+                }
+            }
+        }
         Some(j) if img.meta(j).state() == Some(State::Live) => {
             let at = leaf.add((shape.cell_at(j) + 8) as u64);
             c.batch(&mut [BatchOp::Write { addr: at, data: value }, held.leave()]).await?;
@@ -199,7 +332,12 @@ pub async fn delete<T: Transport>(
             return Ok(Write::Done(false));
         };
         let live = img.meta(j);
-        let dead = CellMeta::new(State::Deleted, live.nv());
+        if live.locked() {
+            // A writer is mid-way: its write must not land on a deleted cell. Enter again.
+            held.leave_now(c).await?;
+            continue;
+        }
+        let dead = live.with_state(State::Deleted);
         let mut ops = [
             BatchOp::atomic(
                 leaf.add(shape.cell_at(j) as u64),

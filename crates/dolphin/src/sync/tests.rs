@@ -21,7 +21,7 @@ fn new_leaf(c: &Client<LocalTransport>, shape: &Shape) -> GlobalAddr {
     run_tasks([async {
         let leaf = c.alloc(shape.bytes as u64, 64).await.unwrap();
         let mut img = Vec::new();
-        encode(shape, 0, 0, LO, HI, 1, std::iter::empty(), &mut img);
+        encode(shape, 0, 0, LO, HI, 1, &[], std::iter::empty(), &mut img);
         c.write(leaf, &img).await.unwrap();
         leaf
     }])
@@ -29,16 +29,41 @@ fn new_leaf(c: &Client<LocalTransport>, shape: &Shape) -> GlobalAddr {
     .unwrap()
 }
 
-/// `clients` clients of one in-process fabric and a fresh leaf of `slots` 8-byte values.
+/// `clients` clients of one in-process fabric and a fresh leaf of `slots` `width`-byte values.
 fn setup(
     clients: usize,
     slots: usize,
+    width: usize,
 ) -> (LocalFabric, Vec<Client<LocalTransport>>, Shape, GlobalAddr) {
     let f = fabric();
     let clients: Vec<_> = (0..clients).map(|_| f.client(0).unwrap()).collect();
-    let shape = Shape::new(slots, 8).unwrap();
+    let shape = Shape::new(slots, width).unwrap();
     let leaf = new_leaf(&clients[0], &shape);
     (f, clients, shape, leaf)
+}
+
+/// A `width`-byte value naming `n` in every 8 bytes (so a value torn between two is seen).
+fn val(n: u64, width: usize) -> Vec<u8> {
+    n.to_le_bytes().iter().copied().cycle().take(width).collect()
+}
+
+/// The number a value made by [`val`] names, checking it is not torn.
+fn num(v: &[u8]) -> u64 {
+    let n = u64::from_le_bytes(v[..8].try_into().unwrap());
+    assert_eq!(v, val(n, v.len()), "a torn value");
+    n
+}
+
+/// Multi-line writers turn away from a locked cell ([`Write::Again`]): try again.
+macro_rules! until_done {
+    ($e:expr) => {
+        loop {
+            match $e {
+                Write::Again => continue,
+                w => break done(w),
+            }
+        }
+    };
 }
 
 fn done<T: std::fmt::Debug>(w: Write<T>) -> T {
@@ -50,10 +75,17 @@ fn done<T: std::fmt::Debug>(w: Write<T>) -> T {
 
 #[test]
 fn a_leaf_behaves_as_a_map_and_each_operation_costs_its_round_trips() {
-    let (_f, clients, shape, leaf) = setup(1, 16);
+    // One-line cells, and multi-line ones (a lock round trip more on every write).
+    for (width, lock) in [(8, 0), (100, 1)] {
+        a_leaf_behaves_as_a_map(width, lock);
+    }
+}
+
+fn a_leaf_behaves_as_a_map(width: usize, lock: u64) {
+    let (_f, clients, shape, leaf) = setup(1, 16, width);
     let c = &clients[0];
     let k = SyncCounters::default();
-    let mut model: HashMap<u64, [u8; 8]> = HashMap::new();
+    let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
     // Keys that hold a slot (live or deleted: only an SMO frees a slot).
     let mut slotted = std::collections::HashSet::new();
     let mut buf = vec![0u8; shape.bytes];
@@ -65,13 +97,13 @@ fn a_leaf_behaves_as_a_map_and_each_operation_costs_its_round_trips() {
             rng ^= rng >> 7;
             rng ^= rng << 17;
             let key = LO + 1 + rng % 24;
-            let value = step.to_le_bytes();
+            let value = val(step, width);
             let rt = c.counts().round_trips;
             let cost = |c: &Client<LocalTransport>| c.counts().round_trips - rt;
             match rng >> 60 {
                 0..=5 => {
                     let img = read(c, &shape, leaf, &mut buf, &k).await.unwrap();
-                    let found = search_image(&img, key, &mut out);
+                    let found = search_image(&img, key, &mut out).expect("no writer: whole");
                     assert_eq!(found.then_some(&out[..]), model.get(&key).map(|v| &v[..]));
                     assert_eq!(cost(c), 1, "search");
                 }
@@ -81,7 +113,7 @@ fn a_leaf_behaves_as_a_map_and_each_operation_costs_its_round_trips() {
                         Write::Done(()) => {
                             model.insert(key, value);
                             slotted.insert(key);
-                            assert_eq!(cost(c), if has_slot { 2 } else { 3 }, "insert");
+                            assert_eq!(cost(c), lock + if has_slot { 2 } else { 3 }, "insert");
                         }
                         Write::Full(h) => {
                             // Slots hold deleted keys too until an SMO compacts the leaf.
@@ -97,7 +129,7 @@ fn a_leaf_behaves_as_a_map_and_each_operation_costs_its_round_trips() {
                     if r {
                         model.insert(key, value);
                     }
-                    assert_eq!(cost(c), 2, "update");
+                    assert_eq!(cost(c), if r { 2 + lock } else { 2 }, "update");
                 }
                 _ => {
                     let r = done(delete(c, &shape, leaf, key, &mut buf, &k).await.unwrap());
@@ -118,7 +150,7 @@ fn a_leaf_behaves_as_a_map_and_each_operation_costs_its_round_trips() {
 
 #[test]
 fn keys_outside_the_range_are_sent_elsewhere_still_in_flight() {
-    let (_f, clients, shape, leaf) = setup(1, 16);
+    let (_f, clients, shape, leaf) = setup(1, 16, 8);
     let c = &clients[0];
     let k = SyncCounters::default();
     let mut buf = vec![0u8; shape.bytes];
@@ -141,7 +173,13 @@ type Task<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
 #[test]
 fn concurrent_inserts_of_one_key_take_one_slot() {
-    let (_f, clients, shape, leaf) = setup(8, 36);
+    for width in [8, 100] {
+        concurrent_inserts_of_one_key(width);
+    }
+}
+
+fn concurrent_inserts_of_one_key(width: usize) {
+    let (_f, clients, shape, leaf) = setup(8, 36, width);
     let k = SyncCounters::default();
     for round in 0..20u64 {
         let key = LO + 1 + round;
@@ -155,8 +193,8 @@ fn concurrent_inserts_of_one_key_take_one_slot() {
                     for _ in 0..i % 3 {
                         yield_now().await;
                     }
-                    let v = (i as u64).to_le_bytes();
-                    done(upsert(c, shape, leaf, key, &v, &mut buf, k).await.unwrap());
+                    let v = val(i as u64, shape.value);
+                    until_done!(upsert(c, shape, leaf, key, &v, &mut buf, k).await.unwrap());
                 }) as Task<'_, ()>
             })
             .collect();
@@ -167,8 +205,8 @@ fn concurrent_inserts_of_one_key_take_one_slot() {
         let slots = (0..shape.slots).filter(|&j| img.key(j) == key).count();
         assert_eq!(slots, 1, "round {round}: one slot for the key");
         let mut out = Vec::new();
-        assert!(search_image(&img, key, &mut out));
-        assert!(u64::from_le_bytes(out[..].try_into().unwrap()) < 8);
+        assert_eq!(search_image(&img, key, &mut out), Some(true));
+        assert!(num(&out) < 8);
         assert_eq!(img.spear(), 0);
     }
     assert!(k.lost_key_cas.load(std::sync::atomic::Ordering::Relaxed) == 0);
@@ -176,7 +214,13 @@ fn concurrent_inserts_of_one_key_take_one_slot() {
 
 #[test]
 fn concurrent_writers_of_distinct_keys_keep_every_acknowledged_write() {
-    let (_f, clients, shape, leaf) = setup(6, 64);
+    for width in [8, 100] {
+        concurrent_writers_of_distinct_keys(width);
+    }
+}
+
+fn concurrent_writers_of_distinct_keys(width: usize) {
+    let (_f, clients, shape, leaf) = setup(6, 64, width);
     let k = SyncCounters::default();
     let tasks: Vec<Task<'_, ()>> = clients
         .iter()
@@ -187,16 +231,17 @@ fn concurrent_writers_of_distinct_keys_keep_every_acknowledged_write() {
                 let mut buf = vec![0u8; shape.bytes];
                 let keys: Vec<u64> = (0..8).map(|n| LO + 1 + (n * 6 + i) as u64).collect();
                 for &key in &keys {
-                    done(
-                        upsert(c, shape, leaf, key, &key.to_le_bytes(), &mut buf, k).await.unwrap(),
-                    );
+                    let v = val(key, shape.value);
+                    until_done!(upsert(c, shape, leaf, key, &v, &mut buf, k).await.unwrap());
                 }
                 for &key in keys.iter().step_by(2) {
                     assert!(done(delete(c, shape, leaf, key, &mut buf, k).await.unwrap()));
                 }
                 for &key in keys.iter().skip(1).step_by(2) {
-                    let v = (key + 1).to_le_bytes();
-                    assert!(done(update(c, shape, leaf, key, &v, &mut buf, k).await.unwrap()));
+                    let v = val(key + 1, shape.value);
+                    assert!(until_done!(update(c, shape, leaf, key, &v, &mut buf, k)
+                        .await
+                        .unwrap()));
                 }
             }) as Task<'_, ()>
         })
@@ -207,11 +252,11 @@ fn concurrent_writers_of_distinct_keys_keep_every_acknowledged_write() {
     let mut out = Vec::new();
     for n in 0..48u64 {
         let key = LO + 1 + n;
-        let live = search_image(&img, key, &mut out);
+        let live = search_image(&img, key, &mut out).expect("writers done: whole");
         let odd = (n / 6) % 2 == 1;
         assert_eq!(live, odd, "key {n}");
         if live {
-            assert_eq!(out, (key + 1).to_le_bytes());
+            assert_eq!(num(&out), key + 1);
         }
     }
     assert!(k.lost_key_cas.load(std::sync::atomic::Ordering::Relaxed) > 0, "inserts raced");
