@@ -183,8 +183,8 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// The trace file in the `--traces` directory whose name starts with `prefix` (e.g.
-    /// `cluster8` for `cluster8.sort` or `cluster8.csv`), left compressed files aside.
+    /// The trace file in the `--traces` directory named `prefix` or `prefix.…` (e.g. `cluster8`,
+    /// `cluster8.sort`, `cluster8.csv`, not `cluster80`), compressed files left aside.
     /// [`NeedsTraces`] when no directory was given.
     pub fn trace(&self, prefix: &str, how: &str) -> anyhow::Result<PathBuf> {
         let Some(dir) = &self.scale.traces else {
@@ -203,7 +203,9 @@ impl<'a> Session<'a> {
             .filter(|p| {
                 let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
                 let packed = [".zst", ".gz", ".xz", ".bz2"].iter().any(|z| name.ends_with(z));
-                name.starts_with(prefix) && !packed && p.is_file()
+                let named =
+                    name.strip_prefix(prefix).is_some_and(|r| r.is_empty() || r.starts_with('.'));
+                named && !packed && p.is_file()
             })
             .collect();
         found.sort();

@@ -325,6 +325,7 @@ mod tests {
         // A directory with cluster8 only (cluster9 still compressed): named as missing.
         std::fs::write(dir.join("cluster8.sort"), "0,k,1,1,1,set,0\n").unwrap();
         std::fs::write(dir.join("cluster9.sort.zst"), "").unwrap();
+        std::fs::write(dir.join("cluster90"), "0,k,1,1,1,get,0\n").unwrap();
         scale.traces = Some(dir.clone());
         let mut s = Session::for_test(&scale, "dolphin-testbed", &runner, &mut log);
         let e = twitter(&mut s).unwrap_err().to_string();
