@@ -83,6 +83,8 @@ pub const LINE_VALUE: usize = LINE - 8;
 pub const MAX_VALUE: usize = 4096;
 /// Value bytes in each line of a multi-line cell after the first (one byte is the cl byte).
 const TAIL_VALUE: usize = LINE - 1;
+/// Bytes of the largest cell (a [`MAX_VALUE`]-byte value's).
+pub const MAX_CELL: usize = LINE * (1 + (MAX_VALUE - LINE_VALUE).div_ceil(TAIL_VALUE));
 /// Most slots a leaf may have.
 pub const MAX_SLOTS: usize = 256;
 
@@ -366,8 +368,12 @@ impl<'b> LeafImage<'b> {
         !self.shape.multi_line() || self.live().all(|(_, j)| self.cell_whole(j))
     }
 
-    /// The versions of every cell (for an SMO that rewrites this leaf in place).
+    /// The versions of every cell (for an SMO that rewrites this leaf in place); none for
+    /// one-line cells, which have no version.
     pub fn cvs(&self) -> Vec<u16> {
+        if !self.shape.multi_line() {
+            return Vec::new();
+        }
         (0..self.shape.slots).map(|j| self.meta(j).cv()).collect()
     }
 
@@ -461,6 +467,18 @@ pub fn encode_cell(shape: &Shape, meta: CellMeta, value: &[u8], out: &mut [u8]) 
         let n = (value.len() - from).min(TAIL_VALUE);
         line[1..1 + n].copy_from_slice(&value[from..from + n]);
     }
+}
+
+/// The first line of cell `j` of a leaf image made by [`encode`] (the whole cell if it fits a
+/// line), with its meta word turned LIVE: the one WRITE that makes a pending cell's value
+/// visible, the rest of its lines being in place already.
+pub fn live_head(shape: &Shape, image: &[u8], j: usize) -> [u8; LINE] {
+    let at = shape.cell_at(j);
+    let mut line = [0u8; LINE];
+    line[..shape.cell.min(LINE)].copy_from_slice(&image[at..at + shape.cell.min(LINE)]);
+    let meta = CellMeta(word(&line, 0)).with_state(State::Live);
+    line[..8].copy_from_slice(&meta.0.to_le_bytes());
+    line
 }
 
 /// Where an SMO of a leaf holding `live` pairs (sorted by key) splits: `None` to compact in

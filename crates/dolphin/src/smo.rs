@@ -25,7 +25,7 @@ use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::spear::{self, Claim, Claimed, Held};
 
-use crate::leaf::{encode, split_at, CellMeta, LeafImage, Shape, State, LINE, LO};
+use crate::leaf::{encode, live_head, split_at, LeafImage, Shape, State, LINE, LO};
 
 /// The live pairs of a drained image and one more, sorted by key (values in one buffer).
 #[derive(Debug, Default)]
@@ -184,16 +184,9 @@ impl SplitImages {
             (k, v, if k == key { State::Empty } else { State::Live })
         });
         encode(shape, 0, spear::BORN_CLAIMED, at_key, frame.hi, 1, &[], moved, &mut new);
-        let new_cell = (at..pairs.len()).find(|&i| pairs.get(i, w).0 == key).map(|i| {
-            let j = i - at;
-            let from = shape.cell_at(j);
-            let mut line = [0u8; LINE];
-            let n = shape.cell.min(LINE);
-            line[..n].copy_from_slice(&new[from..from + n]);
-            let meta = CellMeta(u64::from_le_bytes(line[..8].try_into().expect("8 bytes")));
-            line[..8].copy_from_slice(&meta.with_state(State::Live).0.to_le_bytes());
-            (j, line)
-        });
+        let new_cell = (at..pairs.len())
+            .find(|&i| pairs.get(i, w).0 == key)
+            .map(|i| (i - at, live_head(shape, &new, i - at)));
         SplitImages { at_key, old, new, new_cell }
     }
 }

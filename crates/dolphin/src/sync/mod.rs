@@ -50,7 +50,9 @@ use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::spear::{self, Held};
 
 use crate::bump;
-use crate::leaf::{encode_cell, CellMeta, Judge, LeafImage, Refused, Shape, State, LINE, SPEAR};
+use crate::leaf::{
+    encode_cell, CellMeta, Judge, LeafImage, Refused, Shape, State, LINE, MAX_CELL, SPEAR,
+};
 
 /// Counters of the leaf protocol's slow paths.
 #[derive(Debug, Default)]
@@ -131,9 +133,6 @@ pub fn search_image(img: &LeafImage<'_>, key: u64, out: &mut Vec<u8>) -> Option<
         _ => Some(false),
     }
 }
-
-/// Bytes of the largest multi-line cell.
-const MAX_CELL: usize = LINE * (1 + (crate::leaf::MAX_VALUE - 56).div_ceil(LINE - 1));
 
 /// How taking a multi-line cell's lock ended.
 enum Locked {
