@@ -98,16 +98,9 @@ impl Default for Scale {
 
 /// An experiment replays real-world traces and no `--traces` directory was given: running
 /// every experiment skips it, naming it alone is an error.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct NeedsTraces(pub String);
-
-impl std::fmt::Display for NeedsTraces {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for NeedsTraces {}
 
 /// One run of an experiment.
 #[derive(Clone, Debug, Serialize)]
