@@ -8,7 +8,9 @@
 //! With [`LocalConfig::yield_per_verb`] every verb first yields to the thread's other tasks, the
 //! way a coroutine yields while its verb is on the wire; tests use it to interleave tasks of one
 //! thread. Two-sided requests run on the calling thread while holding one of the node's modelled
-//! cores; when all are busy the caller yields until one frees up.
+//! cores; when all are busy the caller yields until one frees up. A service's calls to other
+//! nodes ([`crate::service::Peers`]) run on the same thread without taking the peer's cores
+//! (those stand for the threads that serve clients; server-to-server traffic has its own).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use crate::error::{FabricError, Result};
 use crate::exec::yield_now;
 use crate::layout;
 use crate::memory::Region;
-use crate::service::{MnContext, ServiceId, Services};
+use crate::service::{InProcessPeers, MnContext, MnMemory, ServiceId, Services};
 use crate::verbs::{AtomicOp, BatchOp, ClusterInfo, Transport};
 
 /// Shape of an in-process cluster.
@@ -243,7 +245,10 @@ impl Transport for LocalTransport {
             yield_now().await;
             std::thread::yield_now();
         }
-        let ctx = MnContext { node, memory: &mn.region };
+        let nodes = &self.shared.nodes;
+        let memory = |n: NodeId| nodes.get(n as usize).map(|m| &m.region as &dyn MnMemory);
+        let peers = InProcessPeers::new(&self.shared.services, nodes.len() as u16, &memory);
+        let ctx = MnContext::new(node, &mn.region).with_peers(&peers);
         let reply = self.shared.services.dispatch(&ctx, service, request);
         mn.free_cores.fetch_add(1, Ordering::Release);
         reply

@@ -13,7 +13,18 @@
 //! | 1 | [`NODE_INFO`] | empty | the 64-byte superblock ([`crate::layout::Superblock`]) |
 //!
 //! Ids below [`FIRST_USER_SERVICE`] are reserved for the fabric.
+//!
+//! # Server to server
+//!
+//! A service may call services on other memory nodes through [`MnContext::peers`] (HiStore's
+//! primary ships its log to its backups). [`Peers::call_all`] sends one request to several
+//! nodes at once and waits for every answer: one round trip on the wire, whatever the number of
+//! nodes. The in-process transports answer such calls by running the peer's service on the
+//! calling thread ([`InProcessPeers`]); the simulator also charges the wire and the peer's core.
+//! A service that needs more CPU than a plain request says so with [`MnContext::charge`], which
+//! the simulator adds to the core's busy time (others ignore it).
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -36,6 +47,116 @@ pub struct MnContext<'a> {
     pub node: NodeId,
     /// The node's memory.
     pub memory: &'a dyn MnMemory,
+    /// The other memory nodes' services.
+    pub peers: &'a dyn Peers,
+    cpu_ns: Cell<u64>,
+}
+
+impl<'a> MnContext<'a> {
+    /// A context on `node` with no peer links.
+    pub fn new(node: NodeId, memory: &'a dyn MnMemory) -> MnContext<'a> {
+        MnContext { node, memory, peers: &NoPeers, cpu_ns: Cell::new(0) }
+    }
+
+    /// The same context reaching other nodes through `peers`.
+    pub fn with_peers(self, peers: &'a dyn Peers) -> MnContext<'a> {
+        MnContext { peers, ..self }
+    }
+
+    /// Adds `ns` of CPU time to the request being served (beyond a plain request's).
+    pub fn charge(&self, ns: u64) {
+        self.cpu_ns.set(self.cpu_ns.get().saturating_add(ns));
+    }
+
+    /// CPU time charged so far.
+    pub fn charged_ns(&self) -> u64 {
+        self.cpu_ns.get()
+    }
+}
+
+/// How a service reaches the services of other memory nodes.
+pub trait Peers {
+    /// Sends `request` to `service` on every node of `nodes` at once and waits for each answer
+    /// (in the order of `nodes`). A node that cannot be reached answers with an error.
+    fn call_all(
+        &self,
+        nodes: &[NodeId],
+        service: ServiceId,
+        request: &[u8],
+    ) -> Vec<Result<Vec<u8>, FabricError>>;
+
+    /// [`Peers::call_all`] to one node.
+    fn call(
+        &self,
+        node: NodeId,
+        service: ServiceId,
+        request: &[u8],
+    ) -> Result<Vec<u8>, FabricError> {
+        self.call_all(&[node], service, request).pop().expect("one answer per node")
+    }
+}
+
+/// A node with no links to its peers: every call fails.
+pub struct NoPeers;
+
+impl Peers for NoPeers {
+    fn call_all(
+        &self,
+        nodes: &[NodeId],
+        service: ServiceId,
+        _: &[u8],
+    ) -> Vec<Result<Vec<u8>, FabricError>> {
+        let refuse = |&node| FabricError::Service {
+            node,
+            service,
+            message: "this memory node has no links to other memory nodes".into(),
+        };
+        nodes.iter().map(|n| Err(refuse(n))).collect()
+    }
+}
+
+/// Peers in this process: a call runs the peer's service on the calling thread, at once.
+pub struct InProcessPeers<'a> {
+    services: &'a Services,
+    memory: &'a dyn Fn(NodeId) -> Option<&'a dyn MnMemory>,
+    nodes: u16,
+}
+
+impl<'a> InProcessPeers<'a> {
+    /// Peers among `nodes` nodes whose memory `memory` gives, all running `services`.
+    pub fn new(
+        services: &'a Services,
+        nodes: u16,
+        memory: &'a dyn Fn(NodeId) -> Option<&'a dyn MnMemory>,
+    ) -> InProcessPeers<'a> {
+        InProcessPeers { services, memory, nodes }
+    }
+
+    /// Runs one request on `node` now; also returns the CPU time its service charged.
+    pub fn run(
+        &self,
+        node: NodeId,
+        service: ServiceId,
+        request: &[u8],
+    ) -> (Result<Vec<u8>, FabricError>, u64) {
+        let Some(memory) = (self.memory)(node) else {
+            return (Err(FabricError::UnknownNode { node, nodes: self.nodes }), 0);
+        };
+        let ctx = MnContext::new(node, memory).with_peers(self);
+        let reply = self.services.dispatch(&ctx, service, request);
+        (reply, ctx.charged_ns())
+    }
+}
+
+impl Peers for InProcessPeers<'_> {
+    fn call_all(
+        &self,
+        nodes: &[NodeId],
+        service: ServiceId,
+        request: &[u8],
+    ) -> Vec<Result<Vec<u8>, FabricError>> {
+        nodes.iter().map(|&n| self.run(n, service, request).0).collect()
+    }
 }
 
 /// Why a service refused a request.
@@ -229,7 +350,7 @@ mod tests {
     fn allocator_bumps_aligned_and_refuses_overflow() {
         let r = node(layout::MIN_REGION);
         let s = Services::new(2);
-        let ctx = MnContext { node: 0, memory: &r };
+        let ctx = MnContext::new(0, &r);
         let a = decode_word(&s.dispatch(&ctx, ALLOC_CHUNK, &alloc_request(100, 8)).unwrap());
         assert_eq!(a, Some(layout::HEAP_START));
         let b = decode_word(&s.dispatch(&ctx, ALLOC_CHUNK, &alloc_request(8, 4096)).unwrap());
@@ -261,8 +382,49 @@ mod tests {
         s.register(ServiceId(16), Arc::new(Echo)).unwrap();
         assert!(s.register(ServiceId(16), Arc::new(Echo)).unwrap_err().contains("already"));
         let r = node(layout::MIN_REGION);
-        let ctx = MnContext { node: 0, memory: &r };
+        let ctx = MnContext::new(0, &r);
         assert_eq!(s.dispatch(&ctx, ServiceId(16), b"hi").unwrap(), b"hi");
         assert!(format!("{s:?}").contains("16:echo"));
+    }
+
+    /// A service reaching another node through in-process peers sees that node's memory; with
+    /// no peer links the call is refused, naming the node.
+    #[test]
+    fn in_process_peers_run_the_peer_service_on_its_memory() {
+        struct AskPeer;
+        impl Service for AskPeer {
+            fn name(&self) -> &str {
+                "ask-peer"
+            }
+            fn handle(&self, ctx: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
+                ctx.charge(7);
+                match r.first() {
+                    Some(&n) => ctx
+                        .peers
+                        .call(n as NodeId, NODE_INFO, &[])
+                        .map_err(|e| ServiceError::Failed(e.to_string())),
+                    None => Ok(vec![ctx.node as u8]),
+                }
+            }
+        }
+        let mut s = Services::new(1);
+        s.register(ServiceId(16), Arc::new(AskPeer)).unwrap();
+        let (a, b) = (node(layout::MIN_REGION), Region::new(layout::MIN_REGION));
+        layout::format(&b, 1);
+        let memory = |n: NodeId| match n {
+            0 => Some(&a as &dyn MnMemory),
+            1 => Some(&b as &dyn MnMemory),
+            _ => None,
+        };
+        let peers = InProcessPeers::new(&s, 2, &memory);
+        let (info, charged) = peers.run(0, ServiceId(16), &[1]);
+        let mut want = vec![0u8; layout::SUPERBLOCK_LEN as usize];
+        b.read(0, &mut want);
+        assert_eq!((info.unwrap(), charged), (want, 7));
+        let (err, _) = peers.run(0, ServiceId(16), &[5]);
+        assert!(err.unwrap_err().to_string().contains("unknown memory node 5"));
+        let ctx = MnContext::new(0, &a);
+        let err = s.dispatch(&ctx, ServiceId(16), &[1]).unwrap_err();
+        assert!(err.to_string().contains("no links to other memory nodes"), "{err}");
     }
 }

@@ -45,6 +45,7 @@
 
 pub mod config;
 mod executor;
+mod peers;
 pub mod report;
 pub mod seeds;
 mod transport;

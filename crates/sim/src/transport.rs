@@ -10,7 +10,7 @@ use dmindex_fabric::{
     AtomicOp, BatchOp, FabricError, GlobalAddr, NodeId, Result, ServiceId, Transport,
 };
 
-use dmindex_fabric::service::MnContext;
+use dmindex_fabric::service::{InProcessPeers, MnMemory};
 
 use crate::world::OpKind;
 use crate::Shared;
@@ -254,8 +254,10 @@ impl Transport for SimTransport {
             return Err(FabricError::UnknownNode { node, nodes: self.shared.regions.len() as u16 });
         }
         if self.direct() {
-            let ctx = MnContext { node, memory: &self.shared.regions[node as usize] };
-            return self.shared.services.dispatch(&ctx, service, request);
+            let regions = &self.shared.regions;
+            let memory = |n: NodeId| regions.get(n as usize).map(|r| r as &dyn MnMemory);
+            let peers = InProcessPeers::new(&self.shared.services, regions.len() as u16, &memory);
+            return peers.run(node, service, request).0;
         }
         let mut b = Vec::with_capacity(request.len());
         b.extend_from_slice(request);

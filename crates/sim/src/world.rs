@@ -10,7 +10,8 @@
 //!                                                                      WRITE: lines land in address order over
 //!                                                                             the request's wire time
 //!                                                                      atomic: one instant at the atomic unit
-//!                                                                      request: one instant on an MN core
+//!                                                                      request: queued for an MN core, served
+//!                                                                               at one instant ([`crate::peers`])
 //! ```
 //!
 //! Every queue is a FIFO server whose next free instant is kept as a number: engines charge one
@@ -22,18 +23,20 @@
 //! Time is kept in picoseconds so that sub-nanosecond service times add up exactly; the public
 //! API speaks nanoseconds.
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::task::Waker;
 
 use dmindex_fabric::memory::{Region, CACHE_LINE};
-use dmindex_fabric::service::{MnContext, ServiceId, Services};
+use dmindex_fabric::service::{ServiceId, Services};
 use dmindex_fabric::{AtomicOp, FabricError, GlobalAddr};
 use hdrhistogram::Histogram;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::config::{Faults, NetParams};
+use crate::peers::{serve, Cores};
 
 pub(crate) const PS_PER_NS: u64 = 1000;
 const ATOMIC_TABLE: usize = 4096;
@@ -45,6 +48,7 @@ enum EventKind {
     Land,
     Atomic,
     Rpc,
+    CoreFree,
     Complete,
 }
 
@@ -150,7 +154,11 @@ pub(crate) struct World {
     atomic_ps: u64,
     pub(crate) cn_nics: Vec<Nic>,
     pub(crate) mn_nics: Vec<Nic>,
-    mn_cores: Vec<Vec<u64>>,
+    cores: RefCell<Cores>,
+    /// Requests waiting for a core, per memory node.
+    core_queues: Vec<VecDeque<u32>>,
+    /// Instants at which the latest request's cores free up (node, core), to schedule.
+    frees: RefCell<Vec<(u64, u16, u32)>>,
     atomic_words: Vec<(u64, u64)>,
     ops: Vec<Op>,
     free_ops: Vec<u32>,
@@ -180,7 +188,9 @@ impl World {
             rng: ChaCha8Rng::seed_from_u64(seed),
             msg_ps: net.msg_ps(),
             atomic_ps: net.atomic_ps(),
-            mn_cores: vec![vec![0; net.mn_cores.max(1)]; memory_nodes as usize],
+            cores: RefCell::new(Cores::new(memory_nodes, net.mn_cores)),
+            core_queues: vec![VecDeque::new(); memory_nodes as usize],
+            frees: RefCell::new(Vec::new()),
             net,
             faults,
             cn_nics: Vec::new(),
@@ -405,16 +415,21 @@ impl World {
                 }
             }
             EventKind::Rpc => {
-                let op = &mut self.ops[ev.op as usize];
-                let OpKind::Rpc(service) = op.kind else { unreachable!("rpc event on non-rpc") };
-                let node = op.addr.node();
-                let ctx = MnContext { node, memory: &regions[node as usize] };
-                match services.dispatch(&ctx, service, &op.buf) {
-                    Ok(reply) => {
-                        self.trace_hash = mix(self.trace_hash, reply.len() as u64);
-                        op.buf = reply;
+                let node = self.ops[ev.op as usize].addr.node() as usize;
+                let free = self.cores.borrow().free_at(node, self.now);
+                match free {
+                    Some(core) => self.start_rpc(ev.op, core, regions, services),
+                    None => self.core_queues[node].push_back(ev.op),
+                }
+            }
+            EventKind::CoreFree => {
+                let node = ev.op as usize;
+                if !self.core_queues[node].is_empty() {
+                    let free = self.cores.borrow().free_at(node, self.now);
+                    if let Some(core) = free {
+                        let i = self.core_queues[node].pop_front().expect("non-empty");
+                        self.start_rpc(i, core, regions, services);
                     }
-                    Err(e) => op.result = Err(e),
                 }
             }
             EventKind::Complete => self.complete(ev.op),
@@ -437,7 +452,6 @@ impl World {
             (op.kind, op.addr, op.client, op.buf.len())
         };
         let node = addr.node() as usize;
-        let cn = self.clients[client as usize].cn as usize;
         let stretch = if self.chance(self.faults.delay_prob) {
             self.uniform(self.faults.delay_max_ns) * PS_PER_NS
         } else {
@@ -498,16 +512,60 @@ impl World {
                 (at + atomic_ps, header + 8)
             }
             OpKind::Rpc(_) => {
-                let cores = &mut self.mn_cores[node];
-                let (core, &free) =
-                    cores.iter().enumerate().min_by_key(|&(_, t)| *t).expect("at least one core");
-                let cs = (s + stretch).max(free);
-                cores[core] = cs + self.net.rpc_ns * PS_PER_NS;
-                self.schedule(cs, EventKind::Rpc, i, 0);
-                (cs + self.net.rpc_ns * PS_PER_NS, header + 64)
+                // The request joins the node's core queue; its reply is sent once served.
+                self.clients[client as usize].qp_free[node] = s + stretch;
+                self.schedule(s + stretch, EventKind::Rpc, i, 0);
+                return;
             }
         };
         self.clients[client as usize].qp_free[node] = end;
+        self.respond(i, end, resp_bytes);
+    }
+
+    /// Serves request `i` on `core` now and sends its reply.
+    fn start_rpc(&mut self, i: u32, core: usize, regions: &[Region], services: &Services) {
+        let op = &mut self.ops[i as usize];
+        let OpKind::Rpc(service) = op.kind else { unreachable!("rpc event on non-rpc") };
+        let node = op.addr.node();
+        let request = std::mem::take(&mut op.buf);
+        let served = serve(
+            services,
+            regions,
+            &self.cores,
+            &self.frees,
+            self.net.rpc_ns * PS_PER_NS,
+            self.net.one_way_ns * PS_PER_NS,
+            self.now,
+            node,
+            core,
+            service,
+            &request,
+        );
+        self.trace_hash = mix(self.trace_hash, served.done_ps);
+        let op = &mut self.ops[i as usize];
+        let reply_len = match served.reply {
+            Ok(reply) => {
+                self.trace_hash = mix(self.trace_hash, reply.len() as u64);
+                let n = reply.len() as u64;
+                op.buf = reply;
+                n
+            }
+            Err(e) => {
+                op.result = Err(e);
+                0
+            }
+        };
+        let frees = std::mem::take(&mut *self.frees.borrow_mut());
+        for (t, n, c) in frees {
+            self.schedule(t, EventKind::CoreFree, n as u32, c);
+        }
+        let end = self.now + served.done_ps;
+        self.respond(i, end, self.net.header_bytes + reply_len.max(64));
+    }
+
+    /// Sends op `i`'s response, which leaves its memory node at `end` carrying `resp_bytes`.
+    fn respond(&mut self, i: u32, end: u64, resp_bytes: u64) {
+        let cn = self.clients[self.ops[i as usize].client as usize].cn as usize;
         let back = end + (self.net.one_way_ns + self.uniform(self.net.jitter_ns)) * PS_PER_NS;
         let wire = self.net.wire_ps(resp_bytes);
         let nic = &mut self.cn_nics[cn];

@@ -388,3 +388,92 @@ fn fast_forward_acts_at_once_outside_the_model() {
     assert_eq!(buf[8..], [9; 8]);
     assert!(s.now_ns() > t0, "the model is back on");
 }
+
+/// A service that charges `ns` of CPU per request and, asked with a list of nodes, calls this
+/// same service on them (empty requests) and answers with their replies' total length.
+struct Relay;
+
+impl dmindex_fabric::service::Service for Relay {
+    fn name(&self) -> &str {
+        "relay"
+    }
+    fn handle(
+        &self,
+        ctx: &dmindex_fabric::service::MnContext<'_>,
+        request: &[u8],
+    ) -> Result<Vec<u8>, dmindex_fabric::service::ServiceError> {
+        let (cpu, targets) = request.split_first().unwrap_or((&0, &[]));
+        ctx.charge(*cpu as u64 * 1000);
+        let nodes: Vec<u16> = targets.iter().map(|&n| n as u16).collect();
+        let mut total = 0u8;
+        for r in ctx.peers.call_all(&nodes, RELAY, &[]) {
+            total += r
+                .map_err(|e| dmindex_fabric::service::ServiceError::Failed(e.to_string()))?
+                .len() as u8
+                + 1;
+        }
+        Ok(vec![ctx.node as u8; 1 + total as usize])
+    }
+}
+
+const RELAY: dmindex_fabric::ServiceId = dmindex_fabric::ServiceId(16);
+
+fn relay_sim(net: &NetParams) -> Sim {
+    let mut services = dmindex_fabric::Services::new(net.mn_cores);
+    services.register(RELAY, std::sync::Arc::new(Relay)).unwrap();
+    Sim::with_services(
+        SimConfig {
+            memory_nodes: 3,
+            node_size: 16 << 20,
+            chunk_size: 1 << 20,
+            ..SimConfig::new(9, net.clone())
+        },
+        services,
+    )
+    .unwrap()
+}
+
+/// A request that calls two peers at once waits one peer round trip (one way there, the peer's
+/// core, one way back) on top of its own core time, and gets both answers; calling them one after
+/// the other waits two; a charge adds to the core's time.
+#[test]
+fn server_to_server_calls_cost_a_round_trip_per_sequential_call() {
+    let mut net = NetParams::chime_testbed();
+    net.jitter_ns = 0;
+    let latency = |request: Vec<u8>| {
+        let s = relay_sim(&net);
+        let c = s.client_on_own_thread(0);
+        let t0 = s.now_ns();
+        let reply = s.block_on(async { c.call(0, RELAY, &request).await.unwrap() });
+        (s.now_ns() - t0, reply)
+    };
+    let (plain, r) = latency(vec![0]);
+    assert_eq!(r, vec![0]);
+    let (both, r) = latency(vec![0, 1, 2]);
+    assert_eq!(r.len(), 1 + 2 * 2, "two peers answered");
+    let peer_trip = 2 * net.one_way_ns + net.rpc_ns;
+    assert!(both.abs_diff(plain + peer_trip) <= 5, "{both} vs {plain} + {peer_trip}");
+    let (charged, _) = latency(vec![10]);
+    assert!(charged.abs_diff(plain + 10_000) <= 5, "{charged} vs {plain}");
+    // A relay through node 1 to node 2: two nested peer trips.
+    let s = relay_sim(&net);
+    let c = s.client_on_own_thread(0);
+    let t0 = s.now_ns();
+    s.block_on(async { c.call(1, RELAY, &[0, 2]).await.unwrap() });
+    let one_hop = s.now_ns() - t0;
+    assert!(one_hop.abs_diff(plain + peer_trip) <= 5, "{one_hop}");
+}
+
+/// Charged CPU is core time: the request rate falls to cores / (rpc + charge).
+#[test]
+fn charged_cpu_bounds_the_request_rate() {
+    let mut net = NetParams::chime_testbed();
+    net.mn_cores = 2;
+    let s = relay_sim(&net);
+    let rate = flood(&s, 4, 16, 50, |c, _| {
+        Box::pin(async move {
+            c.call(0, RELAY, &[2]).await.unwrap();
+        })
+    });
+    within(rate, net.mn_cores as f64 * 1e9 / (net.rpc_ns + 2000) as f64, 0.03);
+}

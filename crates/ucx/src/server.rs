@@ -225,7 +225,7 @@ fn control(
     }
     proto::write_welcome(&mut w, Ok(welcome)).map_err(|e| format!("sending welcome: {e}"))?;
     r.get_ref().set_read_timeout(None).map_err(|e| e.to_string())?;
-    let ctx = MnContext { node: id, memory: mem };
+    let ctx = MnContext::new(id, mem);
     let mut calls = 0u64;
     loop {
         let Some((service, request)) =

@@ -1,0 +1,147 @@
+//! Memory-node cores and the requests they serve, client-to-server and server-to-server.
+//!
+//! # The core model
+//!
+//! Each memory node has `mn_cores` cores and one FIFO of requests waiting for a core. A request
+//! that reaches the node takes a free core at once or waits in the FIFO; a core that frees up
+//! takes the FIFO's head. A request's service runs at the instant it starts (its memory effects
+//! and the state its service keeps happen then) and keeps the core busy for `rpc_ns` plus
+//! whatever CPU the service charged ([`MnContext::charge`]).
+//!
+//! # Server to server
+//!
+//! A service's calls to other nodes ([`Peers::call_all`]) run the peer's service at once, on the
+//! peer core that frees up first (so a call waits behind the peer's busy cores but not behind its
+//! FIFO: server-to-server traffic is served by the node's worker threads, which the paper
+//! counts apart from its request threads). The call costs one way there, the peer's queueing and
+//! CPU, and one way back; calls in one `call_all` run in parallel, successive ones in sequence.
+//! The reply to the client leaves when the service's own CPU time and its waits on peers are
+//! both over. Running the peer's service at the caller's instant rather than at its arrival is
+//! the model's one shortcut: effects land up to one one-way delay early, which no client can
+//! observe (it learns of them only through the caller's reply, which comes later).
+
+use std::cell::{Cell, RefCell};
+
+use dmindex_fabric::memory::Region;
+use dmindex_fabric::service::{MnContext, Peers, ServiceId, Services};
+use dmindex_fabric::{FabricError, NodeId};
+
+use crate::world::PS_PER_NS;
+
+/// The cores of every memory node: when each is busy until.
+#[derive(Debug)]
+pub(crate) struct Cores {
+    busy_until: Vec<Vec<u64>>,
+}
+
+impl Cores {
+    pub(crate) fn new(nodes: u16, cores: usize) -> Cores {
+        Cores { busy_until: vec![vec![0; cores.max(1)]; nodes as usize] }
+    }
+
+    /// A core of `node` free at `now`, if any.
+    pub(crate) fn free_at(&self, node: usize, now: u64) -> Option<usize> {
+        self.busy_until[node].iter().position(|&t| t <= now)
+    }
+
+    /// The core of `node` that frees up first, and when.
+    fn earliest(&self, node: usize) -> (usize, u64) {
+        let (core, &t) = self.busy_until[node]
+            .iter()
+            .enumerate()
+            .min_by_key(|&(_, t)| *t)
+            .expect("at least one core");
+        (core, t)
+    }
+
+    fn occupy(&mut self, node: usize, core: usize, until: u64) {
+        let t = &mut self.busy_until[node][core];
+        *t = (*t).max(until);
+    }
+}
+
+/// What serving one request cost, in picoseconds from its start.
+pub(crate) struct Served {
+    pub(crate) reply: Result<Vec<u8>, FabricError>,
+    /// When, after its start, the reply leaves (CPU and waits on peers).
+    pub(crate) done_ps: u64,
+}
+
+/// Runs one request on `node` at `now`, on core `core`, which it marks busy; `frees` collects
+/// every (instant, node, core) at which a core this run occupied frees up.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn serve(
+    services: &Services,
+    regions: &[Region],
+    cores: &RefCell<Cores>,
+    frees: &RefCell<Vec<(u64, u16, u32)>>,
+    rpc_ps: u64,
+    one_way_ps: u64,
+    now: u64,
+    node: NodeId,
+    core: usize,
+    service: ServiceId,
+    request: &[u8],
+) -> Served {
+    let peers =
+        SimPeers { services, regions, cores, frees, rpc_ps, one_way_ps, clock: Cell::new(now) };
+    let ctx = MnContext::new(node, &regions[node as usize]).with_peers(&peers);
+    let reply = services.dispatch(&ctx, service, request);
+    let cpu_ps = rpc_ps.saturating_add(ctx.charged_ns().saturating_mul(PS_PER_NS));
+    cores.borrow_mut().occupy(node as usize, core, now + cpu_ps);
+    frees.borrow_mut().push((now + cpu_ps, node, core as u32));
+    let waited = peers.clock.get() - now;
+    Served { reply, done_ps: cpu_ps + waited }
+}
+
+/// The peers one request's service sees: each call advances the request's own clock.
+struct SimPeers<'a> {
+    services: &'a Services,
+    regions: &'a [Region],
+    cores: &'a RefCell<Cores>,
+    frees: &'a RefCell<Vec<(u64, u16, u32)>>,
+    rpc_ps: u64,
+    one_way_ps: u64,
+    /// When the calling service's latest peer answer arrived.
+    clock: Cell<u64>,
+}
+
+impl Peers for SimPeers<'_> {
+    fn call_all(
+        &self,
+        nodes: &[NodeId],
+        service: ServiceId,
+        request: &[u8],
+    ) -> Vec<Result<Vec<u8>, FabricError>> {
+        let sent = self.clock.get();
+        let mut back = sent;
+        let replies = nodes
+            .iter()
+            .map(|&node| {
+                if node as usize >= self.regions.len() {
+                    let nodes = self.regions.len() as u16;
+                    return Err(FabricError::UnknownNode { node, nodes });
+                }
+                let (core, free) = self.cores.borrow().earliest(node as usize);
+                let start = (sent + self.one_way_ps).max(free);
+                let served = serve(
+                    self.services,
+                    self.regions,
+                    self.cores,
+                    self.frees,
+                    self.rpc_ps,
+                    self.one_way_ps,
+                    start,
+                    node,
+                    core,
+                    service,
+                    request,
+                );
+                back = back.max(start + served.done_ps + self.one_way_ps);
+                served.reply
+            })
+            .collect();
+        self.clock.set(back);
+        replies
+    }
+}
