@@ -243,6 +243,9 @@ pub struct CheckArgs {
     /// Index-specific option (repeatable).
     #[arg(long = "option", value_name = "NAME=VALUE", value_parser = parse_option)]
     options: Vec<(String, String)>,
+    /// Memory nodes of the simulated cluster.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    mns: u16,
 }
 
 pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
@@ -261,6 +264,7 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
         index_options: a.options.clone(),
         value_size: a.value_size,
         long_keys: a.long_keys,
+        memory_nodes: a.mns,
         ..CheckConfig::default()
     };
     let seeds = match a.seed {

@@ -130,6 +130,36 @@ pub static INDEXES: &[IndexEntry] = &[
         rdwc
     ),
     index!(
+        "histore",
+        "HiStore (arXiv '22): replicated KV store, hash table on the primary, skiplists on two backups",
+        dmindex_histore::HiStore,
+        Ordered
+    ),
+    index!(
+        "all-hashtable",
+        "HiStore's baseline: three hash tables per group, no scans",
+        dmindex_histore::AllHashtable,
+        PointOnly
+    ),
+    index!(
+        "all-skiplist",
+        "HiStore's baseline: three skiplists per group, GET and SCAN by request",
+        dmindex_histore::AllSkiplist,
+        Ordered
+    ),
+    index!(
+        "single-hashtable",
+        "HiStore's baseline: one unreplicated hash table, no scans",
+        dmindex_histore::SingleHashtable,
+        PointOnly
+    ),
+    index!(
+        "single-skiplist",
+        "HiStore's baseline: one unreplicated skiplist, GET and SCAN by request",
+        dmindex_histore::SingleSkiplist,
+        Ordered
+    ),
+    index!(
         "ref",
         "reference: sorted shards behind one remote lock each (the harness's yardstick)",
         dmindex_reference::LockedShards,
@@ -169,7 +199,8 @@ pub fn index_help() -> String {
 
 /// The table `dmindex indexes` prints.
 pub fn table() -> String {
-    let mut s = format!("{:<9} {:<8} {:<26} {:<9} about\n", "name", "kind", "rdwc", "services");
+    let w = INDEXES.iter().map(|e| e.name.len()).max().unwrap_or(4);
+    let mut s = format!("{:<w$} {:<8} {:<26} {:<9} about\n", "name", "kind", "rdwc", "services");
     for e in INDEXES {
         let rdwc = match e.rdwc {
             RdwcPolicy::None => "-",
@@ -181,7 +212,7 @@ pub fn table() -> String {
             e.services.iter().map(|m| m.name).collect::<Vec<_>>().join(",")
         };
         let _ =
-            writeln!(s, "{:<9} {:<8} {rdwc:<26} {services:<9} {}", e.name, e.kind.name(), e.about);
+            writeln!(s, "{:<w$} {:<8} {rdwc:<26} {services:<9} {}", e.name, e.kind.name(), e.about);
     }
     s
 }
@@ -201,7 +232,8 @@ mod tests {
         assert!(
             e.contains("unknown index 'nope'")
                 && e.contains(
-                    "chime, sherman, sephash, race, smart, smart-opt, dolphin, marlin, ref"
+                    "chime, sherman, sephash, race, smart, smart-opt, dolphin, marlin, histore, \
+                     all-hashtable, all-skiplist, single-hashtable, single-skiplist, ref"
                 ),
             "{e}"
         );

@@ -17,9 +17,8 @@
 //! # Server to server
 //!
 //! A service may call services on other memory nodes through [`MnContext::peers`] (HiStore's
-//! primary ships its log to its backups). [`Peers::call_all`] sends one request to several
-//! nodes at once and waits for every answer: one round trip on the wire, whatever the number of
-//! nodes. The in-process transports answer such calls by running the peer's service on the
+//! primary ships its log to its backups). [`Peers::call_all`] sends requests to several nodes at
+//! once and waits for every answer: one round trip on the wire, whatever the number of nodes. The in-process transports answer such calls by running the peer's service on the
 //! calling thread ([`InProcessPeers`]); the simulator also charges the wire and the peer's core.
 //! A service that needs more CPU than a plain request says so with [`MnContext::charge`], which
 //! the simulator adds to the core's busy time (others ignore it).
@@ -76,13 +75,13 @@ impl<'a> MnContext<'a> {
 
 /// How a service reaches the services of other memory nodes.
 pub trait Peers {
-    /// Sends `request` to `service` on every node of `nodes` at once and waits for each answer
-    /// (in the order of `nodes`). A node that cannot be reached answers with an error.
+    /// Sends each (node, request) of `calls` to `service` on its node, all at once, and waits
+    /// for every answer (in the order of `calls`). A node that cannot be reached answers with an
+    /// error.
     fn call_all(
         &self,
-        nodes: &[NodeId],
         service: ServiceId,
-        request: &[u8],
+        calls: &[(NodeId, &[u8])],
     ) -> Vec<Result<Vec<u8>, FabricError>>;
 
     /// [`Peers::call_all`] to one node.
@@ -92,7 +91,7 @@ pub trait Peers {
         service: ServiceId,
         request: &[u8],
     ) -> Result<Vec<u8>, FabricError> {
-        self.call_all(&[node], service, request).pop().expect("one answer per node")
+        self.call_all(service, &[(node, request)]).pop().expect("one answer per call")
     }
 }
 
@@ -102,16 +101,15 @@ pub struct NoPeers;
 impl Peers for NoPeers {
     fn call_all(
         &self,
-        nodes: &[NodeId],
         service: ServiceId,
-        _: &[u8],
+        calls: &[(NodeId, &[u8])],
     ) -> Vec<Result<Vec<u8>, FabricError>> {
-        let refuse = |&node| FabricError::Service {
+        let refuse = |node| FabricError::Service {
             node,
             service,
             message: "this memory node has no links to other memory nodes".into(),
         };
-        nodes.iter().map(|n| Err(refuse(n))).collect()
+        calls.iter().map(|&(n, _)| Err(refuse(n))).collect()
     }
 }
 
@@ -151,11 +149,10 @@ impl<'a> InProcessPeers<'a> {
 impl Peers for InProcessPeers<'_> {
     fn call_all(
         &self,
-        nodes: &[NodeId],
         service: ServiceId,
-        request: &[u8],
+        calls: &[(NodeId, &[u8])],
     ) -> Vec<Result<Vec<u8>, FabricError>> {
-        nodes.iter().map(|&n| self.run(n, service, request).0).collect()
+        calls.iter().map(|&(n, request)| self.run(n, service, request).0).collect()
     }
 }
 
@@ -294,29 +291,35 @@ impl Service for ChunkAllocator {
         }
         let len = decode_word(&request[..8]).expect("8 bytes");
         let align = decode_word(&request[8..]).expect("8 bytes");
-        if len == 0 {
-            return Err(ServiceError::BadRequest("zero-length allocation".into()));
+        Ok(alloc_local(ctx.memory, len, align)?.to_le_bytes().to_vec())
+    }
+}
+
+/// Takes `len` fresh, zeroed bytes aligned to `align` from the heap of the node whose memory is
+/// `memory`: what [`ALLOC_CHUNK`] does, for a service allocating on its own node.
+pub fn alloc_local(memory: &dyn MnMemory, len: u64, align: u64) -> Result<u64, ServiceError> {
+    if len == 0 {
+        return Err(ServiceError::BadRequest("zero-length allocation".into()));
+    }
+    if !align.is_power_of_two() || !(8..=MAX_ALIGN).contains(&align) {
+        return Err(ServiceError::BadRequest(format!(
+            "alignment {align} is not a power of two in 8..={MAX_ALIGN}"
+        )));
+    }
+    let size = memory.size();
+    let mut top = memory.atomic(HEAP_TOP_OFFSET, AtomicOp::Faa { delta: 0 });
+    loop {
+        let start = align_up(top, align);
+        let end =
+            start.checked_add(len).filter(|&e| e <= size).ok_or(ServiceError::OutOfMemory {
+                requested: len,
+                available: size.saturating_sub(top),
+            })?;
+        let old = memory.atomic(HEAP_TOP_OFFSET, AtomicOp::Cas { expected: top, new: end });
+        if old == top {
+            return Ok(start);
         }
-        if !align.is_power_of_two() || !(8..=MAX_ALIGN).contains(&align) {
-            return Err(ServiceError::BadRequest(format!(
-                "alignment {align} is not a power of two in 8..={MAX_ALIGN}"
-            )));
-        }
-        let size = ctx.memory.size();
-        let mut top = ctx.memory.atomic(HEAP_TOP_OFFSET, AtomicOp::Faa { delta: 0 });
-        loop {
-            let start = align_up(top, align);
-            let end =
-                start.checked_add(len).filter(|&e| e <= size).ok_or(ServiceError::OutOfMemory {
-                    requested: len,
-                    available: size.saturating_sub(top),
-                })?;
-            let old = ctx.memory.atomic(HEAP_TOP_OFFSET, AtomicOp::Cas { expected: top, new: end });
-            if old == top {
-                return Ok(start.to_le_bytes().to_vec());
-            }
-            top = old;
-        }
+        top = old;
     }
 }
 

@@ -78,6 +78,21 @@ impl Blocks {
         Ok(a)
     }
 
+    /// Writes a fresh block holding `key` and `value` on memory node `node`: one allocation and
+    /// one WRITE, awaited. Returns its address and the bytes allocated for it.
+    pub async fn write_on<T: Transport>(
+        &self,
+        c: &Client<T>,
+        node: dmindex_fabric::NodeId,
+        key: &[u8],
+        value: &[u8],
+    ) -> IndexResult<(GlobalAddr, u64)> {
+        let (block, size) = self.encode(key, value)?;
+        let a = c.alloc_on(node, size, self.align).await?;
+        c.write(a, &block).await?;
+        Ok((a, size))
+    }
+
     /// Posts a fresh block holding `key` and `value` on memory node `node` without waiting
     /// (a zero-wait WRITE): the caller's later verbs to `node` execute after it, so a CAS there
     /// may publish the address at once; publishing it on another node needs

@@ -109,15 +109,14 @@ struct SimPeers<'a> {
 impl Peers for SimPeers<'_> {
     fn call_all(
         &self,
-        nodes: &[NodeId],
         service: ServiceId,
-        request: &[u8],
+        calls: &[(NodeId, &[u8])],
     ) -> Vec<Result<Vec<u8>, FabricError>> {
         let sent = self.clock.get();
         let mut back = sent;
-        let replies = nodes
+        let replies = calls
             .iter()
-            .map(|&node| {
+            .map(|&(node, request)| {
                 if node as usize >= self.regions.len() {
                     let nodes = self.regions.len() as u16;
                     return Err(FabricError::UnknownNode { node, nodes });

@@ -404,9 +404,9 @@ impl dmindex_fabric::service::Service for Relay {
     ) -> Result<Vec<u8>, dmindex_fabric::service::ServiceError> {
         let (cpu, targets) = request.split_first().unwrap_or((&0, &[]));
         ctx.charge(*cpu as u64 * 1000);
-        let nodes: Vec<u16> = targets.iter().map(|&n| n as u16).collect();
+        let calls: Vec<(u16, &[u8])> = targets.iter().map(|&n| (n as u16, &[][..])).collect();
         let mut total = 0u8;
-        for r in ctx.peers.call_all(&nodes, RELAY, &[]) {
+        for r in ctx.peers.call_all(RELAY, &calls) {
             total += r
                 .map_err(|e| dmindex_fabric::service::ServiceError::Failed(e.to_string()))?
                 .len() as u8

@@ -70,6 +70,8 @@ pub struct CheckConfig {
     pub key_list: Vec<u64>,
     /// Use string keys of 8 to 11 bytes, three per 8-byte prefix.
     pub long_keys: bool,
+    /// Memory nodes of the simulated cluster.
+    pub memory_nodes: u16,
 }
 
 impl Default for CheckConfig {
@@ -86,6 +88,7 @@ impl Default for CheckConfig {
             index_options: Vec::new(),
             key_list: Vec::new(),
             long_keys: false,
+            memory_nodes: 1,
         }
     }
 }
@@ -219,7 +222,12 @@ where
     let net = NetParams::preset(&cfg.preset).map_err(anyhow::Error::msg)?;
     let services = mn_services(net.mn_cores, I::SERVICES)?;
     let sim = Sim::with_services(
-        SimConfig { node_size: 64 << 20, chunk_size: 1 << 20, ..SimConfig::new(seed, net) },
+        SimConfig {
+            memory_nodes: cfg.memory_nodes,
+            node_size: 64 << 20,
+            chunk_size: 1 << 20,
+            ..SimConfig::new(seed, net)
+        },
         services,
     )
     .map_err(anyhow::Error::msg)?;

@@ -53,6 +53,8 @@ pub struct ModelConfig {
     pub after: Option<fn(&IndexStats, usize)>,
     pub node_size: u64,
     pub chunk_size: u64,
+    /// Memory nodes of the in-process cluster.
+    pub memory_nodes: u16,
 }
 
 impl ModelConfig {
@@ -70,6 +72,7 @@ impl ModelConfig {
             after: None,
             node_size: 64 << 20,
             chunk_size: 1 << 20,
+            memory_nodes: 1,
         }
     }
 }
@@ -163,7 +166,12 @@ where
 {
     let services = mn_services(4, I::SERVICES).expect("index services");
     let f = LocalFabric::with_services(
-        LocalConfig { node_size: cfg.node_size, chunk_size: cfg.chunk_size, ..Default::default() },
+        LocalConfig {
+            memory_nodes: cfg.memory_nodes,
+            node_size: cfg.node_size,
+            chunk_size: cfg.chunk_size,
+            ..Default::default()
+        },
         services,
     )
     .expect("fabric");

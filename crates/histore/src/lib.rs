@@ -1,0 +1,539 @@
+//! # HiStore: a replicated key-value store with a hybrid index
+//!
+//! HiStore (Han et al., arXiv 2208.12987) keeps, per *index group*, a hash table for point
+//! lookups and skiplists for range queries, consistent through one replication log. Unlike the
+//! other designs here its index servers use their CPUs: GET is one-sided, every other operation
+//! is a request served by an index server's threads. In dmindex an index server is a memory
+//! node running this crate's service ([`server`]); a data server is a plain memory node.
+//!
+//! ## Roles
+//!
+//! * Keys go to a group by hash. A group is three replicas on three index servers: the
+//!   *primary* keeps a chained hash table in its memory-node memory ([`layout`]), read by
+//!   clients one-sided; two *backups* keep skiplists in their own memory ([`structure`]). Each
+//!   replica splits its keys into partitions by hash, one log and one skiplist each.
+//! * Items (key and value) live on data servers in immutable KV blocks the client writes before
+//!   it touches the index; the index holds their addresses.
+//!
+//! ## Operations
+//!
+//! | op | client's round trips | what happens |
+//! |----|----------------------|--------------|
+//! | GET | 2 (bucket, item) | READ the key's bucket (and chain), match signatures, READ the item, check its key |
+//! | PUT / UPDATE | 2 (item, request) | WRITE the item to a data server, then WRITE to the primary: log, ship to both backups, wait, CAS the slot, answer |
+//! | DELETE | 1 | the same request without an item |
+//! | SCAN | 1 + ⌈items / 16⌉ per data server | SCAN to a backup, which takes the primary's cut, applies its log to it, merges its partitions; the client READs the items, 16 to a doorbell |
+//!
+//! The write protocol, group commit, asynchronous apply and the cut that closes the paper's
+//! scan race are in [`replica`]. The baselines of the paper (§5.1) are modes of the same store
+//! ([`mode`]): all-hashtable, all-skiplist, single-hashtable, single-skiplist.
+//!
+//! ## Placement
+//!
+//! With one memory node everything is on it (the roles are still separate replicas). With more,
+//! node 0 is a data server (and holds the root table); replica `r` of group `g` is on node
+//! `1 + (g · replicas + r) mod (nodes − 1)`; nodes past the index servers are data servers too.
+//!
+//! ## What is not modelled
+//!
+//! Items replaced or deleted are not reclaimed (the paper's data servers append). The paper's
+//! bucket-overflow text has the client add a bucket by request and rewrite it one-sided, which
+//! contradicts its own write path (the primary's CPU updates the table); here the primary's CPU
+//! chains a fresh bucket.
+
+pub mod layout;
+pub mod mode;
+pub mod proto;
+pub mod replica;
+pub mod server;
+pub mod structure;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dmindex_fabric::service::Service;
+use dmindex_fabric::verbs::MAX_BATCH;
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, NodeId, ServiceId, Transport};
+use dmindex_index::{
+    IndexConfig, IndexError, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex,
+};
+use dmindex_prim::counter::get;
+use dmindex_prim::hash::hash_bytes;
+use dmindex_prim::kv_block::{self, Blocks};
+use dmindex_prim::options::{Opt, Options};
+use dmindex_prim::root::{Magic, RootSlot};
+use smallvec::SmallVec;
+
+use crate::layout::{Descriptor, GroupPlace, Place, Slot, BUCKET, MAX_ITEM, MAX_NODES, SLOTS};
+use crate::mode::Mode;
+use crate::proto::{Head, Kind, Put, Reader};
+use crate::replica::Setup;
+
+/// The service's id on every memory node.
+pub const SERVICE: ServiceId = ServiceId(24);
+/// The descriptor's magic ("HS").
+pub const MAGIC: Magic = Magic { name: "histore", value: 0x4853, bits: 16 };
+
+/// HiStore's options.
+pub const OPTIONS: Options = Options {
+    what: "histore",
+    known: &[
+        Opt::number("groups", &[], 1..=64),
+        Opt::number("partitions", &[], 1..=64),
+        Opt::number("table_fill", &[], 5..=100),
+    ],
+};
+
+/// Partitions per replica by default: the paper's four worker threads.
+pub const DEFAULT_PARTITIONS: usize = 4;
+/// Percent of the hash table's slots the expected items fill by default (over-provisioned so
+/// that chains stay one bucket long).
+pub const DEFAULT_TABLE_FILL: usize = 50;
+
+fn make_server() -> Arc<dyn Service> {
+    Arc::new(server::Server::default())
+}
+
+/// HiStore's service, installed on every memory node.
+pub const SERVICES: &[MnService] = &[MnService { id: SERVICE, name: "histore", make: make_server }];
+
+#[derive(Debug, Default)]
+struct Counters {
+    bucket_reads: AtomicU64,
+    signature_misses: AtomicU64,
+    lookups: AtomicU64,
+    scans: AtomicU64,
+    scan_items: AtomicU64,
+    picks: AtomicU64,
+}
+
+/// A compute node's handle on a store in mode `MODE` ([`Mode`] as a number).
+pub struct Store<const MODE: u8> {
+    mode: Mode,
+    store: u16,
+    partitions: u8,
+    desc: Descriptor,
+    data_nodes: Vec<NodeId>,
+    items: Blocks,
+    counters: Counters,
+}
+
+/// HiStore: hash table on the primary, skiplists on both backups.
+pub type HiStore = Store<0>;
+/// The paper's all-hashtable baseline.
+pub type AllHashtable = Store<1>;
+/// The paper's all-skiplist baseline.
+pub type AllSkiplist = Store<2>;
+/// The paper's single-hashtable baseline.
+pub type SingleHashtable = Store<3>;
+/// The paper's single-skiplist baseline.
+pub type SingleSkiplist = Store<4>;
+
+/// The configuration `config` asks for: groups, partitions and buckets per group.
+struct Shape {
+    groups: usize,
+    partitions: usize,
+    buckets: u64,
+}
+
+impl Shape {
+    fn of(config: &IndexConfig) -> IndexResult<Shape> {
+        let opts = OPTIONS.parse(&config.extra)?;
+        let groups = opts.number("groups").unwrap_or(1);
+        let partitions = opts.number("partitions").unwrap_or(DEFAULT_PARTITIONS);
+        let fill = opts.number("table_fill").unwrap_or(DEFAULT_TABLE_FILL) as u64;
+        let per_group = config.expected_items.div_ceil(groups as u64);
+        let buckets = (per_group * 100).div_ceil(fill * SLOTS as u64).max(1);
+        Ok(Shape { groups, partitions, buckets })
+    }
+
+    /// What the root table's descriptor word pins.
+    fn bits(&self, mode: Mode) -> u64 {
+        (mode as u64) << 16 | (self.partitions as u64) << 8 | self.groups as u64
+    }
+}
+
+/// Replica nodes per group and the data servers, for `nodes` memory nodes.
+fn placement(mode: Mode, groups: usize, nodes: u16) -> (Vec<[NodeId; 3]>, Vec<NodeId>) {
+    let r = mode.replicas();
+    if nodes == 1 {
+        return (vec![[0; 3]; groups], vec![0]);
+    }
+    let index = nodes as usize - 1;
+    let place = (0..groups)
+        .map(|g| {
+            std::array::from_fn(|i| if i < r { 1 + ((g * r + i) % index) as NodeId } else { 0 })
+        })
+        .collect();
+    let mut data = vec![0];
+    data.extend((1 + groups * r).min(nodes as usize) as NodeId..nodes);
+    (place, data)
+}
+
+impl<const MODE: u8> Store<MODE> {
+    fn mode() -> IndexResult<Mode> {
+        Mode::decode(MODE).ok_or_else(|| IndexError::Config(format!("histore mode {MODE}")))
+    }
+
+    fn check<T: Transport>(c: &Client<T>, config: &IndexConfig) -> IndexResult<(Mode, Shape)> {
+        let mode = Self::mode()?;
+        let shape = Shape::of(config)?;
+        if c.info().nodes() > MAX_NODES {
+            return Err(IndexError::Config(format!(
+                "histore addresses at most {MAX_NODES} memory nodes, not {}",
+                c.info().nodes()
+            )));
+        }
+        if config.max_key > u16::MAX as usize
+            || (kv_block::HEADER + config.max_key + config.max_value) as u64 > MAX_ITEM
+        {
+            return Err(IndexError::Config(format!(
+                "histore items are at most {MAX_ITEM} bytes: max_key={} max_value={} do not fit",
+                config.max_key, config.max_value
+            )));
+        }
+        Ok((mode, shape))
+    }
+
+    fn head(&self, op: u8, replica: usize, group: usize) -> Head {
+        Head { op, replica: replica as u8, group: group as u16, store: self.store }
+    }
+
+    fn place(&self, key: &[u8]) -> Place {
+        let h = hash_bytes(key);
+        Place::of(h, self.desc.groups.len(), self.partitions as usize, self.desc.buckets)
+    }
+
+    /// A replica answering requests (LOOKUP, SCAN), spread over the group's skiplists.
+    fn pick<T: Transport>(&self, c: &Client<T>) -> usize {
+        let n = self.counters.picks.fetch_add(1, Ordering::Relaxed) + c.ordinal() as u64;
+        let count = self.mode.sorted_replicas().count() as u64;
+        self.mode.sorted_replicas().nth((n % count) as usize).expect("a sorted replica")
+    }
+
+    /// The request for a write of `kind` and its reply (whether the key existed).
+    async fn write<T: Transport>(
+        &self,
+        c: &Client<T>,
+        kind: Kind,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> IndexResult<bool> {
+        let place = self.place(key);
+        let word = match value {
+            Some(v) => {
+                let node =
+                    self.data_nodes[(hash_bytes(key) % self.data_nodes.len() as u64) as usize];
+                let (item, bytes) = self.items.write_on(c, node, key, v).await?;
+                Slot::new(place.signature, item, bytes).word()
+            }
+            None => 0,
+        };
+        let mut m = SmallVec::<[u8; 128]>::new();
+        m.head(self.head(proto::WRITE, 0, place.group));
+        m.entry(kind, key, word);
+        let reply = c.call(self.desc.groups[place.group].nodes[0], SERVICE, &m).await?;
+        match reply[..] {
+            [b] => Ok(b != 0),
+            _ => Err(IndexError::Corrupt(format!("WRITE reply of {} bytes", reply.len()))),
+        }
+    }
+
+    /// GET through the primary's hash table: bucket chain, signatures, items.
+    async fn get_one_sided<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> IndexResult<bool> {
+        let place = self.place(key);
+        let g: &GroupPlace = &self.desc.groups[place.group];
+        let mut bucket = GlobalAddr::new(g.nodes[0], g.tables[0] + place.bucket * BUCKET);
+        loop {
+            let mut b = [0u8; BUCKET as usize];
+            c.read(bucket, &mut b).await?;
+            self.counters.bucket_reads.fetch_add(1, Ordering::Relaxed);
+            let (slots, next) = layout::bucket(&b);
+            for word in slots {
+                let Some(s) = Slot::decode(word).filter(|s| s.signature == place.signature) else {
+                    continue;
+                };
+                if self.items.value_into(c, s.item, Some(key), out).await? {
+                    return Ok(true);
+                }
+                self.counters.signature_misses.fetch_add(1, Ordering::Relaxed);
+            }
+            if next == 0 {
+                return Ok(false);
+            }
+            bucket = GlobalAddr::from_raw(next);
+        }
+    }
+
+    /// GET by request to a skiplist replica.
+    async fn get_by_request<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> IndexResult<bool> {
+        let place = self.place(key);
+        let r = self.pick(c);
+        let mut m = SmallVec::<[u8; 128]>::new();
+        m.head(self.head(proto::LOOKUP, r, place.group));
+        m.key(key);
+        self.counters.lookups.fetch_add(1, Ordering::Relaxed);
+        let reply = c.call(self.desc.groups[place.group].nodes[r], SERVICE, &m).await?;
+        let word = Reader::new(&reply).u64().map_err(|e| IndexError::Corrupt(format!("{e:?}")))?;
+        let Some(s) = Slot::decode(word) else { return Ok(false) };
+        if !self.items.value_into(c, s.item, Some(key), out).await? {
+            return Err(IndexError::Corrupt(format!("item at {} does not hold its key", s.item)));
+        }
+        Ok(true)
+    }
+
+    /// SCAN: one request per group to a skiplist replica, then the items, a doorbell per node.
+    async fn scan_between<T: Transport>(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        count: usize,
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        if !self.mode.scans() {
+            return Err(IndexError::Unsupported(format!("scan on {:?}", self.mode)));
+        }
+        self.counters.scans.fetch_add(1, Ordering::Relaxed);
+        let corrupt = |e| IndexError::Corrupt(format!("SCAN reply: {e:?}"));
+        let mut found: Vec<(Vec<u8>, Slot)> = Vec::new();
+        for group in 0..self.desc.groups.len() {
+            let r = self.pick(c);
+            let mut m = Vec::with_capacity(proto::HEAD + 8 + lo.len() + hi.map_or(0, |h| h.len()));
+            m.head(self.head(proto::SCAN, r, group));
+            m.u32(count.min(u32::MAX as usize) as u32);
+            m.key(lo);
+            match hi {
+                Some(hi) => {
+                    m.u8(1);
+                    m.key(hi);
+                }
+                None => m.u8(0),
+            }
+            let reply = c.call(self.desc.groups[group].nodes[r], SERVICE, &m).await?;
+            let mut rd = Reader::new(&reply);
+            for _ in 0..rd.u32().map_err(corrupt)? {
+                let k = rd.key().map_err(corrupt)?.to_vec();
+                let s = Slot::decode(rd.u64().map_err(corrupt)?)
+                    .ok_or_else(|| IndexError::Corrupt("SCAN returned an empty slot".into()))?;
+                found.push((k, s));
+            }
+        }
+        if self.desc.groups.len() > 1 {
+            found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            found.truncate(count);
+        }
+        self.counters.scan_items.fetch_add(found.len() as u64, Ordering::Relaxed);
+        let mut bufs: Vec<Vec<u8>> = found.iter().map(|(_, s)| vec![0u8; s.bytes()]).collect();
+        let mut nodes: SmallVec<[NodeId; 4]> = found.iter().map(|(_, s)| s.item.node()).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        for node in nodes {
+            let mut ops: Vec<BatchOp<'_>> = found
+                .iter()
+                .zip(bufs.iter_mut())
+                .filter(|((_, s), _)| s.item.node() == node)
+                .map(|((_, s), buf)| BatchOp::Read { addr: s.item, buf })
+                .collect();
+            for doorbell in ops.chunks_mut(MAX_BATCH) {
+                c.batch(doorbell).await?;
+            }
+        }
+        for ((k, s), buf) in found.into_iter().zip(bufs) {
+            let Some((key, value)) = self.items.parse(s.item, &buf)? else {
+                return Err(IndexError::Corrupt(format!(
+                    "item at {} is longer than its slot",
+                    s.item
+                )));
+            };
+            if key != k {
+                return Err(IndexError::Corrupt(format!(
+                    "item at {} does not hold its key",
+                    s.item
+                )));
+            }
+            out.push((k, value.to_vec()));
+        }
+        Ok(())
+    }
+}
+
+impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
+    const SERVICES: &'static [MnService] = SERVICES;
+
+    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        let (mode, shape) = Self::check(c, config)?;
+        let slot = RootSlot::with_descriptor(config.root_slot)?;
+        let (place, _) = placement(mode, shape.groups, c.info().nodes());
+        let mut groups = Vec::with_capacity(shape.groups);
+        for (g, nodes) in place.iter().enumerate() {
+            let mut tables = [0; 3];
+            for (r, table) in tables.iter_mut().enumerate().take(mode.replicas()) {
+                let setup = Setup {
+                    mode,
+                    store: config.root_slot as u16,
+                    group: g as u16,
+                    replica: r as u8,
+                    groups: shape.groups as u16,
+                    partitions: shape.partitions as u8,
+                    nodes: *nodes,
+                    buckets: shape.buckets,
+                };
+                let h = Head {
+                    op: proto::SETUP,
+                    replica: r as u8,
+                    group: g as u16,
+                    store: config.root_slot as u16,
+                };
+                let reply = c.call(nodes[r], SERVICE, &server::setup_request(h, &setup)).await?;
+                *table = Reader::new(&reply)
+                    .u64()
+                    .map_err(|e| IndexError::Corrupt(format!("SETUP reply: {e:?}")))?;
+            }
+            groups.push(GroupPlace { nodes: *nodes, tables });
+        }
+        let desc = Descriptor { buckets: shape.buckets, memory_nodes: c.info().nodes(), groups };
+        let bytes = desc.encode();
+        let at = c.alloc_on(0, bytes.len() as u64, 64).await?;
+        c.write(at, &bytes).await?;
+        slot.claim(c, at.raw()).await?;
+        slot.publish(c, &MAGIC, shape.bits(mode)).await?;
+        Self::open(c, config, cn).await
+    }
+
+    async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        let (mode, shape) = Self::check(c, config)?;
+        let slot = RootSlot::with_descriptor(config.root_slot)?;
+        slot.check(c, &MAGIC, shape.bits(mode)).await?;
+        let at = GlobalAddr::from_raw(slot.load(c).await?);
+        let b = c.read_vec(at, Descriptor::bytes(shape.groups)).await?;
+        let desc = Descriptor::decode(&b).map_err(IndexError::Corrupt)?;
+        if desc.memory_nodes != c.info().nodes() || desc.groups.len() != shape.groups {
+            return Err(IndexError::Config(format!(
+                "the store was created on {} memory nodes with {} groups",
+                desc.memory_nodes,
+                desc.groups.len()
+            )));
+        }
+        let (_, data_nodes) = placement(mode, shape.groups, c.info().nodes());
+        Ok(Store {
+            mode,
+            store: config.root_slot as u16,
+            partitions: shape.partitions as u8,
+            desc,
+            data_nodes,
+            items: Blocks::new(config.max_key, config.max_value),
+            counters: Counters::default(),
+        })
+    }
+
+    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self.search_into(c, key, &mut out).await?.then_some(out))
+    }
+
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        out.clear();
+        self.check_key(key, None)?;
+        if self.mode.one_sided_get() {
+            self.get_one_sided(c, key, out).await
+        } else {
+            self.get_by_request(c, key, out).await
+        }
+    }
+
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        self.check_key(key, Some(value))?;
+        self.write(c, Kind::Upsert, key, Some(value)).await.map(drop)
+    }
+
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        self.check_key(key, Some(value))?;
+        self.write(c, Kind::Update, key, Some(value)).await
+    }
+
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        self.check_key(key, None)?;
+        self.write(c, Kind::Delete, key, None).await
+    }
+
+    fn stats(&self) -> IndexStats {
+        let n = &self.counters;
+        IndexStats {
+            cache_bytes: 0,
+            retries: 0,
+            extra: vec![
+                ("bucket_reads", get(&n.bucket_reads)),
+                ("signature_misses", get(&n.signature_misses)),
+                ("lookup_requests", get(&n.lookups)),
+                ("scan_requests", get(&n.scans)),
+                ("scan_items", get(&n.scan_items)),
+            ],
+        }
+    }
+}
+
+impl<const MODE: u8> Store<MODE> {
+    fn check_key(&self, key: &[u8], value: Option<&[u8]>) -> IndexResult<()> {
+        IndexConfig {
+            max_key: self.items.max_key,
+            max_value: self.items.max_value,
+            ..Default::default()
+        }
+        .check_kv(key, value)
+    }
+}
+
+impl<T: Transport, const MODE: u8> RangeIndex<T> for Store<MODE> {
+    async fn scan(
+        &self,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        self.scan_between(c, from, None, count, out).await
+    }
+
+    async fn scan_range(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        if lo >= hi {
+            return Ok(());
+        }
+        self.scan_between(c, lo, Some(hi), usize::MAX, out).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_spreads_replicas_and_keeps_node_zero_for_data() {
+        assert_eq!(placement(Mode::HiStore, 1, 1), (vec![[0, 0, 0]], vec![0]));
+        assert_eq!(placement(Mode::HiStore, 1, 4), (vec![[1, 2, 3]], vec![0]));
+        assert_eq!(placement(Mode::HiStore, 2, 7), (vec![[1, 2, 3], [4, 5, 6]], vec![0]));
+        assert_eq!(placement(Mode::HiStore, 1, 6), (vec![[1, 2, 3]], vec![0, 4, 5]));
+        assert_eq!(placement(Mode::SingleSkiplist, 1, 3), (vec![[1, 0, 0]], vec![0, 2]));
+        // Fewer nodes than replicas: replicas share nodes but stay distinct replicas.
+        assert_eq!(placement(Mode::HiStore, 1, 3), (vec![[1, 2, 1]], vec![0]));
+    }
+}

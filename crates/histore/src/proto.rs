@@ -1,0 +1,205 @@
+//! The messages of HiStore's one service: client to index server, and index server to index
+//! server.
+//!
+//! Every request starts with the same 6 bytes, then its body (integers little-endian, keys as a
+//! u16 length and the bytes):
+//!
+//! ```text
+//! +0 op u8 | +1 replica u8 (0 = the group's primary) | +2 group u16 | +4 store u16 (root slot)
+//! ```
+//!
+//! | op | from → to | body | reply |
+//! |----|-----------|------|-------|
+//! | 1 WRITE | client → primary | entry | `existed u8` |
+//! | 2 SHIP | primary → backup | `partition u16, n u16, first u64, committed u64`, n entries | `next u64` |
+//! | 3 SCAN | client → replica | `count u32, lo key, has_hi u8, hi key` | `n u32`, n × (key, slot word u64) |
+//! | 4 WATERMARK | backup → primary | — | `n u16`, n × applied sequence u64 |
+//! | 5 LOOKUP | client → replica | key | slot word u64 (0: absent) |
+//! | 6 SETUP | client → replica | `mode u8, partitions u8, nodes 3 × u16, buckets u64` | table offset u64 |
+//!
+//! An entry is `kind u8` (0 upsert, 1 update, 2 delete), the key, and the new slot word u64
+//! (0 for a delete): the log record the paper describes ({key, address}; its `applied` mark is
+//! each log's applied sequence number here).
+
+use dmindex_fabric::service::ServiceError;
+
+pub const WRITE: u8 = 1;
+pub const SHIP: u8 = 2;
+pub const SCAN: u8 = 3;
+pub const WATERMARK: u8 = 4;
+pub const LOOKUP: u8 = 5;
+pub const SETUP: u8 = 6;
+
+/// Bytes of the common header.
+pub const HEAD: usize = 6;
+
+/// What a write does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Insert or overwrite.
+    Upsert = 0,
+    /// Overwrite if present.
+    Update = 1,
+    Delete = 2,
+}
+
+impl Kind {
+    fn decode(b: u8) -> Result<Kind, ServiceError> {
+        match b {
+            0 => Ok(Kind::Upsert),
+            1 => Ok(Kind::Update),
+            2 => Ok(Kind::Delete),
+            _ => Err(bad(format!("write kind {b}"))),
+        }
+    }
+}
+
+/// One log record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub kind: Kind,
+    pub key: Box<[u8]>,
+    /// The new slot word (0 for a delete).
+    pub word: u64,
+}
+
+/// The common header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub op: u8,
+    pub replica: u8,
+    pub group: u16,
+    /// The store's root slot: several stores may share the memory nodes.
+    pub store: u16,
+}
+
+fn bad(m: String) -> ServiceError {
+    ServiceError::BadRequest(m)
+}
+
+/// Appends little-endian fields to a message.
+pub trait Put {
+    fn put(&mut self, b: &[u8]);
+    fn head(&mut self, h: Head) {
+        self.put(&[h.op, h.replica]);
+        self.put(&h.group.to_le_bytes());
+        self.put(&h.store.to_le_bytes());
+    }
+    fn u8(&mut self, v: u8) {
+        self.put(&[v]);
+    }
+    fn u16(&mut self, v: u16) {
+        self.put(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.put(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.put(&v.to_le_bytes());
+    }
+    fn key(&mut self, k: &[u8]) {
+        self.u16(k.len() as u16);
+        self.put(k);
+    }
+    fn entry(&mut self, kind: Kind, key: &[u8], word: u64) {
+        self.u8(kind as u8);
+        self.key(key);
+        self.u64(word);
+    }
+}
+
+impl Put for Vec<u8> {
+    fn put(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+}
+
+impl<A: smallvec::Array<Item = u8>> Put for smallvec::SmallVec<A> {
+    fn put(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+}
+
+/// Reads fields off a message, refusing a short one.
+pub struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(b: &'a [u8]) -> Reader<'a> {
+        Reader { b }
+    }
+
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], ServiceError> {
+        if self.b.len() < n {
+            return Err(bad(format!("message ends {} bytes early", n - self.b.len())));
+        }
+        let (a, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(a)
+    }
+
+    pub fn u8(&mut self) -> Result<u8, ServiceError> {
+        Ok(self.take(1)?[0])
+    }
+    pub fn u16(&mut self) -> Result<u16, ServiceError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    }
+    pub fn u32(&mut self) -> Result<u32, ServiceError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    pub fn u64(&mut self) -> Result<u64, ServiceError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    pub fn key(&mut self) -> Result<&'a [u8], ServiceError> {
+        let n = self.u16()? as usize;
+        self.take(n)
+    }
+    pub fn head(&mut self) -> Result<Head, ServiceError> {
+        Ok(Head { op: self.u8()?, replica: self.u8()?, group: self.u16()?, store: self.u16()? })
+    }
+    pub fn entry(&mut self) -> Result<Entry, ServiceError> {
+        let kind = Kind::decode(self.u8()?)?;
+        let key = self.key()?.into();
+        Ok(Entry { kind, key, word: self.u64()? })
+    }
+    /// Refuses trailing bytes.
+    pub fn end(&self) -> Result<(), ServiceError> {
+        match self.b.len() {
+            0 => Ok(()),
+            n => Err(bad(format!("{n} bytes after the message"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_request_is_pinned() {
+        let mut m = Vec::new();
+        let head = Head { op: WRITE, replica: 0, group: 2, store: 5 };
+        m.head(head);
+        m.entry(Kind::Update, b"ab", 0x0102);
+        assert_eq!(m, [1, 0, 2, 0, 5, 0, 1, 2, 0, b'a', b'b', 2, 1, 0, 0, 0, 0, 0, 0]);
+        let mut r = Reader::new(&m);
+        assert_eq!(r.head().unwrap(), head);
+        let e = r.entry().unwrap();
+        assert_eq!((e.kind, &*e.key, e.word), (Kind::Update, &b"ab"[..], 0x0102));
+        r.end().unwrap();
+    }
+
+    #[test]
+    fn short_and_long_messages_are_refused() {
+        let mut r = Reader::new(&[1, 0, 2, 0, 1]);
+        assert!(
+            matches!(r.head(), Err(ServiceError::BadRequest(m)) if m.contains("1 bytes early"))
+        );
+        let mut r = Reader::new(&[9, 0, 0]);
+        assert!(r.entry().is_err(), "kind 9");
+        let mut r = Reader::new(&[0, 0]);
+        r.u8().unwrap();
+        assert!(r.end().is_err());
+    }
+}

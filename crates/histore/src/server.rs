@@ -1,0 +1,151 @@
+//! HiStore's memory-node service: the replicas an index server hosts, and what each request does
+//! to them. One service object serves every node of a cluster in this process (the in-process
+//! and simulated fabrics) or the one node of a `memnode` process, so replicas are kept by
+//! (node, store, group, replica).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use dmindex_fabric::service::{alloc_local, MnContext, Service, ServiceError};
+use dmindex_fabric::NodeId;
+
+use crate::layout::{BUCKET, MAX_REPLICAS};
+use crate::mode::Mode;
+use crate::proto::{self, Head, Put, Reader};
+use crate::replica::{Replica, Setup};
+use crate::structure::TableAt;
+
+type ReplicaKey = (NodeId, u16, u16, u8);
+
+/// The service.
+#[derive(Default)]
+pub struct Server {
+    replicas: RwLock<HashMap<ReplicaKey, Arc<Replica>>>,
+}
+
+impl Server {
+    /// The replica `h` names on `node`.
+    pub fn replica(&self, node: NodeId, h: Head) -> Result<Arc<Replica>, ServiceError> {
+        let map = self.replicas.read().expect("replica map");
+        map.get(&(node, h.store, h.group, h.replica)).cloned().ok_or_else(|| {
+            ServiceError::Failed(format!(
+                "no replica {} of group {} of the store at root slot {} on this node",
+                h.replica, h.group, h.store
+            ))
+        })
+    }
+
+    /// SETUP: a fresh replica (and its hash table, if it keeps one); answers the table's offset.
+    fn setup(
+        &self,
+        ctx: &MnContext<'_>,
+        h: Head,
+        r: &mut Reader<'_>,
+    ) -> Result<Vec<u8>, ServiceError> {
+        let bad = |m: String| ServiceError::BadRequest(m);
+        let mode = r.u8()?;
+        let mode = Mode::decode(mode).ok_or_else(|| bad(format!("mode {mode}")))?;
+        let groups = r.u16()?;
+        let partitions = r.u8()?;
+        let nodes: [NodeId; MAX_REPLICAS] = [r.u16()?, r.u16()?, r.u16()?];
+        let buckets = r.u64()?;
+        r.end()?;
+        if h.replica as usize >= mode.replicas() || h.group >= groups || partitions == 0 {
+            return Err(bad(format!(
+                "replica {} of group {} with {groups} groups and {partitions} partitions",
+                h.replica, h.group
+            )));
+        }
+        let table = if mode.table_at(h.replica as usize) {
+            let bytes =
+                buckets.checked_mul(BUCKET).ok_or_else(|| bad(format!("{buckets} buckets")))?;
+            Some(TableAt {
+                node: ctx.node,
+                offset: alloc_local(ctx.memory, bytes, BUCKET)?,
+                buckets,
+            })
+        } else {
+            None
+        };
+        let setup = Setup {
+            mode,
+            store: h.store,
+            group: h.group,
+            replica: h.replica,
+            groups,
+            partitions,
+            nodes,
+            buckets,
+        };
+        let mut map = self.replicas.write().expect("replica map");
+        let key = (ctx.node, h.store, h.group, h.replica);
+        if map.contains_key(&key) {
+            return Err(ServiceError::Failed(format!(
+                "replica {} of group {} of the store at root slot {} already exists here",
+                h.replica, h.group, h.store
+            )));
+        }
+        map.insert(key, Arc::new(Replica::new(setup, table)));
+        Ok(table.map_or(0, |t| t.offset).to_le_bytes().to_vec())
+    }
+}
+
+impl Service for Server {
+    fn name(&self) -> &str {
+        "histore"
+    }
+
+    fn handle(&self, ctx: &MnContext<'_>, request: &[u8]) -> Result<Vec<u8>, ServiceError> {
+        let mut r = Reader::new(request);
+        let h = r.head()?;
+        if h.op == proto::SETUP {
+            return self.setup(ctx, h, &mut r);
+        }
+        let rep = self.replica(ctx.node, h)?;
+        match h.op {
+            proto::WRITE => {
+                if h.replica != 0 {
+                    return Err(ServiceError::BadRequest("WRITE to a backup".into()));
+                }
+                let e = r.entry()?;
+                r.end()?;
+                Ok(vec![rep.write(ctx, e)? as u8])
+            }
+            proto::SHIP => rep.ship(ctx, &mut r),
+            proto::WATERMARK => {
+                r.end()?;
+                Ok(rep.watermark())
+            }
+            proto::LOOKUP => {
+                let key = r.key()?;
+                r.end()?;
+                rep.lookup(ctx, key)
+            }
+            proto::SCAN => {
+                let count = r.u32()? as usize;
+                let lo = r.key()?;
+                let hi = match r.u8()? {
+                    0 => None,
+                    _ => Some(r.key()?),
+                };
+                r.end()?;
+                rep.scan(ctx, lo, hi, count)
+            }
+            op => Err(ServiceError::BadRequest(format!("op {op}"))),
+        }
+    }
+}
+
+/// The SETUP request for replica `h.replica` of group `h.group`.
+pub fn setup_request(h: Head, s: &Setup) -> Vec<u8> {
+    let mut m = Vec::with_capacity(proto::HEAD + 20);
+    m.head(h);
+    m.u8(s.mode as u8);
+    m.u16(s.groups);
+    m.u8(s.partitions);
+    for n in s.nodes {
+        m.u16(n);
+    }
+    m.u64(s.buckets);
+    m
+}

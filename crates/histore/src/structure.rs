@@ -1,0 +1,177 @@
+//! The index structures a replica applies its log to, one per partition: the hash table
+//! (primary; in memory-node memory, read one-sided by clients) or a skiplist (backups; in the
+//! index server's own memory, searched by its CPU).
+//!
+//! # Hash table
+//!
+//! Buckets and slots as drawn in [`crate::layout`]. The table is shared by the replica's
+//! partitions, so slots are claimed with a CAS from zero and chains grown with a CAS on the last
+//! bucket's next pointer; a partition only ever changes the slots of its own keys. Slots hold a
+//! one-byte signature, not the key, so the CPU keeps each partition's key → slot map (the *key
+//! shadow*) in its own memory rather than read items back from the data servers.
+//!
+//! # Skiplist
+//!
+//! `crossbeam-skiplist`'s skip map from key to slot word: the paper's "basic skiplist".
+
+use std::collections::HashMap;
+
+use crossbeam_skiplist::SkipMap;
+use dmindex_fabric::service::{alloc_local, MnMemory, ServiceError};
+use dmindex_fabric::AtomicOp;
+
+use crate::layout::{self, BUCKET, SLOTS};
+use crate::proto::{Entry, Kind};
+
+/// Where a replica's hash table lies on its node.
+#[derive(Clone, Copy, Debug)]
+pub struct TableAt {
+    pub node: dmindex_fabric::NodeId,
+    pub offset: u64,
+    pub buckets: u64,
+}
+
+/// One partition's structure.
+pub enum Structure {
+    /// The partition's keys in the replica's hash table: key → byte offset of its slot.
+    Table { at: TableAt, shadow: HashMap<Box<[u8]>, u64> },
+    /// The partition's skiplist: key → slot word.
+    Sorted(Box<SkipMap<Box<[u8]>, u64>>),
+}
+
+impl Structure {
+    pub fn table(at: TableAt) -> Structure {
+        Structure::Table { at, shadow: HashMap::new() }
+    }
+
+    pub fn sorted() -> Structure {
+        Structure::Sorted(Box::default())
+    }
+
+    /// Applies one log entry; returns whether its key was present before.
+    pub fn apply(
+        &mut self,
+        memory: &dyn MnMemory,
+        bucket: u64,
+        e: &Entry,
+    ) -> Result<bool, ServiceError> {
+        match self {
+            Structure::Sorted(map) => {
+                let existed = map.contains_key(&e.key);
+                match e.kind {
+                    Kind::Upsert => {
+                        map.insert(e.key.clone(), e.word);
+                    }
+                    Kind::Update if existed => {
+                        map.insert(e.key.clone(), e.word);
+                    }
+                    Kind::Update => {}
+                    Kind::Delete => {
+                        map.remove(&e.key);
+                    }
+                }
+                Ok(existed)
+            }
+            Structure::Table { at, shadow } => {
+                let slot = shadow.get(&e.key).copied();
+                match (e.kind, slot) {
+                    (Kind::Upsert | Kind::Update, Some(s)) => {
+                        store(memory, s, e.word);
+                        Ok(true)
+                    }
+                    (Kind::Delete, Some(s)) => {
+                        store(memory, s, 0);
+                        shadow.remove(&e.key);
+                        Ok(true)
+                    }
+                    (Kind::Upsert, None) => {
+                        let s = claim(memory, at, bucket, e.word)?;
+                        shadow.insert(e.key.clone(), s);
+                        Ok(false)
+                    }
+                    (Kind::Update | Kind::Delete, None) => Ok(false),
+                }
+            }
+        }
+    }
+
+    /// The slot word of `key`, if present.
+    pub fn get(&self, memory: &dyn MnMemory, key: &[u8]) -> Option<u64> {
+        match self {
+            Structure::Sorted(map) => map.get(key).map(|e| *e.value()),
+            Structure::Table { shadow, .. } => shadow.get(key).map(|&s| load(memory, s)),
+        }
+    }
+
+    /// Appends to `out` up to `count` more pairs (key, slot word) with `lo` ≤ key < `hi`, ascending;
+    /// `None` from a hash table, which has no order.
+    pub fn range(
+        &self,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        count: usize,
+        out: &mut Vec<(Box<[u8]>, u64)>,
+    ) -> Option<()> {
+        let Structure::Sorted(map) = self else { return None };
+        let count = out.len().saturating_add(count);
+        for e in map.range::<[u8], _>((std::ops::Bound::Included(lo), std::ops::Bound::Unbounded)) {
+            if out.len() >= count || hi.is_some_and(|hi| &e.key()[..] >= hi) {
+                break;
+            }
+            out.push((e.key().clone(), *e.value()));
+        }
+        Some(())
+    }
+
+    /// Keys held.
+    pub fn len(&self) -> usize {
+        match self {
+            Structure::Sorted(map) => map.len(),
+            Structure::Table { shadow, .. } => shadow.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn load(memory: &dyn MnMemory, offset: u64) -> u64 {
+    memory.atomic(offset, AtomicOp::Faa { delta: 0 })
+}
+
+/// Sets a slot this partition owns (no one else writes it, so a swap cannot fail).
+fn store(memory: &dyn MnMemory, offset: u64, word: u64) {
+    let old = load(memory, offset);
+    let seen = memory.atomic(offset, AtomicOp::Cas { expected: old, new: word });
+    debug_assert_eq!(seen, old, "a slot changed under its owner");
+}
+
+/// Claims a free slot for `word` in the chain of bucket `bucket`, growing the chain by one
+/// bucket when it is full; returns the slot's offset.
+fn claim(memory: &dyn MnMemory, at: &TableAt, bucket: u64, word: u64) -> Result<u64, ServiceError> {
+    let mut b = at.offset + bucket * BUCKET;
+    loop {
+        for i in 0..SLOTS {
+            let s = b + layout::slot_offset(i);
+            if load(memory, s) == 0
+                && memory.atomic(s, AtomicOp::Cas { expected: 0, new: word }) == 0
+            {
+                return Ok(s);
+            }
+        }
+        let next = load(memory, b + layout::NEXT);
+        if next != 0 {
+            b = dmindex_fabric::GlobalAddr::from_raw(next).offset();
+            continue;
+        }
+        // A fresh bucket holding the slot, linked last: readers never see it half made.
+        let fresh = alloc_local(memory, BUCKET, BUCKET)?;
+        memory.write(fresh, &word.to_le_bytes());
+        let link = dmindex_fabric::GlobalAddr::new(at.node, fresh).raw();
+        if memory.atomic(b + layout::NEXT, AtomicOp::Cas { expected: 0, new: link }) == 0 {
+            return Ok(fresh);
+        }
+        // Another partition linked first: our bucket is dropped (64 bytes), theirs searched.
+    }
+}

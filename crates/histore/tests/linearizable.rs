@@ -1,0 +1,41 @@
+//! HiStore under the simulator (torn reads, delays, client crashes, every history checked, scans
+//! included) and on real threads, through the conformance kit.
+
+use dmindex_histore::{AllHashtable, AllSkiplist, HiStore, SingleSkiplist};
+use dmindex_index::conformance::{on_local_threads, suite, CheckConfig, Crashes};
+use dmindex_index::{IndexConfig, Ordered, PointOnly};
+
+fn on(nodes: u16) -> CheckConfig {
+    CheckConfig { memory_nodes: nodes, ..CheckConfig::default() }
+}
+
+/// Each replica on its own node: group commit racing one-sided GETs and backup SCANs.
+#[test]
+fn histore_cluster() {
+    suite::<HiStore, Ordered>("histore_cluster", &on(4), 0..100);
+}
+
+/// A tiny table (long chains) and one partition (every write in one log), hot keys.
+#[test]
+fn histore_hot_keys_long_chains() {
+    let cfg = CheckConfig {
+        keys: 8,
+        clients: 16,
+        index_options: vec![("table_fill".into(), "100".into()), ("partitions".into(), "1".into())],
+        crashes: Crashes::EverySeed,
+        ..on(4)
+    };
+    suite::<HiStore, Ordered>("histore_hot_keys", &cfg, 0..60);
+}
+
+#[test]
+fn baselines() {
+    suite::<AllSkiplist, Ordered>("all_skiplist", &on(4), 0..40);
+    suite::<AllHashtable, PointOnly>("all_hashtable", &on(4), 0..30);
+    suite::<SingleSkiplist, Ordered>("single_skiplist", &on(2), 0..30);
+}
+
+#[test]
+fn real_threads() {
+    on_local_threads::<HiStore, Ordered>(&IndexConfig::default(), 10);
+}

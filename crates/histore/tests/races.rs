@@ -1,0 +1,132 @@
+//! The window the paper's SCAN falls into, opened on purpose: a backup holds a write in its log
+//! while the primary, still waiting on the other backup, has not applied it. A SCAN or LOOKUP on
+//! the backup then must not return it (the primary's GETs do not see it yet, and it may still be
+//! lost), and once the write is acknowledged every read must.
+
+use std::cell::{Cell, RefCell};
+
+use dmindex_fabric::layout;
+use dmindex_fabric::memory::Region;
+use dmindex_fabric::service::{MnContext, Peers, Service};
+use dmindex_fabric::{FabricError, GlobalAddr, NodeId, ServiceId};
+use dmindex_histore::layout::{Place, Slot};
+use dmindex_histore::mode::Mode;
+use dmindex_histore::proto::{self, Head, Kind, Put, Reader};
+use dmindex_histore::replica::Setup;
+use dmindex_histore::server::{setup_request, Server};
+use dmindex_prim::hash::hash_bytes;
+
+/// Peers on one node that run a hook once, between the backups' SHIP answers and the primary's
+/// apply.
+struct Window<'a> {
+    server: &'a Server,
+    memory: &'a Region,
+    hook: RefCell<Option<Box<dyn FnOnce(&dyn Peers) + 'a>>>,
+    ships: Cell<u32>,
+}
+
+impl Peers for Window<'_> {
+    fn call_all(
+        &self,
+        service: ServiceId,
+        calls: &[(NodeId, &[u8])],
+    ) -> Vec<Result<Vec<u8>, FabricError>> {
+        let replies: Vec<_> = calls
+            .iter()
+            .map(|&(node, request)| {
+                if request[0] == proto::SHIP {
+                    self.ships.set(self.ships.get() + 1);
+                }
+                let ctx = MnContext::new(node, self.memory).with_peers(self);
+                self.server.handle(&ctx, request).map_err(|e| e.into_fabric(node, service))
+            })
+            .collect();
+        if calls.iter().any(|(_, r)| r[0] == proto::SHIP) {
+            if let Some(hook) = self.hook.borrow_mut().take() {
+                hook(self);
+            }
+        }
+        replies
+    }
+}
+
+fn head(op: u8, replica: u8, store: u16) -> Head {
+    Head { op, replica, group: 0, store }
+}
+
+/// How many keys a SCAN on `replica` returns.
+fn scan(peers: &dyn Peers, store: u16, replica: u8) -> u32 {
+    let mut m = Vec::new();
+    m.head(head(proto::SCAN, replica, store));
+    m.u32(100);
+    m.key(&[0]);
+    m.u8(0);
+    let reply = peers.call(0, dmindex_histore::SERVICE, &m).unwrap();
+    Reader::new(&reply).u32().unwrap()
+}
+
+/// The slot word a LOOKUP on `replica` returns.
+fn lookup(peers: &dyn Peers, store: u16, replica: u8, key: &[u8]) -> u64 {
+    let mut m = Vec::new();
+    m.head(head(proto::LOOKUP, replica, store));
+    m.key(key);
+    let reply = peers.call(0, dmindex_histore::SERVICE, &m).unwrap();
+    Reader::new(&reply).u64().unwrap()
+}
+
+#[test]
+fn a_backup_never_shows_a_write_the_primary_has_not_applied() {
+    let region = Region::new(8 << 20);
+    layout::format(&region, 0);
+    let server = Server::default();
+    let key = b"in-flight".to_vec();
+    let place = Place::of(hash_bytes(&key), 1, 2, 16);
+    let word = Slot::new(place.signature, GlobalAddr::new(0, 1 << 20), 64).word();
+    for (store, mode) in [(3, Mode::HiStore), (4, Mode::AllSkiplist)] {
+        let seen = RefCell::new(None);
+        let window = Window {
+            server: &server,
+            memory: &region,
+            hook: RefCell::new(None),
+            ships: Cell::new(0),
+        };
+        let setup = Setup {
+            mode,
+            store,
+            group: 0,
+            replica: 0,
+            groups: 1,
+            partitions: 2,
+            nodes: [0, 0, 0],
+            buckets: 16,
+        };
+        for r in 0..3 {
+            let m = setup_request(head(proto::SETUP, r, store), &setup);
+            window.call(0, dmindex_histore::SERVICE, &m).unwrap();
+        }
+        *window.hook.borrow_mut() = Some(Box::new(|peers: &dyn Peers| {
+            let backup = server.replica(0, head(0, 1, store)).unwrap();
+            let primary = server.replica(0, head(0, 0, store)).unwrap();
+            // The window is open: the backup logged the write, the primary has not applied it.
+            assert_eq!((backup.logged(), primary.keys()), (1, 0));
+            let got = (
+                scan(peers, store, 1),
+                scan(peers, store, 2),
+                lookup(peers, store, 1, &key),
+                lookup(peers, store, 2, &key),
+            );
+            *seen.borrow_mut() = Some(got);
+        }));
+        let mut w = Vec::new();
+        w.head(head(proto::WRITE, 0, store));
+        w.entry(Kind::Upsert, &key, word);
+        assert_eq!(window.call(0, dmindex_histore::SERVICE, &w).unwrap(), [0]);
+        assert_eq!(seen.take(), Some((0, 0, 0, 0)), "{mode:?}: a backup showed the write early");
+        assert_eq!(window.ships.get(), 2, "both backups shipped to");
+        // Acknowledged: every replica that answers reads now shows it.
+        for r in mode.sorted_replicas() {
+            assert_eq!(lookup(&window, store, r as u8, &key), word, "{mode:?} replica {r}");
+            assert_eq!(scan(&window, store, r as u8), 1, "{mode:?} replica {r}");
+        }
+    }
+}

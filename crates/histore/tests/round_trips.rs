@@ -1,0 +1,74 @@
+//! Round trips per operation, one client, pinned against the paper's operations (§4.2): a GET is
+//! two one-sided READs (bucket, item), a PUT or UPDATE one WRITE of the item and one request, a
+//! DELETE one request, a SCAN one request plus the item READs, 16 to a doorbell; the baselines'
+//! GETs are a request and an item READ.
+
+use dmindex_fabric::exec::run_tasks;
+use dmindex_fabric::local::LocalTransport;
+use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+use dmindex_histore::{AllSkiplist, HiStore};
+use dmindex_index::{mn_services, IndexConfig, PointIndex, RangeIndex};
+
+fn key(n: u64) -> [u8; 8] {
+    n.to_be_bytes()
+}
+
+fn cluster() -> LocalFabric {
+    let services = mn_services(2, dmindex_histore::SERVICES).unwrap();
+    LocalFabric::with_services(LocalConfig { memory_nodes: 4, ..LocalConfig::default() }, services)
+        .unwrap()
+}
+
+#[test]
+fn each_operation_costs_the_papers_round_trips() {
+    let f = cluster();
+    let c = f.client(0).unwrap();
+    let cfg = IndexConfig { expected_items: 1000, ..IndexConfig::default() };
+    run_tasks([async {
+        let ix = <HiStore as PointIndex<LocalTransport>>::create(&c, &cfg, 0).await.unwrap();
+        for n in 1..=300 {
+            ix.insert(&c, &key(n), &n.to_le_bytes()).await.unwrap();
+        }
+        let cost = |before: u64| c.counts().round_trips - before;
+        let rt = c.counts().round_trips;
+        assert_eq!(ix.search(&c, &key(100)).await.unwrap(), Some(100u64.to_le_bytes().to_vec()));
+        assert_eq!(cost(rt), 2, "GET: READ bucket, READ item");
+        let rt = c.counts().round_trips;
+        assert_eq!(ix.search(&c, &key(1000)).await.unwrap(), None);
+        assert_eq!(cost(rt), 1, "GET of an absent key: the bucket alone (no signature matches)");
+        let rt = c.counts().round_trips;
+        assert!(ix.update(&c, &key(100), &[7; 8]).await.unwrap());
+        assert_eq!(cost(rt), 2, "UPDATE: WRITE item, request to the primary");
+        let rt = c.counts().round_trips;
+        ix.insert(&c, &key(301), &[1; 8]).await.unwrap();
+        assert_eq!(cost(rt), 2, "PUT");
+        let rt = c.counts().round_trips;
+        assert!(ix.delete(&c, &key(301)).await.unwrap());
+        assert_eq!(cost(rt), 1, "DELETE: the request alone");
+        let (rt, reads) = (c.counts().round_trips, c.counts().reads);
+        let mut out = Vec::new();
+        ix.scan(&c, &key(1), 100, &mut out).await.unwrap();
+        assert_eq!(out.len(), 100);
+        assert_eq!(out[99].0, key(100));
+        assert_eq!(out[99].1, [7; 8], "the updated value");
+        // Items spread over one data node (node 0): 100 READs in ⌈100 / 16⌉ doorbells.
+        assert_eq!((cost(rt), c.counts().reads - reads), (1 + 7, 100));
+    }]);
+}
+
+#[test]
+fn all_skiplist_gets_are_requests() {
+    let f = cluster();
+    let c = f.client(0).unwrap();
+    run_tasks([async {
+        let ix =
+            <AllSkiplist as PointIndex<LocalTransport>>::create(&c, &IndexConfig::default(), 0)
+                .await
+                .unwrap();
+        ix.insert(&c, &key(5), &[5; 8]).await.unwrap();
+        let rt = c.counts().round_trips;
+        assert_eq!(ix.search(&c, &key(5)).await.unwrap(), Some(vec![5; 8]));
+        assert_eq!(ix.search(&c, &key(6)).await.unwrap(), None);
+        assert_eq!(c.counts().round_trips - rt, 2 + 1, "LOOKUP and item; LOOKUP alone");
+    }]);
+}
