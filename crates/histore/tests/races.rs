@@ -16,12 +16,15 @@ use dmindex_histore::replica::Setup;
 use dmindex_histore::server::{setup_request, Server};
 use dmindex_prim::hash::hash_bytes;
 
+/// What runs inside the window.
+type Hook<'a> = Box<dyn FnOnce(&dyn Peers) + 'a>;
+
 /// Peers on one node that run a hook once, between the backups' SHIP answers and the primary's
 /// apply.
 struct Window<'a> {
     server: &'a Server,
     memory: &'a Region,
-    hook: RefCell<Option<Box<dyn FnOnce(&dyn Peers) + 'a>>>,
+    hook: RefCell<Option<Hook<'a>>>,
     ships: Cell<u32>,
 }
 
