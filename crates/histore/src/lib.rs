@@ -52,12 +52,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dmindex_fabric::service::Service;
-use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, NodeId, ServiceId, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex,
 };
 use dmindex_prim::counter::get;
+use dmindex_prim::doorbell;
 use dmindex_prim::hash::hash_bytes;
 use dmindex_prim::kv_block::{self, Blocks};
 use dmindex_prim::options::{Opt, Options};
@@ -335,20 +335,13 @@ impl<const MODE: u8> Store<MODE> {
         }
         self.counters.scan_items.fetch_add(found.len() as u64, Ordering::Relaxed);
         let mut bufs: Vec<Vec<u8>> = found.iter().map(|(_, s)| vec![0u8; s.bytes()]).collect();
-        let mut nodes: SmallVec<[NodeId; 4]> = found.iter().map(|(_, s)| s.item.node()).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        for node in nodes {
-            let mut ops: Vec<BatchOp<'_>> = found
-                .iter()
-                .zip(bufs.iter_mut())
-                .filter(|((_, s), _)| s.item.node() == node)
-                .map(|((_, s), buf)| BatchOp::Read { addr: s.item, buf })
-                .collect();
-            for doorbell in ops.chunks_mut(MAX_BATCH) {
-                c.batch(doorbell).await?;
-            }
-        }
+        let mut ops: Vec<BatchOp<'_>> = found
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|((_, s), buf)| BatchOp::Read { addr: s.item, buf })
+            .collect();
+        doorbell::post_per_node(c, &mut ops).await?;
+        drop(ops);
         for ((k, s), buf) in found.into_iter().zip(bufs) {
             let Some((key, value)) = self.items.parse(s.item, &buf)? else {
                 return Err(IndexError::Corrupt(format!(

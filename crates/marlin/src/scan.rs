@@ -13,7 +13,7 @@
 //! # Items
 //!
 //! Leaves hold pointers, so the values of the pairs kept are READ one item each, at most
-//! [`ITEMS_PER_DOORBELL`] to a doorbell per memory node: a 100-item scan costs about 100 item
+//! [`MAX_BATCH`] to a doorbell per memory node ([`doorbell::post_per_node`]): a 100-item scan costs about 100 item
 //! READs in 7 or more round trips, which is Marlin's scan cost as the Dolphin paper measures it.
 //!
 //! # Linearizability
@@ -27,13 +27,12 @@ use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult, Pair};
 use dmindex_prim::blink::Internal;
 use dmindex_prim::counter::{add, bump};
+use dmindex_prim::doorbell;
 
 use crate::leaf::{Judge, LeafImage, Refused};
 use crate::write;
 use crate::Marlin;
 
-/// Most item READs in one doorbell.
-pub const ITEMS_PER_DOORBELL: usize = MAX_BATCH;
 /// Most leaves one round READs (one doorbell when they share a memory node).
 const MAX_LEAVES: usize = MAX_BATCH;
 
@@ -149,25 +148,17 @@ impl Marlin {
         leaves: &[GlobalAddr],
         bufs: &mut [u8],
     ) -> IndexResult<()> {
-        let bytes = self.shape.bytes;
-        let mut chunks: Vec<Option<&mut [u8]>> = bufs.chunks_mut(bytes).map(Some).collect();
-        let mut nodes: Vec<u16> = leaves.iter().map(|a| a.node()).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        for node in nodes {
-            let mut ops: Vec<BatchOp<'_>> = leaves
-                .iter()
-                .zip(chunks.iter_mut())
-                .filter(|(a, _)| a.node() == node)
-                .map(|(&addr, b)| BatchOp::Read { addr, buf: b.take().expect("one READ a leaf") })
-                .collect();
-            c.batch(&mut ops).await?;
-        }
+        let mut ops: Vec<BatchOp<'_>> = leaves
+            .iter()
+            .zip(bufs.chunks_mut(self.shape.bytes))
+            .map(|(&addr, buf)| BatchOp::Read { addr, buf })
+            .collect();
+        doorbell::post_per_node(c, &mut ops).await?;
         Ok(())
     }
 
-    /// The values of `pairs` into `out`: item READs, [`ITEMS_PER_DOORBELL`] to a doorbell per
-    /// memory node.
+    /// The values of `pairs` into `out`: item READs, [`MAX_BATCH`] to a doorbell per memory
+    /// node.
     async fn read_items<T: Transport>(
         &self,
         c: &Client<T>,
@@ -176,23 +167,13 @@ impl Marlin {
     ) -> IndexResult<()> {
         let len = self.items.first_read();
         let mut raw = vec![0u8; pairs.len() * len];
-        {
-            let mut chunks: Vec<Option<&mut [u8]>> = raw.chunks_mut(len).map(Some).collect();
-            let mut nodes: Vec<u16> = pairs.iter().map(|p| p.1.node()).collect();
-            nodes.sort_unstable();
-            nodes.dedup();
-            for node in nodes {
-                let mut ops: Vec<BatchOp<'_>> = pairs
-                    .iter()
-                    .zip(chunks.iter_mut())
-                    .filter(|(p, _)| p.1.node() == node)
-                    .map(|(p, b)| BatchOp::Read { addr: p.1, buf: b.take().expect("one READ") })
-                    .collect();
-                for batch in ops.chunks_mut(ITEMS_PER_DOORBELL) {
-                    c.batch(batch).await?;
-                }
-            }
-        }
+        let mut ops: Vec<BatchOp<'_>> = pairs
+            .iter()
+            .zip(raw.chunks_mut(len))
+            .map(|(p, buf)| BatchOp::Read { addr: p.1, buf })
+            .collect();
+        doorbell::post_per_node(c, &mut ops).await?;
+        drop(ops);
         add(&self.counters.scan_items, pairs.len() as u64);
         for (&(k, item), b) in pairs.iter().zip(raw.chunks(len)) {
             let key = k.to_be_bytes();

@@ -11,6 +11,9 @@
 //! several, more than one node   -> one verb after another, each awaited, in order
 //! ```
 //!
+//! [`post_per_node`] is for independent verbs spread over memory nodes (a scan's items or
+//! leaves): per node, in node order, doorbells of at most [`MAX_BATCH`] verbs.
+//!
 //! The shapes the designs use: several ranges of one node READ at once (a neighbourhood that
 //! wraps around, a header with it), several whole nodes READ at once (a scan), and the pieces a
 //! writer changed WRITTEN in order with the unlocking lock word last (a split writes the new
@@ -22,6 +25,7 @@
 //! visible before any later one is. So the last WRITE may publish (or unlock, see
 //! [`crate::lock`]) what the earlier ones wrote.
 
+use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, Transport};
 use dmindex_index::IndexResult;
 
@@ -38,6 +42,22 @@ pub async fn post<T: Transport>(c: &Client<T>, ops: &mut [BatchOp<'_>]) -> Index
             for op in ops {
                 one(c, op).await?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Posts independent `ops` spread over memory nodes: grouped by node (the slice is reordered,
+/// stably, each op keeping its buffer), each node's ops in doorbells of at most [`MAX_BATCH`]
+/// ([`post`] each), one round trip after another.
+pub async fn post_per_node<T: Transport>(
+    c: &Client<T>,
+    ops: &mut [BatchOp<'_>],
+) -> IndexResult<()> {
+    ops.sort_by_key(|op| op.addr().node());
+    for node in ops.chunk_by_mut(|a, b| a.addr().node() == b.addr().node()) {
+        for doorbell in node.chunks_mut(MAX_BATCH) {
+            post(c, doorbell).await?;
         }
     }
     Ok(())
@@ -117,6 +137,44 @@ mod tests {
             );
             post_iter(&c, std::iter::empty::<BatchOp<'_>>()).await.unwrap();
             post(&c, &mut []).await.unwrap();
+        }]);
+    }
+
+    /// Verbs over two nodes, interleaved: each node's in doorbells of at most `MAX_BATCH`, every
+    /// buffer filled from its own address.
+    #[test]
+    fn per_node_doorbells_of_at_most_max_batch() {
+        let f =
+            LocalFabric::new(LocalConfig { memory_nodes: 2, ..LocalConfig::default() }).unwrap();
+        let c = f.client(0).unwrap();
+        run_tasks([async {
+            let base = [
+                c.alloc_on(0, 64 * 23, 64).await.unwrap(),
+                c.alloc_on(1, 64 * 3, 64).await.unwrap(),
+            ];
+            let addrs: Vec<_> = (0..23u64)
+                .map(|i| if i % 8 == 3 { base[1].add(i / 8 * 64) } else { base[0].add(i * 64) })
+                .collect();
+            for (i, a) in addrs.iter().enumerate() {
+                c.write(*a, &[i as u8; 8]).await.unwrap();
+            }
+            let mut bufs = vec![[0u8; 8]; addrs.len()];
+            let mut ops: Vec<BatchOp<'_>> = addrs
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&addr, buf)| BatchOp::Read { addr, buf })
+                .collect();
+            let rt = c.counts().round_trips;
+            post_per_node(&c, &mut ops).await.unwrap();
+            drop(ops);
+            assert_eq!(
+                c.counts().round_trips - rt,
+                2 + 1,
+                "20 on node 0 in two, 3 on node 1 in one"
+            );
+            for (i, b) in bufs.iter().enumerate() {
+                assert_eq!(*b, [i as u8; 8], "read {i}");
+            }
         }]);
     }
 }
