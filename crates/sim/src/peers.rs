@@ -67,41 +67,41 @@ pub(crate) struct Served {
     pub(crate) done_ps: u64,
 }
 
-/// Runs one request on `node` at `now`, on core `core`, which it marks busy; `frees` collects
-/// every (instant, node, core) at which a core this run occupied frees up.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn serve(
-    services: &Services,
-    regions: &[Region],
-    cores: &RefCell<Cores>,
-    frees: &RefCell<Vec<(u64, u16, u32)>>,
-    rpc_ps: u64,
-    one_way_ps: u64,
-    now: u64,
-    node: NodeId,
-    core: usize,
-    service: ServiceId,
-    request: &[u8],
-) -> Served {
-    let peers =
-        SimPeers { services, regions, cores, frees, rpc_ps, one_way_ps, clock: Cell::new(now) };
-    let ctx = MnContext::new(node, &regions[node as usize]).with_peers(&peers);
-    let reply = services.dispatch(&ctx, service, request);
-    let cpu_ps = rpc_ps.saturating_add(ctx.charged_ns().saturating_mul(PS_PER_NS));
-    cores.borrow_mut().occupy(node as usize, core, now + cpu_ps);
-    frees.borrow_mut().push((now + cpu_ps, node, core as u32));
-    let waited = peers.clock.get() - now;
-    Served { reply, done_ps: cpu_ps + waited }
+/// The memory nodes' services, memory and cores, and the times a request and a peer call take.
+pub(crate) struct Servers<'a> {
+    pub(crate) services: &'a Services,
+    pub(crate) regions: &'a [Region],
+    pub(crate) cores: &'a RefCell<Cores>,
+    /// Collects every (instant, node, core) at which a core a request occupied frees up.
+    pub(crate) frees: &'a RefCell<Vec<(u64, u16, u32)>>,
+    pub(crate) rpc_ps: u64,
+    pub(crate) one_way_ps: u64,
+}
+
+impl Servers<'_> {
+    /// Runs one request on `node` at `now`, on core `core`, which it marks busy.
+    pub(crate) fn serve(
+        &self,
+        now: u64,
+        node: NodeId,
+        core: usize,
+        service: ServiceId,
+        request: &[u8],
+    ) -> Served {
+        let peers = SimPeers { servers: self, clock: Cell::new(now) };
+        let ctx = MnContext::new(node, &self.regions[node as usize]).with_peers(&peers);
+        let reply = self.services.dispatch(&ctx, service, request);
+        let cpu_ps = self.rpc_ps.saturating_add(ctx.charged_ns().saturating_mul(PS_PER_NS));
+        self.cores.borrow_mut().occupy(node as usize, core, now + cpu_ps);
+        self.frees.borrow_mut().push((now + cpu_ps, node, core as u32));
+        let waited = peers.clock.get() - now;
+        Served { reply, done_ps: cpu_ps + waited }
+    }
 }
 
 /// The peers one request's service sees: each call advances the request's own clock.
 struct SimPeers<'a> {
-    services: &'a Services,
-    regions: &'a [Region],
-    cores: &'a RefCell<Cores>,
-    frees: &'a RefCell<Vec<(u64, u16, u32)>>,
-    rpc_ps: u64,
-    one_way_ps: u64,
+    servers: &'a Servers<'a>,
     /// When the calling service's latest peer answer arrived.
     clock: Cell<u64>,
 }
@@ -117,26 +117,14 @@ impl Peers for SimPeers<'_> {
         let replies = calls
             .iter()
             .map(|&(node, request)| {
-                if node as usize >= self.regions.len() {
-                    let nodes = self.regions.len() as u16;
-                    return Err(FabricError::UnknownNode { node, nodes });
+                let s = self.servers;
+                if node as usize >= s.regions.len() {
+                    return Err(FabricError::UnknownNode { node, nodes: s.regions.len() as u16 });
                 }
-                let (core, free) = self.cores.borrow().earliest(node as usize);
-                let start = (sent + self.one_way_ps).max(free);
-                let served = serve(
-                    self.services,
-                    self.regions,
-                    self.cores,
-                    self.frees,
-                    self.rpc_ps,
-                    self.one_way_ps,
-                    start,
-                    node,
-                    core,
-                    service,
-                    request,
-                );
-                back = back.max(start + served.done_ps + self.one_way_ps);
+                let (core, free) = s.cores.borrow().earliest(node as usize);
+                let start = (sent + s.one_way_ps).max(free);
+                let served = s.serve(start, node, core, service, request);
+                back = back.max(start + served.done_ps + s.one_way_ps);
                 served.reply
             })
             .collect();

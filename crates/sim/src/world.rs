@@ -36,7 +36,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::config::{Faults, NetParams};
-use crate::peers::{serve, Cores};
+use crate::peers::{Cores, Servers};
 
 pub(crate) const PS_PER_NS: u64 = 1000;
 const ATOMIC_TABLE: usize = 4096;
@@ -528,19 +528,15 @@ impl World {
         let OpKind::Rpc(service) = op.kind else { unreachable!("rpc event on non-rpc") };
         let node = op.addr.node();
         let request = std::mem::take(&mut op.buf);
-        let served = serve(
+        let servers = Servers {
             services,
             regions,
-            &self.cores,
-            &self.frees,
-            self.net.rpc_ns * PS_PER_NS,
-            self.net.one_way_ns * PS_PER_NS,
-            self.now,
-            node,
-            core,
-            service,
-            &request,
-        );
+            cores: &self.cores,
+            frees: &self.frees,
+            rpc_ps: self.net.rpc_ns * PS_PER_NS,
+            one_way_ps: self.net.one_way_ns * PS_PER_NS,
+        };
+        let served = servers.serve(self.now, node, core, service, &request);
         self.trace_hash = mix(self.trace_hash, served.done_ps);
         let op = &mut self.ops[i as usize];
         let reply_len = match served.reply {
