@@ -115,6 +115,8 @@ pub struct Store<const MODE: u8> {
     desc: Descriptor,
     data_nodes: Vec<NodeId>,
     items: Blocks,
+    /// Key and value limits ([`IndexConfig::check_kv`]).
+    config: IndexConfig,
     counters: Counters,
 }
 
@@ -199,8 +201,8 @@ impl<const MODE: u8> Store<MODE> {
         Head { op, replica: replica as u8, group: group as u16, store: self.store }
     }
 
-    fn place(&self, key: &[u8]) -> Place {
-        let h = hash_bytes(key);
+    /// Where a key hashing to `h` goes.
+    fn place(&self, h: u64) -> Place {
         Place::of(h, self.desc.groups.len(), self.partitions as usize, self.desc.buckets)
     }
 
@@ -219,11 +221,11 @@ impl<const MODE: u8> Store<MODE> {
         key: &[u8],
         value: Option<&[u8]>,
     ) -> IndexResult<bool> {
-        let place = self.place(key);
+        let h = hash_bytes(key);
+        let place = self.place(h);
         let word = match value {
             Some(v) => {
-                let node =
-                    self.data_nodes[(hash_bytes(key) % self.data_nodes.len() as u64) as usize];
+                let node = self.data_nodes[(h % self.data_nodes.len() as u64) as usize];
                 let (item, bytes) = self.items.write_on(c, node, key, v).await?;
                 Slot::new(place.signature, item, bytes).word()
             }
@@ -246,7 +248,7 @@ impl<const MODE: u8> Store<MODE> {
         key: &[u8],
         out: &mut Vec<u8>,
     ) -> IndexResult<bool> {
-        let place = self.place(key);
+        let place = self.place(hash_bytes(key));
         let g: &GroupPlace = &self.desc.groups[place.group];
         let mut bucket = GlobalAddr::new(g.nodes[0], g.tables[0] + place.bucket * BUCKET);
         loop {
@@ -277,7 +279,7 @@ impl<const MODE: u8> Store<MODE> {
         key: &[u8],
         out: &mut Vec<u8>,
     ) -> IndexResult<bool> {
-        let place = self.place(key);
+        let place = self.place(hash_bytes(key));
         let r = self.pick(c);
         let mut m = SmallVec::<[u8; 128]>::new();
         m.head(self.head(proto::LOOKUP, r, place.group));
@@ -382,13 +384,7 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
                     nodes: *nodes,
                     buckets: shape.buckets,
                 };
-                let h = Head {
-                    op: proto::SETUP,
-                    replica: r as u8,
-                    group: g as u16,
-                    store: config.root_slot as u16,
-                };
-                let reply = c.call(nodes[r], SERVICE, &server::setup_request(h, &setup)).await?;
+                let reply = c.call(nodes[r], SERVICE, &server::setup_request(&setup)).await?;
                 *table = Reader::new(&reply)
                     .u64()
                     .map_err(|e| IndexError::Corrupt(format!("SETUP reply: {e:?}")))?;
@@ -426,6 +422,7 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
             desc,
             data_nodes,
             items: Blocks::new(config.max_key, config.max_value),
+            config: config.clone(),
             counters: Counters::default(),
         })
     }
@@ -437,7 +434,7 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
 
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         out.clear();
-        self.check_key(key, None)?;
+        self.config.check_kv(key, None)?;
         if self.mode.one_sided_get() {
             self.get_one_sided(c, key, out).await
         } else {
@@ -446,17 +443,17 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
     }
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
-        self.check_key(key, Some(value))?;
+        self.config.check_kv(key, Some(value))?;
         self.write(c, Kind::Upsert, key, Some(value)).await.map(drop)
     }
 
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
-        self.check_key(key, Some(value))?;
+        self.config.check_kv(key, Some(value))?;
         self.write(c, Kind::Update, key, Some(value)).await
     }
 
     async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
-        self.check_key(key, None)?;
+        self.config.check_kv(key, None)?;
         self.write(c, Kind::Delete, key, None).await
     }
 
@@ -473,17 +470,6 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
                 ("scan_items", get(&n.scan_items)),
             ],
         }
-    }
-}
-
-impl<const MODE: u8> Store<MODE> {
-    fn check_key(&self, key: &[u8], value: Option<&[u8]>) -> IndexResult<()> {
-        IndexConfig {
-            max_key: self.items.max_key,
-            max_value: self.items.max_value,
-            ..Default::default()
-        }
-        .check_kv(key, value)
     }
 }
 

@@ -151,26 +151,27 @@ impl Replica {
         }
         let last = st.appended;
         if !self.backups().is_empty() {
-            // One message per backup (its replica number differs), sent at once.
-            let mut msgs: [Vec<u8>; MAX_REPLICAS - 1] = Default::default();
-            for (b, msg) in msgs.iter_mut().enumerate().take(self.backups().len()) {
-                msg.reserve(32 + st.log.len() * 24);
-                msg.head(self.head(proto::SHIP, b as u8 + 1));
-                msg.u16(p as u16);
-                msg.u16(st.log.len() as u16);
-                msg.u64(st.applied + 1);
-                msg.u64(st.applied);
-                for e in &st.log {
-                    msg.entry(e.kind, &e.key, e.word);
-                }
+            // The entries once; one header per backup (its replica number differs).
+            let mut body = Vec::with_capacity(20 + st.log.len() * 24);
+            body.u16(p as u16);
+            body.u16(st.log.len() as u16);
+            body.u64(st.applied + 1);
+            body.u64(st.applied);
+            for e in &st.log {
+                body.entry(e.kind, &e.key, e.word);
             }
             drop(st);
-            let mut calls: [(NodeId, &[u8]); MAX_REPLICAS - 1] = [(0, &[]); MAX_REPLICAS - 1];
-            let calls = &mut calls[..self.backups().len()];
-            for (b, call) in calls.iter_mut().enumerate() {
-                *call = (self.backups()[b], &msgs[b]);
-            }
-            for (i, r) in ctx.peers.call_all(SERVICE, calls).into_iter().enumerate() {
+            let msgs: Vec<Vec<u8>> = (1..=self.backups().len())
+                .map(|r| {
+                    let mut m = Vec::with_capacity(proto::HEAD + body.len());
+                    m.head(self.head(proto::SHIP, r as u8));
+                    m.put(&body);
+                    m
+                })
+                .collect();
+            let calls: Vec<(NodeId, &[u8])> =
+                self.backups().iter().zip(&msgs).map(|(&n, m)| (n, &m[..])).collect();
+            for (i, r) in ctx.peers.call_all(SERVICE, &calls).into_iter().enumerate() {
                 let next = r
                     .map_err(|e| {
                         ServiceError::Failed(format!(

@@ -136,10 +136,10 @@ impl Service for Server {
     }
 }
 
-/// The SETUP request for replica `h.replica` of group `h.group`.
-pub fn setup_request(h: Head, s: &Setup) -> Vec<u8> {
+/// The SETUP request for the replica `s` describes.
+pub fn setup_request(s: &Setup) -> Vec<u8> {
     let mut m = Vec::with_capacity(proto::HEAD + 20);
-    m.head(h);
+    m.head(Head { op: proto::SETUP, replica: s.replica, group: s.group, store: s.store });
     m.u8(s.mode as u8);
     m.u16(s.groups);
     m.u8(s.partitions);

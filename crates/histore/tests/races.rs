@@ -103,8 +103,8 @@ fn a_backup_never_shows_a_write_the_primary_has_not_applied() {
             nodes: [0, 0, 0],
             buckets: 16,
         };
-        for r in 0..3 {
-            let m = setup_request(head(proto::SETUP, r, store), &setup);
+        for replica in 0..3 {
+            let m = setup_request(&Setup { replica, ..setup });
             window.call(0, dmindex_histore::SERVICE, &m).unwrap();
         }
         *window.hook.borrow_mut() = Some(Box::new(|peers: &dyn Peers| {
