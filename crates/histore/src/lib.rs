@@ -100,6 +100,8 @@ pub const SERVICES: &[MnService] = &[MnService { id: SERVICE, name: "histore", m
 #[derive(Debug, Default)]
 struct Counters {
     bucket_reads: AtomicU64,
+    /// Bucket READs past the first of a chain.
+    chain_hops: AtomicU64,
     signature_misses: AtomicU64,
     lookups: AtomicU64,
     scans: AtomicU64,
@@ -269,6 +271,7 @@ impl<const MODE: u8> Store<MODE> {
                 return Ok(false);
             }
             bucket = GlobalAddr::from_raw(next);
+            self.counters.chain_hops.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -464,6 +467,7 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
             retries: 0,
             extra: vec![
                 ("bucket_reads", get(&n.bucket_reads)),
+                ("chain_hops", get(&n.chain_hops)),
                 ("signature_misses", get(&n.signature_misses)),
                 ("lookup_requests", get(&n.lookups)),
                 ("scan_requests", get(&n.scans)),

@@ -34,8 +34,9 @@ fn histore_with_long_chains_and_several_groups() {
     let mut cfg = config(4, &[("partitions", "1"), ("table_fill", "100")], 8);
     cfg.index.expected_items = 1;
     cfg.after = Some(|s, items| {
+        // One bucket for the whole table: GETs walk chains.
         if items > 30 {
-            assert!(get(s, "bucket_reads") > get(s, "scan_items") / 100, "{s:?}");
+            assert!(get(s, "chain_hops") > 0, "{s:?}");
         }
     });
     model_test::<HiStore, Ordered>(&cfg);
