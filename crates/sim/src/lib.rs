@@ -31,6 +31,10 @@
 //! (stretching service intervals, so torn reads become common), and client crashes at verb
 //! boundaries: the task is dropped mid-operation and remote memory stays as it is.
 //!
+//! Memory-node crashes ([`Sim::crash_memory_node`]): from its crash instant a node serves
+//! nothing and everything that reaches it fails after a timeout (the `peers` module has the
+//! details).
+//!
 //! ## Fast-forward
 //!
 //! [`Sim::set_direct`] makes verbs take effect at once, in no virtual time, with no faults and
@@ -186,6 +190,22 @@ impl Sim {
     /// Replaces the fault settings from now on (e.g. after a fault-free setup phase).
     pub fn set_faults(&self, faults: Faults) {
         self.shared.world.borrow_mut().faults = faults;
+    }
+
+    /// Crashes memory node `node` at virtual instant `at_ns` (from now on if it has passed): it
+    /// then serves nothing, and every verb, request or peer call that reaches it fails after
+    /// [`world::MN_TIMEOUT_NS`] with [`dmindex_fabric::FabricError::Unavailable`]. Its memory
+    /// and its services' state are lost to the cluster (never read again).
+    pub fn crash_memory_node(&self, node: u16, at_ns: u64) -> Result<(), String> {
+        let mut w = self.shared.world.borrow_mut();
+        let nodes = w.dead_at.len();
+        let at = at_ns.saturating_mul(PS_PER_NS).max(w.now);
+        let slot = w
+            .dead_at
+            .get_mut(node as usize)
+            .ok_or_else(|| format!("no memory node {node} (the cluster has {nodes})"))?;
+        *slot = (*slot).min(at);
+        Ok(())
     }
 
     /// Fast-forward on or off (see the crate docs): while on, every verb and request takes

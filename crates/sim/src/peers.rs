@@ -8,6 +8,15 @@
 //! and the state its service keeps happen then) and keeps the core busy for `rpc_ns` plus
 //! whatever CPU the service charged ([`MnContext::charge`]).
 //!
+//! # Crashes
+//!
+//! A crashed node ([`crate::Sim::crash_memory_node`]) serves nothing from its crash on: verbs
+//! and requests that reach it, requests queued on it, and peer calls to it fail after
+//! [`crate::world::MN_TIMEOUT_NS`]. A request it was serving when it crashed keeps the effects
+//! that happened before (including the peer calls that completed) and loses its reply; a peer
+//! call whose caller crashes while it waits returns an error to the caller, so the caller's
+//! service does nothing after the crash instant.
+//!
 //! # Server to server
 //!
 //! A service's calls to other nodes ([`Peers::call_all`]) run the peer's service at once, on the
@@ -27,6 +36,10 @@ use dmindex_fabric::service::{MnContext, Peers, ServiceId, Services};
 use dmindex_fabric::{FabricError, NodeId};
 
 use crate::world::PS_PER_NS;
+
+fn crashed(node: NodeId) -> FabricError {
+    FabricError::Unavailable { node, reason: "memory node crashed (timed out)".into() }
+}
 
 /// The cores of every memory node: when each is busy until.
 #[derive(Debug)]
@@ -76,6 +89,10 @@ pub(crate) struct Servers<'a> {
     pub(crate) frees: &'a RefCell<Vec<(u64, u16, u32)>>,
     pub(crate) rpc_ps: u64,
     pub(crate) one_way_ps: u64,
+    /// Per node, the instant it crashes.
+    pub(crate) dead_at: &'a [u64],
+    /// How long a call to a crashed node waits before it fails.
+    pub(crate) timeout_ps: u64,
 }
 
 impl Servers<'_> {
@@ -88,7 +105,7 @@ impl Servers<'_> {
         service: ServiceId,
         request: &[u8],
     ) -> Served {
-        let peers = SimPeers { servers: self, clock: Cell::new(now) };
+        let peers = SimPeers { servers: self, node, clock: Cell::new(now) };
         let ctx = MnContext::new(node, &self.regions[node as usize]).with_peers(&peers);
         let reply = self.services.dispatch(&ctx, service, request);
         let cpu_ps = self.rpc_ps.saturating_add(ctx.charged_ns().saturating_mul(PS_PER_NS));
@@ -102,6 +119,8 @@ impl Servers<'_> {
 /// The peers one request's service sees: each call advances the request's own clock.
 struct SimPeers<'a> {
     servers: &'a Servers<'a>,
+    /// The node whose service makes the calls.
+    node: NodeId,
     /// When the calling service's latest peer answer arrived.
     clock: Cell<u64>,
 }
@@ -121,14 +140,26 @@ impl Peers for SimPeers<'_> {
                 if node as usize >= s.regions.len() {
                     return Err(FabricError::UnknownNode { node, nodes: s.regions.len() as u16 });
                 }
+                if sent + s.one_way_ps >= s.dead_at[node as usize] {
+                    back = back.max(sent + s.timeout_ps);
+                    return Err(crashed(node));
+                }
                 let (core, free) = s.cores.borrow().earliest(node as usize);
                 let start = (sent + s.one_way_ps).max(free);
                 let served = s.serve(start, node, core, service, request);
+                if start + served.done_ps >= s.dead_at[node as usize] {
+                    back = back.max(sent + s.timeout_ps);
+                    return Err(crashed(node));
+                }
                 back = back.max(start + served.done_ps + s.one_way_ps);
                 served.reply
             })
             .collect();
         self.clock.set(back);
+        if back >= self.servers.dead_at[self.node as usize] {
+            // The caller crashed while it waited: nothing after this call happens.
+            return calls.iter().map(|_| Err(crashed(self.node))).collect();
+        }
         replies
     }
 }

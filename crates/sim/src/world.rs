@@ -39,6 +39,10 @@ use crate::config::{Faults, NetParams};
 use crate::peers::{Cores, Servers};
 
 pub(crate) const PS_PER_NS: u64 = 1000;
+/// How long a client (or a peer) waits on a crashed memory node before its verb or request fails:
+/// an RC queue pair's retries running out, shortened to keep runs small (real NICs take
+/// milliseconds; only the order of events matters to the protocols that detect failures).
+pub const MN_TIMEOUT_NS: u64 = 100_000;
 const ATOMIC_TABLE: usize = 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -168,6 +172,8 @@ pub(crate) struct World {
     pub(crate) trace_hash: u64,
     pub(crate) crash_current: bool,
     pub(crate) crashes: u32,
+    /// Per memory node, the instant it crashes (`u64::MAX`: never).
+    pub(crate) dead_at: Vec<u64>,
     pub(crate) counters: Counters,
     pub(crate) latency_ns: Histogram<u64>,
     pub(crate) events_processed: u64,
@@ -204,6 +210,7 @@ impl World {
             trace_hash: 0xCBF2_9CE4_8422_2325,
             crash_current: false,
             crashes: 0,
+            dead_at: vec![u64::MAX; memory_nodes as usize],
             counters: Counters::default(),
             latency_ns: Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("histogram bounds"),
             events_processed: 0,
@@ -416,6 +423,10 @@ impl World {
             }
             EventKind::Rpc => {
                 let node = self.ops[ev.op as usize].addr.node() as usize;
+                if self.now >= self.dead_at[node] {
+                    self.time_out(ev.op);
+                    return true;
+                }
                 let free = self.cores.borrow().free_at(node, self.now);
                 match free {
                     Some(core) => self.start_rpc(ev.op, core, regions, services),
@@ -424,7 +435,11 @@ impl World {
             }
             EventKind::CoreFree => {
                 let node = ev.op as usize;
-                if !self.core_queues[node].is_empty() {
+                if self.now >= self.dead_at[node] {
+                    while let Some(i) = self.core_queues[node].pop_front() {
+                        self.time_out(i);
+                    }
+                } else if !self.core_queues[node].is_empty() {
                     let free = self.cores.borrow().free_at(node, self.now);
                     if let Some(core) = free {
                         let i = self.core_queues[node].pop_front().expect("non-empty");
@@ -452,6 +467,9 @@ impl World {
             (op.kind, op.addr, op.client, op.buf.len())
         };
         let node = addr.node() as usize;
+        if self.now >= self.dead_at[node] {
+            return self.time_out(i);
+        }
         let stretch = if self.chance(self.faults.delay_prob) {
             self.uniform(self.faults.delay_max_ns) * PS_PER_NS
         } else {
@@ -535,9 +553,19 @@ impl World {
             frees: &self.frees,
             rpc_ps: self.net.rpc_ns * PS_PER_NS,
             one_way_ps: self.net.one_way_ns * PS_PER_NS,
+            dead_at: &self.dead_at,
+            timeout_ps: MN_TIMEOUT_NS * PS_PER_NS,
         };
         let served = servers.serve(self.now, node, core, service, &request);
         self.trace_hash = mix(self.trace_hash, served.done_ps);
+        let frees = std::mem::take(&mut *self.frees.borrow_mut());
+        for (t, n, c) in frees {
+            self.schedule(t, EventKind::CoreFree, n as u32, c);
+        }
+        if self.now + served.done_ps >= self.dead_at[node as usize] {
+            // The node crashed before its reply left: what it did stays done, the reply is lost.
+            return self.time_out(i);
+        }
         let op = &mut self.ops[i as usize];
         let reply_len = match served.reply {
             Ok(reply) => {
@@ -551,12 +579,20 @@ impl World {
                 0
             }
         };
-        let frees = std::mem::take(&mut *self.frees.borrow_mut());
-        for (t, n, c) in frees {
-            self.schedule(t, EventKind::CoreFree, n as u32, c);
-        }
         let end = self.now + served.done_ps;
         self.respond(i, end, self.net.header_bytes + reply_len.max(64));
+    }
+
+    /// Fails op `i`, whose memory node has crashed, once its client's wait runs out.
+    fn time_out(&mut self, i: u32) {
+        let op = &mut self.ops[i as usize];
+        let node = op.addr.node();
+        op.result = Err(FabricError::Unavailable {
+            node,
+            reason: "memory node crashed (timed out)".into(),
+        });
+        let at = self.now.max(op.posted_at + MN_TIMEOUT_NS * PS_PER_NS);
+        self.schedule(at, EventKind::Complete, i, 0);
     }
 
     /// Sends op `i`'s response, which leaves its memory node at `end` carrying `resp_bytes`.

@@ -477,3 +477,38 @@ fn charged_cpu_bounds_the_request_rate() {
     });
     within(rate, net.mn_cores as f64 * 1e9 / (net.rpc_ns + 2000) as f64, 0.03);
 }
+
+/// A crashed memory node serves nothing: a READ, a request and a peer call that reach it fail
+/// with `Unavailable` after the timeout, the other nodes go on serving, and a request whose own
+/// node crashes while it waits on a peer loses its reply.
+#[test]
+fn crashed_memory_node_fails_what_reaches_it_after_the_timeout() {
+    use dmindex_fabric::FabricError;
+    use dmindex_sim::world::MN_TIMEOUT_NS;
+    let mut net = NetParams::chime_testbed();
+    net.jitter_ns = 0;
+    let s = relay_sim(&net);
+    let c = s.client_on_own_thread(0);
+    let a = GlobalAddr::new(2, 1 << 20);
+    s.block_on(async { c.write(a, &[7; 8]).await.unwrap() });
+    s.crash_memory_node(2, s.now_ns()).unwrap();
+    assert!(s.crash_memory_node(3, 0).is_err(), "node 3 does not exist");
+    let t0 = s.now_ns();
+    let r = s.block_on(async { c.read_word(a).await });
+    assert!(matches!(r, Err(FabricError::Unavailable { node: 2, .. })), "{r:?}");
+    assert!(s.now_ns() - t0 >= MN_TIMEOUT_NS, "fails only after the timeout");
+    let r = s.block_on(async { c.call(2, RELAY, &[0]).await });
+    assert!(matches!(r, Err(FabricError::Unavailable { node: 2, .. })), "{r:?}");
+    // Node 0 still answers; its call to node 2 fails after the timeout, node 1's succeeds.
+    let t0 = s.now_ns();
+    let r = s.block_on(async { c.call(0, RELAY, &[0, 1, 2]).await });
+    assert!(r.is_err(), "{r:?}");
+    assert!(s.now_ns() - t0 >= MN_TIMEOUT_NS);
+    assert_eq!(s.block_on(async { c.call(0, RELAY, &[0, 1]).await.unwrap() }).len(), 3);
+    // Node 1 crashes while node 0 waits on it mid-call: the relay through 1 fails.
+    let s = relay_sim(&net);
+    let c = s.client_on_own_thread(0);
+    s.crash_memory_node(1, s.now_ns() + net.one_way_ns + net.rpc_ns).unwrap();
+    let r = s.block_on(async { c.call(1, RELAY, &[0, 2]).await });
+    assert!(matches!(r, Err(FabricError::Unavailable { node: 1, .. })), "{r:?}");
+}
