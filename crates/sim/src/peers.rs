@@ -15,7 +15,9 @@
 //! [`crate::world::MN_TIMEOUT_NS`]. A request it was serving when it crashed keeps the effects
 //! that happened before (including the peer calls that completed) and loses its reply; a peer
 //! call whose caller crashes while it waits returns an error to the caller, so the caller's
-//! service does nothing after the crash instant.
+//! service does nothing after the crash instant. A crash within a timeout of a `call_all` also
+//! cuts its sending short: each of its calls reaches its peer or not, by a coin drawn from the
+//! crash instant, so that a primary's crash between its SHIPs leaves backups with different logs.
 //!
 //! # Server to server
 //!
@@ -133,12 +135,25 @@ impl Peers for SimPeers<'_> {
     ) -> Vec<Result<Vec<u8>, FabricError>> {
         let sent = self.clock.get();
         let mut back = sent;
+        let s = self.servers;
+        let caller_dead = s.dead_at[self.node as usize];
+        if caller_dead <= sent {
+            return calls.iter().map(|_| Err(crashed(self.node))).collect();
+        }
+        // A crash while the calls are out may have cut the sending short: each call then
+        // reaches its peer or not, by a coin from the crash instant (BUGGIFY-style: far more
+        // often than a real NIC's few-nanosecond window, so that peers' states diverge).
+        let cut_short = caller_dead <= sent.saturating_add(s.timeout_ps);
         let replies = calls
             .iter()
-            .map(|&(node, request)| {
-                let s = self.servers;
+            .enumerate()
+            .map(|(i, &(node, request))| {
                 if node as usize >= s.regions.len() {
                     return Err(FabricError::UnknownNode { node, nodes: s.regions.len() as u16 });
+                }
+                let coin = caller_dead.wrapping_add(i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                if cut_short && coin >> 63 == 1 {
+                    return Err(crashed(self.node));
                 }
                 if sent + s.one_way_ps >= s.dead_at[node as usize] {
                     back = back.max(sent + s.timeout_ps);
