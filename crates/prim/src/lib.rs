@@ -22,6 +22,7 @@
 //! | [`spear`] | Spear: the FAA-only ternary lock (operations in flight vs. an SMO claim) |
 //! | [`blink`] | B-link internal nodes: layout, CN cache, root word, descent, separator insertion |
 //! | [`radix`] | adaptive radix inner nodes: header, CAS'd child slots, type switch, CN radix cache |
+//! | [`view`] | epoch-fenced membership of a replica set in one remote word: change, fence, validate |
 
 pub mod blink;
 pub mod cacheline;
@@ -39,3 +40,4 @@ pub mod rdwc;
 pub mod root;
 pub mod spear;
 pub mod version;
+pub mod view;
