@@ -246,10 +246,32 @@ pub struct CheckArgs {
     /// Memory nodes of the simulated cluster.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     mns: u16,
+    /// Crash one memory node other than node 0 in every seed, at a random instant within this
+    /// many µs of the run phase's start (needs --mns 2 or more and an index that replicates).
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    mn_crash_us: Option<u64>,
 }
 
 pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
     let entry = dmindex_catalog::find(&a.index)?;
+    if a.mn_crash_us.is_some() && !entry.survives_mn_crash {
+        eprintln!(
+            "error: --mn-crash-us: {} does not replicate across memory nodes, so a memory-node \
+             crash loses data by design (indexes that survive one: {})",
+            a.index,
+            dmindex_catalog::INDEXES
+                .iter()
+                .filter(|e| e.survives_mn_crash)
+                .map(|e| e.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Ok(ExitCode::from(2));
+    }
+    if a.mn_crash_us.is_some() && a.mns < 2 {
+        eprintln!("error: --mn-crash-us needs --mns 2 or more (node 0 holds the root table and never crashes)");
+        return Ok(ExitCode::from(2));
+    }
     let cfg = CheckConfig {
         clients: a.clients,
         ops_per_client: a.ops,
@@ -265,6 +287,7 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
         value_size: a.value_size,
         long_keys: a.long_keys,
         memory_nodes: a.mns,
+        memory_node_crash_ns: a.mn_crash_us.unwrap_or(0) * 1000,
         ..CheckConfig::default()
     };
     let seeds = match a.seed {
@@ -315,6 +338,10 @@ fn replay_flags(a: &CheckArgs) -> String {
     flag(a.no_crashes, "--no-crashes".into());
     flag(a.crash_every != 4, format!("--crash-every {}", a.crash_every));
     flag(a.no_delays, "--no-delays".into());
+    flag(a.mns != 1, format!("--mns {}", a.mns));
+    if let Some(us) = a.mn_crash_us {
+        flag(true, format!("--mn-crash-us {us}"));
+    }
     for (k, v) in &a.options {
         flag(true, format!("--option {k}={v}"));
     }

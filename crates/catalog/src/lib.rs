@@ -35,6 +35,8 @@ pub struct IndexEntry {
     pub rdwc: RdwcPolicy,
     /// Services it installs on every memory node.
     pub services: &'static [MnService],
+    /// Survives a memory-node crash ([`PointIndex::SURVIVES_MN_CRASH`]).
+    pub survives_mn_crash: bool,
     /// `dmindex bench` on it.
     pub bench: fn(&BenchConfig) -> anyhow::Result<BenchReport>,
     /// One seed of `dmindex check` on it.
@@ -63,6 +65,7 @@ macro_rules! index {
             kind: <$scans as Scans<LocalTransport, $ty>>::KIND,
             rdwc: $rdwc,
             services: <$ty as PointIndex<LocalTransport>>::SERVICES,
+            survives_mn_crash: <$ty as PointIndex<LocalTransport>>::SURVIVES_MN_CRASH,
             bench: run::<$ty, $scans>,
             check: dmindex_index::conformance::check_seed::<$ty, $scans>,
         }

@@ -33,9 +33,11 @@
 //! ```text
 //! +0  buckets per group u64 LE
 //! +8  memory nodes at create u16 LE | groups u16 LE | pad u32
-//! +16 per group, 32 bytes:
-//!     +0 node of replica 0, 1, 2 (u16 LE each) | pad u16
-//!     +8 hash-table offset on that node, per replica (u64 LE each; 0 = no table)
+//! +16 writer instances u64 LE: each handle takes one number with a FAA when it opens
+//! +24 per group, 40 bytes:
+//!     +0  node of replica 0, 1, 2 (u16 LE each) | pad u16
+//!     +8  hash-table offset on that node, per replica (u64 LE each; 0 = no table)
+//!     +32 the group's view word (`dmindex_prim::view`: members are replica numbers)
 //! ```
 //!
 //! The root table's descriptor word carries the magic and the shape (mode, replicas,
@@ -56,9 +58,11 @@ pub const MAX_NODES: u16 = 256;
 /// Replicas per group, the most any mode has.
 pub const MAX_REPLICAS: usize = 3;
 /// Descriptor bytes before the groups.
-pub const DESCRIPTOR_HEAD: usize = 16;
+pub const DESCRIPTOR_HEAD: usize = 24;
 /// Descriptor bytes per group.
-pub const DESCRIPTOR_GROUP: usize = 32;
+pub const DESCRIPTOR_GROUP: usize = 40;
+/// Offset of the writer-instance counter in the descriptor.
+pub const INSTANCES: u64 = 16;
 
 /// One hash-table slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +150,8 @@ impl Place {
 pub struct GroupPlace {
     pub nodes: [NodeId; MAX_REPLICAS],
     pub tables: [u64; MAX_REPLICAS],
+    /// The view word as encoded (changed in place by CAS afterwards).
+    pub view: u64,
 }
 
 /// The descriptor block's contents.
@@ -162,12 +168,17 @@ impl Descriptor {
         DESCRIPTOR_HEAD + groups * DESCRIPTOR_GROUP
     }
 
+    /// Offset of group `g`'s view word in the descriptor.
+    pub fn view_offset(g: usize) -> u64 {
+        (DESCRIPTOR_HEAD + g * DESCRIPTOR_GROUP + 32) as u64
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(Self::bytes(self.groups.len()));
         b.extend_from_slice(&self.buckets.to_le_bytes());
         b.extend_from_slice(&self.memory_nodes.to_le_bytes());
         b.extend_from_slice(&(self.groups.len() as u16).to_le_bytes());
-        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&[0; 12]);
         for g in &self.groups {
             for n in g.nodes {
                 b.extend_from_slice(&n.to_le_bytes());
@@ -176,6 +187,7 @@ impl Descriptor {
             for t in g.tables {
                 b.extend_from_slice(&t.to_le_bytes());
             }
+            b.extend_from_slice(&g.view.to_le_bytes());
         }
         b
     }
@@ -197,6 +209,7 @@ impl Descriptor {
                 GroupPlace {
                     nodes: std::array::from_fn(|r| u16_at(at + 2 * r)),
                     tables: std::array::from_fn(|r| u64_at(at + 8 + 8 * r)),
+                    view: u64_at(at + 32),
                 }
             })
             .collect();
@@ -239,15 +252,22 @@ mod tests {
         let d = Descriptor {
             buckets: 1000,
             memory_nodes: 4,
-            groups: vec![GroupPlace { nodes: [1, 2, 3], tables: [4096, 0, 0] }],
+            groups: vec![GroupPlace {
+                nodes: [1, 2, 3],
+                tables: [4096, 0, 0],
+                view: 0x1_0000_0007,
+            }],
         };
         let b = d.encode();
-        assert_eq!(b.len(), 48);
+        assert_eq!(b.len(), 64);
         assert_eq!(&b[..12], &[0xE8, 3, 0, 0, 0, 0, 0, 0, 4, 0, 1, 0]);
-        assert_eq!(&b[16..24], &[1, 0, 2, 0, 3, 0, 0, 0]);
-        assert_eq!(&b[24..32], &4096u64.to_le_bytes());
+        assert_eq!(&b[16..24], &[0; 8], "no writer instance taken yet");
+        assert_eq!(&b[24..32], &[1, 0, 2, 0, 3, 0, 0, 0]);
+        assert_eq!(&b[32..40], &4096u64.to_le_bytes());
+        assert_eq!(&b[56..64], &0x1_0000_0007u64.to_le_bytes());
+        assert_eq!(Descriptor::view_offset(0), 56);
         assert_eq!(Descriptor::decode(&b), Ok(d));
-        assert!(Descriptor::decode(&b[..40]).unwrap_err().contains("1 groups"));
+        assert!(Descriptor::decode(&b[..60]).unwrap_err().contains("1 groups"));
     }
 
     #[test]

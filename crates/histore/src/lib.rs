@@ -41,33 +41,37 @@
 //! contradicts its own write path (the primary's CPU updates the table); here the primary's CPU
 //! chains a fresh bucket.
 
+pub mod failover;
 pub mod layout;
 pub mod mode;
 pub mod proto;
+mod read;
 pub mod replica;
+pub mod route;
 pub mod server;
 pub mod structure;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use dmindex_fabric::service::Service;
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, NodeId, ServiceId, Transport};
+use dmindex_fabric::{Client, GlobalAddr, NodeId, ServiceId, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex,
 };
 use dmindex_prim::counter::get;
-use dmindex_prim::doorbell;
 use dmindex_prim::hash::hash_bytes;
 use dmindex_prim::kv_block::{self, Blocks};
 use dmindex_prim::options::{Opt, Options};
 use dmindex_prim::root::{Magic, RootSlot};
+use dmindex_prim::view::View;
 use smallvec::SmallVec;
 
-use crate::layout::{Descriptor, GroupPlace, Place, Slot, BUCKET, MAX_ITEM, MAX_NODES, SLOTS};
+use crate::layout::{Descriptor, GroupPlace, Place, Slot, INSTANCES, MAX_ITEM, MAX_NODES, SLOTS};
 use crate::mode::Mode;
 use crate::proto::{Head, Kind, Put, Reader};
 use crate::replica::Setup;
+use crate::route::status;
 
 /// The service's id on every memory node.
 pub const SERVICE: ServiceId = ServiceId(24);
@@ -107,6 +111,33 @@ struct Counters {
     scans: AtomicU64,
     scan_items: AtomicU64,
     picks: AtomicU64,
+    /// Attempts that missed (a stale view or a node down) and were retried.
+    misses: AtomicU64,
+    /// View changes this handle started.
+    failovers: AtomicU64,
+}
+
+/// The writer numbers of one handle: its instance (unique among the store's handles) and a slot
+/// per concurrent write, each slot with its next sequence number.
+struct Writers {
+    instance: u64,
+    free: Mutex<Vec<(u32, u32)>>,
+    slots: AtomicU32,
+}
+
+impl Writers {
+    fn take(&self) -> (u32, u32) {
+        let free = self.free.lock().expect("writer slots").pop();
+        free.unwrap_or_else(|| (self.slots.fetch_add(1, Ordering::Relaxed), 1))
+    }
+
+    fn give(&self, (slot, seq): (u32, u32)) {
+        self.free.lock().expect("writer slots").push((slot, seq.wrapping_add(1)));
+    }
+
+    fn id(&self, slot: u32) -> u64 {
+        self.instance << 32 | slot as u64
+    }
 }
 
 /// A compute node's handle on a store in mode `MODE` ([`Mode`] as a number).
@@ -115,6 +146,10 @@ pub struct Store<const MODE: u8> {
     store: u16,
     partitions: u8,
     desc: Descriptor,
+    desc_at: GlobalAddr,
+    /// Each group's view word as last seen ([`route`]).
+    views: Vec<AtomicU64>,
+    writers: Writers,
     data_nodes: Vec<NodeId>,
     items: Blocks,
     /// Key and value limits ([`IndexConfig::check_kv`]).
@@ -199,8 +234,8 @@ impl<const MODE: u8> Store<MODE> {
         Ok((mode, shape))
     }
 
-    fn head(&self, op: u8, replica: usize, group: usize) -> Head {
-        Head { op, replica: replica as u8, group: group as u16, store: self.store }
+    fn head(&self, op: u8, replica: usize, group: usize, epoch: u32) -> Head {
+        Head { op, replica: replica as u8, group: group as u16, store: self.store, epoch }
     }
 
     /// Where a key hashing to `h` goes.
@@ -208,14 +243,8 @@ impl<const MODE: u8> Store<MODE> {
         Place::of(h, self.desc.groups.len(), self.partitions as usize, self.desc.buckets)
     }
 
-    /// A replica answering requests (LOOKUP, SCAN), spread over the group's skiplists.
-    fn pick<T: Transport>(&self, c: &Client<T>) -> usize {
-        let n = self.counters.picks.fetch_add(1, Ordering::Relaxed) + c.ordinal() as u64;
-        let count = self.mode.sorted_replicas().count() as u64;
-        self.mode.sorted_replicas().nth((n % count) as usize).expect("a sorted replica")
-    }
-
-    /// The request for a write of `kind` and its reply (whether the key existed).
+    /// The request for a write of `kind` to the group's primary, retried across failovers with
+    /// one writer and sequence number; whether the key existed.
     async fn write<T: Transport>(
         &self,
         c: &Client<T>,
@@ -225,6 +254,7 @@ impl<const MODE: u8> Store<MODE> {
     ) -> IndexResult<bool> {
         let h = hash_bytes(key);
         let place = self.place(h);
+        let g = place.group;
         let word = match value {
             Some(v) => {
                 let node = self.data_nodes[(h % self.data_nodes.len() as u64) as usize];
@@ -233,141 +263,37 @@ impl<const MODE: u8> Store<MODE> {
             }
             None => 0,
         };
-        let mut m = SmallVec::<[u8; 128]>::new();
-        m.head(self.head(proto::WRITE, 0, place.group));
-        m.entry(kind, key, word);
-        let reply = c.call(self.desc.groups[place.group].nodes[0], SERVICE, &m).await?;
-        match reply[..] {
-            [b] => Ok(b != 0),
-            _ => Err(IndexError::Corrupt(format!("WRITE reply of {} bytes", reply.len()))),
-        }
-    }
-
-    /// GET through the primary's hash table: bucket chain, signatures, items.
-    async fn get_one_sided<T: Transport>(
-        &self,
-        c: &Client<T>,
-        key: &[u8],
-        out: &mut Vec<u8>,
-    ) -> IndexResult<bool> {
-        let place = self.place(hash_bytes(key));
-        let g: &GroupPlace = &self.desc.groups[place.group];
-        let mut bucket = GlobalAddr::new(g.nodes[0], g.tables[0] + place.bucket * BUCKET);
-        loop {
-            let mut b = [0u8; BUCKET as usize];
-            c.read(bucket, &mut b).await?;
-            self.counters.bucket_reads.fetch_add(1, Ordering::Relaxed);
-            let (slots, next) = layout::bucket(&b);
-            for word in slots {
-                let Some(s) = Slot::decode(word).filter(|s| s.signature == place.signature) else {
-                    continue;
-                };
-                if self.items.value_into(c, s.item, Some(key), out).await? {
-                    return Ok(true);
-                }
-                self.counters.signature_misses.fetch_add(1, Ordering::Relaxed);
-            }
-            if next == 0 {
-                return Ok(false);
-            }
-            bucket = GlobalAddr::from_raw(next);
-            self.counters.chain_hops.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// GET by request to a skiplist replica.
-    async fn get_by_request<T: Transport>(
-        &self,
-        c: &Client<T>,
-        key: &[u8],
-        out: &mut Vec<u8>,
-    ) -> IndexResult<bool> {
-        let place = self.place(hash_bytes(key));
-        let r = self.pick(c);
-        let mut m = SmallVec::<[u8; 128]>::new();
-        m.head(self.head(proto::LOOKUP, r, place.group));
-        m.key(key);
-        self.counters.lookups.fetch_add(1, Ordering::Relaxed);
-        let reply = c.call(self.desc.groups[place.group].nodes[r], SERVICE, &m).await?;
-        let word = Reader::new(&reply).u64().map_err(|e| IndexError::Corrupt(format!("{e:?}")))?;
-        let Some(s) = Slot::decode(word) else { return Ok(false) };
-        if !self.items.value_into(c, s.item, Some(key), out).await? {
-            return Err(IndexError::Corrupt(format!("item at {} does not hold its key", s.item)));
-        }
-        Ok(true)
-    }
-
-    /// SCAN: one request per group to a skiplist replica, then the items, a doorbell per node.
-    async fn scan_between<T: Transport>(
-        &self,
-        c: &Client<T>,
-        lo: &[u8],
-        hi: Option<&[u8]>,
-        count: usize,
-        out: &mut Vec<Pair>,
-    ) -> IndexResult<()> {
-        if !self.mode.scans() {
-            return Err(IndexError::Unsupported(format!("scan on {:?}", self.mode)));
-        }
-        self.counters.scans.fetch_add(1, Ordering::Relaxed);
-        let corrupt = |e| IndexError::Corrupt(format!("SCAN reply: {e:?}"));
-        let mut found: Vec<(Vec<u8>, Slot)> = Vec::new();
-        for group in 0..self.desc.groups.len() {
-            let r = self.pick(c);
-            let mut m = Vec::with_capacity(proto::HEAD + 8 + lo.len() + hi.map_or(0, |h| h.len()));
-            m.head(self.head(proto::SCAN, r, group));
-            m.u32(count.min(u32::MAX as usize) as u32);
-            m.key(lo);
-            match hi {
-                Some(hi) => {
-                    m.u8(1);
-                    m.key(hi);
-                }
-                None => m.u8(0),
-            }
-            let reply = c.call(self.desc.groups[group].nodes[r], SERVICE, &m).await?;
-            let mut rd = Reader::new(&reply);
-            for _ in 0..rd.u32().map_err(corrupt)? {
-                let k = rd.key().map_err(corrupt)?.to_vec();
-                let s = Slot::decode(rd.u64().map_err(corrupt)?)
-                    .ok_or_else(|| IndexError::Corrupt("SCAN returned an empty slot".into()))?;
-                found.push((k, s));
-            }
-        }
-        if self.desc.groups.len() > 1 {
-            found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            found.truncate(count);
-        }
-        self.counters.scan_items.fetch_add(found.len() as u64, Ordering::Relaxed);
-        let mut bufs: Vec<Vec<u8>> = found.iter().map(|(_, s)| vec![0u8; s.bytes()]).collect();
-        let mut ops: Vec<BatchOp<'_>> = found
-            .iter()
-            .zip(bufs.iter_mut())
-            .map(|((_, s), buf)| BatchOp::Read { addr: s.item, buf })
-            .collect();
-        doorbell::post_per_node(c, &mut ops).await?;
-        drop(ops);
-        for ((k, s), buf) in found.into_iter().zip(bufs) {
-            let Some((key, value)) = self.items.parse(s.item, &buf)? else {
-                return Err(IndexError::Corrupt(format!(
-                    "item at {} is longer than its slot",
-                    s.item
-                )));
+        let slot = self.writers.take();
+        let mut tries = 0;
+        let result = loop {
+            let v = self.view(g);
+            let leader = v.leader as usize;
+            let mut m = SmallVec::<[u8; 128]>::new();
+            m.head(self.head(proto::WRITE, leader, g, v.epoch));
+            m.entry_of(kind, self.writers.id(slot.0), slot.1, key, word);
+            let miss = match c.call(self.desc.groups[g].nodes[leader], SERVICE, &m).await {
+                Ok(reply) => match status(&reply) {
+                    Ok(mut r) => match r.u8() {
+                        Ok(b) => break Ok(b != 0),
+                        Err(e) => break Err(IndexError::Corrupt(format!("WRITE reply: {e:?}"))),
+                    },
+                    Err(miss) => miss,
+                },
+                Err(e) => e.into(),
             };
-            if key != k {
-                return Err(IndexError::Corrupt(format!(
-                    "item at {} does not hold its key",
-                    s.item
-                )));
+            if let Err(e) = self.recover(c, g, v, miss, &mut tries).await {
+                break Err(e);
             }
-            out.push((k, value.to_vec()));
-        }
-        Ok(())
+        };
+        self.writers.give(slot);
+        result
     }
 }
 
 impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
     const SERVICES: &'static [MnService] = SERVICES;
+    /// The replicated modes fail over; the single ones lose their only replica.
+    const SURVIVES_MN_CRASH: bool = MODE <= 2;
 
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
         let (mode, shape) = Self::check(c, config)?;
@@ -392,7 +318,8 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
                     .u64()
                     .map_err(|e| IndexError::Corrupt(format!("SETUP reply: {e:?}")))?;
             }
-            groups.push(GroupPlace { nodes: *nodes, tables });
+            let view = View::initial(((1u16 << mode.replicas()) - 1) as u8, 0);
+            groups.push(GroupPlace { nodes: *nodes, tables, view: view.word() });
         }
         let desc = Descriptor { buckets: shape.buckets, memory_nodes: c.info().nodes(), groups };
         let bytes = desc.encode();
@@ -418,11 +345,16 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
             )));
         }
         let (_, data_nodes) = placement(mode, shape.groups, c.info().nodes());
+        let instance = c.faa(at.add(INSTANCES), 1).await?;
+        let views = desc.groups.iter().map(|g| AtomicU64::new(g.view)).collect();
         Ok(Store {
             mode,
             store: config.root_slot as u16,
             partitions: shape.partitions as u8,
             desc,
+            desc_at: at,
+            views,
+            writers: Writers { instance, free: Mutex::new(Vec::new()), slots: AtomicU32::new(0) },
             data_nodes,
             items: Blocks::new(config.max_key, config.max_value),
             config: config.clone(),
@@ -436,12 +368,15 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
     }
 
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
-        out.clear();
         self.config.check_kv(key, None)?;
-        if self.mode.one_sided_get() {
-            self.get_one_sided(c, key, out).await
-        } else {
-            self.get_by_request(c, key, out).await
+        let place = self.place(hash_bytes(key));
+        let mut tries = 0;
+        loop {
+            let v = self.view(place.group);
+            match self.get_in(c, key, place, v, out).await {
+                Ok(found) => return Ok(found),
+                Err(miss) => self.recover(c, place.group, v, miss, &mut tries).await?,
+            }
         }
     }
 
@@ -472,6 +407,8 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
                 ("lookup_requests", get(&n.lookups)),
                 ("scan_requests", get(&n.scans)),
                 ("scan_items", get(&n.scan_items)),
+                ("misses", get(&n.misses)),
+                ("failovers", get(&n.failovers)),
             ],
         }
     }

@@ -1,25 +1,33 @@
 //! The messages of HiStore's one service: client to index server, and index server to index
 //! server.
 //!
-//! Every request starts with the same 6 bytes, then its body (integers little-endian, keys as a
+//! Every request starts with the same 10 bytes, then its body (integers little-endian, keys as a
 //! u16 length and the bytes):
 //!
 //! ```text
-//! +0 op u8 | +1 replica u8 (0 = the group's primary) | +2 group u16 | +4 store u16 (root slot)
+//! +0 op u8 | +1 replica u8 | +2 group u16 | +4 store u16 (root slot) | +6 epoch u32 (the view)
 //! ```
 //!
-//! | op | from → to | body | reply |
-//! |----|-----------|------|-------|
+//! Every reply but SETUP's starts with a status byte: 0 done (the body follows), 1 stale (the
+//! replica holds another view, or is not yet serving it), 2 down (then a u16: a node the replica
+//! could not reach).
+//!
+//! | op | from → to | body | reply body |
+//! |----|-----------|------|------------|
 //! | 1 WRITE | client → primary | entry | `existed u8` |
 //! | 2 SHIP | primary → backup | `partition u16, n u16, first u64, committed u64`, n entries | `next u64` |
 //! | 3 SCAN | client → replica | `count u32, lo key, has_hi u8, hi key` | `n u32`, n × (key, slot word u64) |
 //! | 4 WATERMARK | backup → primary | — | `n u16`, n × applied sequence u64 |
 //! | 5 LOOKUP | client → replica | key | slot word u64 (0: absent) |
-//! | 6 SETUP | client → replica | `mode u8, partitions u8, nodes 3 × u16, buckets u64` | table offset u64 |
+//! | 6 SETUP | client → replica | `mode u8, groups u16, partitions u8, nodes 3 × u16, buckets u64` | table offset u64 (no status) |
+//! | 7 ADOPT | client → replica | view word u64 | — |
+//! | 8 ACTIVATE | client → new primary | — | — |
+//! | 9 TAIL | new primary → replica | `n u16`, n × first sequence u64 | per partition `m u32`, m entries |
 //!
-//! An entry is `kind u8` (0 upsert, 1 update, 2 delete), the key, and the new slot word u64
-//! (0 for a delete): the log record the paper describes ({key, address}; its `applied` mark is
-//! each log's applied sequence number here).
+//! An entry is `kind u8` (0 upsert, 1 update, 2 delete), the writer `u64` and its sequence
+//! number `u32` (a retried write carries the same pair, so it is applied once), the key, and the
+//! new slot word u64 (0 for a delete): the log record the paper describes ({key, address}; its
+//! `applied` mark is each log's applied sequence number here).
 
 use dmindex_fabric::service::ServiceError;
 
@@ -29,9 +37,19 @@ pub const SCAN: u8 = 3;
 pub const WATERMARK: u8 = 4;
 pub const LOOKUP: u8 = 5;
 pub const SETUP: u8 = 6;
+pub const ADOPT: u8 = 7;
+pub const ACTIVATE: u8 = 8;
+pub const TAIL: u8 = 9;
 
 /// Bytes of the common header.
-pub const HEAD: usize = 6;
+pub const HEAD: usize = 10;
+
+/// Reply status: done.
+pub const DONE: u8 = 0;
+/// Reply status: the replica holds another view.
+pub const STALE: u8 = 1;
+/// Reply status: the replica could not reach a node (a u16 follows).
+pub const DOWN: u8 = 2;
 
 /// What a write does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +76,9 @@ impl Kind {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     pub kind: Kind,
+    /// Who wrote it: a write retried across a failure carries the same pair.
+    pub writer: u64,
+    pub seq: u32,
     pub key: Box<[u8]>,
     /// The new slot word (0 for a delete).
     pub word: u64,
@@ -71,6 +92,8 @@ pub struct Head {
     pub group: u16,
     /// The store's root slot: several stores may share the memory nodes.
     pub store: u16,
+    /// The view the sender acts in.
+    pub epoch: u32,
 }
 
 fn bad(m: String) -> ServiceError {
@@ -84,6 +107,7 @@ pub trait Put {
         self.put(&[h.op, h.replica]);
         self.put(&h.group.to_le_bytes());
         self.put(&h.store.to_le_bytes());
+        self.put(&h.epoch.to_le_bytes());
     }
     fn u8(&mut self, v: u8) {
         self.put(&[v]);
@@ -101,8 +125,14 @@ pub trait Put {
         self.u16(k.len() as u16);
         self.put(k);
     }
-    fn entry(&mut self, kind: Kind, key: &[u8], word: u64) {
+    fn entry(&mut self, e: &Entry) {
+        self.entry_of(e.kind, e.writer, e.seq, &e.key, e.word);
+    }
+    /// An entry from its fields (no [`Entry`] built).
+    fn entry_of(&mut self, kind: Kind, writer: u64, seq: u32, key: &[u8], word: u64) {
         self.u8(kind as u8);
+        self.u64(writer);
+        self.u32(seq);
         self.key(key);
         self.u64(word);
     }
@@ -156,12 +186,19 @@ impl<'a> Reader<'a> {
         self.take(n)
     }
     pub fn head(&mut self) -> Result<Head, ServiceError> {
-        Ok(Head { op: self.u8()?, replica: self.u8()?, group: self.u16()?, store: self.u16()? })
+        Ok(Head {
+            op: self.u8()?,
+            replica: self.u8()?,
+            group: self.u16()?,
+            store: self.u16()?,
+            epoch: self.u32()?,
+        })
     }
     pub fn entry(&mut self) -> Result<Entry, ServiceError> {
         let kind = Kind::decode(self.u8()?)?;
+        let (writer, seq) = (self.u64()?, self.u32()?);
         let key = self.key()?.into();
-        Ok(Entry { kind, key, word: self.u64()? })
+        Ok(Entry { kind, writer, seq, key, word: self.u64()? })
     }
     /// Refuses trailing bytes.
     pub fn end(&self) -> Result<(), ServiceError> {
@@ -179,20 +216,25 @@ mod tests {
     #[test]
     fn write_request_is_pinned() {
         let mut m = Vec::new();
-        let head = Head { op: WRITE, replica: 0, group: 2, store: 5 };
+        let head = Head { op: WRITE, replica: 0, group: 2, store: 5, epoch: 7 };
         m.head(head);
-        m.entry(Kind::Update, b"ab", 0x0102);
-        assert_eq!(m, [1, 0, 2, 0, 5, 0, 1, 2, 0, b'a', b'b', 2, 1, 0, 0, 0, 0, 0, 0]);
+        let e = Entry { kind: Kind::Update, writer: 3, seq: 4, key: (*b"ab").into(), word: 0x0102 };
+        m.entry(&e);
+        #[rustfmt::skip]
+        assert_eq!(m, [
+            1, 0, 2, 0, 5, 0, 7, 0, 0, 0, // head
+            1, 3, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, // kind, writer, seq
+            2, 0, b'a', b'b', 2, 1, 0, 0, 0, 0, 0, 0, // key, word
+        ]);
         let mut r = Reader::new(&m);
         assert_eq!(r.head().unwrap(), head);
-        let e = r.entry().unwrap();
-        assert_eq!((e.kind, &*e.key, e.word), (Kind::Update, &b"ab"[..], 0x0102));
+        assert_eq!(r.entry().unwrap(), e);
         r.end().unwrap();
     }
 
     #[test]
     fn short_and_long_messages_are_refused() {
-        let mut r = Reader::new(&[1, 0, 2, 0, 1]);
+        let mut r = Reader::new(&[1, 0, 2, 0, 1, 0, 0, 0, 0]);
         assert!(
             matches!(r.head(), Err(ServiceError::BadRequest(m)) if m.contains("1 bytes early"))
         );

@@ -34,13 +34,30 @@
 //! result is then its value at the WATERMARK's instant, inside the SCAN. Cost: one
 //! backup-to-primary round trip per SCAN or LOOKUP on a backup; the client still waits one round
 //! trip of its own.
+//!
+//! # Views
+//!
+//! Every request carries the epoch of the group's view it was sent in
+//! (`dmindex_prim::view`); a replica serves only requests of the view it has adopted, and
+//! answers *stale* to any other. Which replica leads (the primary) is the view's: after a
+//! failover a backup leads with its skiplist (a *temporary primary*; GETs then go to it by
+//! request). Adopting, activating and the log tails a new primary collects are in
+//! [`crate::failover`].
+//!
+//! # Writers
+//!
+//! Each entry names its writer and the writer's sequence number. A replica remembers, per
+//! partition and writer, the last entry it logged and, once applied, its result: a write retried
+//! after a failover (its first attempt may have been logged, or applied, somewhere) is applied
+//! once and answered with the first attempt's result.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use dmindex_fabric::service::{MnContext, ServiceError};
-use dmindex_fabric::NodeId;
+use dmindex_fabric::{FabricError, NodeId};
 use dmindex_prim::hash::hash_bytes;
+use dmindex_prim::view::View;
 
 use crate::layout::{Place, Slot, MAX_REPLICAS};
 use crate::mode::Mode;
@@ -50,6 +67,8 @@ use crate::SERVICE;
 
 /// Committed entries a backup lets pile up before it applies them.
 pub const APPLY_BATCH: u64 = 32;
+/// Most entries one SHIP carries.
+pub const MAX_SHIP: u64 = 4096;
 
 /// What a replica was set up with.
 #[derive(Clone, Copy, Debug)]
@@ -71,27 +90,81 @@ impl Setup {
     }
 }
 
+/// Why a replica did not do what it was asked.
+#[derive(Debug)]
+pub enum Refused {
+    /// The request's view is not the one this replica serves (or it has not activated it).
+    Stale,
+    /// A node this replica needed did not answer.
+    Down(NodeId),
+    /// The request itself is wrong.
+    Bad(ServiceError),
+}
+
+impl From<ServiceError> for Refused {
+    fn from(e: ServiceError) -> Refused {
+        Refused::Bad(e)
+    }
+}
+
+impl Refused {
+    /// What a failed peer call means.
+    pub fn peer(e: FabricError) -> Refused {
+        match e {
+            FabricError::Unavailable { node, .. } => Refused::Down(node),
+            e => Refused::Bad(ServiceError::Failed(e.to_string())),
+        }
+    }
+
+    /// Reads a peer's reply status: `Ok` with the body after it, if done.
+    pub fn status(reply: &[u8]) -> Result<Reader<'_>, Refused> {
+        let mut r = Reader::new(reply);
+        match r.u8()? {
+            proto::DONE => Ok(r),
+            proto::STALE => Err(Refused::Stale),
+            proto::DOWN => Err(Refused::Down(r.u16()?)),
+            s => Err(Refused::Bad(ServiceError::BadRequest(format!("reply status {s}")))),
+        }
+    }
+}
+
+/// The view a replica serves, and whether it serves it yet (a new primary activates it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Serving {
+    pub(crate) view: View,
+    pub(crate) active: bool,
+}
+
 /// One replica.
 pub struct Replica {
     pub setup: Setup,
-    parts: Vec<Part>,
+    pub(crate) serving: Mutex<Serving>,
+    pub(crate) parts: Vec<Part>,
 }
 
-struct Part {
+pub(crate) struct Part {
     /// The primary's group-commit leader turn.
-    lead: Mutex<()>,
-    state: Mutex<PartState>,
+    pub(crate) lead: Mutex<()>,
+    pub(crate) state: Mutex<PartState>,
 }
 
-struct PartState {
+/// The last entry a writer logged in a partition.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Written {
+    seq: u32,
+    pos: u64,
+    /// Whether the key existed, once the entry is applied.
+    existed: Option<bool>,
+}
+
+pub(crate) struct PartState {
     /// Entries `applied + 1 ..= appended`.
-    log: VecDeque<Entry>,
-    appended: u64,
-    applied: u64,
+    pub(crate) log: VecDeque<Entry>,
+    pub(crate) appended: u64,
+    pub(crate) applied: u64,
     /// Backups: entries up to here are applied on the primary.
-    committed: u64,
-    /// Primary: results of applied entries whose writers have not collected them yet.
-    results: HashMap<u64, bool>,
+    pub(crate) committed: u64,
+    writers: HashMap<u64, Written>,
     structure: Structure,
 }
 
@@ -106,7 +179,7 @@ impl Replica {
                     appended: 0,
                     applied: 0,
                     committed: 0,
-                    results: HashMap::new(),
+                    writers: HashMap::new(),
                     structure: match table {
                         Some(at) => Structure::table(at),
                         None => Structure::sorted(),
@@ -114,141 +187,188 @@ impl Replica {
                 }),
             })
             .collect();
-        Replica { setup, parts }
+        let all = ((1u16 << setup.mode.replicas()) - 1) as u8;
+        let serving = Mutex::new(Serving { view: View::initial(all, 0), active: true });
+        Replica { setup, serving, parts }
     }
 
-    fn head(&self, op: u8, replica: u8) -> Head {
-        Head { op, replica, group: self.setup.group, store: self.setup.store }
+    pub(crate) fn head(&self, op: u8, replica: u8, epoch: u32) -> Head {
+        Head { op, replica, group: self.setup.group, store: self.setup.store, epoch }
     }
 
-    fn backups(&self) -> &[NodeId] {
-        &self.setup.nodes[1..self.setup.mode.replicas()]
+    pub(crate) fn lock(&self, p: usize) -> MutexGuard<'_, PartState> {
+        self.parts[p].state.lock().expect("partition lock")
+    }
+
+    /// The view of `epoch`, if this replica has adopted it (and, if `active`, activated it).
+    pub(crate) fn in_view(&self, epoch: u32, active: bool) -> Result<View, Refused> {
+        let s = *self.serving.lock().expect("view lock");
+        if s.view.epoch != epoch || (active && !s.active) {
+            return Err(Refused::Stale);
+        }
+        Ok(s.view)
+    }
+
+    /// The view of `epoch`, if this replica serves it as its primary.
+    fn leading(&self, epoch: u32) -> Result<View, Refused> {
+        let v = self.in_view(epoch, true)?;
+        if v.leader != self.setup.replica {
+            return Err(Refused::Bad(ServiceError::BadRequest(format!(
+                "replica {} does not lead view {epoch}",
+                self.setup.replica
+            ))));
+        }
+        Ok(v)
     }
 
     /// WRITE on the primary: log, ship, apply, answer whether the key existed.
-    pub fn write(&self, ctx: &MnContext<'_>, e: Entry) -> Result<bool, ServiceError> {
+    pub fn write(&self, ctx: &MnContext<'_>, epoch: u32, e: Entry) -> Result<bool, Refused> {
+        let view = self.leading(epoch)?;
         let place = self.setup.place(&e.key);
         let p = place.partition;
         if place.group != self.setup.group as usize {
-            return Err(ServiceError::BadRequest("key belongs to another group".into()));
+            return Err(ServiceError::BadRequest("key belongs to another group".into()).into());
         }
         if e.kind != Kind::Delete
             && Slot::decode(e.word).is_none_or(|s| s.signature != place.signature)
         {
-            return Err(ServiceError::BadRequest("slot word does not match the key".into()));
+            return Err(ServiceError::BadRequest("slot word does not match the key".into()).into());
         }
-        let part = &self.parts[p];
-        let seq = {
-            let mut st = part.state.lock().expect("partition lock");
-            st.appended += 1;
-            st.log.push_back(e);
-            st.appended
+        let (writer, seq) = (e.writer, e.seq);
+        let pos = {
+            let mut st = self.lock(p);
+            match st.writers.get(&writer) {
+                Some(w) if w.seq == seq => match w.existed {
+                    Some(existed) => return Ok(existed),
+                    None => w.pos,
+                },
+                _ => st.append(e),
+            }
         };
-        let _lead = part.lead.lock().expect("leader lock");
-        let mut st = part.state.lock().expect("partition lock");
-        if let Some(existed) = st.results.remove(&seq) {
-            return Ok(existed);
+        let _lead = self.parts[p].lead.lock().expect("leader lock");
+        if self.lock(p).applied < pos {
+            self.replicate(ctx, view, p)?;
         }
-        let last = st.appended;
-        if !self.backups().is_empty() {
-            // The entries once; one header per backup (its replica number differs).
-            let mut body = Vec::with_capacity(20 + st.log.len() * 24);
-            body.u16(p as u16);
-            body.u16(st.log.len() as u16);
-            body.u64(st.applied + 1);
-            body.u64(st.applied);
-            for e in &st.log {
-                body.entry(e.kind, &e.key, e.word);
-            }
-            drop(st);
-            let msgs: Vec<Vec<u8>> = (1..=self.backups().len())
-                .map(|r| {
-                    let mut m = Vec::with_capacity(proto::HEAD + body.len());
-                    m.head(self.head(proto::SHIP, r as u8));
-                    m.put(&body);
-                    m
-                })
-                .collect();
-            let calls: Vec<(NodeId, &[u8])> =
-                self.backups().iter().zip(&msgs).map(|(&n, m)| (n, &m[..])).collect();
-            for (i, r) in ctx.peers.call_all(SERVICE, &calls).into_iter().enumerate() {
-                let next = r
-                    .map_err(|e| {
-                        ServiceError::Failed(format!(
-                            "log shipping to backup {} failed: {e}",
-                            i + 1
-                        ))
-                    })
-                    .and_then(|b| Reader::new(&b).u64())?;
-                if next != last + 1 {
-                    return Err(ServiceError::Failed(format!(
-                        "backup {} holds the log up to {} after a ship up to {last}",
-                        i + 1,
-                        next - 1
-                    )));
+        let st = self.lock(p);
+        match st.writers.get(&writer) {
+            Some(w) if w.seq == seq => w.existed.ok_or(Refused::Stale),
+            // The writer went on without this answer (it retried elsewhere).
+            _ => Err(Refused::Stale),
+        }
+    }
+
+    /// The leader's turn on partition `p` (its lead lock held): ship every entry not yet applied
+    /// to every backup of `view` at once, wait for all, apply them.
+    pub(crate) fn replicate(
+        &self,
+        ctx: &MnContext<'_>,
+        view: View,
+        p: usize,
+    ) -> Result<(), Refused> {
+        let backups: Vec<usize> =
+            view.slots().filter(|&s| s != self.setup.replica as usize).collect();
+        let mut st = self.lock(p);
+        let end = st.appended;
+        while st.applied < end {
+            let n = (end - st.applied).min(MAX_SHIP);
+            let last = st.applied + n;
+            if !backups.is_empty() {
+                // The entries once; one header per backup (its replica number differs).
+                let mut body = Vec::with_capacity(20 + n as usize * 36);
+                body.u16(p as u16);
+                body.u16(n as u16);
+                body.u64(st.applied + 1);
+                body.u64(st.applied);
+                for e in st.log.iter().take(n as usize) {
+                    body.entry(e);
                 }
+                drop(st);
+                let msgs: Vec<Vec<u8>> = backups
+                    .iter()
+                    .map(|&r| {
+                        let mut m = Vec::with_capacity(proto::HEAD + body.len());
+                        m.head(self.head(proto::SHIP, r as u8, view.epoch));
+                        m.put(&body);
+                        m
+                    })
+                    .collect();
+                let calls: Vec<(NodeId, &[u8])> = backups
+                    .iter()
+                    .zip(&msgs)
+                    .map(|(&r, m)| (self.setup.nodes[r], &m[..]))
+                    .collect();
+                for (r, reply) in backups.iter().zip(ctx.peers.call_all(SERVICE, &calls)) {
+                    let reply = reply.map_err(Refused::peer)?;
+                    let next = Refused::status(&reply)?.u64()?;
+                    if next <= last {
+                        return Err(Refused::Bad(ServiceError::Failed(format!(
+                            "backup {r} holds the log up to {} after a ship up to {last}",
+                            next - 1
+                        ))));
+                    }
+                }
+                st = self.lock(p);
             }
-            st = part.state.lock().expect("partition lock");
+            st.apply_through(ctx, &self.setup, last)?;
         }
-        st.apply_through(ctx, &self.setup, last, true)?;
-        Ok(st.results.remove(&seq).expect("the leader applied its own entry"))
+        Ok(())
     }
 
     /// SHIP on a backup: append, learn what is committed, apply a batch if enough piled up.
-    pub fn ship(&self, ctx: &MnContext<'_>, r: &mut Reader<'_>) -> Result<Vec<u8>, ServiceError> {
+    pub fn ship(
+        &self,
+        ctx: &MnContext<'_>,
+        epoch: u32,
+        r: &mut Reader<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Refused> {
+        self.in_view(epoch, false)?;
         let p = r.u16()? as usize;
         let n = r.u16()? as u64;
         let first = r.u64()?;
         let committed = r.u64()?;
-        let part = self.parts.get(p).ok_or_else(|| bad_partition(p))?;
-        let mut st = part.state.lock().expect("partition lock");
+        if p >= self.parts.len() {
+            return Err(bad_partition(p).into());
+        }
+        let mut st = self.lock(p);
         for seq in first..first + n {
             let e = r.entry()?;
-            if seq <= st.appended {
-                continue;
-            }
-            if seq != st.appended + 1 {
-                return Err(ServiceError::Failed(format!(
-                    "log gap: entry {seq} after {}",
-                    st.appended
-                )));
-            }
-            st.log.push_back(e);
-            st.appended = seq;
+            st.take(seq, e)?;
         }
         r.end()?;
         st.committed = st.committed.max(committed);
         if st.committed - st.applied >= APPLY_BATCH {
             let through = st.committed;
-            st.apply_through(ctx, &self.setup, through, false)?;
+            st.apply_through(ctx, &self.setup, through)?;
         }
-        Ok((st.appended + 1).to_le_bytes().to_vec())
+        out.u64(st.appended + 1);
+        Ok(())
     }
 
     /// WATERMARK on the primary: every partition's applied sequence number.
-    pub fn watermark(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(2 + 8 * self.parts.len());
+    pub fn watermark(&self, epoch: u32, out: &mut Vec<u8>) -> Result<(), Refused> {
+        self.leading(epoch)?;
         out.u16(self.parts.len() as u16);
-        for part in &self.parts {
-            out.u64(part.state.lock().expect("partition lock").applied);
+        for p in 0..self.parts.len() {
+            out.u64(self.lock(p).applied);
         }
-        out
+        Ok(())
     }
 
-    /// The primary's applied sequence numbers, when this replica is a backup.
-    fn cut(&self, ctx: &MnContext<'_>) -> Result<Option<Vec<u64>>, ServiceError> {
-        if self.setup.replica == 0 {
+    /// The primary's applied sequence numbers, when this replica is not the primary of `view`.
+    fn cut(&self, ctx: &MnContext<'_>, view: View) -> Result<Option<Vec<u64>>, Refused> {
+        if view.leader == self.setup.replica {
             return Ok(None);
         }
         let mut ask = Vec::with_capacity(proto::HEAD);
-        ask.head(self.head(proto::WATERMARK, 0));
+        ask.head(self.head(proto::WATERMARK, view.leader, view.epoch));
         let reply = ctx
             .peers
-            .call(self.setup.nodes[0], SERVICE, &ask)
-            .map_err(|e| ServiceError::Failed(format!("asking the primary for its cut: {e}")))?;
-        let mut r = Reader::new(&reply);
+            .call(self.setup.nodes[view.leader as usize], SERVICE, &ask)
+            .map_err(Refused::peer)?;
+        let mut r = Refused::status(&reply)?;
         let n = r.u16()? as usize;
-        (0..n).map(|_| r.u64()).collect::<Result<Vec<_>, _>>().map(Some)
+        Ok(Some((0..n).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?))
     }
 
     /// Brings partition `p` to `cut` (a backup) and runs `f` on its structure.
@@ -258,82 +378,116 @@ impl Replica {
         p: usize,
         cut: &Option<Vec<u64>>,
         f: impl FnOnce(&Structure) -> R,
-    ) -> Result<R, ServiceError> {
-        let mut st = self.parts[p].state.lock().expect("partition lock");
+    ) -> Result<R, Refused> {
+        let mut st = self.lock(p);
         if let Some(cut) = cut {
             let w = *cut.get(p).ok_or_else(|| bad_partition(p))?;
             if st.appended < w {
-                return Err(ServiceError::Failed(format!(
+                // A view's members hold every entry its primary applied: this one does not.
+                return Err(Refused::Bad(ServiceError::Failed(format!(
                     "backup holds entries up to {} of partition {p}, the primary applied {w}",
                     st.appended
-                )));
+                ))));
             }
             st.committed = st.committed.max(w);
-            st.apply_through(ctx, &self.setup, w, false)?;
+            st.apply_through(ctx, &self.setup, w)?;
         }
         Ok(f(&st.structure))
     }
 
     /// LOOKUP: the slot word of a key (0: absent).
-    pub fn lookup(&self, ctx: &MnContext<'_>, key: &[u8]) -> Result<Vec<u8>, ServiceError> {
-        let cut = self.cut(ctx)?;
+    pub fn lookup(
+        &self,
+        ctx: &MnContext<'_>,
+        epoch: u32,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), Refused> {
+        let cut = self.cut(ctx, self.in_view(epoch, true)?)?;
         let p = self.setup.place(key).partition;
         let word = self.read(ctx, p, &cut, |s| s.get(ctx.memory, key))?.unwrap_or(0);
-        Ok(word.to_le_bytes().to_vec())
+        out.u64(word);
+        Ok(())
     }
 
     /// SCAN: up to `count` (key, slot word) pairs with `lo` ≤ key < `hi`, from every partition.
+    #[allow(clippy::too_many_arguments)]
     pub fn scan(
         &self,
         ctx: &MnContext<'_>,
+        epoch: u32,
         lo: &[u8],
         hi: Option<&[u8]>,
         count: usize,
-    ) -> Result<Vec<u8>, ServiceError> {
-        let cut = self.cut(ctx)?;
+        out: &mut Vec<u8>,
+    ) -> Result<(), Refused> {
+        let cut = self.cut(ctx, self.in_view(epoch, true)?)?;
         let mut pairs = Vec::new();
         for p in 0..self.parts.len() {
-            self.read(ctx, p, &cut, |s| s.range(lo, hi, count, &mut pairs))?
-                .ok_or_else(|| ServiceError::BadRequest("SCAN on a hash-table replica".into()))?;
+            self.read(ctx, p, &cut, |s| s.range(lo, hi, count, &mut pairs))?.ok_or_else(|| {
+                Refused::Bad(ServiceError::BadRequest("SCAN on a hash-table replica".into()))
+            })?;
         }
         pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         pairs.truncate(count);
-        let mut out =
-            Vec::with_capacity(4 + pairs.iter().map(|(k, _)| k.len() + 10).sum::<usize>());
+        out.reserve(4 + pairs.iter().map(|(k, _)| k.len() + 10).sum::<usize>());
         out.u32(pairs.len() as u32);
         for (k, w) in &pairs {
             out.key(k);
             out.u64(*w);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Entries this replica's logs have taken in, over all partitions.
     pub fn logged(&self) -> u64 {
-        self.parts.iter().map(|p| p.state.lock().expect("partition lock").appended).sum()
+        (0..self.parts.len()).map(|p| self.lock(p).appended).sum()
     }
 
     /// Keys this replica's structures hold (applied entries only).
     pub fn keys(&self) -> usize {
-        self.parts.iter().map(|p| p.state.lock().expect("partition lock").structure.len()).sum()
+        (0..self.parts.len()).map(|p| self.lock(p).structure.len()).sum()
     }
 }
 
 impl PartState {
-    /// Applies the log through sequence `through`, keeping each result if `keep`.
-    fn apply_through(
+    /// Appends `e` as the next entry; returns its sequence number.
+    pub(crate) fn append(&mut self, e: Entry) -> u64 {
+        self.appended += 1;
+        let w = Written { seq: e.seq, pos: self.appended, existed: None };
+        self.writers.insert(e.writer, w);
+        self.log.push_back(e);
+        self.appended
+    }
+
+    /// Takes entry `seq` from the primary: a repeat is skipped, a gap refused.
+    pub(crate) fn take(&mut self, seq: u64, e: Entry) -> Result<(), ServiceError> {
+        if seq <= self.appended {
+            return Ok(());
+        }
+        if seq != self.appended + 1 {
+            return Err(ServiceError::Failed(format!(
+                "log gap: entry {seq} after {}",
+                self.appended
+            )));
+        }
+        self.append(e);
+        Ok(())
+    }
+
+    /// Applies the log through sequence `through`, recording each writer's result.
+    pub(crate) fn apply_through(
         &mut self,
         ctx: &MnContext<'_>,
         setup: &Setup,
         through: u64,
-        keep: bool,
     ) -> Result<(), ServiceError> {
         while self.applied < through {
             let e = self.log.pop_front().expect("entries up to `appended` are in the log");
             let existed = self.structure.apply(ctx.memory, setup.place(&e.key).bucket, &e)?;
             self.applied += 1;
-            if keep {
-                self.results.insert(self.applied, existed);
+            if let Some(w) = self.writers.get_mut(&e.writer).filter(|w| w.pos == self.applied) {
+                w.existed = Some(existed);
             }
         }
         Ok(())

@@ -11,8 +11,10 @@ use dmindex_fabric::NodeId;
 
 use crate::layout::{BUCKET, MAX_REPLICAS};
 use crate::mode::Mode;
+use dmindex_prim::view::View;
+
 use crate::proto::{self, Head, Put, Reader};
-use crate::replica::{Replica, Setup};
+use crate::replica::{Refused, Replica, Setup};
 use crate::structure::TableAt;
 
 type ReplicaKey = (NodeId, u16, u16, u8);
@@ -102,24 +104,22 @@ impl Service for Server {
             return self.setup(ctx, h, &mut r);
         }
         let rep = self.replica(ctx.node, h)?;
-        match h.op {
+        let mut out = vec![proto::DONE];
+        let done = match h.op {
             proto::WRITE => {
-                if h.replica != 0 {
-                    return Err(ServiceError::BadRequest("WRITE to a backup".into()));
-                }
                 let e = r.entry()?;
                 r.end()?;
-                Ok(vec![rep.write(ctx, e)? as u8])
+                rep.write(ctx, h.epoch, e).map(|existed| out.u8(existed as u8))
             }
-            proto::SHIP => rep.ship(ctx, &mut r),
+            proto::SHIP => rep.ship(ctx, h.epoch, &mut r, &mut out),
             proto::WATERMARK => {
                 r.end()?;
-                Ok(rep.watermark())
+                rep.watermark(h.epoch, &mut out)
             }
             proto::LOOKUP => {
                 let key = r.key()?;
                 r.end()?;
-                rep.lookup(ctx, key)
+                rep.lookup(ctx, h.epoch, key, &mut out)
             }
             proto::SCAN => {
                 let count = r.u32()? as usize;
@@ -129,9 +129,32 @@ impl Service for Server {
                     _ => Some(r.key()?),
                 };
                 r.end()?;
-                rep.scan(ctx, lo, hi, count)
+                rep.scan(ctx, h.epoch, lo, hi, count, &mut out)
             }
-            op => Err(ServiceError::BadRequest(format!("op {op}"))),
+            proto::ADOPT => {
+                let view = View::decode(r.u64()?);
+                r.end()?;
+                if view.epoch != h.epoch {
+                    return Err(ServiceError::BadRequest("ADOPT of another epoch".into()));
+                }
+                rep.adopt(view)
+            }
+            proto::ACTIVATE => {
+                r.end()?;
+                rep.activate(ctx, h.epoch)
+            }
+            proto::TAIL => rep.tail(h.epoch, &mut r, &mut out),
+            op => return Err(ServiceError::BadRequest(format!("op {op}"))),
+        };
+        match done {
+            Ok(()) => Ok(out),
+            Err(Refused::Stale) => Ok(vec![proto::STALE]),
+            Err(Refused::Down(node)) => {
+                let mut out = vec![proto::DOWN];
+                out.u16(node);
+                Ok(out)
+            }
+            Err(Refused::Bad(e)) => Err(e),
         }
     }
 }
@@ -139,7 +162,7 @@ impl Service for Server {
 /// The SETUP request for the replica `s` describes.
 pub fn setup_request(s: &Setup) -> Vec<u8> {
     let mut m = Vec::with_capacity(proto::HEAD + 20);
-    m.head(Head { op: proto::SETUP, replica: s.replica, group: s.group, store: s.store });
+    m.head(Head { op: proto::SETUP, replica: s.replica, group: s.group, store: s.store, epoch: 0 });
     m.u8(s.mode as u8);
     m.u16(s.groups);
     m.u8(s.partitions);

@@ -39,3 +39,11 @@ fn baselines() {
 fn real_threads() {
     on_local_threads::<HiStore, Ordered>(&IndexConfig::default(), 10);
 }
+
+/// A memory node crashes mid-run (the primary, a backup, or a data server past node 0): clients
+/// fail over, retry their writes without applying them twice, and every history is linearizable.
+#[test]
+fn memory_node_crashes() {
+    let cfg = CheckConfig { memory_node_crash_ns: 1_500_000, ..on(4) };
+    suite::<HiStore, Ordered>("histore_mn_crash", &cfg, 0..60);
+}

@@ -54,7 +54,7 @@ impl Peers for Window<'_> {
 }
 
 fn head(op: u8, replica: u8, store: u16) -> Head {
-    Head { op, replica, group: 0, store }
+    Head { op, replica, group: 0, store, epoch: 1 }
 }
 
 /// How many keys a SCAN on `replica` returns.
@@ -65,7 +65,8 @@ fn scan(peers: &dyn Peers, store: u16, replica: u8) -> u32 {
     m.key(&[0]);
     m.u8(0);
     let reply = peers.call(0, dmindex_histore::SERVICE, &m).unwrap();
-    Reader::new(&reply).u32().unwrap()
+    assert_eq!(reply[0], proto::DONE);
+    Reader::new(&reply[1..]).u32().unwrap()
 }
 
 /// The slot word a LOOKUP on `replica` returns.
@@ -74,7 +75,8 @@ fn lookup(peers: &dyn Peers, store: u16, replica: u8, key: &[u8]) -> u64 {
     m.head(head(proto::LOOKUP, replica, store));
     m.key(key);
     let reply = peers.call(0, dmindex_histore::SERVICE, &m).unwrap();
-    Reader::new(&reply).u64().unwrap()
+    assert_eq!(reply[0], proto::DONE);
+    Reader::new(&reply[1..]).u64().unwrap()
 }
 
 #[test]
@@ -122,8 +124,8 @@ fn a_backup_never_shows_a_write_the_primary_has_not_applied() {
         }));
         let mut w = Vec::new();
         w.head(head(proto::WRITE, 0, store));
-        w.entry(Kind::Upsert, &key, word);
-        assert_eq!(window.call(0, dmindex_histore::SERVICE, &w).unwrap(), [0]);
+        w.entry_of(Kind::Upsert, 1, 1, &key, word);
+        assert_eq!(window.call(0, dmindex_histore::SERVICE, &w).unwrap(), [proto::DONE, 0]);
         assert_eq!(seen.take(), Some((0, 0, 0, 0)), "{mode:?}: a backup showed the write early");
         assert_eq!(window.ships.get(), 2, "both backups shipped to");
         // Acknowledged: every replica that answers reads now shows it.

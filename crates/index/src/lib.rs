@@ -186,6 +186,9 @@ pub fn mn_services(cores: usize, services: &[MnService]) -> IndexResult<Services
 pub trait PointIndex<T: Transport>: Sized {
     /// Services this index needs on every memory node, installed before it is created.
     const SERVICES: &'static [MnService] = &[];
+    /// Whether the index survives the crash of a memory node other than node 0 (it replicates
+    /// what it keeps there): `dmindex check --mn-crash-us` is refused for the others.
+    const SURVIVES_MN_CRASH: bool = false;
 
     /// Builds an empty index in remote memory and publishes its root in `config.root_slot`.
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self>;

@@ -301,6 +301,7 @@ impl<I> Rdwc<I> {
 
 impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     const SERVICES: &'static [MnService] = I::SERVICES;
+    const SURVIVES_MN_CRASH: bool = I::SURVIVES_MN_CRASH;
 
     async fn create(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
         let (on, cfg) = Self::options(cfg)?;

@@ -72,6 +72,10 @@ pub struct CheckConfig {
     pub long_keys: bool,
     /// Memory nodes of the simulated cluster.
     pub memory_nodes: u16,
+    /// Crash one memory node other than node 0 (which holds the root table) per seed, at a
+    /// random instant within this many ns of the run phase's start (0: no memory-node crash).
+    /// Only for indexes that replicate across memory nodes.
+    pub memory_node_crash_ns: u64,
 }
 
 impl Default for CheckConfig {
@@ -89,6 +93,7 @@ impl Default for CheckConfig {
             key_list: Vec::new(),
             long_keys: false,
             memory_nodes: 1,
+            memory_node_crash_ns: 0,
         }
     }
 }
@@ -107,6 +112,8 @@ pub struct SeedReport {
     pub stuck: usize,
     /// Of those, clients spinning on a word a crashed client set and left set (a lock it held).
     pub stuck_on_held_lock: usize,
+    /// The memory node that crashed, and when (ns after the run phase began).
+    pub memory_node_crash: Option<(u16, u64)>,
     pub trace_hash: u64,
 }
 
@@ -124,7 +131,11 @@ impl fmt::Display for SeedReport {
             self.stuck,
             self.stuck_on_held_lock,
             self.trace_hash
-        )
+        )?;
+        match self.memory_node_crash {
+            Some((node, at)) => write!(f, "; memory node {node} crashed {at} ns into the run"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -141,6 +152,8 @@ pub struct Summary {
     pub seeds_with_crashes: u64,
     /// Seeds in which a client was stuck behind a crash.
     pub seeds_with_stuck: u64,
+    /// Seeds in which a memory node crashed.
+    pub memory_node_crashes: u64,
 }
 
 impl Summary {
@@ -154,6 +167,7 @@ impl Summary {
         self.stuck_on_held_lock += r.stuck_on_held_lock;
         self.seeds_with_crashes += u64::from(r.crashed > 0);
         self.seeds_with_stuck += u64::from(r.stuck > 0);
+        self.memory_node_crashes += u64::from(r.memory_node_crash.is_some());
     }
 
     /// Completed (checked) operations per requested one.
@@ -182,7 +196,11 @@ impl fmt::Display for Summary {
             self.stuck,
             self.seeds_with_stuck,
             self.stuck_on_held_lock
-        )
+        )?;
+        if self.memory_node_crashes > 0 {
+            write!(f, "; a memory node crashed in {} seeds", self.memory_node_crashes)?;
+        }
+        Ok(())
     }
 }
 
@@ -218,6 +236,9 @@ where
     use anyhow::bail;
     if cfg.clients == 0 || cfg.universe() == 0 || cfg.key_list.contains(&0) {
         bail!("clients and keys must be positive");
+    }
+    if cfg.memory_node_crash_ns > 0 && cfg.memory_nodes < 2 {
+        bail!("a memory-node crash needs at least 2 memory nodes (node 0 never crashes)");
     }
     let net = NetParams::preset(&cfg.preset).map_err(anyhow::Error::msg)?;
     let services = mn_services(net.mn_cores, I::SERVICES)?;
@@ -278,6 +299,13 @@ where
     let completed = Cell::new(0u64);
     let ordered = S::KIND == IndexKind::Ordered;
     let start = sim.now_ns();
+    let memory_node_crash = (cfg.memory_node_crash_ns > 0).then(|| {
+        let node = 1 + (sim.random_u64() % (cfg.memory_nodes as u64 - 1)) as u16;
+        (node, sim.random_u64() % cfg.memory_node_crash_ns)
+    });
+    if let Some((node, after)) = memory_node_crash {
+        sim.crash_memory_node(node, start + after).map_err(anyhow::Error::msg)?;
+    }
     let tasks = clients.iter().zip(seeds).enumerate().map(|(i, (c, s))| {
         let (idx, history, errors, now, completed) =
             (&handles[i % cns as usize], &history, &errors, &now, &completed);
@@ -318,6 +346,9 @@ where
         }) as Task
     });
     let out = sim.run_until(tasks, start + cfg.deadline_ns);
+    if std::env::var_os("DMINDEX_RUN_LENGTH").is_some() {
+        eprintln!("run phase {} ns", out.end_ns - start);
+    }
     if let Some(e) = errors.into_inner().into_iter().next() {
         bail!("an operation failed: {e}");
     }
@@ -348,6 +379,7 @@ where
             crashed: out.crashed.len(),
             stuck: out.stuck.len(),
             stuck_on_held_lock,
+            memory_node_crash,
             trace_hash: sim.trace_hash(),
         }),
         Err(v) => bail!("history is not linearizable: {v}"),

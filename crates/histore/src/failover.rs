@@ -1,0 +1,150 @@
+//! A replica's side of a view change: adopting a view, a new primary's activation, and the log
+//! tails it collects. The client's side (who starts a change, who drives it) is in
+//! [`crate::route`]; the view word itself is `dmindex_prim::view`.
+//!
+//! # Why no acknowledged write is lost
+//!
+//! A primary answers a write only after every backup of its view logged it. A change to a view
+//! is adopted by each member it keeps *before* the new primary activates, and a member that
+//! adopted epoch `e + 1` refuses a SHIP of epoch `e`: from the first adoption on, the old
+//! primary can complete no write. So every write that was answered is in the log of every member
+//! of the new view except, at most, members that were never in the old one (there are none:
+//! views only shrink).
+//!
+//! # Bringing the logs level (activation)
+//!
+//! Within one view every member's log is a prefix of the primary's. When a view ends, the
+//! members' logs are therefore prefixes of one sequence: the new primary asks every other member
+//! for the entries past its own (TAIL), appends the longest tail, then runs one leader turn per
+//! partition: it ships everything it has not applied to every member and applies it. Entries it
+//! takes in this way were never answered (the old primary needed every acknowledgement); they
+//! take effect now, at the latest before the view settles, and a retry of their writes finds
+//! them by writer and sequence number.
+//!
+//! A backup applies only what the old primary had applied, and every member logged all of that;
+//! so the new primary never asks for an entry another member has already dropped from its log.
+
+use dmindex_fabric::service::{MnContext, ServiceError};
+use dmindex_fabric::NodeId;
+use dmindex_prim::view::View;
+
+use crate::proto::{self, Put, Reader};
+use crate::replica::{Refused, Replica, Serving};
+use crate::SERVICE;
+
+impl Replica {
+    /// ADOPT: serve `view` from now on; refuse an older one. A backup serves it at once (its
+    /// reads take their cut from the primary, which refuses until it is activated); the primary
+    /// waits for ACTIVATE.
+    pub fn adopt(&self, view: View) -> Result<(), Refused> {
+        let mut s = self.serving.lock().expect("view lock");
+        if view.epoch < s.view.epoch {
+            return Err(Refused::Stale);
+        }
+        if view.epoch > s.view.epoch {
+            *s = Serving { view, active: view.leader != self.setup.replica };
+        }
+        Ok(())
+    }
+
+    /// ACTIVATE on the new primary: collect the members' tails, replicate and apply everything,
+    /// then serve.
+    pub fn activate(&self, ctx: &MnContext<'_>, epoch: u32) -> Result<(), Refused> {
+        let view = self.in_view(epoch, false)?;
+        if view.leader != self.setup.replica {
+            return Err(Refused::Bad(ServiceError::BadRequest(format!(
+                "replica {} does not lead view {epoch}",
+                self.setup.replica
+            ))));
+        }
+        if self.in_view(epoch, true).is_ok() {
+            return Ok(());
+        }
+        self.level(ctx, view)?;
+        for p in 0..self.parts.len() {
+            let _lead = self.parts[p].lead.lock().expect("leader lock");
+            self.replicate(ctx, view, p)?;
+        }
+        let mut s = self.serving.lock().expect("view lock");
+        if s.view.epoch != epoch {
+            return Err(Refused::Stale);
+        }
+        s.active = true;
+        Ok(())
+    }
+
+    /// Appends, per partition, the longest tail another member of `view` holds past this log.
+    fn level(&self, ctx: &MnContext<'_>, view: View) -> Result<(), Refused> {
+        let others: Vec<usize> =
+            view.slots().filter(|&s| s != self.setup.replica as usize).collect();
+        if others.is_empty() {
+            return Ok(());
+        }
+        let mut body = Vec::with_capacity(2 + 8 * self.parts.len());
+        body.u16(self.parts.len() as u16);
+        for p in 0..self.parts.len() {
+            body.u64(self.lock(p).appended + 1);
+        }
+        let msgs: Vec<Vec<u8>> = others
+            .iter()
+            .map(|&r| {
+                let mut m = Vec::with_capacity(proto::HEAD + body.len());
+                m.head(self.head(proto::TAIL, r as u8, view.epoch));
+                m.put(&body);
+                m
+            })
+            .collect();
+        let calls: Vec<(NodeId, &[u8])> =
+            others.iter().zip(&msgs).map(|(&r, m)| (self.setup.nodes[r], &m[..])).collect();
+        for reply in ctx.peers.call_all(SERVICE, &calls) {
+            let reply = reply.map_err(Refused::peer)?;
+            let mut r = Refused::status(&reply)?;
+            for p in 0..self.parts.len() {
+                let mut st = self.lock(p);
+                let n = r.u32()? as u64;
+                // Tails are parts of one sequence: entries already taken from another are skipped.
+                for i in 0..n {
+                    let e = r.entry()?;
+                    let seq = body_first(&body, p) + i;
+                    st.take(seq, e)?;
+                }
+            }
+            r.end()?;
+        }
+        Ok(())
+    }
+
+    /// TAIL on a member of the new view: the entries of each partition from the asked sequence
+    /// number on.
+    pub fn tail(&self, epoch: u32, r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), Refused> {
+        self.in_view(epoch, false)?;
+        let n = r.u16()? as usize;
+        if n != self.parts.len() {
+            return Err(ServiceError::BadRequest(format!("TAIL of {n} partitions")).into());
+        }
+        for p in 0..n {
+            let from = r.u64()?;
+            let st = self.lock(p);
+            if from <= st.applied {
+                return Err(Refused::Bad(ServiceError::Failed(format!(
+                    "partition {p}: entries from {from} asked, entries up to {} applied and dropped",
+                    st.applied
+                ))));
+            }
+            let skip = (from - st.applied - 1) as usize;
+            let count = st.log.len().saturating_sub(skip);
+            out.u32(count as u32);
+            for e in st.log.iter().skip(skip) {
+                out.entry(e);
+            }
+        }
+        r.end()?;
+        Ok(())
+    }
+}
+
+/// The first sequence number a TAIL request asked for in partition `p`.
+fn body_first(body: &[u8], p: usize) -> u64 {
+    let at = 2 + 8 * p;
+    u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"))
+}

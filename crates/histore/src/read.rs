@@ -1,0 +1,295 @@
+//! A client's reads: GET through the primary's hash table or by request to a skiplist, SCAN by
+//! request to skiplists with the items read after, each validated against the group's view word
+//! after it read ([`crate::route`] and `dmindex_prim::view` say why), each one attempt in one
+//! view that either answers or says how it missed.
+
+use std::sync::atomic::Ordering;
+
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_index::{IndexError, IndexResult, Pair};
+use dmindex_prim::doorbell;
+use dmindex_prim::view::View;
+use smallvec::SmallVec;
+
+use crate::layout::{self, Place, Slot, BUCKET};
+use crate::proto::{self, Put};
+use crate::route::{status, Miss};
+use crate::{Store, SERVICE};
+
+impl<const MODE: u8> Store<MODE> {
+    /// A replica of view `v` answering requests (LOOKUP, SCAN), spread over its skiplists.
+    pub(crate) fn pick<T: Transport>(
+        &self,
+        c: &Client<T>,
+        g: usize,
+        v: View,
+    ) -> Result<usize, Miss> {
+        let n = self.counters.picks.fetch_add(1, Ordering::Relaxed) + c.ordinal() as u64;
+        let count = self.mode.sorted_replicas().filter(|&r| v.has(r)).count() as u64;
+        if count == 0 {
+            return Err(Miss::Fatal(IndexError::Fabric(
+                dmindex_fabric::FabricError::Unavailable {
+                    node: self.desc.groups[g].nodes[v.leader as usize],
+                    reason: format!("no skiplist replica of group {g} is left to answer"),
+                },
+            )));
+        }
+        Ok(self
+            .mode
+            .sorted_replicas()
+            .filter(|&r| v.has(r))
+            .nth((n % count) as usize)
+            .expect("counted"))
+    }
+
+    /// Checks that group `g`'s view word `word` (read after the data) is still `v`.
+    fn still(&self, v: View, word: &[u8; 8]) -> Result<(), Miss> {
+        match View::decode(u64::from_le_bytes(*word)) == v {
+            true => Ok(()),
+            false => Err(Miss::Stale),
+        }
+    }
+
+    /// READs the item `s` points to and, when `check`, group `g`'s view word in the same doorbell
+    /// (or alongside, if another node holds the item); whether the item holds `key` (its value
+    /// then in `out`).
+    async fn item_checked<T: Transport>(
+        &self,
+        c: &Client<T>,
+        s: Slot,
+        key: &[u8],
+        out: &mut Vec<u8>,
+        check: Option<(usize, View)>,
+    ) -> Result<bool, Miss> {
+        let mut buf = SmallVec::<[u8; 256]>::from_elem(0, s.bytes());
+        let mut word = [0u8; 8];
+        match check {
+            None => c.read(s.item, &mut buf).await?,
+            Some((g, _)) => {
+                let at = self.view_word(g).at;
+                if at.node() == s.item.node() {
+                    let mut ops = [
+                        BatchOp::Read { addr: s.item, buf: &mut buf },
+                        BatchOp::Read { addr: at, buf: &mut word },
+                    ];
+                    c.batch(&mut ops).await?;
+                } else {
+                    let (a, b) =
+                        futures::future::join(c.read(s.item, &mut buf), c.read(at, &mut word))
+                            .await;
+                    a?;
+                    b?;
+                }
+            }
+        }
+        if let Some((_, v)) = check {
+            self.still(v, &word)?;
+        }
+        let Some((k, value)) = self.items.parse(s.item, &buf)? else {
+            return Err(Miss::Fatal(IndexError::Corrupt(format!(
+                "item at {} is longer than its slot",
+                s.item
+            ))));
+        };
+        if k != key {
+            return Ok(false);
+        }
+        out.extend_from_slice(value);
+        Ok(true)
+    }
+
+    /// Checks group `g`'s view word alone (a read that found nothing).
+    async fn view_checked<T: Transport>(
+        &self,
+        c: &Client<T>,
+        g: usize,
+        v: View,
+    ) -> Result<(), Miss> {
+        if self.validates() {
+            let mut word = [0u8; 8];
+            c.read(self.view_word(g).at, &mut word).await?;
+            self.still(v, &word)?;
+        }
+        Ok(())
+    }
+
+    /// GET in group `g`'s view `v`: through its primary's hash table if it keeps one, else by
+    /// request to a skiplist replica; validated against the view word after the read.
+    pub(crate) async fn get_in<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        place: Place,
+        v: View,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, Miss> {
+        out.clear();
+        let g = &self.desc.groups[place.group];
+        let table = g.tables[v.leader as usize];
+        let check = self.validates().then_some((place.group, v));
+        if table == 0 {
+            return self.get_by_request(c, key, place, v, out).await;
+        }
+        let mut bucket = GlobalAddr::new(g.nodes[v.leader as usize], table + place.bucket * BUCKET);
+        loop {
+            let mut b = [0u8; BUCKET as usize];
+            c.read(bucket, &mut b).await?;
+            self.counters.bucket_reads.fetch_add(1, Ordering::Relaxed);
+            let (slots, next) = layout::bucket(&b);
+            for word in slots {
+                let Some(s) = Slot::decode(word).filter(|s| s.signature == place.signature) else {
+                    continue;
+                };
+                if self.item_checked(c, s, key, out, check).await? {
+                    return Ok(true);
+                }
+                self.counters.signature_misses.fetch_add(1, Ordering::Relaxed);
+            }
+            if next == 0 {
+                self.view_checked(c, place.group, v).await?;
+                return Ok(false);
+            }
+            bucket = GlobalAddr::from_raw(next);
+            self.counters.chain_hops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// GET by request to a skiplist replica of view `v`.
+    async fn get_by_request<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        place: Place,
+        v: View,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, Miss> {
+        let g = place.group;
+        let r = self.pick(c, g, v)?;
+        let mut m = SmallVec::<[u8; 128]>::new();
+        m.head(self.head(proto::LOOKUP, r, g, v.epoch));
+        m.key(key);
+        self.counters.lookups.fetch_add(1, Ordering::Relaxed);
+        let reply = c.call(self.desc.groups[g].nodes[r], SERVICE, &m).await?;
+        let word = status(&reply)?
+            .u64()
+            .map_err(|e| Miss::Fatal(IndexError::Corrupt(format!("LOOKUP reply: {e:?}"))))?;
+        let Some(s) = Slot::decode(word) else {
+            self.view_checked(c, g, v).await?;
+            return Ok(false);
+        };
+        if !self.item_checked(c, s, key, out, self.validates().then_some((g, v))).await? {
+            return Err(Miss::Fatal(IndexError::Corrupt(format!(
+                "item at {} does not hold its key",
+                s.item
+            ))));
+        }
+        Ok(true)
+    }
+
+    /// SCAN: one request per group to a skiplist replica, then the items, a doorbell per node
+    /// (with the view words, which validate the replies); retried whole if a group missed.
+    pub(crate) async fn scan_between<T: Transport>(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        count: usize,
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        if !self.mode.scans() {
+            return Err(IndexError::Unsupported(format!("scan on {:?}", self.mode)));
+        }
+        self.counters.scans.fetch_add(1, Ordering::Relaxed);
+        let start = out.len();
+        let mut tries = 0;
+        loop {
+            let groups: SmallVec<[View; 4]> =
+                (0..self.desc.groups.len()).map(|g| self.view(g)).collect();
+            match self.scan_in(c, lo, hi, count, &groups, out).await {
+                Ok(()) => return Ok(()),
+                Err((g, miss)) => {
+                    out.truncate(start);
+                    self.recover(c, g, groups[g], miss, &mut tries).await?;
+                }
+            }
+        }
+    }
+
+    /// One attempt of a SCAN in views `views`; on a miss, the group that missed.
+    async fn scan_in<T: Transport>(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        count: usize,
+        views: &[View],
+        out: &mut Vec<Pair>,
+    ) -> Result<(), (usize, Miss)> {
+        let corrupt =
+            |g: usize, e| (g, Miss::Fatal(IndexError::Corrupt(format!("SCAN reply: {e:?}"))));
+        let mut found: Vec<(Vec<u8>, Slot)> = Vec::new();
+        for (group, &v) in views.iter().enumerate() {
+            let r = self.pick(c, group, v).map_err(|m| (group, m))?;
+            let mut m = Vec::with_capacity(proto::HEAD + 8 + lo.len() + hi.map_or(0, |h| h.len()));
+            m.head(self.head(proto::SCAN, r, group, v.epoch));
+            m.u32(count.min(u32::MAX as usize) as u32);
+            m.key(lo);
+            match hi {
+                Some(hi) => {
+                    m.u8(1);
+                    m.key(hi);
+                }
+                None => m.u8(0),
+            }
+            let reply = c
+                .call(self.desc.groups[group].nodes[r], SERVICE, &m)
+                .await
+                .map_err(|e| (group, e.into()))?;
+            let mut rd = status(&reply).map_err(|m| (group, m))?;
+            for _ in 0..rd.u32().map_err(|e| corrupt(group, e))? {
+                let k = rd.key().map_err(|e| corrupt(group, e))?.to_vec();
+                let s =
+                    Slot::decode(rd.u64().map_err(|e| corrupt(group, e))?).ok_or_else(|| {
+                        (
+                            group,
+                            Miss::Fatal(IndexError::Corrupt("SCAN returned an empty slot".into())),
+                        )
+                    })?;
+                found.push((k, s));
+            }
+        }
+        if views.len() > 1 {
+            found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            found.truncate(count);
+        }
+        self.counters.scan_items.fetch_add(found.len() as u64, Ordering::Relaxed);
+        let mut bufs: Vec<Vec<u8>> = found.iter().map(|(_, s)| vec![0u8; s.bytes()]).collect();
+        let checks = if self.validates() { views.len() } else { 0 };
+        let mut words = vec![[0u8; 8]; checks];
+        let mut ops: Vec<BatchOp<'_>> = found
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|((_, s), buf)| BatchOp::Read { addr: s.item, buf })
+            .collect();
+        for (g, w) in words.iter_mut().enumerate() {
+            ops.push(BatchOp::Read { addr: self.view_word(g).at, buf: w });
+        }
+        doorbell::post_per_node(c, &mut ops).await.map_err(|e| (0, e.into()))?;
+        drop(ops);
+        for (g, w) in words.iter().enumerate() {
+            self.still(views[g], w).map_err(|m| (g, m))?;
+        }
+        for ((k, s), buf) in found.into_iter().zip(bufs) {
+            let fatal = |m: String| (0, Miss::Fatal(IndexError::Corrupt(m)));
+            let Some((key, value)) = self.items.parse(s.item, &buf).map_err(|e| (0, e.into()))?
+            else {
+                return Err(fatal(format!("item at {} is longer than its slot", s.item)));
+            };
+            if key != k {
+                return Err(fatal(format!("item at {} does not hold its key", s.item)));
+            }
+            out.push((k, value.to_vec()));
+        }
+        Ok(())
+    }
+}
