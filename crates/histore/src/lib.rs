@@ -19,13 +19,15 @@
 //!
 //! | op | client's round trips | what happens |
 //! |----|----------------------|--------------|
-//! | GET | 2 (bucket, item) | READ the key's bucket (and chain), match signatures, READ the item, check its key |
+//! | GET | 2 (bucket, item) | READ the key's bucket (and chain), match signatures, READ the item and the view word (one doorbell), check its key (a miss: the bucket, then the view word) |
 //! | PUT / UPDATE | 2 (item, request) | WRITE the item to a data server, then WRITE to the primary: log, ship to both backups, wait, CAS the slot, answer |
 //! | DELETE | 1 | the same request without an item |
 //! | SCAN | 1 + ⌈items / 16⌉ per data server | SCAN to a backup, which takes the primary's cut, applies its log to it, merges its partitions; the client READs the items, 16 to a doorbell |
 //!
 //! The write protocol, group commit, asynchronous apply and the cut that closes the paper's
-//! scan race are in [`replica`]. The baselines of the paper (§5.1) are modes of the same store
+//! scan race are in [`replica`]. Failures: each group has a view word (`dmindex_prim::view`);
+//! clients fail over ([`route`]), replicas adopt views and a new primary brings the logs level
+//! ([`failover`]), and every read validates against the view word after it read (the `read` module). The baselines of the paper (§5.1) are modes of the same store
 //! ([`mode`]): all-hashtable, all-skiplist, single-hashtable, single-skiplist.
 //!
 //! ## Placement

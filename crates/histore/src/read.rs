@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult, Pair};
 use dmindex_prim::doorbell;
+use dmindex_prim::kv_block;
 use dmindex_prim::view::View;
 use smallvec::SmallVec;
 
@@ -17,6 +18,12 @@ use crate::route::{status, Miss};
 use crate::{Store, SERVICE};
 
 impl<const MODE: u8> Store<MODE> {
+    /// Bytes to READ for the item `s` names: all of it, but no more than the longest item this
+    /// store holds (a slot counts whole 64-byte lines).
+    fn item_len(&self, s: Slot) -> usize {
+        s.bytes().min(kv_block::HEADER + self.config.max_key + self.config.max_value)
+    }
+
     /// A replica of view `v` answering requests (LOOKUP, SCAN), spread over its skiplists.
     pub(crate) fn pick<T: Transport>(
         &self,
@@ -61,7 +68,7 @@ impl<const MODE: u8> Store<MODE> {
         out: &mut Vec<u8>,
         check: Option<(usize, View)>,
     ) -> Result<bool, Miss> {
-        let mut buf = SmallVec::<[u8; 256]>::from_elem(0, s.bytes());
+        let mut buf = SmallVec::<[u8; 256]>::from_elem(0, self.item_len(s));
         let mut word = [0u8; 8];
         match check {
             None => c.read(s.item, &mut buf).await?,
@@ -263,7 +270,8 @@ impl<const MODE: u8> Store<MODE> {
             found.truncate(count);
         }
         self.counters.scan_items.fetch_add(found.len() as u64, Ordering::Relaxed);
-        let mut bufs: Vec<Vec<u8>> = found.iter().map(|(_, s)| vec![0u8; s.bytes()]).collect();
+        let mut bufs: Vec<Vec<u8>> =
+            found.iter().map(|(_, s)| vec![0u8; self.item_len(*s)]).collect();
         let checks = if self.validates() { views.len() } else { 0 };
         let mut words = vec![[0u8; 8]; checks];
         let mut ops: Vec<BatchOp<'_>> = found

@@ -346,9 +346,6 @@ where
         }) as Task
     });
     let out = sim.run_until(tasks, start + cfg.deadline_ns);
-    if std::env::var_os("DMINDEX_RUN_LENGTH").is_some() {
-        eprintln!("run phase {} ns", out.end_ns - start);
-    }
     if let Some(e) = errors.into_inner().into_iter().next() {
         bail!("an operation failed: {e}");
     }
