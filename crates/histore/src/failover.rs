@@ -25,12 +25,10 @@
 //! so the new primary never asks for an entry another member has already dropped from its log.
 
 use dmindex_fabric::service::{MnContext, ServiceError};
-use dmindex_fabric::NodeId;
 use dmindex_prim::view::View;
 
 use crate::proto::{self, Put, Reader};
 use crate::replica::{Refused, Replica, Serving};
-use crate::SERVICE;
 
 impl Replica {
     /// ADOPT: serve `view` from now on; refuse an older one. A backup serves it at once (its
@@ -85,18 +83,7 @@ impl Replica {
         for p in 0..self.parts.len() {
             body.u64(self.lock(p).appended + 1);
         }
-        let msgs: Vec<Vec<u8>> = others
-            .iter()
-            .map(|&r| {
-                let mut m = Vec::with_capacity(proto::HEAD + body.len());
-                m.head(self.head(proto::TAIL, r as u8, view.epoch));
-                m.put(&body);
-                m
-            })
-            .collect();
-        let calls: Vec<(NodeId, &[u8])> =
-            others.iter().zip(&msgs).map(|(&r, m)| (self.setup.nodes[r], &m[..])).collect();
-        for reply in ctx.peers.call_all(SERVICE, &calls) {
+        for reply in self.call_members(ctx, proto::TAIL, &others, view.epoch, &body) {
             let reply = reply.map_err(Refused::peer)?;
             let mut r = Refused::status(&reply)?;
             for p in 0..self.parts.len() {

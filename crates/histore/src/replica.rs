@@ -283,21 +283,8 @@ impl Replica {
                     body.entry(e);
                 }
                 drop(st);
-                let msgs: Vec<Vec<u8>> = backups
-                    .iter()
-                    .map(|&r| {
-                        let mut m = Vec::with_capacity(proto::HEAD + body.len());
-                        m.head(self.head(proto::SHIP, r as u8, view.epoch));
-                        m.put(&body);
-                        m
-                    })
-                    .collect();
-                let calls: Vec<(NodeId, &[u8])> = backups
-                    .iter()
-                    .zip(&msgs)
-                    .map(|(&r, m)| (self.setup.nodes[r], &m[..]))
-                    .collect();
-                for (r, reply) in backups.iter().zip(ctx.peers.call_all(SERVICE, &calls)) {
+                let replies = self.call_members(ctx, proto::SHIP, &backups, view.epoch, &body);
+                for (r, reply) in backups.iter().zip(replies) {
                     let reply = reply.map_err(Refused::peer)?;
                     let next = Refused::status(&reply)?.u64()?;
                     if next <= last {
@@ -312,6 +299,30 @@ impl Replica {
             st.apply_through(ctx, &self.setup, last)?;
         }
         Ok(())
+    }
+
+    /// Sends `body` as request `op` of `epoch` to each replica in `members` at once (a header
+    /// each: its replica number differs); their replies in order.
+    pub(crate) fn call_members(
+        &self,
+        ctx: &MnContext<'_>,
+        op: u8,
+        members: &[usize],
+        epoch: u32,
+        body: &[u8],
+    ) -> Vec<Result<Vec<u8>, FabricError>> {
+        let msgs: Vec<Vec<u8>> = members
+            .iter()
+            .map(|&r| {
+                let mut m = Vec::with_capacity(proto::HEAD + body.len());
+                m.head(self.head(op, r as u8, epoch));
+                m.put(body);
+                m
+            })
+            .collect();
+        let calls: Vec<(NodeId, &[u8])> =
+            members.iter().zip(&msgs).map(|(&r, m)| (self.setup.nodes[r], &m[..])).collect();
+        ctx.peers.call_all(SERVICE, &calls)
     }
 
     /// SHIP on a backup: append, learn what is committed, apply a batch if enough piled up.
