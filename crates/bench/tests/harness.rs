@@ -56,8 +56,8 @@ impl<T: Transport> PointIndex<T> for Echoing {
     async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
         Ok(Echoing(<LockedShards as PointIndex<T>>::open(c, config, cn).await?))
     }
-    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-        self.0.search(c, key).await
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        self.0.search_into(c, key, out).await
     }
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
         let node = (key[key.len() - 1] as u16) % c.info().nodes();

@@ -302,11 +302,6 @@ impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
         Self::open_shaped(c, cfg, ChimeShape::from_config(cfg, V::SHERMAN)?).await
     }
 
-    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-        let mut out = Vec::new();
-        Ok(self.search_into(c, key, &mut out).await?.then_some(out))
-    }
-
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         let (k, probe) = self.key_of(key)?;
         out.clear();

@@ -256,11 +256,6 @@ impl<T: Transport> PointIndex<T> for Dolphin {
         Ok(Dolphin::new(root, shape, polls, config))
     }
 
-    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-        let mut out = Vec::new();
-        Ok(self.search_into(c, key, &mut out).await?.then_some(out))
-    }
-
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         out.clear();
         self.search_key(c, key::word(key, "dolphin")?, out).await

@@ -364,11 +364,6 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
         })
     }
 
-    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-        let mut out = Vec::new();
-        Ok(self.search_into(c, key, &mut out).await?.then_some(out))
-    }
-
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         self.config.check_kv(key, None)?;
         let place = self.place(hash_bytes(key));

@@ -196,22 +196,15 @@ pub trait PointIndex<T: Transport>: Sized {
     /// Opens a handle on compute node `cn` to the index published in `config.root_slot`.
     async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self>;
 
-    /// The value of `key`, if present.
-    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>>;
-
-    /// [`PointIndex::search`] into `out` (cleared first, then the value): whether the key is
-    /// present. The hot path: a caller that reuses `out` allocates nothing, so indexes
-    /// implement it natively (the default goes through `search`).
-    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
-        out.clear();
-        match self.search(c, key).await? {
-            Some(v) => {
-                out.extend_from_slice(&v);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+    /// The value of `key`, if present (through [`PointIndex::search_into`]).
+    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self.search_into(c, key, &mut out).await?.then_some(out))
     }
+
+    /// The value of `key` into `out` (cleared first, then the value): whether the key is
+    /// present. The hot path: a caller that reuses `out` allocates nothing.
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool>;
 
     /// Sets `key` to `value`, inserting it if absent (an upsert: never a duplicate).
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()>;

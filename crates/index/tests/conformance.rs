@@ -73,9 +73,13 @@ impl<T: Transport> PointIndex<T> for Racy {
         Ok(Racy { base, keys: config.expected_items.max(1) + 1 })
     }
 
-    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        out.clear();
         let b = c.read_vec(self.slot(key)?, 16).await?;
-        Ok((b[0] == 1).then(|| b[8..16].to_vec()))
+        if b[0] == 1 {
+            out.extend_from_slice(&b[8..16]);
+        }
+        Ok(b[0] == 1)
     }
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
@@ -157,8 +161,9 @@ impl<T: Transport> PointIndex<T> for Leaky {
     async fn open(_: &Client<T>, _: &IndexConfig, _: u16) -> IndexResult<Self> {
         Ok(Leaky)
     }
-    async fn search(&self, c: &Client<T>, _: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-        Leaky::lock(c, true).await.map(|()| None)
+    async fn search_into(&self, c: &Client<T>, _: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        out.clear();
+        Leaky::lock(c, true).await.map(|()| false)
     }
     async fn insert(&self, c: &Client<T>, _: &[u8], _: &[u8]) -> IndexResult<()> {
         Leaky::lock(c, true).await
@@ -189,8 +194,8 @@ impl<T: Transport> PointIndex<T> for Forgetful {
     async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
         Ok(Forgetful(<LockedShards as PointIndex<T>>::open(c, config, cn).await?))
     }
-    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-        self.0.search(c, key).await
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        self.0.search_into(c, key, out).await
     }
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
         self.0.insert(c, key, value).await

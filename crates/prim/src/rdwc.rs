@@ -313,11 +313,6 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
         Ok(Self::wrap(I::open(c, &cfg, cn).await?, on))
     }
 
-    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-        let mut out = Vec::new();
-        Ok(self.search_into(c, key, &mut out).await?.then_some(out))
-    }
-
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         let Some(t) = &self.table else { return self.inner.search_into(c, key, out).await };
         let entered = t.enter(key, Kind::Read, c.ordinal());

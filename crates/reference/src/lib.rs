@@ -228,12 +228,17 @@ impl<T: Transport> PointIndex<T> for LockedShards {
         Ok(LockedShards { dir, shard_bits, entry_size: esz as usize, config: config.clone() })
     }
 
-    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        out.clear();
         self.config.check_kv(key, None)?;
         let shard = self.shard_of(key);
         let (held, s) = self.lock_and_read(c, shard).await?;
         held.unlock_with(c, 0).await?;
-        Ok(Self::find(&s.entries, key).ok().map(|i| s.entries[i].1.clone()))
+        let found = Self::find(&s.entries, key).ok();
+        if let Some(i) = found {
+            out.extend_from_slice(&s.entries[i].1);
+        }
+        Ok(found.is_some())
     }
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {

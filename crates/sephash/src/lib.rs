@@ -157,11 +157,6 @@ impl<T: Transport> PointIndex<T> for SepHash {
         Ok(SepHash::new(shape, dir))
     }
 
-    async fn search(&self, c: &Client<T>, key: &[u8]) -> IndexResult<Option<Vec<u8>>> {
-        let mut out = Vec::new();
-        Ok(self.search_into(c, key, &mut out).await?.then_some(out))
-    }
-
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         self.check_key(key, None)?;
         self.search_key(c, key, out).await

@@ -35,11 +35,13 @@ impl<T: Transport> PointIndex<T> for Gated {
     async fn open(_: &Client<T>, _: &IndexConfig, _: u16) -> IndexResult<Self> {
         Ok(Gated::default())
     }
-    async fn search(&self, _: &Client<T>, _: &[u8]) -> IndexResult<Option<Vec<u8>>> {
+    async fn search_into(&self, _: &Client<T>, _: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         let v = self.value.get();
         self.searches.set(self.searches.get() + 1);
         self.wait().await;
-        Ok(Some(vec![v]))
+        out.clear();
+        out.push(v);
+        Ok(true)
     }
     async fn insert(&self, _: &Client<T>, _: &[u8], _: &[u8]) -> IndexResult<()> {
         Ok(())
