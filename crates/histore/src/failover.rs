@@ -78,22 +78,21 @@ impl Replica {
         if others.is_empty() {
             return Ok(());
         }
-        let mut body = Vec::with_capacity(2 + 8 * self.parts.len());
-        body.u16(self.parts.len() as u16);
-        for p in 0..self.parts.len() {
-            body.u64(self.lock(p).appended + 1);
+        let firsts: Vec<u64> = (0..self.parts.len()).map(|p| self.lock(p).appended + 1).collect();
+        let mut body = Vec::with_capacity(2 + 8 * firsts.len());
+        body.u16(firsts.len() as u16);
+        for &f in &firsts {
+            body.u64(f);
         }
         for reply in self.call_members(ctx, proto::TAIL, &others, view.epoch, &body) {
             let reply = reply.map_err(Refused::peer)?;
             let mut r = Refused::status(&reply)?;
-            for p in 0..self.parts.len() {
+            for (p, &first) in firsts.iter().enumerate() {
                 let mut st = self.lock(p);
                 let n = r.u32()? as u64;
                 // Tails are parts of one sequence: entries already taken from another are skipped.
-                for i in 0..n {
-                    let e = r.entry()?;
-                    let seq = body_first(&body, p) + i;
-                    st.take(seq, e)?;
+                for seq in first..first + n {
+                    st.take(seq, r.entry()?)?;
                 }
             }
             r.end()?;
@@ -128,10 +127,4 @@ impl Replica {
         r.end()?;
         Ok(())
     }
-}
-
-/// The first sequence number a TAIL request asked for in partition `p`.
-fn body_first(body: &[u8], p: usize) -> u64 {
-    let at = 2 + 8 * p;
-    u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"))
 }

@@ -45,11 +45,6 @@ impl Mode {
         }
     }
 
-    /// Whether GETs read the primary's hash table one-sided (else they are requests).
-    pub fn one_sided_get(self) -> bool {
-        self.table_at(0)
-    }
-
     /// Replicas that answer SCAN and LOOKUP requests: those with skiplists.
     pub fn sorted_replicas(self) -> impl Iterator<Item = usize> {
         (0..self.replicas()).filter(move |&r| !self.table_at(r))
@@ -72,7 +67,7 @@ mod tests {
         assert_eq!(sorted(Mode::AllSkiplist), [0, 1, 2]);
         assert_eq!(sorted(Mode::SingleSkiplist), [0]);
         assert!(!Mode::AllHashtable.scans() && !Mode::SingleHashtable.scans());
-        assert!(Mode::HiStore.one_sided_get() && !Mode::AllSkiplist.one_sided_get());
+        assert!(Mode::HiStore.table_at(0) && !Mode::AllSkiplist.table_at(0));
         for b in 0..5 {
             assert_eq!(Mode::decode(b).map(|m| m as u8), Some(b));
         }

@@ -51,6 +51,27 @@ pub const STALE: u8 = 1;
 /// Reply status: the replica could not reach a node (a u16 follows).
 pub const DOWN: u8 = 2;
 
+/// A reply's status, decoded.
+pub enum Status<'a> {
+    /// Done: the body follows.
+    Done(Reader<'a>),
+    /// The replica holds another view.
+    Stale,
+    /// The replica could not reach this node.
+    Down(u16),
+}
+
+/// The status a reply starts with.
+pub fn status(reply: &[u8]) -> Result<Status<'_>, ServiceError> {
+    let mut r = Reader::new(reply);
+    match r.u8()? {
+        DONE => Ok(Status::Done(r)),
+        STALE => Ok(Status::Stale),
+        DOWN => Ok(Status::Down(r.u16()?)),
+        s => Err(bad(format!("reply status {s}"))),
+    }
+}
+
 /// What a write does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {

@@ -112,10 +112,8 @@ impl<const MODE: u8> Store<MODE> {
         g: usize,
         v: View,
     ) -> Result<(), Miss> {
-        if self.validates() {
-            let mut word = [0u8; 8];
-            c.read(self.view_word(g).at, &mut word).await?;
-            self.still(v, &word)?;
+        if self.validates() && self.view_word(g).load(c).await? != v {
+            return Err(Miss::Stale);
         }
         Ok(())
     }
@@ -133,10 +131,10 @@ impl<const MODE: u8> Store<MODE> {
         out.clear();
         let g = &self.desc.groups[place.group];
         let table = g.tables[v.leader as usize];
-        let check = self.validates().then_some((place.group, v));
         if table == 0 {
             return self.get_by_request(c, key, place, v, out).await;
         }
+        let check = self.validates().then_some((place.group, v));
         let mut bucket = GlobalAddr::new(g.nodes[v.leader as usize], table + place.bucket * BUCKET);
         loop {
             let mut b = [0u8; BUCKET as usize];

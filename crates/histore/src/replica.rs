@@ -61,7 +61,7 @@ use dmindex_prim::view::View;
 
 use crate::layout::{Place, Slot, MAX_REPLICAS};
 use crate::mode::Mode;
-use crate::proto::{self, Entry, Head, Kind, Put, Reader};
+use crate::proto::{self, Entry, Head, Kind, Put, Reader, Status};
 use crate::structure::{Structure, TableAt};
 use crate::SERVICE;
 
@@ -118,12 +118,10 @@ impl Refused {
 
     /// Reads a peer's reply status: `Ok` with the body after it, if done.
     pub fn status(reply: &[u8]) -> Result<Reader<'_>, Refused> {
-        let mut r = Reader::new(reply);
-        match r.u8()? {
-            proto::DONE => Ok(r),
-            proto::STALE => Err(Refused::Stale),
-            proto::DOWN => Err(Refused::Down(r.u16()?)),
-            s => Err(Refused::Bad(ServiceError::BadRequest(format!("reply status {s}")))),
+        match proto::status(reply)? {
+            Status::Done(r) => Ok(r),
+            Status::Stale => Err(Refused::Stale),
+            Status::Down(node) => Err(Refused::Down(node)),
         }
     }
 }

@@ -28,7 +28,7 @@ use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::view::{View, ViewWord};
 
 use crate::layout::Descriptor;
-use crate::proto::{self, Put, Reader};
+use crate::proto::{self, Put, Reader, Status};
 use crate::{Store, SERVICE};
 
 /// Misses one operation tolerates before it fails.
@@ -65,13 +65,11 @@ impl From<IndexError> for Miss {
 
 /// The body of a reply, or how its status says the attempt missed.
 pub(crate) fn status(reply: &[u8]) -> Result<Reader<'_>, Miss> {
-    let corrupt = |what: String| Miss::Fatal(IndexError::Corrupt(what));
-    let mut r = Reader::new(reply);
-    match r.u8().map_err(|e| corrupt(format!("empty reply: {e:?}")))? {
-        proto::DONE => Ok(r),
-        proto::STALE => Err(Miss::Stale),
-        proto::DOWN => Err(Miss::Down(r.u16().map_err(|e| corrupt(format!("{e:?}")))?)),
-        s => Err(corrupt(format!("reply status {s}"))),
+    match proto::status(reply) {
+        Ok(Status::Done(r)) => Ok(r),
+        Ok(Status::Stale) => Err(Miss::Stale),
+        Ok(Status::Down(node)) => Err(Miss::Down(node)),
+        Err(e) => Err(Miss::Fatal(IndexError::Corrupt(format!("reply: {e:?}")))),
     }
 }
 
@@ -135,9 +133,8 @@ impl<const MODE: u8> Store<MODE> {
     ) -> IndexResult<View> {
         let nodes = &self.desc.groups[g].nodes;
         let gone = v.slots().filter(|&s| nodes[s] == node).fold(0u8, |m, s| m | 1 << s);
-        let unavailable = |reason: String| {
-            IndexError::Fabric(FabricError::Unavailable { node, reason: reason.clone() })
-        };
+        let unavailable =
+            |reason: String| IndexError::Fabric(FabricError::Unavailable { node, reason });
         if gone == 0 {
             return Err(unavailable(format!(
                 "memory node {node} holds no replica of group {g} to fail over"

@@ -39,7 +39,8 @@ use dmindex_fabric::{FabricError, NodeId};
 
 use crate::world::PS_PER_NS;
 
-fn crashed(node: NodeId) -> FabricError {
+/// What a verb, request or peer call that reached crashed node `node` fails with.
+pub(crate) fn crashed(node: NodeId) -> FabricError {
     FabricError::Unavailable { node, reason: "memory node crashed (timed out)".into() }
 }
 

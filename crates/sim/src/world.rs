@@ -586,11 +586,7 @@ impl World {
     /// Fails op `i`, whose memory node has crashed, once its client's wait runs out.
     fn time_out(&mut self, i: u32) {
         let op = &mut self.ops[i as usize];
-        let node = op.addr.node();
-        op.result = Err(FabricError::Unavailable {
-            node,
-            reason: "memory node crashed (timed out)".into(),
-        });
+        op.result = Err(crate::peers::crashed(op.addr.node()));
         let at = self.now.max(op.posted_at + MN_TIMEOUT_NS * PS_PER_NS);
         self.schedule(at, EventKind::Complete, i, 0);
     }
