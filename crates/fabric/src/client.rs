@@ -316,6 +316,16 @@ impl<T: Transport> Client<T> {
         Ok(reply)
     }
 
+    /// Connects to memory node `node` afresh ([`Transport::reconnect`]): after it restarted, the
+    /// old connection fails every verb. One round trip.
+    pub async fn reconnect(&self, node: NodeId) -> Result<()> {
+        if node >= self.info.nodes() {
+            return Err(FabricError::UnknownNode { node, nodes: self.info.nodes() });
+        }
+        bump(&self.stats.round_trips, 1);
+        self.transport.reconnect(node).await
+    }
+
     /// Allocates `len` zeroed bytes of remote memory aligned to `align` (a power of two, at most
     /// 1 GiB). Carved from the client's current chunk; a new chunk is taken from the memory nodes
     /// round-robin when it runs out (one two-sided request). Remote memory is never freed.

@@ -202,6 +202,11 @@ impl Transport for LocalTransport {
         Ok(())
     }
 
+    /// In-process memory nodes never restart: the connection is always current.
+    async fn reconnect(&self, _node: NodeId) -> Result<()> {
+        Ok(())
+    }
+
     async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
         self.issue().await;
         Ok(self.region(addr.node()).atomic(addr.offset(), op))

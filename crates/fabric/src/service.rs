@@ -188,6 +188,9 @@ pub trait Service: Send + Sync {
     fn name(&self) -> &str;
     /// Answer one request.
     fn handle(&self, ctx: &MnContext<'_>, request: &[u8]) -> Result<Vec<u8>, ServiceError>;
+    /// Memory node `node` came back after a crash with empty memory: forget whatever this
+    /// service kept for it (a restarted server process starts with nothing).
+    fn restarted(&self, _node: NodeId) {}
 }
 
 /// The services a memory node runs and the cores it runs them on.
@@ -246,6 +249,13 @@ impl Services {
     /// The service with this id.
     pub fn get(&self, id: ServiceId) -> Option<&Arc<dyn Service>> {
         self.table.get(id.0 as usize).and_then(Option::as_ref)
+    }
+
+    /// Tells every service that memory node `node` restarted empty ([`Service::restarted`]).
+    pub fn restarted(&self, node: NodeId) {
+        for s in self.table.iter().flatten() {
+            s.restarted(node);
+        }
     }
 
     /// Runs one request on the calling thread (the caller accounts for MN cores).

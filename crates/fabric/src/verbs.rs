@@ -190,6 +190,11 @@ pub trait Transport {
         service: ServiceId,
         request: &[u8],
     ) -> impl Future<Output = Result<Vec<u8>>>;
+    /// Connects to `node` afresh. A memory node that crashed and restarted is a new server: a
+    /// connection made before its restart fails every verb ([`crate::FabricError::Unavailable`])
+    /// until the client reconnects, as an RDMA queue pair and remote keys die with the process
+    /// that registered them. One round trip; fails if the node does not answer.
+    fn reconnect(&self, node: NodeId) -> impl Future<Output = Result<()>>;
 }
 
 #[cfg(test)]

@@ -208,6 +208,28 @@ impl Sim {
         Ok(())
     }
 
+    /// Brings crashed memory node `node` back at virtual instant `at_ns` (from now on if it has
+    /// passed) as a new server: its memory zeroed and formatted afresh, its services told to
+    /// forget it ([`dmindex_fabric::service::Service::restarted`]). Clients connected before
+    /// reach it again only after [`dmindex_fabric::Client::reconnect`]: until then their verbs
+    /// to it fail as if it were down (an RDMA queue pair dies with its peer). Peer calls between
+    /// memory nodes reach the new incarnation at once. The node must have been set to crash
+    /// at or before `at_ns`.
+    pub fn restart_memory_node(&self, node: u16, at_ns: u64) -> Result<(), String> {
+        let mut w = self.shared.world.borrow_mut();
+        let at = at_ns.saturating_mul(PS_PER_NS).max(w.now);
+        match w.dead_at.get(node as usize) {
+            None => Err(format!("no memory node {node} (the cluster has {})", w.dead_at.len())),
+            Some(&dead) if dead > at => {
+                Err(format!("memory node {node} is not set to crash before it restarts"))
+            }
+            Some(_) => {
+                w.schedule_restart(node, at);
+                Ok(())
+            }
+        }
+    }
+
     /// Fast-forward on or off (see the crate docs): while on, every verb and request takes
     /// effect when posted, in no virtual time, with no faults, and is not seen by the NIC model,
     /// the trace hash or the simulation report (clients still count it).

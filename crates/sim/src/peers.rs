@@ -18,6 +18,9 @@
 //! service does nothing after the crash instant. A crash within a timeout of a `call_all` also
 //! cuts its sending short: each of its calls reaches its peer or not, by a coin drawn from the
 //! crash instant, so that a primary's crash between its SHIPs leaves backups with different logs.
+//! A crashed node may restart ([`crate::Sim::restart_memory_node`]) as a new, empty server: peer
+//! calls reach it at once (server-to-server sessions reconnect on their own), clients only
+//! after they reconnect, and effects of verbs that reached the old incarnation are dropped.
 //!
 //! # Server to server
 //!
@@ -68,6 +71,13 @@ impl Cores {
             .min_by_key(|&(_, t)| *t)
             .expect("at least one core");
         (core, t)
+    }
+
+    /// Every core of `node` free from `now` (the node restarted; what ran there is gone).
+    pub(crate) fn reset(&mut self, node: usize, now: u64) {
+        for t in &mut self.busy_until[node] {
+            *t = now;
+        }
     }
 
     fn occupy(&mut self, node: usize, core: usize, until: u64) {

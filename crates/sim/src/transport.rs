@@ -264,4 +264,14 @@ impl Transport for SimTransport {
         let op = self.run(OpKind::Rpc(service), GlobalAddr::new(node, 0), b).await;
         self.finish(op, Out::Take).map(|(_, reply)| reply)
     }
+
+    async fn reconnect(&self, node: NodeId) -> Result<()> {
+        if self.direct() {
+            self.shared.world.borrow_mut().connect_now(self.client, node);
+            return Ok(());
+        }
+        let b = self.buffer(0);
+        let op = self.run(OpKind::Connect, GlobalAddr::new(node, 0), b).await;
+        self.finish(op, Out::Discard).map(drop)
+    }
 }

@@ -54,6 +54,8 @@ enum EventKind {
     Rpc,
     CoreFree,
     Complete,
+    /// A crashed memory node comes back empty (`op` is the node).
+    Restart,
 }
 
 /// One scheduled instant. Ordered by time, then by the order it was scheduled in (`seq` is
@@ -91,6 +93,8 @@ pub(crate) enum OpKind {
     Write,
     Atomic(AtomicOp),
     Rpc(ServiceId),
+    /// A new connection to the node ([`dmindex_fabric::Transport::reconnect`]).
+    Connect,
 }
 
 pub(crate) struct Op {
@@ -105,6 +109,18 @@ pub(crate) struct Op {
     abandoned: bool,
     pub(crate) waker: Option<Waker>,
     posted_at: u64,
+    /// The incarnation of its memory node it reached: effects scheduled for an earlier
+    /// incarnation are dropped when the node has restarted since.
+    incarnation: u32,
+}
+
+/// Why a memory node never answers an op.
+#[derive(Clone, Copy, Debug)]
+enum Lost {
+    /// The node is down.
+    Crashed,
+    /// The op came through a connection to an earlier incarnation of the node.
+    Restarted,
 }
 
 /// A NIC's FIFO servers and counters.
@@ -134,6 +150,8 @@ pub(crate) struct ClientState {
     pub(crate) last_atomic: Option<GlobalAddr>,
     /// The latest word this client's atomics changed, and the value they left there.
     pub(crate) last_set: Option<(GlobalAddr, u64)>,
+    /// Per memory node, the incarnation this client's connection reaches.
+    connected: Vec<u32>,
 }
 
 /// Verb counters of the whole simulation, by kind.
@@ -174,6 +192,8 @@ pub(crate) struct World {
     pub(crate) crashes: u32,
     /// Per memory node, the instant it crashes (`u64::MAX`: never).
     pub(crate) dead_at: Vec<u64>,
+    /// Per memory node, how many times it restarted.
+    incarnation: Vec<u32>,
     pub(crate) counters: Counters,
     pub(crate) latency_ns: Histogram<u64>,
     pub(crate) events_processed: u64,
@@ -211,6 +231,7 @@ impl World {
             crash_current: false,
             crashes: 0,
             dead_at: vec![u64::MAX; memory_nodes as usize],
+            incarnation: vec![0; memory_nodes as usize],
             counters: Counters::default(),
             latency_ns: Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("histogram bounds"),
             events_processed: 0,
@@ -253,6 +274,7 @@ impl World {
             crashed: false,
             last_atomic: None,
             last_set: None,
+            connected: self.incarnation.clone(),
         });
         (self.clients.len() - 1) as u32
     }
@@ -299,6 +321,7 @@ impl World {
             abandoned: false,
             waker: None,
             posted_at: self.now,
+            incarnation: 0,
         };
         match self.free_ops.pop() {
             Some(i) => {
@@ -361,7 +384,7 @@ impl World {
                 OpKind::Atomic(AtomicOp::MaskedCas { .. }) => 32,
                 OpKind::Atomic(AtomicOp::Cas { .. }) => 16,
                 OpKind::Atomic(AtomicOp::Faa { .. }) => 8,
-                OpKind::Read => 0,
+                OpKind::Read | OpKind::Connect => 0,
             };
         let op = self.new_op(kind, addr, client, buf);
         self.ops[op as usize].detached = detached;
@@ -402,6 +425,7 @@ impl World {
         self.trace_hash = mix(mix(self.trace_hash, ev.time), tag);
         match ev.kind {
             EventKind::Arrive => self.arrive(ev.op),
+            EventKind::Sample | EventKind::Land | EventKind::Atomic if self.outdated(ev.op) => {}
             EventKind::Sample => self.sample(ev.op, ev.line, regions),
             EventKind::Land => self.land(ev.op, ev.line, regions),
             EventKind::Atomic => {
@@ -424,7 +448,7 @@ impl World {
             EventKind::Rpc => {
                 let node = self.ops[ev.op as usize].addr.node() as usize;
                 if self.now >= self.dead_at[node] {
-                    self.time_out(ev.op);
+                    self.time_out(ev.op, Lost::Crashed);
                     return true;
                 }
                 let free = self.cores.borrow().free_at(node, self.now);
@@ -437,7 +461,7 @@ impl World {
                 let node = ev.op as usize;
                 if self.now >= self.dead_at[node] {
                     while let Some(i) = self.core_queues[node].pop_front() {
-                        self.time_out(i);
+                        self.time_out(i, Lost::Crashed);
                     }
                 } else if !self.core_queues[node].is_empty() {
                     let free = self.cores.borrow().free_at(node, self.now);
@@ -448,8 +472,49 @@ impl World {
                 }
             }
             EventKind::Complete => self.complete(ev.op),
+            EventKind::Restart => self.restart(ev.op as usize, regions, services),
         }
         true
+    }
+
+    /// Brings crashed node `node` back at `at`, empty ([`crate::Sim::restart_memory_node`]).
+    pub(crate) fn schedule_restart(&mut self, node: u16, at: u64) {
+        self.schedule(at, EventKind::Restart, node as u32, 0);
+    }
+
+    /// Node `node` restarts now: a new incarnation with zeroed, freshly formatted memory and
+    /// services that kept nothing for it. Requests still queued on it are lost.
+    fn restart(&mut self, node: usize, regions: &[Region], services: &Services) {
+        let region = &regions[node];
+        let top = region.load_word(dmindex_fabric::layout::HEAP_TOP_OFFSET).min(region.len());
+        let zeros = vec![0u8; 1 << 16];
+        let mut at = 0;
+        while at < top {
+            let n = (top - at).min(zeros.len() as u64);
+            region.write(at, &zeros[..n as usize]);
+            at += n;
+        }
+        dmindex_fabric::layout::format(region, node as u16);
+        services.restarted(node as u16);
+        self.incarnation[node] += 1;
+        self.dead_at[node] = u64::MAX;
+        self.cores.borrow_mut().reset(node, self.now);
+        while let Some(i) = self.core_queues[node].pop_front() {
+            self.time_out(i, Lost::Crashed);
+        }
+        self.trace_hash = mix(self.trace_hash, 0x5E57_A127 ^ node as u64);
+    }
+
+    /// Connects `client` to `node`'s current incarnation outside the model (fast-forward).
+    pub(crate) fn connect_now(&mut self, client: u32, node: u16) {
+        let current = self.incarnation[node as usize];
+        self.clients[client as usize].connected[node as usize] = current;
+    }
+
+    /// Whether op `i`'s memory node restarted after the op reached it.
+    fn outdated(&self, i: u32) -> bool {
+        let op = &self.ops[i as usize];
+        op.incarnation != self.incarnation[op.addr.node() as usize]
     }
 
     fn lines_of(addr: GlobalAddr, len: usize) -> u32 {
@@ -468,7 +533,15 @@ impl World {
         };
         let node = addr.node() as usize;
         if self.now >= self.dead_at[node] {
-            return self.time_out(i);
+            return self.time_out(i, Lost::Crashed);
+        }
+        let current = self.incarnation[node];
+        self.ops[i as usize].incarnation = current;
+        let connected = &mut self.clients[client as usize].connected[node];
+        if matches!(kind, OpKind::Connect) {
+            *connected = current;
+        } else if *connected != current {
+            return self.time_out(i, Lost::Restarted);
         }
         let stretch = if self.chance(self.faults.delay_prob) {
             self.uniform(self.faults.delay_max_ns) * PS_PER_NS
@@ -529,6 +602,7 @@ impl World {
                 self.schedule(at, EventKind::Atomic, i, 0);
                 (at + atomic_ps, header + 8)
             }
+            OpKind::Connect => (s + msg_ps, header),
             OpKind::Rpc(_) => {
                 // The request joins the node's core queue; its reply is sent once served.
                 self.clients[client as usize].qp_free[node] = s + stretch;
@@ -564,7 +638,7 @@ impl World {
         }
         if self.now + served.done_ps >= self.dead_at[node as usize] {
             // The node crashed before its reply left: what it did stays done, the reply is lost.
-            return self.time_out(i);
+            return self.time_out(i, Lost::Crashed);
         }
         let op = &mut self.ops[i as usize];
         let reply_len = match served.reply {
@@ -583,10 +657,17 @@ impl World {
         self.respond(i, end, self.net.header_bytes + reply_len.max(64));
     }
 
-    /// Fails op `i`, whose memory node has crashed, once its client's wait runs out.
-    fn time_out(&mut self, i: u32) {
+    /// Fails op `i`, which its memory node will never answer, once its client's wait runs out.
+    fn time_out(&mut self, i: u32, lost: Lost) {
         let op = &mut self.ops[i as usize];
-        op.result = Err(crate::peers::crashed(op.addr.node()));
+        let node = op.addr.node();
+        op.result = Err(match lost {
+            Lost::Crashed => crate::peers::crashed(node),
+            Lost::Restarted => FabricError::Unavailable {
+                node,
+                reason: "memory node restarted since this client connected (reconnect)".into(),
+            },
+        });
         let at = self.now.max(op.posted_at + MN_TIMEOUT_NS * PS_PER_NS);
         self.schedule(at, EventKind::Complete, i, 0);
     }
@@ -644,6 +725,7 @@ impl World {
             }
             OpKind::Atomic(_) => c.atomics += 1,
             OpKind::Rpc(_) => c.rpcs += 1,
+            OpKind::Connect => {}
         }
         if kind_is_read(kind) {
             // Fold what the read saw into the trace, so a different interleaving changes it.

@@ -653,6 +653,12 @@ impl Transport for UcxTransport {
             Reply::UnknownService => Err(FabricError::UnknownService { node, service }),
         }
     }
+
+    /// A memnode that was killed and restarted needs a new bootstrap (endpoint, remote keys),
+    /// which this transport does not do yet: the node stays unavailable to this process.
+    async fn reconnect(&self, node: NodeId) -> Result<()> {
+        Err(unavailable(node, "reconnecting to a restarted memnode is not supported over UCX yet"))
+    }
 }
 
 /// Copies a READ message's reply into the caller's buffer.
