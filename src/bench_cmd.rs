@@ -250,6 +250,10 @@ pub struct CheckArgs {
     /// many µs of the run phase's start (needs --mns 2 or more and an index that replicates).
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     mn_crash_us: Option<u64>,
+    /// With --mn-crash-us: the crashed node restarts empty this many µs after its crash, and one
+    /// more client rebuilds it while the others go on; every key is read once more at the end.
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    mn_restart_us: Option<u64>,
 }
 
 pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
@@ -266,6 +270,10 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        return Ok(ExitCode::from(2));
+    }
+    if a.mn_restart_us.is_some() && a.mn_crash_us.is_none() {
+        eprintln!("error: --mn-restart-us needs --mn-crash-us (only a crashed node restarts)");
         return Ok(ExitCode::from(2));
     }
     if a.mn_crash_us.is_some() && a.mns < 2 {
@@ -288,6 +296,7 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
         long_keys: a.long_keys,
         memory_nodes: a.mns,
         memory_node_crash_ns: a.mn_crash_us.unwrap_or(0) * 1000,
+        memory_node_restart_ns: a.mn_restart_us.unwrap_or(0) * 1000,
         ..CheckConfig::default()
     };
     let seeds = match a.seed {
@@ -341,6 +350,9 @@ fn replay_flags(a: &CheckArgs) -> String {
     flag(a.mns != 1, format!("--mns {}", a.mns));
     if let Some(us) = a.mn_crash_us {
         flag(true, format!("--mn-crash-us {us}"));
+    }
+    if let Some(us) = a.mn_restart_us {
+        flag(true, format!("--mn-restart-us {us}"));
     }
     for (k, v) in &a.options {
         flag(true, format!("--option {k}={v}"));

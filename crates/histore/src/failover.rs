@@ -8,8 +8,11 @@
 //! is adopted by each member it keeps *before* the new primary activates, and a member that
 //! adopted epoch `e + 1` refuses a SHIP of epoch `e`: from the first adoption on, the old
 //! primary can complete no write. So every write that was answered is in the log of every member
-//! of the new view except, at most, members that were never in the old one (there are none:
-//! views only shrink).
+//! of the new view that was a member of the old one. A member that was not is a replacement
+//! ([`crate::join`]): it learned the old view's log from its leader's snapshot on, and keeps
+//! logging that leader's SHIPs of the old epoch after it adopted the new one; the activation
+//! below checks that it holds every entry the new primary applied (each TAIL reply carries the
+//! member's log end), and drops it from the view if not.
 //!
 //! # Bringing the logs level (activation)
 //!
@@ -34,14 +37,39 @@ impl Replica {
     /// ADOPT: serve `view` from now on; refuse an older one. A backup serves it at once (its
     /// reads take their cut from the primary, which refuses until it is activated); the primary
     /// waits for ACTIVATE.
+    ///
+    /// A replacement adopts only the view right after the one it learned, and only with its
+    /// whole snapshot in and no hole in its log; otherwise it answers *down*, so that the view
+    /// drops it again ([`crate::join`]).
     pub fn adopt(&self, view: View) -> Result<(), Refused> {
         let mut s = self.serving.lock().expect("view lock");
-        if view.epoch < s.view.epoch {
+        if s.joining {
+            let me = self.setup.replica as usize;
+            let ready = !s.broken
+                && view.epoch == s.view.epoch.wrapping_add(1)
+                && view.has(me)
+                && (0..self.parts.len()).all(|p| !self.lock(p).loading);
+            if !ready {
+                return Err(Refused::Down(self.node()));
+            }
+        } else if view.epoch < s.view.epoch {
             return Err(Refused::Stale);
+        } else if view.epoch == s.view.epoch {
+            return Ok(());
         }
-        if view.epoch > s.view.epoch {
-            *s = Serving { view, active: view.leader != self.setup.replica };
+        *s = Serving {
+            view,
+            active: view.leader != self.setup.replica,
+            joining: false,
+            broken: false,
+            learned: s.joining.then_some(s.view.epoch),
+        };
+        drop(s);
+        // Replacements learning the old view either are members now or start over.
+        for p in 0..self.parts.len() {
+            self.lock(p).learners.clear();
         }
+        self.snapshots.lock().expect("snapshots").clear();
         Ok(())
     }
 
@@ -84,11 +112,17 @@ impl Replica {
         for &f in &firsts {
             body.u64(f);
         }
-        for reply in self.call_members(ctx, proto::TAIL, &others, view.epoch, &body) {
+        let replies = self.call_members(ctx, proto::TAIL, &others, view.epoch, &body);
+        for (&member, reply) in others.iter().zip(replies) {
             let reply = reply.map_err(Refused::peer)?;
             let mut r = Refused::status(&reply)?;
             for (p, &first) in firsts.iter().enumerate() {
                 let mut st = self.lock(p);
+                if r.u64()? < st.applied {
+                    // A replacement that missed entries this primary applied and dropped: it
+                    // cannot be brought level, so the view drops it.
+                    return Err(Refused::Down(self.setup.nodes[member]));
+                }
                 let n = r.u32()? as u64;
                 // Tails are parts of one sequence: entries already taken from another are skipped.
                 for seq in first..first + n {
@@ -103,7 +137,7 @@ impl Replica {
     /// TAIL on a member of the new view: the entries of each partition from the asked sequence
     /// number on.
     pub fn tail(&self, epoch: u32, r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), Refused> {
-        self.in_view(epoch, false)?;
+        let view = self.in_view(epoch, false)?;
         let n = r.u16()? as usize;
         if n != self.parts.len() {
             return Err(ServiceError::BadRequest(format!("TAIL of {n} partitions")).into());
@@ -112,13 +146,13 @@ impl Replica {
             let from = r.u64()?;
             let st = self.lock(p);
             if from <= st.applied {
-                return Err(Refused::Bad(ServiceError::Failed(format!(
-                    "partition {p}: entries from {from} asked, entries up to {} applied and dropped",
-                    st.applied
-                ))));
+                // The new primary lacks entries this member applied and dropped: only a
+                // replacement that missed a SHIP can; it cannot lead, so the view drops it.
+                return Err(Refused::Down(self.setup.nodes[view.leader as usize]));
             }
             let skip = (from - st.applied - 1) as usize;
             let count = st.log.len().saturating_sub(skip);
+            out.u64(st.appended);
             out.u32(count as u32);
             for e in st.log.iter().skip(skip) {
                 out.entry(e);

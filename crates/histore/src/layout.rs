@@ -168,6 +168,11 @@ impl Descriptor {
         DESCRIPTOR_HEAD + groups * DESCRIPTOR_GROUP
     }
 
+    /// Offset of group `g`'s hash-table offsets (3 words) in the descriptor.
+    pub fn tables_offset(g: usize) -> u64 {
+        (DESCRIPTOR_HEAD + g * DESCRIPTOR_GROUP + 8) as u64
+    }
+
     /// Offset of group `g`'s view word in the descriptor.
     pub fn view_offset(g: usize) -> u64 {
         (DESCRIPTOR_HEAD + g * DESCRIPTOR_GROUP + 32) as u64

@@ -27,7 +27,11 @@
 //! The write protocol, group commit, asynchronous apply and the cut that closes the paper's
 //! scan race are in [`replica`]. Failures: each group has a view word (`dmindex_prim::view`);
 //! clients fail over ([`route`]), replicas adopt views and a new primary brings the logs level
-//! ([`failover`]), and every read validates against the view word after it read (the `read` module). The baselines of the paper (§5.1) are modes of the same store
+//! ([`failover`]), and every read validates against the view word after it read (the `read`
+//! module). A restarted index server gets its replicas back by a rebuild (the `rebuild`
+//! module drives it, [`join`] is the replacement's side): a snapshot of the leader, the log
+//! learned meanwhile, and a view change that adds the replacement and hands the primary role
+//! back to a rebuilt hash table. The baselines of the paper (§5.1) are modes of the same store
 //! ([`mode`]): all-hashtable, all-skiplist, single-hashtable, single-skiplist.
 //!
 //! ## Placement
@@ -44,10 +48,12 @@
 //! chains a fresh bucket.
 
 pub mod failover;
+pub mod join;
 pub mod layout;
 pub mod mode;
 pub mod proto;
 mod read;
+mod rebuild;
 pub mod replica;
 pub mod route;
 pub mod server;
@@ -117,6 +123,8 @@ struct Counters {
     misses: AtomicU64,
     /// View changes this handle started.
     failovers: AtomicU64,
+    /// Replicas this handle rebuilt and joined.
+    rebuilds: AtomicU64,
 }
 
 /// The writer numbers of one handle: its instance (unique among the store's handles) and a slot
@@ -149,8 +157,8 @@ pub struct Store<const MODE: u8> {
     partitions: u8,
     desc: Descriptor,
     desc_at: GlobalAddr,
-    /// Each group's view word as last seen ([`route`]).
-    views: Vec<AtomicU64>,
+    /// Each group's view and table offsets as last seen ([`route`]).
+    groups: Vec<route::GroupCache>,
     writers: Writers,
     data_nodes: Vec<NodeId>,
     items: Blocks,
@@ -348,14 +356,22 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
         }
         let (_, data_nodes) = placement(mode, shape.groups, c.info().nodes());
         let instance = c.faa(at.add(INSTANCES), 1).await?;
-        let views = desc.groups.iter().map(|g| AtomicU64::new(g.view)).collect();
+        // Table offsets read after the view words they go with ([`route`]).
+        let again = c.read_vec(at, Descriptor::bytes(shape.groups)).await?;
+        let again = Descriptor::decode(&again).map_err(IndexError::Corrupt)?;
+        let groups = desc
+            .groups
+            .iter()
+            .zip(&again.groups)
+            .map(|(g, later)| route::GroupCache::new(&GroupPlace { tables: later.tables, ..*g }))
+            .collect();
         Ok(Store {
             mode,
             store: config.root_slot as u16,
             partitions: shape.partitions as u8,
             desc,
             desc_at: at,
-            views,
+            groups,
             writers: Writers { instance, free: Mutex::new(Vec::new()), slots: AtomicU32::new(0) },
             data_nodes,
             items: Blocks::new(config.max_key, config.max_value),
@@ -392,6 +408,16 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
         self.write(c, Kind::Delete, key, None).await
     }
 
+    async fn recover_memory_node(&self, c: &Client<T>, node: NodeId) -> IndexResult<()> {
+        if MODE > 2 {
+            return Err(IndexError::Unsupported(format!(
+                "{:?} keeps one replica: nothing to rebuild memory node {node} from",
+                self.mode
+            )));
+        }
+        self.rebuild_node(c, node).await.map(drop)
+    }
+
     fn stats(&self) -> IndexStats {
         let n = &self.counters;
         IndexStats {
@@ -406,6 +432,7 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
                 ("scan_items", get(&n.scan_items)),
                 ("misses", get(&n.misses)),
                 ("failovers", get(&n.failovers)),
+                ("rebuilds", get(&n.rebuilds)),
             ],
         }
     }

@@ -22,7 +22,11 @@
 //! | 6 SETUP | client → replica | `mode u8, groups u16, partitions u8, nodes 3 × u16, buckets u64` | table offset u64 (no status) |
 //! | 7 ADOPT | client → replica | view word u64 | — |
 //! | 8 ACTIVATE | client → new primary | — | — |
-//! | 9 TAIL | new primary → replica | `n u16`, n × first sequence u64 | per partition `m u32`, m entries |
+//! | 9 TAIL | new primary → replica | `n u16`, n × first sequence u64 | per partition `appended u64, m u32`, m entries |
+//! | 10 JOIN | client → replacement | SETUP's body, then the view word u64 it learns | table offset u64 |
+//! | 11 COPY | client → replacement | `partition u16` | — |
+//! | 12 SNAPSHOT | replacement → primary | `partition u16, learner u8, from u64` | the first: `applied u64, total u64, w u32`, w × (`writer u64, seq u32, pos u64, existed u8`); then `n u32`, n × (key, slot word u64) |
+//! | 13 PING | client → replica | — | — |
 //!
 //! An entry is `kind u8` (0 upsert, 1 update, 2 delete), the writer `u64` and its sequence
 //! number `u32` (a retried write carries the same pair, so it is applied once), the key, and the
@@ -40,6 +44,10 @@ pub const SETUP: u8 = 6;
 pub const ADOPT: u8 = 7;
 pub const ACTIVATE: u8 = 8;
 pub const TAIL: u8 = 9;
+pub const JOIN: u8 = 10;
+pub const COPY: u8 = 11;
+pub const SNAPSHOT: u8 = 12;
+pub const PING: u8 = 13;
 
 /// Bytes of the common header.
 pub const HEAD: usize = 10;

@@ -129,13 +129,13 @@ impl<const MODE: u8> Store<MODE> {
         out: &mut Vec<u8>,
     ) -> Result<bool, Miss> {
         out.clear();
-        let g = &self.desc.groups[place.group];
-        let table = g.tables[v.leader as usize];
+        let table = self.table(place.group, v.leader as usize);
         if table == 0 {
             return self.get_by_request(c, key, place, v, out).await;
         }
         let check = self.validates().then_some((place.group, v));
-        let mut bucket = GlobalAddr::new(g.nodes[v.leader as usize], table + place.bucket * BUCKET);
+        let node = self.desc.groups[place.group].nodes[v.leader as usize];
+        let mut bucket = GlobalAddr::new(node, table + place.bucket * BUCKET);
         loop {
             let mut b = [0u8; BUCKET as usize];
             c.read(bucket, &mut b).await?;

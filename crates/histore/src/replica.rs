@@ -131,13 +131,25 @@ impl Refused {
 pub(crate) struct Serving {
     pub(crate) view: View,
     pub(crate) active: bool,
+    /// A replacement that is not a member yet: it learns `view`'s log from its leader, to join
+    /// the next view ([`crate::join`]); it serves nothing else.
+    pub(crate) joining: bool,
+    /// A replacement whose log has a hole: it will never join.
+    pub(crate) broken: bool,
+    /// A replacement that joined `view`: the epoch it learned, whose SHIPs it still logs (the
+    /// old leader's last turns, which other members may still acknowledge).
+    pub(crate) learned: Option<u32>,
 }
 
 /// One replica.
 pub struct Replica {
     pub setup: Setup,
+    /// Where its hash table lies, if it keeps one.
+    pub(crate) table: Option<TableAt>,
     pub(crate) serving: Mutex<Serving>,
     pub(crate) parts: Vec<Part>,
+    /// Snapshots a leader hands out to replacements in chunks ([`crate::join`]).
+    pub(crate) snapshots: Mutex<HashMap<(u8, usize), crate::join::Snapshot>>,
 }
 
 pub(crate) struct Part {
@@ -149,10 +161,10 @@ pub(crate) struct Part {
 /// The last entry a writer logged in a partition.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Written {
-    seq: u32,
-    pos: u64,
+    pub(crate) seq: u32,
+    pub(crate) pos: u64,
     /// Whether the key existed, once the entry is applied.
-    existed: Option<bool>,
+    pub(crate) existed: Option<bool>,
 }
 
 pub(crate) struct PartState {
@@ -162,13 +174,20 @@ pub(crate) struct PartState {
     pub(crate) applied: u64,
     /// Backups: entries up to here are applied on the primary.
     pub(crate) committed: u64,
-    writers: HashMap<u64, Written>,
-    structure: Structure,
+    pub(crate) writers: HashMap<u64, Written>,
+    pub(crate) structure: Structure,
+    /// Leader: replacements it also ships to ([`crate::join`]).
+    pub(crate) learners: Vec<u8>,
+    /// Replacement: the snapshot is not in yet, so nothing is applied; `based` once the log's
+    /// start is known (from the first SHIP or the snapshot).
+    pub(crate) loading: bool,
+    pub(crate) based: bool,
 }
 
 impl Replica {
-    /// A replica with an empty structure (its table at `table`, if it keeps one).
-    pub fn new(setup: Setup, table: Option<TableAt>) -> Replica {
+    /// A replica with an empty structure (its table at `table`, if it keeps one): a member of
+    /// the store's first view, or, with `joining`, a replacement learning that view's log.
+    pub fn new(setup: Setup, table: Option<TableAt>, joining: Option<View>) -> Replica {
         let parts = (0..setup.partitions)
             .map(|_| Part {
                 lead: Mutex::new(()),
@@ -182,12 +201,28 @@ impl Replica {
                         Some(at) => Structure::table(at),
                         None => Structure::sorted(),
                     },
+                    learners: Vec::new(),
+                    loading: joining.is_some(),
+                    based: false,
                 }),
             })
             .collect();
         let all = ((1u16 << setup.mode.replicas()) - 1) as u8;
-        let serving = Mutex::new(Serving { view: View::initial(all, 0), active: true });
-        Replica { setup, serving, parts }
+        let serving = Mutex::new(match joining {
+            None => {
+                let view = View::initial(all, 0);
+                Serving { view, active: true, joining: false, broken: false, learned: None }
+            }
+            Some(view) => {
+                Serving { view, active: false, joining: true, broken: false, learned: None }
+            }
+        });
+        Replica { setup, table, serving, parts, snapshots: Mutex::new(HashMap::new()) }
+    }
+
+    /// This replica's node.
+    pub(crate) fn node(&self) -> NodeId {
+        self.setup.nodes[self.setup.replica as usize]
     }
 
     pub(crate) fn head(&self, op: u8, replica: u8, epoch: u32) -> Head {
@@ -198,9 +233,14 @@ impl Replica {
         self.parts[p].state.lock().expect("partition lock")
     }
 
-    /// The view of `epoch`, if this replica has adopted it (and, if `active`, activated it).
+    /// The view of `epoch`, if this replica has adopted it (and, if `active`, activated it). A
+    /// replacement that has not joined yet answers *down* to everything: whoever asks it as a
+    /// member of some view means the replica this node held before it restarted.
     pub(crate) fn in_view(&self, epoch: u32, active: bool) -> Result<View, Refused> {
         let s = *self.serving.lock().expect("view lock");
+        if s.joining {
+            return Err(Refused::Down(self.node()));
+        }
         if s.view.epoch != epoch || (active && !s.active) {
             return Err(Refused::Stale);
         }
@@ -270,7 +310,8 @@ impl Replica {
         while st.applied < end {
             let n = (end - st.applied).min(MAX_SHIP);
             let last = st.applied + n;
-            if !backups.is_empty() {
+            let learners: Vec<usize> = st.learners.iter().map(|&r| r as usize).collect();
+            if !backups.is_empty() || !learners.is_empty() {
                 // The entries once; one header per backup (its replica number differs).
                 let mut body = Vec::with_capacity(20 + n as usize * 36);
                 body.u16(p as u16);
@@ -281,7 +322,9 @@ impl Replica {
                     body.entry(e);
                 }
                 drop(st);
-                let replies = self.call_members(ctx, proto::SHIP, &backups, view.epoch, &body);
+                let to: Vec<usize> = backups.iter().chain(&learners).copied().collect();
+                let mut replies = self.call_members(ctx, proto::SHIP, &to, view.epoch, &body);
+                let learned = replies.split_off(backups.len());
                 for (r, reply) in backups.iter().zip(replies) {
                     let reply = reply.map_err(Refused::peer)?;
                     let next = Refused::status(&reply)?.u64()?;
@@ -293,6 +336,16 @@ impl Replica {
                     }
                 }
                 st = self.lock(p);
+                // A replacement that missed this SHIP cannot join with this log: stop shipping
+                // to it (it finds out when it tries to join). Writes never wait on it.
+                for (&r, reply) in learners.iter().zip(learned) {
+                    let ok = reply.ok().is_some_and(|b| {
+                        Refused::status(&b).is_ok_and(|mut b| b.u64().is_ok_and(|n| n > last))
+                    });
+                    if !ok {
+                        st.learners.retain(|&l| l as usize != r);
+                    }
+                }
             }
             st.apply_through(ctx, &self.setup, last)?;
         }
@@ -331,7 +384,7 @@ impl Replica {
         r: &mut Reader<'_>,
         out: &mut Vec<u8>,
     ) -> Result<(), Refused> {
-        self.in_view(epoch, false)?;
+        let joining = self.learning(epoch)?;
         let p = r.u16()? as usize;
         let n = r.u16()? as u64;
         let first = r.u64()?;
@@ -340,13 +393,26 @@ impl Replica {
             return Err(bad_partition(p).into());
         }
         let mut st = self.lock(p);
+        if st.loading && !st.based {
+            // A replacement's first SHIP follows its snapshot: the log starts here.
+            st.base(first - 1);
+        }
         for seq in first..first + n {
             let e = r.entry()?;
-            st.take(seq, e)?;
+            if st.take(seq, e).is_err() {
+                // A hole in this log: it can never serve. A replacement stops learning; a
+                // member says it is down, so that the view drops it.
+                drop(st);
+                return Err(match joining {
+                    true => self.stop_learning(),
+                    false => Refused::Down(self.node()),
+                });
+            }
         }
         r.end()?;
         st.committed = st.committed.max(committed);
-        if st.committed - st.applied >= APPLY_BATCH {
+        // A primary handing its role back has applied past what it is told is committed.
+        if !st.loading && st.committed.saturating_sub(st.applied) >= APPLY_BATCH {
             let through = st.committed;
             st.apply_through(ctx, &self.setup, through)?;
         }
@@ -460,6 +526,12 @@ impl Replica {
 }
 
 impl PartState {
+    /// Starts an empty log after entry `applied` (a replacement's, at its snapshot).
+    pub(crate) fn base(&mut self, applied: u64) {
+        (self.appended, self.applied, self.committed) = (applied, applied, applied);
+        self.based = true;
+    }
+
     /// Appends `e` as the next entry; returns its sequence number.
     pub(crate) fn append(&mut self, e: Entry) -> u64 {
         self.appended += 1;

@@ -7,11 +7,14 @@
 //! misses:
 //!
 //! * **stale**: reload the word (a change happened or is under way; drive it to the end);
-//! * **down(node)**: if the word still holds the view used, CAS it to the view without the
-//!   replicas on that node (the paper's primary-down case makes a backup the temporary primary;
-//!   the backup-down case leaves writes one acknowledgement to wait for), then drive the change:
-//!   ADOPT at every member, ACTIVATE at the leader, CAS to stable. A change that meets another
-//!   dead member removes it too.
+//! * **down(node)**: if the word still holds the view used and the node's replicas are lost (it
+//!   does not answer a reconnect, or it answers but no longer serves the view: it restarted), CAS
+//!   the word to the view without the replicas on that node (the paper's primary-down case makes
+//!   a backup the temporary primary; the backup-down case leaves writes one acknowledgement to
+//!   wait for), then drive the change: ADOPT at every member, ACTIVATE at the leader, CAS to
+//!   stable. A change that meets another dead member removes it too. If the node answers and
+//!   still serves the view, only this client's connection was old (the node restarted and its
+//!   replica has been rebuilt since): the client has reconnected and retries.
 //!
 //! Writes are retried with the same writer and sequence number, which the replicas deduplicate,
 //! so a write whose first attempt took effect before the failure is not applied twice and is
@@ -20,19 +23,47 @@
 //!
 //! The data server that holds the view words (node 0) is outside the failure model, as the
 //! paper's configuration service is.
+//!
+//! # Cached views and tables
+//!
+//! Each handle caches, per group, the view word and the hash-table offsets of the replicas. An
+//! offset changes only while its replica is out of the view (a rebuild allocates a new table on
+//! the restarted node and writes its offset before the view that adds it), so a handle reads
+//! the offsets *after* the view word it caches, under a lock that keeps the cache's view and
+//! offsets from going backwards. A reader that pairs a view with newer offsets reads a table
+//! that belongs to a later view, and its validation against the view word fails.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use dmindex_fabric::{Client, FabricError, NodeId, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::view::{View, ViewWord};
 
-use crate::layout::Descriptor;
+use crate::layout::{Descriptor, GroupPlace, MAX_REPLICAS};
 use crate::proto::{self, Put, Reader, Status};
 use crate::{Store, SERVICE};
 
 /// Misses one operation tolerates before it fails.
 pub const MAX_ATTEMPTS: u32 = 16;
+
+/// What a handle knows of one group: its view and its replicas' hash-table offsets.
+pub(crate) struct GroupCache {
+    view: AtomicU64,
+    tables: [AtomicU64; MAX_REPLICAS],
+    update: Mutex<()>,
+}
+
+impl GroupCache {
+    /// The cache as the descriptor `g` describes it (read once; [`Store::cache`] then keeps it).
+    pub(crate) fn new(g: &GroupPlace) -> GroupCache {
+        GroupCache {
+            view: AtomicU64::new(g.view),
+            tables: g.tables.map(AtomicU64::new),
+            update: Mutex::new(()),
+        }
+    }
+}
 
 /// How one attempt of an operation missed.
 #[derive(Debug)]
@@ -76,7 +107,36 @@ pub(crate) fn status(reply: &[u8]) -> Result<Reader<'_>, Miss> {
 impl<const MODE: u8> Store<MODE> {
     /// The cached view of group `g`.
     pub(crate) fn view(&self, g: usize) -> View {
-        View::decode(self.views[g].load(Ordering::Acquire))
+        View::decode(self.groups[g].view.load(Ordering::Acquire))
+    }
+
+    /// The hash-table offset of group `g`'s replica `r` (0: none), as cached with the view.
+    pub(crate) fn table(&self, g: usize, r: usize) -> u64 {
+        self.groups[g].tables[r].load(Ordering::Acquire)
+    }
+
+    /// Caches `v`, a stable view of group `g` read from its word, with the table offsets read
+    /// after it; the view cached afterwards (never older than before).
+    pub(crate) async fn cache<T: Transport>(
+        &self,
+        c: &Client<T>,
+        g: usize,
+        v: View,
+    ) -> IndexResult<View> {
+        let cache = &self.groups[g];
+        if v.word() <= cache.view.load(Ordering::Acquire) {
+            return Ok(self.view(g));
+        }
+        let mut b = [0u8; 8 * MAX_REPLICAS];
+        c.read(self.desc_at.add(Descriptor::tables_offset(g)), &mut b).await?;
+        let _u = cache.update.lock().expect("group cache");
+        if v.word() > cache.view.load(Ordering::Acquire) {
+            for (t, w) in cache.tables.iter().zip(b.chunks_exact(8)) {
+                t.store(u64::from_le_bytes(w.try_into().expect("8 bytes")), Ordering::Release);
+            }
+            cache.view.store(v.word(), Ordering::Release);
+        }
+        Ok(self.view(g))
     }
 
     /// Group `g`'s view word.
@@ -108,11 +168,18 @@ impl<const MODE: u8> Store<MODE> {
         }
         self.counters.misses.fetch_add(1, Ordering::Relaxed);
         let now = match miss {
-            Miss::Fatal(e) => return Err(e),
+            Miss::Fatal(e) => {
+                // A read that went wrong in a view that has changed since (an old table) retries.
+                let now = self.view_word(g).load(c).await?;
+                if !self.validates() || now == used {
+                    return Err(e);
+                }
+                now
+            }
             Miss::Stale => self.view_word(g).load(c).await?,
             Miss::Down(node) => {
                 let now = self.view_word(g).load(c).await?;
-                if now == used {
+                if now == used && self.lost(c, g, used, node).await? {
                     self.without_node(c, g, used, node).await?
                 } else {
                     now
@@ -122,9 +189,44 @@ impl<const MODE: u8> Store<MODE> {
         self.drive(c, g, now).await.map(drop)
     }
 
+    /// After `node` did not answer in view `v` of group `g`: whether its replicas of `v` are
+    /// lost (it does not take a new connection, or a replica of `v` there answers *down*: it
+    /// restarted since). If they all still serve `v`, only this client's connection was old;
+    /// it has reconnected. One reconnect and a PING per replica on the node.
+    pub(crate) async fn lost<T: Transport>(
+        &self,
+        c: &Client<T>,
+        g: usize,
+        v: View,
+        node: NodeId,
+    ) -> IndexResult<bool> {
+        match c.reconnect(node).await {
+            Err(FabricError::Unavailable { .. }) => return Ok(true),
+            Err(e) => return Err(e.into()),
+            Ok(()) => {}
+        }
+        let nodes = self.desc.groups[g].nodes;
+        for s in v.slots().filter(|&s| nodes[s] == node) {
+            let mut m = Vec::with_capacity(proto::HEAD);
+            m.head(self.head(proto::PING, s, g, v.epoch));
+            let reply = match c.call(node, SERVICE, &m).await {
+                Ok(reply) => reply,
+                Err(FabricError::Unavailable { .. }) => return Ok(true),
+                Err(e) => return Err(e.into()),
+            };
+            match status(&reply) {
+                Ok(_) | Err(Miss::Stale) => {}
+                Err(Miss::Down(n)) if n == node => return Ok(true),
+                Err(Miss::Down(_)) => {}
+                Err(Miss::Fatal(e)) => return Err(e),
+            }
+        }
+        Ok(false)
+    }
+
     /// CAS group `g`'s view from `v` to `v` without the replicas on `node`; the view the word
     /// holds afterwards.
-    async fn without_node<T: Transport>(
+    pub(crate) async fn without_node<T: Transport>(
         &self,
         c: &Client<T>,
         g: usize,
@@ -157,13 +259,15 @@ impl<const MODE: u8> Store<MODE> {
     ) -> IndexResult<View> {
         for _ in 0..MAX_ATTEMPTS {
             if !v.changing {
-                self.views[g].fetch_max(v.word(), Ordering::AcqRel);
-                return Ok(self.view(g));
+                return self.cache(c, g, v).await;
             }
             v = match self.install(c, g, v).await {
                 Ok(()) => self.view_word(g).change(c, v, v.stable()).await?,
                 Err(Miss::Stale) => self.view_word(g).load(c).await?,
-                Err(Miss::Down(node)) => self.without_node(c, g, v, node).await?,
+                Err(Miss::Down(node)) if self.lost(c, g, v, node).await? => {
+                    self.without_node(c, g, v, node).await?
+                }
+                Err(Miss::Down(_)) => v,
                 Err(Miss::Fatal(e)) => return Err(e),
             };
         }

@@ -37,7 +37,10 @@ impl Server {
         })
     }
 
-    /// SETUP: a fresh replica (and its hash table, if it keeps one); answers the table's offset.
+    /// SETUP: a fresh replica (and its hash table, if it keeps one); answers the table's
+    /// offset. JOIN: the same as a replacement learning a view ([`crate::join`]); a
+    /// replacement that is there already (a driver that started over) is replaced, on the same
+    /// table, but a member is not.
     fn setup(
         &self,
         ctx: &MnContext<'_>,
@@ -51,6 +54,10 @@ impl Server {
         let partitions = r.u8()?;
         let nodes: [NodeId; MAX_REPLICAS] = [r.u16()?, r.u16()?, r.u16()?];
         let buckets = r.u64()?;
+        let joining = match h.op {
+            proto::JOIN => Some(View::decode(r.u64()?)),
+            _ => None,
+        };
         r.end()?;
         if h.replica as usize >= mode.replicas() || h.group >= groups || partitions == 0 {
             return Err(bad(format!(
@@ -58,17 +65,11 @@ impl Server {
                 h.replica, h.group
             )));
         }
-        let table = if mode.table_at(h.replica as usize) {
-            let bytes =
-                buckets.checked_mul(BUCKET).ok_or_else(|| bad(format!("{buckets} buckets")))?;
-            Some(TableAt {
-                node: ctx.node,
-                offset: alloc_local(ctx.memory, bytes, BUCKET)?,
-                buckets,
-            })
-        } else {
-            None
-        };
+        if let Some(v) = joining {
+            if v.has(h.replica as usize) || v.changing || v.epoch != h.epoch {
+                return Err(bad(format!("replica {} cannot learn view {v:?}", h.replica)));
+            }
+        }
         let setup = Setup {
             mode,
             store: h.store,
@@ -81,14 +82,50 @@ impl Server {
         };
         let mut map = self.replicas.write().expect("replica map");
         let key = (ctx.node, h.store, h.group, h.replica);
-        if map.contains_key(&key) {
-            return Err(ServiceError::Failed(format!(
-                "replica {} of group {} of the store at root slot {} already exists here",
-                h.replica, h.group, h.store
-            )));
-        }
-        map.insert(key, Arc::new(Replica::new(setup, table)));
-        Ok(table.map_or(0, |t| t.offset).to_le_bytes().to_vec())
+        let old =
+            map.get(&key).map(|old| (old.table, old.serving.lock().expect("view lock").joining));
+        let table = match old {
+            Some((_, false)) if joining.is_some() => return Ok(vec![proto::STALE]),
+            Some(_) if joining.is_none() => {
+                return Err(ServiceError::Failed(format!(
+                    "replica {} of group {} of the store at root slot {} already exists here",
+                    h.replica, h.group, h.store
+                )))
+            }
+            Some((table, _)) => {
+                if let Some(t) = table {
+                    zero(ctx.memory, t.offset, t.buckets * BUCKET);
+                }
+                table
+            }
+            None if mode.table_at(h.replica as usize) => {
+                let bytes =
+                    buckets.checked_mul(BUCKET).ok_or_else(|| bad(format!("{buckets} buckets")))?;
+                Some(TableAt {
+                    node: ctx.node,
+                    offset: alloc_local(ctx.memory, bytes, BUCKET)?,
+                    buckets,
+                })
+            }
+            None => None,
+        };
+        map.insert(key, Arc::new(Replica::new(setup, table, joining)));
+        let offset = table.map_or(0, |t| t.offset).to_le_bytes();
+        Ok(match joining {
+            Some(_) => [&[proto::DONE][..], &offset].concat(),
+            None => offset.to_vec(),
+        })
+    }
+}
+
+/// Zeroes `len` bytes of a node's memory at `offset` (a replacement's table, reused).
+fn zero(memory: &dyn dmindex_fabric::service::MnMemory, offset: u64, len: u64) {
+    let zeros = [0u8; 4096];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(zeros.len() as u64);
+        memory.write(offset + at, &zeros[..n as usize]);
+        at += n;
     }
 }
 
@@ -97,13 +134,22 @@ impl Service for Server {
         "histore"
     }
 
+    fn restarted(&self, node: NodeId) {
+        self.replicas.write().expect("replica map").retain(|k, _| k.0 != node);
+    }
+
     fn handle(&self, ctx: &MnContext<'_>, request: &[u8]) -> Result<Vec<u8>, ServiceError> {
         let mut r = Reader::new(request);
         let h = r.head()?;
-        if h.op == proto::SETUP {
+        if h.op == proto::SETUP || h.op == proto::JOIN {
             return self.setup(ctx, h, &mut r);
         }
-        let rep = self.replica(ctx.node, h)?;
+        let Ok(rep) = self.replica(ctx.node, h) else {
+            // Nothing here by that name: the node restarted and lost it, which is down.
+            let mut out = vec![proto::DOWN];
+            out.u16(ctx.node);
+            return Ok(out);
+        };
         let mut out = vec![proto::DONE];
         let done = match h.op {
             proto::WRITE => {
@@ -144,6 +190,12 @@ impl Service for Server {
                 rep.activate(ctx, h.epoch)
             }
             proto::TAIL => rep.tail(h.epoch, &mut r, &mut out),
+            proto::SNAPSHOT => rep.snapshot(ctx, h.epoch, &mut r, &mut out),
+            proto::COPY => rep.copy(ctx, &mut r),
+            proto::PING => {
+                r.end()?;
+                rep.ping(h.epoch)
+            }
             op => return Err(ServiceError::BadRequest(format!("op {op}"))),
         };
         match done {
@@ -161,8 +213,18 @@ impl Service for Server {
 
 /// The SETUP request for the replica `s` describes.
 pub fn setup_request(s: &Setup) -> Vec<u8> {
-    let mut m = Vec::with_capacity(proto::HEAD + 20);
-    m.head(Head { op: proto::SETUP, replica: s.replica, group: s.group, store: s.store, epoch: 0 });
+    setup_message(s, None)
+}
+
+/// The JOIN request for the replica `s` describes, a replacement learning view `v`.
+pub fn join_request(s: &Setup, v: View) -> Vec<u8> {
+    setup_message(s, Some(v))
+}
+
+fn setup_message(s: &Setup, joining: Option<View>) -> Vec<u8> {
+    let mut m = Vec::with_capacity(proto::HEAD + 28);
+    let (op, epoch) = joining.map_or((proto::SETUP, 0), |v| (proto::JOIN, v.epoch));
+    m.head(Head { op, replica: s.replica, group: s.group, store: s.store, epoch });
     m.u8(s.mode as u8);
     m.u16(s.groups);
     m.u8(s.partitions);
@@ -170,5 +232,8 @@ pub fn setup_request(s: &Setup) -> Vec<u8> {
         m.u16(n);
     }
     m.u64(s.buckets);
+    if let Some(v) = joining {
+        m.u64(v.word());
+    }
     m
 }

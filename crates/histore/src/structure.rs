@@ -95,6 +95,36 @@ impl Structure {
         }
     }
 
+    /// Adds `key` → `word` from a snapshot (the key is not held yet).
+    pub fn insert(
+        &mut self,
+        memory: &dyn MnMemory,
+        bucket: u64,
+        key: Box<[u8]>,
+        word: u64,
+    ) -> Result<(), ServiceError> {
+        match self {
+            Structure::Sorted(map) => {
+                map.insert(key, word);
+            }
+            Structure::Table { at, shadow } => {
+                let s = claim(memory, at, bucket, word)?;
+                shadow.insert(key, s);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every (key, slot word) held, in no particular order: a snapshot.
+    pub fn pairs(&self, memory: &dyn MnMemory) -> Vec<(Box<[u8]>, u64)> {
+        match self {
+            Structure::Sorted(map) => map.iter().map(|e| (e.key().clone(), *e.value())).collect(),
+            Structure::Table { shadow, .. } => {
+                shadow.iter().map(|(k, &s)| (k.clone(), load(memory, s))).collect()
+            }
+        }
+    }
+
     /// The slot word of `key`, if present.
     pub fn get(&self, memory: &dyn MnMemory, key: &[u8]) -> Option<u64> {
         match self {

@@ -32,7 +32,7 @@
 use std::sync::Arc;
 
 use dmindex_fabric::service::Service;
-use dmindex_fabric::{Client, FabricError, ServiceId, Services, Transport};
+use dmindex_fabric::{Client, FabricError, NodeId, ServiceId, Services, Transport};
 
 pub mod conformance;
 pub mod recorded;
@@ -223,6 +223,15 @@ pub trait PointIndex<T: Transport>: Sized {
     /// Fraction of slots holding items, where the index has such a notion.
     async fn load_factor(&self, _c: &Client<T>) -> IndexResult<Option<f64>> {
         Ok(None)
+    }
+
+    /// Memory node `node` came back empty after a crash (restarted in its place): rebuild what
+    /// the index kept there and return once it is whole again, while other clients go on.
+    /// Only indexes that survive memory-node crashes can; fails if the node does not answer.
+    async fn recover_memory_node(&self, _c: &Client<T>, node: NodeId) -> IndexResult<()> {
+        Err(IndexError::Unsupported(format!(
+            "this index keeps no replicas to rebuild memory node {node} from"
+        )))
     }
 }
 

@@ -23,6 +23,7 @@
 //!   level), and the word is CASed from changing to stable, same epoch. Any client can drive a
 //!   changing view to the end (each step is idempotent), so a driver that stops halfway leaves
 //!   nothing stuck; a member that fails while a change is under way is removed by the next one.
+//!   A replacement that caught up joins the same way ([`View::with`]): the change adds it.
 //! * **Reading under a view**: a member removed by a change may be alive and still reachable
 //!   by some clients. A write cannot complete there (it needs acknowledgements from members that
 //!   adopted the new epoch and refuse the old one); a read there can, so a reader *validates*:
@@ -95,6 +96,18 @@ impl View {
         View { epoch: self.epoch.wrapping_add(1), members, leader, changing: true }
     }
 
+    /// The change that adds slot `slot` (a replacement that caught up) and makes `leader` lead:
+    /// next epoch, changing.
+    ///
+    /// # Panics
+    /// If `slot` or `leader` is not below [`MAX_MEMBERS`], or `leader` is not a member then.
+    pub fn with(self, slot: usize, leader: u8) -> View {
+        assert!(slot < MAX_MEMBERS, "slot {slot} out of range");
+        let members = self.members | 1 << slot;
+        assert!((leader as usize) < MAX_MEMBERS && members >> leader & 1 == 1, "leader {leader}");
+        View { epoch: self.epoch.wrapping_add(1), members, leader, changing: true }
+    }
+
     /// The same view, settled.
     pub fn stable(self) -> View {
         View { changing: false, ..self }
@@ -141,5 +154,14 @@ mod tests {
         assert_eq!((x.members, x.leader, x.epoch), (0b010, 1, 3), "leader kept");
         assert!(!x.has(8) && !x.has(2) && x.has(1));
         assert_eq!(x.without(0b010).members, 0, "an empty view");
+    }
+
+    #[test]
+    fn adding_a_slot_is_the_next_epoch_and_may_move_the_leader() {
+        let v = View::initial(0b111, 0).without(0b001).stable();
+        let w = v.with(0, 0);
+        assert_eq!(w, View { epoch: 3, members: 0b111, leader: 0, changing: true });
+        assert_eq!(v.with(0, 1).leader, 1, "leader kept");
+        assert!(std::panic::catch_unwind(|| v.with(0, 5)).is_err(), "a leader outside the view");
     }
 }

@@ -76,6 +76,10 @@ pub struct CheckConfig {
     /// random instant within this many ns of the run phase's start (0: no memory-node crash).
     /// Only for indexes that replicate across memory nodes.
     pub memory_node_crash_ns: u64,
+    /// With a memory-node crash: the node restarts empty this many ns after it crashed, and one
+    /// more client waits for it and rebuilds it ([`PointIndex::recover_memory_node`]) while the
+    /// others go on; after the run every key is read once more, recorded (0: no restart).
+    pub memory_node_restart_ns: u64,
 }
 
 impl Default for CheckConfig {
@@ -94,6 +98,7 @@ impl Default for CheckConfig {
             long_keys: false,
             memory_nodes: 1,
             memory_node_crash_ns: 0,
+            memory_node_restart_ns: 0,
         }
     }
 }
@@ -114,6 +119,10 @@ pub struct SeedReport {
     pub stuck_on_held_lock: usize,
     /// The memory node that crashed, and when (ns after the run phase began).
     pub memory_node_crash: Option<(u16, u64)>,
+    /// Whether the crashed node was rebuilt (its rebuild finished before the deadline).
+    pub rebuilt: bool,
+    /// Whether the client rebuilding it crashed first (a rebuild left halfway).
+    pub rebuild_crashed: bool,
     pub trace_hash: u64,
 }
 
@@ -132,9 +141,13 @@ impl fmt::Display for SeedReport {
             self.stuck_on_held_lock,
             self.trace_hash
         )?;
-        match self.memory_node_crash {
-            Some((node, at)) => write!(f, "; memory node {node} crashed {at} ns into the run"),
-            None => Ok(()),
+        if let Some((node, at)) = self.memory_node_crash {
+            write!(f, "; memory node {node} crashed {at} ns into the run")?;
+        }
+        match (self.rebuilt, self.rebuild_crashed) {
+            (true, _) => write!(f, ", restarted and was rebuilt"),
+            (false, true) => write!(f, ", restarted; the client rebuilding it crashed"),
+            (false, false) => Ok(()),
         }
     }
 }
@@ -154,6 +167,10 @@ pub struct Summary {
     pub seeds_with_stuck: u64,
     /// Seeds in which a memory node crashed.
     pub memory_node_crashes: u64,
+    /// Seeds in which the crashed node was rebuilt.
+    pub rebuilds: u64,
+    /// Seeds in which the client rebuilding it crashed before it was done.
+    pub rebuilds_crashed: u64,
 }
 
 impl Summary {
@@ -168,6 +185,8 @@ impl Summary {
         self.seeds_with_crashes += u64::from(r.crashed > 0);
         self.seeds_with_stuck += u64::from(r.stuck > 0);
         self.memory_node_crashes += u64::from(r.memory_node_crash.is_some());
+        self.rebuilds += u64::from(r.rebuilt);
+        self.rebuilds_crashed += u64::from(r.rebuild_crashed);
     }
 
     /// Completed (checked) operations per requested one.
@@ -199,6 +218,12 @@ impl fmt::Display for Summary {
         )?;
         if self.memory_node_crashes > 0 {
             write!(f, "; a memory node crashed in {} seeds", self.memory_node_crashes)?;
+        }
+        if self.rebuilds > 0 {
+            write!(f, " and was restarted and rebuilt in {}", self.rebuilds)?;
+        }
+        if self.rebuilds_crashed > 0 {
+            write!(f, " (in {} more its rebuilding client crashed)", self.rebuilds_crashed)?;
         }
         Ok(())
     }
@@ -239,6 +264,9 @@ where
     }
     if cfg.memory_node_crash_ns > 0 && cfg.memory_nodes < 2 {
         bail!("a memory-node crash needs at least 2 memory nodes (node 0 never crashes)");
+    }
+    if cfg.memory_node_restart_ns > 0 && cfg.memory_node_crash_ns == 0 {
+        bail!("a memory-node restart needs a memory-node crash");
     }
     let net = NetParams::preset(&cfg.preset).map_err(anyhow::Error::msg)?;
     let services = mn_services(net.mn_cores, I::SERVICES)?;
@@ -305,7 +333,26 @@ where
     });
     if let Some((node, after)) = memory_node_crash {
         sim.crash_memory_node(node, start + after).map_err(anyhow::Error::msg)?;
+        if cfg.memory_node_restart_ns > 0 {
+            sim.restart_memory_node(node, start + after + cfg.memory_node_restart_ns)
+                .map_err(anyhow::Error::msg)?;
+        }
     }
+    let rebuilt = Cell::new(false);
+    let repairer = sim.client_on_own_thread(0);
+    let repair = memory_node_crash.filter(|_| cfg.memory_node_restart_ns > 0).map(|(node, _)| {
+        let (idx, errors, rebuilt, c) = (&handles[0], &errors, &rebuilt, &repairer);
+        Box::pin(async move {
+            // A monitor: reconnects (a heartbeat each) until the node is down, then until it
+            // is back.
+            while c.reconnect(node).await.is_ok() {}
+            while c.reconnect(node).await.is_err() {}
+            match idx.recover_memory_node(c, node).await {
+                Ok(()) => rebuilt.set(true),
+                Err(e) => errors.borrow_mut().push(format!("rebuilding node {node}: {e}")),
+            }
+        }) as Task
+    });
     let tasks = clients.iter().zip(seeds).enumerate().map(|(i, (c, s))| {
         let (idx, history, errors, now, completed) =
             (&handles[i % cns as usize], &history, &errors, &now, &completed);
@@ -345,7 +392,8 @@ where
             }
         }) as Task
     });
-    let out = sim.run_until(tasks, start + cfg.deadline_ns);
+    let repairing = repair.is_some();
+    let out = sim.run_until(tasks.chain(repair), start + cfg.deadline_ns);
     if let Some(e) = errors.into_inner().into_iter().next() {
         bail!("an operation failed: {e}");
     }
@@ -357,6 +405,23 @@ where
             cfg.clients,
             cfg.deadline_ns / 1_000_000
         );
+    }
+    if cfg.memory_node_restart_ns > 0 {
+        // Every key once more, after the rebuild: what the rebuilt replicas serve is checked too.
+        let reader = sim.client_on_own_thread(0);
+        let rec = Recorder {
+            now: &now,
+            history: Some(&history),
+            client: u32::MAX - 1,
+            value_size: cfg.value_size,
+        };
+        sim.set_faults(Faults::default());
+        sim.block_on(async {
+            for k in 0..cfg.universe() {
+                rec.search(&handles[1], &reader, &cfg.key(k)).await?;
+            }
+            Ok::<(), IndexError>(())
+        })?;
     }
     let held = sim.words_held_by_crashed();
     let stuck_on_held_lock = out
@@ -377,6 +442,8 @@ where
             stuck: out.stuck.len(),
             stuck_on_held_lock,
             memory_node_crash,
+            rebuilt: rebuilt.get(),
+            rebuild_crashed: repairing && out.crashed.contains(&cfg.clients),
             trace_hash: sim.trace_hash(),
         }),
         Err(v) => bail!("history is not linearizable: {v}"),
