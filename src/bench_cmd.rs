@@ -136,6 +136,21 @@ pub struct BenchArgs {
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     json: bool,
+    /// Crash a memory node this many µs into the run phase (--transport sim; an index that
+    /// replicates across memory nodes).
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    mn_crash_us: Option<u64>,
+    /// The memory node --mn-crash-us crashes (not node 0, which holds the root table).
+    #[arg(long, value_name = "NODE", default_value_t = 1)]
+    mn_crash_node: u16,
+    /// Restart the crashed node empty this many µs after its crash; a monitor client then
+    /// rebuilds it while the workload goes on, and the report gives the rebuild's times.
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    mn_restart_us: Option<u64>,
+    /// Count the run phase's completions per interval of this many µs (--transport sim; in the
+    /// JSON report's `timeline`).
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    timeline_us: Option<u64>,
 }
 
 pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
@@ -183,7 +198,34 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         },
         attach: a.attach,
         fast_load: a.fast_load,
+        mn_fault: a.mn_crash_us.map(|us| dmindex_bench::MnFault {
+            node: a.mn_crash_node,
+            crash_ns: us * 1000,
+            restart_ns: a.mn_restart_us.map(|r| r * 1000),
+        }),
+        timeline_ns: a.timeline_us.unwrap_or(0) * 1000,
     };
+    let faulty = a.mn_crash_us.is_some() || a.mn_restart_us.is_some() || a.timeline_us.is_some();
+    if faulty && a.transport != "sim" {
+        bail!("--mn-crash-us, --mn-restart-us and --timeline-us go with --transport sim");
+    }
+    if a.mn_restart_us.is_some() && a.mn_crash_us.is_none() {
+        bail!("--mn-restart-us needs --mn-crash-us (only a crashed node restarts)");
+    }
+    if a.mn_crash_us.is_some() {
+        if a.mn_crash_node == 0 || a.mn_crash_node >= a.mns {
+            bail!(
+                "--mn-crash-node {}: pick a memory node from 1 to {} (node 0 holds the root table; \
+                 --mns is {})",
+                a.mn_crash_node,
+                a.mns.saturating_sub(1),
+                a.mns
+            );
+        }
+        if !dmindex_catalog::find(&a.index)?.survives_mn_crash {
+            bail!("--mn-crash-us: {} does not replicate across memory nodes", a.index);
+        }
+    }
     if a.fast_load && a.transport != "sim" {
         bail!("--fast-load goes with --transport sim");
     }

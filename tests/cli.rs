@@ -824,3 +824,60 @@ fn perf_reports_every_operation_against_the_floor() {
         assert!(r["round_trips_per_op"].as_f64().unwrap() >= 1.0, "{r}");
     }
 }
+
+/// A memory node crashes mid-run, restarts and is rebuilt by a monitor client: the report says
+/// when, how long the rebuild took, and how many operations completed in each interval.
+#[test]
+fn bench_crashes_restarts_and_rebuilds_a_memory_node() {
+    let v = json(&dmindex(&[
+        "bench",
+        "--index",
+        "histore",
+        "--transport",
+        "sim",
+        "--mns",
+        "4",
+        "--items",
+        "5000",
+        "--ops",
+        "40000",
+        "--workload",
+        "a",
+        "--clients",
+        "4",
+        "--mn-crash-us",
+        "1000",
+        "--mn-restart-us",
+        "300",
+        "--timeline-us",
+        "200",
+        "--json",
+    ]));
+    let r = &v["recovery"];
+    let at = |f: &str| r[f].as_u64().unwrap_or_else(|| panic!("{f} in {r}"));
+    assert_eq!(
+        (r["node"].as_u64(), at("crashed_ns"), at("restarted_ns")),
+        (Some(1), 1_000_000, 1_300_000)
+    );
+    assert!(at("rebuild_start_ns") >= 1_300_000 && at("rebuild_end_ns") > at("rebuild_start_ns"));
+    assert!(r["rebuild_wall_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["index_stats"]["rebuilds"], 1);
+    let t = &v["timeline"];
+    assert_eq!(t["interval_ns"], 200_000);
+    let ops: u64 = t["ops"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).sum();
+    assert_eq!(ops, 40_000, "every completion in some interval");
+    let sim = ["--transport", "sim", "--mns", "4"];
+    for bad in [
+        &["--index", "histore", "--transport", "local", "--mn-crash-us", "10"][..],
+        &[&sim[..], &["--index", "histore", "--mn-crash-us", "10", "--mn-crash-node", "0"]]
+            .concat(),
+        &[&sim[..], &["--index", "histore", "--mn-restart-us", "10"]].concat(),
+        &[&sim[..], &["--index", "chime", "--mn-crash-us", "10"]].concat(),
+    ] {
+        let out = dmindex(&[&["bench", "--items", "100"][..], bad].concat());
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--mn-"), "{bad:?}");
+    }
+    let out = dmindex(&["check", "--index", "histore", "--mns", "4", "--mn-restart-us", "10"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -19,7 +19,7 @@ use crate::report::{summarise, Finished, Phase};
 use crate::runner::{ClientMetrics, OpSource, TaskEnv};
 use crate::{
     chunk_size, client_phase, index_config, planned_sources, progress_bar, services, BenchConfig,
-    BenchReport, Plan, Runnable, RunnableScans,
+    BenchReport, Plan, Recovery, Runnable, RunnableScans,
 };
 
 pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
@@ -58,11 +58,46 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     let now = || sim.now_ns();
     let shared = Shared::new(plan.spec.clone(), plan.format, plan.items, plan.ops);
 
+    let monitor = sim.client_on_own_thread(0);
+    let recovery = RefCell::new(None);
     let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
         let bar = progress_bar(cfg, total, name);
         // The simulation runs on this one thread: one set of histograms for every task.
         let metrics = RefCell::new(ClientMetrics::default());
         let (t0, v0) = (sim.now_ns(), clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>());
+        if !load {
+            let mut m = metrics.borrow_mut();
+            (m.timeline_from, m.timeline_ns) = (t0, cfg.timeline_ns);
+        }
+        let fault = cfg.mn_fault.as_ref().filter(|_| !load);
+        if let Some(f) = fault {
+            sim.crash_memory_node(f.node, t0 + f.crash_ns).map_err(anyhow::Error::msg)?;
+            if let Some(r) = f.restart_ns {
+                sim.restart_memory_node(f.node, t0 + f.crash_ns + r).map_err(anyhow::Error::msg)?;
+            }
+            *recovery.borrow_mut() = Some(Recovery {
+                node: f.node,
+                crashed_ns: f.crash_ns,
+                restarted_ns: f.restart_ns.map(|r| f.crash_ns + r),
+                ..Recovery::default()
+            });
+        }
+        let rebuild = fault.filter(|f| f.restart_ns.is_some()).map(|f| {
+            let (idx, c, recovery, node, sim) = (&handles[0], &monitor, &recovery, f.node, &sim);
+            Box::pin(async move {
+                while c.reconnect(node).await.is_ok() {}
+                while c.reconnect(node).await.is_err() {}
+                let (start, wall) = (sim.now_ns(), Instant::now());
+                let r = PointIndex::<SimTransport>::recover_memory_node(idx, c, node).await;
+                let mut rec = recovery.borrow_mut();
+                let rec = rec.as_mut().expect("set with the fault");
+                rec.rebuild_start_ns = Some(start - t0);
+                if r.is_ok() {
+                    rec.rebuild_end_ns = Some(sim.now_ns() - t0);
+                    rec.rebuild_wall_s = Some(wall.elapsed().as_secs_f64());
+                }
+            }) as Task
+        });
         let tasks = clients.iter().enumerate().map(|(i, (cn, c))| {
             let (idx, bar, metrics, now, shared) =
                 (&handles[*cn as usize], &bar, &metrics, &now, &shared);
@@ -73,7 +108,7 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
                 client_phase::<_, _, S>(plan, shared, idx, c, &env, (i, n), load, None).await;
             }) as Task
         });
-        let out = sim.run(tasks);
+        let out = sim.run(tasks.chain(rebuild));
         bar.finish_and_clear();
         if !out.all_finished() {
             bail!("{name} phase did not finish: {out:?}");
@@ -96,7 +131,15 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
         cfg,
         plan,
         &handles,
-        Finished { load, run, run_seconds, remote_bytes, load_factor: lf, preset },
+        Finished {
+            load,
+            run,
+            run_seconds,
+            remote_bytes,
+            load_factor: lf,
+            preset,
+            recovery: recovery.into_inner(),
+        },
     )
 }
 
@@ -203,7 +246,15 @@ where
         cfg,
         plan,
         &handles,
-        Finished { load, run, run_seconds, remote_bytes, load_factor: lf, preset: None },
+        Finished {
+            load,
+            run,
+            run_seconds,
+            remote_bytes,
+            load_factor: lf,
+            preset: None,
+            recovery: None,
+        },
     )
 }
 

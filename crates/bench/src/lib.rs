@@ -10,10 +10,12 @@
 
 mod drive;
 pub mod experiment;
+pub mod fault;
 pub mod plot;
 mod report;
 pub mod runner;
 
+pub use fault::{MnFault, Recovery, Timeline};
 pub use report::{BenchReport, Latency, OpBreakdown};
 
 use std::path::PathBuf;
@@ -93,6 +95,10 @@ pub struct BenchConfig {
     /// Fill memory by fast-forward (`sim`): the load phase runs through the index's own inserts
     /// with verbs acting at once, outside the model, and is not timed.
     pub fast_load: bool,
+    /// A memory node crashes (and may restart to be rebuilt) during the run phase (`sim`).
+    pub mn_fault: Option<MnFault>,
+    /// Count the run phase's completions per interval of this many ns (`sim`; 0: no timeline).
+    pub timeline_ns: u64,
 }
 
 impl Default for BenchConfig {
@@ -130,6 +136,8 @@ impl Default for BenchConfig {
             token: Vec::new(),
             attach: false,
             fast_load: false,
+            mn_fault: None,
+            timeline_ns: 0,
         }
     }
 }

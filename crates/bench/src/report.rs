@@ -75,6 +75,12 @@ pub struct BenchReport {
     pub per_op: Vec<OpBreakdown>,
     /// Seconds of real time the run phase took.
     pub run_seconds: f64,
+    /// The memory node that failed during the run phase, and its rebuild (`--mn-crash-us`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<crate::Recovery>,
+    /// Run-phase completions per interval (`--timeline-us`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<crate::Timeline>,
 }
 
 impl BenchReport {
@@ -150,6 +156,9 @@ impl BenchReport {
                 o.bytes_written_per_op
             );
         }
+        if let Some(r) = &self.recovery {
+            s += &r.table();
+        }
         s
     }
 }
@@ -173,6 +182,7 @@ pub(crate) struct Finished {
     pub(crate) remote_bytes: u64,
     pub(crate) load_factor: Option<f64>,
     pub(crate) preset: Option<String>,
+    pub(crate) recovery: Option<crate::Recovery>,
 }
 
 pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
@@ -181,7 +191,7 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
     handles: &[I],
     f: Finished,
 ) -> anyhow::Result<BenchReport> {
-    let Finished { load, run, run_seconds, remote_bytes, load_factor, preset } = f;
+    let Finished { load, run, run_seconds, remote_bytes, load_factor, preset, recovery } = f;
     if let Some(e) = load.metrics.first_error.as_ref().or(run.metrics.first_error.as_ref()) {
         bail!("an operation failed: {e}");
     }
@@ -252,5 +262,8 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         ),
         per_op,
         run_seconds,
+        recovery,
+        timeline: (m.timeline_ns > 0)
+            .then(|| crate::Timeline { interval_ns: m.timeline_ns, ops: m.timeline.clone() }),
     })
 }

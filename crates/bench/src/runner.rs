@@ -70,6 +70,10 @@ pub struct ClientMetrics {
     pub verbs: Vec<OpCost>,
     pub failures: u64,
     pub first_error: Option<IndexError>,
+    /// Completions per interval of `timeline_ns` from `timeline_from` (0: not kept).
+    pub timeline: Vec<u64>,
+    pub timeline_from: u64,
+    pub timeline_ns: u64,
 }
 
 impl Default for ClientMetrics {
@@ -82,6 +86,9 @@ impl Default for ClientMetrics {
             verbs: vec![OpCost::default(); n],
             failures: 0,
             first_error: None,
+            timeline: Vec::new(),
+            timeline_from: 0,
+            timeline_ns: 0,
         }
     }
 }
@@ -107,6 +114,12 @@ impl ClientMetrics {
             *a += *b;
         }
         self.failures += o.failures;
+        if self.timeline.len() < o.timeline.len() {
+            self.timeline.resize(o.timeline.len(), 0);
+        }
+        for (a, b) in self.timeline.iter_mut().zip(&o.timeline) {
+            *a += b;
+        }
         if self.first_error.is_none() {
             self.first_error = o.first_error;
         }
@@ -221,7 +234,15 @@ fn record<T: Transport>(
     let mut m = env.metrics.borrow_mut();
     let ok = match r {
         Ok(found) => {
-            m.record(kind, found, (env.rec.now)() - t0, c.stats().cost() - v0);
+            let now = (env.rec.now)();
+            m.record(kind, found, now - t0, c.stats().cost() - v0);
+            if let Some(i) = (now - m.timeline_from).checked_div(m.timeline_ns) {
+                let i = i as usize;
+                if m.timeline.len() <= i {
+                    m.timeline.resize(i + 1, 0);
+                }
+                m.timeline[i] += 1;
+            }
             true
         }
         Err(e) => {
