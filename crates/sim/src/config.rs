@@ -65,6 +65,18 @@
 //! no per-verb figure; its YCSB C gap between Marlin and Dolphin, 2.4 µs of P50 for one extra
 //! READ, agrees with a ≈ 2 µs loaded round trip). The topology (4 CNs × 18 clients, 4 memory
 //! nodes) belongs to the experiment's scale, not to the preset.
+//!
+//! # The `histore-testbed` preset
+//!
+//! The HiStore paper (arXiv '22, §5.1) runs five servers with one 100 Gbps ConnectX-5
+//! InfiniBand NIC each behind one 100 Gbps switch: one data server, three index servers (a
+//! primary and two backups) and one client machine, with four RPC threads and four worker
+//! threads on each index server. Same NIC class and fabric as the SepHash testbed (`one_way_ns`
+//! 850, `header_bytes` 42, `nic_mops` 100, *assumed by analogy*: the paper gives no per-verb
+//! figure). `mn_cores` is 8, the RPC and worker threads together; `rpc_ns` stays 1500 (eRPC's
+//! per-request cost on a 2.5 GHz Xeon, as for `chime-testbed`) until HiStore's services charge
+//! their own CPU. The placement (1 data + 3 index nodes, one client machine) belongs to the
+//! experiment's scale.
 
 use serde::{Deserialize, Serialize};
 
@@ -125,6 +137,11 @@ impl NetParams {
         }
     }
 
+    /// The HiStore testbed: the SepHash testbed's NIC and fabric, 8 threads per index server.
+    pub fn histore_testbed() -> NetParams {
+        NetParams { mn_cores: 8, ..NetParams::sephash_testbed() }
+    }
+
     /// The Dolphin testbed: the SepHash testbed's NIC and fabric (module docs).
     pub fn dolphin_testbed() -> NetParams {
         NetParams::sephash_testbed()
@@ -154,6 +171,7 @@ impl NetParams {
             "chime-calibrated" => Ok(NetParams::chime_calibrated()),
             "sephash-testbed" | "sephash" => Ok(NetParams::sephash_testbed()),
             "dolphin-testbed" | "dolphin" => Ok(NetParams::dolphin_testbed()),
+            "histore-testbed" | "histore" => Ok(NetParams::histore_testbed()),
             "stress" => Ok(NetParams::stress()),
             _ => Err(format!("unknown fabric preset '{name}' (known: {})", PRESETS.join(", "))),
         }
@@ -205,8 +223,14 @@ impl NetParams {
 }
 
 /// Names accepted by [`NetParams::preset`].
-pub const PRESETS: &[&str] =
-    &["chime-testbed", "chime-calibrated", "sephash-testbed", "dolphin-testbed", "stress"];
+pub const PRESETS: &[&str] = &[
+    "chime-testbed",
+    "chime-calibrated",
+    "sephash-testbed",
+    "dolphin-testbed",
+    "histore-testbed",
+    "stress",
+];
 
 /// The preset runs use when none is named: the RDMA testbed of the CHIME paper (the first of
 /// [`PRESETS`]).

@@ -56,6 +56,8 @@ enum EventKind {
     Complete,
     /// A crashed memory node comes back empty (`op` is the node).
     Restart,
+    /// A request's reply leaves its memory node.
+    Reply,
 }
 
 /// One scheduled instant. Ordered by time, then by the order it was scheduled in (`seq` is
@@ -112,6 +114,8 @@ pub(crate) struct Op {
     /// The incarnation of its memory node it reached: effects scheduled for an earlier
     /// incarnation are dropped when the node has restarted since.
     incarnation: u32,
+    /// A request's reply bytes, once served.
+    reply_len: u64,
 }
 
 /// Why a memory node never answers an op.
@@ -322,6 +326,7 @@ impl World {
             waker: None,
             posted_at: self.now,
             incarnation: 0,
+            reply_len: 0,
         };
         match self.free_ops.pop() {
             Some(i) => {
@@ -473,6 +478,10 @@ impl World {
             }
             EventKind::Complete => self.complete(ev.op),
             EventKind::Restart => self.restart(ev.op as usize, regions, services),
+            EventKind::Reply => {
+                let bytes = self.net.header_bytes + self.ops[ev.op as usize].reply_len.max(64);
+                self.respond(ev.op, self.now, bytes);
+            }
         }
         true
     }
@@ -653,8 +662,10 @@ impl World {
                 0
             }
         };
-        let end = self.now + served.done_ps;
-        self.respond(i, end, self.net.header_bytes + reply_len.max(64));
+        // The reply goes on the wire when it leaves, not now: a request that waits on peers
+        // must not hold the client's receive link ahead of replies that leave before it.
+        self.ops[i as usize].reply_len = reply_len;
+        self.schedule(self.now + served.done_ps, EventKind::Reply, i, 0);
     }
 
     /// Fails op `i`, which its memory node will never answer, once its client's wait runs out.

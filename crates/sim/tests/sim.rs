@@ -584,3 +584,30 @@ fn restarted_memory_node_is_empty_and_needs_a_reconnect() {
     let b = GlobalAddr::new(1, 1 << 20);
     s.block_on(async { c.write(b, &[1; 8]).await.unwrap() });
 }
+
+/// A request that waits long on a peer (here a crashed one, 100 µs) does not hold its compute
+/// node's receive link: a READ another client of that compute node posts meanwhile completes in
+/// its own round trip.
+#[test]
+fn a_slow_reply_does_not_delay_replies_that_leave_before_it() {
+    use std::cell::Cell;
+    let mut net = NetParams::chime_testbed();
+    net.jitter_ns = 0;
+    let s = relay_sim(&net);
+    let (slow, fast) = (s.client_on_own_thread(0), s.client_on_own_thread(0));
+    s.crash_memory_node(2, s.now_ns()).unwrap();
+    let t0 = s.now_ns();
+    let read_done = Cell::new(0);
+    let tasks = [
+        Box::pin(async {
+            assert!(slow.call(0, RELAY, &[0, 2]).await.is_err(), "node 2 is down");
+        }) as dmindex_sim::Task,
+        Box::pin(async {
+            fast.read_word(GlobalAddr::new(1, 1 << 20)).await.unwrap();
+            read_done.set(s.now_ns() - t0);
+        }) as dmindex_sim::Task,
+    ];
+    assert!(s.run(tasks).all_finished());
+    assert!(s.now_ns() - t0 >= 100_000, "the relay waited out the timeout");
+    assert!(read_done.get() < 10_000, "the READ took {} ns", read_done.get());
+}

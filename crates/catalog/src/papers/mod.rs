@@ -2,12 +2,13 @@
 
 mod chime;
 mod dolphin;
+mod histore;
 mod sephash;
 
 use dmindex_bench::experiment::{Experiment, Paper};
 
 /// Every paper whose figures `dmindex experiment` reproduces.
-pub static PAPERS: &[&Paper] = &[&chime::PAPER, &sephash::PAPER, &dolphin::PAPER];
+pub static PAPERS: &[&Paper] = &[&chime::PAPER, &sephash::PAPER, &dolphin::PAPER, &histore::PAPER];
 
 /// The paper called `name`; the error names the known ones.
 pub fn paper(name: &str) -> anyhow::Result<&'static Paper> {
