@@ -4,20 +4,12 @@
 
 use dmindex_fabric::NodeId;
 use dmindex_histore::HiStore;
-use dmindex_index::{mn_services, IndexConfig, IndexStats, PointIndex, RangeIndex};
-use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport};
+use dmindex_index::{mn_services, IndexConfig, PointIndex, RangeIndex};
+use dmindex_sim::{NetParams, Sim, SimConfig};
 
-fn key(n: u64) -> [u8; 8] {
-    n.to_be_bytes()
-}
+mod common;
 
-fn stats(ix: &HiStore) -> IndexStats {
-    <HiStore as PointIndex<SimTransport>>::stats(ix)
-}
-
-fn stat(s: &IndexStats, name: &str) -> u64 {
-    s.extra.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).expect("a counter of that name")
-}
+use common::{key, stat, stats};
 
 #[test]
 fn primary_then_backup_crash_loses_no_acknowledged_write() {

@@ -7,20 +7,12 @@ use std::cell::Cell;
 
 use dmindex_fabric::NodeId;
 use dmindex_histore::HiStore;
-use dmindex_index::{mn_services, IndexConfig, IndexStats, PointIndex, RangeIndex};
-use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
+use dmindex_index::{mn_services, IndexConfig, PointIndex, RangeIndex};
+use dmindex_sim::{NetParams, Sim, SimConfig, Task};
 
-fn key(n: u64) -> [u8; 8] {
-    n.to_be_bytes()
-}
+mod common;
 
-fn stats(ix: &HiStore) -> IndexStats {
-    <HiStore as PointIndex<SimTransport>>::stats(ix)
-}
-
-fn stat(s: &IndexStats, name: &str) -> u64 {
-    s.extra.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).expect("a counter of that name")
-}
+use common::{key, stat, stats};
 
 fn cluster(seed: u64) -> Sim {
     let net = NetParams::preset("stress").unwrap();
