@@ -337,7 +337,9 @@ mod tests {
         assert!(p.set("one_way_ns").unwrap_err().contains("name=value"));
         assert!(NetParams::preset("nope")
             .unwrap_err()
-            .contains("chime-testbed, chime-calibrated, sephash-testbed, dolphin-testbed, stress"));
+            .contains("chime-testbed, chime-calibrated, sephash-testbed, dolphin-testbed, histore-testbed, stress"));
+        let h = NetParams::preset("histore-testbed").unwrap();
+        assert_eq!((h.mn_cores, h.one_way_ns), (8, NetParams::sephash_testbed().one_way_ns));
         let d = NetParams::preset("dolphin-testbed").unwrap();
         assert_eq!(
             (d.one_way_ns, d.header_bytes, d.nic_mops, d.link_gbps),
