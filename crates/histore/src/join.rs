@@ -194,6 +194,9 @@ impl Replica {
                 }
             }
             let n = rd.u32()? as u64;
+            if st.retired {
+                return Err(Refused::Stale);
+            }
             for _ in 0..n {
                 let key: Box<[u8]> = rd.key()?.into();
                 let word = rd.u64()?;

@@ -135,3 +135,47 @@ impl<const MODE: u8> Store<MODE> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use dmindex_index::{mn_services, IndexConfig, PointIndex, RangeIndex};
+    use dmindex_sim::{NetParams, Sim, SimConfig};
+
+    use crate::HiStore;
+
+    /// A replica the view dropped while its node was alive (a wrong suspicion, a healed
+    /// partition) is replaced on its node by a rebuild, and serves again.
+    #[test]
+    fn a_replica_dropped_by_a_wrong_suspicion_rejoins() {
+        let net = NetParams::preset("stress").unwrap();
+        let services = mn_services(net.mn_cores, crate::SERVICES).unwrap();
+        let config = SimConfig { memory_nodes: 4, node_size: 64 << 20, ..SimConfig::new(3, net) };
+        let sim = Sim::with_services(config, services).unwrap();
+        let c = sim.client_on_own_thread(0);
+        let cfg = IndexConfig { expected_items: 500, ..IndexConfig::default() };
+        let ix = sim.block_on(<HiStore as PointIndex<_>>::create(&c, &cfg, 0)).unwrap();
+        let key = |n: u64| n.to_be_bytes();
+        sim.block_on(async {
+            for n in 1..=100u64 {
+                ix.insert(&c, &key(n), &n.to_le_bytes()).await.unwrap();
+            }
+            // Node 2 (backup replica 1) is suspected, wrongly: it stays up with its old state.
+            let v = ix.view(0);
+            let next = ix.without_node(&c, 0, v, 2).await.unwrap();
+            assert!(!ix.drive(&c, 0, next).await.unwrap().has(1));
+            for n in 101..=200u64 {
+                ix.insert(&c, &key(n), &n.to_le_bytes()).await.unwrap();
+            }
+            assert_eq!(ix.rebuild_node(&c, 2).await.unwrap(), 1, "replaced and rejoined");
+            assert!(ix.view(0).has(1));
+        });
+        // Only the rejoined replica is left to serve scans.
+        sim.crash_memory_node(3, sim.now_ns()).unwrap();
+        let mut out = Vec::new();
+        sim.block_on(ix.scan(&c, &key(1), 1000, &mut out)).unwrap();
+        assert_eq!(out.len(), 200);
+        assert!(out.iter().zip(1..).all(|((k, v), n): (&(Vec<u8>, Vec<u8>), u64)| {
+            k[..] == key(n) && v[..] == n.to_le_bytes()
+        }));
+    }
+}

@@ -182,6 +182,8 @@ pub(crate) struct PartState {
     /// start is known (from the first SHIP or the snapshot).
     pub(crate) loading: bool,
     pub(crate) based: bool,
+    /// Replaced by a replacement on the same table ([`Replica::retire`]): changes nothing more.
+    pub(crate) retired: bool,
 }
 
 impl Replica {
@@ -204,6 +206,7 @@ impl Replica {
                     learners: Vec::new(),
                     loading: joining.is_some(),
                     based: false,
+                    retired: false,
                 }),
             })
             .collect();
@@ -218,6 +221,15 @@ impl Replica {
             }
         });
         Replica { setup, table, serving, parts, snapshots: Mutex::new(HashMap::new()) }
+    }
+
+    /// Stops this replica from changing its structures (and its table) from now on, whatever
+    /// requests are still running on it: a replacement is about to take its table over. Every
+    /// change happens under a partition lock, which this takes in turn.
+    pub(crate) fn retire(&self) {
+        for p in 0..self.parts.len() {
+            self.lock(p).retired = true;
+        }
     }
 
     /// This replica's node.
@@ -563,6 +575,9 @@ impl PartState {
         setup: &Setup,
         through: u64,
     ) -> Result<(), ServiceError> {
+        if self.retired {
+            return Err(ServiceError::Failed("this replica was replaced".into()));
+        }
         while self.applied < through {
             let e = self.log.pop_front().expect("entries up to `appended` are in the log");
             let existed = self.structure.apply(ctx.memory, setup.place(&e.key).bucket, &e)?;

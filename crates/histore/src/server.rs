@@ -38,9 +38,10 @@ impl Server {
     }
 
     /// SETUP: a fresh replica (and its hash table, if it keeps one); answers the table's
-    /// offset. JOIN: the same as a replacement learning a view ([`crate::join`]); a
-    /// replacement that is there already (a driver that started over) is replaced, on the same
-    /// table, but a member is not.
+    /// offset. JOIN: the same as a replacement learning a view ([`crate::join`]). A replica that
+    /// is there already but out of that view (a replacement whose driver started over, or a
+    /// member dropped on a wrong suspicion) is retired and replaced on the same table; one that
+    /// adopted the view or a later one is not.
     fn setup(
         &self,
         ctx: &MnContext<'_>,
@@ -82,23 +83,29 @@ impl Server {
         };
         let mut map = self.replicas.write().expect("replica map");
         let key = (ctx.node, h.store, h.group, h.replica);
-        let old =
-            map.get(&key).map(|old| (old.table, old.serving.lock().expect("view lock").joining));
-        let table = match old {
-            Some((_, false)) if joining.is_some() => return Ok(vec![proto::STALE]),
-            Some(_) if joining.is_none() => {
+        let old = map.get(&key).cloned();
+        let table = match (old, joining) {
+            (Some(_), None) => {
                 return Err(ServiceError::Failed(format!(
                     "replica {} of group {} of the store at root slot {} already exists here",
                     h.replica, h.group, h.store
                 )))
             }
-            Some((table, _)) => {
-                if let Some(t) = table {
+            (Some(old), Some(v)) => {
+                // A replacement that started over, or a member the view dropped while it was
+                // alive (a wrong suspicion): both are out of `v`. One that adopted `v` or a
+                // later view is not.
+                let s = *old.serving.lock().expect("view lock");
+                if !s.joining && s.view.epoch >= v.epoch {
+                    return Ok(vec![proto::STALE]);
+                }
+                old.retire();
+                if let Some(t) = old.table {
                     zero(ctx.memory, t.offset, t.buckets * BUCKET);
                 }
-                table
+                old.table
             }
-            None if mode.table_at(h.replica as usize) => {
+            (None, _) if mode.table_at(h.replica as usize) => {
                 let bytes =
                     buckets.checked_mul(BUCKET).ok_or_else(|| bad(format!("{buckets} buckets")))?;
                 Some(TableAt {
@@ -107,7 +114,7 @@ impl Server {
                     buckets,
                 })
             }
-            None => None,
+            (None, _) => None,
         };
         map.insert(key, Arc::new(Replica::new(setup, table, joining)));
         let offset = table.map_or(0, |t| t.offset).to_le_bytes();
