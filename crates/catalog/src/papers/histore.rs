@@ -12,6 +12,7 @@
 //! paper's servers (the simulated network's share is reported beside it in the JSON).
 
 use dmindex_bench::experiment::{chart, lines, mops, Experiment, Paper, Scale, Session};
+use dmindex_bench::plot::Series;
 use dmindex_bench::{BenchConfig, MnFault};
 
 pub static PAPER: Paper = Paper {
@@ -25,6 +26,11 @@ pub static PAPER: Paper = Paper {
             name: "recovery",
             figure: "Fig. 13: recovery time of the primary and of a backup vs keys",
             body: recovery,
+        },
+        Experiment {
+            name: "timeline",
+            figure: "§5.5 as a time series: throughput before, during and after the primary crashes, restarts and is rebuilt (the issue's run over UCX, on the simulator)",
+            body: timeline,
         },
         Experiment {
             name: "degraded",
@@ -93,6 +99,29 @@ fn recovery(s: &mut Session<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Width of the timeline's intervals.
+const INTERVAL_NS: u64 = 250_000;
+
+/// YCSB A's mix with the primary crashing 5 ms into the run and restarting 2 ms later; the
+/// completions per 250 µs, as Mops/s against ms.
+fn timeline(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let mut c = base(s, "histore", "read=0.5,update=0.5");
+    c.ops = Some(s.scale.ops * 4);
+    c.mn_fault = Some(MnFault { node: PRIMARY, crash_ns: 5_000_000, restart_ns: Some(2_000_000) });
+    c.timeline_ns = INTERVAL_NS;
+    let run = s.go("histore", 0.0, c)?;
+    let t = run.report.timeline.clone().ok_or_else(|| anyhow::anyhow!("no timeline"))?;
+    let ms = |i: usize| (i as u64 * t.interval_ns) as f64 / 1e6;
+    let points =
+        t.ops.iter().enumerate().map(|(i, &n)| (ms(i), n as f64 * 1e3 / t.interval_ns as f64));
+    let series = vec![Series { name: "histore".into(), points: points.collect() }];
+    s.chart(
+        "timeline",
+        chart("Primary crash at 5 ms, restart at 7 ms, rebuilt after", "ms", "Mops/s", series),
+    );
+    Ok(())
+}
+
 /// PUT, GET and SCAN as the paper's db_bench runs them: updates of loaded keys, reads, scans.
 const OPS: [(&str, &str); 3] = [("PUT", "update=1"), ("GET", "read=1"), ("SCAN", "scan=1")];
 
@@ -149,6 +178,12 @@ mod tests {
             assert_eq!(r.report.index_stats.get("rebuilds"), Some(&1));
         }
         assert_eq!(s.runs[2].report.items, 12_000, "1, 2 and 4 times the scale's keys");
+        s.runs.clear();
+        timeline(&mut s).unwrap();
+        let r = &s.runs[0].report;
+        let t = r.timeline.as_ref().expect("a timeline");
+        assert_eq!(t.ops.iter().sum::<u64>(), r.ops, "every completion in some interval");
+        assert!(r.recovery.as_ref().is_some_and(|x| x.rebuild_end_ns.is_some()));
         s.runs.clear();
         degraded(&mut s).unwrap();
         assert_eq!(s.runs.len(), 9);
