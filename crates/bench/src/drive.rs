@@ -58,7 +58,6 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     let now = || sim.now_ns();
     let shared = Shared::new(plan.spec.clone(), plan.format, plan.items, plan.ops);
 
-    let monitor = sim.client_on_own_thread(0);
     let recovery = RefCell::new(None);
     let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
         let bar = progress_bar(cfg, total, name);
@@ -83,12 +82,12 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
             });
         }
         let rebuild = fault.filter(|f| f.restart_ns.is_some()).map(|f| {
-            let (idx, c, recovery, node, sim) = (&handles[0], &monitor, &recovery, f.node, &sim);
+            let (idx, recovery, node, sim) = (&handles[0], &recovery, f.node, &sim);
+            let c = sim.client_on_own_thread(0);
             Box::pin(async move {
-                while c.reconnect(node).await.is_ok() {}
-                while c.reconnect(node).await.is_err() {}
+                c.await_restart(node).await;
                 let (start, wall) = (sim.now_ns(), Instant::now());
-                let r = PointIndex::<SimTransport>::recover_memory_node(idx, c, node).await;
+                let r = PointIndex::<SimTransport>::recover_memory_node(idx, &c, node).await;
                 let mut rec = recovery.borrow_mut();
                 let rec = rec.as_mut().expect("set with the fault");
                 rec.rebuild_start_ns = Some(start - t0);

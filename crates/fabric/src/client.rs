@@ -326,6 +326,14 @@ impl<T: Transport> Client<T> {
         self.transport.reconnect(node).await
     }
 
+    /// A monitor's wait for memory node `node` to restart: reconnects (a heartbeat each round
+    /// trip) until the node stops answering, then until it answers again, and returns connected
+    /// to the new incarnation. Returns only once the node has gone down and come back.
+    pub async fn await_restart(&self, node: NodeId) {
+        while self.reconnect(node).await.is_ok() {}
+        while self.reconnect(node).await.is_err() {}
+    }
+
     /// Allocates `len` zeroed bytes of remote memory aligned to `align` (a power of two, at most
     /// 1 GiB). Carved from the client's current chunk; a new chunk is taken from the memory nodes
     /// round-robin when it runs out (one two-sided request). Remote memory is never freed.

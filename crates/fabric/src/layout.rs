@@ -109,6 +109,15 @@ pub fn format(region: &dyn MnMemory, node: NodeId) {
     region.write(0, &sb.encode());
 }
 
+/// Formats `region` afresh for node `node` (the node restarted empty): zeroes everything the
+/// superblock says was in use (the fixed area and the heap handed out), then [`format`]s it.
+pub fn reformat(region: &dyn MnMemory, node: NodeId) {
+    let mut top = [0u8; 8];
+    region.read(HEAP_TOP_OFFSET, &mut top);
+    region.zero(0, u64::from_le_bytes(top).min(region.size()));
+    format(region, node);
+}
+
 /// Heap bytes the allocation service has handed out on this node.
 pub fn heap_used(region: &Region) -> u64 {
     region.load_word(HEAP_TOP_OFFSET) - HEAP_START

@@ -229,6 +229,16 @@ pub trait MnMemory: Sync {
     fn write(&self, offset: u64, data: &[u8]);
     /// Atomic verb on an aligned word; returns the old word.
     fn atomic(&self, offset: u64, op: AtomicOp) -> u64;
+    /// Zeroes `len` bytes at `offset` (memory handed out again: a restarted node, a reused table).
+    fn zero(&self, offset: u64, len: u64) {
+        let zeros = [0u8; 4096];
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(zeros.len() as u64);
+            self.write(offset + at, &zeros[..n as usize]);
+            at += n;
+        }
+    }
 }
 
 impl MnMemory for Region {

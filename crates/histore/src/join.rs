@@ -49,13 +49,14 @@ impl Replica {
     pub(crate) fn learning(&self, epoch: u32) -> Result<bool, Refused> {
         let s = *self.serving.lock().expect("view lock");
         if !s.joining {
-            if s.learned == Some(epoch) {
-                // The old leader's last turns in the view this replica learned: members that
-                // have not adopted the next view yet may still acknowledge them, so they are
-                // logged here too, or this log would have a hole the join cannot see.
-                return Ok(false);
-            }
-            return self.in_view(epoch, false).map(|_| false);
+            // A member takes SHIPs of its view, and a replacement that joined also those of the
+            // view it learned: the old leader's last turns, which members that have not adopted
+            // the next view may still acknowledge (without them its log would have a hole the
+            // join cannot see).
+            return match s.view.epoch == epoch || s.learned == Some(epoch) {
+                true => Ok(false),
+                false => Err(Refused::Stale),
+            };
         }
         match !s.broken && s.view.epoch == epoch {
             true => Ok(true),

@@ -423,8 +423,7 @@ impl Replica {
         }
         r.end()?;
         st.committed = st.committed.max(committed);
-        // A primary handing its role back has applied past what it is told is committed.
-        if !st.loading && st.committed.saturating_sub(st.applied) >= APPLY_BATCH {
+        if !st.loading && st.committed - st.applied >= APPLY_BATCH {
             let through = st.committed;
             st.apply_through(ctx, &self.setup, through)?;
         }
@@ -568,7 +567,9 @@ impl PartState {
         Ok(())
     }
 
-    /// Applies the log through sequence `through`, recording each writer's result.
+    /// Applies the log through sequence `through`, recording each writer's result. What is
+    /// applied counts as committed (a primary applies only what every backup logged), so
+    /// `committed` never falls behind `applied`, also on a primary that becomes a backup.
     pub(crate) fn apply_through(
         &mut self,
         ctx: &MnContext<'_>,
@@ -580,12 +581,14 @@ impl PartState {
         }
         while self.applied < through {
             let e = self.log.pop_front().expect("entries up to `appended` are in the log");
-            let existed = self.structure.apply(ctx.memory, setup.place(&e.key).bucket, &e)?;
+            let writer = e.writer;
+            let existed = self.structure.apply(ctx.memory, setup.place(&e.key).bucket, e)?;
             self.applied += 1;
-            if let Some(w) = self.writers.get_mut(&e.writer).filter(|w| w.pos == self.applied) {
+            if let Some(w) = self.writers.get_mut(&writer).filter(|w| w.pos == self.applied) {
                 w.existed = Some(existed);
             }
         }
+        self.committed = self.committed.max(self.applied);
         Ok(())
     }
 }

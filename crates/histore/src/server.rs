@@ -101,7 +101,7 @@ impl Server {
                 }
                 old.retire();
                 if let Some(t) = old.table {
-                    zero(ctx.memory, t.offset, t.buckets * BUCKET);
+                    ctx.memory.zero(t.offset, t.buckets * BUCKET);
                 }
                 old.table
             }
@@ -122,17 +122,6 @@ impl Server {
             Some(_) => [&[proto::DONE][..], &offset].concat(),
             None => offset.to_vec(),
         })
-    }
-}
-
-/// Zeroes `len` bytes of a node's memory at `offset` (a replacement's table, reused).
-fn zero(memory: &dyn dmindex_fabric::service::MnMemory, offset: u64, len: u64) {
-    let zeros = [0u8; 4096];
-    let mut at = 0;
-    while at < len {
-        let n = (len - at).min(zeros.len() as u64);
-        memory.write(offset + at, &zeros[..n as usize]);
-        at += n;
     }
 }
 

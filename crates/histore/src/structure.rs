@@ -48,22 +48,23 @@ impl Structure {
         Structure::Sorted(Box::default())
     }
 
-    /// Applies one log entry; returns whether its key was present before.
+    /// Applies one log entry (its key moves into the structure); returns whether its key was
+    /// present before.
     pub fn apply(
         &mut self,
         memory: &dyn MnMemory,
         bucket: u64,
-        e: &Entry,
+        e: Entry,
     ) -> Result<bool, ServiceError> {
         match self {
             Structure::Sorted(map) => {
                 let existed = map.contains_key(&e.key);
                 match e.kind {
                     Kind::Upsert => {
-                        map.insert(e.key.clone(), e.word);
+                        map.insert(e.key, e.word);
                     }
                     Kind::Update if existed => {
-                        map.insert(e.key.clone(), e.word);
+                        map.insert(e.key, e.word);
                     }
                     Kind::Update => {}
                     Kind::Delete => {
@@ -86,7 +87,7 @@ impl Structure {
                     }
                     (Kind::Upsert, None) => {
                         let s = claim(memory, at, bucket, e.word)?;
-                        shadow.insert(e.key.clone(), s);
+                        shadow.insert(e.key, s);
                         Ok(false)
                     }
                     (Kind::Update | Kind::Delete, None) => Ok(false),

@@ -114,8 +114,6 @@ pub(crate) struct Op {
     /// The incarnation of its memory node it reached: effects scheduled for an earlier
     /// incarnation are dropped when the node has restarted since.
     incarnation: u32,
-    /// A request's reply bytes, once served.
-    reply_len: u64,
 }
 
 /// Why a memory node never answers an op.
@@ -326,7 +324,6 @@ impl World {
             waker: None,
             posted_at: self.now,
             incarnation: 0,
-            reply_len: 0,
         };
         match self.free_ops.pop() {
             Some(i) => {
@@ -479,7 +476,9 @@ impl World {
             EventKind::Complete => self.complete(ev.op),
             EventKind::Restart => self.restart(ev.op as usize, regions, services),
             EventKind::Reply => {
-                let bytes = self.net.header_bytes + self.ops[ev.op as usize].reply_len.max(64);
+                // The reply (empty if the request failed: the request itself was taken).
+                let len = self.ops[ev.op as usize].buf.len() as u64;
+                let bytes = self.net.header_bytes + len.max(64);
                 self.respond(ev.op, self.now, bytes);
             }
         }
@@ -494,16 +493,7 @@ impl World {
     /// Node `node` restarts now: a new incarnation with zeroed, freshly formatted memory and
     /// services that kept nothing for it. Requests still queued on it are lost.
     fn restart(&mut self, node: usize, regions: &[Region], services: &Services) {
-        let region = &regions[node];
-        let top = region.load_word(dmindex_fabric::layout::HEAP_TOP_OFFSET).min(region.len());
-        let zeros = vec![0u8; 1 << 16];
-        let mut at = 0;
-        while at < top {
-            let n = (top - at).min(zeros.len() as u64);
-            region.write(at, &zeros[..n as usize]);
-            at += n;
-        }
-        dmindex_fabric::layout::format(region, node as u16);
+        dmindex_fabric::layout::reformat(&regions[node], node as u16);
         services.restarted(node as u16);
         self.incarnation[node] += 1;
         self.dead_at[node] = u64::MAX;
@@ -650,21 +640,15 @@ impl World {
             return self.time_out(i, Lost::Crashed);
         }
         let op = &mut self.ops[i as usize];
-        let reply_len = match served.reply {
+        match served.reply {
             Ok(reply) => {
                 self.trace_hash = mix(self.trace_hash, reply.len() as u64);
-                let n = reply.len() as u64;
                 op.buf = reply;
-                n
             }
-            Err(e) => {
-                op.result = Err(e);
-                0
-            }
-        };
+            Err(e) => op.result = Err(e),
+        }
         // The reply goes on the wire when it leaves, not now: a request that waits on peers
         // must not hold the client's receive link ahead of replies that leave before it.
-        self.ops[i as usize].reply_len = reply_len;
         self.schedule(self.now + served.done_ps, EventKind::Reply, i, 0);
     }
 

@@ -339,15 +339,12 @@ where
         }
     }
     let rebuilt = Cell::new(false);
-    let repairer = sim.client_on_own_thread(0);
     let repair = memory_node_crash.filter(|_| cfg.memory_node_restart_ns > 0).map(|(node, _)| {
-        let (idx, errors, rebuilt, c) = (&handles[0], &errors, &rebuilt, &repairer);
+        let (idx, errors, rebuilt) = (&handles[0], &errors, &rebuilt);
+        let c = sim.client_on_own_thread(0);
         Box::pin(async move {
-            // A monitor: reconnects (a heartbeat each) until the node is down, then until it
-            // is back.
-            while c.reconnect(node).await.is_ok() {}
-            while c.reconnect(node).await.is_err() {}
-            match idx.recover_memory_node(c, node).await {
+            c.await_restart(node).await;
+            match idx.recover_memory_node(&c, node).await {
                 Ok(()) => rebuilt.set(true),
                 Err(e) => errors.borrow_mut().push(format!("rebuilding node {node}: {e}")),
             }
