@@ -35,7 +35,7 @@ fn crash_and_rebuild(sim: &Sim, ix: &HiStore, node: NodeId, writes: std::ops::Ra
     let total = writes.end - writes.start;
     let tasks = [
         Box::pin(async {
-            while fixer.reconnect(node).await.is_err() {}
+            fixer.await_restart(node).await;
             let start = written.get();
             ix.recover_memory_node(&fixer, node).await.unwrap();
             during.set((start, written.get()));
