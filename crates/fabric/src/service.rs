@@ -18,8 +18,9 @@
 //!
 //! A service may call services on other memory nodes through [`MnContext::peers`] (HiStore's
 //! primary ships its log to its backups). [`Peers::call_all`] sends requests to several nodes at
-//! once and waits for every answer: one round trip on the wire, whatever the number of nodes. The in-process transports answer such calls by running the peer's service on the
-//! calling thread ([`InProcessPeers`]); the simulator also charges the wire and the peer's core.
+//! once and waits for every answer: one round trip on the wire, whatever the number of nodes.
+//! The in-process transports answer such calls by running the peer's service on the calling
+//! thread ([`InProcessPeers`]); the simulator also charges the wire and the peer's core.
 //! A service that needs more CPU than a plain request says so with [`MnContext::charge`], which
 //! the simulator adds to the core's busy time (others ignore it).
 
