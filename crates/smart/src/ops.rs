@@ -74,28 +74,36 @@ impl<V: Variant> SmartIndex<V> {
                 return Err(IndexError::Corrupt("a smart leaf slot names no leaf".into()));
             };
             let v = self.read_leaf(c, addr, len, &mut buf).await?;
-            let item = Item { addr, len, rev: v.rev, slot };
-            if v.key != key {
-                let key_at = key.iter().zip(v.key).take_while(|(a, b)| a == b).count();
-                let deleted = !matches!(v.status.state(), State::Live { .. });
-                return Ok(Leaf::Other { item, deleted, key_at });
-            }
-            match v.status.state() {
-                State::Live { .. } => {
-                    if let Some(out) = value {
-                        out.clear();
-                        out.extend_from_slice(v.value);
-                    }
-                    return Ok(Leaf::Live(item));
+            // A move is followed whatever key the leaf holds: the leaf it names holds the same
+            // key, and only the end of the chain says whether that key is live. (Taking a
+            // moved leaf of another key for a deleted one let an insert overwrite its slot
+            // and lose the item.)
+            let live = match v.status.state() {
+                State::Moved(t) => {
+                    s = t;
+                    continue;
                 }
-                State::Deleted => return Ok(Leaf::Deleted),
-                State::Moved(t) => s = t,
+                State::Live { .. } => true,
+                State::Deleted => false,
                 State::Invalid => {
                     return Err(IndexError::Corrupt(format!(
                         "smart leaf at {addr:?} has no status"
                     )))
                 }
+            };
+            let item = Item { addr, len, rev: v.rev, slot };
+            if v.key != key {
+                let key_at = key.iter().zip(v.key).take_while(|(a, b)| a == b).count();
+                return Ok(Leaf::Other { item, deleted: !live, key_at });
             }
+            if !live {
+                return Ok(Leaf::Deleted);
+            }
+            if let Some(out) = value {
+                out.clear();
+                out.extend_from_slice(v.value);
+            }
+            return Ok(Leaf::Live(item));
         }
     }
 

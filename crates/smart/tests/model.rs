@@ -2,7 +2,7 @@
 //! spread and clustered (deep and shallow trees, every node kind and type switch), variable
 //! length keys that are prefixes of each other, values that outgrow their leaves.
 
-use dmindex_index::conformance::{model_test, ModelConfig};
+use dmindex_index::conformance::{model_test, run_model, ModelConfig, Step};
 use dmindex_index::{IndexConfig, IndexStats, Ordered};
 use dmindex_smart::{Smart, SmartOpt};
 
@@ -55,6 +55,25 @@ fn nested_variable_length_keys_and_growing_values() {
     cfg.key = nested;
     cfg.value = |v, max| vec![v; 1 + (v as usize * 13) % max];
     model_test::<Smart, Ordered>(&cfg);
+}
+
+/// Found by the random test above: k559's value outgrows its leaf (the leaf is marked moved),
+/// then k438 parts from k559 below the slot that still names the moved leaf. The insert must
+/// follow the move and push both leaves down, not take the moved leaf of another key for a
+/// deleted one and overwrite its slot (which lost k559).
+#[test]
+fn an_insert_beside_a_moved_leaf_of_another_key_keeps_it() {
+    let index = IndexConfig { max_key: 32, max_value: 200, ..IndexConfig::default() };
+    let mut cfg = ModelConfig::new(index, 700, 1);
+    cfg.key = nested;
+    cfg.value = |v, max| vec![v; 1 + (v as usize * 13) % max];
+    let steps = [
+        Step::Insert(559, 50),
+        Step::Insert(337, 126),
+        Step::Update(559, 58),
+        Step::Insert(438, 152),
+    ];
+    run_model::<Smart, Ordered>(&cfg, &steps);
 }
 
 #[test]
