@@ -121,7 +121,9 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     sim.set_direct(false);
     let load = load?;
     let wall = Instant::now();
+    sim.take_phases();
     let run = phase("run", plan.ops, false)?;
+    let phases = sim.take_phases();
     let run_seconds = wall.elapsed().as_secs_f64();
     let lf = sim.block_on(PointIndex::<SimTransport>::load_factor(&handles[0], &setup))?;
     let remote_bytes = sim.allocated_bytes();
@@ -138,6 +140,7 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
             load_factor: lf,
             preset,
             recovery: recovery.into_inner(),
+            phases,
         },
     )
 }
@@ -253,6 +256,7 @@ where
             load_factor: lf,
             preset: None,
             recovery: None,
+            phases: Vec::new(),
         },
     )
 }

@@ -15,6 +15,8 @@ pub struct Latency {
     pub p50: f64,
     pub p99: f64,
     pub p999: f64,
+    #[serde(default)]
+    pub mean: f64,
 }
 
 /// Per-operation-kind figures of the run phase.
@@ -81,6 +83,9 @@ pub struct BenchReport {
     /// Run-phase completions per interval (`--timeline-us`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<crate::Timeline>,
+    /// Where the run phase's client time went, per memory node (simulator only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<dmindex_sim::phases::NodePhases>,
 }
 
 impl BenchReport {
@@ -165,7 +170,8 @@ impl BenchReport {
 
 fn latency(h: &hdrhistogram::Histogram<u64>) -> Latency {
     let q = |p| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 / 1e3 };
-    Latency { p50: q(0.5), p99: q(0.99), p999: q(0.999) }
+    let mean = if h.is_empty() { 0.0 } else { h.mean() / 1e3 };
+    Latency { p50: q(0.5), p99: q(0.99), p999: q(0.999), mean }
 }
 
 pub(crate) struct Phase {
@@ -183,6 +189,7 @@ pub(crate) struct Finished {
     pub(crate) load_factor: Option<f64>,
     pub(crate) preset: Option<String>,
     pub(crate) recovery: Option<crate::Recovery>,
+    pub(crate) phases: Vec<dmindex_sim::phases::NodePhases>,
 }
 
 pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
@@ -191,7 +198,8 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
     handles: &[I],
     f: Finished,
 ) -> anyhow::Result<BenchReport> {
-    let Finished { load, run, run_seconds, remote_bytes, load_factor, preset, recovery } = f;
+    let Finished { load, run, run_seconds, remote_bytes, load_factor, preset, recovery, phases } =
+        f;
     if let Some(e) = load.metrics.first_error.as_ref().or(run.metrics.first_error.as_ref()) {
         bail!("an operation failed: {e}");
     }
@@ -265,5 +273,6 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         recovery,
         timeline: (m.timeline_ns > 0)
             .then(|| crate::Timeline { interval_ns: m.timeline_ns, ops: m.timeline.clone() }),
+        phases,
     })
 }

@@ -22,7 +22,8 @@
 //! The in-process transports answer such calls by running the peer's service on the calling
 //! thread ([`InProcessPeers`]); the simulator also charges the wire and the peer's core.
 //! A service that needs more CPU than a plain request says so with [`MnContext::charge`], which
-//! the simulator adds to the core's busy time (others ignore it).
+//! the simulator adds to the core's busy time and to the reply's delay (others ignore it); work
+//! charged inside [`MnContext::after_reply`] keeps the core busy without delaying the reply.
 
 use std::cell::Cell;
 use std::fmt;
@@ -50,12 +51,22 @@ pub struct MnContext<'a> {
     /// The other memory nodes' services.
     pub peers: &'a dyn Peers,
     cpu_ns: Cell<u64>,
+    /// CPU charged for work after the reply (see [`MnContext::after_reply`]).
+    after_ns: Cell<u64>,
+    in_after: Cell<bool>,
 }
 
 impl<'a> MnContext<'a> {
     /// A context on `node` with no peer links.
     pub fn new(node: NodeId, memory: &'a dyn MnMemory) -> MnContext<'a> {
-        MnContext { node, memory, peers: &NoPeers, cpu_ns: Cell::new(0) }
+        MnContext {
+            node,
+            memory,
+            peers: &NoPeers,
+            cpu_ns: Cell::new(0),
+            after_ns: Cell::new(0),
+            in_after: Cell::new(false),
+        }
     }
 
     /// The same context reaching other nodes through `peers`.
@@ -65,12 +76,27 @@ impl<'a> MnContext<'a> {
 
     /// Adds `ns` of CPU time to the request being served (beyond a plain request's).
     pub fn charge(&self, ns: u64) {
-        self.cpu_ns.set(self.cpu_ns.get().saturating_add(ns));
+        let c = if self.in_after.get() { &self.after_ns } else { &self.cpu_ns };
+        c.set(c.get().saturating_add(ns));
     }
 
-    /// CPU time charged so far.
+    /// Runs `f` as work the node does after it answers (a backup applying its log
+    /// asynchronously): what `f` charges keeps a core busy but does not delay the reply.
+    pub fn after_reply<R>(&self, f: impl FnOnce() -> R) -> R {
+        let was = self.in_after.replace(true);
+        let r = f();
+        self.in_after.set(was);
+        r
+    }
+
+    /// CPU time charged so far before the reply.
     pub fn charged_ns(&self) -> u64 {
         self.cpu_ns.get()
+    }
+
+    /// CPU time charged so far for work after the reply.
+    pub fn charged_after_reply_ns(&self) -> u64 {
+        self.after_ns.get()
     }
 }
 

@@ -103,6 +103,10 @@ pub struct NetParams {
     pub rpc_ns: u64,
     /// MN CPU cores serving two-sided requests.
     pub mn_cores: usize,
+    /// MN CPU cores that only do work a service left for after its reply
+    /// (`MnContext::after_reply`); 0: that work runs on the request's own core.
+    #[serde(default)]
+    pub mn_workers: usize,
 }
 
 impl NetParams {
@@ -119,6 +123,7 @@ impl NetParams {
             post_ns: 60,
             rpc_ns: 1500,
             mn_cores: 1,
+            mn_workers: 0,
         }
     }
 
@@ -161,6 +166,7 @@ impl NetParams {
             post_ns: 10,
             rpc_ns: 500,
             mn_cores: 2,
+            mn_workers: 0,
         }
     }
 
@@ -200,6 +206,7 @@ impl NetParams {
             "post_ns" => self.post_ns = int(value)?,
             "rpc_ns" => self.rpc_ns = int(value)?,
             "mn_cores" => self.mn_cores = int(value)?.max(1) as usize,
+            "mn_workers" => self.mn_workers = int(value)? as usize,
             other => return Err(format!("unknown fabric parameter '{other}'")),
         }
         Ok(())

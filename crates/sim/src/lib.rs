@@ -50,6 +50,7 @@
 pub mod config;
 mod executor;
 mod peers;
+pub mod phases;
 pub mod report;
 pub mod seeds;
 mod transport;
@@ -329,6 +330,12 @@ impl Sim {
             out.push(HeldWord { holder: holder as u32, addr, waiters });
         }
         out
+    }
+
+    /// Where clients' time went per memory node since the last call (or the start), and a
+    /// fresh start ([`phases::NodePhases`]).
+    pub fn take_phases(&self) -> Vec<phases::NodePhases> {
+        self.shared.world.borrow_mut().phases.take(world::PS_PER_NS)
     }
 
     /// Throughput, latency and NIC utilisation so far.

@@ -6,7 +6,11 @@
 //! that reaches the node takes a free core at once or waits in the FIFO; a core that frees up
 //! takes the FIFO's head. A request's service runs at the instant it starts (its memory effects
 //! and the state its service keeps happen then) and keeps the core busy for `rpc_ns` plus
-//! whatever CPU the service charged ([`MnContext::charge`]).
+//! whatever CPU the service charged ([`MnContext::charge`]); its reply leaves when that CPU
+//! time (and any wait on peers) is over. CPU charged for work after the reply
+//! ([`MnContext::after_reply`]) goes to the node's `mn_workers` worker cores, the one that frees
+//! up first (its backlog delays no request: the paper's asynchronous worker threads), or, with
+//! no workers, keeps the request's own core busy longer; either way it does not delay the reply.
 //!
 //! # Crashes
 //!
@@ -51,11 +55,28 @@ pub(crate) fn crashed(node: NodeId) -> FabricError {
 #[derive(Debug)]
 pub(crate) struct Cores {
     busy_until: Vec<Vec<u64>>,
+    /// Per node, when each worker core (work after replies only) is busy until.
+    workers: Vec<Vec<u64>>,
 }
 
 impl Cores {
-    pub(crate) fn new(nodes: u16, cores: usize) -> Cores {
-        Cores { busy_until: vec![vec![0; cores.max(1)]; nodes as usize] }
+    pub(crate) fn new(nodes: u16, cores: usize, workers: usize) -> Cores {
+        Cores {
+            busy_until: vec![vec![0; cores.max(1)]; nodes as usize],
+            workers: vec![vec![0; workers]; nodes as usize],
+        }
+    }
+
+    /// Work of `ps` that a request left for after its reply at `from`: on the worker core of
+    /// `node` that frees up first, else (no workers) on the request's own `core`.
+    fn after_reply(&mut self, node: usize, core: usize, from: u64, ps: u64) -> u64 {
+        let pool = match self.workers[node].is_empty() {
+            true => &mut self.busy_until[node][core..=core],
+            false => &mut self.workers[node][..],
+        };
+        let t = pool.iter_mut().min_by_key(|t| **t).expect("a core");
+        *t = (*t).max(from).saturating_add(ps);
+        *t
     }
 
     /// A core of `node` free at `now`, if any.
@@ -75,7 +96,7 @@ impl Cores {
 
     /// Every core of `node` free from `now` (the node restarted; what ran there is gone).
     pub(crate) fn reset(&mut self, node: usize, now: u64) {
-        for t in &mut self.busy_until[node] {
+        for t in self.busy_until[node].iter_mut().chain(&mut self.workers[node]) {
             *t = now;
         }
     }
@@ -91,6 +112,8 @@ pub(crate) struct Served {
     pub(crate) reply: Result<Vec<u8>, FabricError>,
     /// When, after its start, the reply leaves (CPU and waits on peers).
     pub(crate) done_ps: u64,
+    /// The CPU time before the reply (the rest of `done_ps` is waits on peers).
+    pub(crate) cpu_ps: u64,
 }
 
 /// The memory nodes' services, memory and cores, and the times a request and a peer call take.
@@ -122,10 +145,18 @@ impl Servers<'_> {
         let ctx = MnContext::new(node, &self.regions[node as usize]).with_peers(&peers);
         let reply = self.services.dispatch(&ctx, service, request);
         let cpu_ps = self.rpc_ps.saturating_add(ctx.charged_ns().saturating_mul(PS_PER_NS));
-        self.cores.borrow_mut().occupy(node as usize, core, now + cpu_ps);
-        self.frees.borrow_mut().push((now + cpu_ps, node, core as u32));
+        let after_ps = ctx.charged_after_reply_ns().saturating_mul(PS_PER_NS);
+        let mut cores = self.cores.borrow_mut();
+        cores.occupy(node as usize, core, now.saturating_add(cpu_ps));
+        if after_ps > 0 {
+            cores.after_reply(node as usize, core, now.saturating_add(cpu_ps), after_ps);
+        }
+        // The request core frees up when its own work (and any left on it) is done.
+        let free = cores.busy_until[node as usize][core];
+        drop(cores);
+        self.frees.borrow_mut().push((free, node, core as u32));
         let waited = peers.clock.get() - now;
-        Served { reply, done_ps: cpu_ps + waited }
+        Served { reply, done_ps: cpu_ps + waited, cpu_ps }
     }
 }
 

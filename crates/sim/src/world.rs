@@ -37,6 +37,7 @@ use rand_core::{RngCore, SeedableRng};
 
 use crate::config::{Faults, NetParams};
 use crate::peers::{Cores, Servers};
+use crate::phases::Phases;
 
 pub(crate) const PS_PER_NS: u64 = 1000;
 /// How long a client (or a peer) waits on a crashed memory node before its verb or request fails:
@@ -111,6 +112,8 @@ pub(crate) struct Op {
     abandoned: bool,
     pub(crate) waker: Option<Waker>,
     posted_at: u64,
+    /// A request: when it reached its memory node's core queue.
+    arrived: u64,
     /// The incarnation of its memory node it reached: effects scheduled for an earlier
     /// incarnation are dropped when the node has restarted since.
     incarnation: u32,
@@ -197,6 +200,7 @@ pub(crate) struct World {
     /// Per memory node, how many times it restarted.
     incarnation: Vec<u32>,
     pub(crate) counters: Counters,
+    pub(crate) phases: Phases,
     pub(crate) latency_ns: Histogram<u64>,
     pub(crate) events_processed: u64,
 }
@@ -216,7 +220,7 @@ impl World {
             rng: ChaCha8Rng::seed_from_u64(seed),
             msg_ps: net.msg_ps(),
             atomic_ps: net.atomic_ps(),
-            cores: RefCell::new(Cores::new(memory_nodes, net.mn_cores)),
+            cores: RefCell::new(Cores::new(memory_nodes, net.mn_cores, net.mn_workers)),
             core_queues: vec![VecDeque::new(); memory_nodes as usize],
             frees: RefCell::new(Vec::new()),
             net,
@@ -235,6 +239,7 @@ impl World {
             dead_at: vec![u64::MAX; memory_nodes as usize],
             incarnation: vec![0; memory_nodes as usize],
             counters: Counters::default(),
+            phases: Phases::new(memory_nodes),
             latency_ns: Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("histogram bounds"),
             events_processed: 0,
         }
@@ -323,6 +328,7 @@ impl World {
             abandoned: false,
             waker: None,
             posted_at: self.now,
+            arrived: 0,
             incarnation: 0,
         };
         match self.free_ops.pop() {
@@ -448,6 +454,7 @@ impl World {
                 }
             }
             EventKind::Rpc => {
+                self.ops[ev.op as usize].arrived = self.now;
                 let node = self.ops[ev.op as usize].addr.node() as usize;
                 if self.now >= self.dead_at[node] {
                     self.time_out(ev.op, Lost::Crashed);
@@ -629,8 +636,11 @@ impl World {
             dead_at: &self.dead_at,
             timeout_ps: MN_TIMEOUT_NS * PS_PER_NS,
         };
+        let arrived = op.arrived;
         let served = servers.serve(self.now, node, core, service, &request);
         self.trace_hash = mix(self.trace_hash, served.done_ps);
+        let peer = served.done_ps - served.cpu_ps;
+        self.phases.served(node as usize, self.now - arrived, served.cpu_ps, peer);
         let frees = std::mem::take(&mut *self.frees.borrow_mut());
         for (t, n, c) in frees {
             self.schedule(t, EventKind::CoreFree, n as u32, c);
@@ -701,8 +711,14 @@ impl World {
     }
 
     fn complete(&mut self, i: u32) {
-        let latency = (self.now - self.ops[i as usize].posted_at) / PS_PER_NS;
-        let _ = self.latency_ns.record(latency.max(1));
+        let (posted, client, node) = {
+            let op = &self.ops[i as usize];
+            (op.posted_at, op.client as usize, op.addr.node() as usize)
+        };
+        let _ = self.latency_ns.record(((self.now - posted) / PS_PER_NS).max(1));
+        if node < self.dead_at.len() {
+            self.phases.completed(client, node, posted, self.now);
+        }
         let (kind, len, client, detached, abandoned) = {
             let op = &mut self.ops[i as usize];
             op.done = true;

@@ -389,8 +389,9 @@ fn fast_forward_acts_at_once_outside_the_model() {
     assert!(s.now_ns() > t0, "the model is back on");
 }
 
-/// A service that charges `ns` of CPU per request and, asked with a list of nodes, calls this
-/// same service on them (empty requests) and answers with their replies' total length.
+/// A service that charges the first byte's µs of CPU per request (after its reply when the
+/// byte's top bit is set) and, asked with a list of nodes, calls this same service on them
+/// (empty requests) and answers with their replies' total length.
 struct Relay;
 
 impl dmindex_fabric::service::Service for Relay {
@@ -403,7 +404,11 @@ impl dmindex_fabric::service::Service for Relay {
         request: &[u8],
     ) -> Result<Vec<u8>, dmindex_fabric::service::ServiceError> {
         let (cpu, targets) = request.split_first().unwrap_or((&0, &[]));
-        ctx.charge(*cpu as u64 * 1000);
+        let ns = (*cpu & 0x7F) as u64 * 1000;
+        match cpu & 0x80 {
+            0 => ctx.charge(ns),
+            _ => ctx.after_reply(|| ctx.charge(ns)),
+        }
         let calls: Vec<(u16, &[u8])> = targets.iter().map(|&n| (n as u16, &[][..])).collect();
         let mut total = 0u8;
         for r in ctx.peers.call_all(RELAY, &calls) {
@@ -444,8 +449,11 @@ fn server_to_server_calls_cost_a_round_trip_per_sequential_call() {
         let s = relay_sim(&net);
         let c = s.client_on_own_thread(0);
         let t0 = s.now_ns();
-        let reply = s.block_on(async { c.call(0, RELAY, &request).await.unwrap() });
-        (s.now_ns() - t0, reply)
+        // The instant the reply arrives (the run may go on after it: a core's work after
+        // the reply).
+        let (reply, t1) =
+            s.block_on(async { (c.call(0, RELAY, &request).await.unwrap(), s.now_ns()) });
+        (t1 - t0, reply)
     };
     let (plain, r) = latency(vec![0]);
     assert_eq!(r, vec![0]);
@@ -455,6 +463,8 @@ fn server_to_server_calls_cost_a_round_trip_per_sequential_call() {
     assert!(both.abs_diff(plain + peer_trip) <= 5, "{both} vs {plain} + {peer_trip}");
     let (charged, _) = latency(vec![10]);
     assert!(charged.abs_diff(plain + 10_000) <= 5, "{charged} vs {plain}");
+    let (after, _) = latency(vec![0x80 | 10]);
+    assert!(after.abs_diff(plain) <= 5, "work after the reply does not delay it: {after}");
     // A relay through node 1 to node 2: two nested peer trips.
     let s = relay_sim(&net);
     let c = s.client_on_own_thread(0);
@@ -464,7 +474,38 @@ fn server_to_server_calls_cost_a_round_trip_per_sequential_call() {
     assert!(one_hop.abs_diff(plain + peer_trip) <= 5, "{one_hop}");
 }
 
-/// Charged CPU is core time: the request rate falls to cores / (rpc + charge).
+/// Where a client's time went: two requests at once on a one-core node, each calling a peer,
+/// split into the second's wait for the core, both cores' CPU, the waits on the peer and the
+/// time on the wire; peer calls are not the node's requests.
+#[test]
+fn phases_split_requests_into_queue_cpu_peers_and_wire() {
+    let mut net = NetParams::chime_testbed();
+    net.jitter_ns = 0;
+    let s = relay_sim(&net);
+    let c = s.client_on_own_thread(0);
+    s.take_phases();
+    let t0 = s.now_ns();
+    s.block_on(async {
+        let (a, b) = futures::join!(c.call(0, RELAY, &[10, 1]), c.call(0, RELAY, &[10, 1]));
+        (a.unwrap(), b.unwrap())
+    });
+    let took = s.now_ns() - t0;
+    let p = s.take_phases();
+    let cpu = net.rpc_ns + 10_000;
+    let peer = 2 * net.one_way_ns + net.rpc_ns;
+    assert_eq!((p[0].requests, p[1].requests), (2, 0));
+    assert_eq!(p[0].cpu_ns, 2 * cpu);
+    // Posted one post_ns after the first, the second waits out the rest of its CPU.
+    let queue = cpu - net.post_ns;
+    assert!(p[0].queue_ns.abs_diff(queue) <= 5, "the second waits out the first: {p:?}");
+    assert!(p[0].peer_ns.abs_diff(2 * peer) <= 5, "{p:?}");
+    // The two overlapping waits of one client count once: the whole exchange.
+    assert!(p[0].wait_ns.abs_diff(took) <= 5, "{} vs {took}", p[0].wait_ns);
+    assert_eq!(p[1].wait_ns, 0);
+}
+
+/// Charged CPU is core time, before or after the reply: the request rate falls to
+/// cores / (rpc + charge).
 #[test]
 fn charged_cpu_bounds_the_request_rate() {
     let mut net = NetParams::chime_testbed();
@@ -476,6 +517,17 @@ fn charged_cpu_bounds_the_request_rate() {
         })
     });
     within(rate, net.mn_cores as f64 * 1e9 / (net.rpc_ns + 2000) as f64, 0.03);
+    // Work after the reply holds the core just the same, unless worker cores take it.
+    let after = |net: &NetParams| {
+        flood(&relay_sim(net), 4, 16, 50, |c, _| {
+            Box::pin(async move {
+                c.call(0, RELAY, &[0x80 | 2]).await.unwrap();
+            })
+        })
+    };
+    within(after(&net), net.mn_cores as f64 * 1e9 / (net.rpc_ns + 2000) as f64, 0.03);
+    net.mn_workers = 1;
+    within(after(&net), net.mn_cores as f64 * 1e9 / net.rpc_ns as f64, 0.03);
 }
 
 /// A crashed memory node serves nothing: a READ, a request and a peer call that reach it fail
