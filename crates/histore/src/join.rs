@@ -31,6 +31,7 @@
 
 use dmindex_fabric::service::{MnContext, ServiceError};
 
+use crate::cpu;
 use crate::proto::{self, Put, Reader};
 use crate::replica::{Refused, Replica, Written};
 use crate::SERVICE;
@@ -109,7 +110,7 @@ impl Replica {
         if from == 0 {
             let _lead = self.parts[p].lead.lock().expect("leader lock");
             let mut st = self.lock(p);
-            let pairs = st.structure.pairs(ctx.memory);
+            let pairs = st.structure.pairs(ctx);
             let applied = st.applied;
             out.u64(applied);
             out.u64(pairs.len() as u64);
@@ -170,6 +171,7 @@ impl Replica {
             ask.u16(p as u16);
             ask.u8(self.setup.replica);
             ask.u64(from);
+            ctx.charge(cpu::SEND_NS);
             let reply = ctx
                 .peers
                 .call(self.setup.nodes[leader as usize], SERVICE, &ask)
@@ -202,7 +204,7 @@ impl Replica {
                 let key: Box<[u8]> = rd.key()?.into();
                 let word = rd.u64()?;
                 let bucket = self.setup.place(&key).bucket;
-                st.structure.insert(ctx.memory, bucket, key, word)?;
+                st.structure.insert(ctx, bucket, key, word)?;
             }
             rd.end()?;
             from += n;

@@ -47,6 +47,7 @@
 //! contradicts its own write path (the primary's CPU updates the table); here the primary's CPU
 //! chains a fresh bucket.
 
+pub mod cpu;
 pub mod failover;
 pub mod join;
 pub mod layout;

@@ -59,10 +59,11 @@ use dmindex_fabric::{FabricError, NodeId};
 use dmindex_prim::hash::hash_bytes;
 use dmindex_prim::view::View;
 
+use crate::cpu;
 use crate::layout::{Place, Slot, MAX_REPLICAS};
 use crate::mode::Mode;
 use crate::proto::{self, Entry, Head, Kind, Put, Reader, Status};
-use crate::structure::{Structure, TableAt};
+use crate::structure::{merged_range, Structure, TableAt};
 use crate::SERVICE;
 
 /// Committed entries a backup lets pile up before it applies them.
@@ -292,7 +293,10 @@ impl Replica {
                     Some(existed) => return Ok(existed),
                     None => w.pos,
                 },
-                _ => st.append(e),
+                _ => {
+                    ctx.charge(cpu::LOG_NS);
+                    st.append(e)
+                }
             }
         };
         let _lead = self.parts[p].lead.lock().expect("leader lock");
@@ -335,6 +339,7 @@ impl Replica {
                 }
                 drop(st);
                 let to: Vec<usize> = backups.iter().chain(&learners).copied().collect();
+                ctx.charge(cpu::LOG_NS * n);
                 let mut replies = self.call_members(ctx, proto::SHIP, &to, view.epoch, &body);
                 let learned = replies.split_off(backups.len());
                 for (r, reply) in backups.iter().zip(replies) {
@@ -385,6 +390,7 @@ impl Replica {
             .collect();
         let calls: Vec<(NodeId, &[u8])> =
             members.iter().zip(&msgs).map(|(&r, m)| (self.setup.nodes[r], &m[..])).collect();
+        ctx.charge(cpu::SEND_NS * calls.len() as u64);
         ctx.peers.call_all(SERVICE, &calls)
     }
 
@@ -404,6 +410,7 @@ impl Replica {
         if p >= self.parts.len() {
             return Err(bad_partition(p).into());
         }
+        ctx.charge(cpu::LOG_NS * n);
         let mut st = self.lock(p);
         if st.loading && !st.based {
             // A replacement's first SHIP follows its snapshot: the log starts here.
@@ -424,8 +431,10 @@ impl Replica {
         r.end()?;
         st.committed = st.committed.max(committed);
         if !st.loading && st.committed - st.applied >= APPLY_BATCH {
+            // The paper's worker threads apply asynchronously: the core is busy, the
+            // acknowledgement does not wait.
             let through = st.committed;
-            st.apply_through(ctx, &self.setup, through)?;
+            ctx.after_reply(|| st.apply_through(ctx, &self.setup, through))?;
         }
         out.u64(st.appended + 1);
         Ok(())
@@ -446,6 +455,7 @@ impl Replica {
         if view.leader == self.setup.replica {
             return Ok(None);
         }
+        ctx.charge(cpu::SEND_NS);
         let mut ask = Vec::with_capacity(proto::HEAD);
         ask.head(self.head(proto::WATERMARK, view.leader, view.epoch));
         let reply = ctx
@@ -457,14 +467,13 @@ impl Replica {
         Ok(Some((0..n).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?))
     }
 
-    /// Brings partition `p` to `cut` (a backup) and runs `f` on its structure.
-    fn read<R>(
+    /// Partition `p` locked and brought to `cut` (a backup).
+    fn at_cut(
         &self,
         ctx: &MnContext<'_>,
         p: usize,
         cut: &Option<Vec<u64>>,
-        f: impl FnOnce(&Structure) -> R,
-    ) -> Result<R, Refused> {
+    ) -> Result<MutexGuard<'_, PartState>, Refused> {
         let mut st = self.lock(p);
         if let Some(cut) = cut {
             let w = *cut.get(p).ok_or_else(|| bad_partition(p))?;
@@ -478,7 +487,7 @@ impl Replica {
             st.committed = st.committed.max(w);
             st.apply_through(ctx, &self.setup, w)?;
         }
-        Ok(f(&st.structure))
+        Ok(st)
     }
 
     /// LOOKUP: the slot word of a key (0: absent).
@@ -491,7 +500,7 @@ impl Replica {
     ) -> Result<(), Refused> {
         let cut = self.cut(ctx, self.in_view(epoch, true)?)?;
         let p = self.setup.place(key).partition;
-        let word = self.read(ctx, p, &cut, |s| s.get(ctx.memory, key))?.unwrap_or(0);
+        let word = self.at_cut(ctx, p, &cut)?.structure.get(ctx, key).unwrap_or(0);
         out.u64(word);
         Ok(())
     }
@@ -508,14 +517,17 @@ impl Replica {
         out: &mut Vec<u8>,
     ) -> Result<(), Refused> {
         let cut = self.cut(ctx, self.in_view(epoch, true)?)?;
+        // Every partition at the cut, locked in ascending order (no other path holds two), then
+        // merged.
+        let parts = (0..self.parts.len())
+            .map(|p| self.at_cut(ctx, p, &cut))
+            .collect::<Result<Vec<_>, _>>()?;
+        let structures: Vec<&Structure> = parts.iter().map(|st| &st.structure).collect();
         let mut pairs = Vec::new();
-        for p in 0..self.parts.len() {
-            self.read(ctx, p, &cut, |s| s.range(lo, hi, count, &mut pairs))?.ok_or_else(|| {
-                Refused::Bad(ServiceError::BadRequest("SCAN on a hash-table replica".into()))
-            })?;
-        }
-        pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        pairs.truncate(count);
+        merged_range(ctx, &structures, lo, hi, count, &mut pairs).ok_or_else(|| {
+            Refused::Bad(ServiceError::BadRequest("SCAN on a hash-table replica".into()))
+        })?;
+        drop(parts);
         out.reserve(4 + pairs.iter().map(|(k, _)| k.len() + 10).sum::<usize>());
         out.u32(pairs.len() as u32);
         for (k, w) in &pairs {
@@ -582,7 +594,7 @@ impl PartState {
         while self.applied < through {
             let e = self.log.pop_front().expect("entries up to `appended` are in the log");
             let writer = e.writer;
-            let existed = self.structure.apply(ctx.memory, setup.place(&e.key).bucket, e)?;
+            let existed = self.structure.apply(ctx, setup.place(&e.key).bucket, e)?;
             self.applied += 1;
             if let Some(w) = self.writers.get_mut(&writer).filter(|w| w.pos == self.applied) {
                 w.existed = Some(existed);

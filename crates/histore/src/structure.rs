@@ -13,13 +13,19 @@
 //! # Skiplist
 //!
 //! `crossbeam-skiplist`'s skip map from key to slot word: the paper's "basic skiplist".
+//!
+//! # CPU
+//!
+//! Every operation charges what it costs the index server's CPU ([`crate::cpu`]) to the request
+//! it serves, by structure and partition size.
 
 use std::collections::HashMap;
 
 use crossbeam_skiplist::SkipMap;
-use dmindex_fabric::service::{alloc_local, MnMemory, ServiceError};
+use dmindex_fabric::service::{alloc_local, MnContext, MnMemory, ServiceError};
 use dmindex_fabric::AtomicOp;
 
+use crate::cpu;
 use crate::layout::{self, BUCKET, SLOTS};
 use crate::proto::{Entry, Kind};
 
@@ -52,12 +58,14 @@ impl Structure {
     /// present before.
     pub fn apply(
         &mut self,
-        memory: &dyn MnMemory,
+        ctx: &MnContext<'_>,
         bucket: u64,
         e: Entry,
     ) -> Result<bool, ServiceError> {
+        let (memory, n) = (ctx.memory, self.len());
         match self {
             Structure::Sorted(map) => {
+                ctx.charge(cpu::SKIPLIST_INSERT.at(n));
                 let existed = map.contains_key(&e.key);
                 match e.kind {
                     Kind::Upsert => {
@@ -75,6 +83,8 @@ impl Structure {
             }
             Structure::Table { at, shadow } => {
                 let slot = shadow.get(&e.key).copied();
+                let curve = if slot.is_some() { cpu::TABLE_UPDATE } else { cpu::TABLE_INSERT };
+                ctx.charge(curve.at(n));
                 match (e.kind, slot) {
                     (Kind::Upsert | Kind::Update, Some(s)) => {
                         store(memory, s, e.word);
@@ -99,17 +109,20 @@ impl Structure {
     /// Adds `key` → `word` from a snapshot (the key is not held yet).
     pub fn insert(
         &mut self,
-        memory: &dyn MnMemory,
+        ctx: &MnContext<'_>,
         bucket: u64,
         key: Box<[u8]>,
         word: u64,
     ) -> Result<(), ServiceError> {
+        let n = self.len();
         match self {
             Structure::Sorted(map) => {
+                ctx.charge(cpu::SKIPLIST_INSERT.at(n));
                 map.insert(key, word);
             }
             Structure::Table { at, shadow } => {
-                let s = claim(memory, at, bucket, word)?;
+                ctx.charge(cpu::TABLE_INSERT.at(n));
+                let s = claim(ctx.memory, at, bucket, word)?;
                 shadow.insert(key, s);
             }
         }
@@ -117,7 +130,10 @@ impl Structure {
     }
 
     /// Every (key, slot word) held, in no particular order: a snapshot.
-    pub fn pairs(&self, memory: &dyn MnMemory) -> Vec<(Box<[u8]>, u64)> {
+    pub fn pairs(&self, ctx: &MnContext<'_>) -> Vec<(Box<[u8]>, u64)> {
+        let n = self.len();
+        ctx.charge(cpu::RANGE_ITEM.at(n).saturating_mul(n as u64));
+        let memory = ctx.memory;
         match self {
             Structure::Sorted(map) => map.iter().map(|e| (e.key().clone(), *e.value())).collect(),
             Structure::Table { shadow, .. } => {
@@ -127,10 +143,17 @@ impl Structure {
     }
 
     /// The slot word of `key`, if present.
-    pub fn get(&self, memory: &dyn MnMemory, key: &[u8]) -> Option<u64> {
+    pub fn get(&self, ctx: &MnContext<'_>, key: &[u8]) -> Option<u64> {
+        let n = self.len();
         match self {
-            Structure::Sorted(map) => map.get(key).map(|e| *e.value()),
-            Structure::Table { shadow, .. } => shadow.get(key).map(|&s| load(memory, s)),
+            Structure::Sorted(map) => {
+                ctx.charge(cpu::SKIPLIST_GET.at(n));
+                map.get(key).map(|e| *e.value())
+            }
+            Structure::Table { shadow, .. } => {
+                ctx.charge(cpu::TABLE_GET.at(n));
+                shadow.get(key).map(|&s| load(ctx.memory, s))
+            }
         }
     }
 
@@ -138,20 +161,13 @@ impl Structure {
     /// `None` from a hash table, which has no order.
     pub fn range(
         &self,
+        ctx: &MnContext<'_>,
         lo: &[u8],
         hi: Option<&[u8]>,
         count: usize,
         out: &mut Vec<(Box<[u8]>, u64)>,
     ) -> Option<()> {
-        let Structure::Sorted(map) = self else { return None };
-        let count = out.len().saturating_add(count);
-        for e in map.range::<[u8], _>((std::ops::Bound::Included(lo), std::ops::Bound::Unbounded)) {
-            if out.len() >= count || hi.is_some_and(|hi| &e.key()[..] >= hi) {
-                break;
-            }
-            out.push((e.key().clone(), *e.value()));
-        }
-        Some(())
+        merged_range(ctx, &[self], lo, hi, count, out)
     }
 
     /// Keys held.
@@ -165,6 +181,50 @@ impl Structure {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Appends to `out` up to `count` more pairs (key, slot word) with `lo` ≤ key < `hi` from the
+/// skiplists `parts` (whose keys are disjoint), ascending: a merge that walks each skiplist only
+/// as far as its pairs are taken, so a SCAN of `count` pairs over `P` partitions walks `count`
+/// pairs and `P` seeks, not `P · count` pairs. `None` if a part is a hash table.
+pub fn merged_range(
+    ctx: &MnContext<'_>,
+    parts: &[&Structure],
+    lo: &[u8],
+    hi: Option<&[u8]>,
+    count: usize,
+    out: &mut Vec<(Box<[u8]>, u64)>,
+) -> Option<()> {
+    let from = (std::ops::Bound::Included(lo), std::ops::Bound::Unbounded);
+    // Per part: its walk, the pair at its head, what each pair walked costs.
+    let mut walks = Vec::with_capacity(parts.len());
+    for part in parts {
+        let Structure::Sorted(map) = part else { return None };
+        let n = map.len();
+        ctx.charge(cpu::SKIPLIST_GET.at(n));
+        let mut walk = map.range::<[u8], _>(from);
+        let head = walk.next();
+        walks.push((walk, head, cpu::RANGE_ITEM.at(n)));
+    }
+    for _ in 0..count {
+        let mut least: Option<usize> = None;
+        for (i, (_, head, _)) in walks.iter().enumerate() {
+            let Some(e) = head else { continue };
+            if least.is_none_or(|j| walks[j].1.as_ref().is_some_and(|l| e.key() < l.key())) {
+                least = Some(i);
+            }
+        }
+        let Some(i) = least else { break };
+        let (walk, head, item_ns) = &mut walks[i];
+        let e = head.take().expect("the least head");
+        if hi.is_some_and(|hi| &e.key()[..] >= hi) {
+            break;
+        }
+        ctx.charge(*item_ns);
+        out.push((e.key().clone(), *e.value()));
+        *head = walk.next();
+    }
+    Some(())
 }
 
 fn load(memory: &dyn MnMemory, offset: u64) -> u64 {
