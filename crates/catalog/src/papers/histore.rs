@@ -7,11 +7,11 @@
 //!
 //! Recovery (Fig. 13) crashes the primary's or a backup's node 100 µs into the run phase and
 //! restarts it empty 100 µs later; a monitor client rebuilds it while the workload goes on. The
-//! figure is the rebuild's real time on this machine: the snapshot, its transfer through the
-//! in-process fabric and the building of the hash table or skiplist, which is CPU work as on the
-//! paper's servers (the simulated network's share is reported beside it in the JSON).
+//! figure is the rebuild's virtual time: the snapshot, its transfer and the building of the hash
+//! table or skiplist, at the CPU cost per pair that HiStore's services charge
+//! (`dmindex_histore::cpu`); the rebuild's real time on this machine is charted beside it.
 
-use dmindex_bench::experiment::{chart, lines, mops, Experiment, Paper, Scale, Session};
+use dmindex_bench::experiment::{chart, lines, mops, Experiment, Paper, Run, Scale, Session};
 use dmindex_bench::plot::Series;
 use dmindex_bench::{BenchConfig, MnFault};
 
@@ -22,6 +22,21 @@ pub static PAPER: Paper = Paper {
     scale,
     clients_mean: "client threads on the one client machine",
     experiments: &[
+        Experiment {
+            name: "basic",
+            figure: "Fig. 9 and 10: PUT, GET and SCAN throughput and mean latency of the five schemes vs client threads",
+            body: basic,
+        },
+        Experiment {
+            name: "breakdown",
+            figure: "Fig. 11: where a PUT, GET and SCAN's time goes at 64 clients (index request, queue wait, index access, server-to-server, data access)",
+            body: breakdown,
+        },
+        Experiment {
+            name: "ycsb",
+            figure: "Fig. 12: YCSB A–F throughput and latency of HiStore and all-hashtable normalised to all-skiplist",
+            body: ycsb,
+        },
         Experiment {
             name: "recovery",
             figure: "Fig. 13: recovery time of the primary and of a backup vs keys",
@@ -47,7 +62,7 @@ fn scale() -> Scale {
         items: 1_000_000,
         ops: 100_000,
         cns: 1,
-        clients: vec![4, 16, 32, 64],
+        clients: vec![4, 16, 32, 48, 64],
         peak_clients: 16,
         coroutines: 1,
         seed: 1,
@@ -84,13 +99,22 @@ fn recovery(s: &mut Session<'_>) -> anyhow::Result<()> {
             }
         }
     }
+    s.chart(
+        "recovery",
+        chart(
+            "Fig. 13: recovery time (the simulated index servers' CPU and network)",
+            "keys (M)",
+            "seconds",
+            lines(&s.runs, rebuild_s),
+        ),
+    );
     let wall = |r: &dmindex_bench::BenchReport| {
         r.recovery.as_ref().and_then(|x| x.rebuild_wall_s).unwrap_or(0.0)
     };
     s.chart(
-        "recovery",
+        "recovery-real",
         chart(
-            "Fig. 13: recovery time (rebuild on this machine's CPU)",
+            "Fig. 13 on this machine: real time of the rebuild",
             "keys (M)",
             "seconds",
             lines(&s.runs, wall),
@@ -99,13 +123,23 @@ fn recovery(s: &mut Session<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A rebuild's virtual time in seconds: from the monitor's start to the node serving again.
+pub fn rebuild_s(r: &dmindex_bench::BenchReport) -> f64 {
+    r.recovery
+        .as_ref()
+        .and_then(|x| Some(x.rebuild_end_ns?.saturating_sub(x.rebuild_start_ns?) as f64 / 1e9))
+        .unwrap_or(0.0)
+}
+
 /// Width of the timeline's intervals.
 const INTERVAL_NS: u64 = 250_000;
 
-/// YCSB A's mix with the primary crashing 5 ms into the run and restarting 2 ms later; the
+/// YCSB A's mix on a tenth of the keys (so that the rebuild, whose CPU is simulated, ends
+/// inside the run) with the primary crashing 5 ms into the run and restarting 2 ms later; the
 /// completions per 250 µs, as Mops/s against ms.
 fn timeline(s: &mut Session<'_>) -> anyhow::Result<()> {
     let mut c = base(s, "histore", "read=0.5,update=0.5");
+    c.items = (s.scale.items / 10).max(1);
     c.ops = Some(s.scale.ops * 4);
     c.mn_fault = Some(MnFault { node: PRIMARY, crash_ns: 5_000_000, restart_ns: Some(2_000_000) });
     c.timeline_ns = INTERVAL_NS;
@@ -125,14 +159,207 @@ fn timeline(s: &mut Session<'_>) -> anyhow::Result<()> {
 /// PUT, GET and SCAN as the paper's db_bench runs them: updates of loaded keys, reads, scans.
 const OPS: [(&str, &str); 3] = [("PUT", "update=1"), ("GET", "read=1"), ("SCAN", "scan=1")];
 
+/// The five schemes of §5.1.
+const SCHEMES: [&str; 5] =
+    ["histore", "all-hashtable", "all-skiplist", "single-hashtable", "single-skiplist"];
+
+/// Client threads of Fig. 11 and 12 (the paper's largest point).
+const PEAK: usize = 64;
+
+/// A run of one basic operation: a tenth of the operations for SCAN, each of 100 keys (§5.2).
+fn op_run(s: &Session<'_>, index: &str, op: usize) -> BenchConfig {
+    let (name, mix) = OPS[op];
+    let mut c = base(s, index, mix);
+    if name == "SCAN" {
+        c.ops = Some((s.scale.ops / 10).max(1));
+        c.scan_len = Some(100);
+    }
+    c
+}
+
+/// Whether a scheme answers the operation (hash tables alone have no SCAN).
+fn serves(index: &str, op: usize) -> bool {
+    OPS[op].0 != "SCAN" || !index.ends_with("hashtable")
+}
+
+/// Mean latency in µs.
+fn mean_us(r: &dmindex_bench::BenchReport) -> f64 {
+    r.latency_us.mean
+}
+
+/// The lines of the runs whose series starts with `prefix`, named by the rest.
+fn lines_of(
+    runs: &[Run],
+    prefix: &str,
+    y: impl Fn(&dmindex_bench::BenchReport) -> f64,
+) -> Vec<Series> {
+    let mine: Vec<Run> = runs
+        .iter()
+        .filter_map(|r| {
+            let rest = r.series.strip_prefix(prefix)?;
+            Some(Run { series: rest.into(), ..r.clone() })
+        })
+        .collect();
+    lines(&mine, y)
+}
+
+fn basic(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for (op, (name, _)) in OPS.iter().enumerate() {
+        for index in SCHEMES.iter().filter(|i| serves(i, op)) {
+            for &clients in &s.scale.clients {
+                let mut c = op_run(s, index, op);
+                c.clients = clients;
+                s.go(&format!("{name} {index}"), clients as f64, c)?;
+            }
+        }
+    }
+    for (name, _) in OPS {
+        let prefix = format!("{name} ");
+        let ch = chart(
+            &format!("Fig. 9: {name} throughput"),
+            "client threads",
+            "Mops/s",
+            lines_of(&s.runs, &prefix, mops),
+        );
+        s.chart(&format!("basic-{}-throughput", name.to_lowercase()), ch);
+        let ch = chart(
+            &format!("Fig. 10: {name} mean latency"),
+            "client threads",
+            "µs",
+            lines_of(&s.runs, &prefix, mean_us),
+        );
+        s.chart(&format!("basic-{}-latency", name.to_lowercase()), ch);
+    }
+    Ok(())
+}
+
+/// The phases of Fig. 11, in µs per operation.
+pub const PHASES: [&str; 6] =
+    ["index request", "queue wait", "index access", "server to server", "data access", "client"];
+
+/// Where a run's mean latency goes, in µs per operation ([`PHASES`]), from the simulator's
+/// per-node accounting: the data server's wait is *data access*; an index server's requests
+/// split into *queue wait* (for a core), *index access* (their CPU), *server to server* (the
+/// primary's log sync, a backup's cut) and *index request* (the rest of their wait: the wire
+/// and the NICs); an index server read one-sidedly is *index access* whole; what is left of
+/// the mean latency is the client's own time (posting, its CPU).
+pub fn phases(r: &dmindex_bench::BenchReport, data_nodes: &[usize]) -> [f64; 6] {
+    let ops = r.ops.max(1) as f64;
+    let mut t = [0.0; 6];
+    for (node, p) in r.phases.iter().enumerate() {
+        let wait = p.wait_ns as f64;
+        if data_nodes.contains(&node) {
+            t[4] += wait;
+        } else if p.requests == 0 {
+            t[2] += wait;
+        } else {
+            let served = (p.queue_ns + p.cpu_ns + p.peer_ns) as f64;
+            t[0] += (wait - served).max(0.0);
+            t[1] += p.queue_ns as f64;
+            t[2] += p.cpu_ns as f64;
+            t[3] += p.peer_ns as f64;
+        }
+    }
+    let mut us = t.map(|ns| ns / ops / 1e3);
+    us[5] = (r.latency_us.mean - us[..5].iter().sum::<f64>()).max(0.0);
+    us
+}
+
+/// The data server of the testbed's placement.
+const DATA: [usize; 1] = [0];
+
+fn breakdown(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let schemes = ["histore", "all-hashtable", "all-skiplist"];
+    let mut names = Vec::new();
+    for (op, (name, _)) in OPS.iter().enumerate() {
+        for index in schemes.iter().filter(|i| serves(i, op)) {
+            let mut c = op_run(s, index, op);
+            c.clients = PEAK;
+            s.go(&format!("{name} {index}"), names.len() as f64, c)?;
+            names.push(format!("{name} {index}"));
+        }
+    }
+    let series = PHASES
+        .iter()
+        .enumerate()
+        .map(|(k, phase)| Series {
+            name: phase.to_string(),
+            points: s.runs.iter().map(|r| (r.x, phases(&r.report, &DATA)[k])).collect(),
+        })
+        .collect();
+    let mut ch = chart(
+        "Fig. 11: latency breakdown at 64 clients",
+        "operation, scheme",
+        "µs per operation",
+        series,
+    );
+    ch.x_names = names;
+    s.chart("breakdown", ch);
+    Ok(())
+}
+
+/// YCSB as §5.4 runs it: keys of about 20 bytes, 32-byte values, zipfian 0.9, scans of 100.
+fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let workloads = s.workloads(&["a", "b", "c", "d", "e", "f"]);
+    let schemes = ["all-skiplist", "histore", "all-hashtable"];
+    for (x, w) in workloads.iter().enumerate() {
+        for index in schemes {
+            if *w == "e" && index == "all-hashtable" {
+                continue;
+            }
+            let mut c = base(s, index, w);
+            c.mix = None;
+            c.key_size = 20;
+            c.zipf_theta = Some(0.9);
+            c.scan_len = Some(100);
+            c.clients = PEAK;
+            if *w == "e" {
+                c.ops = Some((s.scale.ops / 10).max(1));
+            }
+            s.go(index, x as f64, c)?;
+        }
+    }
+    let runs = s.runs.clone();
+    let norm = |y: fn(&dmindex_bench::BenchReport) -> f64| {
+        let base: Vec<(f64, f64)> = runs
+            .iter()
+            .filter(|r| r.series == "all-skiplist")
+            .map(|r| (r.x, y(&r.report)))
+            .collect();
+        let mut out = lines(&runs, y);
+        for line in &mut out {
+            for p in &mut line.points {
+                let b = base.iter().find(|b| b.0 == p.0).map_or(f64::NAN, |b| b.1);
+                p.1 /= b.max(f64::MIN_POSITIVE);
+            }
+        }
+        out
+    };
+    let names: Vec<String> = workloads.iter().map(|w| w.to_uppercase()).collect();
+    let mut ch = chart(
+        "Fig. 12a: YCSB throughput / all-skiplist",
+        "workload",
+        "normalised throughput",
+        norm(mops),
+    );
+    ch.x_names = names.clone();
+    s.chart("ycsb-throughput", ch);
+    let mut ch = chart(
+        "Fig. 12b: YCSB mean latency / all-skiplist",
+        "workload",
+        "normalised latency",
+        norm(mean_us),
+    );
+    ch.x_names = names;
+    s.chart("ycsb-latency", ch);
+    Ok(())
+}
+
 fn degraded(s: &mut Session<'_>) -> anyhow::Result<()> {
     let down = [("normal", None), ("primary down", Some(PRIMARY)), ("backup down", Some(BACKUP))];
     for (series, node) in down {
-        for (x, (_, mix)) in OPS.iter().enumerate() {
-            let mut c = base(s, "histore", mix);
-            if *mix == "scan=1" {
-                c.ops = Some((s.scale.ops / 10).max(1));
-            }
+        for x in 0..OPS.len() {
+            let mut c = op_run(s, "histore", x);
             c.mn_fault = node.map(|node| MnFault { node, crash_ns: 0, restart_ns: None });
             s.go(series, x as f64, c)?;
         }
@@ -160,6 +387,47 @@ fn degraded(s: &mut Session<'_>) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use dmindex_bench::BenchReport;
+
+    /// Fig. 9–12 run end to end at a tiny scale: every scheme that serves an operation is run
+    /// at every client count; a breakdown's phases add up to the mean latency and put each
+    /// scheme's cost where its design says (a one-sided GET has no request, a PUT waits on
+    /// its backups, an all-skiplist GET queues at a server); YCSB is normalised to all-skiplist.
+    #[test]
+    fn basic_breakdown_and_ycsb_runs_report_what_the_figures_need() {
+        let scale =
+            Scale { items: 3000, ops: 2000, clients: vec![2, 8], peak_clients: 4, ..scale() };
+        let mut log = |_: &str| {};
+        let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> { crate::bench(c) };
+        let mut s = Session::for_test(&scale, "histore-testbed", &runner, &mut log);
+        basic(&mut s).unwrap();
+        assert_eq!(s.runs.len(), (5 + 5 + 3) * 2, "SCAN on the three schemes with skiplists");
+        assert!(s.runs.iter().all(|r| r.report.latency_us.mean > 0.0));
+        s.runs.clear();
+        breakdown(&mut s).unwrap();
+        assert_eq!(s.runs.len(), 3 + 3 + 2);
+        for r in &s.runs {
+            let p = phases(&r.report, &DATA);
+            let sum: f64 = p.iter().sum();
+            let mean = r.report.latency_us.mean;
+            assert!((sum - mean).abs() < 0.02 * mean, "{}: {p:?} vs {mean}", r.series);
+            assert!(p[4] > 0.0, "{}: every operation touches the data server", r.series);
+            match r.series.as_str() {
+                "GET histore" | "GET all-hashtable" => {
+                    assert_eq!((p[0], p[1], p[3]), (0.0, 0.0, 0.0), "one-sided: {p:?}")
+                }
+                "GET all-skiplist" => assert!(p[0] > 0.0 && p[2] > 0.0, "{p:?}"),
+                put if put.starts_with("PUT") => assert!(p[3] > 0.0, "log sync: {p:?}"),
+                _ => {}
+            }
+        }
+        s.runs.clear();
+        let scale = Scale { workloads: vec!["a".into(), "e".into()], ..scale };
+        let mut log = |_: &str| {};
+        let mut s = Session::for_test(&scale, "histore-testbed", &runner, &mut log);
+        ycsb(&mut s).unwrap();
+        assert_eq!(s.runs.len(), 3 + 2, "no YCSB E on all-hashtable");
+        assert!(s.runs.iter().all(|r| r.report.clients == PEAK));
+    }
 
     /// Both experiments run end to end at a tiny scale: every recovery run rebuilt its node
     /// (the monitor's report is there), and the degraded runs crash the right node or none.
