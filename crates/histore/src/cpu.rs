@@ -15,10 +15,10 @@
 //! | one pair a range walk or a snapshot passes | [`RANGE_ITEM`] at the partition's size | measured |
 //!
 //! *Measured* means `cargo run --release -p dmindex-histore --example cpu-costs` on the machine
-//! that built these tables (2 cores, nothing else running): the median of five passes of
-//! 100 000 operations on random 16-byte keys, at partitions of 2^14, 2^16, …, 2^22 keys, on
-//! this crate's own structures (`crossbeam-skiplist`; the hash table in memory-node memory with
-//! its key shadow). A cost grows with the partition because a larger one misses more caches;
+//! that built these tables (2 cores, nothing else running), the median of three runs, each the
+//! median of five passes of up to 100 000 operations on random 16-byte keys, at partitions of
+//! 2^14, 2^16, …, 2^22 keys, on this crate's own structures (`crossbeam-skiplist`, whose keys
+//! sit behind a pointer; the hash table in memory-node memory with its key shadow). A cost grows with the partition because a larger one misses more caches;
 //! between the measured sizes it is interpolated linearly in log2 n, and past 2^22 (the paper's
 //! 100 M keys are 2^24.6 per partition) extended along the last segment.
 //!
@@ -54,17 +54,17 @@ impl Curve {
 }
 
 /// A key looked up in a skiplist partition.
-pub const SKIPLIST_GET: Curve = Curve([290, 450, 1380, 2210, 3830]);
+pub const SKIPLIST_GET: Curve = Curve([305, 664, 1579, 2834, 3750]);
 /// An entry applied to a skiplist partition (insert, overwrite or remove).
-pub const SKIPLIST_INSERT: Curve = Curve([1500, 1500, 1880, 2970, 3610]);
+pub const SKIPLIST_INSERT: Curve = Curve([594, 947, 1860, 2977, 3719]);
 /// A new key claimed in the hash table (slot CAS, key shadow insert).
-pub const TABLE_INSERT: Curve = Curve([520, 380, 390, 420, 490]);
+pub const TABLE_INSERT: Curve = Curve([311, 375, 384, 451, 481]);
 /// A held key's slot overwritten or cleared (key shadow lookup, slot CAS).
-pub const TABLE_UPDATE: Curve = Curve([100, 230, 370, 650, 640]);
+pub const TABLE_UPDATE: Curve = Curve([114, 460, 702, 912, 1091]);
 /// A key looked up through the key shadow.
-pub const TABLE_GET: Curve = Curve([60, 150, 340, 600, 660]);
-/// One pair a range walk returns or a snapshot copies.
-pub const RANGE_ITEM: Curve = Curve([40, 50, 170, 210, 250]);
+pub const TABLE_GET: Curve = Curve([80, 450, 601, 752, 1052]);
+/// One pair a range walk passes or a snapshot copies.
+pub const RANGE_ITEM: Curve = Curve([40, 74, 191, 241, 283]);
 
 #[cfg(test)]
 mod tests {
