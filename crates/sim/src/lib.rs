@@ -48,6 +48,7 @@
 //! seed; setting `DMINDEX_SEED=<seed>` re-runs just that one.
 
 pub mod config;
+mod cores;
 mod executor;
 mod peers;
 pub mod phases;

@@ -29,9 +29,11 @@
 //! # Server to server
 //!
 //! A service's calls to other nodes ([`Peers::call_all`]) run the peer's service at once, on the
-//! peer core that frees up first (so a call waits behind the peer's busy cores but not behind its
-//! FIFO: server-to-server traffic is served by the node's worker threads, which the paper
-//! counts apart from its request threads). The call costs one way there, the peer's queueing and
+//! peer core with the first free instant from the call's arrival on (so a call waits behind the
+//! peer's busy cores but not behind its FIFO: server-to-server traffic is served by the node's
+//! worker threads, which the paper counts apart from its request threads). Cores keep their
+//! busy intervals ([`crate::cores`]), so a call served ahead of the clock does not hold a core
+//! before it starts. The call costs one way there, the peer's queueing and
 //! CPU, and one way back; calls in one `call_all` run in parallel, successive ones in sequence.
 //! The reply to the client leaves when the service's own CPU time and its waits on peers are
 //! both over. Running the peer's service at the caller's instant rather than at its arrival is
@@ -44,67 +46,12 @@ use dmindex_fabric::memory::Region;
 use dmindex_fabric::service::{MnContext, Peers, ServiceId, Services};
 use dmindex_fabric::{FabricError, NodeId};
 
+use crate::cores::Cores;
 use crate::world::PS_PER_NS;
 
 /// What a verb, request or peer call that reached crashed node `node` fails with.
 pub(crate) fn crashed(node: NodeId) -> FabricError {
     FabricError::Unavailable { node, reason: "memory node crashed (timed out)".into() }
-}
-
-/// The cores of every memory node: when each is busy until.
-#[derive(Debug)]
-pub(crate) struct Cores {
-    busy_until: Vec<Vec<u64>>,
-    /// Per node, when each worker core (work after replies only) is busy until.
-    workers: Vec<Vec<u64>>,
-}
-
-impl Cores {
-    pub(crate) fn new(nodes: u16, cores: usize, workers: usize) -> Cores {
-        Cores {
-            busy_until: vec![vec![0; cores.max(1)]; nodes as usize],
-            workers: vec![vec![0; workers]; nodes as usize],
-        }
-    }
-
-    /// Work of `ps` that a request left for after its reply at `from`: on the worker core of
-    /// `node` that frees up first, else (no workers) on the request's own `core`.
-    fn after_reply(&mut self, node: usize, core: usize, from: u64, ps: u64) -> u64 {
-        let pool = match self.workers[node].is_empty() {
-            true => &mut self.busy_until[node][core..=core],
-            false => &mut self.workers[node][..],
-        };
-        let t = pool.iter_mut().min_by_key(|t| **t).expect("a core");
-        *t = (*t).max(from).saturating_add(ps);
-        *t
-    }
-
-    /// A core of `node` free at `now`, if any.
-    pub(crate) fn free_at(&self, node: usize, now: u64) -> Option<usize> {
-        self.busy_until[node].iter().position(|&t| t <= now)
-    }
-
-    /// The core of `node` that frees up first, and when.
-    fn earliest(&self, node: usize) -> (usize, u64) {
-        let (core, &t) = self.busy_until[node]
-            .iter()
-            .enumerate()
-            .min_by_key(|&(_, t)| *t)
-            .expect("at least one core");
-        (core, t)
-    }
-
-    /// Every core of `node` free from `now` (the node restarted; what ran there is gone).
-    pub(crate) fn reset(&mut self, node: usize, now: u64) {
-        for t in self.busy_until[node].iter_mut().chain(&mut self.workers[node]) {
-            *t = now;
-        }
-    }
-
-    fn occupy(&mut self, node: usize, core: usize, until: u64) {
-        let t = &mut self.busy_until[node][core];
-        *t = (*t).max(until);
-    }
 }
 
 /// What serving one request cost, in picoseconds from its start.
@@ -147,12 +94,12 @@ impl Servers<'_> {
         let cpu_ps = self.rpc_ps.saturating_add(ctx.charged_ns().saturating_mul(PS_PER_NS));
         let after_ps = ctx.charged_after_reply_ns().saturating_mul(PS_PER_NS);
         let mut cores = self.cores.borrow_mut();
-        cores.occupy(node as usize, core, now.saturating_add(cpu_ps));
+        let mut free = now.saturating_add(cpu_ps);
+        cores.occupy(node as usize, core, now, free);
         if after_ps > 0 {
-            cores.after_reply(node as usize, core, now.saturating_add(cpu_ps), after_ps);
+            // The request core frees up when its own work (and any left on it) is done.
+            free = cores.after_reply(node as usize, core, free, after_ps).unwrap_or(free);
         }
-        // The request core frees up when its own work (and any left on it) is done.
-        let free = cores.busy_until[node as usize][core];
         drop(cores);
         self.frees.borrow_mut().push((free, node, core as u32));
         let waited = peers.clock.get() - now;
@@ -201,8 +148,7 @@ impl Peers for SimPeers<'_> {
                     back = back.max(sent + s.timeout_ps);
                     return Err(crashed(node));
                 }
-                let (core, free) = s.cores.borrow().earliest(node as usize);
-                let start = (sent + s.one_way_ps).max(free);
+                let (core, start) = s.cores.borrow().earliest(node as usize, sent + s.one_way_ps);
                 let served = s.serve(start, node, core, service, request);
                 if start + served.done_ps >= s.dead_at[node as usize] {
                     back = back.max(sent + s.timeout_ps);

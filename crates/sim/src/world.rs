@@ -36,7 +36,8 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use crate::config::{Faults, NetParams};
-use crate::peers::{Cores, Servers};
+use crate::cores::Cores;
+use crate::peers::Servers;
 use crate::phases::Phases;
 
 pub(crate) const PS_PER_NS: u64 = 1000;
@@ -460,7 +461,7 @@ impl World {
                     self.time_out(ev.op, Lost::Crashed);
                     return true;
                 }
-                let free = self.cores.borrow().free_at(node, self.now);
+                let free = self.cores.borrow_mut().free_at(node, self.now);
                 match free {
                     Some(core) => self.start_rpc(ev.op, core, regions, services),
                     None => self.core_queues[node].push_back(ev.op),
@@ -473,7 +474,7 @@ impl World {
                         self.time_out(i, Lost::Crashed);
                     }
                 } else if !self.core_queues[node].is_empty() {
-                    let free = self.cores.borrow().free_at(node, self.now);
+                    let free = self.cores.borrow_mut().free_at(node, self.now);
                     if let Some(core) = free {
                         let i = self.core_queues[node].pop_front().expect("non-empty");
                         self.start_rpc(i, core, regions, services);
