@@ -48,13 +48,18 @@ fn integer_keys_dense() {
     model_test::<Smart, Ordered>(&cfg);
 }
 
-#[test]
-fn nested_variable_length_keys_and_growing_values() {
+/// `cases` runs over 700 [`nested`] keys with values of 1 to 200 bytes.
+fn nested_growing(cases: u32) -> ModelConfig {
     let index = IndexConfig { max_key: 32, max_value: 200, ..IndexConfig::default() };
-    let mut cfg = ModelConfig::new(index, 700, 40);
+    let mut cfg = ModelConfig::new(index, 700, cases);
     cfg.key = nested;
     cfg.value = |v, max| vec![v; 1 + (v as usize * 13) % max];
-    model_test::<Smart, Ordered>(&cfg);
+    cfg
+}
+
+#[test]
+fn nested_variable_length_keys_and_growing_values() {
+    model_test::<Smart, Ordered>(&nested_growing(40));
 }
 
 /// Found by the random test above: k559's value outgrows its leaf (the leaf is marked moved),
@@ -63,17 +68,13 @@ fn nested_variable_length_keys_and_growing_values() {
 /// deleted one and overwrite its slot (which lost k559).
 #[test]
 fn an_insert_beside_a_moved_leaf_of_another_key_keeps_it() {
-    let index = IndexConfig { max_key: 32, max_value: 200, ..IndexConfig::default() };
-    let mut cfg = ModelConfig::new(index, 700, 1);
-    cfg.key = nested;
-    cfg.value = |v, max| vec![v; 1 + (v as usize * 13) % max];
     let steps = [
         Step::Insert(559, 50),
         Step::Insert(337, 126),
         Step::Update(559, 58),
         Step::Insert(438, 152),
     ];
-    run_model::<Smart, Ordered>(&cfg, &steps);
+    run_model::<Smart, Ordered>(&nested_growing(1), &steps);
 }
 
 #[test]

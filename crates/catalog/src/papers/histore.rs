@@ -73,11 +73,15 @@ fn scale() -> Scale {
 
 /// A run of `index` with the paper's placement and item sizes, `mix` the operations.
 fn base(s: &Session<'_>, index: &str, mix: &str) -> BenchConfig {
-    let mut c = s.base(index, "a");
+    BenchConfig { mix: Some(mix.into()), ..testbed(s, index, "a") }
+}
+
+/// A run of YCSB `workload` on `index` with the paper's placement and item sizes.
+fn testbed(s: &Session<'_>, index: &str, workload: &str) -> BenchConfig {
+    let mut c = s.base(index, workload);
     c.memory_nodes = 4;
     c.key_size = 16;
     c.value_size = 32;
-    c.mix = Some(mix.into());
     c.ordered_keys = false;
     c.cache_mb = 0.0;
     c
@@ -213,22 +217,21 @@ fn basic(s: &mut Session<'_>) -> anyhow::Result<()> {
             }
         }
     }
+    type Y = fn(&dmindex_bench::BenchReport) -> f64;
+    let figures: [(&str, &str, &str, Y); 2] =
+        [("Fig. 9", "throughput", "Mops/s", mops), ("Fig. 10", "mean latency", "µs", mean_us)];
     for (name, _) in OPS {
         let prefix = format!("{name} ");
-        let ch = chart(
-            &format!("Fig. 9: {name} throughput"),
-            "client threads",
-            "Mops/s",
-            lines_of(&s.runs, &prefix, mops),
-        );
-        s.chart(&format!("basic-{}-throughput", name.to_lowercase()), ch);
-        let ch = chart(
-            &format!("Fig. 10: {name} mean latency"),
-            "client threads",
-            "µs",
-            lines_of(&s.runs, &prefix, mean_us),
-        );
-        s.chart(&format!("basic-{}-latency", name.to_lowercase()), ch);
+        for (fig, what, unit, y) in figures {
+            let ch = chart(
+                &format!("{fig}: {name} {what}"),
+                "client threads",
+                unit,
+                lines_of(&s.runs, &prefix, y),
+            );
+            let file = what.rsplit(' ').next().unwrap_or(what);
+            s.chart(&format!("basic-{}-{file}", name.to_lowercase()), ch);
+        }
     }
     Ok(())
 }
@@ -307,8 +310,7 @@ fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
             if *w == "e" && index == "all-hashtable" {
                 continue;
             }
-            let mut c = base(s, index, w);
-            c.mix = None;
+            let mut c = testbed(s, index, w);
             c.key_size = 20;
             c.zipf_theta = Some(0.9);
             c.scan_len = Some(100);
@@ -427,6 +429,8 @@ mod tests {
         ycsb(&mut s).unwrap();
         assert_eq!(s.runs.len(), 3 + 2, "no YCSB E on all-hashtable");
         assert!(s.runs.iter().all(|r| r.report.clients == PEAK));
+        let scans = |r: &Run| r.report.per_op.iter().any(|o| o.op == "scan");
+        assert!(s.runs.iter().all(|r| scans(r) == (r.x == 1.0)), "YCSB E scans, A does not");
     }
 
     /// Both experiments run end to end at a tiny scale: every recovery run rebuilt its node
