@@ -419,6 +419,11 @@ mod tests {
                 }
                 "GET all-skiplist" => assert!(p[0] > 0.0 && p[2] > 0.0, "{p:?}"),
                 put if put.starts_with("PUT") => assert!(p[3] > 0.0, "log sync: {p:?}"),
+                "SCAN histore" => {
+                    // Scans are spread over both backups.
+                    let (a, b) = (r.report.phases[2].requests, r.report.phases[3].requests);
+                    assert!(a.abs_diff(b) * 10 <= a + b, "backups served {a} and {b}");
+                }
                 _ => {}
             }
         }
