@@ -16,7 +16,7 @@ use dmindex_fabric::memory::Region;
 use dmindex_fabric::service::MnContext;
 use dmindex_histore::layout::BUCKET;
 use dmindex_histore::proto::{Entry, Kind};
-use dmindex_histore::structure::{Structure, TableAt};
+use dmindex_histore::structure::{merged_range, Structure, TableAt};
 
 const OPS: usize = 100_000;
 const PASSES: usize = 5;
@@ -133,7 +133,7 @@ fn main() {
         let mut out = Vec::with_capacity(128);
         let scan = time(|i| {
             out.clear();
-            sorted.range(&none, pick(i), None, 100, &mut out);
+            merged_range(&none, &[&sorted], pick(i), None, 100, &mut out);
             std::hint::black_box(&out);
         }) / 100.0;
         let insert = time_inserts(&mut sorted, &none, &fresh, n, |_| 0);

@@ -18,9 +18,10 @@
 //! that built these tables (2 cores, nothing else running), the median of three runs, each the
 //! median of five passes of up to 100 000 operations on random 16-byte keys, at partitions of
 //! 2^14, 2^16, …, 2^22 keys, on this crate's own structures (`crossbeam-skiplist`, whose keys
-//! sit behind a pointer; the hash table in memory-node memory with its key shadow). A cost grows with the partition because a larger one misses more caches;
-//! between the measured sizes it is interpolated linearly in log2 n, and past 2^22 (the paper's
-//! 100 M keys are 2^24.6 per partition) extended along the last segment.
+//! sit behind a pointer; the hash table in memory-node memory with its key shadow). A cost grows
+//! with the partition because a larger one misses more caches; between the measured sizes it is
+//! interpolated linearly in log2 n, and past 2^22 (the paper's 100 M keys are 2^24.6 per
+//! partition) extended along the last segment.
 //!
 //! Costs the paper's threads would also pay but that are not charged: copying request bytes
 //! (inside eRPC's per-request figure) and the server's bookkeeping of views and learners (not

@@ -157,19 +157,6 @@ impl Structure {
         }
     }
 
-    /// Appends to `out` up to `count` more pairs (key, slot word) with `lo` ≤ key < `hi`, ascending;
-    /// `None` from a hash table, which has no order.
-    pub fn range(
-        &self,
-        ctx: &MnContext<'_>,
-        lo: &[u8],
-        hi: Option<&[u8]>,
-        count: usize,
-        out: &mut Vec<(Box<[u8]>, u64)>,
-    ) -> Option<()> {
-        merged_range(ctx, &[self], lo, hi, count, out)
-    }
-
     /// Keys held.
     pub fn len(&self) -> usize {
         match self {

@@ -191,6 +191,18 @@ fn mean_us(r: &dmindex_bench::BenchReport) -> f64 {
     r.latency_us.mean
 }
 
+/// Lines of `y` against each run's x, each point divided by the `base` series' at the same x.
+fn normalised(runs: &[Run], y: fn(&dmindex_bench::BenchReport) -> f64, base: &str) -> Vec<Series> {
+    let of_base: Vec<(f64, f64)> =
+        runs.iter().filter(|r| r.series == base).map(|r| (r.x, y(&r.report))).collect();
+    let mut out = lines(runs, y);
+    for p in out.iter_mut().flat_map(|line| line.points.iter_mut()) {
+        let b = of_base.iter().find(|b| b.0 == p.0).map_or(f64::NAN, |b| b.1);
+        p.1 /= b.max(f64::MIN_POSITIVE);
+    }
+    out
+}
+
 /// The lines of the runs whose series starts with `prefix`, named by the rest.
 fn lines_of(
     runs: &[Run],
@@ -321,28 +333,12 @@ fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
             s.go(index, x as f64, c)?;
         }
     }
-    let runs = s.runs.clone();
-    let norm = |y: fn(&dmindex_bench::BenchReport) -> f64| {
-        let base: Vec<(f64, f64)> = runs
-            .iter()
-            .filter(|r| r.series == "all-skiplist")
-            .map(|r| (r.x, y(&r.report)))
-            .collect();
-        let mut out = lines(&runs, y);
-        for line in &mut out {
-            for p in &mut line.points {
-                let b = base.iter().find(|b| b.0 == p.0).map_or(f64::NAN, |b| b.1);
-                p.1 /= b.max(f64::MIN_POSITIVE);
-            }
-        }
-        out
-    };
     let names: Vec<String> = workloads.iter().map(|w| w.to_uppercase()).collect();
     let mut ch = chart(
         "Fig. 12a: YCSB throughput / all-skiplist",
         "workload",
         "normalised throughput",
-        norm(mops),
+        normalised(&s.runs, mops, "all-skiplist"),
     );
     ch.x_names = names.clone();
     s.chart("ycsb-throughput", ch);
@@ -350,7 +346,7 @@ fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
         "Fig. 12b: YCSB mean latency / all-skiplist",
         "workload",
         "normalised latency",
-        norm(mean_us),
+        normalised(&s.runs, mean_us, "all-skiplist"),
     );
     ch.x_names = names;
     s.chart("ycsb-latency", ch);
@@ -366,14 +362,7 @@ fn degraded(s: &mut Session<'_>) -> anyhow::Result<()> {
             s.go(series, x as f64, c)?;
         }
     }
-    let normal: Vec<f64> =
-        s.runs.iter().filter(|r| r.series == "normal").map(|r| mops(&r.report)).collect();
-    let mut series = lines(&s.runs, mops);
-    for line in &mut series {
-        for (i, p) in line.points.iter_mut().enumerate() {
-            p.1 /= normal[i].max(f64::MIN_POSITIVE);
-        }
-    }
+    let series = normalised(&s.runs, mops, "normal");
     let mut ch = chart(
         "Fig. 14: throughput with one index server down, normalised to normal",
         "operation",
