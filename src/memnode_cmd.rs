@@ -22,6 +22,14 @@ pub struct Args {
     /// Also run the memory-node services of this index (see `dmindex indexes`).
     #[arg(long, value_parser = crate::bench_cmd::parse_index)]
     index: Option<String>,
+    /// Every memnode of the cluster, HOST:PORT in id order, this one included (comma-separated
+    /// or repeated): links for services that call other memnodes (`--index histore` ships its
+    /// log to the backups' memnodes). They are reached with the same token.
+    #[arg(long = "peers", value_name = "HOST:PORT", value_delimiter = ',')]
+    peers: Vec<String>,
+    /// How long a call to a peer may take before the peer counts as down (ms).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    peer_timeout_ms: u64,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -66,6 +74,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         id: a.id,
         cores: a.cores,
         services,
+        peers: a.peers.clone(),
+        peer_timeout: std::time::Duration::from_millis(a.peer_timeout_ms),
     };
     dmindex_ucx::server::serve(&cfg, stop, |addr| println!("memnode {} ready on {addr}", cfg.id))
         .map_err(anyhow::Error::msg)

@@ -6,7 +6,7 @@
 //! ```text
 //! client → server   hello:   magic "DMIUCX01" | token length u32 | token
 //! server → client   welcome: status u8 (0 = ok) | then, if ok:
-//!                            mn id u16 | pool base u64 | pool length u64 |
+//!                            mn id u16 | incarnation u64 | pool base u64 | pool length u64 |
 //!                            rkey length u32 | packed rkey | worker address length u32 | address
 //!                            if not ok: message length u32 | UTF-8 message
 //! client → server   call:    service u16 | request length u32 | request
@@ -19,6 +19,10 @@
 //!
 //! Lengths are capped ([`MAX_FRAME`]) so a malformed or hostile peer cannot make either side
 //! allocate without bound.
+//!
+//! The incarnation is a random number a memnode process draws when it starts: a memnode
+//! restarted on the same address is a new server with an empty pool, and clients tell the two
+//! apart by it (see `transport`'s "Restarts").
 
 use std::io::{self, Read, Write};
 
@@ -31,6 +35,8 @@ pub const MAX_FRAME: u32 = 1 << 20;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Welcome {
     pub mn_id: u16,
+    /// Drawn at random when the memnode process starts.
+    pub incarnation: u64,
     pub base: u64,
     pub length: u64,
     pub rkey: Vec<u8>,
@@ -111,6 +117,7 @@ pub fn write_welcome(w: &mut impl Write, welcome: Result<&Welcome, &str>) -> io:
         Ok(x) => {
             out.push(0);
             out.extend_from_slice(&x.mn_id.to_le_bytes());
+            out.extend_from_slice(&x.incarnation.to_le_bytes());
             out.extend_from_slice(&x.base.to_le_bytes());
             out.extend_from_slice(&x.length.to_le_bytes());
             put_bytes(&mut out, &x.rkey);
@@ -133,6 +140,7 @@ pub fn read_welcome(r: &mut impl Read) -> io::Result<Result<Welcome, String>> {
     }
     Ok(Ok(Welcome {
         mn_id: read_u16(r)?,
+        incarnation: read_u64(r)?,
         base: read_u64(r)?,
         length: read_u64(r)?,
         rkey: read_bytes(r, "rkey")?,
@@ -186,6 +194,18 @@ pub fn write_reply(w: &mut impl Write, reply: &Reply) -> io::Result<()> {
     w.flush()
 }
 
+/// The length of the reply frame at the start of `buf`, once `buf` holds all of it (`None`
+/// while it does not); an error if its length field is over [`MAX_FRAME`].
+pub fn reply_frame_len(buf: &[u8]) -> io::Result<Option<usize>> {
+    let Some(len) = buf.get(1..5) else { return Ok(None) };
+    let n = u32::from_le_bytes(len.try_into().expect("4 bytes"));
+    if n > MAX_FRAME {
+        return Err(bad(format!("reply of {n} bytes exceeds the {MAX_FRAME}-byte limit")));
+    }
+    let total = 5 + n as usize;
+    Ok((buf.len() >= total).then_some(total))
+}
+
 /// Reads a reply.
 pub fn read_reply(r: &mut impl Read) -> io::Result<Reply> {
     let status = read_u8(r)?;
@@ -231,6 +251,7 @@ mod tests {
 
         let w = Welcome {
             mn_id: 3,
+            incarnation: 0x0123_4567_89ab_cdef,
             base: 0x7f00_0000_0000,
             length: 1 << 30,
             rkey: vec![1, 2, 3],
@@ -238,7 +259,8 @@ mod tests {
         };
         let mut b = Vec::new();
         write_welcome(&mut b, Ok(&w)).unwrap();
-        assert_eq!(b.len(), 1 + 2 + 8 + 8 + 4 + 3 + 4 + 5);
+        assert_eq!(b.len(), 1 + 2 + 8 + 8 + 8 + 4 + 3 + 4 + 5);
+        assert_eq!(b[3..11], 0x0123_4567_89ab_cdefu64.to_le_bytes());
         assert_eq!(read_welcome(&mut &b[..]).unwrap(), Ok(w));
         let mut b = Vec::new();
         write_welcome(&mut b, Err("wrong token")).unwrap();
@@ -250,6 +272,11 @@ mod tests {
         assert_eq!(read_call(&mut &b[..]).unwrap(), Some((7, vec![1, 2])));
         assert_eq!(read_call(&mut &[][..]).unwrap(), None);
 
+        let mut b = Vec::new();
+        write_reply(&mut b, &Reply::Ok(vec![5; 3])).unwrap();
+        assert_eq!(reply_frame_len(&b[..7]).unwrap(), None);
+        assert_eq!(reply_frame_len(&[b.clone(), vec![1]].concat()).unwrap(), Some(8));
+        assert!(reply_frame_len(&[0, 255, 255, 255, 255]).is_err());
         for r in [
             Reply::Ok(vec![5; 16]),
             Reply::OutOfMemory { requested: 10, available: 3 },

@@ -10,19 +10,25 @@
 //! that checks the client's token, sends the welcome, then answers calls (chunk allocation,
 //! node info, index services) on the memnode's CPU. A client that disconnects, even mid-call,
 //! only ends its thread; the pool and everything in it stay.
+//!
+//! # Peers
+//!
+//! With `peers` (every memnode of the cluster, in id order) a service can call the services of
+//! other memnodes ([`crate::peers::TcpPeers`]); without, such calls are refused.
 
 use std::io::{BufReader, BufWriter};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use dmindex_fabric::layout::{self, MIN_REGION};
-use dmindex_fabric::service::{MnContext, MnMemory, Services};
+use dmindex_fabric::service::{MnContext, MnMemory, NoPeers, Peers, Services};
 use dmindex_fabric::verbs::AtomicOp;
 use dmindex_fabric::FabricError;
 
 use crate::message_verbs::{self, Request, REPLY_AM, REPLY_LEN, REQUEST_AM};
+use crate::peers::TcpPeers;
 use crate::proto::{self, Reply, Welcome};
 use crate::ucp::{ReplyEndpoint, Worker};
 
@@ -38,6 +44,26 @@ pub struct MemnodeConfig {
     /// The services to run, built for `cores` cores (the built-in ones and an index's); `None`:
     /// the built-in ones.
     pub services: Option<Services>,
+    /// Every memnode of the cluster (HOST:PORT in id order, this one included), for services
+    /// that call their peers; empty: no peer links.
+    pub peers: Vec<String>,
+    /// How long a call to a peer may take before the peer counts as unavailable.
+    pub peer_timeout: Duration,
+}
+
+/// A number no other memnode process draws: told to clients in the welcome, so that they can
+/// tell a restarted memnode (a new, empty pool) from the one they knew.
+fn draw_incarnation() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // The standard library seeds `RandomState` from the operating system's randomness.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 /// The pool as the memnode's CPU sees it.
@@ -127,12 +153,24 @@ pub fn serve(
         .map_err(|e| format!("UCX setup failed: {e}"))?;
     let welcome = Arc::new(Welcome {
         mn_id: cfg.id,
+        incarnation: draw_incarnation(),
         base: pool.base as u64,
         length: mem.len,
         rkey: pool.rkey.clone(),
         worker_address: worker.address().map_err(|e| format!("worker address: {e}"))?,
     });
     let services = Arc::new(cfg.services.clone().unwrap_or_else(|| Services::new(cfg.cores)));
+    if !cfg.peers.is_empty() && cfg.peers.len() <= cfg.id as usize {
+        return Err(format!(
+            "--peers lists {} memnodes, so it has no memory node {} (list every memnode in id order, this one included)",
+            cfg.peers.len(),
+            cfg.id
+        ));
+    }
+    let peers: Arc<dyn Peers + Send + Sync> = match cfg.peers.is_empty() {
+        true => Arc::new(NoPeers),
+        false => Arc::new(TcpPeers::new(cfg.peers.clone(), cfg.token.clone(), cfg.peer_timeout)),
+    };
     let token: Arc<[u8]> = cfg.token.clone().into();
     eprintln!(
         "memnode[{}]: listening on {local}, pool {} bytes at {:#x}",
@@ -140,6 +178,8 @@ pub fn serve(
     );
     ready(local);
     let mut next_client = 0u64;
+    // Every control connection being served, so that shutting down can end them.
+    let live: Arc<Mutex<Vec<(u64, TcpStream)>>> = Arc::default();
     // Spin (yielding the core) while there is traffic; sleep once it has been quiet a while.
     let mut idle = 0u32;
     while !stop.load(Ordering::Relaxed) {
@@ -148,16 +188,25 @@ pub fn serve(
             Ok((stream, peer)) => {
                 busy = true;
                 next_client += 1;
-                let (welcome, services, token, mem) = (
+                let (welcome, services, token, mem, peers) = (
                     Arc::clone(&welcome),
                     Arc::clone(&services),
                     Arc::clone(&token),
                     Arc::clone(&mem),
+                    Arc::clone(&peers),
                 );
                 let id = cfg.id;
                 let n = next_client;
-                std::thread::spawn(move || {
-                    let r = control(stream, &welcome, &services, &token, &mem, id);
+                let Ok(mine) = stream.try_clone() else {
+                    eprintln!("memnode[{id}]: client {n} ({peer}): cannot track its connection");
+                    continue;
+                };
+                lock(&live).push((n, mine));
+                let live_here = Arc::clone(&live);
+                let spawned = std::thread::Builder::new().spawn(move || {
+                    let node = Node { id, mem: &mem, services: &services, peers: &*peers };
+                    let r = control(stream, &welcome, &token, node);
+                    lock(&live_here).retain(|(m, _)| *m != n);
                     match r {
                         Ok(calls) => eprintln!(
                             "memnode[{id}]: client {n} ({peer}) disconnected after {calls} calls"
@@ -165,6 +214,10 @@ pub fn serve(
                         Err(e) => eprintln!("memnode[{id}]: client {n} ({peer}): {e}"),
                     }
                 });
+                if let Err(e) = spawned {
+                    eprintln!("memnode[{id}]: client {n} ({peer}) refused: no thread for it: {e}");
+                    lock(&live).retain(|(m, _)| *m != n);
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => eprintln!("memnode[{}]: accept failed: {e}", cfg.id),
@@ -177,11 +230,30 @@ pub fn serve(
         }
     }
     eprintln!("memnode[{}]: shutting down", cfg.id);
+    // End every control connection, and wait for calls under way to finish, before the pool
+    // goes: their threads use it.
+    for (_, s) in lock(&live).iter() {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+    let patience = std::time::Instant::now() + cfg.peer_timeout + Duration::from_secs(2);
+    while !lock(&live).is_empty() && std::time::Instant::now() < patience {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if !lock(&live).is_empty() {
+        eprintln!("memnode[{}]: calls still running; the pool is left mapped", cfg.id);
+        std::mem::forget(pool);
+        std::mem::forget(worker);
+        return Ok(());
+    }
     drop(mem);
     // The pool goes before the worker whose context mapped it.
     drop(pool);
     drop(worker);
     Ok(())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Executes one verb message and replies to it; false if it was malformed (then it is dropped).
@@ -204,14 +276,20 @@ fn execute_message(
     true
 }
 
+/// What a control connection's calls run on.
+struct Node<'a> {
+    id: u16,
+    mem: &'a PoolMemory,
+    services: &'a Services,
+    peers: &'a dyn Peers,
+}
+
 /// One control connection: token check, welcome, then calls until the client goes away.
 fn control(
     stream: TcpStream,
     welcome: &Welcome,
-    services: &Services,
     token: &[u8],
-    mem: &PoolMemory,
-    id: u16,
+    node: Node<'_>,
 ) -> Result<u64, String> {
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
@@ -225,7 +303,8 @@ fn control(
     }
     proto::write_welcome(&mut w, Ok(welcome)).map_err(|e| format!("sending welcome: {e}"))?;
     r.get_ref().set_read_timeout(None).map_err(|e| e.to_string())?;
-    let ctx = MnContext::new(id, mem);
+    let Node { id, mem, services, peers } = node;
+    let ctx = MnContext::new(id, mem).with_peers(peers);
     let mut calls = 0u64;
     loop {
         let Some((service, request)) =

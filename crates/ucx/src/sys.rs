@@ -250,6 +250,7 @@ extern "C" {
         ep_p: *mut ucp_ep_h,
     ) -> ucs_status_t;
     pub fn ucp_ep_close_nbx(ep: ucp_ep_h, param: *const ucp_request_param_t) -> ucs_status_ptr_t;
+    pub fn ucp_ep_flush_nbx(ep: ucp_ep_h, param: *const ucp_request_param_t) -> ucs_status_ptr_t;
     pub fn ucp_mem_map(
         context: ucp_context_h,
         params: *const ucp_mem_map_params_t,

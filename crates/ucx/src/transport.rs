@@ -2,10 +2,12 @@
 //!
 //! # Connections
 //!
-//! [`UcxFabric::connect`] opens one TCP control connection per memnode (bootstrap: token, then
-//! the pool's base, length, packed rkey and the memnode's worker address; afterwards the
-//! fabric's two-sided calls). Each OS thread that makes clients gets one UCX worker with an
-//! endpoint and an unpacked rkey per memnode, shared by every client (task) on that thread.
+//! [`UcxFabric::connect`] bootstraps with every memnode over TCP ([`crate::control`]: token,
+//! then the memnode's incarnation, the pool's base, length, packed rkey and worker address).
+//! Each client makes its two-sided calls on control connections of its own (taken from the
+//! fabric's idle ones, or bootstrapped, and given back when the client goes), so clients' calls
+//! run at once. Each OS thread that makes clients gets one UCX worker with an endpoint and an
+//! unpacked rkey per memnode (made on first use), shared by every client (task) on that thread.
 //!
 //! # One-sided verbs and message verbs
 //!
@@ -27,7 +29,7 @@
 //! | masked CAS, otherwise | READ of the word, then CSWAP until it holds or fails: 2 (+1 per lost race) | MASKED message: 1 | 1–2+ |
 //! | doorbell batch | every READ/WRITE posted, then all awaited | same, messages | 1 |
 //! | zero-wait WRITE | posted, reaped by `flush` or later verbs | WRITE message without reply | 0 |
-//! | call | request/reply on the TCP control connection (blocks the thread) | same | 1 |
+//! | call | request/reply on the client's own TCP control connection (yields while it waits) | same | 1 |
 //!
 //! # Ordering
 //!
@@ -37,15 +39,33 @@
 //! RDMA; writes inside a batch are fenced from the operations after them. Messages need no fence:
 //! an endpoint's messages arrive in order and the memnode executes them as they arrive; a WRITE
 //! message completes when the memnode acknowledges it.
+//!
+//! # Restarts and reconnecting
+//!
+//! A memnode restarted on the same address is a new process with an empty pool; its welcome
+//! carries a new incarnation. A client is bound to one incarnation of each memnode: its verbs
+//! and calls fail ([`FabricError::Unavailable`]) once its thread's endpoint or its control
+//! connection reaches another, as an RDMA queue pair dies with the process that made it, until
+//! the client calls [`Transport::reconnect`], which bootstraps afresh (one round trip), binds
+//! the client to the incarnation that answers, and replaces the thread's endpoint if it reaches
+//! an older one or has failed. Clients of the same thread that did not reconnect stay bound to
+//! the old incarnation and keep failing, so none of them reads a new, empty pool as if it were
+//! the old one.
+//!
+//! # Deadlines
+//!
+//! Calls, message verbs and endpoint wireups must finish within the fabric's timeout
+//! ([`UcxOptions::timeout`]); one that does not fails with `Unavailable`, naming the memnode and
+//! what it did not answer (a memnode cut off by a partition sends no reset). One-sided verbs
+//! (shared memory, RDMA) rely on UCX's own endpoint error handling instead: their buffers stay
+//! in UCX's hands until it completes them.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::io::{BufReader, BufWriter};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dmindex_fabric::exec::yield_now;
 use dmindex_fabric::{
@@ -53,30 +73,60 @@ use dmindex_fabric::{
     Transport,
 };
 
+use crate::control::{reply_result, unanswered, ControlConn};
 use crate::message_verbs::{self as msg, Request, Verb, REPLY_AM, REQUEST_AM, REQUEST_LEN};
-use crate::proto::{self, Reply, Welcome};
+use crate::proto::Welcome;
 use crate::sys::{UCP_ATOMIC_OP_ADD, UCP_ATOMIC_OP_CSWAP, UCP_ATOMIC_OP_OR};
 use crate::ucp::{Endpoint, Posted, RemoteKey, Request as UcxRequest, UcxError, Worker};
 
 /// How long to wait for a memnode to accept and answer the bootstrap.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A memnode's control connection.
-struct Control {
-    reader: BufReader<TcpStream>,
-    writer: BufWriter<TcpStream>,
+/// Control connections a fabric keeps per memnode that no client holds.
+const IDLE_CONTROL: usize = 64;
+
+/// How a fabric reaches its memnodes.
+#[derive(Clone, Debug)]
+pub struct UcxOptions {
+    /// Bytes a client takes from a memnode at a time for its allocations.
+    pub chunk_size: u64,
+    /// How long a call, a message verb or an endpoint's wireup may take before its memnode
+    /// counts as unavailable. A call that does much work (a HiStore rebuild's copy) must fit.
+    pub timeout: Duration,
+}
+
+impl Default for UcxOptions {
+    fn default() -> UcxOptions {
+        UcxOptions { chunk_size: 1 << 20, timeout: Duration::from_secs(10) }
+    }
+}
+
+/// One incarnation of a memnode: what its welcome said, numbered in the order this fabric met
+/// them.
+struct Incarnation {
+    generation: u64,
+    welcome: Welcome,
 }
 
 struct Memnode {
     addr: String,
-    welcome: Welcome,
-    control: Mutex<Control>,
+    /// The incarnation new clients bind to.
+    current: Mutex<Arc<Incarnation>>,
+    /// Control connections no client holds, with the generation they reach.
+    idle: Mutex<Vec<(u64, ControlConn)>>,
+}
+
+/// What every client of a fabric shares.
+struct Shared {
+    nodes: Vec<Memnode>,
+    token: Vec<u8>,
+    timeout: Duration,
 }
 
 /// A cluster of memnodes reached over UCX.
 pub struct UcxFabric {
     id: u64,
-    nodes: Arc<Vec<Memnode>>,
+    shared: Arc<Shared>,
     info: Arc<ClusterInfo>,
     chunk_size: u64,
 }
@@ -87,65 +137,79 @@ fn unavailable(node: NodeId, reason: impl Into<String>) -> FabricError {
     FabricError::Unavailable { node, reason: reason.into() }
 }
 
+fn restarted(node: NodeId) -> FabricError {
+    unavailable(
+        node,
+        "this client's connection reaches an earlier incarnation of the memnode (it restarted, \
+         or another client reconnected): reconnect",
+    )
+}
+
 impl UcxFabric {
     /// Connects to memnodes `addrs` (HOST:PORT; memnode ids must be 0, 1, … in this order)
-    /// presenting `token`. Unreachable memnodes and refusals are errors naming the memnode.
+    /// presenting `token`, with clients taking `chunk_size`-byte chunks. Unreachable memnodes
+    /// and refusals are errors naming the memnode.
     pub fn connect(
         addrs: &[String],
         token: &[u8],
         chunk_size: u64,
     ) -> std::result::Result<UcxFabric, String> {
+        Self::connect_with(addrs, token, &UcxOptions { chunk_size, ..UcxOptions::default() })
+    }
+
+    /// [`UcxFabric::connect`] with every option.
+    pub fn connect_with(
+        addrs: &[String],
+        token: &[u8],
+        options: &UcxOptions,
+    ) -> std::result::Result<UcxFabric, String> {
         if addrs.is_empty() {
             return Err("no memnode given (--memnode HOST:PORT)".into());
         }
+        if options.timeout.is_zero() {
+            return Err("the UCX timeout must be positive".into());
+        }
         let mut nodes = Vec::new();
         for (i, a) in addrs.iter().enumerate() {
-            let sock = a
-                .to_socket_addrs()
-                .map_err(|e| format!("memnode {a}: bad address: {e}"))?
-                .next()
-                .ok_or_else(|| format!("memnode {a}: address resolves to nothing"))?;
-            let stream = TcpStream::connect_timeout(&sock, CONNECT_TIMEOUT)
-                .map_err(|e| format!("cannot reach memnode at {a}: {e}"))?;
-            let io = |e: std::io::Error| format!("memnode {a}: {e}");
-            stream.set_nodelay(true).map_err(io)?;
-            stream.set_read_timeout(Some(CONNECT_TIMEOUT)).map_err(io)?;
-            let mut writer = BufWriter::new(stream.try_clone().map_err(io)?);
-            let mut reader = BufReader::new(stream);
-            proto::write_hello(&mut writer, token).map_err(io)?;
-            let welcome = proto::read_welcome(&mut reader)
-                .map_err(|e| format!("memnode {a} did not complete the bootstrap: {e}"))?
-                .map_err(|m| format!("memnode {a} refused the connection: {m}"))?;
+            let (control, welcome) = ControlConn::connect(
+                a,
+                token,
+                CONNECT_TIMEOUT.min(options.timeout.max(Duration::from_secs(1))),
+            )?;
             if welcome.mn_id as usize != i {
                 return Err(format!(
                     "memnode {a} is memory node {}, but it is listed at position {i} (list memnodes in id order)",
                     welcome.mn_id
                 ));
             }
-            reader.get_ref().set_read_timeout(None).map_err(io)?;
             nodes.push(Memnode {
                 addr: a.clone(),
-                welcome,
-                control: Mutex::new(Control { reader, writer }),
+                current: Mutex::new(Arc::new(Incarnation { generation: 0, welcome })),
+                idle: Mutex::new(vec![(0, control)]),
             });
         }
-        let info =
-            Arc::new(ClusterInfo { node_sizes: nodes.iter().map(|n| n.welcome.length).collect() });
+        let info = Arc::new(ClusterInfo {
+            node_sizes: nodes.iter().map(|n| n.current().welcome.length).collect(),
+        });
         Ok(UcxFabric {
             id: NEXT_FABRIC.fetch_add(1, Ordering::Relaxed),
-            nodes: Arc::new(nodes),
+            shared: Arc::new(Shared { nodes, token: token.to_vec(), timeout: options.timeout }),
             info,
-            chunk_size,
+            chunk_size: options.chunk_size,
         })
     }
 
     /// Per memnode, whether this thread's verbs reach its pool one-sidedly (UCX RMA) rather
     /// than as messages the memnode executes (see the module docs).
     pub fn one_sided(&self) -> std::result::Result<Vec<bool>, String> {
-        Ok(self.thread_conn().map_err(|e| e.to_string())?.one_sided.clone())
+        let t = dmindex_fabric::Fabric::client(self, 0).map_err(|e| e.to_string())?;
+        let t = t.transport();
+        (0..self.shared.nodes.len() as NodeId)
+            .map(|n| t.node(n).map(|c| c.one_sided).map_err(|e| e.to_string()))
+            .collect()
     }
 
-    /// This thread's worker and endpoints for this fabric, made on first use.
+    /// This thread's worker for this fabric, made on first use.
     fn thread_conn(&self) -> std::result::Result<Rc<ThreadConn>, UcxError> {
         THREAD_CONNS.with(|t| {
             let mut t = t.borrow_mut();
@@ -165,22 +229,8 @@ impl UcxFabric {
                     }
                 }),
             )?;
-            let mut eps = Vec::new();
-            let mut keys = Vec::new();
-            for n in self.nodes.iter() {
-                let ep = worker.connect(&n.welcome.worker_address)?;
-                keys.push(ep.unpack(&n.welcome.rkey)?);
-                eps.push(ep);
-            }
-            // Finish the endpoints' wireup now, before any verb: a client that dies while its
-            // wireup is still in flight can trip an assertion in UCX 1.13.1's TCP transport on the
-            // memnode (see docs/ucx.md).
-            let p = worker.flush()?;
-            worker.wait(p)?;
             let c = Rc::new(ThreadConn {
-                keys,
-                one_sided: eps.iter().map(Endpoint::one_sided).collect(),
-                eps,
+                nodes: RefCell::new(vec![None; self.shared.nodes.len()]),
                 pending: RefCell::new(Vec::new()),
                 fence: Cell::new(false),
                 replies,
@@ -189,6 +239,69 @@ impl UcxFabric {
             t.push((self.id, Rc::clone(&c)));
             Ok(c)
         })
+    }
+}
+
+impl Memnode {
+    fn current(&self) -> Arc<Incarnation> {
+        Arc::clone(&self.current.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Shared {
+    /// A control connection to `node`'s incarnation `generation`: an idle one, or a new one.
+    fn control(&self, node: NodeId, generation: u64) -> Result<ControlConn> {
+        let m = &self.nodes[node as usize];
+        {
+            let mut idle = m.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = idle.iter().rposition(|(g, _)| *g == generation) {
+                return Ok(idle.swap_remove(i).1);
+            }
+        }
+        let inc = m.current();
+        if inc.generation != generation {
+            return Err(restarted(node));
+        }
+        let (c, _) = ControlConn::connect(&m.addr, &self.token, self.timeout)
+            .map_err(|reason| unavailable(node, reason))?;
+        if c.incarnation != inc.welcome.incarnation {
+            return Err(restarted(node));
+        }
+        Ok(c)
+    }
+
+    fn give_back(&self, node: NodeId, generation: u64, c: ControlConn) {
+        let mut idle = self.nodes[node as usize].idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < IDLE_CONTROL {
+            idle.push((generation, c));
+        }
+    }
+
+    /// A new endpoint of `conn`'s worker to incarnation `inc` of `node`, wired up.
+    fn endpoint(&self, conn: &ThreadConn, node: NodeId, inc: &Incarnation) -> Result<Rc<NodeConn>> {
+        let fail = |e: UcxError| unavailable(node, e.to_string());
+        let ep = conn.worker.connect(&inc.welcome.worker_address).map_err(fail)?;
+        let key = ep.unpack(&inc.welcome.rkey).map_err(fail)?;
+        // Finish the wireup now, before any verb: a client that dies while its wireup is still
+        // in flight can trip an assertion in UCX 1.13.1's TCP transport on the memnode (see
+        // docs/ucx.md).
+        let p = ep.flush().map_err(fail)?;
+        if !conn.worker.wait_until(p, Instant::now() + self.timeout).map_err(fail)? {
+            return Err(unavailable(
+                node,
+                format!(
+                    "memnode {}: no wireup within {:?}",
+                    self.nodes[node as usize].addr, self.timeout
+                ),
+            ));
+        }
+        Ok(Rc::new(NodeConn {
+            generation: inc.generation,
+            base: inc.welcome.base,
+            one_sided: ep.one_sided(),
+            key,
+            ep,
+        }))
     }
 }
 
@@ -201,22 +314,36 @@ impl dmindex_fabric::Fabric for UcxFabric {
 
     fn client(&self, cn: u16) -> Result<Client<UcxTransport>> {
         let conn = self.thread_conn().map_err(|e| unavailable(0, e.to_string()))?;
+        let nodes = &self.shared.nodes;
         let t = UcxTransport {
             conn,
-            bases: self.nodes.iter().map(|n| n.welcome.base).collect(),
-            nodes: Arc::clone(&self.nodes),
+            bound: nodes.iter().map(|n| Cell::new(n.current().generation)).collect(),
+            control: nodes.iter().map(|_| Cell::new(None)).collect(),
+            shared: Arc::clone(&self.shared),
             info: Arc::clone(&self.info),
         };
         Ok(Client::new(t, Arc::clone(&self.info), cn, self.chunk_size))
     }
 }
 
-/// One thread's UCX state. Field order is drop order: keys and endpoints before the worker.
+/// One thread's endpoint to one incarnation of a memnode. Field order is drop order: the key
+/// before its endpoint.
+struct NodeConn {
+    generation: u64,
+    /// The pool's address in the memnode's address space.
+    base: u64,
+    /// UCX RMA reaches the pool without the memnode's CPU (else verbs go as messages).
+    one_sided: bool,
+    key: RemoteKey,
+    ep: Endpoint,
+}
+
+/// One thread's UCX state. Field order is drop order: endpoints before the worker.
 struct ThreadConn {
-    keys: Vec<RemoteKey>,
-    eps: Vec<Endpoint>,
-    /// Per memnode: UCX RMA reaches its pool without its CPU (else verbs go as messages).
-    one_sided: Vec<bool>,
+    /// Per memnode, the endpoint of the newest incarnation a client of this thread reached
+    /// (made on first use). Verbs in flight hold their own reference, so an endpoint replaced
+    /// meanwhile lives until they finish.
+    nodes: RefCell<Vec<Option<Rc<NodeConn>>>>,
     /// Sends in flight that nobody awaits (zero-wait WRITEs, messages), with their bytes.
     pending: RefCell<Vec<(UcxRequest, Vec<u8>)>>,
     /// A one-sided WRITE was posted since the last fence.
@@ -242,7 +369,7 @@ impl Drop for ThreadConn {
             let _ = self.worker.wait(Posted::Pending(r));
         }
         if let Ok(p) = self.worker.flush() {
-            let _ = self.worker.wait(p);
+            let _ = self.worker.wait_until(p, Instant::now() + CONNECT_TIMEOUT);
         }
     }
 }
@@ -254,9 +381,22 @@ thread_local! {
 /// A client's handle on the cluster (shares its thread's worker).
 pub struct UcxTransport {
     conn: Rc<ThreadConn>,
-    bases: Vec<u64>,
-    nodes: Arc<Vec<Memnode>>,
+    /// Per memnode, the generation of the incarnation this client is bound to.
+    bound: Vec<Cell<u64>>,
+    /// Per memnode, this client's control connection (taken out while a call uses it).
+    control: Vec<Cell<Option<ControlConn>>>,
+    shared: Arc<Shared>,
     info: Arc<ClusterInfo>,
+}
+
+impl Drop for UcxTransport {
+    fn drop(&mut self) {
+        for (n, c) in self.control.iter().enumerate() {
+            if let Some(c) = c.take() {
+                self.shared.give_back(n as NodeId, self.bound[n].get(), c);
+            }
+        }
+    }
 }
 
 /// Waits for an operation; if dropped first (the client stopped mid-verb), blocks until UCX is
@@ -293,15 +433,24 @@ impl Drop for InFlight<'_> {
 /// A verb message awaiting its reply; if dropped first, the reply is discarded when it comes.
 struct Awaited<'a> {
     conn: &'a ThreadConn,
+    to: Rc<NodeConn>,
     node: NodeId,
     tag: u64,
 }
 
 impl Awaited<'_> {
-    /// The memnode's reply: `Ok` with the READ bytes, or the error it reported for `addr` (a
-    /// verb of `len` bytes), or the connection's failure.
-    async fn reply(self, info: &ClusterInfo, addr: GlobalAddr, len: u64) -> Result<(u64, Vec<u8>)> {
+    /// The memnode's reply within `timeout`: `Ok` with the READ bytes, or the error it reported
+    /// for `addr` (a verb of `len` bytes), or the connection's failure.
+    async fn reply(
+        self,
+        info: &ClusterInfo,
+        addr: GlobalAddr,
+        len: u64,
+        timeout: Duration,
+    ) -> Result<(u64, Vec<u8>)> {
         let node = self.node;
+        let deadline = Instant::now() + timeout;
+        let mut polls = 0u32;
         loop {
             self.conn.worker.progress();
             let got =
@@ -317,8 +466,12 @@ impl Awaited<'_> {
                     msg::Status::Misaligned => Err(FabricError::Misaligned { addr, required: 8 }),
                 };
             }
-            if let Some(e) = self.conn.eps[node as usize].failure() {
+            if let Some(e) = self.to.ep.failure() {
                 return Err(unavailable(node, format!("connection lost: {e}")));
+            }
+            polls = polls.wrapping_add(1);
+            if polls % 64 == 0 && Instant::now() >= deadline {
+                return Err(unavailable(node, format!("no reply to a verb within {timeout:?}")));
             }
             yield_now().await;
         }
@@ -332,15 +485,32 @@ impl Drop for Awaited<'_> {
 }
 
 impl UcxTransport {
-    /// Whether `node`'s verbs go as messages the memnode executes.
-    fn messages(&self, node: NodeId) -> bool {
-        !self.conn.one_sided[node as usize]
+    /// This thread's endpoint to the incarnation of `node` this client is bound to (made on
+    /// first use); an error if the thread has moved on to a later one, or the fabric has.
+    fn node(&self, node: NodeId) -> Result<Rc<NodeConn>> {
+        let generation = self.bound[node as usize].get();
+        if let Some(c) = &self.conn.nodes.borrow()[node as usize] {
+            if c.generation == generation {
+                return Ok(Rc::clone(c));
+            }
+            if c.generation > generation {
+                return Err(restarted(node));
+            }
+        }
+        let inc = self.shared.nodes[node as usize].current();
+        if inc.generation != generation {
+            return Err(restarted(node));
+        }
+        let c = self.shared.endpoint(&self.conn, node, &inc)?;
+        self.conn.nodes.borrow_mut()[node as usize] = Some(Rc::clone(&c));
+        Ok(c)
     }
 
-    /// Sends `verb` on `addr` (a WRITE's bytes in `payload`) as a message; returns the reply to
-    /// await, or nothing when `reply` is false (a zero-wait WRITE).
+    /// Sends `verb` on `addr` (a WRITE's bytes in `payload`) as a message over `to`; returns
+    /// the reply to await, or nothing when `reply` is false (a zero-wait WRITE).
     fn post_message(
         &self,
+        to: &Rc<NodeConn>,
         addr: GlobalAddr,
         verb: Verb,
         payload: &[u8],
@@ -352,7 +522,7 @@ impl UcxTransport {
             let tag = c.replies.last_tag.get() + 1;
             c.replies.last_tag.set(tag);
             c.replies.slots.borrow_mut().insert(tag, None);
-            Awaited { conn: c, node, tag }
+            Awaited { conn: c, to: Rc::clone(to), node, tag }
         });
         let tag = awaited.as_ref().map_or(0, |a| a.tag);
         let mut message = Vec::with_capacity(REQUEST_LEN + payload.len());
@@ -361,11 +531,7 @@ impl UcxTransport {
         // SAFETY: if the send is still in flight, `message` moves into the pending list (its heap
         // buffer does not move) and is dropped only after the send completes.
         let p = unsafe {
-            c.eps[node as usize].send_message(
-                REQUEST_AM,
-                &message[..REQUEST_LEN],
-                &message[REQUEST_LEN..],
-            )
+            to.ep.send_message(REQUEST_AM, &message[..REQUEST_LEN], &message[REQUEST_LEN..])
         };
         match p.map_err(|e| unavailable(node, e.to_string()))? {
             Posted::Done => {}
@@ -377,6 +543,7 @@ impl UcxTransport {
     /// One verb as a message, awaited: (old word, READ bytes).
     async fn message(
         &self,
+        to: &Rc<NodeConn>,
         addr: GlobalAddr,
         verb: Verb,
         payload: &[u8],
@@ -386,12 +553,12 @@ impl UcxTransport {
             Verb::Write => payload.len() as u64,
             _ => 8,
         };
-        let a = self.post_message(addr, verb, payload, true)?.expect("a reply was asked for");
-        a.reply(&self.info, addr, len).await
+        let a = self.post_message(to, addr, verb, payload, true)?.expect("a reply was asked for");
+        a.reply(&self.info, addr, len, self.shared.timeout).await
     }
 
-    fn remote(&self, addr: GlobalAddr) -> u64 {
-        self.bases[addr.node() as usize] + addr.offset()
+    fn remote(to: &NodeConn, addr: GlobalAddr) -> u64 {
+        to.base + addr.offset()
     }
 
     /// Fences if a WRITE was posted since the last fence, and reaps finished zero-wait WRITEs.
@@ -454,6 +621,7 @@ impl UcxTransport {
 
     async fn word_atomic(
         &self,
+        to: &NodeConn,
         addr: GlobalAddr,
         op: i32,
         operand: u64,
@@ -462,10 +630,9 @@ impl UcxTransport {
         let node = addr.node();
         self.before(node)?;
         let mut reply = reply;
-        let (ep, key) = (&self.conn.eps[node as usize], &self.conn.keys[node as usize]);
         // SAFETY: operand and reply live in this future, which is pinned while polled, and are
         // dropped after the flight: `done` (or InFlight's drop) waits for completion first.
-        let p = unsafe { ep.atomic(op, &operand, &mut reply, self.remote(addr), key) };
+        let p = unsafe { to.ep.atomic(op, &operand, &mut reply, Self::remote(to, addr), &to.key) };
         self.flight(node, p)?.done(node).await?;
         Ok(reply)
     }
@@ -474,42 +641,43 @@ impl UcxTransport {
 impl Transport for UcxTransport {
     async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<()> {
         let node = addr.node();
-        if self.messages(node) {
-            let (_, data) = self.message(addr, Verb::Read { len: buf.len() as u64 }, &[]).await?;
+        let to = self.node(node)?;
+        if !to.one_sided {
+            let (_, data) =
+                self.message(&to, addr, Verb::Read { len: buf.len() as u64 }, &[]).await?;
             return copy_read(node, buf, &data);
         }
         self.before(node)?;
-        let (ep, key) = (&self.conn.eps[node as usize], &self.conn.keys[node as usize]);
         // SAFETY: buf is borrowed for this whole future; `done` (or the guard's drop) waits for
         // completion before the borrow ends.
-        let p = unsafe { ep.get(buf, self.remote(addr), key) };
+        let p = unsafe { to.ep.get(buf, Self::remote(&to, addr), &to.key) };
         self.flight(node, p)?.done(node).await
     }
 
     async fn write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
         let node = addr.node();
-        if self.messages(node) {
-            return self.message(addr, Verb::Write, data).await.map(drop);
+        let to = self.node(node)?;
+        if !to.one_sided {
+            return self.message(&to, addr, Verb::Write, data).await.map(drop);
         }
         self.before(node)?;
-        let (ep, key) = (&self.conn.eps[node as usize], &self.conn.keys[node as usize]);
         // SAFETY: as in read.
-        let p = unsafe { ep.put(data, self.remote(addr), key) };
+        let p = unsafe { to.ep.put(data, Self::remote(&to, addr), &to.key) };
         self.conn.fence.set(true);
         self.flight(node, p)?.done(node).await
     }
 
     fn post_write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
         let node = addr.node();
-        if self.messages(node) {
-            return self.post_message(addr, Verb::Write, data, false).map(drop);
+        let to = self.node(node)?;
+        if !to.one_sided {
+            return self.post_message(&to, addr, Verb::Write, data, false).map(drop);
         }
         self.before(node)?;
         let owned = data.to_vec();
-        let (ep, key) = (&self.conn.eps[node as usize], &self.conn.keys[node as usize]);
         // SAFETY: `owned` moves into the pending list (its heap buffer does not move) and is
         // dropped only after the request completes (quiesce, reaping, or the thread's drop).
-        let p = unsafe { ep.put(&owned, self.remote(addr), key) };
+        let p = unsafe { to.ep.put(&owned, Self::remote(&to, addr), &to.key) };
         self.conn.fence.set(true);
         match p.map_err(|e| unavailable(node, e.to_string()))? {
             Posted::Done => {}
@@ -527,21 +695,23 @@ impl Transport for UcxTransport {
         }
         self.conn.fence.set(false);
         // Zero-wait WRITE messages are executed once a later message is answered.
-        for node in 0..self.bases.len() as NodeId {
-            if self.messages(node) {
-                self.message(GlobalAddr::new(node, 0), Verb::Flush, &[]).await?;
+        for node in 0..self.bound.len() as NodeId {
+            let to = self.node(node)?;
+            if !to.one_sided {
+                self.message(&to, GlobalAddr::new(node, 0), Verb::Flush, &[]).await?;
             }
         }
         Ok(())
     }
 
     async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
-        if self.messages(addr.node()) {
-            return self.message(addr, Verb::Atomic(op), &[]).await.map(|(old, _)| old);
+        let to = self.node(addr.node())?;
+        if !to.one_sided {
+            return self.message(&to, addr, Verb::Atomic(op), &[]).await.map(|(old, _)| old);
         }
         if Self::native(op) {
             let (code, operand, reply) = Self::native_args(op);
-            return self.word_atomic(addr, code, operand, reply).await;
+            return self.word_atomic(&to, addr, code, operand, reply).await;
         }
         // Any other masked CAS: READ, then CAS until the comparison fails or a CAS lands.
         let mut b = [0u8; 8];
@@ -549,7 +719,7 @@ impl Transport for UcxTransport {
         let mut old = u64::from_le_bytes(b);
         loop {
             let Some(new) = op.apply(old) else { return Ok(old) };
-            let got = self.word_atomic(addr, UCP_ATOMIC_OP_CSWAP, old, new).await?;
+            let got = self.word_atomic(&to, addr, UCP_ATOMIC_OP_CSWAP, old, new).await?;
             if got == old {
                 return Ok(old);
             }
@@ -558,7 +728,8 @@ impl Transport for UcxTransport {
     }
 
     async fn batch(&self, node: NodeId, ops: &mut [BatchOp<'_>]) -> Result<()> {
-        if self.messages(node) {
+        let to = self.node(node)?;
+        if !to.one_sided {
             // Every message posted, then every reply awaited: one round trip.
             let mut awaited = Vec::with_capacity(ops.len());
             for op in ops.iter() {
@@ -569,11 +740,12 @@ impl Transport for UcxTransport {
                     BatchOp::Write { addr, data } => (*addr, Verb::Write, &data[..], data.len()),
                     BatchOp::Atomic { addr, op, .. } => (*addr, Verb::Atomic(*op), &[][..], 8),
                 };
-                let a = self.post_message(addr, verb, payload, true)?.expect("reply asked for");
+                let a =
+                    self.post_message(&to, addr, verb, payload, true)?.expect("reply asked for");
                 awaited.push((a, addr, len as u64));
             }
             for (op, (a, addr, len)) in ops.iter_mut().zip(awaited) {
-                let (word, data) = a.reply(&self.info, addr, len).await?;
+                let (word, data) = a.reply(&self.info, addr, len, self.shared.timeout).await?;
                 match op {
                     BatchOp::Read { buf, .. } => copy_read(node, buf, &data)?,
                     BatchOp::Atomic { old, .. } => *old = word,
@@ -595,7 +767,7 @@ impl Transport for UcxTransport {
             return Ok(());
         }
         self.before(node)?;
-        let (ep, key) = (&self.conn.eps[node as usize], &self.conn.keys[node as usize]);
+        let (ep, key) = (&to.ep, &to.key);
         let mut flights = Vec::with_capacity(ops.len());
         // Atomic operands live here, pinned with this future, until every flight is done.
         let mut operands = [0u64; dmindex_fabric::verbs::MAX_BATCH];
@@ -609,16 +781,20 @@ impl Transport for UcxTransport {
             let p = match op {
                 // SAFETY: the batch's buffers are borrowed for this whole future; every flight is
                 // awaited (or waited for on drop) before the borrows end.
-                BatchOp::Read { addr, buf } => unsafe { ep.get(buf, self.remote(*addr), key) },
+                BatchOp::Read { addr, buf } => unsafe {
+                    ep.get(buf, Self::remote(&to, *addr), key)
+                },
                 // SAFETY: as above.
-                BatchOp::Write { addr, data } => unsafe { ep.put(data, self.remote(*addr), key) },
+                BatchOp::Write { addr, data } => unsafe {
+                    ep.put(data, Self::remote(&to, *addr), key)
+                },
                 BatchOp::Atomic { addr, op, old } => {
                     let (code, operand, reply) = Self::native_args(*op);
                     operands[i] = operand;
                     *old = reply;
                     // SAFETY: the operand is in `operands` and the reply in the borrowed batch,
                     // both alive until every flight of this future has completed.
-                    unsafe { ep.atomic(code, &operands[i], old, self.remote(*addr), key) }
+                    unsafe { ep.atomic(code, &operands[i], old, Self::remote(&to, *addr), key) }
                 }
             };
             ordered |= !matches!(op, BatchOp::Read { .. });
@@ -634,30 +810,73 @@ impl Transport for UcxTransport {
     }
 
     async fn call(&self, node: NodeId, service: ServiceId, request: &[u8]) -> Result<Vec<u8>> {
-        let mn = self
+        let m = self
+            .shared
             .nodes
             .get(node as usize)
-            .ok_or(FabricError::UnknownNode { node, nodes: self.nodes.len() as u16 })?;
-        let mut ctl = mn.control.lock().unwrap_or_else(|e| e.into_inner());
-        let Control { reader, writer } = &mut *ctl;
-        let lost = |e: std::io::Error| {
-            unavailable(node, format!("memnode {} control connection: {e}", mn.addr))
+            .ok_or(FabricError::UnknownNode { node, nodes: self.shared.nodes.len() as u16 })?;
+        let slot = &self.control[node as usize];
+        let generation = self.bound[node as usize].get();
+        // A call already under way on this client (index code may overlap calls) leaves the
+        // slot empty: this one takes another connection.
+        let mut c = match slot.take() {
+            Some(c) => c,
+            None => self.shared.control(node, generation)?,
         };
-        proto::write_call(writer, service.0, request).map_err(lost)?;
-        match proto::read_reply(reader).map_err(lost)? {
-            Reply::Ok(b) => Ok(b),
-            Reply::OutOfMemory { requested, available } => {
-                Err(FabricError::OutOfMemory { node, requested, available })
+        let reply = c
+            .call_async(service.0, request, self.shared.timeout)
+            .await
+            .map_err(|e| unanswered(node, &m.addr, service, e))?;
+        match slot.take() {
+            None => slot.set(Some(c)),
+            Some(other) => {
+                slot.set(Some(other));
+                self.shared.give_back(node, generation, c);
             }
-            Reply::Refused(message) => Err(FabricError::Service { node, service, message }),
-            Reply::UnknownService => Err(FabricError::UnknownService { node, service }),
         }
+        reply_result(node, service, reply)
     }
 
-    /// A memnode that was killed and restarted needs a new bootstrap (endpoint, remote keys),
-    /// which this transport does not do yet: the node stays unavailable to this process.
+    /// Bootstraps with the memnode afresh (one round trip), binds this client to the
+    /// incarnation that answers, and renews this thread's endpoint if it reaches an earlier
+    /// incarnation or has failed.
     async fn reconnect(&self, node: NodeId) -> Result<()> {
-        Err(unavailable(node, "reconnecting to a restarted memnode is not supported over UCX yet"))
+        let m = self
+            .shared
+            .nodes
+            .get(node as usize)
+            .ok_or(FabricError::UnknownNode { node, nodes: self.shared.nodes.len() as u16 })?;
+        let (c, welcome) = ControlConn::connect(&m.addr, &self.shared.token, self.shared.timeout)
+            .map_err(|reason| unavailable(node, reason))?;
+        if welcome.mn_id != node {
+            return Err(unavailable(
+                node,
+                format!("{} now answers as memory node {}", m.addr, welcome.mn_id),
+            ));
+        }
+        let inc = {
+            let mut current = m.current.lock().unwrap_or_else(|e| e.into_inner());
+            if current.welcome.incarnation != welcome.incarnation {
+                let generation = current.generation + 1;
+                *current = Arc::new(Incarnation { generation, welcome });
+            }
+            Arc::clone(&current)
+        };
+        let keep = matches!(&self.conn.nodes.borrow()[node as usize],
+            Some(t) if t.generation == inc.generation && t.ep.failure().is_none());
+        if !keep {
+            let t = self.shared.endpoint(&self.conn, node, &inc)?;
+            self.conn.nodes.borrow_mut()[node as usize] = Some(t);
+        }
+        self.bound[node as usize].set(inc.generation);
+        // The fresh connection becomes this client's (an older one is closed), if it reached
+        // the incarnation now current.
+        if c.incarnation == inc.welcome.incarnation {
+            self.control[node as usize].set(Some(c));
+        } else {
+            self.control[node as usize].set(None);
+        }
+        Ok(())
     }
 }
 

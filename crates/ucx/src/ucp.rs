@@ -185,6 +185,29 @@ impl Worker {
         }
     }
 
+    /// Progresses until `p` completes or `deadline` passes; `Ok(false)` if it passed (the
+    /// request is then released to finish on its own: only for requests that use no buffers of
+    /// ours, such as flushes).
+    pub fn wait_until(&self, p: Posted, deadline: std::time::Instant) -> Result<bool> {
+        let Posted::Pending(r) = p else { return Ok(true) };
+        let mut polls = 0u32;
+        loop {
+            self.progress();
+            match self.check(&r) {
+                Ok(false) => {}
+                done => {
+                    self.free(r);
+                    return done.map(|_| true);
+                }
+            }
+            polls = polls.wrapping_add(1);
+            if polls % 64 == 0 && std::time::Instant::now() >= deadline {
+                self.free(r);
+                return Ok(false);
+            }
+        }
+    }
+
     /// Calls `handler` for every active message `id` that arrives (from within
     /// [`Worker::progress`], whole messages only).
     pub fn on_message(&mut self, id: u32, handler: MessageHandler) -> Result<()> {
@@ -470,6 +493,13 @@ impl Endpoint {
                 &p,
             )
         })
+    }
+
+    /// Starts flushing this endpoint's operations (and its wireup) to remote completion.
+    pub fn flush(&self) -> Result<Posted> {
+        let p = ucp_request_param_t::new(UCP_DATATYPE_BYTES, ptr::null_mut());
+        // SAFETY: the endpoint is live; p is a valid parameter block.
+        posted("ucp_ep_flush_nbx", unsafe { ucp_ep_flush_nbx(self.ep, &p) })
     }
 
     /// Unpacks a peer's packed remote key for use on this endpoint.

@@ -32,3 +32,21 @@ fn index_services_over_tcp() {
     common::use_tls("tcp");
     common::index_services_are_served();
 }
+
+#[test]
+fn peers_over_tcp() {
+    common::use_tls("tcp");
+    common::memnodes_call_their_peers();
+}
+
+#[test]
+fn restart_over_tcp() {
+    common::use_tls("tcp");
+    common::restarted_memnode_needs_reconnect();
+}
+
+#[test]
+fn timeouts_over_tcp() {
+    common::use_tls("tcp");
+    common::slow_calls_time_out();
+}

@@ -4,12 +4,14 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Once};
+use std::time::Duration;
 
 use dmindex_fabric::exec::{run_on_threads, run_tasks};
+use dmindex_fabric::service::NODE_INFO;
 use dmindex_fabric::service::{MnContext, Service, ServiceError};
-use dmindex_fabric::{conformance, Fabric, ServiceId, Services};
+use dmindex_fabric::{conformance, Fabric, FabricError, ServiceId, Services};
 use dmindex_ucx::server::{serve, MemnodeConfig};
-use dmindex_ucx::transport::UcxFabric;
+use dmindex_ucx::transport::{UcxFabric, UcxOptions};
 
 pub const TOKEN: &[u8] = b"test-token";
 
@@ -44,15 +46,33 @@ pub fn memnode(id: u16, size: u64) -> Memnode {
 
 /// Starts memnode `id` running `services` (the built-in ones when `None`).
 pub fn memnode_with(id: u16, size: u64, services: Option<Services>) -> Memnode {
+    memnode_at(id, size, "127.0.0.1:0", services, Vec::new())
+}
+
+/// A loopback port that is free now (for memnodes that must know each other's addresses).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts memnode `id` listening on `listen`, running `services`, linked to `peers`.
+pub fn memnode_at(
+    id: u16,
+    size: u64,
+    listen: &str,
+    services: Option<Services>,
+    peers: Vec<String>,
+) -> Memnode {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let cfg = MemnodeConfig {
-        listen: "127.0.0.1:0".into(),
+        listen: listen.into(),
         size,
         token: TOKEN.to_vec(),
         id,
         cores: 2,
         services,
+        peers,
+        peer_timeout: Duration::from_secs(2),
     };
     let s = Arc::clone(&stop);
     let thread = std::thread::spawn(move || serve(&cfg, s, |a| tx.send(a).unwrap()));
@@ -201,4 +221,118 @@ pub fn index_services_are_served() {
     assert_eq!(run_tasks([c.call(0, ServiceId(33), b"abc")]).remove(0).unwrap(), b"cba");
     let e = run_tasks([c.call(0, ServiceId(34), b"x")]).remove(0).unwrap_err();
     assert!(e.to_string().contains("#34"), "{e}");
+}
+
+/// A service that relays its request's tail to service 34 on the memnode its first byte names,
+/// and one (34) that reverses its request.
+fn relay_services() -> Services {
+    struct Relay;
+    impl Service for Relay {
+        fn name(&self) -> &str {
+            "relay"
+        }
+        fn handle(&self, ctx: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
+            let (&to, rest) = r.split_first().ok_or(ServiceError::BadRequest("empty".into()))?;
+            let mut answers =
+                ctx.peers.call_all(ServiceId(34), &[(to as u16, rest), (ctx.node, rest)]);
+            let mine = answers.pop().unwrap().map_err(|e| ServiceError::Failed(e.to_string()))?;
+            let theirs = answers.pop().unwrap().map_err(|e| ServiceError::Failed(e.to_string()))?;
+            assert_eq!(mine, theirs);
+            Ok(theirs)
+        }
+    }
+    struct Reverse;
+    impl Service for Reverse {
+        fn name(&self) -> &str {
+            "reverse"
+        }
+        fn handle(&self, _: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
+            Ok(r.iter().rev().copied().collect())
+        }
+    }
+    let mut s = Services::new(2);
+    s.register(ServiceId(33), Arc::new(Relay)).unwrap();
+    s.register(ServiceId(34), Arc::new(Reverse)).unwrap();
+    s
+}
+
+/// Memnodes given `--peers` call each other's services (and their own); a peer that went away
+/// is reported unavailable by name, an unknown one as unknown.
+pub fn memnodes_call_their_peers() {
+    let addrs: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let m0 = memnode_at(0, 16 << 20, &addrs[0], Some(relay_services()), addrs.clone());
+    let m1 = memnode_at(1, 16 << 20, &addrs[1], Some(relay_services()), addrs.clone());
+    let f = UcxFabric::connect(&addrs, TOKEN, 1 << 20).unwrap();
+    let c = f.client(0).unwrap();
+    for (from, to) in [(0u16, 1u8), (1, 0), (0, 0)] {
+        let r = run_tasks([c.call(from, ServiceId(33), &[to, b'a', b'b', b'c'])]).remove(0);
+        assert_eq!(r.unwrap(), b"cba", "{from} to {to}");
+    }
+    let e = run_tasks([c.call(0, ServiceId(33), &[5, 1])]).remove(0).unwrap_err();
+    assert!(e.to_string().contains("unknown memory node 5"), "{e}");
+    drop(m1);
+    let e = run_tasks([c.call(0, ServiceId(33), &[1, 1])]).remove(0).unwrap_err();
+    assert!(e.to_string().contains("memory node 1 unavailable"), "{e}");
+    drop(m0);
+}
+
+/// A memnode restarted on its address is a new, empty server: a client bound to the old one
+/// fails every verb and call until it reconnects, then reaches the new pool; another client of
+/// the same thread that did not reconnect keeps failing; reconnecting to a memnode that is down
+/// fails.
+pub fn restarted_memnode_needs_reconnect() {
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mn = memnode_at(0, 16 << 20, &addr, None, Vec::new());
+    let f = UcxFabric::connect(std::slice::from_ref(&addr), TOKEN, 1 << 20).unwrap();
+    let (c1, c2) = (f.client(0).unwrap(), f.client(0).unwrap());
+    let a = run_tasks([c1.alloc(64, 64)]).remove(0).unwrap();
+    run_tasks([c1.write(a, &7u64.to_le_bytes())]).remove(0).unwrap();
+    assert_eq!(run_tasks([c2.read_word(a)]).remove(0).unwrap(), 7);
+    drop(mn);
+    let e = run_tasks([c1.reconnect(0)]).remove(0).unwrap_err();
+    assert!(matches!(e, FabricError::Unavailable { node: 0, .. }), "{e}");
+    let _mn = memnode_at(0, 16 << 20, &addr, None, Vec::new());
+    for r in [
+        run_tasks([c1.read_word(a)]).remove(0).map(drop),
+        run_tasks([c1.call(0, NODE_INFO, &[])]).remove(0).map(drop),
+    ] {
+        assert!(matches!(r, Err(FabricError::Unavailable { node: 0, .. })), "{r:?}");
+    }
+    run_tasks([c1.reconnect(0)]).remove(0).unwrap();
+    assert_eq!(run_tasks([c1.read_word(a)]).remove(0).unwrap(), 0, "the new pool is empty");
+    run_tasks([c1.call(0, NODE_INFO, &[])]).remove(0).unwrap();
+    let e = run_tasks([c2.read_word(a)]).remove(0).unwrap_err();
+    assert!(e.to_string().contains("earlier incarnation"), "{e}");
+    let e = run_tasks([c2.call(0, NODE_INFO, &[])]).remove(0).unwrap_err();
+    assert!(matches!(e, FabricError::Unavailable { node: 0, .. }), "{e}");
+    run_tasks([c2.reconnect(0)]).remove(0).unwrap();
+    run_tasks([c2.write(a, &9u64.to_le_bytes())]).remove(0).unwrap();
+    let c3 = f.client(0).unwrap();
+    assert_eq!(run_tasks([c3.read_word(a)]).remove(0).unwrap(), 9);
+}
+
+/// A call the memnode does not answer within the fabric's timeout fails, naming the wait; the
+/// client's next call works (on a fresh connection).
+pub fn slow_calls_time_out() {
+    struct Slow;
+    impl Service for Slow {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        fn handle(&self, _: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
+            std::thread::sleep(Duration::from_millis(r[0] as u64 * 10));
+            Ok(r.to_vec())
+        }
+    }
+    let mut services = Services::new(2);
+    services.register(ServiceId(33), Arc::new(Slow)).unwrap();
+    let mn = memnode_with(0, 16 << 20, Some(services));
+    let options = UcxOptions { timeout: Duration::from_millis(300), ..UcxOptions::default() };
+    let f = UcxFabric::connect_with(std::slice::from_ref(&mn.addr), TOKEN, &options).unwrap();
+    let c = f.client(0).unwrap();
+    let t0 = std::time::Instant::now();
+    let e = run_tasks([c.call(0, ServiceId(33), &[100])]).remove(0).unwrap_err();
+    assert!(e.to_string().contains("no answer within 300ms"), "{e}");
+    assert!(t0.elapsed() < Duration::from_millis(900), "{:?}", t0.elapsed());
+    assert_eq!(run_tasks([c.call(0, ServiceId(33), &[1])]).remove(0).unwrap(), [1]);
 }

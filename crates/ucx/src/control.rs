@@ -1,0 +1,337 @@
+//! A control connection to a memnode: the TCP bootstrap (token, then the welcome) and two-sided
+//! calls on it, each under a deadline. Clients use it for their calls, memnodes to reach their
+//! peers' services. Pure Rust (no UCX), so it builds and is tested without the `ucx` feature.
+//!
+//! # Deadlines
+//!
+//! Connecting, the bootstrap and every call (written and answered) must finish within the
+//! timeout given. A memnode that does not — dead without a reset, cut off by a partition, or
+//! stalled — is reported as not answering, and the connection must then be dropped: a late
+//! reply would otherwise be taken for the next call's. The call may still have run on the
+//! memnode, so whoever retries must make a repeat harmless (HiStore's writers carry sequence
+//! numbers that replicas deduplicate).
+//!
+//! # Blocking and asynchronous calls
+//!
+//! [`ControlConn::call`] blocks its thread (a memnode's service calling a peer runs on a thread
+//! of its own). [`ControlConn::call_async`] polls a non-blocking socket and yields between polls,
+//! so a client thread's other tasks go on while one waits for its reply.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use dmindex_fabric::exec::yield_now;
+use dmindex_fabric::{FabricError, NodeId, ServiceId};
+
+use crate::proto::{self, Reply, Welcome};
+
+/// A bootstrapped connection to one memnode.
+pub struct ControlConn {
+    stream: TcpStream,
+    /// Bytes received and not yet taken.
+    inbox: Vec<u8>,
+    nonblocking: bool,
+    /// The incarnation of the memnode process this connection reached.
+    pub incarnation: u64,
+}
+
+fn timed_out(timeout: Duration) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {timeout:?}"))
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "the memnode closed the connection")
+}
+
+impl ControlConn {
+    /// Connects to the memnode at `addr` (HOST:PORT), presents `token` and reads its welcome, all
+    /// within `timeout`. Errors name the memnode and what failed.
+    pub fn connect(
+        addr: &str,
+        token: &[u8],
+        timeout: Duration,
+    ) -> Result<(ControlConn, Welcome), String> {
+        let deadline = Instant::now() + timeout;
+        let sock = addr
+            .to_socket_addrs()
+            .map_err(|e| format!("memnode {addr}: bad address: {e}"))?
+            .next()
+            .ok_or_else(|| format!("memnode {addr}: address resolves to nothing"))?;
+        let stream = TcpStream::connect_timeout(&sock, timeout)
+            .map_err(|e| format!("cannot reach memnode at {addr}: {e}"))?;
+        let io = |e: io::Error| format!("memnode {addr}: {e}");
+        stream.set_nodelay(true).map_err(io)?;
+        let mut c = ControlConn { stream, inbox: Vec::new(), nonblocking: false, incarnation: 0 };
+        let mut hello = Vec::new();
+        proto::write_hello(&mut hello, token).map_err(io)?;
+        c.write_blocking(&hello, deadline, timeout).map_err(io)?;
+        let welcome = loop {
+            let mut rest = &c.inbox[..];
+            match proto::read_welcome(&mut rest) {
+                Ok(w) => {
+                    let used = c.inbox.len() - rest.len();
+                    c.inbox.drain(..used);
+                    break w;
+                }
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+                Err(e) => {
+                    return Err(format!("memnode {addr} did not complete the bootstrap: {e}"))
+                }
+            }
+            c.fill_blocking(deadline, timeout)
+                .map_err(|e| format!("memnode {addr} did not complete the bootstrap: {e}"))?;
+        };
+        let welcome = welcome.map_err(|m| format!("memnode {addr} refused the connection: {m}"))?;
+        c.incarnation = welcome.incarnation;
+        Ok((c, welcome))
+    }
+
+    /// Calls `service` with `request` and waits for the reply, blocking this thread, within
+    /// `timeout`. After an error the connection is unusable.
+    pub fn call(&mut self, service: u16, request: &[u8], timeout: Duration) -> io::Result<Reply> {
+        let deadline = Instant::now() + timeout;
+        self.send(service, request, timeout)?;
+        self.receive(deadline, timeout)
+    }
+
+    /// The first half of [`ControlConn::call`]: sends the request (blocking, within `timeout`).
+    pub fn send(&mut self, service: u16, request: &[u8], timeout: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + timeout;
+        self.set_nonblocking(false)?;
+        let mut frame = Vec::with_capacity(6 + request.len());
+        proto::write_call(&mut frame, service, request)?;
+        self.write_blocking(&frame, deadline, timeout)
+    }
+
+    /// The second half of [`ControlConn::call`]: waits for the reply (blocking) until
+    /// `deadline`, the end of a call of `timeout`.
+    pub fn receive(&mut self, deadline: Instant, timeout: Duration) -> io::Result<Reply> {
+        self.set_nonblocking(false)?;
+        loop {
+            if let Some(reply) = self.take_reply()? {
+                return Ok(reply);
+            }
+            self.fill_blocking(deadline, timeout)?;
+        }
+    }
+
+    /// [`ControlConn::call`] that yields to the thread's other tasks while it waits.
+    pub async fn call_async(
+        &mut self,
+        service: u16,
+        request: &[u8],
+        timeout: Duration,
+    ) -> io::Result<Reply> {
+        let deadline = Instant::now() + timeout;
+        self.set_nonblocking(true)?;
+        let mut frame = Vec::with_capacity(6 + request.len());
+        proto::write_call(&mut frame, service, request)?;
+        let mut sent = 0;
+        while sent < frame.len() {
+            match self.stream.write(&frame[sent..]) {
+                Ok(0) => return Err(closed()),
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    Self::wait(deadline, timeout).await?
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut b = [0u8; 4096];
+        loop {
+            if let Some(reply) = self.take_reply()? {
+                return Ok(reply);
+            }
+            match self.stream.read(&mut b) {
+                Ok(0) => return Err(closed()),
+                Ok(n) => self.inbox.extend_from_slice(&b[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    Self::wait(deadline, timeout).await?
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn wait(deadline: Instant, timeout: Duration) -> io::Result<()> {
+        if Instant::now() >= deadline {
+            return Err(timed_out(timeout));
+        }
+        yield_now().await;
+        Ok(())
+    }
+
+    fn set_nonblocking(&mut self, on: bool) -> io::Result<()> {
+        if self.nonblocking != on {
+            self.stream.set_nonblocking(on)?;
+            self.nonblocking = on;
+        }
+        Ok(())
+    }
+
+    /// The reply at the head of the inbox, once it is all there.
+    fn take_reply(&mut self) -> io::Result<Option<Reply>> {
+        let Some(len) = proto::reply_frame_len(&self.inbox)? else { return Ok(None) };
+        let reply = proto::read_reply(&mut &self.inbox[..len])?;
+        self.inbox.drain(..len);
+        Ok(Some(reply))
+    }
+
+    fn write_blocking(&mut self, b: &[u8], deadline: Instant, timeout: Duration) -> io::Result<()> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out(timeout));
+        }
+        self.stream.set_write_timeout(Some(left))?;
+        self.stream.write_all(b).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out(timeout),
+            _ => e,
+        })
+    }
+
+    /// Reads what has arrived (at least a byte) into the inbox, blocking until `deadline`.
+    fn fill_blocking(&mut self, deadline: Instant, timeout: Duration) -> io::Result<()> {
+        let mut b = [0u8; 4096];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(timed_out(timeout));
+            }
+            self.stream.set_read_timeout(Some(left))?;
+            match self.stream.read(&mut b) {
+                Ok(0) => return Err(closed()),
+                Ok(n) => {
+                    self.inbox.extend_from_slice(&b[..n]);
+                    return Ok(());
+                }
+                Err(e)
+                    if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+                {
+                    return Err(timed_out(timeout))
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// What a call's reply means to the fabric: the body, or the error the memnode reported.
+pub fn reply_result(
+    node: NodeId,
+    service: ServiceId,
+    reply: Reply,
+) -> Result<Vec<u8>, FabricError> {
+    match reply {
+        Reply::Ok(b) => Ok(b),
+        Reply::OutOfMemory { requested, available } => {
+            Err(FabricError::OutOfMemory { node, requested, available })
+        }
+        Reply::Refused(message) => Err(FabricError::Service { node, service, message }),
+        Reply::UnknownService => Err(FabricError::UnknownService { node, service }),
+    }
+}
+
+/// A call that got no reply: the memnode is unavailable, saying who and why.
+pub fn unanswered(node: NodeId, addr: &str, service: ServiceId, e: io::Error) -> FabricError {
+    FabricError::Unavailable {
+        node,
+        reason: format!("memnode {addr}: call to service {service}: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A server that answers the bootstrap on each connection, then `answer`s each call (an
+    /// `Ok` echoes the request; `None` never answers).
+    fn server(answer: Option<Reply>) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let (s, answer) = (s.unwrap(), answer.clone());
+                std::thread::spawn(move || serve_one(s, answer));
+            }
+        });
+        addr
+    }
+
+    fn serve_one(s: TcpStream, answer: Option<Reply>) {
+        let mut r = io::BufReader::new(s.try_clone().unwrap());
+        let mut w = s;
+        assert_eq!(proto::read_hello(&mut r).unwrap(), b"tok");
+        let welcome = Welcome {
+            mn_id: 2,
+            incarnation: 77,
+            base: 0,
+            length: 1 << 20,
+            rkey: vec![],
+            worker_address: vec![1],
+        };
+        proto::write_welcome(&mut w, Ok(&welcome)).unwrap();
+        while let Ok(Some((_, req))) = proto::read_call(&mut r) {
+            match &answer {
+                Some(Reply::Ok(_)) => proto::write_reply(&mut w, &Reply::Ok(req)).unwrap(),
+                Some(a) => proto::write_reply(&mut w, a).unwrap(),
+                None => {}
+            }
+        }
+    }
+
+    #[test]
+    fn calls_are_answered_blocking_and_async() {
+        let addr = server(Some(Reply::Ok(vec![])));
+        let (mut c, w) = ControlConn::connect(&addr, b"tok", Duration::from_secs(5)).unwrap();
+        assert_eq!((w.mn_id, c.incarnation), (2, 77));
+        let big = vec![7u8; 300_000];
+        assert_eq!(c.call(16, &big, Duration::from_secs(5)).unwrap(), Reply::Ok(big.clone()));
+        let r = dmindex_fabric::exec::run_tasks([c.call_async(16, b"hi", Duration::from_secs(5))]);
+        assert_eq!(r.into_iter().next().unwrap().unwrap(), Reply::Ok(b"hi".to_vec()));
+        assert_eq!(
+            c.call(16, b"again", Duration::from_secs(5)).unwrap(),
+            Reply::Ok(b"again".into())
+        );
+    }
+
+    #[test]
+    fn silence_times_out_and_names_the_wait() {
+        let addr = server(None);
+        let (mut c, _) = ControlConn::connect(&addr, b"tok", Duration::from_secs(5)).unwrap();
+        let t0 = Instant::now();
+        let e = c.call(16, b"x", Duration::from_millis(100)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("no answer within 100ms"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        let (mut c, _) = ControlConn::connect(&addr, b"tok", Duration::from_secs(5)).unwrap();
+        let r =
+            dmindex_fabric::exec::run_tasks([c.call_async(16, b"x", Duration::from_millis(50))]);
+        assert_eq!(r.into_iter().next().unwrap().unwrap_err().kind(), io::ErrorKind::TimedOut);
+    }
+
+    #[test]
+    fn refusals_and_strangers_are_errors() {
+        let e = ControlConn::connect("127.0.0.1:1", b"tok", Duration::from_secs(1)).err().unwrap();
+        assert!(e.contains("cannot reach memnode at 127.0.0.1:1"), "{e}");
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut b = [0u8; 15];
+            let _ = s.read_exact(&mut b);
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+        });
+        let e = ControlConn::connect(&addr, b"tok", Duration::from_secs(2)).err().unwrap();
+        assert!(e.contains("did not complete the bootstrap"), "{e}");
+        t.join().unwrap();
+        assert_eq!(
+            reply_result(1, ServiceId(16), Reply::Refused("no".into())).unwrap_err(),
+            FabricError::Service { node: 1, service: ServiceId(16), message: "no".into() }
+        );
+    }
+}
