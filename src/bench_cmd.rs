@@ -136,8 +136,8 @@ pub struct BenchArgs {
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     json: bool,
-    /// Crash a memory node this many µs into the run phase (--transport sim; an index that
-    /// replicates across memory nodes).
+    /// Crash a memory node this many µs into the run phase (an index that replicates across
+    /// memory nodes; --transport sim, or ucx with --spawn-memnodes: a kill -9 of its process).
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
     mn_crash_us: Option<u64>,
     /// The memory node --mn-crash-us crashes (not node 0, which holds the root table).
@@ -147,10 +147,27 @@ pub struct BenchArgs {
     /// rebuilds it while the workload goes on, and the report gives the rebuild's times.
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     mn_restart_us: Option<u64>,
-    /// Count the run phase's completions per interval of this many µs (--transport sim; in the
-    /// JSON report's `timeline`).
+    /// Count the run phase's completions per interval of this many µs (in the JSON report's
+    /// `timeline`).
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     timeline_us: Option<u64>,
+    /// Start --mns memnodes of --mn-gb each as processes of this machine, on loopback, for
+    /// this run (--transport ucx; instead of --memnode and --token-file).
+    #[arg(long)]
+    spawn_memnodes: bool,
+    /// A monitor client rebuilds this memory node after it goes down and comes back during the
+    /// run (--transport ucx with memnodes started elsewhere, killed and restarted by hand).
+    #[arg(long, value_name = "NODE")]
+    watch_node: Option<u16>,
+    /// How long a UCX call or verb may wait for its memnode before the memnode counts as down
+    /// (ms; a HiStore rebuild's copy of a partition is one call).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    ucx_timeout_ms: u64,
+    /// Record every operation and check the history for linearizability at the end, after
+    /// reading every key once more (exit 1 if it is not linearizable; --transport local or ucx,
+    /// small runs).
+    #[arg(long)]
+    check: bool,
 }
 
 pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
@@ -204,10 +221,39 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
             restart_ns: a.mn_restart_us.map(|r| r * 1000),
         }),
         timeline_ns: a.timeline_us.unwrap_or(0) * 1000,
+        spawn: match a.spawn_memnodes {
+            true => Some(std::env::current_exe()?),
+            false => None,
+        },
+        watch_node: a.watch_node,
+        ucx_timeout: std::time::Duration::from_millis(a.ucx_timeout_ms),
+        check: a.check,
     };
-    let faulty = a.mn_crash_us.is_some() || a.mn_restart_us.is_some() || a.timeline_us.is_some();
-    if faulty && a.transport != "sim" {
-        bail!("--mn-crash-us, --mn-restart-us and --timeline-us go with --transport sim");
+    if a.spawn_memnodes
+        && (a.transport != "ucx" || !a.memnodes.is_empty() || a.token_file.is_some())
+    {
+        bail!("--spawn-memnodes goes with --transport ucx, instead of --memnode and --token-file");
+    }
+    let killable = a.transport == "sim" || a.spawn_memnodes;
+    if (a.mn_crash_us.is_some() || a.mn_restart_us.is_some()) && !killable {
+        bail!("--mn-crash-us and --mn-restart-us go with --transport sim, or ucx with --spawn-memnodes");
+    }
+    if let Some(n) = a.watch_node {
+        if a.transport != "ucx" || a.spawn_memnodes || a.mn_crash_us.is_some() {
+            bail!("--watch-node goes with --transport ucx and memnodes started elsewhere (spawned ones are watched when --mn-crash-us crashes one)");
+        }
+        if n == 0 || n as usize >= a.memnodes.len() {
+            bail!(
+                "--watch-node {n}: pick a memory node from 1 to {} (node 0 holds the root table)",
+                a.memnodes.len().saturating_sub(1)
+            );
+        }
+        if !dmindex_catalog::find(&a.index)?.survives_mn_crash {
+            bail!("--watch-node: {} does not replicate across memory nodes", a.index);
+        }
+    }
+    if a.check && a.transport == "sim" {
+        bail!("--check goes with --transport local or ucx (on the simulator, `dmindex check` checks many seeds)");
     }
     if a.mn_restart_us.is_some() && a.mn_crash_us.is_none() {
         bail!("--mn-restart-us needs --mn-crash-us (only a crashed node restarts)");
@@ -229,7 +275,9 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     if a.fast_load && a.transport != "sim" {
         bail!("--fast-load goes with --transport sim");
     }
-    if a.transport != "ucx" && (!a.memnodes.is_empty() || a.token_file.is_some() || a.attach) {
+    if a.transport != "ucx"
+        && (!a.memnodes.is_empty() || a.token_file.is_some() || a.attach || a.watch_node.is_some())
+    {
         bail!("--memnode, --token-file and --attach go with --transport ucx");
     }
     let report = dmindex_catalog::bench(&cfg)?;
@@ -237,6 +285,9 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.table());
+    }
+    if report.check.as_ref().is_some_and(|c| c.violation.is_some()) {
+        return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -15,12 +16,14 @@ use dmindex_index::{PointIndex, Scans};
 use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
 use dmindex_ycsb::Shared;
 
+use crate::fault::{inject, monitor, NodeControl, RunClock};
 use crate::report::{summarise, Finished, Phase};
 use crate::runner::{ClientMetrics, OpSource, TaskEnv};
 use crate::{
     chunk_size, client_phase, index_config, planned_sources, progress_bar, services, BenchConfig,
-    BenchReport, Plan, Recovery, Runnable, RunnableScans,
+    BenchReport, Checked, Plan, Recovery, Runnable, RunnableScans,
 };
+use dmindex_check::History;
 
 pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     cfg: &BenchConfig,
@@ -141,6 +144,7 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
             preset,
             recovery: recovery.into_inner(),
             phases,
+            check: None,
         },
     )
 }
@@ -158,22 +162,26 @@ pub(crate) fn run_local<I: Runnable, S: RunnableScans<I>>(
     };
     let services = services::<LocalTransport, I>(local.mn_cores)?;
     let fabric = LocalFabric::with_services(local, services).map_err(anyhow::Error::msg)?;
-    run_threads::<I, S, _>(cfg, plan, &fabric, || fabric.allocated_bytes())
+    run_threads::<I, S, _>(cfg, plan, &fabric, || fabric.allocated_bytes(), None)
 }
 
 /// Loads (unless attaching) and runs on real threads over any fabric whose clients are made on
-/// the thread that uses them.
+/// the thread that uses them; `control` crashes and restarts memory nodes for `cfg.mn_fault`.
 fn run_threads<I, S, F>(
     cfg: &BenchConfig,
     plan: &Plan,
     fabric: &F,
     remote_bytes: impl Fn() -> u64,
+    control: Option<&dyn NodeControl>,
 ) -> anyhow::Result<BenchReport>
 where
     F: Fabric + Sync,
     I: PointIndex<F::Transport> + Sync,
     S: Scans<F::Transport, I>,
 {
+    if cfg.mn_fault.is_some() && control.is_none() {
+        bail!("a memory-node crash needs memory nodes the harness can kill (sim, or ucx with spawned memnodes)");
+    }
     let icfg = index_config(cfg, plan);
     let setup = fabric.client(0)?;
     if !cfg.attach {
@@ -192,6 +200,14 @@ where
     let clock = &quanta::Clock::new();
     let start = clock.raw();
     let now = move || clock.delta_as_nanos(start, clock.raw());
+    let history = cfg.check.then(History::new);
+    let history = history.as_ref();
+    let watched = cfg.mn_fault.as_ref().filter(|f| f.restart_ns.is_some()).map(|f| f.node);
+    let watched = watched.or(cfg.watch_node);
+    let recovery = Mutex::new(Recovery {
+        node: cfg.mn_fault.as_ref().map(|f| f.node).or(cfg.watch_node).unwrap_or(0),
+        ..Recovery::default()
+    });
 
     let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
         // Run-phase operations are drawn before the clock starts where they can be.
@@ -202,35 +218,64 @@ where
         };
         let bar = progress_bar(cfg, total, name);
         let t0 = now();
+        let timeline = if load { 0 } else { cfg.timeline_ns };
         // One set of histograms per thread, shared by its coroutines, merged at the end.
-        let init = |_| RefCell::new(ClientMetrics::default());
-        let results = run_on_threads_with(threads, cfg.coroutines, init, |m, t, co| {
-            let cn = (t / cfg.clients) as u16;
-            let i = t * cfg.coroutines + co;
-            let (idx, bar, shared, metrics) = (&handles[cn as usize], &bar, &shared, Rc::clone(m));
-            let source = sources.get(i).and_then(|s| s.lock().expect("source lock").take());
-            async move {
-                let c = match fabric.client(cn) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        metrics.borrow_mut().first_error.get_or_insert(e.into());
-                        return VerbCounts::default();
-                    }
-                };
-                let rec = Recorder {
-                    now: &now,
-                    history: None,
-                    client: i as u32,
-                    value_size: cfg.value_size,
-                };
-                let env = TaskEnv { rec, progress: bar, metrics: &metrics };
-                client_phase::<_, _, S>(plan, shared, idx, &c, &env, (i, n), load, source).await;
-                c.counts()
+        let init = |_| {
+            let mut m = ClientMetrics::default();
+            (m.timeline_from, m.timeline_ns) = (t0, timeline);
+            RefCell::new(m)
+        };
+        let stop = AtomicBool::new(false);
+        let run_clock = RunClock { now: &now, t0, stop: &stop };
+        let results = std::thread::scope(|scope| {
+            let injector = match (&cfg.mn_fault, control) {
+                (Some(f), Some(control)) if !load => {
+                    let (run_clock, recovery) = (&run_clock, &recovery);
+                    Some(scope.spawn(move || inject(control, f, run_clock, recovery)))
+                }
+                _ => None,
+            };
+            if let Some(node) = watched.filter(|_| !load) {
+                let (run_clock, recovery, idx) = (&run_clock, &recovery, &handles[0]);
+                let injected = cfg.mn_fault.is_some();
+                scope.spawn(move || monitor(fabric, idx, node, run_clock, recovery, injected));
             }
-        });
+            let results = run_on_threads_with(threads, cfg.coroutines, init, |m, t, co| {
+                let cn = (t / cfg.clients) as u16;
+                let i = t * cfg.coroutines + co;
+                let (idx, bar, shared, metrics) =
+                    (&handles[cn as usize], &bar, &shared, Rc::clone(m));
+                let source = sources.get(i).and_then(|s| s.lock().expect("source lock").take());
+                async move {
+                    let c = match fabric.client(cn) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            metrics.borrow_mut().first_error.get_or_insert(e.into());
+                            return VerbCounts::default();
+                        }
+                    };
+                    let rec = Recorder {
+                        now: &now,
+                        history,
+                        client: i as u32,
+                        value_size: cfg.value_size,
+                    };
+                    let env = TaskEnv { rec, progress: bar, metrics: &metrics };
+                    client_phase::<_, _, S>(plan, shared, idx, &c, &env, (i, n), load, source)
+                        .await;
+                    c.counts()
+                }
+            });
+            stop.store(true, Ordering::Relaxed);
+            match injector.map(|h| h.join().expect("the fault thread panicked")) {
+                Some(Err(e)) => Err(e.context("injecting the memory-node fault")),
+                _ => Ok(results),
+            }
+        })?;
         let ns = now() - t0;
         bar.finish_and_clear();
         let mut metrics = ClientMetrics::default();
+        (metrics.timeline_from, metrics.timeline_ns) = (t0, timeline);
         let mut counts = VerbCounts::default();
         for (m, c) in results {
             metrics.merge(m.into_inner());
@@ -242,8 +287,11 @@ where
     let wall = Instant::now();
     let run = phase("run", plan.ops, false)?;
     let run_seconds = wall.elapsed().as_secs_f64();
+    let check = history.map(|h| final_check(h, &handles[0], &setup, &now));
     let lf = run_tasks([handles[0].load_factor(&setup)]).remove(0)?;
     let remote_bytes = remote_bytes();
+    let recovery = (cfg.mn_fault.is_some() || cfg.watch_node.is_some())
+        .then(|| recovery.into_inner().unwrap_or_else(|e| e.into_inner()));
     summarise(
         cfg,
         plan,
@@ -255,31 +303,72 @@ where
             remote_bytes,
             load_factor: lf,
             preset: None,
-            recovery: None,
+            recovery,
             phases: Vec::new(),
+            check,
         },
     )
 }
 
-/// Runs on memnodes over OpenUCX.
+/// After the run: reads every key the history names once more (recorded, so a write that was
+/// acknowledged and then lost shows), then checks the history.
+fn final_check<T: dmindex_fabric::Transport, I: PointIndex<T>>(
+    history: &History,
+    idx: &I,
+    c: &Client<T>,
+    now: &dyn Fn() -> u64,
+) -> Checked {
+    let rec = Recorder { now, history: Some(history), client: u32::MAX, value_size: 0 };
+    let mut out = Vec::new();
+    for key in history.keys() {
+        // A read that fails stays pending in the history; the check still runs.
+        let _ = run_tasks([rec.search_into(idx, c, &key, &mut out)]);
+    }
+    match history.check() {
+        Ok(s) => Checked { ops: s.ops, pending: s.pending, keys: s.keys, violation: None },
+        Err(v) => {
+            Checked { ops: history.len(), violation: Some(v.to_string()), ..Checked::default() }
+        }
+    }
+}
+
+/// Runs on memnodes over OpenUCX: the ones `cfg.memnodes` names, or processes of this machine
+/// started for the run (`cfg.spawn`), which `cfg.mn_fault` may kill and restart.
 #[cfg(feature = "ucx")]
 pub(crate) mod ucx {
     use dmindex_fabric::exec::run_tasks;
     use dmindex_fabric::layout::{HEAP_START, HEAP_TOP_OFFSET};
     use dmindex_fabric::{Fabric, GlobalAddr};
-    use dmindex_ucx::transport::UcxFabric;
+    use dmindex_ucx::transport::{UcxFabric, UcxOptions};
 
     use super::{chunk_size, run_threads, BenchConfig, BenchReport, Plan, Runnable, RunnableScans};
+    use crate::cluster::{Cluster, SpawnSpec};
+    use crate::fault::NodeControl;
 
     pub(crate) fn run<I: Runnable, S: RunnableScans<I>>(
         cfg: &BenchConfig,
         plan: &Plan,
     ) -> anyhow::Result<BenchReport> {
-        if cfg.token.is_empty() {
+        let cluster = match &cfg.spawn {
+            Some(exe) => Some(Cluster::start(&SpawnSpec {
+                exe: exe.clone(),
+                nodes: cfg.memory_nodes,
+                bytes: cfg.mn_bytes,
+                index: cfg.index.clone(),
+                cores: 4,
+            })?),
+            None => None,
+        };
+        let (addrs, token) = match &cluster {
+            Some(c) => (c.addrs().to_vec(), c.token().to_vec()),
+            None => (cfg.memnodes.clone(), cfg.token.clone()),
+        };
+        if token.is_empty() {
             anyhow::bail!("--transport ucx needs --token-file (the memnodes' token)");
         }
-        let fabric = UcxFabric::connect(&cfg.memnodes, &cfg.token, chunk_size(cfg))
-            .map_err(anyhow::Error::msg)?;
+        let options = UcxOptions { chunk_size: chunk_size(cfg), timeout: cfg.ucx_timeout };
+        let fabric =
+            UcxFabric::connect_with(&addrs, &token, &options).map_err(anyhow::Error::msg)?;
         let probe = fabric.client(0)?;
         let nodes = fabric.info().nodes();
         let remote = || {
@@ -290,6 +379,7 @@ pub(crate) mod ucx {
                 })
                 .sum()
         };
-        run_threads::<I, S, _>(cfg, plan, &fabric, remote)
+        let control = cluster.as_ref().map(|c| c as &dyn NodeControl);
+        run_threads::<I, S, _>(cfg, plan, &fabric, remote, control)
     }
 }

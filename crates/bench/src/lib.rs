@@ -8,6 +8,7 @@
 //! The harness knows no index by name: it is generic over the index type and its scan access
 //! ([`dmindex_index::Scans`]), and the catalog instantiates it once per index.
 
+pub mod cluster;
 mod drive;
 pub mod experiment;
 pub mod fault;
@@ -15,7 +16,7 @@ pub mod plot;
 mod report;
 pub mod runner;
 
-pub use fault::{MnFault, Recovery, Timeline};
+pub use fault::{Checked, MnFault, Recovery, Timeline};
 pub use report::{BenchReport, Latency, OpBreakdown};
 
 use std::path::PathBuf;
@@ -95,10 +96,21 @@ pub struct BenchConfig {
     /// Fill memory by fast-forward (`sim`): the load phase runs through the index's own inserts
     /// with verbs acting at once, outside the model, and is not timed.
     pub fast_load: bool,
-    /// A memory node crashes (and may restart to be rebuilt) during the run phase (`sim`).
+    /// A memory node crashes (and may restart to be rebuilt) during the run phase (`sim`, or
+    /// `ucx` with spawned memnodes: a `kill -9` of its process and a new one on its address).
     pub mn_fault: Option<MnFault>,
-    /// Count the run phase's completions per interval of this many ns (`sim`; 0: no timeline).
+    /// Count the run phase's completions per interval of this many ns (0: no timeline).
     pub timeline_ns: u64,
+    /// Start the memnodes as processes of this machine (`ucx`; `memory_nodes` of `mn_bytes`).
+    pub spawn: Option<PathBuf>,
+    /// A monitor client rebuilds this memory node once it has gone down and come back
+    /// (`ucx` with memnodes started elsewhere; spawned ones are watched when they crash).
+    pub watch_node: Option<u16>,
+    /// How long a UCX call or verb may take before its memnode counts as down.
+    pub ucx_timeout: std::time::Duration,
+    /// Record every operation (load and run) and check the history for linearizability after
+    /// reading every key it touched once more (`local` and `ucx`; small runs).
+    pub check: bool,
 }
 
 impl Default for BenchConfig {
@@ -138,6 +150,10 @@ impl Default for BenchConfig {
             fast_load: false,
             mn_fault: None,
             timeline_ns: 0,
+            spawn: None,
+            watch_node: None,
+            ucx_timeout: std::time::Duration::from_secs(10),
+            check: false,
         }
     }
 }

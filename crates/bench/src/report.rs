@@ -80,6 +80,9 @@ pub struct BenchReport {
     /// The memory node that failed during the run phase, and its rebuild (`--mn-crash-us`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery: Option<crate::Recovery>,
+    /// The history's verdict (`--check`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<crate::Checked>,
     /// Run-phase completions per interval (`--timeline-us`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<crate::Timeline>,
@@ -164,6 +167,15 @@ impl BenchReport {
         if let Some(r) = &self.recovery {
             s += &r.table();
         }
+        if let Some(c) = &self.check {
+            s += &match &c.violation {
+                None => format!(
+                    "history: linearizable ({} operations, {} never answered, {} keys)\n",
+                    c.ops, c.pending, c.keys
+                ),
+                Some(v) => format!("history: NOT linearizable ({} operations): {v}\n", c.ops),
+            };
+        }
         s
     }
 }
@@ -190,6 +202,7 @@ pub(crate) struct Finished {
     pub(crate) preset: Option<String>,
     pub(crate) recovery: Option<crate::Recovery>,
     pub(crate) phases: Vec<dmindex_sim::phases::NodePhases>,
+    pub(crate) check: Option<crate::Checked>,
 }
 
 pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
@@ -198,8 +211,17 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
     handles: &[I],
     f: Finished,
 ) -> anyhow::Result<BenchReport> {
-    let Finished { load, run, run_seconds, remote_bytes, load_factor, preset, recovery, phases } =
-        f;
+    let Finished {
+        load,
+        run,
+        run_seconds,
+        remote_bytes,
+        load_factor,
+        preset,
+        recovery,
+        phases,
+        check,
+    } = f;
     if let Some(e) = load.metrics.first_error.as_ref().or(run.metrics.first_error.as_ref()) {
         bail!("an operation failed: {e}");
     }
@@ -271,6 +293,7 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         per_op,
         run_seconds,
         recovery,
+        check,
         timeline: (m.timeline_ns > 0)
             .then(|| crate::Timeline { interval_ns: m.timeline_ns, ops: m.timeline.clone() }),
         phases,

@@ -169,6 +169,22 @@ impl History {
         self.len() == 0
     }
 
+    /// Every key a point operation (search, insert, update, delete) named, in order.
+    pub fn keys(&self) -> Vec<Vec<u8>> {
+        let e = self.entries.lock().expect("history lock");
+        let keys: std::collections::BTreeSet<&[u8]> = e
+            .iter()
+            .filter_map(|x| match &x.call {
+                Invocation::Search { key }
+                | Invocation::Insert { key, .. }
+                | Invocation::Update { key, .. }
+                | Invocation::Delete { key } => Some(&key[..]),
+                Invocation::Scan { .. } | Invocation::ScanRange { .. } => None,
+            })
+            .collect();
+        keys.into_iter().map(<[u8]>::to_vec).collect()
+    }
+
     /// Checks the history; see the crate docs.
     pub fn check(&self) -> Result<CheckStats, Violation> {
         let entries = self.entries.lock().expect("history lock").clone();

@@ -32,6 +32,9 @@ use crate::peers::TcpPeers;
 use crate::proto::{self, Reply, Welcome};
 use crate::ucp::{ReplyEndpoint, Worker};
 
+/// Idle turns of the progress loop before it sleeps until something arrives.
+const SPINS_BEFORE_SLEEP: u32 = 256;
+
 /// What `dmindex memnode` takes.
 #[derive(Clone, Debug)]
 pub struct MemnodeConfig {
@@ -127,7 +130,7 @@ pub fn serve(
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
     listener.set_nonblocking(true).map_err(|e| format!("listener: {e}"))?;
     let local = listener.local_addr().map_err(|e| format!("listener: {e}"))?;
-    let mut worker = Worker::new().map_err(|e| format!("UCX setup failed: {e}"))?;
+    let mut worker = Worker::waking().map_err(|e| format!("UCX setup failed: {e}"))?;
     let pool = worker.map_pool(size).map_err(|e| format!("cannot allocate the pool: {e}"))?;
     let pool = Arc::new(pool);
     let mem = Arc::new(PoolMemory { base: pool.base, len: pool.len as u64 });
@@ -180,8 +183,11 @@ pub fn serve(
     let mut next_client = 0u64;
     // Every control connection being served, so that shutting down can end them.
     let live: Arc<Mutex<Vec<(u64, TcpStream)>>> = Arc::default();
-    // Spin (yielding the core) while there is traffic; sleep once it has been quiet a while.
+    // Spin (yielding the core) while there is traffic; once it has been quiet a little while,
+    // sleep until the worker or the listener has something (a memnode has almost no CPU to
+    // spare: on a small machine spinning memnodes starve their clients).
     let mut idle = 0u32;
+    let listen_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     while !stop.load(Ordering::Relaxed) {
         let mut busy = worker.progress();
         match listener.accept() {
@@ -223,8 +229,11 @@ pub fn serve(
             Err(e) => eprintln!("memnode[{}]: accept failed: {e}", cfg.id),
         }
         idle = if busy { 0 } else { idle.saturating_add(1) };
-        if idle > 100_000 {
-            std::thread::sleep(Duration::from_micros(200));
+        if idle > SPINS_BEFORE_SLEEP {
+            if let Err(e) = worker.sleep(listen_fd, 50) {
+                eprintln!("memnode[{}]: cannot wait for events ({e}); polling", cfg.id);
+                std::thread::sleep(Duration::from_micros(200));
+            }
         } else if idle > 0 {
             std::thread::yield_now();
         }

@@ -15,6 +15,7 @@ pub const UCS_OK: ucs_status_t = 0;
 pub const UCS_INPROGRESS: ucs_status_t = 1;
 pub const UCS_ERR_UNREACHABLE: ucs_status_t = -6;
 pub const UCS_ERR_NO_RESOURCE: ucs_status_t = -2;
+pub const UCS_ERR_BUSY: ucs_status_t = -15;
 /// `UCS_ERR_LAST`: status pointers at or above `(uintptr_t)-100` are errors.
 pub const UCS_ERR_LAST: isize = -100;
 
@@ -25,6 +26,7 @@ pub const UCP_PARAM_FIELD_FEATURES: u64 = 1;
 pub const UCP_FEATURE_RMA: u64 = 2;
 pub const UCP_FEATURE_AMO64: u64 = 8;
 pub const UCP_FEATURE_AM: u64 = 64;
+pub const UCP_FEATURE_WAKEUP: u64 = 16;
 
 pub const UCP_WORKER_PARAM_FIELD_THREAD_MODE: u64 = 1;
 pub const UCS_THREAD_MODE_SINGLE: c_int = 0;
@@ -313,13 +315,27 @@ extern "C" {
     pub fn ucp_request_check_status(request: *mut c_void) -> ucs_status_t;
     pub fn ucp_request_free(request: *mut c_void);
     pub fn ucs_status_string(status: ucs_status_t) -> *const c_char;
+    pub fn ucp_worker_get_efd(worker: ucp_worker_h, fd: *mut c_int) -> ucs_status_t;
+    pub fn ucp_worker_arm(worker: ucp_worker_h) -> ucs_status_t;
 }
+
+/// `struct pollfd` of poll(2).
+#[repr(C)]
+pub struct pollfd {
+    pub fd: c_int,
+    pub events: i16,
+    pub revents: i16,
+}
+
+/// poll(2)'s "there is data to read".
+pub const POLLIN: i16 = 1;
 
 // The C library (linked by std on every Linux target).
 extern "C" {
     pub fn open_memstream(ptr: *mut *mut c_char, size: *mut usize) -> *mut FILE;
     pub fn fclose(stream: *mut FILE) -> c_int;
     pub fn free(ptr: *mut c_void);
+    pub fn poll(fds: *mut pollfd, nfds: u64, timeout: c_int) -> c_int;
 }
 
 #[cfg(test)]

@@ -71,6 +71,16 @@ impl Worker {
     /// A context with RMA, 64-bit atomics and active messages (configured from `UCX_*`
     /// variables) and a worker. Peers must enable the same features to connect.
     pub fn new() -> Result<Worker> {
+        Self::with_features(0)
+    }
+
+    /// A worker that can also sleep until communication arrives ([`Worker::sleep`]): a
+    /// memnode's, which has nothing to do between its clients' messages.
+    pub fn waking() -> Result<Worker> {
+        Self::with_features(UCP_FEATURE_WAKEUP)
+    }
+
+    fn with_features(extra: u64) -> Result<Worker> {
         let mut config: *mut ucp_config = ptr::null_mut();
         // SAFETY: null prefix and file select the defaults; config receives a handle we release.
         check("ucp_config_read", unsafe {
@@ -86,7 +96,7 @@ impl Worker {
         }
         let params = ucp_params_t {
             field_mask: UCP_PARAM_FIELD_FEATURES,
-            features: UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM,
+            features: UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | extra,
             request_size: 0,
             request_init: ptr::null(),
             request_cleanup: ptr::null(),
@@ -138,6 +148,27 @@ impl Worker {
     pub fn progress(&self) -> bool {
         // SAFETY: the worker is live and used by this thread only.
         unsafe { ucp_worker_progress(self.worker) != 0 }
+    }
+
+    /// Sleeps until this worker (made by [`Worker::waking`]) has communication to progress,
+    /// `also` can be read, or `timeout_ms` pass. Returns at once if events are pending.
+    pub fn sleep(&self, also: std::ffi::c_int, timeout_ms: std::ffi::c_int) -> Result<()> {
+        let mut efd: std::ffi::c_int = -1;
+        // SAFETY: the worker is live; UCX writes its event descriptor into efd.
+        check("ucp_worker_get_efd", unsafe { ucp_worker_get_efd(self.worker, &mut efd) })?;
+        // SAFETY: the worker is live.
+        match unsafe { ucp_worker_arm(self.worker) } {
+            UCS_ERR_BUSY => return Ok(()),
+            st => check("ucp_worker_arm", st)?,
+        }
+        let mut fds = [
+            pollfd { fd: efd, events: POLLIN, revents: 0 },
+            pollfd { fd: also, events: POLLIN, revents: 0 },
+        ];
+        // SAFETY: fds is a valid array of two pollfd for the call's duration; a failed poll
+        // (EINTR) only ends the sleep early.
+        unsafe { poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        Ok(())
     }
 
     /// Orders every later operation after every earlier one (remote completion order).
