@@ -121,7 +121,7 @@ impl Replica {
                 if r.u64()? < st.applied {
                     // A replacement that missed entries this primary applied and dropped: it
                     // cannot be brought level, so the view drops it.
-                    return Err(Refused::Down(self.setup.nodes[member]));
+                    return Err(Refused::Unfit(self.setup.nodes[member]));
                 }
                 let n = r.u32()? as u64;
                 // Tails are parts of one sequence: entries already taken from another are skipped.
@@ -148,7 +148,7 @@ impl Replica {
             if from <= st.applied {
                 // The new primary lacks entries this member applied and dropped: only a
                 // replacement that missed a SHIP can; it cannot lead, so the view drops it.
-                return Err(Refused::Down(self.setup.nodes[view.leader as usize]));
+                return Err(Refused::Unfit(self.setup.nodes[view.leader as usize]));
             }
             let skip = (from - st.applied - 1) as usize;
             let count = st.log.len().saturating_sub(skip);

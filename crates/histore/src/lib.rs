@@ -122,6 +122,9 @@ struct Counters {
     picks: AtomicU64,
     /// Attempts that missed (a stale view or a node down) and were retried.
     misses: AtomicU64,
+    /// Of those, attempts a replica refused because it serves another view (a fenced old
+    /// primary among them).
+    stale: AtomicU64,
     /// View changes this handle started.
     failovers: AtomicU64,
     /// Replicas this handle rebuilt and joined.
@@ -432,6 +435,7 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
                 ("scan_requests", get(&n.scans)),
                 ("scan_items", get(&n.scan_items)),
                 ("misses", get(&n.misses)),
+                ("stale_refusals", get(&n.stale)),
                 ("failovers", get(&n.failovers)),
                 ("rebuilds", get(&n.rebuilds)),
             ],

@@ -58,6 +58,9 @@ pub const DONE: u8 = 0;
 pub const STALE: u8 = 1;
 /// Reply status: the replica could not reach a node (a u16 follows).
 pub const DOWN: u8 = 2;
+/// Reply status: a member of the view cannot serve in it (its log lacks entries the others
+/// applied and dropped) and must leave it, although it answers (a u16 node follows).
+pub const UNFIT: u8 = 3;
 
 /// A reply's status, decoded.
 pub enum Status<'a> {
@@ -67,6 +70,8 @@ pub enum Status<'a> {
     Stale,
     /// The replica could not reach this node.
     Down(u16),
+    /// The replica on this node cannot serve in the view.
+    Unfit(u16),
 }
 
 /// The status a reply starts with.
@@ -76,6 +81,7 @@ pub fn status(reply: &[u8]) -> Result<Status<'_>, ServiceError> {
         DONE => Ok(Status::Done(r)),
         STALE => Ok(Status::Stale),
         DOWN => Ok(Status::Down(r.u16()?)),
+        UNFIT => Ok(Status::Unfit(r.u16()?)),
         s => Err(bad(format!("reply status {s}"))),
     }
 }
@@ -259,6 +265,17 @@ mod tests {
         assert_eq!(r.head().unwrap(), head);
         assert_eq!(r.entry().unwrap(), e);
         r.end().unwrap();
+    }
+
+    /// Replies start with a status byte; down and unfit name a node.
+    #[test]
+    fn reply_statuses_are_pinned() {
+        let Ok(Status::Done(mut r)) = status(&[DONE, 9]) else { panic!("done") };
+        assert_eq!(r.u8().unwrap(), 9);
+        assert!(matches!(status(&[STALE]), Ok(Status::Stale)));
+        assert!(matches!(status(&[2, 3, 1]), Ok(Status::Down(0x103))));
+        assert!(matches!(status(&[3, 3, 1]), Ok(Status::Unfit(0x103))));
+        assert!(status(&[4]).is_err());
     }
 
     #[test]

@@ -98,6 +98,9 @@ pub enum Refused {
     Stale,
     /// A node this replica needed did not answer.
     Down(NodeId),
+    /// The replica on this node cannot serve in the view (it lacks entries): the view must
+    /// drop it although it answers.
+    Unfit(NodeId),
     /// The request itself is wrong.
     Bad(ServiceError),
 }
@@ -123,6 +126,7 @@ impl Refused {
             Status::Done(r) => Ok(r),
             Status::Stale => Err(Refused::Stale),
             Status::Down(node) => Err(Refused::Down(node)),
+            Status::Unfit(node) => Err(Refused::Unfit(node)),
         }
     }
 }

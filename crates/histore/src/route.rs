@@ -72,6 +72,8 @@ pub(crate) enum Miss {
     Stale,
     /// A node did not answer (or a replica could not reach it).
     Down(NodeId),
+    /// The replica on this node answers but cannot serve in the view: drop it.
+    Unfit(NodeId),
     /// Anything else: the operation fails.
     Fatal(IndexError),
 }
@@ -100,6 +102,7 @@ pub(crate) fn status(reply: &[u8]) -> Result<Reader<'_>, Miss> {
         Ok(Status::Done(r)) => Ok(r),
         Ok(Status::Stale) => Err(Miss::Stale),
         Ok(Status::Down(node)) => Err(Miss::Down(node)),
+        Ok(Status::Unfit(node)) => Err(Miss::Unfit(node)),
         Err(e) => Err(Miss::Fatal(IndexError::Corrupt(format!("reply: {e:?}")))),
     }
 }
@@ -176,13 +179,23 @@ impl<const MODE: u8> Store<MODE> {
                 }
                 now
             }
-            Miss::Stale => self.view_word(g).load(c).await?,
+            Miss::Stale => {
+                self.counters.stale.fetch_add(1, Ordering::Relaxed);
+                self.view_word(g).load(c).await?
+            }
             Miss::Down(node) => {
                 let now = self.view_word(g).load(c).await?;
                 if now == used && self.lost(c, g, used, node).await? {
                     self.without_node(c, g, used, node).await?
                 } else {
                     now
+                }
+            }
+            Miss::Unfit(node) => {
+                let now = self.view_word(g).load(c).await?;
+                match now == used {
+                    true => self.without_node(c, g, used, node).await?,
+                    false => now,
                 }
             }
         };
@@ -216,8 +229,8 @@ impl<const MODE: u8> Store<MODE> {
             };
             match status(&reply) {
                 Ok(_) | Err(Miss::Stale) => {}
-                Err(Miss::Down(n)) if n == node => return Ok(true),
-                Err(Miss::Down(_)) => {}
+                Err(Miss::Down(n) | Miss::Unfit(n)) if n == node => return Ok(true),
+                Err(Miss::Down(_) | Miss::Unfit(_)) => {}
                 Err(Miss::Fatal(e)) => return Err(e),
             }
         }
@@ -268,6 +281,9 @@ impl<const MODE: u8> Store<MODE> {
                     self.without_node(c, g, v, node).await?
                 }
                 Err(Miss::Down(_)) => v,
+                // A member that answers but cannot serve (its log lacks entries): no PING would
+                // tell, so it leaves on the word of the replica that found it out.
+                Err(Miss::Unfit(node)) => self.without_node(c, g, v, node).await?,
                 Err(Miss::Fatal(e)) => return Err(e),
             };
         }

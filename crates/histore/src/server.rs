@@ -202,6 +202,11 @@ impl Service for Server {
                 out.u16(node);
                 Ok(out)
             }
+            Err(Refused::Unfit(node)) => {
+                let mut out = vec![proto::UNFIT];
+                out.u16(node);
+                Ok(out)
+            }
             Err(Refused::Bad(e)) => Err(e),
         }
     }

@@ -156,6 +156,17 @@ impl ControlConn {
         }
     }
 
+    /// Whether the connection is still open and idle, as one kept for later calls must be: a
+    /// memnode that died or restarted since has closed it (its end reads as closed), and a
+    /// connection with unread bytes is out of step. Costs one non-blocking read.
+    pub fn is_open(&mut self) -> bool {
+        if !self.inbox.is_empty() || self.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let mut b = [0u8; 1];
+        matches!(self.stream.peek(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
     async fn wait(deadline: Instant, timeout: Duration) -> io::Result<()> {
         if Instant::now() >= deadline {
             return Err(timed_out(timeout));

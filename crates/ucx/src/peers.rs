@@ -43,8 +43,11 @@ impl TcpPeers {
     /// An idle connection to `node`, or a new one.
     fn take(&self, node: NodeId) -> Result<ControlConn, FabricError> {
         let pool = self.idle.get(node as usize).ok_or_else(|| self.unknown(node))?;
-        if let Some(c) = pool.lock().unwrap_or_else(|e| e.into_inner()).pop() {
-            return Ok(c);
+        while let Some(mut c) = pool.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            // A peer that restarted since closed its end: such a connection would fail the call.
+            if c.is_open() {
+                return Ok(c);
+            }
         }
         let addr = &self.addrs[node as usize];
         let (c, welcome) = ControlConn::connect(addr, &self.token, self.timeout)

@@ -254,8 +254,11 @@ impl Shared {
         let m = &self.nodes[node as usize];
         {
             let mut idle = m.idle.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(i) = idle.iter().rposition(|(g, _)| *g == generation) {
-                return Ok(idle.swap_remove(i).1);
+            while let Some(i) = idle.iter().rposition(|(g, _)| *g == generation) {
+                let (_, mut c) = idle.swap_remove(i);
+                if c.is_open() {
+                    return Ok(c);
+                }
             }
         }
         let inc = m.current();

@@ -1,0 +1,107 @@
+//! Test hosts on this machine: Linux network namespaces, one per host, each joined by a veth
+//! link to a bridge in a namespace of its own (the switch). A host's link can be cut (a
+//! partition: its packets are dropped, nothing is reset) and healed. Everything is made by
+//! [`Net::create`] and removed when the `Net` is dropped; it needs root and iproute2.
+
+use std::io;
+use std::process::{Command, Stdio};
+
+/// The hosts and their switch.
+pub struct Net {
+    tag: String,
+    hosts: Vec<String>,
+}
+
+fn ip(args: &[&str]) -> io::Result<()> {
+    let out = Command::new("ip").args(args).stdin(Stdio::null()).output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+impl Net {
+    /// Whether this process may make namespaces (root, with `ip`).
+    pub fn available() -> bool {
+        let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+        root && Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success())
+    }
+
+    /// Hosts named `hosts` on one subnet: host `i` is `10.77.0.(i + 1)` on its `eth0`.
+    pub fn create(hosts: &[&str]) -> io::Result<Net> {
+        let tag = format!("dmx{}", std::process::id());
+        let net = Net { tag, hosts: hosts.iter().map(|h| h.to_string()).collect() };
+        // On an error, `net` is dropped here and removes what was made.
+        net.build()?;
+        Ok(net)
+    }
+
+    fn build(&self) -> io::Result<()> {
+        let sw = self.switch();
+        ip(&["netns", "add", &sw])?;
+        ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+        for (i, h) in self.hosts.iter().enumerate() {
+            let ns = self.ns(h);
+            ip(&["netns", "add", &ns])?;
+            let port = format!("v{i}");
+            ip(&[
+                "-n", &sw, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns",
+                &ns,
+            ])?;
+            ip(&["-n", &sw, "link", "set", &port, "master", "br0", "up"])?;
+            ip(&["-n", &ns, "addr", "add", &format!("{}/24", Self::addr(i)), "dev", "eth0"])?;
+            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(())
+    }
+
+    fn switch(&self) -> String {
+        format!("{}-sw", self.tag)
+    }
+
+    /// The namespace of host `h`.
+    pub fn ns(&self, h: &str) -> String {
+        format!("{}-{h}", self.tag)
+    }
+
+    /// The address of host number `i`.
+    pub fn addr(i: usize) -> String {
+        format!("10.77.0.{}", i + 1)
+    }
+
+    fn port(&self, h: &str) -> String {
+        format!("v{}", self.hosts.iter().position(|x| x == h).expect("a host of this net"))
+    }
+
+    /// Cuts host `h` off: its link to the switch drops every packet.
+    pub fn cut(&self, h: &str) -> io::Result<()> {
+        ip(&["-n", &self.switch(), "link", "set", &self.port(h), "down"])
+    }
+
+    /// Joins host `h` again.
+    pub fn heal(&self, h: &str) -> io::Result<()> {
+        ip(&["-n", &self.switch(), "link", "set", &self.port(h), "up"])
+    }
+
+    /// A command that runs `program` on host `h`.
+    pub fn command(&self, h: &str, program: &std::path::Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns(h)]).arg(program);
+        c
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for h in &self.hosts {
+            let _ = ip(&["netns", "del", &self.ns(h)]);
+        }
+        let _ = ip(&["netns", "del", &self.switch()]);
+    }
+}
