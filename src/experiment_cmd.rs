@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::bail;
-use dmindex_bench::experiment::{run_experiment, NeedsTraces, Paper, Scale};
+use dmindex_bench::experiment::{run_experiment, NeedsTraces, NeedsUcx, Paper, Scale};
 use dmindex_catalog::papers::{resolve, PAPERS};
 
 #[derive(clap::Args, Debug)]
@@ -110,7 +110,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 eprintln!("{line}")
             });
         let out = match out {
-            Err(err) if several && err.downcast_ref::<NeedsTraces>().is_some() => {
+            Err(err)
+                if several
+                    && (err.downcast_ref::<NeedsTraces>().is_some()
+                        || err.downcast_ref::<NeedsUcx>().is_some()) =>
+            {
                 println!("{}/{}: skipped ({err})", paper.name, e.name);
                 continue;
             }
@@ -141,6 +145,9 @@ fn scale_of(paper: &Paper, args: &Args) -> anyhow::Result<Scale> {
     }
     s.overrides.extend(args.overrides.iter().cloned());
     s.traces = args.traces.clone();
+    if cfg!(feature = "ucx") {
+        s.memnode_exe = Some(std::env::current_exe()?);
+    }
     if s.items == 0 || s.ops == 0 || s.cns == 0 || s.coroutines == 0 {
         bail!("--items, --ops, --cns and --coroutines must be positive");
     }

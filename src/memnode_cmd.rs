@@ -64,7 +64,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         s.store(true, Ordering::Relaxed);
     })?;
     let services = match &a.index {
-        Some(name) => Some(dmindex_catalog::find(name)?.memnode_services(a.cores)?),
+        Some(name) => {
+            let entry = dmindex_catalog::find(name)?;
+            if entry.survives_mn_crash && a.peers.is_empty() {
+                anyhow::bail!(
+                    "--index {name} replicates across memnodes, whose services call each other: \
+                     give --peers with every memnode, HOST:PORT in id order, this one included"
+                );
+            }
+            Some(entry.memnode_services(a.cores)?)
+        }
         None => None,
     };
     let cfg = dmindex_ucx::server::MemnodeConfig {

@@ -917,3 +917,20 @@ fn ucx_histore_survives_kill_9_of_its_primary_and_rebuilds_it() {
     assert!(t.len() > interval(end) + 1, "the run ended with the rebuild: {t:?}");
     assert!(t[interval(end) + 1].as_u64().unwrap() > 0, "{t:?}");
 }
+
+/// A memnode for an index whose services call other memnodes needs their addresses.
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_memnode_for_histore_needs_its_peers() {
+    let token = std::env::temp_dir().join(format!("dmindex-peers-{}", std::process::id()));
+    std::fs::write(&token, "t").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dmindex"))
+        .args(["memnode", "--listen", "127.0.0.1:0", "--size", "64m", "--index", "histore"])
+        .arg("--token-file")
+        .arg(&token)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&token);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give --peers"), "{out:?}");
+}

@@ -76,6 +76,10 @@ pub struct Scale {
     pub overrides: Vec<String>,
     /// Directory of the real-world traces that experiments replay (`--traces`).
     pub traces: Option<PathBuf>,
+    /// The `dmindex` executable, for experiments that start memnode processes over UCX (set
+    /// by a build with the `ucx` feature).
+    #[serde(skip)]
+    pub memnode_exe: Option<PathBuf>,
 }
 
 impl Default for Scale {
@@ -92,6 +96,7 @@ impl Default for Scale {
             workloads: Vec::new(),
             overrides: Vec::new(),
             traces: None,
+            memnode_exe: None,
         }
     }
 }
@@ -101,6 +106,12 @@ impl Default for Scale {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct NeedsTraces(pub String);
+
+/// An experiment runs memnode processes over UCX and this build cannot (no `ucx` feature):
+/// running every experiment skips it, naming it alone is an error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NeedsUcx(pub String);
 
 /// One run of an experiment.
 #[derive(Clone, Debug, Serialize)]

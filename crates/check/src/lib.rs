@@ -514,6 +514,19 @@ mod tests {
         }
         hist
     }
+    /// The keys a history names are those of its point operations, once each, in order.
+    #[test]
+    fn keys_are_the_point_operations_keys() {
+        let scan = Invocation::Scan { from: k(0), count: 9 };
+        let hist = h(vec![
+            (0, ins(3, 1), 0, None),
+            (1, get(1), 1, None),
+            (0, Invocation::Delete { key: k(3) }, 2, None),
+            (2, scan, 3, None),
+        ]);
+        assert_eq!(hist.keys(), [k(1), k(3)]);
+    }
+
     fn ins(key: u8, val: u8) -> Invocation {
         Invocation::Insert { key: k(key), value: v(val) }
     }

@@ -48,6 +48,11 @@ pub static PAPER: Paper = Paper {
             body: timeline,
         },
         Experiment {
+            name: "ucx-timeline",
+            figure: "§5.5 as a time series over UCX: memnode processes on this machine, the primary killed with SIGKILL, restarted and rebuilt while YCSB A runs (needs a build with --features ucx)",
+            body: ucx_timeline,
+        },
+        Experiment {
             name: "degraded",
             figure: "Fig. 14: PUT, GET and SCAN throughput with the primary or a backup down, normalised to normal",
             body: degraded,
@@ -159,6 +164,47 @@ fn timeline(s: &mut Session<'_>) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// The run over UCX: four memnode processes on loopback (a data server and three index
+/// servers), one client thread with four coroutines (more spinning threads than this machine's
+/// two cores only slow every process down), YCSB A's mix on a fiftieth of the keys (a real
+/// load, not a fast-forward), the primary killed 3 s into the run and restarted a second
+/// later; completions per 100 ms, as thousands of operations per second against seconds.
+fn ucx_timeline(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let Some(exe) = s.scale.memnode_exe.clone() else {
+        return Err(dmindex_bench::experiment::NeedsUcx(
+            "ucx-timeline: starts memnode processes over UCX; rebuild with --features ucx".into(),
+        )
+        .into());
+    };
+    let mut c = base(s, "histore", "read=0.5,update=0.5");
+    c.transport = dmindex_bench::TransportKind::Ucx;
+    c.spawn = Some(exe);
+    c.mn_bytes = 1 << 30;
+    c.fast_load = false;
+    c.items = (s.scale.items / 50).max(1000);
+    c.ops = Some(s.scale.ops * 2);
+    c.clients = 1;
+    c.coroutines = 4;
+    c.mn_fault =
+        Some(MnFault { node: PRIMARY, crash_ns: 3_000_000_000, restart_ns: Some(1_000_000_000) });
+    c.timeline_ns = UCX_INTERVAL_NS;
+    let run = s.go("histore", 0.0, c)?;
+    let t = run.report.timeline.clone().ok_or_else(|| anyhow::anyhow!("no timeline"))?;
+    // The last interval is cut short by the run's end.
+    let whole = &t.ops[..t.ops.len().saturating_sub(1)];
+    let points = whole.iter().enumerate().map(|(i, &n)| {
+        ((i as u64 * t.interval_ns) as f64 / 1e9, n as f64 * 1e6 / t.interval_ns as f64)
+    });
+    let series = vec![Series { name: "histore over UCX".into(), points: points.collect() }];
+    let tls = std::env::var("UCX_TLS").unwrap_or_else(|_| "UCX's choice".into());
+    let title = format!("Primary killed at 3 s, restarted at 4 s (UCX_TLS={tls})");
+    s.chart("ucx-timeline", chart(&title, "s", "Kops/s", series));
+    Ok(())
+}
+
+/// Width of the UCX timeline's intervals.
+const UCX_INTERVAL_NS: u64 = 100_000_000;
 
 /// PUT, GET and SCAN as the paper's db_bench runs them: updates of loaded keys, reads, scans.
 const OPS: [(&str, &str); 3] = [("PUT", "update=1"), ("GET", "read=1"), ("SCAN", "scan=1")];
@@ -383,6 +429,19 @@ mod tests {
     /// at every client count; a breakdown's phases add up to the mean latency and put each
     /// scheme's cost where its design says (a one-sided GET has no request, a PUT waits on
     /// its backups, an all-skiplist GET queues at a server); YCSB is normalised to all-skiplist.
+    /// The UCX run needs memnode processes: a build that cannot start them says so, as an
+    /// error `experiment histore/all` skips.
+    #[test]
+    fn the_ucx_timeline_needs_a_ucx_build() {
+        let scale = Scale { memnode_exe: None, ..scale() };
+        let mut log = |_: &str| {};
+        let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> { crate::bench(c) };
+        let mut s = Session::for_test(&scale, "histore-testbed", &runner, &mut log);
+        let e = ucx_timeline(&mut s).unwrap_err();
+        assert!(e.downcast_ref::<dmindex_bench::experiment::NeedsUcx>().is_some(), "{e}");
+        assert!(s.runs.is_empty());
+    }
+
     #[test]
     fn basic_breakdown_and_ycsb_runs_report_what_the_figures_need() {
         let scale =
