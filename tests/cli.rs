@@ -883,7 +883,7 @@ fn bench_crashes_restarts_and_rebuilds_a_memory_node() {
 }
 
 /// HiStore over four memnode processes (a data server, a primary and two backups, with peer
-/// links): the primary is killed with SIGKILL in the middle of YCSB A, restarted empty 300 ms
+/// links): the primary is killed with SIGKILL in the middle of reads, updates and scans, restarted empty 300 ms
 /// later and rebuilt by the monitor while the clients go on; the whole history — load, run and
 /// a final read of every key — is linearizable, so no acknowledged write was lost.
 #[cfg(feature = "ucx")]
@@ -893,7 +893,8 @@ fn ucx_histore_survives_kill_9_of_its_primary_and_rebuilds_it() {
     let out = Command::new(env!("CARGO_BIN_EXE_dmindex"))
         .env("UCX_TLS", "tcp")
         .args(["bench", "--transport", "ucx", "--spawn-memnodes", "--mns", "4", "--mn-gb", "1"])
-        .args(["--index", "histore", "--workload", "a", "--items", "4000", "--ops", "60000"])
+        .args(["--index", "histore", "--mix", "read=0.45,update=0.45,scan=0.1"])
+        .args(["--items", "4000", "--ops", "60000", "--scan-len", "8"])
         .args(["--clients", "1", "--coroutines", "4", "--mn-crash-us", "400000"])
         .args(["--mn-restart-us", "300000", "--timeline-us", "100000", "--check", "--json"])
         .output()

@@ -6,8 +6,8 @@
 //!
 //! # Script
 //!
-//! 1. The client loads the store and runs a mix of searches, updates, inserts and deletes on four
-//!    tasks, every operation recorded. Two more handles, B and C, read once and then stay idle:
+//! 1. The client loads the store and runs a mix of searches, updates, inserts, deletes and
+//!    scans on four tasks, every operation recorded. Two more handles, B and C, read once and then stay idle:
 //!    they keep the view from before the failures.
 //! 2. **Partition**: the primary's link is cut. Its requests and one-sided reads time out, the
 //!    clients drop it from the view and backup 1 becomes the temporary primary; writes go on.
@@ -41,7 +41,7 @@ use dmindex_fabric::exec::{run_tasks, yield_now};
 use dmindex_fabric::Fabric;
 use dmindex_histore::HiStore;
 use dmindex_index::recorded::Recorder;
-use dmindex_index::{mn_services, IndexConfig, PointIndex};
+use dmindex_index::{mn_services, IndexConfig, Ordered, PointIndex};
 use dmindex_ucx::server::{serve, MemnodeConfig};
 use dmindex_ucx::transport::{UcxFabric, UcxOptions, UcxTransport};
 use netns::Net;
@@ -283,11 +283,16 @@ fn client_role() {
                 x ^= x << 17;
                 let k = key(1 + x % (KEYS + KEYS / 4));
                 seq += 1;
-                let r = match x >> 60 {
-                    0..=7 => rec.search(a, &cl, &k).await.map(drop),
-                    8..=12 => rec.update(a, &cl, &k, &rec.value(seq)).await.map(drop),
-                    13..=14 => rec.insert(a, &cl, &k, &rec.value(seq)).await,
-                    _ => rec.delete(a, &cl, &k).await.map(drop),
+                let r = match x >> 59 {
+                    0..=14 => rec.search(a, &cl, &k).await.map(drop),
+                    15..=24 => rec.update(a, &cl, &k, &rec.value(seq)).await.map(drop),
+                    25..=28 => rec.insert(a, &cl, &k, &rec.value(seq)).await,
+                    29..=30 => rec.delete(a, &cl, &k).await.map(drop),
+                    // Scans go to a backup, at the primary's cut.
+                    _ => rec
+                        .scan::<_, _, Ordered>(a, &cl, &k, 1 + (x >> 8) as usize % 8)
+                        .await
+                        .map(drop),
                 };
                 match r {
                     Ok(()) => done.set(done.get() + 1),
