@@ -201,18 +201,21 @@ pub fn lost_memnode_is_an_error() {
     client.join().unwrap();
 }
 
+/// A service that answers its request reversed.
+struct Reverse;
+
+impl Service for Reverse {
+    fn name(&self) -> &str {
+        "reverse"
+    }
+    fn handle(&self, _: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
+        Ok(r.iter().rev().copied().collect())
+    }
+}
+
 /// A memnode runs the services it is given (as `dmindex memnode --index NAME` installs an
 /// index's): a two-sided call to one is answered, an id it lacks is an error naming it.
 pub fn index_services_are_served() {
-    struct Reverse;
-    impl Service for Reverse {
-        fn name(&self) -> &str {
-            "reverse"
-        }
-        fn handle(&self, _: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
-            Ok(r.iter().rev().copied().collect())
-        }
-    }
     let mut services = Services::new(2);
     services.register(ServiceId(33), Arc::new(Reverse)).unwrap();
     let mn = memnode_with(0, 16 << 20, Some(services));
@@ -239,15 +242,6 @@ fn relay_services() -> Services {
             let theirs = answers.pop().unwrap().map_err(|e| ServiceError::Failed(e.to_string()))?;
             assert_eq!(mine, theirs);
             Ok(theirs)
-        }
-    }
-    struct Reverse;
-    impl Service for Reverse {
-        fn name(&self) -> &str {
-            "reverse"
-        }
-        fn handle(&self, _: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
-            Ok(r.iter().rev().copied().collect())
         }
     }
     let mut s = Services::new(2);
