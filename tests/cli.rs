@@ -674,7 +674,7 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
     assert_fabric_bench_runs("tcp", &list, &token);
     let out = run(&bad, &list);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("wrong token"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hold different tokens"));
     let out = run(&token, "127.0.0.1:1");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach memnode at 127.0.0.1:1"));
@@ -934,4 +934,93 @@ fn ucx_memnode_for_histore_needs_its_peers() {
     let _ = std::fs::remove_file(&token);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("give --peers"), "{out:?}");
+}
+
+/// A flood of connections that never authenticate — hundreds idle, dozens trickling a byte now
+/// and then — holds a bounded number of the memnode's threads, each for at most its bootstrap's
+/// deadline, while a client that had connected before keeps being served; afterwards new
+/// clients connect again.
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_memnode_survives_a_flood_of_idle_and_slow_connections() {
+    use dmindex_fabric::exec::run_tasks;
+    use dmindex_fabric::Fabric;
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+
+    let _serial = UCX_SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("dmindex-flood-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "flood-token").unwrap();
+    let log = std::fs::File::create(dir.join("memnode.log")).unwrap();
+    let (mut mn, addr) = memnode("tcp", 0, "256m", &token, log.into());
+    let threads = || {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", mn.id())).unwrap();
+        let line = s.lines().find(|l| l.starts_with("Threads:")).unwrap().to_string();
+        line[8..].trim().parse::<usize>().unwrap()
+    };
+    let f = dmindex_ucx::transport::UcxFabric::connect(
+        std::slice::from_ref(&addr),
+        b"flood-token",
+        1 << 20,
+    )
+    .unwrap();
+    let c = f.client(0).unwrap();
+    let a = run_tasks([c.alloc(64, 64)]).remove(0).unwrap();
+    let before = threads();
+    let idle: Vec<std::net::TcpStream> =
+        (0..300).filter_map(|_| std::net::TcpStream::connect(&addr).ok()).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow: Vec<_> = (0..40)
+        .map(|_| {
+            let (addr, stop) = (addr.clone(), std::sync::Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let Ok(mut s) = std::net::TcpStream::connect(&addr) else { return };
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if s.write_all(b"D").is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let during = threads();
+    assert!(during <= before + 64 + 4, "{before} threads before the flood, {during} during it");
+    // The client connected before the flood is served throughout: calls and verbs.
+    for i in 0..50u64 {
+        run_tasks([c.write(a, &i.to_le_bytes())]).remove(0).unwrap();
+        assert_eq!(run_tasks([c.read_word(a)]).remove(0).unwrap(), i);
+        run_tasks([c.alloc(1 << 16, 64)]).remove(0).unwrap();
+    }
+    // Bootstraps have a deadline for the whole exchange: the flood's connections are closed.
+    std::thread::sleep(Duration::from_secs(6));
+    let t0 = Instant::now();
+    let mut closed = 0;
+    for mut s in idle {
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let mut b = [0u8; 16];
+        if matches!(s.read(&mut b), Ok(0) | Err(_)) {
+            closed += 1;
+        }
+    }
+    assert!(closed >= 290, "{closed} of 300 idle connections closed ({:?})", t0.elapsed());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in slow {
+        t.join().unwrap();
+    }
+    let again = dmindex_ucx::transport::UcxFabric::connect(
+        std::slice::from_ref(&addr),
+        b"flood-token",
+        1 << 20,
+    );
+    assert!(again.is_ok(), "{:?}", again.err());
+    assert!(mn.try_wait().unwrap().is_none(), "the memnode is up");
+    let _ = mn.kill();
+    let _ = mn.wait();
+    let text = std::fs::read_to_string(dir.join("memnode.log")).unwrap();
+    assert!(text.contains("turned away") && text.contains("took too long"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,6 +1,6 @@
 //! HiStore over UCX on a small cluster of test hosts: four memnodes (a data server, the primary
 //! and two backups, with peer links) and a client, each in its own network namespace joined to
-//! the others by veth links ([`netns`]), UCX over TCP on those links. This test binary plays
+//! the others by veth links (`dmindex_ucx::testhosts`), UCX over TCP on those links. This test binary plays
 //! every part: run as the test, it builds the hosts and starts itself in each namespace as a
 //! memnode or as the client (chosen by an environment variable), then drives the failures.
 //!
@@ -25,8 +25,6 @@
 //! Needs root and iproute2 (it skips, saying so, without them); about 20 s.
 #![cfg(feature = "ucx")]
 
-mod netns;
-
 use std::cell::Cell;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -43,8 +41,8 @@ use dmindex_histore::HiStore;
 use dmindex_index::recorded::Recorder;
 use dmindex_index::{mn_services, IndexConfig, Ordered, PointIndex};
 use dmindex_ucx::server::{serve, MemnodeConfig};
+use dmindex_ucx::testhosts::Net;
 use dmindex_ucx::transport::{UcxFabric, UcxOptions, UcxTransport};
-use netns::Net;
 
 const TEST: &str = "partition_heal_and_kill_9_over_ucx_lose_nothing";
 const ROLE: &str = "DMINDEX_HISTORE_TEST_ROLE";

@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 use dmindex_fabric::exec::yield_now;
 use dmindex_fabric::{FabricError, NodeId, ServiceId};
 
-use crate::proto::{self, Reply, Welcome};
+use crate::auth::{self, NONCE};
+use crate::proto::{self, Challenge, Reply, Welcome};
 
 /// A bootstrapped connection to one memnode.
 pub struct ControlConn {
@@ -45,8 +46,10 @@ fn closed() -> io::Error {
 }
 
 impl ControlConn {
-    /// Connects to the memnode at `addr` (HOST:PORT), presents `token` and reads its welcome, all
-    /// within `timeout`. Errors name the memnode and what failed.
+    /// Connects to the memnode at `addr` (HOST:PORT), authenticates both ways on `token` (which
+    /// is never sent: [`crate::auth`]) and reads the memnode's welcome, all within `timeout`.
+    /// Errors name the memnode and what failed: unreachable, not a dmindex memnode, another
+    /// protocol version, a memnode without this token, a refusal, silence.
     pub fn connect(
         addr: &str,
         token: &[u8],
@@ -61,30 +64,54 @@ impl ControlConn {
         let stream = TcpStream::connect_timeout(&sock, timeout)
             .map_err(|e| format!("cannot reach memnode at {addr}: {e}"))?;
         let io = |e: io::Error| format!("memnode {addr}: {e}");
+        let failed = |e: io::Error| format!("memnode {addr} did not complete the bootstrap: {e}");
         stream.set_nodelay(true).map_err(io)?;
         let mut c = ControlConn { stream, inbox: Vec::new(), nonblocking: false, incarnation: 0 };
-        let mut hello = Vec::new();
-        proto::write_hello(&mut hello, token).map_err(io)?;
-        c.write_blocking(&hello, deadline, timeout).map_err(io)?;
-        let welcome = loop {
-            let mut rest = &c.inbox[..];
-            match proto::read_welcome(&mut rest) {
-                Ok(w) => {
-                    let used = c.inbox.len() - rest.len();
-                    c.inbox.drain(..used);
-                    break w;
-                }
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
-                Err(e) => {
-                    return Err(format!("memnode {addr} did not complete the bootstrap: {e}"))
-                }
-            }
-            c.fill_blocking(deadline, timeout)
-                .map_err(|e| format!("memnode {addr} did not complete the bootstrap: {e}"))?;
-        };
-        let welcome = welcome.map_err(|m| format!("memnode {addr} refused the connection: {m}"))?;
+        let cn = auth::random::<NONCE>();
+        let mut out = Vec::new();
+        proto::write_hello(&mut out, &cn).map_err(io)?;
+        c.write_blocking(&out, deadline, timeout).map_err(io)?;
+        let challenge =
+            c.read_frame(|r| proto::read_challenge(r), deadline, timeout).map_err(failed)?;
+        let sn = challenge.nonce;
+        if !auth::server_proof_ok(token, &cn, &sn, &challenge.proof) {
+            return Err(format!(
+                "memnode {addr} and this client hold different tokens (its proof of the token \
+                 does not match this one's): check --token-file; nothing was sent to it"
+            ));
+        }
+        out.clear();
+        proto::write_response(&mut out, &auth::client_proof(token, &cn, &sn)).map_err(io)?;
+        c.write_blocking(&out, deadline, timeout).map_err(io)?;
+        let welcome =
+            c.read_frame(|r| proto::read_welcome(r), deadline, timeout).map_err(failed)?;
+        let mut welcome =
+            welcome.map_err(|m| format!("memnode {addr} refused the connection: {m}"))?;
+        welcome.verb_key = auth::seal(token, &cn, &sn, welcome.verb_key);
         c.incarnation = welcome.incarnation;
         Ok((c, welcome))
+    }
+
+    /// Reads one frame with `parse`, waiting for more bytes until it has them all.
+    fn read_frame<T>(
+        &mut self,
+        parse: impl Fn(&mut &[u8]) -> io::Result<T>,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> io::Result<T> {
+        loop {
+            let mut rest = &self.inbox[..];
+            match parse(&mut rest) {
+                Ok(x) => {
+                    let used = self.inbox.len() - rest.len();
+                    self.inbox.drain(..used);
+                    return Ok(x);
+                }
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+                Err(e) => return Err(e),
+            }
+            self.fill_blocking(deadline, timeout)?;
+        }
     }
 
     /// Calls `service` with `request` and waits for the reply, blocking this thread, within
@@ -230,6 +257,60 @@ impl ControlConn {
     }
 }
 
+/// The memnode's side of the bootstrap on `stream`: reads the hello, proves it holds `token`,
+/// checks the client's proof and sends `welcome` (its verb key sealed for this handshake) — or
+/// a refusal, for a wrong proof. Everything must arrive by `deadline`, however slowly the
+/// client trickles it. Errors say what the client did wrong, for the memnode's log.
+pub fn accept(
+    stream: &TcpStream,
+    token: &[u8],
+    welcome: &Welcome,
+    deadline: Instant,
+) -> Result<(), String> {
+    let mut r = DeadlineReader { stream, deadline };
+    let mut w = stream;
+    let cn = proto::read_hello(&mut r).map_err(|e| format!("malformed bootstrap: {e}"))?;
+    let sn = auth::random::<NONCE>();
+    let challenge = Challenge { nonce: sn, proof: auth::server_proof(token, &cn, &sn) };
+    proto::write_challenge(&mut w, &challenge)
+        .map_err(|e| format!("sending the challenge: {e}"))?;
+    let proof = proto::read_response(&mut r).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => {
+            "refused: the client left after the challenge (it holds another token)".to_string()
+        }
+        _ => format!("malformed bootstrap: {e}"),
+    })?;
+    if !auth::client_proof_ok(token, &cn, &sn, &proof) {
+        let _ = proto::write_welcome(&mut w, Err("wrong token"));
+        return Err("refused: wrong token".into());
+    }
+    let sealed =
+        Welcome { verb_key: auth::seal(token, &cn, &sn, welcome.verb_key), ..welcome.clone() };
+    proto::write_welcome(&mut w, Ok(&sealed)).map_err(|e| format!("sending the welcome: {e}"))
+}
+
+/// Reads from a stream until a deadline for the whole exchange, not per read.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "the bootstrap took too long"));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        match (&*self.stream).read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                Err(io::Error::new(io::ErrorKind::TimedOut, "the bootstrap took too long"))
+            }
+            r => r,
+        }
+    }
+}
+
 /// What a call's reply means to the fabric: the body, or the error the memnode reported.
 pub fn reply_result(
     node: NodeId,
@@ -274,18 +355,20 @@ mod tests {
     }
 
     fn serve_one(s: TcpStream, answer: Option<Reply>) {
-        let mut r = io::BufReader::new(s.try_clone().unwrap());
-        let mut w = s;
-        assert_eq!(proto::read_hello(&mut r).unwrap(), b"tok");
         let welcome = Welcome {
             mn_id: 2,
             incarnation: 77,
             base: 0,
             length: 1 << 20,
+            verb_key: [5; auth::VERB_KEY],
             rkey: vec![],
             worker_address: vec![1],
         };
-        proto::write_welcome(&mut w, Ok(&welcome)).unwrap();
+        if accept(&s, b"tok", &welcome, Instant::now() + Duration::from_secs(5)).is_err() {
+            return;
+        }
+        let mut r = io::BufReader::new(s.try_clone().unwrap());
+        let mut w = s;
         while let Ok(Some((_, req))) = proto::read_call(&mut r) {
             match &answer {
                 Some(Reply::Ok(_)) => proto::write_reply(&mut w, &Reply::Ok(req)).unwrap(),
@@ -323,6 +406,70 @@ mod tests {
         let r =
             dmindex_fabric::exec::run_tasks([c.call_async(16, b"x", Duration::from_millis(50))]);
         assert_eq!(r.into_iter().next().unwrap().unwrap_err().kind(), io::ErrorKind::TimedOut);
+    }
+
+    /// Each side proves it holds the token; neither sends it, and a mismatch is named.
+    #[test]
+    fn a_memnode_and_a_client_with_different_tokens_refuse_each_other() {
+        let addr = server(Some(Reply::Ok(vec![])));
+        let e = ControlConn::connect(&addr, b"other", Duration::from_secs(5)).err().unwrap();
+        assert!(e.contains("hold different tokens"), "{e}");
+        // The memnode's side: a client that proves another token is refused.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let w = Welcome {
+                mn_id: 0,
+                incarnation: 1,
+                base: 0,
+                length: 1,
+                verb_key: [0; auth::VERB_KEY],
+                rkey: vec![],
+                worker_address: vec![1],
+            };
+            accept(&s, b"tok", &w, Instant::now() + Duration::from_secs(5))
+        });
+        let mut s = TcpStream::connect(&addr).unwrap();
+        let cn = [1u8; NONCE];
+        proto::write_hello(&mut s, &cn).unwrap();
+        let c = proto::read_challenge(&mut s).unwrap();
+        assert!(auth::server_proof_ok(b"tok", &cn, &c.nonce, &c.proof));
+        proto::write_response(&mut s, &auth::client_proof(b"bad", &cn, &c.nonce)).unwrap();
+        assert_eq!(proto::read_welcome(&mut s).unwrap(), Err("wrong token".into()));
+        assert_eq!(t.join().unwrap(), Err("refused: wrong token".into()));
+    }
+
+    /// The whole bootstrap has a deadline: a client that sends a byte now and then is dropped.
+    #[test]
+    fn a_slow_bootstrap_is_cut_off() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let w = Welcome {
+                mn_id: 0,
+                incarnation: 1,
+                base: 0,
+                length: 1,
+                verb_key: [0; auth::VERB_KEY],
+                rkey: vec![],
+                worker_address: vec![1],
+            };
+            let t0 = Instant::now();
+            let r = accept(&s, b"tok", &w, t0 + Duration::from_millis(300));
+            (r, t0.elapsed())
+        });
+        let mut s = TcpStream::connect(&addr).unwrap();
+        for b in proto::MAGIC {
+            if s.write_all(&[b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (r, took) = t.join().unwrap();
+        assert!(r.unwrap_err().contains("took too long"));
+        assert!(took < Duration::from_millis(600), "{took:?}");
     }
 
     #[test]

@@ -7,17 +7,19 @@
 //! Where UCX would emulate RMA on the memnode's CPU (TCP), verbs travel as active messages the
 //! memnode executes itself ([`message_verbs`]).
 //!
-//! Only [`proto`], [`control`], [`peers`] and [`message_verbs`] (wire formats, TCP) build without the `ucx` cargo feature; the
+//! Only [`auth`], [`proto`], [`control`], [`peers`], [`testhosts`] and [`message_verbs`] (wire formats, TCP) build without the `ucx` cargo feature; the
 //! rest links libucp (Debian's libucx-dev 1.13.1, found with pkg-config). See `docs/ucx.md`.
 
 /// What commands that need UCX say in a build without the `ucx` feature.
 pub const NOT_BUILT: &str = "this dmindex was built without UCX: rebuild with \
      `cargo build --release --features ucx` (needs libucx-dev)";
 
+pub mod auth;
 pub mod control;
 pub mod message_verbs;
 pub mod peers;
 pub mod proto;
+pub mod testhosts;
 
 #[cfg(feature = "ucx")]
 pub mod server;

@@ -18,10 +18,10 @@
 //! All integers little-endian. A request is one active message [`REQUEST_AM`] whose header is:
 //!
 //! ```text
-//!  0        1          8           16          24          32          40          48          56
-//!  +--------+----------+-----------+-----------+-----------+-----------+-----------+-----------+
-//!  | verb   | zero     | tag       | offset    | a         | b         | c         | d         |
-//!  +--------+----------+-----------+-----------+-----------+-----------+-----------+-----------+
+//!  0        1          8           16          24          32          40          48          56                       72
+//!  +--------+----------+-----------+-----------+-----------+-----------+-----------+-----------+-----------------------+
+//!  | verb   | zero     | tag       | offset    | a         | b         | c         | d         | verb key (16 bytes)   |
+//!  +--------+----------+-----------+-----------+-----------+-----------+-----------+-----------+-----------------------+
 //!  verb 1 READ      a = length
 //!       2 WRITE     the bytes are the message's payload
 //!       3 CAS       a = expected, b = new
@@ -30,6 +30,9 @@
 //!       6 FLUSH     (nothing: answered once every earlier verb has been executed)
 //!  tag     the client's request number, echoed in the reply; 0 = no reply (a posted WRITE)
 //!  offset  byte offset in the pool
+//!  key     the memnode's verb key, which only clients that proved they hold the cluster's
+//!          token learn (crate::auth); a request with another key is refused and logged, and
+//!          touches nothing
 //! ```
 //!
 //! The reply is one active message [`REPLY_AM`] with a 24-byte header and, for a READ that
@@ -38,8 +41,9 @@
 //! ```text
 //!  0           8           16          24
 //!  +-----------+-----------+-----------+
-//!  | tag       | status    | value     |     status 0 ok, 1 out of bounds, 2 misaligned;
-//!  +-----------+-----------+-----------+     value = the old word (atomics)
+//!  | tag       | status    | value     |     status 0 ok, 1 out of bounds, 2 misaligned,
+//!  +-----------+-----------+-----------+     3 refused (a wrong verb key); value = the old
+//!                                            word (atomics)
 //! ```
 //!
 //! # Ordering and atomicity
@@ -55,12 +59,14 @@
 use dmindex_fabric::service::MnMemory;
 use dmindex_fabric::AtomicOp;
 
+use crate::auth::{keys_equal, VERB_KEY};
+
 /// Active-message id of requests (client → memnode).
 pub const REQUEST_AM: u32 = 0xd1;
 /// Active-message id of replies (memnode → client).
 pub const REPLY_AM: u32 = 0xd2;
 /// Request header length.
-pub const REQUEST_LEN: usize = 56;
+pub const REQUEST_LEN: usize = 72;
 /// Reply header length.
 pub const REPLY_LEN: usize = 24;
 /// Longest READ a memnode answers.
@@ -81,6 +87,8 @@ pub struct Request {
     pub tag: u64,
     pub offset: u64,
     pub verb: Verb,
+    /// The memnode's verb key, as the client holds it.
+    pub key: [u8; VERB_KEY],
 }
 
 /// How a request ended.
@@ -90,6 +98,8 @@ pub enum Status {
     Ok = 0,
     OutOfBounds = 1,
     Misaligned = 2,
+    /// The request's verb key is not the memnode's: nothing was done.
+    Refused = 3,
 }
 
 /// A decoded reply header.
@@ -124,6 +134,7 @@ impl Request {
         for (i, v) in ops.iter().enumerate() {
             h[24 + 8 * i..32 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
+        h[56..72].copy_from_slice(&self.key);
         h
     }
 
@@ -147,7 +158,8 @@ impl Request {
             6 => Verb::Flush,
             _ => return None,
         };
-        Some(Request { tag: word(h, 8), offset: word(h, 16), verb })
+        let key = h[56..72].try_into().expect("16 bytes");
+        Some(Request { tag: word(h, 8), offset: word(h, 16), verb, key })
     }
 }
 
@@ -169,18 +181,28 @@ impl Reply {
             0 => Status::Ok,
             1 => Status::OutOfBounds,
             2 => Status::Misaligned,
+            3 => Status::Refused,
             _ => return None,
         };
         Some(Reply { tag: word(h, 0), status, value: word(h, 16) })
     }
 }
 
-/// Carries out `req` (`payload`: a WRITE's bytes) on `mem`, appending a READ's bytes to `out`
-/// (the reply message being built, so they are copied once); returns the reply header. Nothing a
-/// client sends can make it panic: bounds and alignment are checked here, before `mem` (whose
-/// own checks assert).
-pub fn execute(mem: &dyn MnMemory, req: &Request, payload: &[u8], out: &mut Vec<u8>) -> Reply {
+/// Carries out `req` (`payload`: a WRITE's bytes) on `mem` if it carries `key`, appending a
+/// READ's bytes to `out` (the reply message being built, so they are copied once); returns the
+/// reply header. Nothing a client sends can make it panic: the key, bounds and alignment are
+/// checked here, before `mem` (whose own checks assert).
+pub fn execute(
+    mem: &dyn MnMemory,
+    key: &[u8; VERB_KEY],
+    req: &Request,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> Reply {
     let reply = |status, value| Reply { tag: req.tag, status, value };
+    if !keys_equal(&req.key, key) {
+        return reply(Status::Refused, 0);
+    }
     let fits = |len: u64| req.offset.checked_add(len).is_some_and(|end| end <= mem.size());
     match req.verb {
         Verb::Read { len } if len > MAX_READ || !fits(len) => reply(Status::OutOfBounds, 0),
@@ -208,10 +230,12 @@ mod tests {
 
     use super::*;
 
-    /// `super::execute` with the READ bytes apart.
+    const KEY: [u8; VERB_KEY] = [7; VERB_KEY];
+
+    /// `super::execute` with the memnode's key [`KEY`] and the READ bytes apart.
     fn execute(mem: &dyn MnMemory, req: &Request, payload: &[u8]) -> (Reply, Vec<u8>) {
         let mut data = Vec::new();
-        (super::execute(mem, req, payload, &mut data), data)
+        (super::execute(mem, &KEY, req, payload, &mut data), data)
     }
 
     #[test]
@@ -225,9 +249,11 @@ mod tests {
                 swap: 3,
                 swap_mask: 4,
             }),
+            key: [0xEE; VERB_KEY],
         };
         let h = r.encode();
         let mut want = [0u8; REQUEST_LEN];
+        want[56..72].fill(0xEE);
         want[0] = 5;
         want[8] = 0x22;
         want[9] = 0x11;
@@ -238,7 +264,7 @@ mod tests {
         want[48] = 4;
         assert_eq!(h, want);
         assert_eq!(Request::decode(&h), Some(r));
-        let read = Request { tag: 9, offset: 16, verb: Verb::Read { len: 300 } }.encode();
+        let read = Request { tag: 9, offset: 16, verb: Verb::Read { len: 300 }, key: KEY }.encode();
         assert_eq!((read[0], word(&read, 24)), (1, 300));
         for v in [
             Verb::Write,
@@ -246,7 +272,7 @@ mod tests {
             Verb::Atomic(AtomicOp::Cas { expected: 7, new: 8 }),
             Verb::Atomic(AtomicOp::Faa { delta: u64::MAX }),
         ] {
-            let r = Request { tag: 3, offset: 8, verb: v };
+            let r = Request { tag: 3, offset: 8, verb: v, key: KEY };
             assert_eq!(Request::decode(&r.encode()), Some(r));
         }
         let mut bad = h;
@@ -271,7 +297,7 @@ mod tests {
     #[test]
     fn execute_matches_the_verbs_and_refuses_bad_requests() {
         let mem = Region::new(4096);
-        let req = |offset, verb| Request { tag: 1, offset, verb };
+        let req = |offset, verb| Request { tag: 1, offset, verb, key: KEY };
         let (r, _) = execute(&mem, &req(64, Verb::Write), &[1, 2, 3, 4, 5, 6, 7, 8, 9]);
         assert_eq!(r, Reply { tag: 1, status: Status::Ok, value: 0 });
         let (r, data) = execute(&mem, &req(64, Verb::Read { len: 9 }), &[]);
@@ -304,5 +330,24 @@ mod tests {
         }
         assert_eq!(execute(&mem, &req(4088, faa), &[]).0.status, Status::Ok);
         assert_eq!(execute(&mem, &req(0, Verb::Flush), &[]).0.status, Status::Ok);
+    }
+
+    /// A request without the memnode's verb key reads and writes nothing.
+    #[test]
+    fn a_wrong_key_touches_nothing() {
+        let mem = Region::new(4096);
+        mem.write(64, &[9; 8]);
+        let forged = |verb| Request { tag: 4, offset: 64, verb, key: [0; VERB_KEY] };
+        let (r, data) = execute(&mem, &forged(Verb::Read { len: 8 }), &[]);
+        assert_eq!((r.status, data.len()), (Status::Refused, 0));
+        assert_eq!(execute(&mem, &forged(Verb::Write), &[1; 8]).0.status, Status::Refused);
+        let faa = Verb::Atomic(AtomicOp::Faa { delta: 1 });
+        assert_eq!(
+            execute(&mem, &forged(faa), &[]).0,
+            Reply { tag: 4, status: Status::Refused, value: 0 }
+        );
+        let mut b = [0u8; 8];
+        mem.read(64, &mut b);
+        assert_eq!(b, [9; 8]);
     }
 }

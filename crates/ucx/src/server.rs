@@ -18,19 +18,27 @@
 
 use std::io::{BufReader, BufWriter};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dmindex_fabric::layout::{self, MIN_REGION};
 use dmindex_fabric::service::{MnContext, MnMemory, NoPeers, Peers, Services};
 use dmindex_fabric::verbs::AtomicOp;
 use dmindex_fabric::FabricError;
 
+use crate::auth::{self, VERB_KEY};
+use crate::control;
 use crate::message_verbs::{self, Request, REPLY_AM, REPLY_LEN, REQUEST_AM};
 use crate::peers::TcpPeers;
 use crate::proto::{self, Reply, Welcome};
 use crate::ucp::{ReplyEndpoint, Worker};
+
+/// How long a client has from its connection to the end of its bootstrap.
+const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections allowed in their bootstrap at once; more are closed at once.
+const MAX_BOOTSTRAPPING: usize = 64;
 
 /// Idle turns of the progress loop before it sleeps until something arrives.
 const SPINS_BEFORE_SLEEP: u32 = 256;
@@ -57,16 +65,53 @@ pub struct MemnodeConfig {
 /// A number no other memnode process draws: told to clients in the welcome, so that they can
 /// tell a restarted memnode (a new, empty pool) from the one they knew.
 fn draw_incarnation() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    // The standard library seeds `RandomState` from the operating system's randomness.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
+    u64::from_le_bytes(auth::random())
+}
+
+/// The network interface that holds `ip`, for UCX to listen on it alone; `None` for a wildcard
+/// address (every interface).
+fn interface_of(ip: std::net::IpAddr) -> Result<Option<String>, String> {
+    if ip.is_unspecified() {
+        return Ok(None);
+    }
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list we only read and free once below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(format!("cannot list network interfaces: {}", std::io::Error::last_os_error()));
+    }
+    let mut found = None;
+    let mut at = list;
+    while !at.is_null() {
+        // SAFETY: `at` is a node of the list getifaddrs made, alive until freeifaddrs.
+        let a = unsafe { &*at };
+        at = a.ifa_next;
+        if a.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr points to a sockaddr whose family says which struct it is.
+        let addr = unsafe {
+            match (*a.ifa_addr).sa_family as i32 {
+                libc::AF_INET => {
+                    let v4 = &*(a.ifa_addr as *const libc::sockaddr_in);
+                    Some(std::net::IpAddr::from(u32::from_be(v4.sin_addr.s_addr).to_be_bytes()))
+                }
+                libc::AF_INET6 => {
+                    let v6 = &*(a.ifa_addr as *const libc::sockaddr_in6);
+                    Some(std::net::IpAddr::from(v6.sin6_addr.s6_addr))
+                }
+                _ => None,
+            }
+        };
+        if addr == Some(ip) {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let name = unsafe { std::ffi::CStr::from_ptr(a.ifa_name) };
+            found = Some(name.to_string_lossy().into_owned());
+            break;
+        }
+    }
+    // SAFETY: the list came from getifaddrs and is freed once; nothing refers to it now.
+    unsafe { libc::freeifaddrs(list) };
+    found.map(Some).ok_or_else(|| format!("no network interface holds {ip} (--listen)"))
 }
 
 /// The pool as the memnode's CPU sees it.
@@ -130,25 +175,46 @@ pub fn serve(
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
     listener.set_nonblocking(true).map_err(|e| format!("listener: {e}"))?;
     let local = listener.local_addr().map_err(|e| format!("listener: {e}"))?;
-    let mut worker = Worker::waking().map_err(|e| format!("UCX setup failed: {e}"))?;
+    // UCX listens on the interface of --listen only (on every interface for a wildcard),
+    // unless UCX_NET_DEVICES says otherwise (an RDMA NIC must be named there, with it).
+    let devices = match std::env::var_os("UCX_NET_DEVICES") {
+        Some(_) => None,
+        None => interface_of(local.ip())?,
+    };
+    let mut worker =
+        Worker::waking(devices.as_deref()).map_err(|e| format!("UCX setup failed: {e}"))?;
     let pool = worker.map_pool(size).map_err(|e| format!("cannot allocate the pool: {e}"))?;
     let pool = Arc::new(pool);
     let mem = Arc::new(PoolMemory { base: pool.base, len: pool.len as u64 });
     // The pool comes from anonymous or shared memory, so it is zero; write the superblock.
     layout::format(&*mem, cfg.id);
     let (verbs_mem, id) = (Arc::clone(&mem), cfg.id);
-    let mut malformed = 0u64;
+    let verb_key = auth::random::<VERB_KEY>();
+    let (mut malformed, mut refused) = (0u64, 0u64);
+    let often = |n: u64| n <= 10 || n.is_power_of_two();
     worker
         .on_message(
             REQUEST_AM,
             Box::new(move |header, payload, reply| {
-                let ok = execute_message(&verbs_mem, header, payload, reply);
-                if !ok {
-                    malformed += 1;
-                    if malformed <= 10 || malformed.is_power_of_two() {
-                        eprintln!(
-                            "memnode[{id}]: dropped a malformed verb message ({malformed} so far)"
-                        );
+                match execute_message(&verbs_mem, &verb_key, header, payload, reply) {
+                    Handled::Done => {}
+                    Handled::Malformed => {
+                        malformed += 1;
+                        if often(malformed) {
+                            eprintln!(
+                                "memnode[{id}]: dropped a malformed verb message ({malformed} so far)"
+                            );
+                        }
+                    }
+                    Handled::Refused => {
+                        refused += 1;
+                        if often(refused) {
+                            eprintln!(
+                                "memnode[{id}]: refused a verb message without this memnode's \
+                                 verb key ({refused} so far): a client of another incarnation, \
+                                 or one that never authenticated"
+                            );
+                        }
                     }
                 }
             }),
@@ -159,6 +225,7 @@ pub fn serve(
         incarnation: draw_incarnation(),
         base: pool.base as u64,
         length: mem.len,
+        verb_key,
         rkey: pool.rkey.clone(),
         worker_address: worker.address().map_err(|e| format!("worker address: {e}"))?,
     });
@@ -181,6 +248,10 @@ pub fn serve(
     );
     ready(local);
     let mut next_client = 0u64;
+    // Connections between accept and the end of their bootstrap: bounded, so that a flood of
+    // idle or slow connections holds a bounded number of threads and bytes.
+    let bootstrapping = Arc::new(AtomicUsize::new(0));
+    let mut turned_away = 0u64;
     // Every control connection being served, so that shutting down can end them.
     let live: Arc<Mutex<Vec<(u64, TcpStream)>>> = Arc::default();
     // Spin (yielding the core) while there is traffic; once it has been quiet a little while,
@@ -194,6 +265,19 @@ pub fn serve(
             Ok((stream, peer)) => {
                 busy = true;
                 next_client += 1;
+                if bootstrapping.load(Ordering::Relaxed) >= MAX_BOOTSTRAPPING {
+                    turned_away += 1;
+                    if turned_away <= 10 || turned_away.is_power_of_two() {
+                        eprintln!(
+                            "memnode[{}]: turned away {peer}: {MAX_BOOTSTRAPPING} connections are \
+                             still in their bootstrap ({turned_away} turned away so far)",
+                            cfg.id
+                        );
+                    }
+                    continue;
+                }
+                bootstrapping.fetch_add(1, Ordering::Relaxed);
+                let deadline = Instant::now() + BOOTSTRAP_TIMEOUT;
                 let (welcome, services, token, mem, peers) = (
                     Arc::clone(&welcome),
                     Arc::clone(&services),
@@ -209,9 +293,11 @@ pub fn serve(
                 };
                 lock(&live).push((n, mine));
                 let live_here = Arc::clone(&live);
+                let pending = Arc::clone(&bootstrapping);
+                let pending_here = Arc::clone(&bootstrapping);
                 let spawned = std::thread::Builder::new().spawn(move || {
                     let node = Node { id, mem: &mem, services: &services, peers: &*peers };
-                    let r = control(stream, &welcome, &token, node);
+                    let r = control(stream, &welcome, &token, node, (deadline, &pending_here));
                     lock(&live_here).retain(|(m, _)| *m != n);
                     match r {
                         Ok(calls) => eprintln!(
@@ -223,6 +309,7 @@ pub fn serve(
                 if let Err(e) = spawned {
                     eprintln!("memnode[{id}]: client {n} ({peer}) refused: no thread for it: {e}");
                     lock(&live).retain(|(m, _)| *m != n);
+                    pending.fetch_sub(1, Ordering::Relaxed);
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -265,24 +352,38 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Executes one verb message and replies to it; false if it was malformed (then it is dropped).
+/// What became of a verb message.
+enum Handled {
+    Done,
+    /// Dropped: not a request.
+    Malformed,
+    /// Not executed: it lacked this memnode's verb key.
+    Refused,
+}
+
+/// Executes one verb message that carries `key`, and replies to it.
 fn execute_message(
     mem: &PoolMemory,
+    key: &[u8; VERB_KEY],
     header: &[u8],
     payload: &[u8],
     reply: Option<ReplyEndpoint>,
-) -> bool {
-    let Some(req) = Request::decode(header) else { return false };
+) -> Handled {
+    let Some(req) = Request::decode(header) else { return Handled::Malformed };
     // The reply header goes in front of the READ bytes once it is known.
     let mut message = vec![0u8; REPLY_LEN];
-    let answer = message_verbs::execute(mem, &req, payload, &mut message);
+    let answer = message_verbs::execute(mem, key, &req, payload, &mut message);
+    let done = match answer.status {
+        message_verbs::Status::Refused => Handled::Refused,
+        _ => Handled::Done,
+    };
     if req.tag == 0 {
-        return true;
+        return done;
     }
-    let Some(ep) = reply else { return false };
+    let Some(ep) = reply else { return Handled::Malformed };
     message[..REPLY_LEN].copy_from_slice(&answer.encode());
     ep.send(REPLY_AM, message, REPLY_LEN);
-    true
+    done
 }
 
 /// What a control connection's calls run on.
@@ -293,25 +394,24 @@ struct Node<'a> {
     peers: &'a dyn Peers,
 }
 
-/// One control connection: token check, welcome, then calls until the client goes away.
+/// One control connection: the bootstrap (mutual authentication, welcome) by `deadline`, then
+/// calls until the client goes away. `bootstrapping` counts connections not authenticated yet;
+/// this one leaves it once its bootstrap ends either way.
 fn control(
     stream: TcpStream,
     welcome: &Welcome,
     token: &[u8],
     node: Node<'_>,
+    (deadline, bootstrapping): (Instant, &AtomicUsize),
 ) -> Result<u64, String> {
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    let authenticated = control::accept(&stream, token, welcome, deadline);
+    bootstrapping.fetch_sub(1, Ordering::Relaxed);
+    authenticated?;
+    stream.set_read_timeout(None).map_err(|e| e.to_string())?;
     let mut r = BufReader::new(stream.try_clone().map_err(|e| e.to_string())?);
     let mut w = BufWriter::new(stream);
-    let got = proto::read_hello(&mut r).map_err(|e| format!("malformed bootstrap: {e}"))?;
-    if !proto::token_matches(token, &got) {
-        let _ = proto::write_welcome(&mut w, Err("wrong token"));
-        return Err("refused: wrong token".into());
-    }
-    proto::write_welcome(&mut w, Ok(welcome)).map_err(|e| format!("sending welcome: {e}"))?;
-    r.get_ref().set_read_timeout(None).map_err(|e| e.to_string())?;
     let Node { id, mem, services, peers } = node;
     let ctx = MnContext::new(id, mem).with_peers(peers);
     let mut calls = 0u64;

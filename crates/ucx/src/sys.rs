@@ -16,6 +16,7 @@ pub const UCS_INPROGRESS: ucs_status_t = 1;
 pub const UCS_ERR_UNREACHABLE: ucs_status_t = -6;
 pub const UCS_ERR_NO_RESOURCE: ucs_status_t = -2;
 pub const UCS_ERR_BUSY: ucs_status_t = -15;
+pub const UCS_ERR_INVALID_PARAM: ucs_status_t = -5;
 /// `UCS_ERR_LAST`: status pointers at or above `(uintptr_t)-100` are errors.
 pub const UCS_ERR_LAST: isize = -100;
 

@@ -73,6 +73,7 @@ use dmindex_fabric::{
     Transport,
 };
 
+use crate::auth::VERB_KEY;
 use crate::control::{reply_result, unanswered, ControlConn};
 use crate::message_verbs::{self as msg, Request, Verb, REPLY_AM, REQUEST_AM, REQUEST_LEN};
 use crate::proto::Welcome;
@@ -302,6 +303,7 @@ impl Shared {
             generation: inc.generation,
             base: inc.welcome.base,
             one_sided: ep.one_sided(),
+            verb_key: inc.welcome.verb_key,
             key,
             ep,
         }))
@@ -337,6 +339,8 @@ struct NodeConn {
     base: u64,
     /// UCX RMA reaches the pool without the memnode's CPU (else verbs go as messages).
     one_sided: bool,
+    /// What verb messages carry to be executed.
+    verb_key: [u8; VERB_KEY],
     key: RemoteKey,
     ep: Endpoint,
 }
@@ -467,6 +471,11 @@ impl Awaited<'_> {
                         size: info.node_sizes[node as usize],
                     }),
                     msg::Status::Misaligned => Err(FabricError::Misaligned { addr, required: 8 }),
+                    msg::Status::Refused => Err(unavailable(
+                        node,
+                        "the memnode refused the verb: this client's verb key is not its own \
+                         (it restarted since): reconnect",
+                    )),
                 };
             }
             if let Some(e) = self.to.ep.failure() {
@@ -529,7 +538,8 @@ impl UcxTransport {
         });
         let tag = awaited.as_ref().map_or(0, |a| a.tag);
         let mut message = Vec::with_capacity(REQUEST_LEN + payload.len());
-        message.extend_from_slice(&Request { tag, offset: addr.offset(), verb }.encode());
+        let key = to.verb_key;
+        message.extend_from_slice(&Request { tag, offset: addr.offset(), verb, key }.encode());
         message.extend_from_slice(payload);
         // SAFETY: if the send is still in flight, `message` moves into the pending list (its heap
         // buffer does not move) and is dropped only after the send completes.

@@ -71,16 +71,17 @@ impl Worker {
     /// A context with RMA, 64-bit atomics and active messages (configured from `UCX_*`
     /// variables) and a worker. Peers must enable the same features to connect.
     pub fn new() -> Result<Worker> {
-        Self::with_features(0)
+        Self::with_features(0, None)
     }
 
     /// A worker that can also sleep until communication arrives ([`Worker::sleep`]): a
-    /// memnode's, which has nothing to do between its clients' messages.
-    pub fn waking() -> Result<Worker> {
-        Self::with_features(UCP_FEATURE_WAKEUP)
+    /// memnode's, which has nothing to do between its clients' messages. With `devices`, UCX
+    /// uses (and listens on) those network devices only (`NET_DEVICES`).
+    pub fn waking(devices: Option<&str>) -> Result<Worker> {
+        Self::with_features(UCP_FEATURE_WAKEUP, devices)
     }
 
-    fn with_features(extra: u64) -> Result<Worker> {
+    fn with_features(extra: u64, devices: Option<&str>) -> Result<Worker> {
         let mut config: *mut ucp_config = ptr::null_mut();
         // SAFETY: null prefix and file select the defaults; config receives a handle we release.
         check("ucp_config_read", unsafe {
@@ -93,6 +94,20 @@ impl Worker {
             // SAFETY: config came from ucp_config_read and is released once.
             unsafe { ucp_config_release(config) };
             return Err(e);
+        }
+        if let Some(d) = devices {
+            let d = std::ffi::CString::new(d).map_err(|_| UcxError {
+                what: "NET_DEVICES",
+                status: UCS_ERR_INVALID_PARAM,
+                message: "a device name with a NUL byte".into(),
+            })?;
+            // SAFETY: config is live; both strings are NUL-terminated.
+            let st = unsafe { ucp_config_modify(config, c"NET_DEVICES".as_ptr(), d.as_ptr()) };
+            if let Err(e) = check("ucp_config_modify(NET_DEVICES)", st) {
+                // SAFETY: config came from ucp_config_read and is released once.
+                unsafe { ucp_config_release(config) };
+                return Err(e);
+            }
         }
         let params = ucp_params_t {
             field_mask: UCP_PARAM_FIELD_FEATURES,

@@ -50,3 +50,9 @@ fn timeouts_over_tcp() {
     common::use_tls("tcp");
     common::slow_calls_time_out();
 }
+
+#[test]
+fn forged_verbs_over_tcp() {
+    common::use_tls("tcp");
+    common::forged_verbs_are_refused();
+}

@@ -124,7 +124,7 @@ pub fn conformance_suite(one_sided: bool) {
 pub fn bad_connections_are_refused() {
     let mn = memnode(0, 8 << 20);
     let e = UcxFabric::connect(std::slice::from_ref(&mn.addr), b"wrong", 1 << 20).err().unwrap();
-    assert!(e.contains("refused") && e.contains("wrong token"), "{e}");
+    assert!(e.contains("hold different tokens") && e.contains("check --token-file"), "{e}");
     let e = UcxFabric::connect(&["127.0.0.1:1".into()], TOKEN, 1 << 20).err().unwrap();
     assert!(e.contains("cannot reach memnode at 127.0.0.1:1"), "{e}");
     let other = memnode(1, 8 << 20);
@@ -329,4 +329,84 @@ pub fn slow_calls_time_out() {
     assert!(e.to_string().contains("no answer within 300ms"), "{e}");
     assert!(t0.elapsed() < Duration::from_millis(900), "{:?}", t0.elapsed());
     assert_eq!(run_tasks([c.call(0, ServiceId(33), &[1])]).remove(0).unwrap(), [1]);
+}
+
+/// What an attacker got back who reached a memnode's UCX worker (its address sniffed or
+/// guessed) without ever authenticating: the replies to forged verbs, and the bytes they carried.
+pub struct Forged {
+    pub replies: Vec<dmindex_ucx::message_verbs::Reply>,
+    pub bytes: usize,
+}
+
+/// Sends forged verb messages to the worker at `address`: a WRITE of 666 and a READ at
+/// `offset`, a READ of the superblock and an FAA, with no key or a guessed one.
+pub fn forge(address: &[u8], offset: u64) -> Forged {
+    use dmindex_ucx::auth::{random, VERB_KEY};
+    use dmindex_ucx::message_verbs::{Reply, Request, Verb, REPLY_AM, REQUEST_AM, REQUEST_LEN};
+    use dmindex_ucx::ucp::{Posted, Worker};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    let got: Rc<RefCell<Vec<(Reply, usize)>>> = Rc::default();
+    let mut w = Worker::new().unwrap();
+    let g = Rc::clone(&got);
+    w.on_message(
+        REPLY_AM,
+        Box::new(move |h, payload, _| {
+            if let Some(r) = Reply::decode(h) {
+                g.borrow_mut().push((r, payload.len()));
+            }
+        }),
+    )
+    .unwrap();
+    let ep = w.connect(address).unwrap();
+    let faa = Verb::Atomic(dmindex_fabric::AtomicOp::Faa { delta: 1 });
+    let forged: [(u64, Verb, &[u8], [u8; VERB_KEY]); 4] = [
+        (1, Verb::Write, &666u64.to_le_bytes(), [0; VERB_KEY]),
+        (2, Verb::Read { len: 8 }, &[], [0; VERB_KEY]),
+        (3, Verb::Read { len: 64 }, &[], random()),
+        (4, faa, &[], random()),
+    ];
+    for (tag, verb, payload, key) in forged {
+        let at = if tag == 3 { 0 } else { offset };
+        let mut m = Request { tag, offset: at, verb, key }.encode().to_vec();
+        m.extend_from_slice(payload);
+        // SAFETY: `m` lives until the send has completed (waited for right here).
+        let p = unsafe { ep.send_message(REQUEST_AM, &m[..REQUEST_LEN], &m[REQUEST_LEN..]) };
+        if let Ok(p @ Posted::Pending(_)) = p {
+            let _ = w.wait_until(p, std::time::Instant::now() + Duration::from_secs(5));
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while got.borrow().len() < 4 && std::time::Instant::now() < deadline {
+        w.progress();
+    }
+    let got = got.borrow();
+    Forged {
+        replies: got.iter().map(|(r, _)| *r).collect(),
+        bytes: got.iter().map(|(_, n)| n).sum(),
+    }
+}
+
+/// An endpoint that never authenticated reaches the memnode's worker and sends verbs: every one
+/// is refused, no byte comes back, and the pool is unchanged.
+pub fn forged_verbs_are_refused() {
+    let mn = memnode(0, 16 << 20);
+    let f = UcxFabric::connect(std::slice::from_ref(&mn.addr), TOKEN, 1 << 20).unwrap();
+    let c = f.client(0).unwrap();
+    let a = run_tasks([c.alloc(64, 64)]).remove(0).unwrap();
+    run_tasks([c.write(a, &42u64.to_le_bytes())]).remove(0).unwrap();
+    // The worker's address, as an eavesdropper would have it (only the welcome carries it).
+    let (_, welcome) =
+        dmindex_ucx::control::ControlConn::connect(&mn.addr, TOKEN, Duration::from_secs(5))
+            .unwrap();
+    let out = forge(&welcome.worker_address, a.offset());
+    assert_eq!(out.replies.len(), 4, "every forged verb is answered");
+    assert!(
+        out.replies.iter().all(|r| r.status == dmindex_ucx::message_verbs::Status::Refused),
+        "{:?}",
+        out.replies
+    );
+    assert_eq!(out.bytes, 0, "no byte of the pool came back");
+    assert_eq!(run_tasks([c.read_word(a)]).remove(0).unwrap(), 42, "the pool is unchanged");
 }

@@ -1,7 +1,8 @@
-//! Test hosts on this machine: Linux network namespaces, one per host, each joined by a veth
-//! link to a bridge in a namespace of its own (the switch). A host's link can be cut (a
-//! partition: its packets are dropped, nothing is reset) and healed. Everything is made by
-//! [`Net::create`] and removed when the `Net` is dropped; it needs root and iproute2.
+//! Test hosts on this machine, for tests that cross a network: Linux network namespaces, one
+//! per host, each joined by a veth link to a bridge in a namespace of its own (the switch). A
+//! host's link can be cut (a partition: its packets are dropped, nothing is reset) and healed.
+//! Everything is made by [`Net::create`] and removed when the `Net` is dropped; it needs root
+//! and iproute2. Processes run on a host through [`Net::command`] (`ip netns exec`).
 
 use std::io;
 use std::process::{Command, Stdio};
@@ -33,7 +34,9 @@ impl Net {
 
     /// Hosts named `hosts` on one subnet: host `i` is `10.77.0.(i + 1)` on its `eth0`.
     pub fn create(hosts: &[&str]) -> io::Result<Net> {
-        let tag = format!("dmx{}", std::process::id());
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("dmx{}n{n}", std::process::id());
         let net = Net { tag, hosts: hosts.iter().map(|h| h.to_string()).collect() };
         // On an error, `net` is dropped here and removes what was made.
         net.build()?;
@@ -87,6 +90,12 @@ impl Net {
     /// Joins host `h` again.
     pub fn heal(&self, h: &str) -> io::Result<()> {
         ip(&["-n", &self.switch(), "link", "set", &self.port(h), "up"])
+    }
+
+    /// Runs `args` (a command and its arguments) on host `h`; its standard output.
+    pub fn run(&self, h: &str, args: &[&str]) -> io::Result<String> {
+        let out = Command::new("ip").args(["netns", "exec", &self.ns(h)]).args(args).output()?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// A command that runs `program` on host `h`.
