@@ -1024,3 +1024,37 @@ fn ucx_memnode_survives_a_flood_of_idle_and_slow_connections() {
     assert!(text.contains("turned away") && text.contains("took too long"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client pointed at something that is not a memnode (here a web server's answer) says so and
+/// exits 2, having sent it nothing but a nonce.
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_client_names_a_server_that_is_not_a_memnode() {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut hello = [0u8; 40];
+        s.read_exact(&mut hello).unwrap();
+        s.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n").unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        (hello, rest)
+    });
+    let token = std::env::temp_dir().join(format!("dmindex-http-{}", std::process::id()));
+    std::fs::write(&token, "secret-token").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dmindex"))
+        .args(["fabric-bench", "--transport", "ucx", "--memnode", &addr, "--token-file"])
+        .arg(&token)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&token);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a dmindex memnode (it sent \"HTTP/1.1\")"), "{err}");
+    let (hello, rest) = server.join().unwrap();
+    assert_eq!(&hello[..8], b"DMIUCX02");
+    assert!(rest.is_empty(), "nothing after the hello");
+    assert!(!hello.windows(12).any(|w| w == b"secret-token"), "the token never crosses the wire");
+}
