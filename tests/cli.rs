@@ -640,6 +640,18 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
         v["per_op"].as_array().unwrap().iter().map(|o| o["count"].as_u64().unwrap()).sum::<u64>(),
         3000
     );
+    // A process attached to the loaded index loads nothing (it re-inserted every key before).
+    let out = Command::new(bin)
+        .env("UCX_TLS", "tcp")
+        .args(["bench", "--transport", "ucx", "--attach", "--memnode", &list, "--token-file"])
+        .arg(&token)
+        .args(["--items", "3000", "--ops", "2000", "--workload", "c", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    assert_eq!(v["load_throughput_ops"], 0.0, "an attached run loads nothing");
+    assert_eq!(v["per_op"][0]["not_found"], 0, "and finds the keys the first run loaded");
     // Clients killed mid-run (SIGKILL) at different points: a CHIME client attached to the
     // loaded index, then fabric-bench clients in the middle of their verbs. Over TCP the
     // memnodes execute those verbs (as messages), so each death leaves replies that cannot be

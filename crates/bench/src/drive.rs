@@ -283,7 +283,11 @@ where
         }
         Ok(Phase { metrics, ns, counts })
     };
-    let load = if cfg.attach { phase("load", 0, true)? } else { phase("load", plan.items, true)? };
+    // An attached process opens what another loaded: it loads nothing.
+    let load = match cfg.attach {
+        true => Phase { metrics: ClientMetrics::default(), ns: 0, counts: VerbCounts::default() },
+        false => phase("load", plan.items, true)?,
+    };
     let wall = Instant::now();
     let run = phase("run", plan.ops, false)?;
     let run_seconds = wall.elapsed().as_secs_f64();

@@ -125,7 +125,8 @@ impl Recorder<'_> {
         count: usize,
     ) -> IndexResult<usize> {
         let id = self.invoke(|| Invocation::Scan { from: from.to_vec(), count });
-        let mut out = Vec::with_capacity(count);
+        // Room for a typical scan; a huge count grows the vector only as pairs come.
+        let mut out = Vec::with_capacity(count.min(128));
         S::scan(idx, c, from, count, &mut out).await?;
         let n = out.len();
         self.complete(id, || Outcome::Scanned(out));

@@ -25,10 +25,30 @@
 //!
 //! A load trace ([`read_load`]) is the output of `ycsb load`: INSERT lines only, whose keys are
 //! loaded in file order.
+//!
+//! Limits, so that no file makes the reader misbehave: a line is at most [`MAX_LINE`] bytes, a
+//! trace holds no NUL byte (binary data such as `/dev/zero` is refused at its first line), a scan
+//! asks for at most [`MAX_SCAN`] pairs, and errors quote at most [`QUOTE`] characters of what
+//! they name.
 
 use std::path::{Path, PathBuf};
 
 use crate::workload::{KeyFormat, KeyStyle, Op, OpKind, YCSB_MAX_KEY_LEN};
+
+/// Longest trace line accepted, in bytes.
+pub const MAX_LINE: usize = 64 << 10;
+/// Largest scan count a trace may ask for.
+pub const MAX_SCAN: usize = 1 << 20;
+/// Characters of a word an error quotes.
+pub const QUOTE: usize = 40;
+
+/// `word` for an error message: at most [`QUOTE`] characters.
+pub fn quote(word: &str) -> String {
+    match word.char_indices().nth(QUOTE) {
+        Some((at, _)) => format!("{}… ({} bytes)", &word[..at], word.len()),
+        None => word.to_string(),
+    }
+}
 
 /// A trace line that could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,7 +76,7 @@ pub fn parse_line(line: &str, format: KeyFormat) -> Result<Option<Op>, String> {
         "SCAN" => OpKind::Scan,
         "DELETE" => OpKind::Delete,
         "RMW" | "READMODIFYWRITE" => OpKind::ReadModifyWrite,
-        _ => return Err(format!("unknown operation '{op}'")),
+        _ => return Err(format!("unknown operation '{}'", quote(op))),
     };
     let mut rest: Vec<&str> = words.collect();
     if rest.len() >= 2 && rest[0] == "usertable" {
@@ -66,9 +86,10 @@ pub fn parse_line(line: &str, format: KeyFormat) -> Result<Option<Op>, String> {
     let key = parse_key(key_word, format)?;
     let scan_len = if kind == OpKind::Scan {
         let n = rest.get(1).ok_or_else(|| "SCAN without a record count".to_string())?;
-        let n: usize = n.parse().map_err(|_| format!("scan count '{n}' is not a number"))?;
-        if n == 0 {
-            return Err("scan count must be positive".into());
+        let n: usize =
+            n.parse().map_err(|_| format!("scan count '{}' is not a number", quote(n)))?;
+        if n == 0 || n > MAX_SCAN {
+            return Err(format!("scan count {n} is not in 1..={MAX_SCAN}"));
         }
         n
     } else {
@@ -76,7 +97,7 @@ pub fn parse_line(line: &str, format: KeyFormat) -> Result<Option<Op>, String> {
             // The compact form may carry a length for any op; it must be a number.
             rest[1]
                 .parse::<u64>()
-                .map_err(|_| format!("unexpected '{}' after the key", rest[1]))?;
+                .map_err(|_| format!("unexpected '{}' after the key", quote(rest[1])))?;
         }
         0
     };
@@ -91,25 +112,31 @@ fn parse_key(word: &str, format: KeyFormat) -> Result<Vec<u8>, String> {
         let unsigned = digits.strip_prefix('-').unwrap_or(digits);
         if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
             return Err(format!(
-                "key '{word}' is not 'user' and a decimal number, as YCSB writes keys"
+                "key '{}' is not 'user' and a decimal number, as YCSB writes keys",
+                quote(word)
             ));
         }
         let key = format!("user{digits}");
         if key.len() > YCSB_MAX_KEY_LEN {
             return Err(format!(
-                "key '{word}' is longer than the longest YCSB key ({YCSB_MAX_KEY_LEN} bytes)"
+                "key '{}' is longer than the longest YCSB key ({YCSB_MAX_KEY_LEN} bytes)",
+                quote(word)
             ));
         }
         return Ok(key.into_bytes());
     }
     if format.is_integer() {
         let v: u64 = digits.parse().map_err(|_| {
-            format!("key '{word}' is not an integer (use --key-size > 8 for string keys)")
+            format!("key '{}' is not an integer (use --key-size > 8 for string keys)", quote(word))
         })?;
         return Ok(v.to_be_bytes().to_vec());
     }
     if word.len() > format.size {
-        return Err(format!("key '{word}' is longer than the key size of {} bytes", format.size));
+        return Err(format!(
+            "key '{}' is longer than the key size of {} bytes",
+            quote(word),
+            format.size
+        ));
     }
     Ok(word.as_bytes().to_vec())
 }
@@ -168,12 +195,35 @@ pub fn parse_load(text: &str, path: &Path, format: KeyFormat) -> Result<Vec<Vec<
     Ok(keys)
 }
 
+/// Reads a trace file as text, a line at a time: a line longer than [`MAX_LINE`], a NUL byte
+/// or bytes that are not UTF-8 end it with an error naming the line, so binary data and
+/// endless files (`/dev/zero`) are refused at once instead of filling memory.
 fn read_text(path: &Path) -> Result<String, TraceError> {
-    std::fs::read_to_string(path).map_err(|e| TraceError {
-        path: path.to_path_buf(),
-        line: 0,
-        message: format!("cannot read trace: {e}"),
-    })
+    use std::io::{BufRead, Read};
+    let fail = |line, message: String| TraceError { path: path.to_path_buf(), line, message };
+    let file = std::fs::File::open(path).map_err(|e| fail(0, format!("cannot read trace: {e}")))?;
+    let mut r = std::io::BufReader::new(file);
+    let (mut text, mut buf) = (String::new(), Vec::new());
+    for n in 1.. {
+        buf.clear();
+        let got = (&mut r)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| fail(n, format!("cannot read trace: {e}")))?;
+        if got == 0 {
+            break;
+        }
+        if buf.len() > MAX_LINE {
+            return Err(fail(n, format!("line longer than {MAX_LINE} bytes: not a trace")));
+        }
+        if buf.contains(&0) {
+            return Err(fail(n, "a NUL byte: binary data, not a trace".into()));
+        }
+        let line = std::str::from_utf8(&buf)
+            .map_err(|_| fail(n, "bytes that are not UTF-8: not a text trace".into()))?;
+        text.push_str(line);
+    }
+    Ok(text)
 }
 
 /// Reads and parses a trace file.
@@ -253,7 +303,7 @@ DELETE usertable user5
             ("READ\n", 1, "without a key"),
             ("SCAN 5\n", 1, "without a record count"),
             ("SCAN 5 x\n", 1, "not a number"),
-            ("SCAN 5 0\n", 1, "positive"),
+            ("SCAN 5 0\n", 1, "scan count 0 is not in 1..="),
             ("\n\nREAD userX\n", 3, "not an integer"),
             ("READ 5 junk\n", 1, "unexpected 'junk'"),
         ];
@@ -366,5 +416,33 @@ DELETE usertable user5
             assert!(e.message.contains(msg), "{e}");
             assert!(e.to_string().starts_with(&format!("bad.load:{line}: ")), "{e}");
         }
+    }
+
+    /// Hostile files: a scan count past the limit, a line with no end, binary data, a huge
+    /// word (quoted short), bytes that are not UTF-8 — each an error naming its line.
+    #[test]
+    fn hostile_traces_are_refused_with_short_errors() {
+        let e = parse("SCAN 5 18446744073709551615\n", Path::new("t"), int()).unwrap_err();
+        assert!(e.message.contains("is not in 1..=1048576"), "{e}");
+        assert!(parse(&format!("SCAN 5 {MAX_SCAN}\n"), Path::new("t"), int()).is_ok());
+        let long = format!("READ {}\n", "7".repeat(10_000));
+        let e = parse(&long, Path::new("t"), int()).unwrap_err();
+        assert!(e.message.len() < 200, "{e}");
+        assert!(e.message.contains("… (10000 bytes)"), "{e}");
+        let dir = std::env::temp_dir().join(format!("dmindex-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, bytes, line, msg) in [
+            ("zeros", vec![0u8; 100], 1, "NUL byte"),
+            ("endless", vec![b'7'; MAX_LINE + 10], 1, "line longer than"),
+            ("latin1", b"READ 1\nREAD \xe9\n".to_vec(), 2, "not UTF-8"),
+        ] {
+            let p = dir.join(name);
+            std::fs::write(&p, bytes).unwrap();
+            let e = read(&p, int()).unwrap_err();
+            assert_eq!(e.line, line, "{name}: {e}");
+            assert!(e.message.contains(msg), "{name}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(quote("short"), "short");
     }
 }

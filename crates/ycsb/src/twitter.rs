@@ -54,7 +54,9 @@ pub fn parse_line(line: &str, format: KeyFormat) -> Result<Option<Op>, String> {
     for (i, name) in
         [(0, "timestamp"), (2, "key size"), (3, "value size"), (4, "client id"), (6, "TTL")]
     {
-        f[i].trim().parse::<i64>().map_err(|_| format!("{name} '{}' is not a number", f[i]))?;
+        f[i].trim()
+            .parse::<i64>()
+            .map_err(|_| format!("{name} '{}' is not a number", crate::trace::quote(f[i])))?;
     }
     let kind = match f[5].trim() {
         "get" | "gets" => OpKind::Read,
@@ -62,7 +64,7 @@ pub fn parse_line(line: &str, format: KeyFormat) -> Result<Option<Op>, String> {
             OpKind::Insert
         }
         "delete" => OpKind::Delete,
-        other => return Err(format!("unknown operation '{other}'")),
+        other => return Err(format!("unknown operation '{}'", crate::trace::quote(other))),
     };
     let word = f[1];
     if word.is_empty() {
@@ -71,7 +73,11 @@ pub fn parse_line(line: &str, format: KeyFormat) -> Result<Option<Op>, String> {
     let key = if format.is_integer() {
         fnv1a64(word.as_bytes()).to_be_bytes().to_vec()
     } else if word.len() > format.size {
-        return Err(format!("key '{word}' is longer than the key size of {} bytes", format.size));
+        return Err(format!(
+            "key '{}' is longer than the key size of {} bytes",
+            crate::trace::quote(word),
+            format.size
+        ));
     } else {
         word.as_bytes().to_vec()
     };
