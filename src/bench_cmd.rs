@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::bail;
+
+use crate::limits;
 use dmindex_bench::{BenchConfig, TransportKind};
 use dmindex_catalog::DEFAULT_INDEX;
 use dmindex_index::conformance::{CheckConfig, Crashes, Summary};
@@ -52,18 +54,20 @@ pub struct BenchArgs {
     /// runs of a workload; the load throughput is then not measured.
     #[arg(long)]
     fast_load: bool,
-    #[arg(long, default_value = dmindex_sim::DEFAULT_PRESET,
-          help = format!("Simulator fabric preset: {}", dmindex_sim::PRESETS.join(", ")))]
-    preset: String,
-    /// Override a simulator fabric parameter, e.g. --set link_gbps=25 (repeatable).
+    #[arg(long, help = format!("Simulator fabric preset (--transport sim): {} (default {})",
+          dmindex_sim::PRESETS.join(", "), dmindex_sim::DEFAULT_PRESET))]
+    preset: Option<String>,
+    /// Override a simulator fabric parameter, e.g. --set link_gbps=25 (repeatable; --transport
+    /// sim).
     #[arg(long = "set", value_name = "NAME=VALUE")]
     overrides: Vec<String>,
-    /// Memory nodes.
-    #[arg(long, default_value_t = 1)]
-    mns: u16,
-    /// Bytes of memory per memory node, in GiB (committed lazily).
-    #[arg(long, default_value_t = 4)]
-    mn_gb: u64,
+    /// Memory nodes (default 1; local, sim, or ucx with --spawn-memnodes).
+    #[arg(long)]
+    mns: Option<u16>,
+    /// Bytes of memory per memory node, in GiB, committed lazily (default 4; local, sim, or ucx
+    /// with --spawn-memnodes).
+    #[arg(long)]
+    mn_gb: Option<u64>,
     /// Compute nodes.
     #[arg(long, default_value_t = 1)]
     cns: u16,
@@ -170,7 +174,36 @@ pub struct BenchArgs {
     check: bool,
 }
 
-pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
+/// Refuses what this run would ignore or could not hold.
+fn check_bench_args(a: &BenchArgs) -> anyhow::Result<()> {
+    let sim = a.transport == "sim";
+    if !sim && (a.preset.is_some() || !a.overrides.is_empty()) {
+        bail!("--preset and --set describe the simulated fabric: they go with --transport sim");
+    }
+    let external = a.transport == "ucx" && !a.spawn_memnodes;
+    if external && (a.mns.is_some() || a.mn_gb.is_some()) {
+        bail!(
+            "--mns and --mn-gb size the memory nodes of local, sim or --spawn-memnodes runs; with \
+             --transport ucx the memnodes are those --memnode lists, with their own sizes"
+        );
+    }
+    limits::count("--mns", a.mns.unwrap_or(1) as usize, limits::MAX_MNS as usize)?;
+    limits::count("--cns", a.cns as usize, limits::MAX_CNS as usize)?;
+    let threads = (a.cns as usize).saturating_mul(a.clients);
+    if sim {
+        // Simulated clients are tasks, not threads.
+        let tasks = threads.saturating_mul(a.coroutines);
+        limits::count("client tasks (--cns × --clients × --coroutines)", tasks, limits::MAX_TASKS)?;
+    } else {
+        limits::threads_and_tasks(threads, a.coroutines)?;
+    }
+    Ok(())
+}
+
+/// Everything `bench` checks before it runs: the configuration, or what is wrong with the
+/// flags.
+pub fn bench_config(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
+    check_bench_args(a)?;
     let cfg = BenchConfig {
         index: a.index.clone(),
         transport: match a.transport.as_str() {
@@ -178,14 +211,10 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
             "ucx" => TransportKind::Ucx,
             _ => TransportKind::Local,
         },
-        preset: a.preset.clone(),
+        preset: a.preset.clone().unwrap_or_else(|| dmindex_sim::DEFAULT_PRESET.into()),
         overrides: a.overrides.clone(),
-        memory_nodes: a.mns,
-        mn_bytes: a
-            .mn_gb
-            .checked_mul(1 << 30)
-            .filter(|&b| b > 0)
-            .ok_or_else(|| anyhow::anyhow!("--mn-gb must be positive"))?,
+        memory_nodes: a.mns.unwrap_or(1),
+        mn_bytes: limits::node_gib("--mn-gb", a.mn_gb.unwrap_or(4))?,
         cns: a.cns,
         clients: a.clients,
         coroutines: a.coroutines,
@@ -259,13 +288,13 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
         bail!("--mn-restart-us needs --mn-crash-us (only a crashed node restarts)");
     }
     if a.mn_crash_us.is_some() {
-        if a.mn_crash_node == 0 || a.mn_crash_node >= a.mns {
+        let mns = a.mns.unwrap_or(1);
+        if a.mn_crash_node == 0 || a.mn_crash_node >= mns {
             bail!(
                 "--mn-crash-node {}: pick a memory node from 1 to {} (node 0 holds the root table; \
-                 --mns is {})",
+                 --mns is {mns})",
                 a.mn_crash_node,
-                a.mns.saturating_sub(1),
-                a.mns
+                mns.saturating_sub(1),
             );
         }
         if !dmindex_catalog::find(&a.index)?.survives_mn_crash {
@@ -280,6 +309,11 @@ pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
     {
         bail!("--memnode, --token-file and --attach go with --transport ucx");
     }
+    Ok(cfg)
+}
+
+pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let cfg = bench_config(a)?;
     let report = dmindex_catalog::bench(&cfg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -349,12 +383,20 @@ pub struct CheckArgs {
     mn_restart_us: Option<u64>,
 }
 
-pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
+/// Everything `check` checks before it runs: the index, the configuration and the seeds, or
+/// what is wrong with the flags.
+pub fn check_plan(
+    a: &CheckArgs,
+) -> anyhow::Result<(
+    &'static dmindex_catalog::IndexEntry,
+    CheckConfig,
+    std::ops::RangeInclusive<u64>,
+)> {
     let entry = dmindex_catalog::find(&a.index)?;
     if a.mn_crash_us.is_some() && !entry.survives_mn_crash {
-        eprintln!(
-            "error: --mn-crash-us: {} does not replicate across memory nodes, so a memory-node \
-             crash loses data by design (indexes that survive one: {})",
+        bail!(
+            "--mn-crash-us: {} does not replicate across memory nodes, so a memory-node crash \
+             loses data by design (indexes that survive one: {})",
             a.index,
             dmindex_catalog::INDEXES
                 .iter()
@@ -363,16 +405,20 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        return Ok(ExitCode::from(2));
     }
     if a.mn_restart_us.is_some() && a.mn_crash_us.is_none() {
-        eprintln!("error: --mn-restart-us needs --mn-crash-us (only a crashed node restarts)");
-        return Ok(ExitCode::from(2));
+        bail!("--mn-restart-us needs --mn-crash-us (only a crashed node restarts)");
     }
     if a.mn_crash_us.is_some() && a.mns < 2 {
-        eprintln!("error: --mn-crash-us needs --mns 2 or more (node 0 holds the root table and never crashes)");
-        return Ok(ExitCode::from(2));
+        bail!(
+            "--mn-crash-us needs --mns 2 or more (node 0 holds the root table and never crashes)"
+        );
     }
+    limits::count("--clients", a.clients, 4096)?;
+    limits::count("--ops", a.ops.min(usize::MAX as u64) as usize, 1 << 20)?;
+    limits::count("--keys", a.keys.min(usize::MAX as u64) as usize, 1 << 32)?;
+    limits::count("--value-size", a.value_size, 4096)?;
+    dmindex_sim::NetParams::preset(&a.preset).map_err(anyhow::Error::msg)?;
     let cfg = CheckConfig {
         clients: a.clients,
         ops_per_client: a.ops,
@@ -393,9 +439,21 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
         ..CheckConfig::default()
     };
     let seeds = match a.seed {
-        Some(s) => s..s + 1,
-        None => a.first_seed..a.first_seed + a.seeds,
+        Some(s) => s..=s,
+        None => match a.first_seed.checked_add(a.seeds.saturating_sub(1)) {
+            Some(last) if a.seeds > 0 => a.first_seed..=last,
+            _ => bail!(
+                "--first-seed {} and --seeds {} run past the last seed, 2^64 - 1 (or ask for none)",
+                a.first_seed,
+                a.seeds
+            ),
+        },
     };
+    Ok((entry, cfg, seeds))
+}
+
+pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let (entry, cfg, seeds) = check_plan(a)?;
     let mut sum = Summary::default();
     for seed in seeds.clone() {
         match (entry.check)(&cfg, seed) {
@@ -404,6 +462,10 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
                     println!("{r}");
                 }
                 sum.add(&r);
+            }
+            Err(e) if dmindex_index::conformance::not_runnable(&e) => {
+                eprintln!("error: {} cannot run this check: {e:#}", a.index);
+                return Ok(ExitCode::from(2));
             }
             Err(e) => {
                 eprintln!(
@@ -417,7 +479,7 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    println!("{} ({}..{}): {sum}", a.index, seeds.start, seeds.end);
+    println!("{} ({}..={}): {sum}", a.index, seeds.start(), seeds.end());
     Ok(ExitCode::SUCCESS)
 }
 

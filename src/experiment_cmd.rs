@@ -87,21 +87,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let name = args.name.as_deref().unwrap_or_default();
-    if args.fast_load && !args.workloads.is_empty() && args.workloads.iter().all(|w| w == "load") {
-        bail!("--workloads load with --fast-load leaves nothing to run (a fast-forward load is untimed)");
-    }
-    let chosen = resolve(name, args.paper.as_deref())?;
-    // Every scale and override must apply to every paper chosen, before anything runs.
-    let mut scales = Vec::with_capacity(chosen.len());
-    for (paper, _) in &chosen {
-        let scale = scale_of(paper, args)?;
-        let mut net = dmindex_sim::NetParams::preset(paper.testbed).map_err(anyhow::Error::msg)?;
-        for o in &scale.overrides {
-            net.set(o).map_err(anyhow::Error::msg)?;
-        }
-        scales.push(scale);
-    }
+    let (chosen, scales) = plan(args)?;
     let several = chosen.len() > 1;
     for ((paper, e), scale) in chosen.into_iter().zip(scales) {
         let t = Instant::now();
@@ -127,6 +113,32 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The experiments `args` name and the scale of each, every flag checked against every paper
+/// chosen before anything runs.
+#[allow(clippy::type_complexity)]
+pub fn plan(
+    args: &Args,
+) -> anyhow::Result<(
+    Vec<(&'static Paper, &'static dmindex_bench::experiment::Experiment)>,
+    Vec<Scale>,
+)> {
+    let name = args.name.as_deref().unwrap_or_default();
+    if args.fast_load && !args.workloads.is_empty() && args.workloads.iter().all(|w| w == "load") {
+        bail!("--workloads load with --fast-load leaves nothing to run (a fast-forward load is untimed)");
+    }
+    let chosen = resolve(name, args.paper.as_deref())?;
+    let mut scales = Vec::with_capacity(chosen.len());
+    for (paper, _) in &chosen {
+        let scale = scale_of(paper, args)?;
+        let mut net = dmindex_sim::NetParams::preset(paper.testbed).map_err(anyhow::Error::msg)?;
+        for o in &scale.overrides {
+            net.set(o).map_err(anyhow::Error::msg)?;
+        }
+        scales.push(scale);
+    }
+    Ok((chosen, scales))
 }
 
 /// `paper`'s own scale with what the command line sets.

@@ -82,17 +82,35 @@ pub(crate) struct Row {
 /// Remote memory each task walks.
 pub(crate) const SPAN: u64 = 64 << 10;
 
-pub fn run(args: &Args) -> anyhow::Result<()> {
+/// Everything `fabric-bench` checks before it runs.
+pub fn validate(args: &Args) -> anyhow::Result<()> {
     if args.ops == 0 || args.tasks == 0 || args.threads.contains(&0) {
         bail!("--ops, --tasks and every --threads value must be positive");
     }
-    let max_tasks = args.threads.iter().max().copied().unwrap_or(1) * args.tasks;
+    for &t in &args.threads {
+        crate::limits::threads_and_tasks(t, args.tasks)?;
+    }
+    if args.threads.len() > 64 {
+        bail!("--threads lists {} counts; at most 64 rows of each verb", args.threads.len());
+    }
+    if args.transport != "ucx" && (!args.memnodes.is_empty() || args.token_file.is_some()) {
+        bail!("--memnode and --token-file go with --transport ucx");
+    }
+    Ok(())
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    validate(args)?;
     if args.transport == "ucx" {
         return run_ucx(args);
     }
+    // Every measured row makes fresh clients, each taking its span (clients' chunks are the
+    // span itself, so nothing else is taken); the node holds every row's.
+    let clients: u64 =
+        args.threads.iter().map(|&t| (t * args.tasks) as u64).sum::<u64>() * VERBS.len() as u64;
     let fabric = LocalFabric::new(LocalConfig {
-        node_size: (max_tasks as u64 * SPAN * 2).max(64 << 20),
-        chunk_size: 1 << 20,
+        node_size: (clients * SPAN + (64 << 20)).min(dmindex_fabric::addr::OFFSET_LIMIT),
+        chunk_size: SPAN,
         yield_per_verb: args.yield_per_verb,
         ..LocalConfig::default()
     })
@@ -105,7 +123,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 fn run_ucx(args: &Args) -> anyhow::Result<()> {
     let Some(tf) = &args.token_file else { bail!("--transport ucx needs --token-file") };
     let token = dmindex_ucx::proto::read_token_file(tf).map_err(anyhow::Error::msg)?;
-    let fabric = dmindex_ucx::transport::UcxFabric::connect(&args.memnodes, &token, 1 << 20)
+    let fabric = dmindex_ucx::transport::UcxFabric::connect(&args.memnodes, &token, SPAN)
         .map_err(anyhow::Error::msg)?;
     report(args, "ucx", &fabric)
 }

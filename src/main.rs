@@ -7,6 +7,9 @@ use clap::{Parser, Subcommand};
 mod bench_cmd;
 mod experiment_cmd;
 mod fabric_bench;
+#[cfg(test)]
+mod fuzz;
+mod limits;
 mod memnode_cmd;
 mod perf_cmd;
 mod sim_bench;

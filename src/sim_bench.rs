@@ -41,18 +41,34 @@ pub struct Args {
     json: bool,
 }
 
-pub fn run(args: &Args) -> anyhow::Result<()> {
+/// Everything `sim-bench` checks before it runs: the fabric it would simulate.
+pub fn validate(args: &Args) -> anyhow::Result<NetParams> {
     if args.cns == 0 || args.clients == 0 || args.verbs == 0 || args.bytes == 0 {
         bail!("--cns, --clients, --verbs and --bytes must be positive");
     }
     if args.read_pct > 100 {
         bail!("--read-pct must be at most 100, got {}", args.read_pct);
     }
+    if args.bytes > SPAN / 2 {
+        bail!(
+            "--bytes {} is more than {} (half the {SPAN}-byte span the clients share)",
+            args.bytes,
+            SPAN / 2
+        );
+    }
+    crate::limits::count("--cns", args.cns as usize, crate::limits::MAX_CNS as usize)?;
+    let tasks = (args.cns as usize).saturating_mul(args.clients);
+    crate::limits::count("client tasks (--cns × --clients)", tasks, crate::limits::MAX_TASKS)?;
     let mut net = NetParams::preset(&args.preset).map_err(anyhow::Error::msg)?;
     for o in &args.overrides {
         net.set(o).map_err(anyhow::Error::msg)?;
     }
-    let span = 1u64 << 20;
+    Ok(net)
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let net = validate(args)?;
+    let span = SPAN;
     let sim = Sim::new(SimConfig {
         faults: if args.delays { Faults::delays() } else { Faults::none() },
         node_size: (span * 4).max(64 << 20),
@@ -118,6 +134,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Bytes of remote memory the clients' verbs land in.
+const SPAN: u64 = 1 << 20;
 
 /// xorshift64*: cheap per-client choices, seeded from the simulation's RNG.
 fn next(state: &mut u64) -> u64 {

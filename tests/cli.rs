@@ -17,6 +17,10 @@ fn fabric_bench_prints_json_rows() {
         assert_eq!(r["verbs"].as_u64().unwrap(), 2000 * r["threads"].as_u64().unwrap());
         assert!(r["ns_per_verb"].as_f64().unwrap() > 0.0);
     }
+    // Every row makes fresh clients; with several tasks a thread the memory node holds them all
+    // (it ran out of memory before).
+    let out = dmindex(&["fabric-bench", "--ops", "200", "--threads", "1,2", "--tasks", "8"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
@@ -288,7 +292,7 @@ fn bench_refuses_bad_input() {
         (&["bench", "--index", "btree9000"][..], "unknown index 'btree9000'"),
         (&["bench", "--workload", "q"][..], "unknown workload 'q'"),
         (&["bench", "--key-size", "4"][..], "key size 4"),
-        (&["bench", "--clients", "0"][..], "must be positive"),
+        (&["bench", "--clients", "0"][..], "client threads 0 is not in 1..=1024"),
         (&["bench", "--transport", "sim", "--preset", "nope"][..], "unknown fabric preset"),
         (&["bench", "--trace", "/definitely/not/here"][..], "cannot read trace"),
         (&["check", "--index", "nope"][..], "unknown index 'nope'"),
@@ -309,6 +313,42 @@ fn bench_refuses_bad_input() {
             &["bench", "--index", "smart", "--value-size", "1000"][..],
             "smart leaves hold at most 996",
         ),
+        // Sizes and counts the machine cannot hold are refused before anything is allocated.
+        (&["bench", "--mn-gb", "100000"][..], "more than this machine's"),
+        (&["bench", "--mn-gb", "18446744073709551615"][..], "not a positive size"),
+        (&["bench", "--coroutines", "100000"][..], "200000 client tasks, more than the 65536"),
+        (&["bench", "--transport", "sim", "--cns", "65535"][..], "--cns 65535 is not in 1..=1024"),
+        (&["bench", "--mns", "5000"][..], "--mns 5000 is not in 1..=1024"),
+        (&["fabric-bench", "--threads", "70000"][..], "client threads 70000 is not in 1..=1024"),
+        (&["sim-bench", "--bytes", "524289"][..], "--bytes 524289 is more than 524288"),
+        (&["sim-bench", "--cns", "65535"][..], "--cns 65535"),
+        // Simulator parameters stay in a physical range.
+        (&["bench", "--transport", "sim", "--set", "atomic_mops=1e-12"][..], "outside 0.001..="),
+        (
+            &["bench", "--transport", "sim", "--set", "one_way_ns=18446744073709551615"][..],
+            "one_way_ns=18446744073709551615 is outside",
+        ),
+        (&["sim-bench", "--set", "link_gbps=1e-300"][..], "link_gbps=1e-300 is outside"),
+        (&["bench", "--transport", "sim", "--set", "post_ns=18446744073709551615"][..], "post_ns="),
+        // What a run would ignore is refused instead.
+        (&["bench", "--set", "link_gbps=25"][..], "they go with --transport sim"),
+        (&["bench", "--preset", "stress"][..], "they go with --transport sim"),
+        (&["fabric-bench", "--memnode", "127.0.0.1:1"][..], "go with --transport ucx"),
+        (
+            &["bench", "--index", "chime", "--option", "hotspot_mb=17592186044416"][..],
+            "0..=16777216",
+        ),
+        // check: a configuration is not a violation (exit 2, not "seed 0 failed"), and seeds
+        // do not wrap.
+        (&["check", "--option", "bogus=1", "--seeds", "1"][..], "chime cannot run this check"),
+        (
+            &["check", "--long-keys", "--option", "h=2", "--seeds", "1"][..],
+            "the index cannot hold this workload",
+        ),
+        (
+            &["check", "--first-seed", "18446744073709551615", "--seeds", "2"][..],
+            "past the last seed",
+        ),
     ] {
         let out = dmindex(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -324,6 +364,9 @@ fn check_passes_seeds_and_replays_one() {
     let out = dmindex(&["check", "--index", "ref", "--seeds", "3"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("3 seeds linearizable"));
+    let last = dmindex(&["check", "--index", "ref", "--seed", "18446744073709551615"]);
+    assert!(last.status.success(), "{}", String::from_utf8_lossy(&last.stderr));
+    assert!(String::from_utf8_lossy(&last.stdout).contains("1 seeds linearizable"));
     let a = dmindex(&["check", "--seed", "2"]);
     let b = dmindex(&["check", "--seed", "2"]);
     assert!(a.status.success());

@@ -230,6 +230,12 @@ pub fn run<I: Runnable, S: RunnableScans<I>>(cfg: &BenchConfig) -> anyhow::Resul
     }
 }
 
+/// What [`run`] checks of `cfg` before it builds anything (the workload, keys, traces): an
+/// error names what is wrong.
+pub fn check_config(cfg: &BenchConfig) -> anyhow::Result<()> {
+    plan(cfg).map(drop)
+}
+
 /// Checks what does not depend on the index and decides what to run.
 fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     if cfg.cns == 0 || cfg.clients == 0 || cfg.coroutines == 0 {

@@ -50,7 +50,8 @@ const OPTIONS: Options = Options {
         Opt::number("span", &[], 0..=usize::MAX),
         Opt::number("h", &["neighbourhood"], 0..=usize::MAX),
         Opt::number("internal_span", &[], 4..=1024),
-        Opt::number("hotspot_mb", &[], 0..=usize::MAX),
+        // At most 16 TiB: a larger budget would wrap its byte count.
+        Opt::number("hotspot_mb", &[], 0..=1 << 24),
         Opt::flag(FACTORS[0], &[]),
         Opt::flag(FACTORS[1], &["vacancy"]),
         Opt::flag(FACTORS[2], &["replication"]),

@@ -335,6 +335,11 @@ fn bad_options_are_refused_naming_them() {
     );
     assert!(refuse(&[("speculative", "1")], true).contains("needs hopscotch"));
     assert!(refuse(&[("h", "3")], false).contains("multiple"));
+    // A budget whose byte count would wrap (it became a 0-byte buffer) is refused.
+    assert_eq!(
+        refuse(&[("hotspot_mb", "17592186044416")], false),
+        "option hotspot_mb=17592186044416: must be in 0..=16777216"
+    );
     // Aliases and order: a later option overrides an earlier one; hotspot_mb implies
     // speculative reads unless they were turned off before it.
     let shape = |kv: &[(&str, &str)]| {

@@ -108,11 +108,11 @@ impl LocalFabric {
         config.validate()?;
         let nodes: Vec<LocalNode> = (0..config.memory_nodes)
             .map(|id| {
-                let region = Region::new(config.node_size);
+                let region = Region::try_new(config.node_size)?;
                 layout::format(&region, id);
-                LocalNode { region, free_cores: AtomicUsize::new(services.cores()) }
+                Ok(LocalNode { region, free_cores: AtomicUsize::new(services.cores()) })
             })
-            .collect();
+            .collect::<Result<_, String>>()?;
         let info =
             Arc::new(ClusterInfo { node_sizes: nodes.iter().map(|n| n.region.len()).collect() });
         Ok(LocalFabric { shared: Arc::new(Shared { nodes, info, services, config }) })

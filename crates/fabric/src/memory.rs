@@ -39,27 +39,38 @@ pub struct Region {
 }
 
 /// A zeroed boxed slice of `n` atomics, allocated lazily by the OS (calloc), so a large region
-/// costs only the pages that are touched.
-fn zeroed_atomics<T>(n: usize) -> Box<[T]> {
+/// costs only the pages that are touched; `None` if the machine will not give that much.
+fn zeroed_atomics<T>(n: usize) -> Option<Box<[T]>> {
     assert!(n > 0, "zero-sized region");
-    let layout = Layout::array::<T>(n).expect("region size overflows the address space");
+    let layout = Layout::array::<T>(n).ok()?;
     // SAFETY: `layout` has non-zero size (n > 0 and T is a non-zero-sized atomic).
     let ptr = unsafe { alloc::alloc_zeroed(layout) } as *mut T;
     if ptr.is_null() {
-        alloc::handle_alloc_error(layout);
+        return None;
     }
     // SAFETY: `ptr` is a fresh allocation of `layout`, i.e. of `n` properly aligned `T`s, owned by
     // nobody else; `T` is `AtomicU64` or `AtomicU32`, for which all-zero bytes is a valid value;
     // `Box<[T]>` frees it with the same layout.
-    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) }
+    Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) })
 }
 
 impl Region {
     /// A zeroed region of `len` bytes (rounded up to whole cache lines).
     pub fn new(len: u64) -> Region {
+        Self::try_new(len).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Region::new`], or an error saying the machine will not give that much memory.
+    pub fn try_new(len: u64) -> Result<Region, String> {
+        let too_big = || format!("this machine cannot hold a memory node of {len} bytes");
         let len = crate::addr::align_up(len.max(CACHE_LINE), CACHE_LINE);
-        let lines = usize::try_from(len / CACHE_LINE).expect("region too large for this machine");
-        Region { words: zeroed_atomics(lines * WORDS_PER_LINE), seqs: zeroed_atomics(lines), len }
+        let lines = usize::try_from(len / CACHE_LINE).map_err(|_| too_big())?;
+        let words = lines.checked_mul(WORDS_PER_LINE).ok_or_else(too_big)?;
+        Ok(Region {
+            words: zeroed_atomics(words).ok_or_else(too_big)?,
+            seqs: zeroed_atomics(lines).ok_or_else(too_big)?,
+            len,
+        })
     }
 
     /// Size in bytes.

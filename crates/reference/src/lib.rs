@@ -40,9 +40,12 @@ use dmindex_index::{
 };
 use dmindex_prim::doorbell;
 use dmindex_prim::lock::{self, Held};
-use dmindex_prim::root::RootSlot;
+use dmindex_prim::root::{Magic, RootSlot};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"DMIREF01");
+
+/// What the root table's descriptor word says of a reference index.
+const ROOT: Magic = Magic { name: "ref index", value: 0x5245, bits: 16 };
 const HEADER: u64 = 64;
 const INITIAL_CAPACITY: u32 = 16;
 
@@ -194,7 +197,7 @@ impl<T: Transport> PointIndex<T> for LockedShards {
                 config.max_key, config.max_value
             )));
         }
-        let root = RootSlot::new(config.root_slot)?;
+        let root = RootSlot::with_descriptor(config.root_slot)?;
         let shards = (config.expected_items / 256).clamp(1, 4096).next_power_of_two();
         let shard_bits = shards.trailing_zeros().max(1);
         let dir = c.alloc(HEADER + HEADER * (1u64 << shard_bits), 64).await?;
@@ -206,11 +209,16 @@ impl<T: Transport> PointIndex<T> for LockedShards {
         d[20..24].copy_from_slice(&(config.max_value as u32).to_le_bytes());
         c.write(dir, &d).await?;
         root.claim(c, dir.raw()).await?;
+        root.publish(c, &ROOT, 0).await?;
         Self::open(c, config, cn).await
     }
 
     async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        let dir = GlobalAddr::from_raw(RootSlot::new(config.root_slot)?.load(c).await?);
+        // Another kind of index at the slot is refused by its descriptor before its root word
+        // is taken for an address.
+        let root = RootSlot::with_descriptor(config.root_slot)?;
+        root.check(c, &ROOT, 0).await?;
+        let dir = GlobalAddr::from_raw(root.load(c).await?);
         let d = c.read_vec(dir, 24).await?;
         let word = |i: usize| u32::from_le_bytes(d[i..i + 4].try_into().expect("4 bytes"));
         if u64::from_le_bytes(d[0..8].try_into().expect("8 bytes")) != MAGIC {

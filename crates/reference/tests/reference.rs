@@ -62,8 +62,16 @@ fn bad_input_is_refused() {
         );
         let other = IndexConfig { root_slot: 3, ..cfg.clone() };
         assert!(
-            matches!(LockedShards::open(&c, &other, 0).await, Err(IndexError::Corrupt(m)) if m.contains("empty"))
+            matches!(LockedShards::open(&c, &other, 0).await, Err(IndexError::Corrupt(m)) if m.contains("no ref index at root slot 3"))
         );
+        // Another kind of index at the slot (a root word that is no address of ours, and its
+        // descriptor): refused by name, not read as an address ("unknown memory node 768").
+        let root = dmindex_fabric::layout::root_slot(5);
+        c.write(root, &0x0300_0000_0000_0040u64.to_le_bytes()).await.unwrap();
+        c.write(root.add(8), &(0x62u64 << 57 | 5).to_le_bytes()).await.unwrap();
+        let foreign = IndexConfig { root_slot: 5, ..cfg.clone() };
+        let e = LockedShards::open(&c, &foreign, 0).await.err().unwrap();
+        assert_eq!(e, IndexError::Corrupt("no ref index at root slot 5".into()));
         let wrong = IndexConfig { max_value: 16, ..cfg.clone() };
         assert!(matches!(LockedShards::open(&c, &wrong, 0).await, Err(IndexError::Config(_))));
     }]);

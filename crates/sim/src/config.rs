@@ -189,7 +189,37 @@ impl NetParams {
         }
     }
 
-    /// Overrides one parameter from `name=value`.
+    /// Every parameter with its value, as a number.
+    fn values(&self) -> [(&'static str, f64); 11] {
+        [
+            ("one_way_ns", self.one_way_ns as f64),
+            ("jitter_ns", self.jitter_ns as f64),
+            ("link_gbps", self.link_gbps),
+            ("nic_mops", self.nic_mops),
+            ("atomic_mops", self.atomic_mops),
+            ("same_addr_atomic_ns", self.same_addr_atomic_ns as f64),
+            ("header_bytes", self.header_bytes as f64),
+            ("post_ns", self.post_ns as f64),
+            ("rpc_ns", self.rpc_ns as f64),
+            ("mn_cores", self.mn_cores as f64),
+            ("mn_workers", self.mn_workers as f64),
+        ]
+    }
+
+    /// Checks that every parameter is in its physical range ([`RANGES`]).
+    pub fn check(&self) -> Result<(), String> {
+        for (name, v) in self.values() {
+            let shown = if v != 0.0 && !(1e-3..1e12).contains(&v.abs()) {
+                format!("{v:e}")
+            } else {
+                format!("{v}")
+            };
+            in_range(name, v, &shown)?;
+        }
+        Ok(())
+    }
+
+    /// Overrides one parameter from `name=value`, which must be in its physical range.
     pub fn set(&mut self, assignment: &str) -> Result<(), String> {
         let (name, value) = assignment
             .split_once('=')
@@ -201,20 +231,26 @@ impl NetParams {
             Ok(x) if x > 0.0 && x.is_finite() => Ok(x),
             _ => Err(format!("'{v}' is not a positive number for {name}")),
         };
+        let raw = value.trim();
+        let mut next = self.clone();
         match name.trim() {
-            "one_way_ns" => self.one_way_ns = int(value)?,
-            "jitter_ns" => self.jitter_ns = int(value)?,
-            "link_gbps" => self.link_gbps = float(value)?,
-            "nic_mops" => self.nic_mops = float(value)?,
-            "atomic_mops" => self.atomic_mops = float(value)?,
-            "same_addr_atomic_ns" => self.same_addr_atomic_ns = int(value)?,
-            "header_bytes" => self.header_bytes = int(value)?,
-            "post_ns" => self.post_ns = int(value)?,
-            "rpc_ns" => self.rpc_ns = int(value)?,
-            "mn_cores" => self.mn_cores = int(value)?.max(1) as usize,
-            "mn_workers" => self.mn_workers = int(value)? as usize,
+            "one_way_ns" => next.one_way_ns = int(value)?,
+            "jitter_ns" => next.jitter_ns = int(value)?,
+            "link_gbps" => next.link_gbps = float(value)?,
+            "nic_mops" => next.nic_mops = float(value)?,
+            "atomic_mops" => next.atomic_mops = float(value)?,
+            "same_addr_atomic_ns" => next.same_addr_atomic_ns = int(value)?,
+            "header_bytes" => next.header_bytes = int(value)?,
+            "post_ns" => next.post_ns = int(value)?,
+            "rpc_ns" => next.rpc_ns = int(value)?,
+            "mn_cores" => next.mn_cores = int(value)?.min(1 << 20) as usize,
+            "mn_workers" => next.mn_workers = int(value)?.min(1 << 20) as usize,
             other => return Err(format!("unknown fabric parameter '{other}'")),
         }
+        let v = next.values().into_iter().find(|(n, _)| *n == name.trim()).map(|(_, v)| v);
+        in_range(name.trim(), v.expect("a parameter just set"), raw)?;
+        next.check()?;
+        *self = next;
         Ok(())
     }
 
@@ -233,6 +269,34 @@ impl NetParams {
     pub(crate) fn atomic_ps(&self) -> u64 {
         (1e6 / self.atomic_mops).round() as u64
     }
+}
+
+/// The range each fabric parameter may take, and its unit: wide enough for any network, from a
+/// slow WAN to a fabric far faster than today's, and narrow enough that no run's virtual time
+/// (picoseconds in a `u64`: 213 days) can overflow — the slowest verb at these bounds takes
+/// about a second.
+pub const RANGES: [(&str, f64, f64, &str); 11] = [
+    ("one_way_ns", 0.0, 1e9, "ns one way"),
+    ("jitter_ns", 0.0, 1e9, "ns"),
+    ("link_gbps", 1e-3, 1e4, "Gbit/s per link"),
+    ("nic_mops", 1e-3, 1e4, "million messages/s per NIC engine"),
+    ("atomic_mops", 1e-3, 1e4, "million atomics/s"),
+    ("same_addr_atomic_ns", 0.0, 1e9, "ns"),
+    ("header_bytes", 0.0, 65536.0, "bytes per message"),
+    ("post_ns", 0.0, 1e9, "ns of CPU per posted verb"),
+    ("rpc_ns", 0.0, 1e9, "ns of CPU per request"),
+    ("mn_cores", 1.0, 1024.0, "cores per memory node"),
+    ("mn_workers", 0.0, 1024.0, "worker cores per memory node"),
+];
+
+/// Refuses `name`'s value `v` (as the user wrote it: `shown`) outside its range.
+fn in_range(name: &str, v: f64, shown: &str) -> Result<(), String> {
+    let (_, lo, hi, unit) =
+        RANGES.iter().find(|r| r.0 == name).expect("every parameter has a range");
+    if !(v >= *lo && v <= *hi) {
+        return Err(format!("{name}={shown} is outside {lo}..={hi} ({unit})"));
+    }
+    Ok(())
 }
 
 /// Names accepted by [`NetParams::preset`].
@@ -309,14 +373,7 @@ impl SimConfig {
 
     /// Checks the configuration, naming the first problem.
     pub fn validate(&self) -> Result<(), String> {
-        let n = &self.net;
-        for (name, v) in
-            [("link_gbps", n.link_gbps), ("nic_mops", n.nic_mops), ("atomic_mops", n.atomic_mops)]
-        {
-            if !(v > 0.0 && v.is_finite()) {
-                return Err(format!("{name} must be a positive number, got {v}"));
-            }
-        }
+        self.net.check()?;
         let f = &self.faults;
         for (name, p) in [("delay_prob", f.delay_prob), ("crash_prob", f.crash_prob)] {
             if !(0.0..=1.0).contains(&p) {
@@ -346,6 +403,22 @@ mod tests {
         p.set(" one_way_ns = 100").unwrap();
         assert_eq!((p.link_gbps, p.one_way_ns), (25.0, 100));
         assert!(p.set("link_gbps=0").unwrap_err().contains("positive"));
+        // Every parameter stays in a physical range; a refused value changes nothing.
+        for (set, msg) in [
+            ("atomic_mops=1e-12", "atomic_mops=1e-12 is outside 0.001..=10000"),
+            ("one_way_ns=18446744073709551615", "=18446744073709551615 is outside 0..=1000000000"),
+            ("link_gbps=1e-300", "link_gbps=1e-300 is outside"),
+            ("post_ns=18446744073709551615", "post_ns"),
+            ("mn_cores=0", "mn_cores=0 is outside 1..=1024"),
+            ("header_bytes=1000000", "header_bytes"),
+        ] {
+            let before = p.clone();
+            assert!(p.set(set).unwrap_err().contains(msg), "{set}: {}", p.set(set).unwrap_err());
+            assert_eq!(p, before, "{set}");
+        }
+        for name in PRESETS {
+            NetParams::preset(name).unwrap().check().unwrap();
+        }
         assert!(p.set("bogus=1").unwrap_err().contains("unknown fabric parameter 'bogus'"));
         assert!(p.set("one_way_ns").unwrap_err().contains("name=value"));
         assert!(NetParams::preset("nope")

@@ -132,11 +132,11 @@ impl Sim {
         config.validate()?;
         let regions: Vec<Region> = (0..config.memory_nodes)
             .map(|id| {
-                let r = Region::new(config.node_size);
+                let r = Region::try_new(config.node_size)?;
                 layout::format(&r, id);
-                r
+                Ok(r)
             })
-            .collect();
+            .collect::<Result<_, String>>()?;
         let info = Arc::new(ClusterInfo { node_sizes: regions.iter().map(Region::len).collect() });
         let world =
             World::new(config.seed, config.net.clone(), config.faults.clone(), config.memory_nodes);

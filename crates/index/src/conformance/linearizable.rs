@@ -253,22 +253,50 @@ impl CheckConfig {
 
 /// Runs one seed on index `I` (scans through `S`); `Err` describes a linearizability violation,
 /// a failed operation, or clients stuck with no crash to explain it.
+/// A check that cannot run as configured (bad options, an index that cannot hold the workload:
+/// more keys per prefix than it separates, say) — not a violation: every seed would fail alike.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotRunnable(pub String);
+
+/// Whether `e` says the configuration or the workload does not fit the index, rather than that
+/// something went wrong while it ran.
+fn configuration(e: &IndexError) -> bool {
+    matches!(
+        e,
+        IndexError::Config(_)
+            | IndexError::Full(_)
+            | IndexError::Unsupported(_)
+            | IndexError::KeyTooLong { .. }
+            | IndexError::ValueTooLong { .. }
+    )
+}
+
+/// Whether a seed's failure is a [`NotRunnable`] check or a configuration the index refused.
+pub fn not_runnable(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<NotRunnable>().is_some()
+        || e.downcast_ref::<IndexError>().is_some_and(configuration)
+}
+
 pub fn check_seed<I, S>(cfg: &CheckConfig, seed: u64) -> anyhow::Result<SeedReport>
 where
     I: PointIndex<SimTransport>,
     S: Scans<SimTransport, I>,
 {
     use anyhow::bail;
+    let unfit = |m: String| anyhow::Error::from(NotRunnable(m));
     if cfg.clients == 0 || cfg.universe() == 0 || cfg.key_list.contains(&0) {
-        bail!("clients and keys must be positive");
+        return Err(unfit("clients and keys must be positive".into()));
     }
     if cfg.memory_node_crash_ns > 0 && cfg.memory_nodes < 2 {
-        bail!("a memory-node crash needs at least 2 memory nodes (node 0 never crashes)");
+        return Err(unfit(
+            "a memory-node crash needs at least 2 memory nodes (node 0 never crashes)".into(),
+        ));
     }
     if cfg.memory_node_restart_ns > 0 && cfg.memory_node_crash_ns == 0 {
-        bail!("a memory-node restart needs a memory-node crash");
+        return Err(unfit("a memory-node restart needs a memory-node crash".into()));
     }
-    let net = NetParams::preset(&cfg.preset).map_err(anyhow::Error::msg)?;
+    let net = NetParams::preset(&cfg.preset).map_err(unfit)?;
     let services = mn_services(net.mn_cores, I::SERVICES)?;
     let sim = Sim::with_services(
         SimConfig {
@@ -324,6 +352,7 @@ where
         (0..cfg.clients).map(|i| sim.client_on_own_thread((i % cns as usize) as u16)).collect();
     let seeds: Vec<u64> = clients.iter().map(|_| sim.random_u64()).collect();
     let errors = RefCell::new(Vec::new());
+    let unfit_ops = RefCell::new(None);
     let completed = Cell::new(0u64);
     let ordered = S::KIND == IndexKind::Ordered;
     let start = sim.now_ns();
@@ -353,6 +382,7 @@ where
     let tasks = clients.iter().zip(seeds).enumerate().map(|(i, (c, s))| {
         let (idx, history, errors, now, completed) =
             (&handles[i % cns as usize], &history, &errors, &now, &completed);
+        let unfit_ops = &unfit_ops;
         Box::pin(async move {
             let rec = Recorder {
                 now,
@@ -382,6 +412,9 @@ where
                     }
                 };
                 if let Err(e) = res {
+                    if configuration(&e) {
+                        unfit_ops.borrow_mut().get_or_insert(format!("client {i}: {e}"));
+                    }
                     errors.borrow_mut().push(format!("client {i}: {e}"));
                     return;
                 }
@@ -391,6 +424,9 @@ where
     });
     let repairing = repair.is_some();
     let out = sim.run_until(tasks.chain(repair), start + cfg.deadline_ns);
+    if let Some(e) = unfit_ops.into_inner() {
+        return Err(unfit(format!("the index cannot hold this workload: {e}")));
+    }
     if let Some(e) = errors.into_inner().into_iter().next() {
         bail!("an operation failed: {e}");
     }

@@ -28,6 +28,8 @@ pub mod linearizable;
 pub mod model;
 pub mod threads;
 
-pub use linearizable::{check_seed, suite, CheckConfig, Crashes, SeedReport, Summary};
+pub use linearizable::{
+    check_seed, not_runnable, suite, CheckConfig, Crashes, NotRunnable, SeedReport, Summary,
+};
 pub use model::{model_test, run_model, ModelConfig, Step};
 pub use threads::on_local_threads;
