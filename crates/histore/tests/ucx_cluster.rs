@@ -26,7 +26,7 @@
 #![cfg(feature = "ucx")]
 
 use std::cell::Cell;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::atomic::AtomicBool;
@@ -41,7 +41,7 @@ use dmindex_histore::HiStore;
 use dmindex_index::recorded::Recorder;
 use dmindex_index::{mn_services, IndexConfig, Ordered, PointIndex};
 use dmindex_ucx::server::{serve, MemnodeConfig};
-use dmindex_ucx::testhosts::Net;
+use dmindex_ucx::testhosts::{marked_lines, Net};
 use dmindex_ucx::transport::{UcxFabric, UcxOptions, UcxTransport};
 
 const TEST: &str = "partition_heal_and_kill_9_over_ucx_lose_nothing";
@@ -70,10 +70,9 @@ fn partition_heal_and_kill_9_over_ucx_lose_nothing() {
     let net = Net::create(&HOSTS).expect("test hosts");
     let logs = std::env::temp_dir().join(format!("dmx-histore-cluster-{}", std::process::id()));
     std::fs::create_dir_all(&logs).unwrap();
-    let exe = std::env::current_exe().unwrap();
     let addrs: Vec<String> = (0..4).map(|i| format!("{}:7000", Net::addr(i))).collect();
-    let mut mns: Vec<Child> = (0..4).map(|i| memnode(&net, &exe, i, &addrs, &logs)).collect();
-    let (mut client, mut to_client, from_client) = start_client(&net, &exe, &addrs, &logs);
+    let mut mns: Vec<Child> = (0..4).map(|i| memnode(&net, i, &addrs, &logs)).collect();
+    let (mut client, mut to_client, from_client) = start_client(&net, &addrs, &logs);
     let fail = |what: &str| -> ! {
         panic!("{what}\n{}", tails(&logs));
     };
@@ -100,7 +99,7 @@ fn partition_heal_and_kill_9_over_ucx_lose_nothing() {
     mns[PRIMARY].kill().unwrap();
     mns[PRIMARY].wait().unwrap();
     std::thread::sleep(Duration::from_secs(1));
-    mns[PRIMARY] = memnode(&net, &exe, PRIMARY, &addrs, &logs);
+    mns[PRIMARY] = memnode(&net, PRIMARY, &addrs, &logs);
     tell("RESTARTED");
     let verdict = expect("VERDICT", Duration::from_secs(120));
     let status = client.wait().unwrap();
@@ -116,15 +115,15 @@ fn partition_heal_and_kill_9_over_ucx_lose_nothing() {
 }
 
 /// This binary as memnode `id` on its host, once it serves.
-fn memnode(net: &Net, exe: &Path, id: usize, addrs: &[String], logs: &Path) -> Child {
+fn memnode(net: &Net, id: usize, addrs: &[String], logs: &Path) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(logs.join(format!("mn{id}.log")))
         .unwrap();
     let mut child = net
-        .command(HOSTS[id], exe)
-        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .this_test(HOSTS[id], TEST)
+        .unwrap()
         .env(ROLE, "memnode")
         .env("DMX_ID", id.to_string())
         .env("DMX_PEERS", addrs.join(","))
@@ -143,16 +142,11 @@ fn memnode(net: &Net, exe: &Path, id: usize, addrs: &[String], logs: &Path) -> C
 }
 
 /// This binary as the client on its host: its stdin, and the lines it marks on its stdout.
-fn start_client(
-    net: &Net,
-    exe: &Path,
-    addrs: &[String],
-    logs: &Path,
-) -> (Child, ChildStdin, Receiver<String>) {
+fn start_client(net: &Net, addrs: &[String], logs: &Path) -> (Child, ChildStdin, Receiver<String>) {
     let log = std::fs::File::create(logs.join("client.log")).unwrap();
     let mut child = net
-        .command("cn", exe)
-        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .this_test("cn", TEST)
+        .unwrap()
         .env(ROLE, "client")
         .env("DMX_MEMNODES", addrs.join(","))
         .env("UCX_TLS", "tcp")
@@ -165,22 +159,6 @@ fn start_client(
     let stdin = child.stdin.take().unwrap();
     let lines = marked_lines(child.stdout.take().unwrap());
     (child, stdin, lines)
-}
-
-/// What a child prints after the mark `DMX ` (the test harness prints other lines, and the
-/// start of its own on the first one).
-fn marked_lines(out: impl std::io::Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if let Some(at) = line.find("DMX ") {
-                if tx.send(line[at + 4..].to_string()).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    rx
 }
 
 /// The end of every log, for a failure's message.

@@ -354,8 +354,9 @@ mod tests {
         addr
     }
 
-    fn serve_one(s: TcpStream, answer: Option<Reply>) {
-        let welcome = Welcome {
+    /// What the test servers welcome clients with.
+    fn welcome() -> Welcome {
+        Welcome {
             mn_id: 2,
             incarnation: 77,
             base: 0,
@@ -363,8 +364,11 @@ mod tests {
             verb_key: [5; auth::VERB_KEY],
             rkey: vec![],
             worker_address: vec![1],
-        };
-        if accept(&s, b"tok", &welcome, Instant::now() + Duration::from_secs(5)).is_err() {
+        }
+    }
+
+    fn serve_one(s: TcpStream, answer: Option<Reply>) {
+        if accept(&s, b"tok", &welcome(), Instant::now() + Duration::from_secs(5)).is_err() {
             return;
         }
         let mut r = io::BufReader::new(s.try_clone().unwrap());
@@ -419,16 +423,7 @@ mod tests {
         let addr = l.local_addr().unwrap().to_string();
         let t = std::thread::spawn(move || {
             let (s, _) = l.accept().unwrap();
-            let w = Welcome {
-                mn_id: 0,
-                incarnation: 1,
-                base: 0,
-                length: 1,
-                verb_key: [0; auth::VERB_KEY],
-                rkey: vec![],
-                worker_address: vec![1],
-            };
-            accept(&s, b"tok", &w, Instant::now() + Duration::from_secs(5))
+            accept(&s, b"tok", &welcome(), Instant::now() + Duration::from_secs(5))
         });
         let mut s = TcpStream::connect(&addr).unwrap();
         let cn = [1u8; NONCE];
@@ -447,17 +442,8 @@ mod tests {
         let addr = l.local_addr().unwrap().to_string();
         let t = std::thread::spawn(move || {
             let (s, _) = l.accept().unwrap();
-            let w = Welcome {
-                mn_id: 0,
-                incarnation: 1,
-                base: 0,
-                length: 1,
-                verb_key: [0; auth::VERB_KEY],
-                rkey: vec![],
-                worker_address: vec![1],
-            };
             let t0 = Instant::now();
-            let r = accept(&s, b"tok", &w, t0 + Duration::from_millis(300));
+            let r = accept(&s, b"tok", &welcome(), t0 + Duration::from_millis(300));
             (r, t0.elapsed())
         });
         let mut s = TcpStream::connect(&addr).unwrap();

@@ -98,12 +98,37 @@ impl Net {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// A command that runs test `test` of this test binary, alone, on host `h` (the child picks
+    /// its part from its environment).
+    pub fn this_test(&self, h: &str, test: &str) -> io::Result<Command> {
+        let mut c = self.command(h, &std::env::current_exe()?);
+        c.args(["--exact", test, "--nocapture", "--test-threads=1"]);
+        Ok(c)
+    }
+
     /// A command that runs `program` on host `h`.
     pub fn command(&self, h: &str, program: &std::path::Path) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.ns(h)]).arg(program);
         c
     }
+}
+
+/// What a child prints after the mark `DMX `, line by line (the test harness prints other
+/// lines, and the start of its own on the first one).
+pub fn marked_lines(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("DMX ") {
+                if tx.send(line[at + 4..].to_string()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
 }
 
 impl Drop for Net {

@@ -16,17 +16,17 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, Stdio};
 use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::{Fabric, GlobalAddr};
 use dmindex_ucx::server::{serve, MemnodeConfig};
-use dmindex_ucx::testhosts::Net;
+use dmindex_ucx::testhosts::{marked_lines, Net};
 use dmindex_ucx::transport::UcxFabric;
 
 const TEST: &str = "an_attacker_on_another_host_cannot_touch_the_pool";
@@ -85,8 +85,8 @@ fn an_attacker_on_another_host_cannot_touch_the_pool() {
 }
 
 fn spawn(net: &Net, host: &str, role: &str, addr: &str, stderr: Stdio) -> Child {
-    net.command(host, &std::env::current_exe().unwrap())
-        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+    net.this_test(host, TEST)
+        .unwrap()
         .env(ROLE, role)
         .env("DMX_MEMNODE", addr)
         .env("UCX_TLS", "tcp")
@@ -99,16 +99,7 @@ fn spawn(net: &Net, host: &str, role: &str, addr: &str, stderr: Stdio) -> Child 
 
 /// A child's stdin, and what it prints after the mark `DMX `.
 fn lines(child: &mut Child) -> (std::process::ChildStdin, Receiver<String>) {
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if let Some(at) = line.find("DMX ") {
-                let _ = tx.send(line[at + 4..].to_string());
-            }
-        }
-    });
-    (child.stdin.take().unwrap(), rx)
+    (child.stdin.take().unwrap(), marked_lines(child.stdout.take().unwrap()))
 }
 
 fn expect(from: &Receiver<String>, what: &str) -> String {
