@@ -37,6 +37,13 @@ pub struct ControlConn {
     pub incarnation: u64,
 }
 
+/// A call's frame, to be written whole (the request is copied once, into it).
+fn call_frame(service: u16, request: &[u8]) -> io::Result<Vec<u8>> {
+    let mut frame = Vec::with_capacity(6 + request.len());
+    proto::write_call(&mut frame, service, request)?;
+    Ok(frame)
+}
+
 fn timed_out(timeout: Duration) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {timeout:?}"))
 }
@@ -126,9 +133,7 @@ impl ControlConn {
     pub fn send(&mut self, service: u16, request: &[u8], timeout: Duration) -> io::Result<()> {
         let deadline = Instant::now() + timeout;
         self.set_nonblocking(false)?;
-        let mut frame = Vec::with_capacity(6 + request.len());
-        proto::write_call(&mut frame, service, request)?;
-        self.write_blocking(&frame, deadline, timeout)
+        self.write_blocking(&call_frame(service, request)?, deadline, timeout)
     }
 
     /// The second half of [`ControlConn::call`]: waits for the reply (blocking) until
@@ -152,8 +157,7 @@ impl ControlConn {
     ) -> io::Result<Reply> {
         let deadline = Instant::now() + timeout;
         self.set_nonblocking(true)?;
-        let mut frame = Vec::with_capacity(6 + request.len());
-        proto::write_call(&mut frame, service, request)?;
+        let frame = call_frame(service, request)?;
         let mut sent = 0;
         while sent < frame.len() {
             match self.stream.write(&frame[sent..]) {
@@ -233,26 +237,53 @@ impl ControlConn {
     /// Reads what has arrived (at least a byte) into the inbox, blocking until `deadline`.
     fn fill_blocking(&mut self, deadline: Instant, timeout: Duration) -> io::Result<()> {
         let mut b = [0u8; 4096];
+        let late = || timed_out(timeout);
+        let mut r = DeadlineReader { stream: &self.stream, deadline, late: &late };
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(timed_out(timeout));
-            }
-            self.stream.set_read_timeout(Some(left))?;
-            match self.stream.read(&mut b) {
+            match r.read(&mut b) {
                 Ok(0) => return Err(closed()),
                 Ok(n) => {
                     self.inbox.extend_from_slice(&b[..n]);
                     return Ok(());
                 }
-                Err(e)
-                    if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
-                {
-                    return Err(timed_out(timeout))
-                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
+        }
+    }
+}
+
+/// Idle connections to one memnode, kept for later calls (a client's or a peer's).
+pub struct ConnPool {
+    idle: std::sync::Mutex<Vec<ControlConn>>,
+    max: usize,
+}
+
+impl ConnPool {
+    /// A pool keeping at most `max` idle connections.
+    pub fn new(max: usize) -> ConnPool {
+        ConnPool { idle: std::sync::Mutex::new(Vec::new()), max }
+    }
+
+    /// An idle connection that `fits` and is still open, if there is one. A memnode that died
+    /// or restarted since has closed its end: such a connection would fail the call, so it is
+    /// dropped here.
+    pub fn take(&self, fits: impl Fn(&ControlConn) -> bool) -> Option<ControlConn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(i) = idle.iter().rposition(&fits) {
+            let mut c = idle.swap_remove(i);
+            if c.is_open() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Keeps `c` (answered, so in step) for a later call, unless the pool is full.
+    pub fn give_back(&self, c: ControlConn) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < self.max {
+            idle.push(c);
         }
     }
 }
@@ -267,7 +298,8 @@ pub fn accept(
     welcome: &Welcome,
     deadline: Instant,
 ) -> Result<(), String> {
-    let mut r = DeadlineReader { stream, deadline };
+    let late = || io::Error::new(io::ErrorKind::TimedOut, "the bootstrap took too long");
+    let mut r = DeadlineReader { stream, deadline, late: &late };
     let mut w = stream;
     let cn = proto::read_hello(&mut r).map_err(|e| format!("malformed bootstrap: {e}"))?;
     let sn = auth::random::<NONCE>();
@@ -289,22 +321,24 @@ pub fn accept(
     proto::write_welcome(&mut w, Ok(&sealed)).map_err(|e| format!("sending the welcome: {e}"))
 }
 
-/// Reads from a stream until a deadline for the whole exchange, not per read.
+/// Reads from a stream until a deadline for the whole exchange, not per read; past it, the
+/// error `late` makes.
 struct DeadlineReader<'a> {
     stream: &'a TcpStream,
     deadline: Instant,
+    late: &'a dyn Fn() -> io::Error,
 }
 
 impl Read for DeadlineReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "the bootstrap took too long"));
+            return Err((self.late)());
         }
         self.stream.set_read_timeout(Some(left))?;
         match (&*self.stream).read(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                Err(io::Error::new(io::ErrorKind::TimedOut, "the bootstrap took too long"))
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                Err((self.late)())
             }
             r => r,
         }

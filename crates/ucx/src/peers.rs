@@ -9,13 +9,12 @@
 //! its connection dropped; the next call bootstraps afresh, reaching whatever process serves
 //! that address by then.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use dmindex_fabric::service::Peers;
 use dmindex_fabric::{FabricError, NodeId, ServiceId};
 
-use crate::control::{reply_result, unanswered, ControlConn};
+use crate::control::{reply_result, unanswered, ConnPool, ControlConn};
 
 /// Idle connections kept per peer beyond those in use.
 const IDLE_PER_PEER: usize = 16;
@@ -25,14 +24,14 @@ pub struct TcpPeers {
     addrs: Vec<String>,
     token: Vec<u8>,
     timeout: Duration,
-    idle: Vec<Mutex<Vec<ControlConn>>>,
+    idle: Vec<ConnPool>,
 }
 
 impl TcpPeers {
     /// Peers at `addrs` (HOST:PORT, indexed by memory-node id), reached with `token`; every
     /// connection and call must finish within `timeout`.
     pub fn new(addrs: Vec<String>, token: Vec<u8>, timeout: Duration) -> TcpPeers {
-        let idle = addrs.iter().map(|_| Mutex::new(Vec::new())).collect();
+        let idle = addrs.iter().map(|_| ConnPool::new(IDLE_PER_PEER)).collect();
         TcpPeers { addrs, token, timeout, idle }
     }
 
@@ -43,11 +42,8 @@ impl TcpPeers {
     /// An idle connection to `node`, or a new one.
     fn take(&self, node: NodeId) -> Result<ControlConn, FabricError> {
         let pool = self.idle.get(node as usize).ok_or_else(|| self.unknown(node))?;
-        while let Some(mut c) = pool.lock().unwrap_or_else(|e| e.into_inner()).pop() {
-            // A peer that restarted since closed its end: such a connection would fail the call.
-            if c.is_open() {
-                return Ok(c);
-            }
+        if let Some(c) = pool.take(|_| true) {
+            return Ok(c);
         }
         let addr = &self.addrs[node as usize];
         let (c, welcome) = ControlConn::connect(addr, &self.token, self.timeout)
@@ -59,13 +55,6 @@ impl TcpPeers {
             });
         }
         Ok(c)
-    }
-
-    fn give_back(&self, node: NodeId, c: ControlConn) {
-        let mut pool = self.idle[node as usize].lock().unwrap_or_else(|e| e.into_inner());
-        if pool.len() < IDLE_PER_PEER {
-            pool.push(c);
-        }
     }
 }
 
@@ -98,8 +87,7 @@ impl Peers for TcpPeers {
             match c.receive(deadline, self.timeout) {
                 Ok(reply) => {
                     answers.push(reply_result(node, service, reply));
-                    // Answered, so in step for another call.
-                    self.give_back(node, c);
+                    self.idle[node as usize].give_back(c);
                 }
                 Err(e) => {
                     answers.push(Err(unanswered(node, &self.addrs[node as usize], service, e)))

@@ -241,9 +241,9 @@ pub fn read_welcome(r: &mut impl Read) -> io::Result<Result<Welcome, String>> {
 
 /// Sends a call.
 pub fn write_call(w: &mut impl Write, service: u16, request: &[u8]) -> io::Result<()> {
-    let mut out = service.to_le_bytes().to_vec();
-    put_bytes(&mut out, request);
-    w.write_all(&out)?;
+    w.write_all(&service.to_le_bytes())?;
+    w.write_all(&(request.len() as u32).to_le_bytes())?;
+    w.write_all(request)?;
     w.flush()
 }
 

@@ -191,7 +191,6 @@ pub fn serve(
     let (verbs_mem, id) = (Arc::clone(&mem), cfg.id);
     let verb_key = auth::random::<VERB_KEY>();
     let (mut malformed, mut refused) = (0u64, 0u64);
-    let often = |n: u64| n <= 10 || n.is_power_of_two();
     worker
         .on_message(
             REQUEST_AM,
@@ -267,7 +266,7 @@ pub fn serve(
                 next_client += 1;
                 if bootstrapping.load(Ordering::Relaxed) >= MAX_BOOTSTRAPPING {
                     turned_away += 1;
-                    if turned_away <= 10 || turned_away.is_power_of_two() {
+                    if often(turned_away) {
                         eprintln!(
                             "memnode[{}]: turned away {peer}: {MAX_BOOTSTRAPPING} connections are \
                              still in their bootstrap ({turned_away} turned away so far)",
@@ -331,8 +330,8 @@ pub fn serve(
     for (_, s) in lock(&live).iter() {
         let _ = s.shutdown(std::net::Shutdown::Both);
     }
-    let patience = std::time::Instant::now() + cfg.peer_timeout + Duration::from_secs(2);
-    while !lock(&live).is_empty() && std::time::Instant::now() < patience {
+    let patience = Instant::now() + cfg.peer_timeout + Duration::from_secs(2);
+    while !lock(&live).is_empty() && Instant::now() < patience {
         std::thread::sleep(Duration::from_millis(5));
     }
     if !lock(&live).is_empty() {
@@ -346,6 +345,12 @@ pub fn serve(
     drop(pool);
     drop(worker);
     Ok(())
+}
+
+/// Whether the `n`th occurrence of a logged event is logged: the first ten, then at powers of
+/// two (a flood of them costs a few lines).
+fn often(n: u64) -> bool {
+    n <= 10 || n.is_power_of_two()
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -320,23 +320,11 @@ extern "C" {
     pub fn ucp_worker_arm(worker: ucp_worker_h) -> ucs_status_t;
 }
 
-/// `struct pollfd` of poll(2).
-#[repr(C)]
-pub struct pollfd {
-    pub fd: c_int,
-    pub events: i16,
-    pub revents: i16,
-}
-
-/// poll(2)'s "there is data to read".
-pub const POLLIN: i16 = 1;
-
 // The C library (linked by std on every Linux target).
 extern "C" {
     pub fn open_memstream(ptr: *mut *mut c_char, size: *mut usize) -> *mut FILE;
     pub fn fclose(stream: *mut FILE) -> c_int;
     pub fn free(ptr: *mut c_void);
-    pub fn poll(fds: *mut pollfd, nfds: u64, timeout: c_int) -> c_int;
 }
 
 #[cfg(test)]

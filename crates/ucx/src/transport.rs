@@ -74,7 +74,7 @@ use dmindex_fabric::{
 };
 
 use crate::auth::VERB_KEY;
-use crate::control::{reply_result, unanswered, ControlConn};
+use crate::control::{reply_result, unanswered, ConnPool, ControlConn};
 use crate::message_verbs::{self as msg, Request, Verb, REPLY_AM, REQUEST_AM, REQUEST_LEN};
 use crate::proto::Welcome;
 use crate::sys::{UCP_ATOMIC_OP_ADD, UCP_ATOMIC_OP_CSWAP, UCP_ATOMIC_OP_OR};
@@ -113,8 +113,8 @@ struct Memnode {
     addr: String,
     /// The incarnation new clients bind to.
     current: Mutex<Arc<Incarnation>>,
-    /// Control connections no client holds, with the generation they reach.
-    idle: Mutex<Vec<(u64, ControlConn)>>,
+    /// Control connections no client holds.
+    idle: ConnPool,
 }
 
 /// What every client of a fabric shares.
@@ -172,11 +172,7 @@ impl UcxFabric {
         }
         let mut nodes = Vec::new();
         for (i, a) in addrs.iter().enumerate() {
-            let (control, welcome) = ControlConn::connect(
-                a,
-                token,
-                CONNECT_TIMEOUT.min(options.timeout.max(Duration::from_secs(1))),
-            )?;
+            let (control, welcome) = ControlConn::connect(a, token, CONNECT_TIMEOUT)?;
             if welcome.mn_id as usize != i {
                 return Err(format!(
                     "memnode {a} is memory node {}, but it is listed at position {i} (list memnodes in id order)",
@@ -186,7 +182,11 @@ impl UcxFabric {
             nodes.push(Memnode {
                 addr: a.clone(),
                 current: Mutex::new(Arc::new(Incarnation { generation: 0, welcome })),
-                idle: Mutex::new(vec![(0, control)]),
+                idle: {
+                    let pool = ConnPool::new(IDLE_CONTROL);
+                    pool.give_back(control);
+                    pool
+                },
             });
         }
         let info = Arc::new(ClusterInfo {
@@ -253,18 +253,12 @@ impl Shared {
     /// A control connection to `node`'s incarnation `generation`: an idle one, or a new one.
     fn control(&self, node: NodeId, generation: u64) -> Result<ControlConn> {
         let m = &self.nodes[node as usize];
-        {
-            let mut idle = m.idle.lock().unwrap_or_else(|e| e.into_inner());
-            while let Some(i) = idle.iter().rposition(|(g, _)| *g == generation) {
-                let (_, mut c) = idle.swap_remove(i);
-                if c.is_open() {
-                    return Ok(c);
-                }
-            }
-        }
         let inc = m.current();
         if inc.generation != generation {
             return Err(restarted(node));
+        }
+        if let Some(c) = m.idle.take(|c| c.incarnation == inc.welcome.incarnation) {
+            return Ok(c);
         }
         let (c, _) = ControlConn::connect(&m.addr, &self.token, self.timeout)
             .map_err(|reason| unavailable(node, reason))?;
@@ -272,13 +266,6 @@ impl Shared {
             return Err(restarted(node));
         }
         Ok(c)
-    }
-
-    fn give_back(&self, node: NodeId, generation: u64, c: ControlConn) {
-        let mut idle = self.nodes[node as usize].idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < IDLE_CONTROL {
-            idle.push((generation, c));
-        }
     }
 
     /// A new endpoint of `conn`'s worker to incarnation `inc` of `node`, wired up.
@@ -400,7 +387,7 @@ impl Drop for UcxTransport {
     fn drop(&mut self) {
         for (n, c) in self.control.iter().enumerate() {
             if let Some(c) = c.take() {
-                self.shared.give_back(n as NodeId, self.bound[n].get(), c);
+                self.shared.nodes[n].idle.give_back(c);
             }
         }
     }
@@ -707,10 +694,12 @@ impl Transport for UcxTransport {
             InFlight { conn: &self.conn, req: Some(r) }.done(0).await?;
         }
         self.conn.fence.set(false);
-        // Zero-wait WRITE messages are executed once a later message is answered.
+        // Zero-wait WRITE messages are executed once a later message is answered; they went
+        // out on endpoints this client has (nodes it never reached have none to wait for).
         for node in 0..self.bound.len() as NodeId {
-            let to = self.node(node)?;
-            if !to.one_sided {
+            let generation = self.bound[node as usize].get();
+            let to = self.conn.nodes.borrow()[node as usize].clone();
+            if let Some(to) = to.filter(|c| c.generation == generation && !c.one_sided) {
                 self.message(&to, GlobalAddr::new(node, 0), Verb::Flush, &[]).await?;
             }
         }
@@ -844,7 +833,7 @@ impl Transport for UcxTransport {
             None => slot.set(Some(c)),
             Some(other) => {
                 slot.set(Some(other));
-                self.shared.give_back(node, generation, c);
+                m.idle.give_back(c);
             }
         }
         reply_result(node, service, reply)

@@ -82,28 +82,26 @@ impl Worker {
     }
 
     fn with_features(extra: u64, devices: Option<&str>) -> Result<Worker> {
-        let mut config: *mut ucp_config = ptr::null_mut();
-        // SAFETY: null prefix and file select the defaults; config receives a handle we release.
-        check("ucp_config_read", unsafe {
-            ucp_config_read(ptr::null(), ptr::null(), &mut config)
-        })?;
-        // Verb messages rely on an endpoint's messages arriving in order: one eager lane.
-        // SAFETY: config is live; both strings are NUL-terminated literals.
-        let st = unsafe { ucp_config_modify(config, c"MAX_EAGER_RAILS".as_ptr(), c"1".as_ptr()) };
-        if let Err(e) = check("ucp_config_modify(MAX_EAGER_RAILS)", st) {
-            // SAFETY: config came from ucp_config_read and is released once.
-            unsafe { ucp_config_release(config) };
-            return Err(e);
-        }
+        let mut settings = vec![(c"MAX_EAGER_RAILS", std::ffi::CString::from(c"1"))];
         if let Some(d) = devices {
             let d = std::ffi::CString::new(d).map_err(|_| UcxError {
                 what: "NET_DEVICES",
                 status: UCS_ERR_INVALID_PARAM,
                 message: "a device name with a NUL byte".into(),
             })?;
+            settings.push((c"NET_DEVICES", d));
+        }
+        let mut config: *mut ucp_config = ptr::null_mut();
+        // SAFETY: null prefix and file select the defaults; config receives a handle we release.
+        check("ucp_config_read", unsafe {
+            ucp_config_read(ptr::null(), ptr::null(), &mut config)
+        })?;
+        // Verb messages rely on an endpoint's messages arriving in order: one eager lane. And
+        // the network devices to use, if given.
+        for (name, value) in &settings {
             // SAFETY: config is live; both strings are NUL-terminated.
-            let st = unsafe { ucp_config_modify(config, c"NET_DEVICES".as_ptr(), d.as_ptr()) };
-            if let Err(e) = check("ucp_config_modify(NET_DEVICES)", st) {
+            let st = unsafe { ucp_config_modify(config, name.as_ptr(), value.as_ptr()) };
+            if let Err(e) = check("ucp_config_modify", st) {
                 // SAFETY: config came from ucp_config_read and is released once.
                 unsafe { ucp_config_release(config) };
                 return Err(e);
@@ -177,12 +175,12 @@ impl Worker {
             st => check("ucp_worker_arm", st)?,
         }
         let mut fds = [
-            pollfd { fd: efd, events: POLLIN, revents: 0 },
-            pollfd { fd: also, events: POLLIN, revents: 0 },
+            libc::pollfd { fd: efd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: also, events: libc::POLLIN, revents: 0 },
         ];
         // SAFETY: fds is a valid array of two pollfd for the call's duration; a failed poll
         // (EINTR) only ends the sleep early.
-        unsafe { poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
         Ok(())
     }
 
