@@ -50,14 +50,8 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// A token nobody can guess: 32 hex digits from the operating system's randomness.
 fn draw_token() -> Vec<u8> {
-    use std::hash::{BuildHasher, Hasher};
-    let mut out = String::new();
-    for _ in 0..2 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        out += &format!("{:016x}", h.finish());
-    }
-    out.into_bytes()
+    let bytes: [u8; 16] = dmindex_ucx::auth::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect::<String>().into_bytes()
 }
 
 impl Cluster {
