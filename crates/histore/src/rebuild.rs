@@ -71,20 +71,15 @@ impl<const MODE: u8> Store<MODE> {
             match self.join(c, g, r, v).await {
                 Ok(()) => last = Some(v),
                 Err(Miss::Stale) => {}
-                // The replacement reported unfit while joining: the view dropped it, start over.
-                Err(Miss::Unfit(n)) if n == node => {}
-                Err(Miss::Down(n)) if n == node => {
+                // (An activation's unfit member is dropped inside `drive`; JOIN and COPY report
+                // none, so unfit is taken here as down.)
+                Err(Miss::Down(n) | Miss::Unfit(n)) if n == node => {
                     // The node being rebuilt went down again (or its replacement broke off).
                     c.reconnect(node).await?;
                 }
-                Err(Miss::Down(n)) => {
+                Err(Miss::Down(n) | Miss::Unfit(n)) => {
                     let now = self.view_word(g).load(c).await?;
                     if now == v && n != node && self.lost(c, g, v, n).await? {
-                        self.without_node(c, g, v, n).await?;
-                    }
-                }
-                Err(Miss::Unfit(n)) => {
-                    if self.view_word(g).load(c).await? == v {
                         self.without_node(c, g, v, n).await?;
                     }
                 }

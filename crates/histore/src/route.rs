@@ -183,19 +183,14 @@ impl<const MODE: u8> Store<MODE> {
                 self.counters.stale.fetch_add(1, Ordering::Relaxed);
                 self.view_word(g).load(c).await?
             }
-            Miss::Down(node) => {
+            // Only an activation (in `drive`) reports a member unfit; here it is one more node
+            // to ask about.
+            Miss::Down(node) | Miss::Unfit(node) => {
                 let now = self.view_word(g).load(c).await?;
                 if now == used && self.lost(c, g, used, node).await? {
                     self.without_node(c, g, used, node).await?
                 } else {
                     now
-                }
-            }
-            Miss::Unfit(node) => {
-                let now = self.view_word(g).load(c).await?;
-                match now == used {
-                    true => self.without_node(c, g, used, node).await?,
-                    false => now,
                 }
             }
         };
