@@ -351,8 +351,8 @@ where
     let clients: Vec<_> =
         (0..cfg.clients).map(|i| sim.client_on_own_thread((i % cns as usize) as u16)).collect();
     let seeds: Vec<u64> = clients.iter().map(|_| sim.random_u64()).collect();
+    // Each failed operation, and whether it says the index cannot run this check at all.
     let errors = RefCell::new(Vec::new());
-    let unfit_ops = RefCell::new(None);
     let completed = Cell::new(0u64);
     let ordered = S::KIND == IndexKind::Ordered;
     let start = sim.now_ns();
@@ -375,14 +375,13 @@ where
             c.await_restart(node).await;
             match idx.recover_memory_node(&c, node).await {
                 Ok(()) => rebuilt.set(true),
-                Err(e) => errors.borrow_mut().push(format!("rebuilding node {node}: {e}")),
+                Err(e) => errors.borrow_mut().push((false, format!("rebuilding node {node}: {e}"))),
             }
         }) as Task
     });
     let tasks = clients.iter().zip(seeds).enumerate().map(|(i, (c, s))| {
         let (idx, history, errors, now, completed) =
             (&handles[i % cns as usize], &history, &errors, &now, &completed);
-        let unfit_ops = &unfit_ops;
         Box::pin(async move {
             let rec = Recorder {
                 now,
@@ -412,10 +411,7 @@ where
                     }
                 };
                 if let Err(e) = res {
-                    if configuration(&e) {
-                        unfit_ops.borrow_mut().get_or_insert(format!("client {i}: {e}"));
-                    }
-                    errors.borrow_mut().push(format!("client {i}: {e}"));
+                    errors.borrow_mut().push((configuration(&e), format!("client {i}: {e}")));
                     return;
                 }
                 completed.set(completed.get() + 1);
@@ -424,10 +420,11 @@ where
     });
     let repairing = repair.is_some();
     let out = sim.run_until(tasks.chain(repair), start + cfg.deadline_ns);
-    if let Some(e) = unfit_ops.into_inner() {
+    let errors = errors.into_inner();
+    if let Some((_, e)) = errors.iter().find(|(unrunnable, _)| *unrunnable) {
         return Err(unfit(format!("the index cannot hold this workload: {e}")));
     }
-    if let Some(e) = errors.into_inner().into_iter().next() {
+    if let Some((_, e)) = errors.into_iter().next() {
         bail!("an operation failed: {e}");
     }
     if !out.stuck.is_empty() && out.crashed.is_empty() {
