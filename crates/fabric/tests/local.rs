@@ -146,6 +146,39 @@ fn cache_lines_are_atomic_objects_are_not() {
     eprintln!("torn multi-line reads: {}", torn_objects.load(Ordering::Relaxed));
 }
 
+/// The part of a line an unaligned READ takes is a snapshot too: a READ that starts and ends
+/// inside lines (and inside words) never mixes two WRITEs within one line.
+#[test]
+fn partial_lines_of_unaligned_reads_are_atomic() {
+    let f = fabric(1, false);
+    let obj = run_tasks([f.client(0).unwrap().alloc(256, 64)]).remove(0).unwrap();
+    let rounds = 20_000;
+    run_on_threads(2, 1, |t, _| {
+        let c = f.client(0).unwrap();
+        async move {
+            let mut buf = [0u8; 256];
+            for r in 0..rounds {
+                if t == 0 {
+                    buf.fill((r % 251) as u8 + 1);
+                    c.write(obj, &buf).await.unwrap();
+                    continue;
+                }
+                // Starts 3 bytes into line 0 and ends 5 bytes into line 3, at every shift.
+                let from = 3 + r % 5;
+                let part = &mut buf[from..197 + r % 5];
+                c.read(obj.add(from as u64), part).await.unwrap();
+                let (mut at, end) = (from, 197 + r % 5);
+                while at < end {
+                    let line_end = ((at / 64 + 1) * 64).min(end);
+                    let line = &buf[at..line_end];
+                    assert!(line.iter().all(|&b| b == line[0]), "torn part of a line {line:?}");
+                    at = line_end;
+                }
+            }
+        }
+    });
+}
+
 /// A WRITE's lines land in increasing address order: reading the higher line first, a new value
 /// there implies the lower line is at least as new.
 #[test]
