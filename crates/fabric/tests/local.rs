@@ -1,7 +1,7 @@
 //! The `local` transport against the conformance suite, under real threads.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dmindex_fabric::conformance;
@@ -113,70 +113,76 @@ fn bad_configs_are_refused_with_reasons() {
     assert!(bad(LocalConfig { node_size: 1 << 50, ..Default::default() }).contains("48-bit"));
 }
 
-/// A 64-byte line is never seen half-written, however READs and WRITEs of multi-line objects
-/// interleave; lines of one object may differ.
-#[test]
-fn cache_lines_are_atomic_objects_are_not() {
+/// One thread WRITEs a 256-byte object whole, each round filled with one byte value; the other
+/// READs bytes `range(round)` of it and asserts that the part of each line it got holds one
+/// value. Returns how many READs saw lines of different WRITEs (which RDMA allows).
+fn reads_against_whole_writes(range: impl Fn(usize) -> (usize, usize) + Sync) -> usize {
     let f = fabric(1, false);
     let obj = run_tasks([f.client(0).unwrap().alloc(256, 64)]).remove(0).unwrap();
     let torn_objects = AtomicUsize::new(0);
     let rounds = 20_000;
+    // The writer goes on until the reader is done, and the reader until the writer has done
+    // `rounds` WRITEs too: the two overlap however the threads are scheduled.
+    let (written, read_done) = (AtomicUsize::new(0), AtomicBool::new(false));
     run_on_threads(2, 1, |t, _| {
         let c = f.client(0).unwrap();
-        let torn = &torn_objects;
+        let (torn, range, written, read_done) = (&torn_objects, &range, &written, &read_done);
         async move {
             let mut buf = [0u8; 256];
-            for r in 0..rounds {
-                if t == 0 {
+            if t == 0 {
+                let mut r = 0;
+                while !read_done.load(Ordering::Relaxed) {
                     buf.fill((r % 251) as u8 + 1);
                     c.write(obj, &buf).await.unwrap();
-                } else {
-                    c.read(obj, &mut buf).await.unwrap();
-                    for line in buf.chunks(64) {
-                        assert!(line.iter().all(|&b| b == line[0]), "torn cache line {line:?}");
-                    }
-                    if buf.chunks(64).any(|l| l[0] != buf[0]) {
-                        torn.fetch_add(1, Ordering::Relaxed);
-                    }
+                    r += 1;
+                    written.store(r, Ordering::Relaxed);
                 }
+                return;
+            }
+            // Set also when an assertion below fails, so the writer stops and the test ends.
+            struct Done<'a>(&'a AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Relaxed);
+                }
+            }
+            let _done = Done(read_done);
+            let mut r = 0;
+            while r < rounds || written.load(Ordering::Relaxed) < rounds {
+                let (from, end) = range(r);
+                c.read(obj.add(from as u64), &mut buf[from..end]).await.unwrap();
+                let mut at = from;
+                while at < end {
+                    let line_end = ((at / 64 + 1) * 64).min(end);
+                    let line = &buf[at..line_end];
+                    assert!(line.iter().all(|&b| b == line[0]), "torn cache line {line:?}");
+                    at = line_end;
+                }
+                if buf[from..end].iter().any(|&b| b != buf[from]) {
+                    torn.fetch_add(1, Ordering::Relaxed);
+                }
+                r += 1;
             }
         }
     });
+    torn_objects.into_inner()
+}
+
+/// A 64-byte line is never seen half-written, however READs and WRITEs of multi-line objects
+/// interleave; lines of one object may differ.
+#[test]
+fn cache_lines_are_atomic_objects_are_not() {
+    let torn_objects = reads_against_whole_writes(|_| (0, 256));
     // Informational: multi-line tearing is allowed (and usually seen on two cores).
-    eprintln!("torn multi-line reads: {}", torn_objects.load(Ordering::Relaxed));
+    eprintln!("torn multi-line reads: {torn_objects}");
 }
 
 /// The part of a line an unaligned READ takes is a snapshot too: a READ that starts and ends
 /// inside lines (and inside words) never mixes two WRITEs within one line.
 #[test]
 fn partial_lines_of_unaligned_reads_are_atomic() {
-    let f = fabric(1, false);
-    let obj = run_tasks([f.client(0).unwrap().alloc(256, 64)]).remove(0).unwrap();
-    let rounds = 20_000;
-    run_on_threads(2, 1, |t, _| {
-        let c = f.client(0).unwrap();
-        async move {
-            let mut buf = [0u8; 256];
-            for r in 0..rounds {
-                if t == 0 {
-                    buf.fill((r % 251) as u8 + 1);
-                    c.write(obj, &buf).await.unwrap();
-                    continue;
-                }
-                // Starts 3 bytes into line 0 and ends 5 bytes into line 3, at every shift.
-                let from = 3 + r % 5;
-                let part = &mut buf[from..197 + r % 5];
-                c.read(obj.add(from as u64), part).await.unwrap();
-                let (mut at, end) = (from, 197 + r % 5);
-                while at < end {
-                    let line_end = ((at / 64 + 1) * 64).min(end);
-                    let line = &buf[at..line_end];
-                    assert!(line.iter().all(|&b| b == line[0]), "torn part of a line {line:?}");
-                    at = line_end;
-                }
-            }
-        }
-    });
+    // Starts 3–7 bytes into line 0 and ends 5–9 bytes into line 3.
+    reads_against_whole_writes(|r| (3 + r % 5, 197 + r % 5));
 }
 
 /// A WRITE's lines land in increasing address order: reading the higher line first, a new value
