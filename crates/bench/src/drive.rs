@@ -18,7 +18,7 @@ use dmindex_ycsb::Shared;
 
 use crate::fault::{inject, monitor, NodeControl, RunClock};
 use crate::report::{summarise, Finished, Phase};
-use crate::runner::{ClientMetrics, OpSource, TaskEnv};
+use crate::runner::{BusyWindow, ClientMetrics, OpSource, TaskEnv};
 use crate::{
     chunk_size, client_phase, index_config, planned_sources, progress_bar, services, BenchConfig,
     BenchReport, Checked, Plan, Recovery, Runnable, RunnableScans,
@@ -107,7 +107,8 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
                 let rec =
                     Recorder { now, history: None, client: i as u32, value_size: cfg.value_size };
                 let env = TaskEnv { rec, progress: bar, metrics };
-                client_phase::<_, _, S>(plan, shared, idx, c, &env, (i, n), load, None).await;
+                let phase = (i, n);
+                client_phase::<_, _, S>(plan, shared, idx, c, &env, phase, load, None, None).await;
             }) as Task
         });
         let out = sim.run(tasks.chain(rebuild));
@@ -226,6 +227,9 @@ where
             RefCell::new(m)
         };
         let stop = AtomicBool::new(false);
+        // Real time: throughput over the part of the run in which every client is busy.
+        let window = (!load).then(BusyWindow::default);
+        let window = window.as_ref();
         let run_clock = RunClock { now: &now, t0, stop: &stop };
         let results = std::thread::scope(|scope| {
             let injector = match (&cfg.mn_fault, control) {
@@ -261,8 +265,11 @@ where
                         value_size: cfg.value_size,
                     };
                     let env = TaskEnv { rec, progress: bar, metrics: &metrics };
-                    client_phase::<_, _, S>(plan, shared, idx, &c, &env, (i, n), load, source)
-                        .await;
+                    let phase = (i, n);
+                    client_phase::<_, _, S>(
+                        plan, shared, idx, &c, &env, phase, load, source, window,
+                    )
+                    .await;
                     c.counts()
                 }
             });
@@ -280,6 +287,9 @@ where
         for (m, c) in results {
             metrics.merge(m.into_inner());
             counts += c.into_iter().sum::<VerbCounts>();
+        }
+        if let Some(end) = window.and_then(BusyWindow::closed_at) {
+            metrics.busy_ns = end.saturating_sub(t0);
         }
         Ok(Phase { metrics, ns, counts })
     };

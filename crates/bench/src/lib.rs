@@ -411,6 +411,7 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
     (i, n): (usize, usize),
     load: bool,
     source: Option<OpSource>,
+    window: Option<&runner::BusyWindow>,
 ) {
     if load {
         match &plan.load {
@@ -436,7 +437,7 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
         }
     } else {
         let src = source.unwrap_or_else(|| op_source(plan, shared, plan.seed, i, n));
-        runner::run_client::<T, I, S>(idx, c, env, src, share(plan.ops, n, i)).await
+        runner::run_client::<T, I, S>(idx, c, env, src, share(plan.ops, n, i), window).await
     }
 }
 

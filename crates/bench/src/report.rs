@@ -271,7 +271,12 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         } else {
             load_ops as f64 * 1e9 / load.ns as f64
         },
-        throughput_ops: if run.ns == 0 { 0.0 } else { ops as f64 * 1e9 / run.ns as f64 },
+        throughput_ops: match (m.busy_ops, m.busy_ns, run.ns) {
+            // Real time: the part of the run in which every client was busy.
+            (busy, ns, _) if busy > 0 && ns > 0 => busy as f64 * 1e9 / ns as f64,
+            (_, _, 0) => 0.0,
+            (_, _, ns) => ops as f64 * 1e9 / ns as f64,
+        },
         latency_us: latency(&all),
         round_trips_per_op: per(c.round_trips),
         verbs_per_op: per(c.verbs()),
