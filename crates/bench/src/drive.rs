@@ -118,7 +118,7 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
         }
         let metrics = metrics.into_inner();
         let counts = clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>() - v0;
-        Ok(Phase { metrics, ns: sim.now_ns() - t0, counts })
+        Ok(Phase { metrics, ns: sim.now_ns() - t0, busy_ns: 0, counts })
     };
     sim.set_direct(cfg.fast_load);
     let load = phase("load", plan.items, true);
@@ -288,14 +288,18 @@ where
             metrics.merge(m.into_inner());
             counts += c.into_iter().sum::<VerbCounts>();
         }
-        if let Some(end) = window.and_then(BusyWindow::closed_at) {
-            metrics.busy_ns = end.saturating_sub(t0);
-        }
-        Ok(Phase { metrics, ns, counts })
+        let busy_ns =
+            window.and_then(BusyWindow::closed_at).map_or(0, |end| end.saturating_sub(t0));
+        Ok(Phase { metrics, ns, busy_ns, counts })
     };
     // An attached process opens what another loaded: it loads nothing.
     let load = match cfg.attach {
-        true => Phase { metrics: ClientMetrics::default(), ns: 0, counts: VerbCounts::default() },
+        true => Phase {
+            metrics: ClientMetrics::default(),
+            ns: 0,
+            busy_ns: 0,
+            counts: VerbCounts::default(),
+        },
         false => phase("load", plan.items, true)?,
     };
     let wall = Instant::now();

@@ -189,6 +189,8 @@ fn latency(h: &hdrhistogram::Histogram<u64>) -> Latency {
 pub(crate) struct Phase {
     pub(crate) metrics: ClientMetrics,
     pub(crate) ns: u64,
+    /// Length of the run phase's busy window (0: measured over the whole phase).
+    pub(crate) busy_ns: u64,
     pub(crate) counts: VerbCounts,
 }
 
@@ -271,7 +273,7 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         } else {
             load_ops as f64 * 1e9 / load.ns as f64
         },
-        throughput_ops: match (m.busy_ops, m.busy_ns, run.ns) {
+        throughput_ops: match (m.busy_ops, run.busy_ns, run.ns) {
             // Real time: the part of the run in which every client was busy.
             (busy, ns, _) if busy > 0 && ns > 0 => busy as f64 * 1e9 / ns as f64,
             (_, _, 0) => 0.0,

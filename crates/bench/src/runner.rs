@@ -71,10 +71,8 @@ pub struct ClientMetrics {
     pub verbs: Vec<OpCost>,
     pub failures: u64,
     pub first_error: Option<IndexError>,
-    /// The run phase's busy window (see [`BusyWindow`]): operations completed in it, summed
-    /// over clients, and its length (set once the phase is over; 0: not measured).
+    /// Operations completed in the run phase's [`BusyWindow`], summed over clients.
     pub busy_ops: u64,
-    pub busy_ns: u64,
     /// Completions per interval of `timeline_ns` from `timeline_from` (0: not kept).
     pub timeline: Vec<u64>,
     pub timeline_from: u64,
@@ -92,7 +90,6 @@ impl Default for ClientMetrics {
             failures: 0,
             first_error: None,
             busy_ops: 0,
-            busy_ns: 0,
             timeline: Vec::new(),
             timeline_from: 0,
             timeline_ns: 0,
@@ -122,7 +119,6 @@ impl ClientMetrics {
         }
         self.failures += o.failures;
         self.busy_ops += o.busy_ops;
-        self.busy_ns = self.busy_ns.max(o.busy_ns);
         if self.timeline.len() < o.timeline.len() {
             self.timeline.resize(o.timeline.len(), 0);
         }

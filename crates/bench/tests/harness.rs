@@ -98,14 +98,18 @@ struct Straggling {
     slow: AtomicU32,
 }
 
+impl Straggling {
+    fn new(inner: LockedShards) -> Straggling {
+        Straggling { inner, slow: AtomicU32::new(u32::MAX) }
+    }
+}
+
 impl<T: Transport> PointIndex<T> for Straggling {
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
-        let inner = <LockedShards as PointIndex<T>>::create(c, config, cn).await?;
-        Ok(Straggling { inner, slow: AtomicU32::new(u32::MAX) })
+        Ok(Straggling::new(<LockedShards as PointIndex<T>>::create(c, config, cn).await?))
     }
     async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
-        let inner = <LockedShards as PointIndex<T>>::open(c, config, cn).await?;
-        Ok(Straggling { inner, slow: AtomicU32::new(u32::MAX) })
+        Ok(Straggling::new(<LockedShards as PointIndex<T>>::open(c, config, cn).await?))
     }
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         let first =
