@@ -187,3 +187,14 @@ fn rdwc_hot_keys_stay_linearizable() {
     chime("rdwc_hot_keys chime", cfg.clone(), 0..30);
     sherman("rdwc_hot_keys sherman", cfg, 0..30);
 }
+
+/// RDWC's slots going cold after every uncontended entry and every other operation sampled, so
+/// operations that bypass the table run against batches that lead, wait and combine.
+#[test]
+fn chime_with_rdwc_slots_flipping() {
+    let mut o = opts(8, 4, 4);
+    o.push(("rdwc_cool_after".into(), "1".into()));
+    o.push(("rdwc_sample_every".into(), "2".into()));
+    let cfg = CheckConfig { index_options: o, keys: 24, clients: 16, ..CheckConfig::default() };
+    chime("chime_with_rdwc_slots_flipping", cfg, 0..60);
+}

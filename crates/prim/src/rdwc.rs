@@ -27,11 +27,39 @@
 //!
 //! Keys hash into [`SLOTS`] slots, each on its own cache line; a slot counts the clients in it
 //! and lists the keys with a listed leader in flight and the batch waiting behind each. A client
-//! alone in its slot leads without listing itself (two uncontended atomics, no lock: the common
-//! case when clients of a compute node work on different keys); otherwise the slot's lock is
-//! held only to edit its list, never across a verb.
+//! alone in its slot leads without listing itself (two atomics, no lock); otherwise the slot's
+//! lock is held only to edit its list, never across a verb.
+//!
+//! # Slots nobody shares cost nothing
+//!
+//! A slot's counter is a line that every client entering the slot writes, so on a compute node
+//! whose clients rarely meet on a key the table itself costs each operation a line moved
+//! between cores (about 64 ns on the two-core machine this was measured on: a sixth of a CHIME
+//! search at 1 M items, a quarter in cache), for nothing. So each slot is *hot* or *cold*, a
+//! flag in a packed array that is written only when it flips and otherwise stays in every
+//! core's cache:
+//! * an operation on a **cold** slot bypasses the table: no write to any shared line, its own
+//!   remote operation — except one in [`SAMPLE_EVERY`] (counted per client shard), which enters
+//!   to look for company;
+//! * a client that enters a slot another client is in, and whose key hash is that of the last
+//!   client to enter, has met contention on its key: the slot turns **hot**, and every
+//!   operation on it enters;
+//! * a hot slot turns cold after [`COOL_AFTER`] entries in a row that met no contention on
+//!   their key (neither that, nor a batch to join).
+//!
+//! Slots start hot, so a table behaves as the paper's from its first operation, and the slots
+//! nobody contends go cold within their first few hundred operations. With 128 clients on a
+//! compute node (the CHIME paper's shape) no slot goes cold and the simulator's figures are
+//! those of the table without the flags; with 2 clients about one operation in 12 enters.
+//!
+//! Bypassing never costs correctness: a bypassing client does its own remote operation, as a
+//! client of another compute node would, and joins no batch; batches form only among clients in
+//! the slot, under the rules above. What it can cost is combining: the first contended
+//! operations on a cold slot do not combine until a sampled client notices them (with `n`
+//! clients on a key at once, each sampled with probability 1/16, that takes a few rounds), which
+//! is the price of not writing a shared line when nothing is contended.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
@@ -49,6 +77,14 @@ use crate::options::{Opt, Options};
 
 /// Slots per compute node.
 pub const SLOTS: usize = 256;
+
+/// One operation in this many on a cold slot enters it, to notice contention (option
+/// `rdwc_sample_every`).
+pub const SAMPLE_EVERY: u64 = 16;
+
+/// Entries in a row that meet no contention on their key after which a hot slot goes cold
+/// (option `rdwc_cool_after`; tests set it low to flip slots all the time).
+pub const COOL_AFTER: u32 = 256;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -156,6 +192,10 @@ impl Drop for Ticket<'_> {
 struct Slot {
     /// Clients in the slot now: joining, leading or waiting.
     busy: AtomicU32,
+    /// Entries in a row, while hot, that met no contention on their key (a hint: racy).
+    calm: AtomicU32,
+    /// The key hash of the client that entered last (a hint).
+    last_key: AtomicU64,
     active: Mutex<Vec<Active>>,
 }
 
@@ -165,6 +205,8 @@ struct Slot {
 struct Counts {
     reads: AtomicU64,
     writes: AtomicU64,
+    /// Those of them that entered their slot (the rest bypassed a cold one).
+    entered: AtomicU64,
 }
 
 /// Shards of [`Counts`].
@@ -173,20 +215,14 @@ const COUNT_SHARDS: usize = 16;
 /// A compute node's RDWC table.
 pub struct Table {
     slots: Box<[Slot]>,
+    /// Per slot, whether operations enter it; packed and written only when a slot flips, so
+    /// checking a cold slot reads a line that stays in every core's cache.
+    hot: Box<[AtomicBool]>,
     counts: Box<[CachePadded<Counts>]>,
+    cool_after: u32,
+    sample_every: u64,
     delegated: AtomicU64,
     combined: AtomicU64,
-}
-
-impl Default for Table {
-    fn default() -> Table {
-        Table {
-            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
-            counts: (0..COUNT_SHARDS).map(|_| CachePadded::default()).collect(),
-            delegated: AtomicU64::new(0),
-            combined: AtomicU64::new(0),
-        }
-    }
 }
 
 /// A client in its key's slot: whether it is alone there.
@@ -196,20 +232,62 @@ struct Entered<'a> {
     alone: bool,
 }
 
+impl Default for Table {
+    fn default() -> Table {
+        Table::new(COOL_AFTER, SAMPLE_EVERY)
+    }
+}
+
 impl Table {
-    /// Enters the slot of `key` for an operation of `kind` by client `ordinal`. A client alone
-    /// in its slot leads without listing itself — no lock, no list, nothing awaited: an
-    /// operation nobody else on the compute node is near costs the slot's two uncontended
-    /// atomics. A client that arrives while it leads finds no batch for the key, lists itself
-    /// and leads its own remote operation: combining starts from the second client on, and
-    /// the two operations run independently (each is linearizable on its own).
-    fn enter(&self, key: &[u8], kind: Kind, ordinal: u32) -> Entered<'_> {
+    fn new(cool_after: u32, sample_every: u64) -> Table {
+        Table {
+            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+            hot: (0..SLOTS).map(|_| AtomicBool::new(true)).collect(),
+            counts: (0..COUNT_SHARDS).map(|_| CachePadded::default()).collect(),
+            cool_after,
+            sample_every,
+            delegated: AtomicU64::new(0),
+            combined: AtomicU64::new(0),
+        }
+    }
+
+    /// Enters the slot of `key` for an operation of `kind` by client `ordinal`, or `None`: the
+    /// slot is cold and the operation bypasses the table (see the module docs). A client alone
+    /// in its slot leads without listing itself — no lock, no list, nothing awaited. A client
+    /// that arrives while it leads finds no batch for the key, lists itself and leads its own
+    /// remote operation: combining starts from the second client on, and the two operations run
+    /// independently (each is linearizable on its own).
+    fn enter(&self, key: &[u8], kind: Kind, ordinal: u32) -> Option<Entered<'_>> {
         let counts = &self.counts[ordinal as usize % COUNT_SHARDS];
         let counter = if kind == Kind::Read { &counts.reads } else { &counts.writes };
-        counter.fetch_add(1, Ordering::Relaxed);
-        let slot = &self.slots[(hash_bytes(key) % SLOTS as u64) as usize];
-        let alone = slot.busy.fetch_add(1, Ordering::Acquire) == 0;
-        Entered { slot, busy: Busy(slot), alone }
+        let nth = counter.fetch_add(1, Ordering::Relaxed);
+        let h = hash_bytes(key);
+        let i = (h % SLOTS as u64) as usize;
+        let hot = self.hot[i].load(Ordering::Relaxed);
+        if !hot && nth % self.sample_every != 0 {
+            return None;
+        }
+        counts.entered.fetch_add(1, Ordering::Relaxed);
+        let slot = &self.slots[i];
+        let before = slot.busy.fetch_add(1, Ordering::Acquire);
+        // The line is this client's now: the hints below cost no further transfer.
+        let contended = before > 0 && slot.last_key.load(Ordering::Relaxed) == h;
+        slot.last_key.store(h, Ordering::Relaxed);
+        if contended {
+            slot.calm.store(0, Ordering::Relaxed);
+            if !hot {
+                self.hot[i].store(true, Ordering::Relaxed);
+            }
+        } else if hot {
+            let calm = slot.calm.load(Ordering::Relaxed) + 1;
+            if calm >= self.cool_after {
+                self.hot[i].store(false, Ordering::Relaxed);
+                slot.calm.store(0, Ordering::Relaxed);
+            } else {
+                slot.calm.store(calm, Ordering::Relaxed);
+            }
+        }
+        Some(Entered { slot, busy: Busy(slot), alone: before == 0 })
     }
 
     /// Joins the batch for (`key`, `kind`) depositing `value`, having entered its slot with
@@ -251,6 +329,8 @@ impl Table {
                         return Ok(Vec::new());
                     }
                     Some(a) => {
+                        // Contention on the key, however many other keys came in between.
+                        slot.calm.store(0, Ordering::Relaxed);
                         let (tx, rx) = oneshot::channel();
                         a.waiting.push(Waiter { value: value.to_vec(), tx });
                         rx
@@ -265,16 +345,24 @@ impl Table {
         }
     }
 
-    /// Searches and writes that went through the table.
-    fn counts(&self) -> (u64, u64) {
-        self.counts.iter().fold((0, 0), |(r, w), s| {
-            (r + s.reads.load(Ordering::Relaxed), w + s.writes.load(Ordering::Relaxed))
+    /// Searches and writes that came to the table, and those of them that entered a slot.
+    fn counts(&self) -> (u64, u64, u64) {
+        self.counts.iter().fold((0, 0, 0), |(r, w, e), s| {
+            let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+            (r + get(&s.reads), w + get(&s.writes), e + get(&s.entered))
         })
     }
 }
 
-/// RDWC's one option, taken out before the wrapped index reads the rest.
-const OPTIONS: Options = Options { what: "RDWC", known: &[Opt::flag("rdwc", &[])] };
+/// RDWC's options, taken out before the wrapped index reads the rest.
+const OPTIONS: Options = Options {
+    what: "RDWC",
+    known: &[
+        Opt::flag("rdwc", &[]),
+        Opt::number("rdwc_cool_after", &[], 1..=1 << 30),
+        Opt::number("rdwc_sample_every", &[], 1..=1 << 30),
+    ],
+};
 
 /// Index `I` with RDWC on each compute node's handle (option `rdwc=0` turns it off).
 pub struct Rdwc<I> {
@@ -288,14 +376,17 @@ impl<I> Rdwc<I> {
         &self.inner
     }
 
-    /// Strips the `rdwc` option from `cfg`; returns whether RDWC is on (default) and the rest.
-    fn options(cfg: &IndexConfig) -> IndexResult<(bool, IndexConfig)> {
+    /// Strips RDWC's options from `cfg`; returns its table (`None`: RDWC off) and the rest.
+    fn options(cfg: &IndexConfig) -> IndexResult<(Option<Table>, IndexConfig)> {
         let (mine, rest) = OPTIONS.strip(cfg)?;
-        Ok((mine.flag("rdwc").unwrap_or(true), rest))
+        let cool_after = mine.number("rdwc_cool_after").map_or(COOL_AFTER, |n| n as u32);
+        let sample_every = mine.number("rdwc_sample_every").map_or(SAMPLE_EVERY, |n| n as u64);
+        let table = mine.flag("rdwc").unwrap_or(true).then(|| Table::new(cool_after, sample_every));
+        Ok((table, rest))
     }
 
-    fn wrap(inner: I, on: bool) -> Rdwc<I> {
-        Rdwc { inner, table: on.then(Table::default) }
+    fn wrap(inner: I, table: Option<Table>) -> Rdwc<I> {
+        Rdwc { inner, table }
     }
 }
 
@@ -304,21 +395,26 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     const SURVIVES_MN_CRASH: bool = I::SURVIVES_MN_CRASH;
 
     async fn create(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
-        let (on, cfg) = Self::options(cfg)?;
-        Ok(Self::wrap(I::create(c, &cfg, cn).await?, on))
+        let (table, cfg) = Self::options(cfg)?;
+        Ok(Self::wrap(I::create(c, &cfg, cn).await?, table))
     }
 
     async fn open(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
-        let (on, cfg) = Self::options(cfg)?;
-        Ok(Self::wrap(I::open(c, &cfg, cn).await?, on))
+        let (table, cfg) = Self::options(cfg)?;
+        Ok(Self::wrap(I::open(c, &cfg, cn).await?, table))
     }
 
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         let Some(t) = &self.table else { return self.inner.search_into(c, key, out).await };
-        let entered = t.enter(key, Kind::Read, c.ordinal());
-        if entered.alone {
-            return self.inner.search_into(c, key, out).await;
-        }
+        let entered = match t.enter(key, Kind::Read, c.ordinal()) {
+            Some(e) if !e.alone => e,
+            // Bypassing a cold slot, or alone in it (counted there until the operation ends).
+            lone => {
+                let r = self.inner.search_into(c, key, out).await;
+                drop(lone);
+                return r;
+            }
+        };
         match t.join(entered, key, Kind::Read, &[]).await {
             Role::Done(Out::Read(v)) => {
                 t.delegated.fetch_add(1, Ordering::Relaxed);
@@ -342,10 +438,15 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
         let Some(t) = &self.table else { return self.inner.insert(c, key, value).await };
-        let entered = t.enter(key, Kind::Insert, c.ordinal());
-        if entered.alone {
-            return self.inner.insert(c, key, value).await;
-        }
+        let entered = match t.enter(key, Kind::Insert, c.ordinal()) {
+            Some(e) if !e.alone => e,
+            // Bypassing a cold slot, or alone in it (counted there until the operation ends).
+            lone => {
+                let r = self.inner.insert(c, key, value).await;
+                drop(lone);
+                return r;
+            }
+        };
         match t.join(entered, key, Kind::Insert, value).await {
             Role::Done(_) => {
                 t.combined.fetch_add(1, Ordering::Relaxed);
@@ -361,10 +462,15 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
 
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
         let Some(t) = &self.table else { return self.inner.update(c, key, value).await };
-        let entered = t.enter(key, Kind::Update, c.ordinal());
-        if entered.alone {
-            return self.inner.update(c, key, value).await;
-        }
+        let entered = match t.enter(key, Kind::Update, c.ordinal()) {
+            Some(e) if !e.alone => e,
+            // Bypassing a cold slot, or alone in it (counted there until the operation ends).
+            lone => {
+                let r = self.inner.update(c, key, value).await;
+                drop(lone);
+                return r;
+            }
+        };
         match t.join(entered, key, Kind::Update, value).await {
             Role::Done(Out::Update(existed)) => {
                 t.combined.fetch_add(1, Ordering::Relaxed);
@@ -386,8 +492,9 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     fn stats(&self) -> IndexStats {
         let mut s = self.inner.stats();
         if let Some(t) = &self.table {
-            let (reads, writes) = t.counts();
+            let (reads, writes, entered) = t.counts();
             s.extra.extend([
+                ("rdwc_entered", entered),
                 ("rdwc_reads", reads),
                 ("rdwc_reads_delegated", t.delegated.load(Ordering::Relaxed)),
                 ("rdwc_writes", writes),

@@ -60,7 +60,7 @@ impl<T: Transport> PointIndex<T> for Gated {
 /// A gated index with RDWC on, and a client for it.
 fn gated() -> (Rdwc<Gated>, Client<LocalTransport>) {
     let f = LocalFabric::new(LocalConfig::default()).unwrap();
-    (Rdwc::wrap(Gated::default(), true), f.client(0).unwrap())
+    (Rdwc::wrap(Gated::default(), Some(Table::default())), f.client(0).unwrap())
 }
 
 type Task<'a> = Pin<Box<dyn Future<Output = Option<Vec<u8>>> + 'a>>;
@@ -183,4 +183,77 @@ fn a_dropped_leader_releases_its_batch() {
         .slots
         .iter()
         .all(|s| s.active.lock().unwrap().is_empty() && s.busy.load(Ordering::Relaxed) == 0));
+}
+
+/// The table's counters for `t`: (entered, delegated).
+fn entered_and_delegated(t: &Rdwc<Gated>) -> (u64, u64) {
+    let s = PointIndex::<LocalTransport>::stats(t);
+    let get = |n: &str| s.extra.iter().find(|(k, _)| *k == n).map_or(0, |(_, v)| *v);
+    (get("rdwc_entered"), get("rdwc_reads_delegated"))
+}
+
+/// Whether the slot of `key` is hot.
+fn hot(t: &Rdwc<Gated>, key: &[u8]) -> bool {
+    let i = (hash_bytes(key) % SLOTS as u64) as usize;
+    t.table.as_ref().unwrap().hot[i].load(Ordering::Relaxed)
+}
+
+/// `n` searches of `key` one after another (the gate open): no client ever meets another.
+fn searches_alone(t: &Rdwc<Gated>, c: &Client<LocalTransport>, key: &[u8], n: u64) {
+    t.inner.gate.set(true);
+    for _ in 0..n {
+        assert_eq!(futures::executor::block_on(t.search(c, key)).unwrap(), Some(vec![0]));
+    }
+}
+
+/// A slot that meets no contention goes cold after `COOL_AFTER` entries, and from then on only
+/// one operation in `SAMPLE_EVERY` touches it; nothing stays counted in it.
+#[test]
+fn an_uncontended_slot_goes_cold_and_is_bypassed() {
+    let (t, c) = gated();
+    let key = b"k".as_slice();
+    searches_alone(&t, &c, key, u64::from(COOL_AFTER) - 1);
+    assert!(hot(&t, key), "cooled early");
+    searches_alone(&t, &c, key, 1);
+    assert!(!hot(&t, key), "still hot after {COOL_AFTER} uncontended entries");
+    assert_eq!(entered_and_delegated(&t), (u64::from(COOL_AFTER), 0));
+    searches_alone(&t, &c, key, 10 * SAMPLE_EVERY);
+    assert_eq!(entered_and_delegated(&t), (u64::from(COOL_AFTER) + 10, 0));
+    assert!(!hot(&t, key), "a sampled client alone must not heat the slot");
+    assert!(t.table.as_ref().unwrap().slots.iter().all(|s| s.busy.load(Ordering::Relaxed) == 0));
+}
+
+/// Readers piling up on a cold slot's key: the sampled ones find each other, the slot turns
+/// hot, and the readers after that queue behind one read again.
+#[test]
+fn contention_on_a_cold_slot_turns_it_hot() {
+    let (t, c) = gated();
+    let (t, c) = (&t, &c);
+    let key = b"k".as_slice();
+    searches_alone(t, c, key, u64::from(COOL_AFTER));
+    assert!(!hot(t, key));
+    t.inner.gate.set(false);
+    let before = t.inner.searches.get();
+    // Operation 256 is sampled and leads alone, 257–271 bypass, 272 is sampled and meets it:
+    // hot. The ones after enter and queue.
+    let readers = 2 * SAMPLE_EVERY as usize + 4;
+    let mut tasks: Vec<Task<'_>> = (0..readers)
+        .map(|i| -> Task<'_> {
+            Box::pin(async move {
+                spin(i).await;
+                t.search(c, key).await.unwrap()
+            })
+        })
+        .collect();
+    tasks.push(Box::pin(async move {
+        spin(readers + 10).await;
+        t.inner.gate.set(true);
+        None
+    }));
+    let out = run_tasks(tasks);
+    assert!(out[..readers].iter().all(|v| v.as_deref() == Some(&[0u8][..])));
+    assert!(hot(t, key), "contended slot stayed cold");
+    let (_, delegated) = entered_and_delegated(t);
+    assert!(delegated >= SAMPLE_EVERY, "only {delegated} reads delegated once hot");
+    assert_eq!(u64::from(t.inner.searches.get() - before) + delegated, readers as u64);
 }
