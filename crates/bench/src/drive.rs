@@ -227,9 +227,9 @@ where
             RefCell::new(m)
         };
         let stop = AtomicBool::new(false);
-        // Real time: throughput over the part of the run in which every client is busy.
-        let window = (!load).then(BusyWindow::default);
-        let window = window.as_ref();
+        // Real time: throughput over the part of the phase in which every client is busy.
+        let window = BusyWindow::default();
+        let window = Some(&window);
         let run_clock = RunClock { now: &now, t0, stop: &stop };
         let results = std::thread::scope(|scope| {
             let injector = match (&cfg.mn_fault, control) {

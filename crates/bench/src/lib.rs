@@ -425,14 +425,14 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
                         })
                         .is_some()
                 };
-                runner::load_client(idx, c, env, next).await
+                runner::load_client(idx, c, env, next, window).await
             }
             None => {
                 let mut numbers = load_numbers(plan.items, i as u64, n as u64);
                 let next = |buf: &mut Vec<u8>| {
                     numbers.next().map(|k| plan.format.key_into(k, buf)).is_some()
                 };
-                runner::load_client(idx, c, env, next).await
+                runner::load_client(idx, c, env, next, window).await
             }
         }
     } else {

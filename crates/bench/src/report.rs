@@ -189,9 +189,21 @@ fn latency(h: &hdrhistogram::Histogram<u64>) -> Latency {
 pub(crate) struct Phase {
     pub(crate) metrics: ClientMetrics,
     pub(crate) ns: u64,
-    /// Length of the run phase's busy window (0: measured over the whole phase).
+    /// Length of the phase's busy window (0: measured over the whole phase).
     pub(crate) busy_ns: u64,
     pub(crate) counts: VerbCounts,
+}
+
+impl Phase {
+    /// Operations per second: on real time over the part of the phase in which every client
+    /// was busy, on the simulator (no window) over the whole phase of `ops` operations.
+    fn throughput(&self, ops: u64) -> f64 {
+        match (self.metrics.busy_ops, self.busy_ns, self.ns) {
+            (busy, ns, _) if busy > 0 && ns > 0 => busy as f64 * 1e9 / ns as f64,
+            (_, _, 0) => 0.0,
+            (_, _, ns) => ops as f64 * 1e9 / ns as f64,
+        }
+    }
 }
 
 /// What a finished run hands to [`summarise`].
@@ -268,17 +280,8 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         coroutines: cfg.coroutines,
         seed: cfg.seed,
         load_fast_forward: cfg.fast_load,
-        load_throughput_ops: if load.ns == 0 {
-            0.0
-        } else {
-            load_ops as f64 * 1e9 / load.ns as f64
-        },
-        throughput_ops: match (m.busy_ops, run.busy_ns, run.ns) {
-            // Real time: the part of the run in which every client was busy.
-            (busy, ns, _) if busy > 0 && ns > 0 => busy as f64 * 1e9 / ns as f64,
-            (_, _, 0) => 0.0,
-            (_, _, ns) => ops as f64 * 1e9 / ns as f64,
-        },
+        load_throughput_ops: load.throughput(load_ops),
+        throughput_ops: run.throughput(ops),
         latency_us: latency(&all),
         round_trips_per_op: per(c.round_trips),
         verbs_per_op: per(c.verbs()),

@@ -180,14 +180,16 @@ pub async fn run_op<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
 }
 
 /// The load phase of one client: inserts the keys `next` writes into its buffer (`false` when
-/// there are no more), without allocating per key.
+/// there are no more), without allocating per key; counted into `window` if given.
 pub async fn load_client<T: Transport, I: PointIndex<T>>(
     idx: &I,
     c: &Client<T>,
     env: &TaskEnv<'_>,
     mut next: impl FnMut(&mut Vec<u8>) -> bool,
+    window: Option<&BusyWindow>,
 ) {
     let mut done = 0;
+    let mut counter = WindowCount::default();
     let (mut key, mut value) = (Vec::new(), Vec::new());
     let mut seq = 0;
     while next(&mut key) {
@@ -195,10 +197,10 @@ pub async fn load_client<T: Transport, I: PointIndex<T>>(
         let v = env.rec.value_into(seq, &mut value);
         let r = env.rec.insert(idx, c, &key, v).await.map(|()| true);
         seq += 1;
-        if record(OpKind::Insert, r, t0, v0, c, env, &mut done).is_none() {
-            break;
-        }
+        let Some(end) = record(OpKind::Insert, r, t0, v0, c, env, &mut done) else { break };
+        counter.completed(end, done, window);
     }
+    counter.finish(done, window, env);
     env.progress.inc(done % PROGRESS_BATCH);
 }
 
@@ -212,8 +214,7 @@ pub async fn run_client<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     window: Option<&BusyWindow>,
 ) {
     let mut done = 0;
-    let mut in_window = None;
-    let mut last_end = 0;
+    let mut counter = WindowCount::default();
     let (mut op, mut value) = (Op::default(), Vec::new());
     for seq in 0..ops {
         source.next_into(&mut op);
@@ -223,25 +224,46 @@ pub async fn run_client<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
             source.acknowledge(&op);
         }
         let Some(end) = record(op.kind, r, t0, v0, c, env, &mut done) else { break };
-        last_end = end;
-        if let (None, Some(w)) = (in_window, window) {
-            in_window = w.closed_at().map(|e| if end <= e { done } else { done - 1 });
+        counter.completed(end, done, window);
+    }
+    counter.finish(done, window, env);
+    env.progress.inc(done % PROGRESS_BATCH);
+}
+
+/// One client's count of its operations inside the [`BusyWindow`].
+#[derive(Default)]
+struct WindowCount {
+    /// Operations completed by the window's end, once it has closed.
+    in_window: Option<u64>,
+    last_end: u64,
+}
+
+impl WindowCount {
+    /// The client's `done`-th operation completed at `end`.
+    #[inline]
+    fn completed(&mut self, end: u64, done: u64, window: Option<&BusyWindow>) {
+        self.last_end = end;
+        if let (None, Some(w)) = (self.in_window, window) {
+            self.in_window = w.closed_at().map(|e| if end <= e { done } else { done - 1 });
         }
     }
-    if let Some(w) = window {
-        let counted = in_window.unwrap_or_else(|| {
-            if ops > 0 {
-                w.close(last_end);
+
+    /// The client is done after `done` operations: it closes the window if it is the first
+    /// (and did any), and adds what it completed inside the window to its metrics.
+    fn finish(self, done: u64, window: Option<&BusyWindow>, env: &TaskEnv<'_>) {
+        let Some(w) = window else { return };
+        let counted = self.in_window.unwrap_or_else(|| {
+            if self.last_end > 0 {
+                w.close(self.last_end);
             }
             done
         });
         env.metrics.borrow_mut().busy_ops += counted;
     }
-    env.progress.inc(done % PROGRESS_BATCH);
 }
 
-/// The part of a run phase in which every client is busy: from its start until the first
-/// client with a share of the operations has done it.
+/// The part of a phase in which every client is busy: from its start until the first client
+/// with a share of the operations (or of the keys to load) has done it.
 ///
 /// With fixed shares, a client thread the host slows down finishes last, and the phase ends with
 /// a tail in which the others idle: two client threads on this machine have ended 0.5 s apart in
