@@ -71,7 +71,7 @@ pub struct ClientMetrics {
     pub verbs: Vec<OpCost>,
     pub failures: u64,
     pub first_error: Option<IndexError>,
-    /// Operations completed in the run phase's [`BusyWindow`], summed over clients.
+    /// Operations completed in the phase's [`BusyWindow`], summed over clients.
     pub busy_ops: u64,
     /// Completions per interval of `timeline_ns` from `timeline_from` (0: not kept).
     pub timeline: Vec<u64>,

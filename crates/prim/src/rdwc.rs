@@ -225,11 +225,16 @@ pub struct Table {
     combined: AtomicU64,
 }
 
-/// A client in its key's slot: whether it is alone there.
+/// A client in its key's slot with another client there: it joins a batch.
 struct Entered<'a> {
     slot: &'a Slot,
     busy: Busy<'a>,
-    alone: bool,
+}
+
+/// The slot of a key with hash `h`.
+#[inline]
+fn slot_of(h: u64) -> usize {
+    (h % SLOTS as u64) as usize
 }
 
 impl Default for Table {
@@ -251,21 +256,23 @@ impl Table {
         }
     }
 
-    /// Enters the slot of `key` for an operation of `kind` by client `ordinal`, or `None`: the
-    /// slot is cold and the operation bypasses the table (see the module docs). A client alone
-    /// in its slot leads without listing itself — no lock, no list, nothing awaited. A client
-    /// that arrives while it leads finds no batch for the key, lists itself and leads its own
-    /// remote operation: combining starts from the second client on, and the two operations run
+    /// Enters the slot of `key` for an operation of `kind` by client `ordinal`: `Ok` if another
+    /// client is there (join a batch), else `Err` with what the client holds while it does its
+    /// own remote operation: its place in the slot if it is alone there (it leads without
+    /// listing itself — no lock, no list, nothing awaited), nothing if the slot is cold and the
+    /// operation bypasses the table (see the module docs). A client that arrives while a lone
+    /// client leads finds no batch for the key, lists itself and leads its own remote
+    /// operation: combining starts from the second client on, and the two operations run
     /// independently (each is linearizable on its own).
-    fn enter(&self, key: &[u8], kind: Kind, ordinal: u32) -> Option<Entered<'_>> {
+    fn enter(&self, key: &[u8], kind: Kind, ordinal: u32) -> Result<Entered<'_>, Option<Busy<'_>>> {
         let counts = &self.counts[ordinal as usize % COUNT_SHARDS];
         let counter = if kind == Kind::Read { &counts.reads } else { &counts.writes };
         let nth = counter.fetch_add(1, Ordering::Relaxed);
         let h = hash_bytes(key);
-        let i = (h % SLOTS as u64) as usize;
+        let i = slot_of(h);
         let hot = self.hot[i].load(Ordering::Relaxed);
         if !hot && nth % self.sample_every != 0 {
-            return None;
+            return Err(None);
         }
         counts.entered.fetch_add(1, Ordering::Relaxed);
         let slot = &self.slots[i];
@@ -287,7 +294,11 @@ impl Table {
                 slot.calm.store(calm, Ordering::Relaxed);
             }
         }
-        Some(Entered { slot, busy: Busy(slot), alone: before == 0 })
+        let busy = Busy(slot);
+        if before == 0 {
+            return Err(Some(busy));
+        }
+        Ok(Entered { slot, busy })
     }
 
     /// Joins the batch for (`key`, `kind`) depositing `value`, having entered its slot with
@@ -299,7 +310,7 @@ impl Table {
         kind: Kind,
         value: &'a [u8],
     ) -> Role<'a> {
-        let Entered { slot, busy, .. } = entered;
+        let Entered { slot, busy } = entered;
         let followers = match self.wait_in(slot, key, kind, value).await {
             Ok(f) => f,
             Err(done) => return done,
@@ -407,13 +418,9 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         let Some(t) = &self.table else { return self.inner.search_into(c, key, out).await };
         let entered = match t.enter(key, Kind::Read, c.ordinal()) {
-            Some(e) if !e.alone => e,
-            // Bypassing a cold slot, or alone in it (counted there until the operation ends).
-            lone => {
-                let r = self.inner.search_into(c, key, out).await;
-                drop(lone);
-                return r;
-            }
+            Ok(e) => e,
+            // Alone in the slot (counted there until the operation ends) or bypassing it.
+            Err(_held) => return self.inner.search_into(c, key, out).await,
         };
         match t.join(entered, key, Kind::Read, &[]).await {
             Role::Done(Out::Read(v)) => {
@@ -439,13 +446,9 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
         let Some(t) = &self.table else { return self.inner.insert(c, key, value).await };
         let entered = match t.enter(key, Kind::Insert, c.ordinal()) {
-            Some(e) if !e.alone => e,
-            // Bypassing a cold slot, or alone in it (counted there until the operation ends).
-            lone => {
-                let r = self.inner.insert(c, key, value).await;
-                drop(lone);
-                return r;
-            }
+            Ok(e) => e,
+            // Alone in the slot (counted there until the operation ends) or bypassing it.
+            Err(_held) => return self.inner.insert(c, key, value).await,
         };
         match t.join(entered, key, Kind::Insert, value).await {
             Role::Done(_) => {
@@ -463,13 +466,9 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
         let Some(t) = &self.table else { return self.inner.update(c, key, value).await };
         let entered = match t.enter(key, Kind::Update, c.ordinal()) {
-            Some(e) if !e.alone => e,
-            // Bypassing a cold slot, or alone in it (counted there until the operation ends).
-            lone => {
-                let r = self.inner.update(c, key, value).await;
-                drop(lone);
-                return r;
-            }
+            Ok(e) => e,
+            // Alone in the slot (counted there until the operation ends) or bypassing it.
+            Err(_held) => return self.inner.update(c, key, value).await,
         };
         match t.join(entered, key, Kind::Update, value).await {
             Role::Done(Out::Update(existed)) => {

@@ -194,8 +194,7 @@ fn entered_and_delegated(t: &Rdwc<Gated>) -> (u64, u64) {
 
 /// Whether the slot of `key` is hot.
 fn hot(t: &Rdwc<Gated>, key: &[u8]) -> bool {
-    let i = (hash_bytes(key) % SLOTS as u64) as usize;
-    t.table.as_ref().unwrap().hot[i].load(Ordering::Relaxed)
+    t.table.as_ref().unwrap().hot[slot_of(hash_bytes(key))].load(Ordering::Relaxed)
 }
 
 /// `n` searches of `key` one after another (the gate open): no client ever meets another.
