@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::bail;
 use dmindex_fabric::exec::{run_on_threads_with, run_tasks};
 use dmindex_fabric::local::LocalTransport;
+use dmindex_fabric::memory::Pages;
 use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric, VerbCounts};
 use dmindex_index::recorded::Recorder;
 use dmindex_index::{PointIndex, Scans};
@@ -160,6 +161,7 @@ pub(crate) fn run_local<I: Runnable, S: RunnableScans<I>>(
         mn_cores: 4,
         chunk_size: chunk_size(cfg),
         yield_per_verb: cfg.coroutines > 1,
+        pages: Pages::Huge,
     };
     let services = services::<LocalTransport, I>(local.mn_cores)?;
     let fabric = LocalFabric::with_services(local, services).map_err(anyhow::Error::msg)?;

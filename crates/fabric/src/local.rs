@@ -20,7 +20,7 @@ use crate::client::{Client, Fabric, DEFAULT_CHUNK};
 use crate::error::{FabricError, Result};
 use crate::exec::yield_now;
 use crate::layout;
-use crate::memory::Region;
+use crate::memory::{Pages, Region};
 use crate::service::{InProcessPeers, MnContext, MnMemory, ServiceId, Services};
 use crate::verbs::{AtomicOp, BatchOp, ClusterInfo, Transport};
 
@@ -37,6 +37,9 @@ pub struct LocalConfig {
     pub chunk_size: u64,
     /// Whether each verb yields to the thread's other tasks first.
     pub yield_per_verb: bool,
+    /// The pages memory nodes live on: huge by default, so that a READ's lines are not each a
+    /// TLB miss (see [`Pages`]).
+    pub pages: Pages,
 }
 
 impl Default for LocalConfig {
@@ -47,6 +50,7 @@ impl Default for LocalConfig {
             mn_cores: 2,
             chunk_size: DEFAULT_CHUNK,
             yield_per_verb: false,
+            pages: Pages::Huge,
         }
     }
 }
@@ -108,7 +112,7 @@ impl LocalFabric {
         config.validate()?;
         let nodes: Vec<LocalNode> = (0..config.memory_nodes)
             .map(|id| {
-                let region = Region::try_new(config.node_size)?;
+                let region = Region::try_with_pages(config.node_size, config.pages)?;
                 layout::format(&region, id);
                 Ok(LocalNode { region, free_cores: AtomicUsize::new(services.cores()) })
             })

@@ -20,12 +20,14 @@
 //! Atomic verbs do not touch the sequence: they change one word, and a line copy that interleaves
 //! with them is still a snapshot of some instant because no other word of the line changed.
 //! Byte `i` of the region is byte `i % 8` of word `i / 8` in little-endian order, so atomics see
-//! words in host (x86, RDMA) byte order.
+//! words in host (x86, RDMA) byte order. Both arrays are committed lazily as they are touched,
+//! on small or on huge pages ([`Pages`]).
 
-use std::alloc::{self, Layout};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use crate::verbs::AtomicOp;
+pub use crate::zeroed::Pages;
+use crate::zeroed::Zeroed;
 
 /// Bytes per cache line, the unit of READ/WRITE atomicity.
 pub const CACHE_LINE: u64 = 64;
@@ -33,25 +35,9 @@ const WORDS_PER_LINE: usize = (CACHE_LINE / 8) as usize;
 
 /// One memory node's memory: `len` bytes, zero-initialised.
 pub struct Region {
-    words: Box<[AtomicU64]>,
-    seqs: Box<[AtomicU32]>,
+    words: Zeroed<AtomicU64>,
+    seqs: Zeroed<AtomicU32>,
     len: u64,
-}
-
-/// A zeroed boxed slice of `n` atomics, allocated lazily by the OS (calloc), so a large region
-/// costs only the pages that are touched; `None` if the machine will not give that much.
-fn zeroed_atomics<T>(n: usize) -> Option<Box<[T]>> {
-    assert!(n > 0, "zero-sized region");
-    let layout = Layout::array::<T>(n).ok()?;
-    // SAFETY: `layout` has non-zero size (n > 0 and T is a non-zero-sized atomic).
-    let ptr = unsafe { alloc::alloc_zeroed(layout) } as *mut T;
-    if ptr.is_null() {
-        return None;
-    }
-    // SAFETY: `ptr` is a fresh allocation of `layout`, i.e. of `n` properly aligned `T`s, owned by
-    // nobody else; `T` is `AtomicU64` or `AtomicU32`, for which all-zero bytes is a valid value;
-    // `Box<[T]>` frees it with the same layout.
-    Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) })
 }
 
 impl Region {
@@ -62,13 +48,18 @@ impl Region {
 
     /// [`Region::new`], or an error saying the machine will not give that much memory.
     pub fn try_new(len: u64) -> Result<Region, String> {
+        Self::try_with_pages(len, Pages::Small)
+    }
+
+    /// [`Region::try_new`] on pages of kind `pages`.
+    pub fn try_with_pages(len: u64, pages: Pages) -> Result<Region, String> {
         let too_big = || format!("this machine cannot hold a memory node of {len} bytes");
         let len = crate::addr::align_up(len.max(CACHE_LINE), CACHE_LINE);
         let lines = usize::try_from(len / CACHE_LINE).map_err(|_| too_big())?;
         let words = lines.checked_mul(WORDS_PER_LINE).ok_or_else(too_big)?;
         Ok(Region {
-            words: zeroed_atomics(words).ok_or_else(too_big)?,
-            seqs: zeroed_atomics(lines).ok_or_else(too_big)?,
+            words: Zeroed::new(words, pages).ok_or_else(too_big)?,
+            seqs: Zeroed::new(lines, pages).ok_or_else(too_big)?,
             len,
         })
     }

@@ -132,6 +132,8 @@ impl Sim {
         config.validate()?;
         let regions: Vec<Region> = (0..config.memory_nodes)
             .map(|id| {
+                // Small pages: a simulated cluster's many clients each touch a little of their
+                // chunk, and a huge page per chunk would dwarf the index (`Pages`).
                 let r = Region::try_new(config.node_size)?;
                 layout::format(&r, id);
                 Ok(r)
