@@ -33,6 +33,27 @@ use crate::zeroed::Zeroed;
 pub const CACHE_LINE: u64 = 64;
 const WORDS_PER_LINE: usize = (CACHE_LINE / 8) as usize;
 
+/// Asks the CPU for every cache line of `items` at once, so code that then walks them (a READ's
+/// lines, a binary search) waits for memory about once rather than once per dependent step.
+#[inline]
+pub fn prefetch<T>(items: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let (start, len) = (items.as_ptr() as usize, std::mem::size_of_val(items));
+        let line = CACHE_LINE as usize;
+        let mut at = start & !(line - 1);
+        while at < start + len {
+            // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is only a hint: it
+            // never faults and changes no memory (the address is within `items`' lines).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(at as *const i8) };
+            at += line;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = items;
+}
+
 /// One memory node's memory: `len` bytes, zero-initialised.
 pub struct Region {
     words: Zeroed<AtomicU64>,
@@ -95,49 +116,32 @@ impl Region {
         let pos = offset as usize;
         self.prefetch(pos, buf.len());
         let (first, last) = (pos / line, (pos + buf.len() - 1) / line);
-        let mut out = 0;
-        for l in first..=last {
-            // The part of line `l` the READ wants: bytes [from, to) of the line.
-            let from = if l == first { pos - l * line } else { 0 };
-            let to = if l == last { pos + buf.len() - l * line } else { line };
-            let dst = &mut buf[out..out + to - from];
-            match <&mut [u8; CACHE_LINE as usize]>::try_from(&mut *dst) {
-                // A whole line (most of a long READ): straight into the buffer.
-                Ok(whole) => self.line_into(l, whole),
-                Err(_) => dst.copy_from_slice(&self.line_snapshot(l)[from..to]),
-            }
-            out += to - from;
+        // The READ's lines and their sequences, bounds-checked once.
+        let words = &self.words[first * WORDS_PER_LINE..(last + 1) * WORDS_PER_LINE];
+        let mut lines = words.chunks_exact(WORDS_PER_LINE).zip(&self.seqs[first..=last]);
+        let mut next = || lines.next().expect("a line per part of the READ");
+        // A head that starts inside a line, then whole lines straight into the buffer, then a
+        // tail that ends inside one.
+        let mut rest = buf;
+        let from = pos % line;
+        if from != 0 {
+            let n = (line - from).min(rest.len());
+            let (head, tail) = rest.split_at_mut(n);
+            let (w, seq) = next();
+            head.copy_from_slice(&line_snapshot(w, seq)[from..from + n]);
+            rest = tail;
         }
-    }
-
-    /// Line `l` into `dst` as one snapshot (see [`Region::line_snapshot`]).
-    #[inline]
-    fn line_into(&self, l: usize, dst: &mut [u8; CACHE_LINE as usize]) {
-        let seq = &self.seqs[l];
-        let words = &self.words[l * WORDS_PER_LINE..(l + 1) * WORDS_PER_LINE];
-        loop {
-            let s1 = seq.load(Ordering::Acquire);
-            if s1 & 1 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            for (chunk, w) in dst.chunks_exact_mut(8).zip(words) {
-                chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-            }
-            fence(Ordering::Acquire);
-            if seq.load(Ordering::Relaxed) == s1 {
-                return;
-            }
+        let mut whole = rest.chunks_exact_mut(line);
+        for dst in &mut whole {
+            let (w, seq) = next();
+            line_into(w, seq, dst.try_into().expect("a whole line"));
         }
-    }
-
-    /// Line `l` as one snapshot: its eight words loaded between two equal, even readings of its
-    /// sequence (a WRITE of the line in between makes it odd, or moves it on).
-    #[inline]
-    fn line_snapshot(&self, l: usize) -> [u8; CACHE_LINE as usize] {
-        let mut out = [0u8; CACHE_LINE as usize];
-        self.line_into(l, &mut out);
-        out
+        let tail = whole.into_remainder();
+        if !tail.is_empty() {
+            let (w, seq) = next();
+            let n = tail.len();
+            tail.copy_from_slice(&line_snapshot(w, seq)[..n]);
+        }
     }
 
     /// Asks the CPU for every line of `[pos, pos + len)` and their sequences at once, so a
@@ -145,21 +149,10 @@ impl Region {
     /// engine fetches a READ's lines in parallel).
     #[inline]
     pub fn prefetch(&self, pos: usize, len: usize) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let line = CACHE_LINE as usize;
-            let (first, last) = (pos / line, (pos + len.max(1) - 1) / line);
-            // SAFETY: SSE is part of the x86_64 baseline, and a prefetch is only a hint: it
-            // never faults and changes no memory; the pointers are inside the region anyway
-            // (the caller checked the range).
-            unsafe {
-                for l in first..=last {
-                    _mm_prefetch::<_MM_HINT_T0>(self.words[l * WORDS_PER_LINE..].as_ptr().cast());
-                }
-                _mm_prefetch::<_MM_HINT_T0>(self.seqs[first..].as_ptr().cast());
-            }
-        }
+        let line = CACHE_LINE as usize;
+        let (first, last) = (pos / line, (pos + len.max(1) - 1) / line);
+        prefetch(&self.words[first * WORDS_PER_LINE..(last + 1) * WORDS_PER_LINE]);
+        prefetch(&self.seqs[first..first + 1]);
     }
 
     /// Stores `data` at `offset`, line by line in increasing address order, each line as a unit.
@@ -256,6 +249,34 @@ impl MnMemory for Region {
     fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
         Region::atomic(self, offset, op)
     }
+}
+
+/// A line's eight `words` into `dst` as one snapshot: loaded between two equal, even readings of
+/// its sequence `seq` (a WRITE of the line in between makes it odd, or moves it on).
+#[inline]
+fn line_into(words: &[AtomicU64], seq: &AtomicU32, dst: &mut [u8; CACHE_LINE as usize]) {
+    loop {
+        let s1 = seq.load(Ordering::Acquire);
+        if s1 & 1 == 1 {
+            std::hint::spin_loop();
+            continue;
+        }
+        for (chunk, w) in dst.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        fence(Ordering::Acquire);
+        if seq.load(Ordering::Relaxed) == s1 {
+            return;
+        }
+    }
+}
+
+/// [`line_into`] a fresh array.
+#[inline]
+fn line_snapshot(words: &[AtomicU64], seq: &AtomicU32) -> [u8; CACHE_LINE as usize] {
+    let mut out = [0u8; CACHE_LINE as usize];
+    line_into(words, seq, &mut out);
+    out
 }
 
 /// Stores `src` at bytes `[pos, pos + src.len())` of the word array. Whole words are plain
