@@ -55,6 +55,7 @@
 
 use arrayvec::ArrayVec;
 use dmindex_prim::cacheline::{phys_len, Objects};
+use dmindex_prim::divisor::Divisor;
 use dmindex_prim::lock::LOCK_BIT;
 
 pub use dmindex_prim::blink::layout::{addr_at, key_at, put_addr, put_key, word};
@@ -106,6 +107,9 @@ pub struct LeafLayout {
     pub buckets: usize,
     /// Bits of the argmax field.
     pub argmax_bits: u32,
+    /// Division by `buckets` and by `span`, precomputed (bucket arithmetic is on every insert).
+    per_bucket: Divisor,
+    per_span: Divisor,
 }
 
 impl LeafLayout {
@@ -136,6 +140,8 @@ impl LeafLayout {
             meta_len: if kind.fenced { REPLICA_FENCED } else { REPLICA },
             buckets,
             argmax_bits,
+            per_bucket: Divisor::new(buckets),
+            per_span: Divisor::new(span),
         })
     }
 
@@ -201,14 +207,15 @@ impl LeafLayout {
     }
 
     /// Bucket of slot `i`.
+    #[inline]
     pub fn bucket(&self, i: usize) -> usize {
-        i * self.buckets / self.span
+        self.per_span.quotient(i * self.buckets)
     }
 
-    /// Slots of bucket `b`: `[first, last]`.
     /// Slots from `a` forward to `b`, circularly.
+    #[inline]
     pub fn dist(&self, a: usize, b: usize) -> usize {
-        div_rem(b + self.span - a, self.span).1
+        crate::view::wrap(b + self.span - a, self.span)
     }
 
     /// The first slot from `from` on (circularly) whose bucket the vacancy bitmap `full` shows
@@ -230,10 +237,17 @@ impl LeafLayout {
         Some(self.bucket_slots(((bf + d) % nb) as usize).0)
     }
 
+    /// Slots of bucket `b`: `[first, last]`.
+    #[inline]
     pub fn bucket_slots(&self, b: usize) -> (usize, usize) {
-        let first = (b * self.span).div_ceil(self.buckets);
-        let last = ((b + 1) * self.span).div_ceil(self.buckets) - 1;
-        (first, last)
+        let first = self.per_bucket.quotient_ceil(b * self.span);
+        (first, self.bucket_last(b))
+    }
+
+    /// The last slot of bucket `b`.
+    #[inline]
+    pub fn bucket_last(&self, b: usize) -> usize {
+        self.per_bucket.quotient_ceil((b + 1) * self.span) - 1
     }
 }
 

@@ -21,6 +21,7 @@ use dmindex_prim::version;
 use crate::layout::{self, LeafLayout, Ranges, ENTRY, KEY};
 use crate::read_plan::ReadPlan;
 pub use crate::read_plan::SLACK;
+use crate::view::wrap;
 use crate::view::LeafView;
 pub use crate::view::{home, Modified};
 
@@ -343,8 +344,10 @@ impl LeafBuf {
         let s = self.l.span;
         let hh = self.l.h;
         let h = home(key, s);
-        let Some(mut e) =
-            (0..s).map(|d| (h + d) % s).take_while(|&i| self.loaded[i]).find(|&i| self.key(i) == 0)
+        let Some(mut e) = (0..s)
+            .map(|d| wrap(h + d, s))
+            .take_while(|&i| self.loaded[i])
+            .find(|&i| self.key(i) == 0)
         else {
             return Hop::NoEmpty;
         };
@@ -353,7 +356,7 @@ impl LeafBuf {
         while self.dist(h, e) >= hh {
             let mut moved = false;
             for back in (1..hh).rev() {
-                let j = (e + s - back) % s;
+                let j = wrap(e + s - back, s);
                 let kj = self.key(j);
                 if kj == 0 {
                     continue;
@@ -425,7 +428,7 @@ impl LeafBuf {
         let mut full = prev;
         let mut f = 0;
         for b in 0..self.l.buckets {
-            let t = ((b + 1) * self.l.span).div_ceil(self.l.buckets) - 1;
+            let t = self.l.bucket_last(b);
             if (f..=t).all(|i| self.loaded[i]) {
                 full = self.with_bucket(full, b, f, t);
             }

@@ -11,6 +11,7 @@
 //! | [`lock`] | remote lock words (masked CAS, unlocking WRITE) and the CN-local lock table |
 //! | [`version`] | node-level and entry-level versions in one byte |
 //! | [`hash`] | the key hash and 16-bit fingerprints |
+//! | [`divisor`] | division by a layout constant as a multiply and a shift |
 //! | [`key`] | fixed 8-byte keys: the stored word, scan bounds rounded to keys |
 //! | [`kv_block`] | out-of-place key-value blocks: one writer, one parser |
 //! | [`root`] | root-table slots: claiming one, the descriptor word, refusing a foreign index |
@@ -27,6 +28,7 @@
 pub mod blink;
 pub mod cacheline;
 pub mod counter;
+pub mod divisor;
 pub mod doorbell;
 pub mod hash;
 pub mod key;

@@ -12,7 +12,7 @@ use super::{Attempt, Insert, Probe, Tree, Where};
 use crate::layout::LockWord;
 use crate::leaf::{home, Hop};
 use crate::neighbourhood::Neighbourhood;
-use crate::view::LeafView;
+use crate::view::{wrap, LeafView};
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 
@@ -28,7 +28,7 @@ impl Tree {
     ) -> IndexResult<Option<usize>> {
         let Probe::Full(full) = probe else { return Ok(buf.find(h, k)) };
         let span = self.leaf.span;
-        self.resolve_long(c, buf, (0..self.leaf.h).map(|d| (h + d) % span), k, full).await
+        self.resolve_long(c, buf, (0..self.leaf.h).map(|d| wrap(h + d, span)), k, full).await
     }
 
     /// Hotness-aware speculative read: READ only the hottest buffered slot of k's neighbourhood
@@ -44,7 +44,7 @@ impl Tree {
         nb: &mut Neighbourhood<'t>,
     ) -> IndexResult<Option<[u8; 8]>> {
         let (Some(hs), Probe::Exact) = (&self.hotspots, probe) else { return Ok(None) };
-        let Some(slot) = hs.best(leaf, (0..self.leaf.h).map(|d| (h + d) % self.leaf.span), k)
+        let Some(slot) = hs.best(leaf, (0..self.leaf.h).map(|d| wrap(h + d, self.leaf.span)), k)
         else {
             return Ok(None);
         };
@@ -223,6 +223,6 @@ impl Tree {
         let l = &self.leaf;
         let first = modified.iter().map(|&i| l.dist(h, i)).min().expect("non-empty");
         let last = modified.iter().map(|&i| l.dist(h, i)).max().expect("non-empty");
-        ((h + first) % l.span, last - first + 1)
+        (wrap(h + first, l.span), last - first + 1)
     }
 }

@@ -13,7 +13,7 @@ use dmindex_prim::blink::write_split;
 use super::{Insert, LockedLeaf, Tree};
 use crate::layout::LockWord;
 use crate::leaf::{home, Hop, LeafBuf};
-use crate::view::LeafView;
+use crate::view::{wrap, LeafView};
 
 impl Tree {
     /// Splits locked leaf `leaf` (wholly read in `buf`) and tries to place `k` on the proper side.
@@ -32,7 +32,7 @@ impl Tree {
         let s = self.leaf.span;
         let h = home(k, s);
         let mut crit: Vec<u64> =
-            (0..s).map(|d| buf.key((h + d) % s)).take_while(|&x| x != 0).collect();
+            (0..s).map(|d| buf.key(wrap(h + d, s))).take_while(|&x| x != 0).collect();
         let all: Vec<u64> = (0..s).map(|i| buf.key(i)).filter(|&x| x != 0).collect();
         if crit.len() < 2 {
             crit = all.clone();
