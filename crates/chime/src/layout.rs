@@ -107,9 +107,12 @@ pub struct LeafLayout {
     pub buckets: usize,
     /// Bits of the argmax field.
     pub argmax_bits: u32,
-    /// Division by `buckets` and by `span`, precomputed (bucket arithmetic is on every insert).
+    /// Division by `buckets`, `span`, the group and the entry length, precomputed (bucket and
+    /// object arithmetic is on every insert and every line encoded or decoded).
     per_bucket: Divisor,
     per_span: Divisor,
+    per_group: Divisor,
+    per_entry: Divisor,
 }
 
 impl LeafLayout {
@@ -131,17 +134,22 @@ impl LeafLayout {
         }
         let argmax_bits = usize::BITS - (span - 1).leading_zeros();
         let buckets = (63 - argmax_bits as usize).min(span);
+        let rg = if kind.replicated { h } else { span };
+        let entry_len = if kind.hopscotch { ENTRY } else { SORTED_ENTRY };
+        let meta_len = if kind.fenced { REPLICA_FENCED } else { REPLICA };
         Ok(LeafLayout {
             span,
             h,
             kind,
-            rg: if kind.replicated { h } else { span },
-            entry_len: if kind.hopscotch { ENTRY } else { SORTED_ENTRY },
-            meta_len: if kind.fenced { REPLICA_FENCED } else { REPLICA },
+            rg,
+            entry_len,
+            meta_len,
             buckets,
             argmax_bits,
             per_bucket: Divisor::new(buckets),
             per_span: Divisor::new(span),
+            per_group: Divisor::new(meta_len + entry_len * rg),
+            per_entry: Divisor::new(entry_len),
         })
     }
 
@@ -266,7 +274,10 @@ impl LeafLayout {
             return out;
         }
         let rg = self.rg;
-        let start = |i: usize| if i % rg == 0 { self.replica(i / rg) } else { self.entry(i) };
+        let start = |i: usize| match div_rem(i, rg) {
+            (g, 0) => self.replica(g),
+            _ => self.entry(i),
+        };
         let end = |i: usize| self.entry(i) + self.entry_len;
         if !self.kind.replicated && start(lo) != 0 && (lo + n <= s || start(0) != 0) {
             out.push((0, self.meta_len));
@@ -297,13 +308,14 @@ impl LeafLayout {
 }
 
 impl Objects for LeafLayout {
+    #[inline]
     fn object_start(&self, d: usize) -> usize {
-        let g = d / self.group();
-        let r = d % self.group();
+        let base = self.per_group.quotient(d) * self.group();
+        let r = d - base;
         if r < self.meta_len {
-            g * self.group()
+            base
         } else {
-            g * self.group() + self.meta_len + (r - self.meta_len) / self.entry_len * self.entry_len
+            base + self.meta_len + self.per_entry.quotient(r - self.meta_len) * self.entry_len
         }
     }
 }
