@@ -208,6 +208,19 @@ impl LeafLayout {
         g * self.group()
     }
 
+    /// The group of decoded offset `d`, and `d`'s offset within it.
+    #[inline]
+    pub fn group_of(&self, d: usize) -> (usize, usize) {
+        let g = self.per_group.quotient(d);
+        (g, d - g * self.group())
+    }
+
+    /// Whole entries in `r` bytes of entries.
+    #[inline]
+    pub fn entries_in(&self, r: usize) -> usize {
+        self.per_entry.quotient(r)
+    }
+
     /// Decoded offset of entry `i`.
     pub fn entry(&self, i: usize) -> usize {
         let (g, r) = div_rem(i, self.rg);
@@ -310,12 +323,12 @@ impl LeafLayout {
 impl Objects for LeafLayout {
     #[inline]
     fn object_start(&self, d: usize) -> usize {
-        let base = self.per_group.quotient(d) * self.group();
-        let r = d - base;
+        let (g, r) = self.group_of(d);
+        let base = g * self.group();
         if r < self.meta_len {
             base
         } else {
-            base + self.meta_len + self.per_entry.quotient(r - self.meta_len) * self.entry_len
+            base + self.meta_len + self.entries_in(r - self.meta_len) * self.entry_len
         }
     }
 }

@@ -223,9 +223,9 @@ impl LeafBuf {
         let nv = *self.nv.get_or_insert(version::nv(self.bytes[d0]));
         // Walk the objects by (group, offset in group): one division per READ, none per object.
         let (group, meta, len) = (l.group(), l.meta_len, l.entry_len);
-        let (mut g, mut r) = layout::div_rem(d0, group);
+        let (mut g, mut r) = l.group_of(d0);
         debug_assert!(r == 0 || (r >= meta && (r - meta) % len == 0), "READs start at objects");
-        let mut slot = g * l.rg + r.saturating_sub(meta) / len;
+        let mut slot = g * l.rg + l.entries_in(r.saturating_sub(meta));
         let (mut at, mut mixed) = (d0, false);
         while at < d1 {
             // The object's first byte holds its versions.

@@ -256,6 +256,18 @@ impl Table {
         }
     }
 
+    /// Whether a client's `nth` operation on a cold slot is one of the sampled ones: a mask when
+    /// `sample_every` is a power of two (as by default), so the bypass costs no divide.
+    #[inline]
+    fn sampled(&self, nth: u64) -> bool {
+        let d = self.sample_every;
+        if d.is_power_of_two() {
+            nth & (d - 1) == 0
+        } else {
+            nth % d == 0
+        }
+    }
+
     /// Enters the slot of `key` for an operation of `kind` by client `ordinal`: `Ok` if another
     /// client is there (join a batch), else `Err` with what the client holds while it does its
     /// own remote operation: its place in the slot if it is alone there (it leads without
@@ -271,7 +283,7 @@ impl Table {
         let h = hash_bytes(key);
         let i = slot_of(h);
         let hot = self.hot[i].load(Ordering::Relaxed);
-        if !hot && nth % self.sample_every != 0 {
+        if !hot && !self.sampled(nth) {
             return Err(None);
         }
         counts.entered.fetch_add(1, Ordering::Relaxed);
