@@ -131,6 +131,17 @@ impl ReadPlan {
     /// first object and whether any other object carries another.
     #[inline]
     pub fn apply(&self, raw: &[u8], window: &mut [u8]) -> Result<(u8, bool), Invalid> {
+        self.copy_lines(raw, window)?;
+        // Every object read carries one node-level version.
+        let nv = version::nv(window[*self.replicas.first().unwrap_or(&self.slots[0]) as usize]);
+        let objects = self.slots.iter().chain(&self.replicas);
+        Ok((nv, objects.fold(false, |m, &o| m | (version::nv(window[o as usize]) != nv))))
+    }
+
+    /// The line part of [`ReadPlan::apply`]: checks every line's version against its object's
+    /// and copies each line's data into `window`; `Err` if a line is torn.
+    #[inline]
+    pub fn copy_lines(&self, raw: &[u8], window: &mut [u8]) -> Result<(), Invalid> {
         if self.checks.iter().any(|&(line, owner)| raw[line as usize] != raw[owner as usize]) {
             return Err(Invalid::Torn);
         }
@@ -139,10 +150,7 @@ impl ReadPlan {
             // Past a run's own bytes this copies garbage that the next run (or the slack) takes.
             window[to..to + SLACK].copy_from_slice(&raw[from..from + SLACK]);
         }
-        // Every object read carries one node-level version.
-        let nv = version::nv(window[*self.replicas.first().unwrap_or(&self.slots[0]) as usize]);
-        let objects = self.slots.iter().chain(&self.replicas);
-        Ok((nv, objects.fold(false, |m, &o| m | (version::nv(window[o as usize]) != nv))))
+        Ok(())
     }
 
     /// Whether a READ by this plan fits a neighbourhood's fixed buffers.
