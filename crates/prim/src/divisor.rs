@@ -12,12 +12,11 @@
 //! `(d − 1) / d`, so the floor is unchanged while the error stays below `1 / d`, that is while
 //! `x · d < 2³²`. Both `x` and `d` are below 2¹⁶ here ([`Divisor::LIMIT`]), which is checked.
 
-/// `⌊x / d⌋` and `⌈x / d⌉` for a fixed `d` and `x`, `d` below [`Divisor::LIMIT`].
+/// `⌊x / d⌋` and `⌈x / d⌉` for a fixed `d` and `x`, `d` below [`Divisor::LIMIT`]. One word:
+/// `m` (at most 2³², 33 bits) above `d` (16 bits), so that layouts holding several stay small
+/// (they are copied with every buffer that carries one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Divisor {
-    d: u32,
-    m: u64,
-}
+pub struct Divisor(u64);
 
 impl Divisor {
     /// Exclusive bound on divisors and dividends.
@@ -26,26 +25,26 @@ impl Divisor {
     /// Division by `d` (`0 < d <` [`Divisor::LIMIT`]).
     pub fn new(d: usize) -> Divisor {
         assert!(d > 0 && d < Self::LIMIT, "divisor {d} out of range");
-        Divisor { d: d as u32, m: (1u64 << 32).div_ceil(d as u64) }
+        Divisor((1u64 << 32).div_ceil(d as u64) << 16 | d as u64)
     }
 
     /// The divisor.
     #[inline]
     pub fn get(self) -> usize {
-        self.d as usize
+        (self.0 & 0xFFFF) as usize
     }
 
     /// `⌊x / d⌋` (`x <` [`Divisor::LIMIT`]).
     #[inline]
     pub fn quotient(self, x: usize) -> usize {
         debug_assert!(x < Self::LIMIT, "dividend {x} out of range");
-        ((x as u64 * self.m) >> 32) as usize
+        ((x as u64 * (self.0 >> 16)) >> 32) as usize
     }
 
     /// `⌈x / d⌉` (`x + d − 1 <` [`Divisor::LIMIT`]).
     #[inline]
     pub fn quotient_ceil(self, x: usize) -> usize {
-        self.quotient(x + self.d as usize - 1)
+        self.quotient(x + self.get() - 1)
     }
 }
 
@@ -65,6 +64,8 @@ mod tests {
                 assert_eq!(dv.quotient_ceil(x), x.div_ceil(d), "{x} / {d} rounded up");
             }
         }
+        assert_eq!((Divisor::new(1).get(), Divisor::new(57).get()), (1, 57));
+        assert_eq!(size_of::<Divisor>(), 8);
         let top = Divisor::new(Divisor::LIMIT - 1);
         assert_eq!(top.quotient(Divisor::LIMIT - 1), 1);
         assert_eq!(top.quotient(Divisor::LIMIT - 2), 0);
