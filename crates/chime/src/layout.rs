@@ -107,9 +107,10 @@ pub struct LeafLayout {
     pub buckets: usize,
     /// Bits of the argmax field.
     pub argmax_bits: u32,
-    /// Division by `buckets`, `span`, the group and the entry length, precomputed (bucket and
-    /// object arithmetic is on every insert and every line encoded or decoded).
+    /// Division by `buckets`, `span`, `rg`, the group and the entry length, precomputed (bucket,
+    /// slot and object arithmetic is on every operation and every line encoded or decoded).
     per_bucket: Divisor,
+    per_rg: Divisor,
     per_span: Divisor,
     per_group: Divisor,
     per_entry: Divisor,
@@ -147,6 +148,7 @@ impl LeafLayout {
             buckets,
             argmax_bits,
             per_bucket: Divisor::new(buckets),
+            per_rg: Divisor::new(rg),
             per_span: Divisor::new(span),
             per_group: Divisor::new(meta_len + entry_len * rg),
             per_entry: Divisor::new(entry_len),
@@ -221,9 +223,17 @@ impl LeafLayout {
         self.per_entry.quotient(r)
     }
 
+    /// The group of slot `i`, and `i`'s place among the group's entries.
+    #[inline]
+    pub fn slot_group(&self, i: usize) -> (usize, usize) {
+        let g = self.per_rg.quotient(i);
+        (g, i - g * self.rg)
+    }
+
     /// Decoded offset of entry `i`.
+    #[inline]
     pub fn entry(&self, i: usize) -> usize {
-        let (g, r) = div_rem(i, self.rg);
+        let (g, r) = self.slot_group(i);
         g * self.group() + self.meta_len + self.entry_len * r
     }
 
@@ -286,8 +296,7 @@ impl LeafLayout {
             out.push((0, self.decoded()));
             return out;
         }
-        let rg = self.rg;
-        let start = |i: usize| match div_rem(i, rg) {
+        let start = |i: usize| match self.slot_group(i) {
             (g, 0) => self.replica(g),
             _ => self.entry(i),
         };
@@ -354,17 +363,6 @@ impl LockWord {
 
     pub fn encode(&self, l: &LeafLayout) -> u64 {
         (if self.locked { LOCK_BIT } else { 0 }) | self.full | (self.argmax as u64) << l.buckets
-    }
-}
-
-/// `(x / d, x % d)`, by shift and mask when `d` is a power of two (H and the spans the papers
-/// use are), so the hot layout arithmetic does no runtime division.
-#[inline]
-pub fn div_rem(x: usize, d: usize) -> (usize, usize) {
-    if d.is_power_of_two() {
-        (x >> d.trailing_zeros(), x & (d - 1))
-    } else {
-        (x / d, x % d)
     }
 }
 

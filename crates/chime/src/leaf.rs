@@ -21,9 +21,8 @@ use dmindex_prim::version;
 use crate::layout::{self, LeafLayout, Ranges, ENTRY, KEY};
 use crate::read_plan::ReadPlan;
 pub use crate::read_plan::SLACK;
-use crate::view::wrap;
-use crate::view::LeafView;
 pub use crate::view::{home, Modified};
+use crate::view::{wrap, LeafView};
 
 /// The longest leaf entry (a hopscotch entry; sorted entries are shorter).
 const MAX_ENTRY: usize = ENTRY;
@@ -231,7 +230,8 @@ impl LeafBuf {
         cacheline::decode(&self.l, phys, d0, d1, &mut self.bytes)?;
         let l = self.l;
         let nv = *self.nv.get_or_insert(version::nv(self.bytes[d0]));
-        // Walk the objects by (group, offset in group): one division per READ, none per object.
+        // Walk the objects by (group, offset in group): one division per READ (by a precomputed
+        // divisor), none per object.
         let (group, meta, len) = (l.group(), l.meta_len, l.entry_len);
         let (mut g, mut r) = l.group_of(d0);
         debug_assert!(r == 0 || (r >= meta && (r - meta) % len == 0), "READs start at objects");

@@ -84,7 +84,7 @@ impl<'p> Neighbourhood<'p> {
     /// Checks the READ in `raw` and decodes it into the window; `Err` if a line is torn. Node
     /// versions are compared for [`Neighbourhood::validate`].
     pub fn absorb(&mut self) -> Result<(), Invalid> {
-        (_, self.nv_mixed) = self.plan.apply(&self.raw, &mut self.window)?;
+        self.nv_mixed = self.plan.apply(&self.raw, &mut self.window)?;
         Ok(())
     }
 

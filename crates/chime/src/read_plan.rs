@@ -127,15 +127,15 @@ impl ReadPlan {
     }
 
     /// Checks a READ by this plan in `raw` and decodes it into `window` (both followed by at
-    /// least [`SLACK`] more bytes): `Err` if a line is torn, else the node-level version of the
-    /// first object and whether any other object carries another.
+    /// least [`SLACK`] more bytes): `Err` if a line is torn, else whether the objects read carry
+    /// more than one node-level version.
     #[inline]
-    pub fn apply(&self, raw: &[u8], window: &mut [u8]) -> Result<(u8, bool), Invalid> {
+    pub fn apply(&self, raw: &[u8], window: &mut [u8]) -> Result<bool, Invalid> {
         self.copy_lines(raw, window)?;
         // Every object read carries one node-level version.
         let nv = version::nv(window[*self.replicas.first().unwrap_or(&self.slots[0]) as usize]);
         let objects = self.slots.iter().chain(&self.replicas);
-        Ok((nv, objects.fold(false, |m, &o| m | (version::nv(window[o as usize]) != nv))))
+        Ok(objects.fold(false, |m, &o| m | (version::nv(window[o as usize]) != nv)))
     }
 
     /// The line part of [`ReadPlan::apply`]: checks every line's version against its object's

@@ -114,11 +114,12 @@ impl Region {
         }
         let line = CACHE_LINE as usize;
         let pos = offset as usize;
-        self.prefetch(pos, buf.len());
         let (first, last) = (pos / line, (pos + buf.len() - 1) / line);
-        // The READ's lines and their sequences, bounds-checked once.
-        let words = &self.words[first * WORDS_PER_LINE..(last + 1) * WORDS_PER_LINE];
-        let mut lines = words.chunks_exact(WORDS_PER_LINE).zip(&self.seqs[first..=last]);
+        // The READ's lines and their sequences, bounds-checked once and asked for at once.
+        let (words, seqs) = self.lines(first, last);
+        prefetch(words);
+        prefetch(&seqs[..1]);
+        let mut lines = words.chunks_exact(WORDS_PER_LINE).zip(seqs);
         let mut next = || lines.next().expect("a line per part of the READ");
         // A head that starts inside a line, then whole lines straight into the buffer, then a
         // tail that ends inside one.
@@ -151,8 +152,15 @@ impl Region {
     pub fn prefetch(&self, pos: usize, len: usize) {
         let line = CACHE_LINE as usize;
         let (first, last) = (pos / line, (pos + len.max(1) - 1) / line);
-        prefetch(&self.words[first * WORDS_PER_LINE..(last + 1) * WORDS_PER_LINE]);
-        prefetch(&self.seqs[first..first + 1]);
+        let (words, seqs) = self.lines(first, last);
+        prefetch(words);
+        prefetch(&seqs[..1]);
+    }
+
+    /// The words and sequences of lines `first ..= last`.
+    #[inline]
+    fn lines(&self, first: usize, last: usize) -> (&[AtomicU64], &[AtomicU32]) {
+        (&self.words[first * WORDS_PER_LINE..(last + 1) * WORDS_PER_LINE], &self.seqs[first..=last])
     }
 
     /// Stores `data` at `offset`, line by line in increasing address order, each line as a unit.
