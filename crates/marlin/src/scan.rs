@@ -80,8 +80,12 @@ impl Marlin {
             let want = self.counters.leaf_fill.leaves_for(left, self.shape.span / 2, MAX_LEAVES);
             let leaves = match follow.take() {
                 Some(a) => vec![a],
-                None => match self.blink.cache.lookup(1, &next) {
-                    Some(p) => Self::children(&p.node, next, hi, want),
+                None => match self
+                    .blink
+                    .cache
+                    .with(1, &next, |p| Self::children(&p.node, next, hi, want))
+                {
+                    Some(leaves) => leaves,
                     None => vec![self.blink.locate(c, next).await?.leaf],
                 },
             };
@@ -110,8 +114,9 @@ impl Marlin {
                         // cached): continue after the last one by its sibling, or descend.
                         bump(&self.counters.scan_refreshes);
                         if i == 0 {
-                            if let Some(p) = self.blink.cache.lookup(1, &next) {
-                                self.blink.cache.invalidate(1, &p.node.low, p.addr);
+                            let cached = self.blink.cache.with(1, &next, |p| (p.node.low, p.addr));
+                            if let Some((low, addr)) = cached {
+                                self.blink.cache.invalidate(1, &low, addr);
                             }
                         }
                         follow = last;

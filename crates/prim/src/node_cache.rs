@@ -7,7 +7,11 @@
 //! parent of leaves), the lowest key it covers (its low fence) and whether it covers a key, and
 //! what it costs in bytes. B+ tree internal nodes (CHIME, Sherman), radix-tree inner nodes and
 //! learned-index models fit. Each level is a sorted array from low fence to the node (a
-//! node's low fence never changes, so a dropped copy leaves its place to be refilled):
+//! node's low fence never changes, so a dropped copy leaves its place to be refilled). The
+//! copies sit in the array itself, not behind a pointer each: a lookup's chain of dependent
+//! loads is the low fences, the copy, and what the copy points to (an internal node's routes),
+//! one fewer than with a shared pointer per copy, and a hot cached node is often out of the
+//! CPU's cache. So a copy is only lent, under the cache's read lock ([`NodeCache::with`]):
 //!
 //! ```text
 //! level 2:  [low 0 ──────────────── high 999]
@@ -28,7 +32,6 @@
 //! address (another client may have refreshed it meanwhile).
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use crossbeam_utils::sync::ShardedLock;
 
@@ -62,7 +65,7 @@ pub struct Cached<N> {
 /// before shifts the array, once; lookups, refreshes and drops are logarithmic.
 struct Level<N: CachedNode> {
     lows: Vec<N::Key>,
-    nodes: Vec<Option<Arc<Cached<N>>>>,
+    nodes: Vec<Option<Cached<N>>>,
 }
 
 impl<N: CachedNode> Default for Level<N> {
@@ -74,7 +77,7 @@ impl<N: CachedNode> Default for Level<N> {
 impl<N: CachedNode> Level<N> {
     /// The node whose range covers `k`: the copy with the greatest low fence ≤ `k`.
     #[inline]
-    fn find(&self, k: &N::Key) -> Option<&Arc<Cached<N>>> {
+    fn find(&self, k: &N::Key) -> Option<&Cached<N>> {
         let i = self.lows.partition_point(|l| l <= k);
         let c = self.nodes.get(i.checked_sub(1)?)?.as_ref()?;
         c.node.covers(k).then_some(c)
@@ -108,7 +111,7 @@ struct Levels<N: CachedNode> {
 impl<N: CachedNode> Levels<N> {
     /// The node at `level` whose range covers `k`.
     #[inline]
-    fn find(&self, level: u8, k: &N::Key) -> Option<&Arc<Cached<N>>> {
+    fn find(&self, level: u8, k: &N::Key) -> Option<&Cached<N>> {
         self.levels.get(level as usize)?.find(k)
     }
 }
@@ -133,22 +136,22 @@ impl<N: CachedNode> NodeCache<N> {
         self.inner.read().expect("cache lock").bytes
     }
 
-    /// The cached node at `level` covering `k`.
-    pub fn lookup(&self, level: u8, k: &N::Key) -> Option<Arc<Cached<N>>> {
-        self.inner.read().expect("cache lock").find(level, k).map(Arc::clone)
-    }
-
-    /// `f` of the cached node at `level` covering `k`, run under the cache's read lock: no
-    /// reference count is taken, so hot nodes shared by every client stay off the hot path's
-    /// atomics.
+    /// `f` of the cached node at `level` covering `k`, run under the cache's read lock (which
+    /// `f` must not take again: no cache call inside it).
     pub fn with<R>(&self, level: u8, k: &N::Key, f: impl FnOnce(&Cached<N>) -> R) -> Option<R> {
-        self.inner.read().expect("cache lock").find(level, k).map(|c| f(c))
+        self.inner.read().expect("cache lock").find(level, k).map(f)
     }
 
-    /// The lowest cached level above the leaves with a node covering `k`.
-    pub fn deepest(&self, k: &N::Key) -> Option<Arc<Cached<N>>> {
+    /// `f` of the cached node covering `k` at the lowest level from `from` up that has one,
+    /// under the read lock as in [`NodeCache::with`].
+    pub fn deepest_with<R>(
+        &self,
+        from: u8,
+        k: &N::Key,
+        f: impl FnOnce(&Cached<N>) -> R,
+    ) -> Option<R> {
         let g = self.inner.read().expect("cache lock");
-        (1..g.levels.len() as u8).find_map(|lv| g.find(lv, k).map(Arc::clone))
+        (from..g.levels.len() as u8).find_map(|lv| g.find(lv, k)).map(f)
     }
 
     /// Caches (or refreshes) the node at `addr`, evicting the oldest past the budget.
@@ -163,7 +166,7 @@ impl<N: CachedNode> NodeCache<N> {
         }
         let lv = &mut g.levels[level];
         let i = lv.place(&low);
-        let old = lv.nodes[i].replace(Arc::new(Cached { addr, node }));
+        let old = lv.nodes[i].replace(Cached { addr, node });
         match old {
             Some(o) => g.bytes -= o.node.cache_cost(),
             None => g.fifo.push_back((level as u8, low, addr)),
@@ -228,16 +231,16 @@ mod tests {
         c.insert(GlobalAddr::new(0, 128), node(1, "a", "m"));
         c.insert(GlobalAddr::new(0, 192), node(1, "m", "t"));
         assert_eq!(c.bytes(), 300);
-        let at = |lv, k: &str| c.lookup(lv, &k.as_bytes().to_vec()).map(|n| n.addr.offset());
+        let at = |lv, k: &str| c.with(lv, &k.as_bytes().to_vec(), |n| n.addr.offset());
         assert_eq!(
             (at(1, "b"), at(1, "m"), at(1, "x"), at(2, "x")),
             (Some(128), Some(192), None, Some(64))
         );
-        assert_eq!(c.deepest(&b"p".to_vec()).unwrap().addr.offset(), 192);
-        // `with` sees what `lookup` returns, without a reference count.
-        let with = |lv, k: &str| c.with(lv, &k.as_bytes().to_vec(), |n| n.addr.offset());
-        assert_eq!((with(1, "b"), with(1, "x"), with(2, "x")), (Some(128), None, Some(64)));
-        assert_eq!(c.deepest(&b"x".to_vec()).unwrap().addr.offset(), 64);
+        let deepest = |from, k: &str| c.deepest_with(from, &k.as_bytes().to_vec(), |n| n.addr);
+        assert_eq!(deepest(1, "p").unwrap().offset(), 192);
+        assert_eq!(deepest(2, "p").unwrap().offset(), 64);
+        assert_eq!(deepest(1, "x").unwrap().offset(), 64);
+        assert_eq!(deepest(3, "x"), None);
         // A refreshed node replaces the copy without counting twice.
         c.insert(GlobalAddr::new(0, 192), node(1, "m", "u"));
         assert_eq!((c.bytes(), at(1, "t")), (300, Some(192)));
@@ -250,12 +253,13 @@ mod tests {
         c.insert(GlobalAddr::new(0, 128), node(1, "b", "c"));
         c.insert(GlobalAddr::new(0, 192), node(1, "c", "d"));
         assert_eq!(c.bytes(), 200);
-        assert!(c.lookup(1, &b"a".to_vec()).is_none(), "the oldest went");
+        let cached = |k: &str| c.with(1, &k.as_bytes().to_vec(), |_| ()).is_some();
+        assert!(!cached("a"), "the oldest went");
         // Invalidating another address's copy does nothing.
         c.invalidate(1, &b"b".to_vec(), GlobalAddr::new(0, 999));
-        assert!(c.lookup(1, &b"b".to_vec()).is_some());
+        assert!(cached("b"));
         c.invalidate(1, &b"b".to_vec(), GlobalAddr::new(0, 128));
-        assert!(c.lookup(1, &b"b".to_vec()).is_none());
+        assert!(!cached("b"));
         assert_eq!(c.bytes(), 100);
         let none = NodeCache::new(0);
         none.insert(GlobalAddr::new(0, 64), node(1, "a", "b"));

@@ -7,7 +7,9 @@ use std::collections::VecDeque;
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::blink::Internal;
 use dmindex_prim::doorbell;
+use dmindex_prim::node_cache::Cached;
 
 use super::leaf_io::PooledLeaf;
 use super::Tree;
@@ -71,13 +73,15 @@ impl Tree {
             return Ok(());
         }
         let loc = self.blink.locate(c, from).await?;
-        let mut ahead: VecDeque<GlobalAddr> = match loc
+        let mut ahead: VecDeque<GlobalAddr> = loc
             .parent
-            .and_then(|p| self.blink.cache.lookup(1, &from).filter(|n| n.addr == p))
-        {
-            Some(p) => p.node.children_from(from).into_iter().skip(1).collect(),
-            None => VecDeque::new(),
-        };
+            .and_then(|p| {
+                let children = |n: &Cached<Internal>| {
+                    (n.addr == p).then(|| n.node.children_from(from).into_iter().skip(1).collect())
+                };
+                self.blink.cache.with(1, &from, children).flatten()
+            })
+            .unwrap_or_default();
         let mut cur = loc.leaf;
         let start = out.len();
         loop {

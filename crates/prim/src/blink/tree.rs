@@ -154,10 +154,10 @@ impl Blink {
         if let Some(loc) = parent {
             return Ok(loc);
         }
-        let mut from_cache = self.cache.deepest(&k).filter(|n| n.node.level >= 2);
+        let mut from_cache = self.cache.deepest_with(2, &k, |n| n.node.child_for(k).0);
         'restart: loop {
             let mut addr = match from_cache.take() {
-                Some(n) => n.node.child_for(k).0,
+                Some(child) => child,
                 None => {
                     let (height, root) = self.root(c).await?;
                     if height == 1 {
