@@ -58,6 +58,8 @@ use dmindex_prim::cacheline::{phys_len, Objects};
 use dmindex_prim::divisor::Divisor;
 use dmindex_prim::lock::LOCK_BIT;
 
+use crate::view::wrap;
+
 pub use dmindex_prim::blink::layout::{addr_at, key_at, put_addr, put_key, word};
 
 /// Bytes per metadata replica (sibling-based validation).
@@ -246,26 +248,26 @@ impl LeafLayout {
     /// Slots from `a` forward to `b`, circularly.
     #[inline]
     pub fn dist(&self, a: usize, b: usize) -> usize {
-        crate::view::wrap(b + self.span - a, self.span)
+        wrap(b + self.span - a, self.span)
     }
 
     /// The first slot from `from` on (circularly) whose bucket the vacancy bitmap `full` shows
     /// with a free slot.
     pub fn first_vacant_bucket_slot(&self, full: u64, from: usize) -> Option<usize> {
-        let nb = self.buckets as u32;
+        let nb = self.buckets;
         let mask = if nb == 64 { u64::MAX } else { (1 << nb) - 1 };
         let vacant = !full & mask;
         if vacant == 0 {
             return None;
         }
         // The first vacant bucket at or after `from`'s, circularly over the `nb` buckets.
-        let bf = self.bucket(from) as u32;
-        let rotated = (vacant >> bf | vacant << ((nb - bf) % nb)) & mask;
-        let d = rotated.trailing_zeros();
+        let bf = self.bucket(from);
+        let rotated = (vacant >> bf | vacant << wrap(nb - bf, nb)) & mask;
+        let d = rotated.trailing_zeros() as usize;
         if d == 0 {
             return Some(from);
         }
-        Some(self.bucket_slots(((bf + d) % nb) as usize).0)
+        Some(self.bucket_slots(wrap(bf + d, nb)).0)
     }
 
     /// Slots of bucket `b`: `[first, last]`.

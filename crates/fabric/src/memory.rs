@@ -115,10 +115,7 @@ impl Region {
         let line = CACHE_LINE as usize;
         let pos = offset as usize;
         let (first, last) = (pos / line, (pos + buf.len() - 1) / line);
-        // The READ's lines and their sequences, bounds-checked once and asked for at once.
-        let (words, seqs) = self.lines(first, last);
-        prefetch(words);
-        prefetch(&seqs[..1]);
+        let (words, seqs) = self.fetch_lines(first, last);
         let mut lines = words.chunks_exact(WORDS_PER_LINE).zip(seqs);
         let mut next = || lines.next().expect("a line per part of the READ");
         // A head that starts inside a line, then whole lines straight into the buffer, then a
@@ -151,16 +148,18 @@ impl Region {
     #[inline]
     pub fn prefetch(&self, pos: usize, len: usize) {
         let line = CACHE_LINE as usize;
-        let (first, last) = (pos / line, (pos + len.max(1) - 1) / line);
-        let (words, seqs) = self.lines(first, last);
-        prefetch(words);
-        prefetch(&seqs[..1]);
+        self.fetch_lines(pos / line, (pos + len.max(1) - 1) / line);
     }
 
-    /// The words and sequences of lines `first ..= last`.
+    /// The words and sequences of lines `first ..= last`, bounds-checked once and asked of the
+    /// CPU at once.
     #[inline]
-    fn lines(&self, first: usize, last: usize) -> (&[AtomicU64], &[AtomicU32]) {
-        (&self.words[first * WORDS_PER_LINE..(last + 1) * WORDS_PER_LINE], &self.seqs[first..=last])
+    fn fetch_lines(&self, first: usize, last: usize) -> (&[AtomicU64], &[AtomicU32]) {
+        let words = &self.words[first * WORDS_PER_LINE..(last + 1) * WORDS_PER_LINE];
+        let seqs = &self.seqs[first..=last];
+        prefetch(words);
+        prefetch(seqs);
+        (words, seqs)
     }
 
     /// Stores `data` at `offset`, line by line in increasing address order, each line as a unit.

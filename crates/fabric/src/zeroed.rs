@@ -21,9 +21,9 @@
 //! # How
 //!
 //! An anonymous private mapping, zero-filled on first touch, advised `MADV_HUGEPAGE` (kernels
-//! set to grant transparent huge pages only on request, a common default, need the advice). The advice is a hint: where the kernel
-//! has none to give, the mapping works on small pages. Elsewhere than Linux the array comes from
-//! the allocator's `alloc_zeroed`, as before.
+//! set to grant transparent huge pages only on request, a common default, need the advice).
+//! The advice is a hint: where the kernel has none to give, the mapping works on small pages.
+//! Elsewhere than Linux the array comes from the allocator's `alloc_zeroed`.
 
 use std::ops::Deref;
 use std::ptr::NonNull;
