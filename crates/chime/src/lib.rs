@@ -145,6 +145,9 @@ pub type Sherman = ChimeIndex<ShermanBaseline>;
 
 /// The 8-byte leaf key of a key: its first 8 bytes, zero-padded, as a big-endian integer.
 fn prefix_of(key: &[u8]) -> u64 {
+    if let Some(p) = key.first_chunk::<8>() {
+        return u64::from_be_bytes(*p);
+    }
     let mut p = [0u8; 8];
     let n = key.len().min(8);
     p[..n].copy_from_slice(&key[..n]);
