@@ -875,9 +875,22 @@ fn perf_reports_every_operation_against_the_floor() {
         v["rows"].as_array().unwrap().iter().map(|r| r["op"].as_str().unwrap()).collect();
     assert_eq!(ops, ["insert", "search", "update", "delete", "scan"]);
     for r in v["rows"].as_array().unwrap() {
+        assert_eq!(r["keys"], "hashed", "{r}");
         assert!(r["ns_per_op_per_thread"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["round_trips_per_op"].as_f64().unwrap() >= 1.0, "{r}");
     }
+}
+
+/// `perf` runs Dolphin on its paper's folded keys: on hashed keys each key has a leaf of its own
+/// and a scan of up to 100 pairs takes hundreds of round trips (422 at 500 items).
+#[test]
+fn perf_runs_dolphin_on_folded_keys() {
+    let v =
+        json(&dmindex(&["perf", "--index", "dolphin", "--items", "500", "--ops", "200", "--json"]));
+    let rows = v["rows"].as_array().unwrap();
+    assert!(rows.iter().all(|r| r["keys"] == "folded"), "{v}");
+    let scan = rows.iter().find(|r| r["op"] == "scan").unwrap();
+    assert!(scan["round_trips_per_op"].as_f64().unwrap() < 5.0, "{scan}");
 }
 
 /// A memory node crashes mid-run, restarts and is rebuilt by a monitor client: the report says

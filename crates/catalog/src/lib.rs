@@ -26,6 +26,26 @@ pub enum RdwcPolicy {
     On,
 }
 
+/// The key space an index is measured on when no experiment names one (`dmindex perf`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeySpace {
+    /// YCSB's hashed 64-bit keys: what CHIME's, SepHash's and HiStore's papers run.
+    Hashed,
+    /// Keys folded into a space twice the items ([`BenchConfig::folded_keys`]): the Dolphin
+    /// paper's. Dolphin's leaves hold the keys of one 7-byte prefix, so on hashed keys every
+    /// key has a leaf of its own and a scan visits one leaf per pair.
+    Folded,
+}
+
+impl KeySpace {
+    pub fn name(self) -> &'static str {
+        match self {
+            KeySpace::Hashed => "hashed",
+            KeySpace::Folded => "folded",
+        }
+    }
+}
+
 /// One index: what the CLI shows and how the harness runs it.
 pub struct IndexEntry {
     pub name: &'static str,
@@ -37,6 +57,8 @@ pub struct IndexEntry {
     pub services: &'static [MnService],
     /// Survives a memory-node crash ([`PointIndex::SURVIVES_MN_CRASH`]).
     pub survives_mn_crash: bool,
+    /// The key space it is measured on when none is named.
+    pub keys: KeySpace,
     /// `dmindex bench` on it.
     pub bench: fn(&BenchConfig) -> anyhow::Result<BenchReport>,
     /// One seed of `dmindex check` on it.
@@ -51,14 +73,18 @@ impl IndexEntry {
 }
 
 /// A catalog line for index type `$ty` with scan access `$scans`, optionally behind RDWC.
+/// `folded` marks an index measured on [`KeySpace::Folded`] keys.
 macro_rules! index {
+    ($name:literal, $about:literal, $ty:ty, $scans:ty, rdwc, folded) => {
+        index!(@entry $name, $about, Rdwc<$ty>, $scans, RdwcPolicy::On, KeySpace::Folded)
+    };
     ($name:literal, $about:literal, $ty:ty, $scans:ty, rdwc) => {
-        index!(@entry $name, $about, Rdwc<$ty>, $scans, RdwcPolicy::On)
+        index!(@entry $name, $about, Rdwc<$ty>, $scans, RdwcPolicy::On, KeySpace::Hashed)
     };
     ($name:literal, $about:literal, $ty:ty, $scans:ty) => {
-        index!(@entry $name, $about, $ty, $scans, RdwcPolicy::None)
+        index!(@entry $name, $about, $ty, $scans, RdwcPolicy::None, KeySpace::Hashed)
     };
-    (@entry $name:literal, $about:literal, $ty:ty, $scans:ty, $rdwc:expr) => {
+    (@entry $name:literal, $about:literal, $ty:ty, $scans:ty, $rdwc:expr, $keys:expr) => {
         IndexEntry {
             name: $name,
             about: $about,
@@ -66,6 +92,7 @@ macro_rules! index {
             rdwc: $rdwc,
             services: <$ty as PointIndex<LocalTransport>>::SERVICES,
             survives_mn_crash: <$ty as PointIndex<LocalTransport>>::SURVIVES_MN_CRASH,
+            keys: $keys,
             bench: run::<$ty, $scans>,
             check: dmindex_index::conformance::check_seed::<$ty, $scans>,
         }
@@ -123,7 +150,8 @@ pub static INDEXES: &[IndexEntry] = &[
         "Dolphin (MSST '24): radix inner nodes over key bytes 0-6, B+ leaves, Spear, MS-RNIC writes",
         dmindex_dolphin::Dolphin,
         Ordered,
-        rdwc
+        rdwc,
+        folded
     ),
     index!(
         "marlin",
