@@ -133,9 +133,10 @@ impl ReadPlan {
     pub fn apply(&self, raw: &[u8], window: &mut [u8]) -> Result<bool, Invalid> {
         self.copy_lines(raw, window)?;
         // Every object read carries one node-level version.
-        let nv = version::nv(window[*self.replicas.first().unwrap_or(&self.slots[0]) as usize]);
+        let first = window[*self.replicas.first().unwrap_or(&self.slots[0]) as usize];
         let objects = self.slots.iter().chain(&self.replicas);
-        Ok(objects.fold(false, |m, &o| m | (version::nv(window[o as usize]) != nv)))
+        let differ = objects.fold(0, |d, &o| d | (window[o as usize] ^ first));
+        Ok(version::nv(differ) != 0)
     }
 
     /// The line part of [`ReadPlan::apply`]: checks every line's version against its object's
