@@ -29,7 +29,7 @@ pub enum RdwcPolicy {
 /// The key space an index is measured on when no experiment names one (`dmindex perf`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeySpace {
-    /// YCSB's hashed 64-bit keys: what CHIME's, SepHash's and HiStore's papers run.
+    /// YCSB's hashed 64-bit keys, as `bench` draws them by default.
     Hashed,
     /// Keys folded into a space twice the items ([`BenchConfig::folded_keys`]): the Dolphin
     /// paper's. Dolphin's leaves hold the keys of one 7-byte prefix, so on hashed keys every
@@ -38,6 +38,7 @@ pub enum KeySpace {
 }
 
 impl KeySpace {
+    /// The name `perf` prints.
     pub fn name(self) -> &'static str {
         match self {
             KeySpace::Hashed => "hashed",
