@@ -147,9 +147,8 @@ impl LeafBuf {
         debug_assert_eq!((plan.count, plan.window_len), (l.span, l.decoded()));
         plan.copy_lines(raw, &mut self.bytes)?;
         // Every object's first byte, group by group at the layout's fixed strides (the plan's
-        // general list of object offsets costs a load per object), folded into the bits in
-        // which it differs from replica 0's at offset 0 (a load, an xor and an or an object):
-        // the node versions are mixed if any NV bit is set.
+        // general list of object offsets costs a load per object), xor-folded against replica
+        // 0's at offset 0 ([`version::nv_mixed`]).
         let first = self.bytes[0];
         let mut differ = 0;
         for group in self.bytes[..l.decoded()].chunks_exact(l.group()) {
@@ -158,7 +157,7 @@ impl LeafBuf {
                 differ |= entry[0] ^ first;
             }
         }
-        (self.nv, self.nv_mixed) = (Some(version::nv(first)), version::nv(differ) != 0);
+        (self.nv, self.nv_mixed) = (Some(version::nv(first)), version::nv_mixed(differ));
         self.loaded.fill(true);
         self.replica_loaded.fill(true);
         Ok(())

@@ -135,8 +135,7 @@ impl ReadPlan {
         // Every object read carries one node-level version.
         let first = window[*self.replicas.first().unwrap_or(&self.slots[0]) as usize];
         let objects = self.slots.iter().chain(&self.replicas);
-        let differ = objects.fold(0, |d, &o| d | (window[o as usize] ^ first));
-        Ok(version::nv(differ) != 0)
+        Ok(version::nv_mixed(objects.fold(0, |d, &o| d | (window[o as usize] ^ first))))
     }
 
     /// The line part of [`ReadPlan::apply`]: checks every line's version against its object's

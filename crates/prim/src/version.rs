@@ -27,6 +27,14 @@ pub fn nv(v: u8) -> u8 {
     v & 0x0F
 }
 
+/// Whether objects carry more than one NV, given `differ`: the or of every object's version
+/// byte xored with one of them's (a load, an xor and an or an object, then this one test; their
+/// EVs may differ).
+#[inline]
+pub fn nv_mixed(differ: u8) -> bool {
+    nv(differ) != 0
+}
+
 /// `v` with NV incremented (EV kept).
 #[inline]
 pub fn bump_nv(v: u8) -> u8 {
@@ -55,6 +63,15 @@ mod tests {
         assert_eq!(bump_ev(0xF3), 0x03);
         assert_eq!(nv(0xA7), 7);
         assert_eq!(with_nv(0xA7, 2), 0xA2);
+    }
+
+    #[test]
+    fn xor_folds_see_nvs_not_evs() {
+        for v in 0..=255u8 {
+            assert!(!nv_mixed(v ^ bump_ev(v)), "{v:#x}");
+            assert!(nv_mixed(v ^ bump_nv(v)), "{v:#x}");
+            assert!(nv_mixed((v ^ v) | (v ^ bump_ev(bump_nv(v)))), "{v:#x}");
+        }
     }
 
     #[test]
