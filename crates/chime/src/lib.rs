@@ -98,7 +98,7 @@ use dmindex_prim::kv_block::{Block, Blocks};
 use dmindex_prim::pool::Pool;
 use dmindex_prim::root::RootSlot;
 
-use crate::layout::LeafLayout;
+use crate::layout::{key_at, LeafLayout};
 use crate::read_plan::ReadPlan;
 use crate::shape::MAGIC;
 pub use crate::shape::{factors_on, ChimeShape, FACTORS, MAX_INDIRECT};
@@ -145,8 +145,8 @@ pub type Sherman = ChimeIndex<ShermanBaseline>;
 
 /// The 8-byte leaf key of a key: its first 8 bytes, zero-padded, as a big-endian integer.
 fn prefix_of(key: &[u8]) -> u64 {
-    if let Some(p) = key.first_chunk::<8>() {
-        return u64::from_be_bytes(*p);
+    if key.len() >= 8 {
+        return key_at(key, 0);
     }
     let mut p = [0u8; 8];
     let n = key.len().min(8);
