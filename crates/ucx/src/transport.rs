@@ -68,6 +68,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dmindex_fabric::exec::yield_now;
+use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{
     AtomicOp, BatchOp, Client, ClusterInfo, FabricError, GlobalAddr, NodeId, Result, ServiceId,
     Transport,
@@ -674,6 +675,15 @@ impl Transport for UcxTransport {
             return self.post_message(&to, addr, Verb::Write, data, false).map(drop);
         }
         self.before(node)?;
+        // Where UCX completes the WRITE in the call (shared memory does), it needs no copy.
+        if to
+            .ep
+            .put_now(data, Self::remote(&to, addr), &to.key)
+            .map_err(|e| unavailable(node, e.to_string()))?
+        {
+            self.conn.fence.set(true);
+            return Ok(());
+        }
         let owned = data.to_vec();
         // SAFETY: `owned` moves into the pending list (its heap buffer does not move) and is
         // dropped only after the request completes (quiesce, reaping, or the thread's drop).
@@ -770,9 +780,10 @@ impl Transport for UcxTransport {
         }
         self.before(node)?;
         let (ep, key) = (&to.ep, &to.key);
-        let mut flights = Vec::with_capacity(ops.len());
+        // In place, not on the heap: a batch is every search's verb. Client::batch capped it.
+        let mut flights: [Option<InFlight<'_>>; MAX_BATCH] = std::array::from_fn(|_| None);
         // Atomic operands live here, pinned with this future, until every flight is done.
-        let mut operands = [0u64; dmindex_fabric::verbs::MAX_BATCH];
+        let mut operands = [0u64; MAX_BATCH];
         let mut ordered = false;
         for (i, op) in ops.iter_mut().enumerate() {
             if ordered {
@@ -800,12 +811,12 @@ impl Transport for UcxTransport {
                 }
             };
             ordered |= !matches!(op, BatchOp::Read { .. });
-            flights.push(self.flight(node, p)?);
+            flights[i] = Some(self.flight(node, p)?);
         }
         if ordered {
             self.conn.fence.set(true);
         }
-        for f in flights {
+        for f in flights.iter_mut().filter_map(Option::take) {
             f.done(node).await?;
         }
         Ok(())

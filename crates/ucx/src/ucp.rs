@@ -568,6 +568,25 @@ impl Endpoint {
         })
     }
 
+    /// WRITEs `data` to remote `addr` if UCX can complete the WRITE before returning (it has
+    /// then read `data`): `Ok(true)`; `Ok(false)` if it cannot, and nothing was posted.
+    pub fn put_now(&self, data: &[u8], addr: u64, key: &RemoteKey) -> Result<bool> {
+        let mut p = ucp_request_param_t::new(UCP_DATATYPE_BYTES, ptr::null_mut());
+        p.op_attr_mask |= UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+        // SAFETY: live endpoint and key; forced immediate completion means UCX is done with
+        // `data` when the call returns (no request is ever handed back).
+        let r = unsafe {
+            ucp_put_nbx(self.ep, data.as_ptr() as *const c_void, data.len(), addr, key.k, &p)
+        };
+        if r as isize == UCS_ERR_NO_RESOURCE as isize {
+            return Ok(false);
+        }
+        match posted("ucp_put_nbx", r)? {
+            Posted::Done => Ok(true),
+            Posted::Pending(_) => unreachable!("UCX returned a request for a forced completion"),
+        }
+    }
+
     /// Posts a READ of remote `addr` into `buf`.
     ///
     /// # Safety
