@@ -386,7 +386,11 @@ pub(crate) mod ucx {
         if token.is_empty() {
             anyhow::bail!("--transport ucx needs --token-file (the memnodes' token)");
         }
-        let options = UcxOptions { chunk_size: chunk_size(cfg), timeout: cfg.ucx_timeout };
+        let options = UcxOptions {
+            chunk_size: chunk_size(cfg),
+            timeout: cfg.ucx_timeout,
+            ..UcxOptions::default()
+        };
         let fabric =
             UcxFabric::connect_with(&addrs, &token, &options).map_err(anyhow::Error::msg)?;
         let probe = fabric.client(0)?;

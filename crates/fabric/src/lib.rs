@@ -43,6 +43,7 @@ pub mod memory;
 pub mod service;
 pub mod stats;
 pub mod verbs;
+pub mod words;
 mod zeroed;
 
 pub use addr::{GlobalAddr, NodeId};

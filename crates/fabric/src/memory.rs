@@ -19,13 +19,13 @@
 //! (odd while writing), a READ copies the line optimistically and retries if the sequence moved.
 //! Atomic verbs do not touch the sequence: they change one word, and a line copy that interleaves
 //! with them is still a snapshot of some instant because no other word of the line changed.
-//! Byte `i` of the region is byte `i % 8` of word `i / 8` in little-endian order, so atomics see
-//! words in host (x86, RDMA) byte order. Both arrays are committed lazily as they are touched,
+//! Bytes sit in words as [`crate::words`] draws them. Both arrays are committed lazily as they are touched,
 //! on small or on huge pages ([`Pages`]).
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use crate::verbs::AtomicOp;
+use crate::words::copy_in;
 pub use crate::zeroed::Pages;
 use crate::zeroed::Zeroed;
 
@@ -284,43 +284,6 @@ fn line_snapshot(words: &[AtomicU64], seq: &AtomicU32) -> [u8; CACHE_LINE as usi
     let mut out = [0u8; CACHE_LINE as usize];
     line_into(words, seq, &mut out);
     out
-}
-
-/// Stores `src` at bytes `[pos, pos + src.len())` of the word array. Whole words are plain
-/// stores; a partial word is merged with a CAS loop so that a concurrent atomic verb on the same
-/// word is never undone.
-#[inline]
-fn copy_in(words: &[AtomicU64], pos: usize, src: &[u8]) {
-    let mut p = pos;
-    let mut i = 0;
-    if p % 8 != 0 {
-        let n = (8 - p % 8).min(src.len());
-        merge_bytes(&words[p / 8], p % 8, &src[..n]);
-        p += n;
-        i += n;
-    }
-    let whole = (src.len() - i) / 8;
-    for (chunk, word) in src[i..i + whole * 8].chunks_exact(8).zip(&words[p / 8..p / 8 + whole]) {
-        word.store(u64::from_le_bytes(chunk.try_into().expect("8 bytes")), Ordering::Release);
-    }
-    p += whole * 8;
-    i += whole * 8;
-    if i < src.len() {
-        merge_bytes(&words[p / 8], 0, &src[i..]);
-    }
-}
-
-/// Replaces bytes `b..b + src.len()` of one word, atomically with respect to other verbs on it.
-#[inline]
-fn merge_bytes(word: &AtomicU64, b: usize, src: &[u8]) {
-    let n = src.len();
-    let mut bytes = [0u8; 8];
-    bytes[b..b + n].copy_from_slice(src);
-    let val = u64::from_le_bytes(bytes);
-    let mask = (u64::MAX >> (64 - 8 * n as u32)) << (8 * b as u32);
-    let _ = word.fetch_update(Ordering::Release, Ordering::Relaxed, |old| {
-        Some((old & !mask) | (val & mask))
-    });
 }
 
 #[cfg(test)]

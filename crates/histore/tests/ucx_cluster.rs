@@ -214,7 +214,8 @@ fn stat(ix: &HiStore, name: &str) -> u64 {
 /// recorded; it ends by printing the history's verdict.
 fn client_role() {
     let addrs: Vec<String> = env("DMX_MEMNODES").split(',').map(String::from).collect();
-    let options = UcxOptions { chunk_size: 1 << 20, timeout: CLIENT_TIMEOUT };
+    let options =
+        UcxOptions { chunk_size: 1 << 20, timeout: CLIENT_TIMEOUT, ..UcxOptions::default() };
     let f = UcxFabric::connect_with(&addrs, TOKEN, &options).unwrap();
     let (commands_tx, commands) = mpsc::channel();
     std::thread::spawn(move || {

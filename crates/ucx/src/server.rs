@@ -18,13 +18,14 @@
 
 use std::io::{BufReader, BufWriter};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use dmindex_fabric::layout::{self, MIN_REGION};
 use dmindex_fabric::service::{MnContext, MnMemory, NoPeers, Peers, Services};
 use dmindex_fabric::verbs::AtomicOp;
+use dmindex_fabric::words::SharedWords;
 use dmindex_fabric::FabricError;
 
 use crate::auth::{self, VERB_KEY};
@@ -120,42 +121,34 @@ struct PoolMemory {
     len: u64,
 }
 
-// SAFETY: the pointer is to the UCX pool, alive for the server's lifetime; accesses are copies
-// and 8-byte atomics, as remote verbs are.
+// SAFETY: the pointer is to the UCX pool, alive for the server's lifetime; every access from
+// this process is atomic (SharedWords) or UCX's own.
 unsafe impl Sync for PoolMemory {}
 // SAFETY: as above.
 unsafe impl Send for PoolMemory {}
+
+impl PoolMemory {
+    fn words(&self) -> SharedWords<'_> {
+        // SAFETY: the pool lives as long as the server, which outlives self's borrows; UCX
+        // allocated it page-aligned, `len` bytes; this process reaches it only through
+        // SharedWords (atomic) and UCX.
+        unsafe { SharedWords::from_raw(self.base, self.len as usize) }
+            .expect("UCX pools are page-aligned and a whole number of pages")
+    }
+}
 
 impl MnMemory for PoolMemory {
     fn size(&self) -> u64 {
         self.len
     }
     fn read(&self, offset: u64, buf: &mut [u8]) {
-        assert!(offset + buf.len() as u64 <= self.len, "service read out of bounds");
-        // SAFETY: in bounds (checked); concurrent remote writes may tear the copy, which the
-        // fabric's semantics allow.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.base.add(offset as usize),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        }
+        self.words().read(offset, buf)
     }
     fn write(&self, offset: u64, data: &[u8]) {
-        assert!(offset + data.len() as u64 <= self.len, "service write out of bounds");
-        // SAFETY: in bounds (checked); see read.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(offset as usize), data.len())
-        }
+        self.words().write(offset, data)
     }
     fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
-        assert!(
-            offset % 8 == 0 && offset + 8 <= self.len,
-            "service atomic misaligned or out of bounds"
-        );
-        // SAFETY: aligned, in bounds, and the pool lives as long as the server.
-        op.apply_to(unsafe { AtomicU64::from_ptr(self.base.add(offset as usize) as *mut u64) })
+        self.words().atomic(offset, op)
     }
 }
 
@@ -185,7 +178,8 @@ pub fn serve(
         Worker::waking(devices.as_deref()).map_err(|e| format!("UCX setup failed: {e}"))?;
     let pool = worker.map_pool(size).map_err(|e| format!("cannot allocate the pool: {e}"))?;
     let pool = Arc::new(pool);
-    let mem = Arc::new(PoolMemory { base: pool.base, len: pool.len as u64 });
+    // Served in whole cache lines (a --size that is not one loses its last few bytes).
+    let mem = Arc::new(PoolMemory { base: pool.base, len: pool.len as u64 & !63 });
     // The pool comes from anonymous or shared memory, so it is zero; write the superblock.
     layout::format(&*mem, cfg.id);
     let (verbs_mem, id) = (Arc::clone(&mem), cfg.id);

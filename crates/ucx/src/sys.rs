@@ -276,6 +276,7 @@ extern "C" {
         rkey_p: *mut ucp_rkey_h,
     ) -> ucs_status_t;
     pub fn ucp_rkey_destroy(rkey: ucp_rkey_h);
+    pub fn ucp_rkey_ptr(rkey: ucp_rkey_h, raddr: u64, addr_p: *mut *mut c_void) -> ucs_status_t;
     pub fn ucp_put_nbx(
         ep: ucp_ep_h,
         buffer: *const c_void,

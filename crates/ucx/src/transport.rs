@@ -69,6 +69,7 @@ use std::time::{Duration, Instant};
 
 use dmindex_fabric::exec::yield_now;
 use dmindex_fabric::verbs::MAX_BATCH;
+use dmindex_fabric::words::SharedWords;
 use dmindex_fabric::{
     AtomicOp, BatchOp, Client, ClusterInfo, FabricError, GlobalAddr, NodeId, Result, ServiceId,
     Transport,
@@ -95,11 +96,16 @@ pub struct UcxOptions {
     /// How long a call, a message verb or an endpoint's wireup may take before its memnode
     /// counts as unavailable. A call that does much work (a HiStore rebuild's copy) must fit.
     pub timeout: Duration,
+    /// Where UCX maps a memnode's pool into this process (shared memory), verbs are this
+    /// process's own loads, stores and atomics on the mapping instead of UCX calls. Off, every
+    /// verb goes through `ucp_get_nbx`, `ucp_put_nbx` and `ucp_atomic_op_nbx` (tests use it to
+    /// run those over shared memory).
+    pub map_shared: bool,
 }
 
 impl Default for UcxOptions {
     fn default() -> UcxOptions {
-        UcxOptions { chunk_size: 1 << 20, timeout: Duration::from_secs(10) }
+        UcxOptions { chunk_size: 1 << 20, timeout: Duration::from_secs(10), map_shared: true }
     }
 }
 
@@ -123,6 +129,7 @@ struct Shared {
     nodes: Vec<Memnode>,
     token: Vec<u8>,
     timeout: Duration,
+    map_shared: bool,
 }
 
 /// A cluster of memnodes reached over UCX.
@@ -195,10 +202,25 @@ impl UcxFabric {
         });
         Ok(UcxFabric {
             id: NEXT_FABRIC.fetch_add(1, Ordering::Relaxed),
-            shared: Arc::new(Shared { nodes, token: token.to_vec(), timeout: options.timeout }),
+            shared: Arc::new(Shared {
+                nodes,
+                token: token.to_vec(),
+                timeout: options.timeout,
+                map_shared: options.map_shared,
+            }),
             info,
             chunk_size: options.chunk_size,
         })
+    }
+
+    /// Per memnode, whether this thread's verbs are loads, stores and atomics on a mapping of
+    /// its pool ([`UcxOptions::map_shared`]).
+    pub fn mapped(&self) -> std::result::Result<Vec<bool>, String> {
+        let t = dmindex_fabric::Fabric::client(self, 0).map_err(|e| e.to_string())?;
+        let t = t.transport();
+        (0..self.shared.nodes.len() as NodeId)
+            .map(|n| t.node(n).map(|c| c.mapped.is_some()).map_err(|e| e.to_string()))
+            .collect()
     }
 
     /// Per memnode, whether this thread's verbs reach its pool one-sidedly (UCX RMA) rather
@@ -287,10 +309,18 @@ impl Shared {
                 ),
             ));
         }
+        let one_sided = ep.one_sided();
+        let mapped = (one_sided && self.map_shared)
+            .then(|| key.local_ptr(inc.welcome.base))
+            .flatten()
+            .map(|p| (p, inc.welcome.length as usize))
+            // SAFETY: only checks alignment here (see NodeConn::mapped for the rest).
+            .filter(|&(p, len)| unsafe { SharedWords::from_raw(p, len) }.is_some());
         Ok(Rc::new(NodeConn {
             generation: inc.generation,
             base: inc.welcome.base,
-            one_sided: ep.one_sided(),
+            one_sided,
+            mapped,
             verb_key: inc.welcome.verb_key,
             key,
             ep,
@@ -327,10 +357,25 @@ struct NodeConn {
     base: u64,
     /// UCX RMA reaches the pool without the memnode's CPU (else verbs go as messages).
     one_sided: bool,
+    /// The pool as UCX mapped it into this process (shared memory), and its length: verbs are
+    /// then loads, stores and atomics on it, with no UCX call and no fence (each completes in
+    /// the call, in program order).
+    mapped: Option<(*mut u8, usize)>,
     /// What verb messages carry to be executed.
     verb_key: [u8; VERB_KEY],
     key: RemoteKey,
     ep: Endpoint,
+}
+
+impl NodeConn {
+    /// The mapped pool, if any.
+    fn mapped(&self) -> Option<SharedWords<'_>> {
+        let (base, len) = self.mapped?;
+        // SAFETY: UCX keeps the mapping for as long as `self.key` lives, which outlives the
+        // borrow of self; the pool is `len` bytes (the memnode's welcome), aligned (checked when
+        // made); this process reaches it only atomically (SharedWords) or through UCX.
+        unsafe { SharedWords::from_raw(base, len) }
+    }
 }
 
 /// One thread's UCX state. Field order is drop order: endpoints before the worker.
@@ -648,6 +693,10 @@ impl Transport for UcxTransport {
                 self.message(&to, addr, Verb::Read { len: buf.len() as u64 }, &[]).await?;
             return copy_read(node, buf, &data);
         }
+        if let Some(m) = to.mapped() {
+            m.read(addr.offset(), buf);
+            return Ok(());
+        }
         self.before(node)?;
         // SAFETY: buf is borrowed for this whole future; `done` (or the guard's drop) waits for
         // completion before the borrow ends.
@@ -661,6 +710,10 @@ impl Transport for UcxTransport {
         if !to.one_sided {
             return self.message(&to, addr, Verb::Write, data).await.map(drop);
         }
+        if let Some(m) = to.mapped() {
+            m.write(addr.offset(), data);
+            return Ok(());
+        }
         self.before(node)?;
         // SAFETY: as in read.
         let p = unsafe { to.ep.put(data, Self::remote(&to, addr), &to.key) };
@@ -673,6 +726,10 @@ impl Transport for UcxTransport {
         let to = self.node(node)?;
         if !to.one_sided {
             return self.post_message(&to, addr, Verb::Write, data, false).map(drop);
+        }
+        if let Some(m) = to.mapped() {
+            m.write(addr.offset(), data);
+            return Ok(());
         }
         self.before(node)?;
         // Where UCX completes the WRITE in the call (shared memory does), it needs no copy.
@@ -721,6 +778,9 @@ impl Transport for UcxTransport {
         if !to.one_sided {
             return self.message(&to, addr, Verb::Atomic(op), &[]).await.map(|(old, _)| old);
         }
+        if let Some(m) = to.mapped() {
+            return Ok(m.atomic(addr.offset(), op));
+        }
         if Self::native(op) {
             let (code, operand, reply) = Self::native_args(op);
             return self.word_atomic(&to, addr, code, operand, reply).await;
@@ -762,6 +822,16 @@ impl Transport for UcxTransport {
                     BatchOp::Read { buf, .. } => copy_read(node, buf, &data)?,
                     BatchOp::Atomic { old, .. } => *old = word,
                     BatchOp::Write { .. } => {}
+                }
+            }
+            return Ok(());
+        }
+        if let Some(m) = to.mapped() {
+            for op in ops.iter_mut() {
+                match op {
+                    BatchOp::Read { addr, buf } => m.read(addr.offset(), buf),
+                    BatchOp::Write { addr, data } => m.write(addr.offset(), data),
+                    BatchOp::Atomic { addr, op, old } => *old = m.atomic(addr.offset(), *op),
                 }
             }
             return Ok(());

@@ -645,6 +645,17 @@ pub struct RemoteKey {
     k: ucp_rkey_h,
 }
 
+impl RemoteKey {
+    /// Where remote `addr` is mapped in this process, if a transport mapped the peer's memory
+    /// (shared memory does; RDMA and TCP do not). The mapping lives as long as this key.
+    pub fn local_ptr(&self, addr: u64) -> Option<*mut u8> {
+        let mut p: *mut c_void = ptr::null_mut();
+        // SAFETY: the key is live; UCX writes the pointer only on success.
+        let status = unsafe { ucp_rkey_ptr(self.k, addr, &mut p) };
+        (status == UCS_OK && !p.is_null()).then_some(p as *mut u8)
+    }
+}
+
 impl Drop for RemoteKey {
     fn drop(&mut self) {
         // SAFETY: the key is live and destroyed once, before its endpoint's worker.

@@ -10,6 +10,12 @@ fn conformance_over_shared_memory() {
 }
 
 #[test]
+fn conformance_over_shared_memory_through_ucx_rma() {
+    common::use_tls("sm,self");
+    common::conformance_suite_with(true, false);
+}
+
+#[test]
 fn bad_connections_over_shared_memory() {
     common::use_tls("sm,self");
     common::bad_connections_are_refused();

@@ -1,6 +1,7 @@
-//! The `ucx` verb path over shared memory allocates nothing on the client: READs, WRITEs,
-//! zero-wait WRITEs, atomics and doorbell batches (a search's verb) are counted by a global
-//! allocator that must see no allocation while they run.
+//! The `ucx` verb path over shared memory allocates nothing on the client, on a mapping of the
+//! pool and through UCX's RMA calls: READs, WRITEs, zero-wait WRITEs, atomics and doorbell
+//! batches (a search's verb) are counted by a global allocator that must see no allocation
+//! while they run.
 #![cfg(feature = "ucx")]
 
 mod common;
@@ -8,7 +9,7 @@ mod common;
 use dmindex_fabric::alloc_count::{allocations, CountingAlloc};
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::{AtomicOp, BatchOp, Client, Fabric, GlobalAddr, Transport};
-use dmindex_ucx::transport::UcxFabric;
+use dmindex_ucx::transport::{UcxFabric, UcxOptions};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
@@ -17,8 +18,17 @@ static GLOBAL: CountingAlloc = CountingAlloc;
 fn one_sided_verbs_do_not_allocate() {
     common::use_tls("sm,self");
     let mn = common::memnode(0, 8 << 20);
-    let f = UcxFabric::connect(std::slice::from_ref(&mn.addr), common::TOKEN, 1 << 20).unwrap();
-    assert_eq!(f.one_sided().unwrap(), [true]);
+    for map_shared in [true, false] {
+        let options = UcxOptions { map_shared, ..UcxOptions::default() };
+        let f = UcxFabric::connect_with(std::slice::from_ref(&mn.addr), common::TOKEN, &options)
+            .unwrap();
+        assert_eq!(f.mapped().unwrap(), [map_shared]);
+        count(&f, map_shared);
+    }
+}
+
+/// Asserts that 1000 rounds of verbs allocate nothing.
+fn count(f: &UcxFabric, map_shared: bool) {
     let c = f.client(0).unwrap();
     run_tasks([async {
         let a = c.alloc(4096, 64).await.unwrap();
@@ -32,7 +42,7 @@ fn one_sided_verbs_do_not_allocate() {
         }
         c.flush().await.unwrap();
         let n = allocations() - before;
-        assert_eq!(n, 0, "{n} heap allocations in 1000 rounds of one-sided verbs");
+        assert_eq!(n, 0, "{n} heap allocations in 1000 rounds (pool mapped: {map_shared})");
         assert_eq!(c.read_word(a.add(512)).await.unwrap(), 1009, "the last zero-wait WRITE");
     }]);
 }

@@ -83,11 +83,20 @@ pub fn memnode_at(
 /// The conformance suite on one or two memnodes, with clients on two threads × 3 tasks; `one_sided`
 /// says whether the transports reach the pools without the memnodes' CPU (else verbs are messages).
 pub fn conformance_suite(one_sided: bool) {
+    conformance_suite_with(one_sided, true);
+}
+
+/// [`conformance_suite`], with the pools mapped into the clients' process where UCX can
+/// (`map_shared`) or every verb through UCX's RMA calls.
+pub fn conformance_suite_with(one_sided: bool, map_shared: bool) {
     let mns = [memnode(0, 64 << 20), memnode(1, 64 << 20)];
     let addrs: Vec<String> = mns.iter().map(|m| m.addr.clone()).collect();
-    let f = UcxFabric::connect(&addrs, TOKEN, 1 << 20).unwrap();
+    let options = UcxOptions { map_shared, ..UcxOptions::default() };
+    let f = UcxFabric::connect_with(&addrs, TOKEN, &options).unwrap();
     assert_eq!(f.info().nodes(), 2);
     assert_eq!(f.one_sided().unwrap(), [one_sided; 2]);
+    // Shared memory maps the pools; TCP cannot.
+    assert_eq!(f.mapped().unwrap(), [one_sided && map_shared; 2]);
     let c = f.client(0).unwrap();
     run_tasks([conformance::single_client(&c)]);
     // Concurrent increments from 6 clients on 2 threads: no lost update.
