@@ -187,6 +187,29 @@ mod tests {
         assert_eq!(b, [0, 7, 7, 0, 0, 0, 0, 0xff]);
     }
 
+    /// Every start and length across a few words: a READ returns exactly the bytes there, and a
+    /// WRITE changes exactly its own.
+    #[test]
+    fn every_offset_and_length_reads_and_writes_its_bytes() {
+        let mut w = [0u64; 8];
+        let m = shared(&mut w);
+        let pattern: Vec<u8> = (1..=64).collect();
+        for pos in 0..24 {
+            for len in 0..=40 {
+                m.write(0, &pattern);
+                let mut buf = vec![0u8; len];
+                m.read(pos as u64, &mut buf);
+                assert_eq!(buf, pattern[pos..pos + len], "READ of {len} at {pos}");
+                m.write(pos as u64, &vec![0xEE; len]);
+                let mut model = pattern.clone();
+                model[pos..pos + len].fill(0xEE);
+                let mut all = [0u8; 64];
+                m.read(0, &mut all);
+                assert_eq!(all[..], model[..], "WRITE of {len} at {pos}");
+            }
+        }
+    }
+
     proptest! {
         /// Reads and writes at any offset and length agree with a plain byte array.
         #[test]
