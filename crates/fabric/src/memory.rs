@@ -289,6 +289,7 @@ fn line_snapshot(words: &[AtomicU64], seq: &AtomicU32) -> [u8; CACHE_LINE as usi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::words::tests::{agrees_with_bytes, byte_ops};
     use proptest::prelude::*;
 
     #[test]
@@ -314,23 +315,9 @@ mod tests {
     proptest! {
         /// Reads and writes at any offset and length agree with a plain byte array.
         #[test]
-        fn matches_byte_model(ops in prop::collection::vec((0u64..300, prop::collection::vec(any::<u8>(), 0..150), any::<bool>()), 1..40)) {
+        fn matches_byte_model(ops in byte_ops()) {
             let r = Region::new(512);
-            let mut model = vec![0u8; 512];
-            for (off, data, is_write) in ops {
-                let len = data.len().min(512 - off as usize);
-                if is_write {
-                    r.write(off, &data[..len]);
-                    model[off as usize..off as usize + len].copy_from_slice(&data[..len]);
-                } else {
-                    let mut buf = vec![0xAAu8; len];
-                    r.read(off, &mut buf);
-                    prop_assert_eq!(&buf[..], &model[off as usize..off as usize + len]);
-                }
-            }
-            let mut all = vec![0u8; 512];
-            r.read(0, &mut all);
-            prop_assert_eq!(all, model);
+            agrees_with_bytes(ops, |o, b| r.read(o, b), |o, d| r.write(o, d))?;
         }
     }
 }

@@ -150,7 +150,7 @@ impl<'a> SharedWords<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -210,27 +210,46 @@ mod tests {
         }
     }
 
+    /// Replays `ops` (offset, bytes, whether a WRITE) on 512 bytes reached by `read` and
+    /// `write`, and on a plain byte array: every READ, and the whole memory at the end, agree.
+    pub(crate) fn agrees_with_bytes(
+        ops: Vec<(u64, Vec<u8>, bool)>,
+        read: impl Fn(u64, &mut [u8]),
+        write: impl Fn(u64, &[u8]),
+    ) -> Result<(), TestCaseError> {
+        let mut model = vec![0u8; 512];
+        for (off, data, is_write) in ops {
+            let len = data.len().min(512 - off as usize);
+            if is_write {
+                write(off, &data[..len]);
+                model[off as usize..off as usize + len].copy_from_slice(&data[..len]);
+            } else {
+                let mut buf = vec![0xAAu8; len];
+                read(off, &mut buf);
+                prop_assert_eq!(&buf[..], &model[off as usize..off as usize + len]);
+            }
+        }
+        let mut all = vec![0u8; 512];
+        read(0, &mut all);
+        prop_assert_eq!(all, model);
+        Ok(())
+    }
+
+    /// Operations for [`agrees_with_bytes`].
+    pub(crate) fn byte_ops() -> impl Strategy<Value = Vec<(u64, Vec<u8>, bool)>> {
+        prop::collection::vec(
+            (0u64..300, prop::collection::vec(any::<u8>(), 0..150), any::<bool>()),
+            1..40,
+        )
+    }
+
     proptest! {
         /// Reads and writes at any offset and length agree with a plain byte array.
         #[test]
-        fn matches_byte_model(ops in prop::collection::vec((0u64..300, prop::collection::vec(any::<u8>(), 0..150), any::<bool>()), 1..40)) {
+        fn matches_byte_model(ops in byte_ops()) {
             let mut w = [0u64; 64];
             let m = shared(&mut w);
-            let mut model = vec![0u8; 512];
-            for (off, data, is_write) in ops {
-                let len = data.len().min(512 - off as usize);
-                if is_write {
-                    m.write(off, &data[..len]);
-                    model[off as usize..off as usize + len].copy_from_slice(&data[..len]);
-                } else {
-                    let mut buf = vec![0xAAu8; len];
-                    m.read(off, &mut buf);
-                    prop_assert_eq!(&buf[..], &model[off as usize..off as usize + len]);
-                }
-            }
-            let mut all = vec![0u8; 512];
-            m.read(0, &mut all);
-            prop_assert_eq!(all, model);
+            agrees_with_bytes(ops, |o, b| m.read(o, b), |o, d| m.write(o, d))?;
         }
     }
 }
