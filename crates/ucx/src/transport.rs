@@ -118,6 +118,8 @@ struct Incarnation {
 
 struct Memnode {
     addr: String,
+    /// The pool's length in the first welcome: what clients check verbs against, for good.
+    size: u64,
     /// The incarnation new clients bind to.
     current: Mutex<Arc<Incarnation>>,
     /// Control connections no client holds.
@@ -189,6 +191,7 @@ impl UcxFabric {
             }
             nodes.push(Memnode {
                 addr: a.clone(),
+                size: welcome.length,
                 current: Mutex::new(Arc::new(Incarnation { generation: 0, welcome })),
                 idle: {
                     let pool = ConnPool::new(IDLE_CONTROL);
@@ -372,8 +375,10 @@ impl NodeConn {
     fn mapped(&self) -> Option<SharedWords<'_>> {
         let (base, len) = self.mapped?;
         // SAFETY: UCX keeps the mapping for as long as `self.key` lives, which outlives the
-        // borrow of self; the pool is `len` bytes (the memnode's welcome), aligned (checked when
-        // made); this process reaches it only atomically (SharedWords) or through UCX.
+        // borrow of self; the pool is `len` bytes by the memnode's welcome (UCX checks no length
+        // here: the authenticated memnode is trusted for it, as for the pool's base); aligned
+        // (checked when made); this process reaches it only atomically (SharedWords) or
+        // through UCX.
         unsafe { SharedWords::from_raw(base, len) }
     }
 }
@@ -732,12 +737,14 @@ impl Transport for UcxTransport {
             return Ok(());
         }
         self.before(node)?;
-        // Where UCX completes the WRITE in the call (shared memory does), it needs no copy.
-        if to
-            .ep
-            .put_now(data, Self::remote(&to, addr), &to.key)
-            .map_err(|e| unavailable(node, e.to_string()))?
-        {
+        // Where UCX completes the WRITE in the call, it needs no copy.
+        let fail = |e: UcxError| unavailable(node, e.to_string());
+        // SAFETY: a request UCX hands back is waited for below, while `data` is borrowed.
+        let now = unsafe { to.ep.put_now(data, Self::remote(&to, addr), &to.key) };
+        if let Some(p) = now.map_err(fail)? {
+            // UCX's newer protocols ignore the request to complete at once and may hand back a
+            // request; `data` is the caller's, so wait for it.
+            self.conn.worker.wait(p).map_err(fail)?;
             self.conn.fence.set(true);
             return Ok(());
         }
@@ -935,6 +942,16 @@ impl Transport for UcxTransport {
             return Err(unavailable(
                 node,
                 format!("{} now answers as memory node {}", m.addr, welcome.mn_id),
+            ));
+        }
+        if welcome.length != m.size {
+            // Verbs are checked against the first size; a pool of another cannot serve them.
+            return Err(unavailable(
+                node,
+                format!(
+                    "{} restarted with a pool of {} bytes, not the {} it had",
+                    m.addr, welcome.length, m.size
+                ),
             ));
         }
         let inc = {

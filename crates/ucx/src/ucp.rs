@@ -568,23 +568,29 @@ impl Endpoint {
         })
     }
 
-    /// WRITEs `data` to remote `addr` if UCX can complete the WRITE before returning (it has
-    /// then read `data`): `Ok(true)`; `Ok(false)` if it cannot, and nothing was posted.
-    pub fn put_now(&self, data: &[u8], addr: u64, key: &RemoteKey) -> Result<bool> {
+    /// Posts a WRITE of `data` to remote `addr` asking UCX to complete it in the call:
+    /// `Ok(None)` if UCX cannot (nothing was posted), else what it posted. UCX 1.13's legacy
+    /// protocols honour the request (`Posted::Done`); its newer ones ignore it and may return a
+    /// request in flight.
+    ///
+    /// # Safety
+    /// `data` must stay valid and unmodified until a returned request completes.
+    pub unsafe fn put_now(
+        &self,
+        data: &[u8],
+        addr: u64,
+        key: &RemoteKey,
+    ) -> Result<Option<Posted>> {
         let mut p = ucp_request_param_t::new(UCP_DATATYPE_BYTES, ptr::null_mut());
         p.op_attr_mask |= UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-        // SAFETY: live endpoint and key; forced immediate completion means UCX is done with
-        // `data` when the call returns (no request is ever handed back).
+        // SAFETY: live endpoint and key; the caller keeps data alive until completion.
         let r = unsafe {
             ucp_put_nbx(self.ep, data.as_ptr() as *const c_void, data.len(), addr, key.k, &p)
         };
         if r as isize == UCS_ERR_NO_RESOURCE as isize {
-            return Ok(false);
+            return Ok(None);
         }
-        match posted("ucp_put_nbx", r)? {
-            Posted::Done => Ok(true),
-            Posted::Pending(_) => unreachable!("UCX returned a request for a forced completion"),
-        }
+        posted("ucp_put_nbx", r).map(Some)
     }
 
     /// Posts a READ of remote `addr` into `buf`.

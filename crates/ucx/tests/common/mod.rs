@@ -312,6 +312,17 @@ pub fn restarted_memnode_needs_reconnect() {
     run_tasks([c2.write(a, &9u64.to_le_bytes())]).remove(0).unwrap();
     let c3 = f.client(0).unwrap();
     assert_eq!(run_tasks([c3.read_word(a)]).remove(0).unwrap(), 9);
+    // Back with a smaller pool, it cannot serve verbs checked against the first size: the
+    // reconnect is refused, naming both, and a verb past the new end is an error, not a panic.
+    drop(_mn);
+    let _mn = memnode_at(0, 8 << 20, &addr, None, Vec::new());
+    let e = run_tasks([c1.reconnect(0)]).remove(0).unwrap_err();
+    assert!(
+        e.to_string().contains("restarted with a pool of 8388608 bytes, not the 16777216"),
+        "{e}"
+    );
+    let past = dmindex_fabric::GlobalAddr::new(0, 12 << 20);
+    assert!(run_tasks([c1.read_word(past)]).remove(0).is_err());
 }
 
 /// A call the memnode does not answer within the fabric's timeout fails, naming the wait; the
