@@ -228,13 +228,7 @@ impl Transport for LocalTransport {
             }
         }
         self.issue().await;
-        for op in ops.iter_mut() {
-            match op {
-                BatchOp::Read { addr, buf } => region.read(addr.offset(), buf),
-                BatchOp::Write { addr, data } => region.write(addr.offset(), data),
-                BatchOp::Atomic { addr, op, old } => *old = region.atomic(addr.offset(), *op),
-            }
-        }
+        region.apply(ops);
         Ok(())
     }
 

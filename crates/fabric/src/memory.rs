@@ -19,12 +19,12 @@
 //! (odd while writing), a READ copies the line optimistically and retries if the sequence moved.
 //! Atomic verbs do not touch the sequence: they change one word, and a line copy that interleaves
 //! with them is still a snapshot of some instant because no other word of the line changed.
-//! Bytes sit in words as [`crate::words`] draws them. Both arrays are committed lazily as they are touched,
-//! on small or on huge pages ([`Pages`]).
+//! Bytes sit in words as [`crate::words`] draws them. Both arrays are committed lazily as they
+//! are touched, on small or on huge pages ([`Pages`]).
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
-use crate::verbs::AtomicOp;
+use crate::verbs::{AtomicOp, BatchOp};
 use crate::words::copy_in;
 pub use crate::zeroed::Pages;
 use crate::zeroed::Zeroed;
@@ -239,6 +239,18 @@ pub trait MnMemory: Sync {
             let n = (len - at).min(zeros.len() as u64);
             self.write(offset + at, &zeros[..n as usize]);
             at += n;
+        }
+    }
+    /// A doorbell batch's verbs, in order, each done as the memory's own CPU would (a transport
+    /// that reaches the memory directly: `local`, a mapped pool).
+    #[inline]
+    fn apply(&self, ops: &mut [BatchOp<'_>]) {
+        for op in ops.iter_mut() {
+            match op {
+                BatchOp::Read { addr, buf } => self.read(addr.offset(), buf),
+                BatchOp::Write { addr, data } => self.write(addr.offset(), data),
+                BatchOp::Atomic { addr, op, old } => *old = self.atomic(addr.offset(), *op),
+            }
         }
     }
 }

@@ -20,6 +20,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::memory::MnMemory;
 use crate::verbs::AtomicOp;
 
 /// Stores `src` at bytes `[pos, pos + src.len())` of `words`.
@@ -146,6 +147,22 @@ impl<'a> SharedWords<'a> {
     pub fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
         assert!(offset % 8 == 0 && offset + 8 <= self.len(), "bad atomic offset");
         op.apply_to(&self.words[(offset / 8) as usize])
+    }
+}
+
+/// A memory node's pool as its own CPU, or a client that mapped it, sees it.
+impl MnMemory for SharedWords<'_> {
+    fn size(&self) -> u64 {
+        self.len()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) {
+        SharedWords::read(self, offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8]) {
+        SharedWords::write(self, offset, data)
+    }
+    fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
+        SharedWords::atomic(self, offset, op)
     }
 }
 

@@ -23,8 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use dmindex_fabric::layout::{self, MIN_REGION};
-use dmindex_fabric::service::{MnContext, MnMemory, NoPeers, Peers, Services};
-use dmindex_fabric::verbs::AtomicOp;
+use dmindex_fabric::service::{MnContext, NoPeers, Peers, Services};
 use dmindex_fabric::words::SharedWords;
 use dmindex_fabric::FabricError;
 
@@ -115,43 +114,6 @@ fn interface_of(ip: std::net::IpAddr) -> Result<Option<String>, String> {
     found.map(Some).ok_or_else(|| format!("no network interface holds {ip} (--listen)"))
 }
 
-/// The pool as the memnode's CPU sees it.
-struct PoolMemory {
-    base: *mut u8,
-    len: u64,
-}
-
-// SAFETY: the pointer is to the UCX pool, alive for the server's lifetime; every access from
-// this process is atomic (SharedWords) or UCX's own.
-unsafe impl Sync for PoolMemory {}
-// SAFETY: as above.
-unsafe impl Send for PoolMemory {}
-
-impl PoolMemory {
-    fn words(&self) -> SharedWords<'_> {
-        // SAFETY: the pool lives as long as the server, which outlives self's borrows; UCX
-        // allocated it page-aligned, `len` bytes; this process reaches it only through
-        // SharedWords (atomic) and UCX.
-        unsafe { SharedWords::from_raw(self.base, self.len as usize) }
-            .expect("UCX pools are page-aligned and a whole number of pages")
-    }
-}
-
-impl MnMemory for PoolMemory {
-    fn size(&self) -> u64 {
-        self.len
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) {
-        self.words().read(offset, buf)
-    }
-    fn write(&self, offset: u64, data: &[u8]) {
-        self.words().write(offset, data)
-    }
-    fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
-        self.words().atomic(offset, op)
-    }
-}
-
 /// Runs a memnode until `stop` is set. `ready` hears the bound address once clients may
 /// connect. Errors name what failed (bind, UCX setup).
 pub fn serve(
@@ -179,7 +141,12 @@ pub fn serve(
     let pool = worker.map_pool(size).map_err(|e| format!("cannot allocate the pool: {e}"))?;
     let pool = Arc::new(pool);
     // Served in whole cache lines (a --size that is not one loses its last few bytes).
-    let mem = Arc::new(PoolMemory { base: pool.base, len: pool.len as u64 & !63 });
+    // SAFETY: the pool outlives every use of `mem` (it is dropped after `mem` and every call
+    // that holds it, or never); this process reaches it only through SharedWords (atomic) and
+    // UCX.
+    let mem = unsafe { SharedWords::from_raw(pool.base, pool.len & !63) }
+        .ok_or("UCX allocated the pool off an 8-byte boundary")?;
+    let mem: Arc<SharedWords<'static>> = Arc::new(mem);
     // The pool comes from anonymous or shared memory, so it is zero; write the superblock.
     layout::format(&*mem, cfg.id);
     let (verbs_mem, id) = (Arc::clone(&mem), cfg.id);
@@ -217,7 +184,7 @@ pub fn serve(
         mn_id: cfg.id,
         incarnation: draw_incarnation(),
         base: pool.base as u64,
-        length: mem.len,
+        length: mem.len(),
         verb_key,
         rkey: pool.rkey.clone(),
         worker_address: worker.address().map_err(|e| format!("worker address: {e}"))?,
@@ -237,7 +204,9 @@ pub fn serve(
     let token: Arc<[u8]> = cfg.token.clone().into();
     eprintln!(
         "memnode[{}]: listening on {local}, pool {} bytes at {:#x}",
-        cfg.id, mem.len, welcome.base
+        cfg.id,
+        mem.len(),
+        welcome.base
     );
     ready(local);
     let mut next_client = 0u64;
@@ -362,7 +331,7 @@ enum Handled {
 
 /// Executes one verb message that carries `key`, and replies to it.
 fn execute_message(
-    mem: &PoolMemory,
+    mem: &SharedWords<'_>,
     key: &[u8; VERB_KEY],
     header: &[u8],
     payload: &[u8],
@@ -388,7 +357,7 @@ fn execute_message(
 /// What a control connection's calls run on.
 struct Node<'a> {
     id: u16,
-    mem: &'a PoolMemory,
+    mem: &'a SharedWords<'a>,
     services: &'a Services,
     peers: &'a dyn Peers,
 }

@@ -68,6 +68,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dmindex_fabric::exec::yield_now;
+use dmindex_fabric::service::MnMemory;
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::words::SharedWords;
 use dmindex_fabric::{
@@ -222,7 +223,7 @@ impl UcxFabric {
         let t = dmindex_fabric::Fabric::client(self, 0).map_err(|e| e.to_string())?;
         let t = t.transport();
         (0..self.shared.nodes.len() as NodeId)
-            .map(|n| t.node(n).map(|c| c.mapped.is_some()).map_err(|e| e.to_string()))
+            .map(|n| t.node(n).map(|c| c.mapped().is_some()).map_err(|e| e.to_string()))
             .collect()
     }
 
@@ -313,12 +314,10 @@ impl Shared {
             ));
         }
         let one_sided = ep.one_sided();
-        let mapped = (one_sided && self.map_shared)
-            .then(|| key.local_ptr(inc.welcome.base))
-            .flatten()
-            .map(|p| (p, inc.welcome.length as usize))
-            // SAFETY: only checks alignment here (see NodeConn::mapped for the rest).
-            .filter(|&(p, len)| unsafe { SharedWords::from_raw(p, len) }.is_some());
+        let mapped = match one_sided && self.map_shared {
+            true => key.local_ptr(inc.welcome.base).map(|p| (p, inc.welcome.length as usize)),
+            false => None,
+        };
         Ok(Rc::new(NodeConn {
             generation: inc.generation,
             base: inc.welcome.base,
@@ -371,14 +370,14 @@ struct NodeConn {
 }
 
 impl NodeConn {
-    /// The mapped pool, if any.
+    /// The mapped pool, if any (and aligned).
     fn mapped(&self) -> Option<SharedWords<'_>> {
         let (base, len) = self.mapped?;
         // SAFETY: UCX keeps the mapping for as long as `self.key` lives, which outlives the
         // borrow of self; the pool is `len` bytes by the memnode's welcome (UCX checks no length
-        // here: the authenticated memnode is trusted for it, as for the pool's base); aligned
-        // (checked when made); this process reaches it only atomically (SharedWords) or
-        // through UCX.
+        // here: the authenticated memnode is trusted for it, as for the pool's base); from_raw
+        // checks alignment; this process reaches it only atomically (SharedWords) or through
+        // UCX.
         unsafe { SharedWords::from_raw(base, len) }
     }
 }
@@ -834,13 +833,7 @@ impl Transport for UcxTransport {
             return Ok(());
         }
         if let Some(m) = to.mapped() {
-            for op in ops.iter_mut() {
-                match op {
-                    BatchOp::Read { addr, buf } => m.read(addr.offset(), buf),
-                    BatchOp::Write { addr, data } => m.write(addr.offset(), data),
-                    BatchOp::Atomic { addr, op, old } => *old = m.atomic(addr.offset(), *op),
-                }
-            }
+            m.apply(ops);
             return Ok(());
         }
         if ops.iter().any(|op| matches!(op, BatchOp::Atomic { op, .. } if !Self::native(*op))) {
