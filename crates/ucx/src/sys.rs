@@ -49,7 +49,7 @@ pub const UCP_OP_ATTR_FIELD_USER_DATA: u32 = 4;
 pub const UCP_OP_ATTR_FIELD_DATATYPE: u32 = 8;
 pub const UCP_OP_ATTR_FIELD_REPLY_BUFFER: u32 = 32;
 pub const UCP_OP_ATTR_FIELD_FLAGS: u32 = 16;
-/// Complete at once or fail with `UCS_ERR_NO_RESOURCE` (never returns a request).
+/// Complete at once or fail with `UCS_ERR_NO_RESOURCE` (UCX 1.13's newer protocols ignore it).
 pub const UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL: u32 = 1 << 18;
 pub const UCP_EP_CLOSE_FLAG_FORCE: u32 = 1;
 

@@ -220,20 +220,21 @@ impl UcxFabric {
     /// Per memnode, whether this thread's verbs are loads, stores and atomics on a mapping of
     /// its pool ([`UcxOptions::map_shared`]).
     pub fn mapped(&self) -> std::result::Result<Vec<bool>, String> {
-        let t = dmindex_fabric::Fabric::client(self, 0).map_err(|e| e.to_string())?;
-        let t = t.transport();
-        (0..self.shared.nodes.len() as NodeId)
-            .map(|n| t.node(n).map(|c| c.mapped().is_some()).map_err(|e| e.to_string()))
-            .collect()
+        self.per_node(|c| c.mapped().is_some())
     }
 
     /// Per memnode, whether this thread's verbs reach its pool one-sidedly (UCX RMA) rather
     /// than as messages the memnode executes (see the module docs).
     pub fn one_sided(&self) -> std::result::Result<Vec<bool>, String> {
+        self.per_node(|c| c.one_sided)
+    }
+
+    /// `f` of this thread's endpoint to each memnode (made if need be).
+    fn per_node<R>(&self, f: impl Fn(&NodeConn) -> R) -> std::result::Result<Vec<R>, String> {
         let t = dmindex_fabric::Fabric::client(self, 0).map_err(|e| e.to_string())?;
         let t = t.transport();
         (0..self.shared.nodes.len() as NodeId)
-            .map(|n| t.node(n).map(|c| c.one_sided).map_err(|e| e.to_string()))
+            .map(|n| t.node(n).map(|c| f(&c)).map_err(|e| e.to_string()))
             .collect()
     }
 
