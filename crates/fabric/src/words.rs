@@ -131,12 +131,19 @@ impl<'a> SharedWords<'a> {
     pub fn is_empty(&self) -> bool {
         self.words.is_empty()
     }
+}
+
+/// A memory node's pool as its own CPU, or a client that mapped it, sees it.
+impl MnMemory for SharedWords<'_> {
+    fn size(&self) -> u64 {
+        self.len()
+    }
 
     /// Copies `buf.len()` bytes at `offset` into `buf`.
     ///
     /// # Panics
     /// If the range is outside the memory (callers validate first).
-    pub fn read(&self, offset: u64, buf: &mut [u8]) {
+    fn read(&self, offset: u64, buf: &mut [u8]) {
         assert!(offset.checked_add(buf.len() as u64).is_some_and(|e| e <= self.len()));
         copy_out(self.words, offset as usize, buf);
     }
@@ -145,7 +152,7 @@ impl<'a> SharedWords<'a> {
     ///
     /// # Panics
     /// If the range is outside the memory (callers validate first).
-    pub fn write(&self, offset: u64, data: &[u8]) {
+    fn write(&self, offset: u64, data: &[u8]) {
         assert!(offset.checked_add(data.len() as u64).is_some_and(|e| e <= self.len()));
         copy_in(self.words, offset as usize, data);
     }
@@ -154,25 +161,9 @@ impl<'a> SharedWords<'a> {
     ///
     /// # Panics
     /// If `offset` is misaligned or outside the memory (callers validate first).
-    pub fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
+    fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
         assert!(offset % 8 == 0 && offset + 8 <= self.len(), "bad atomic offset");
         op.apply_to(&self.words[(offset / 8) as usize])
-    }
-}
-
-/// A memory node's pool as its own CPU, or a client that mapped it, sees it.
-impl MnMemory for SharedWords<'_> {
-    fn size(&self) -> u64 {
-        self.len()
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) {
-        SharedWords::read(self, offset, buf)
-    }
-    fn write(&self, offset: u64, data: &[u8]) {
-        SharedWords::write(self, offset, data)
-    }
-    fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
-        SharedWords::atomic(self, offset, op)
     }
 }
 
