@@ -13,7 +13,8 @@ pub fn seed_override() -> Option<u64> {
 
 /// Runs `property(seed)` for every seed in `seeds` (or only `DMINDEX_SEED` when set). A seed
 /// fails when the property returns an error or panics; the first failure panics with the seed
-/// and the command that replays it.
+/// and the command that replays it. Under the test harness that command names the running test
+/// (its thread's name), which `name`, a label, need not match; elsewhere it names `name`.
 pub fn check_seeds(name: &str, seeds: Range<u64>, property: impl Fn(u64) -> Result<(), String>) {
     let list: Vec<u64> = match seed_override() {
         Some(s) => vec![s],
@@ -30,8 +31,10 @@ pub fn check_seeds(name: &str, seeds: Range<u64>, property: impl Fn(u64) -> Resu
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "panic".into()),
         };
+        let thread = std::thread::current();
+        let test = thread.name().filter(|n| *n != "main").unwrap_or(name);
         panic!(
-            "{name}: seed {seed} failed: {msg}\nreplay with: {SEED_ENV}={seed} cargo test {name}"
+            "{name}: seed {seed} failed: {msg}\nreplay with: {SEED_ENV}={seed} cargo test {test}"
         );
     }
 }
@@ -51,6 +54,7 @@ mod tests {
         let p = r.unwrap_err();
         let msg = p.downcast_ref::<String>().unwrap();
         assert!(msg.contains("seed 7 failed: boom") && msg.contains("DMINDEX_SEED=7"), "{msg}");
+        assert!(msg.contains("cargo test seeds::tests::failure_names_the_seed"), "{msg}");
         let r = catch_unwind(|| {
             check_seeds("demo", 0..3, |s| {
                 assert!(s < 2, "too big");
