@@ -8,7 +8,7 @@ use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::doorbell;
 
-use crate::layout::{self, Hashes, BUCKET, FROZEN, SLOTS};
+use crate::layout::{self, Hashes, BUCKET, SLOTS};
 use crate::Race;
 
 /// One bucket's image.
@@ -27,8 +27,9 @@ pub(crate) struct Snap {
     pub buckets: ArrayVec<Bucket, 4>,
 }
 
-/// A slot of a snapshot: `(bucket index in the snapshot, slot index)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A slot of a snapshot: `(bucket index in the snapshot, slot index)`; ordered as positions are
+/// (the snapshot's buckets are in segment order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct At {
     pub b: usize,
     pub j: usize,
@@ -142,7 +143,8 @@ impl Race {
         Ok(Snap { seg, buckets })
     }
 
-    /// Whether the block of slot word `w` holds `key` (one READ; `mine` is known without it).
+    /// Whether the block of slot word `w` holds `key` (one READ; our own entry `mine`, committed
+    /// form, is known without it).
     pub(crate) async fn holds<T: Transport>(
         &self,
         c: &Client<T>,
@@ -150,13 +152,14 @@ impl Race {
         key: &[u8],
         mine: u64,
     ) -> IndexResult<bool> {
-        if mine != 0 && w & !FROZEN == mine {
+        if mine != 0 && layout::entry(w) == mine {
             return Ok(true);
         }
         self.blocks.holds_key(c, layout::slot_block(w), key).await
     }
 
-    /// Every copy of `key` in the snapshot, in position order (lowest first).
+    /// Every entry of `key` in the snapshot (committed or tentative, frozen or not), in position
+    /// order.
     pub(crate) async fn copies<T: Transport>(
         &self,
         c: &Client<T>,

@@ -4,11 +4,11 @@
 //! froze)
 //!
 //! ```text
-//!  63      56 55 54     48 47            42 41                                   0
-//! +----------+--+---------+----------------+--------------------------------------+
-//! | fp (8)   |F | units(7)| block node (6) | block offset / 64 (42)               |
-//! +----------+--+---------+----------------+--------------------------------------+
-//! byte 7 = fp, byte 6 = F << 7 | units, bytes 0..6 = the 48-bit block address
+//!  63      56 55 54     48 47 46          41 40                                  0
+//! +----------+--+---------+--+--------------+-------------------------------------+
+//! | fp (8)   |F | units(7)|T |block node (6)| block offset / 64 (41)              |
+//! +----------+--+---------+--+--------------+-------------------------------------+
+//! byte 7 = fp, byte 6 = F << 7 | units, bytes 0..6 = T << 47 | the 47-bit block address
 //! ```
 //!
 //! * `0` is an empty slot; a used slot is never 0 (its block address is not null).
@@ -18,8 +18,11 @@
 //! * `F` (frozen): set by a splitter on an entry it is moving to the new segment. No CAS expects a
 //!   frozen word, so a frozen entry can no longer be updated or deleted in the old segment; it
 //!   still holds the key's current value until the split switches the bucket's header.
-//! * The 48-bit block address: the memory node in 6 bits (at most 64 memory nodes) and the
-//!   offset divided by 64 (blocks are 64-B aligned) in 42 bits (256 TiB per node).
+//! * `T` (tentative): set on an entry an insert of an absent key has placed but not yet
+//!   committed. A tentative entry is no value: readers skip it, and another insert of the same
+//!   key may abort it (CAS to 0). Its inserter commits it by CAS'ing `T` off (see `ops`).
+//! * The 47-bit block address: the memory node in 6 bits (at most 64 memory nodes) and the
+//!   offset divided by 64 (blocks are 64-B aligned) in 41 bits (128 TiB per node).
 //!
 //! # Bucket (64 B = one cache line, 64-B aligned): header + 7 slots
 //!
@@ -94,9 +97,13 @@ pub const SEG_META: u64 = 64;
 pub const DIR_HEADER: u64 = 64;
 /// The frozen bit of a slot.
 pub const FROZEN: u64 = 1 << 55;
+/// The tentative bit of a slot word.
+pub const TENTATIVE: u64 = 1 << 47;
+/// Largest memory node a 41-bit block offset / 64 can address (128 TiB).
+pub const MAX_NODE_BYTES: u64 = 64 << 41;
 /// The lock bit of a segment's lock word and of the directory header word.
 pub const LOCK: u64 = 1 << 63;
-/// Most memory nodes a 48-bit block address can name.
+/// Most memory nodes a slot's 6 node bits can name.
 pub const MAX_NODES: u16 = 64;
 /// Longest block a slot can describe (127 units of 64 B).
 pub const MAX_BLOCK: usize = 127 * 64;
@@ -190,17 +197,17 @@ pub const fn bucket_offset(b: usize) -> u64 {
     SEG_META + b as u64 * BUCKET
 }
 
-/// A slot word: fingerprint, length in 64-B units, block address (not frozen).
+/// A slot word: fingerprint, length in 64-B units, block address (committed, not frozen).
 pub fn slot(fp: u8, units: u8, block: GlobalAddr) -> u64 {
     debug_assert!(units > 0 && units < 128 && block.is_aligned(64));
-    debug_assert!(block.node() < MAX_NODES);
-    (fp as u64) << 56 | (units as u64) << 48 | (block.node() as u64) << 42 | block.offset() >> 6
+    debug_assert!(block.node() < MAX_NODES && block.offset() < MAX_NODE_BYTES);
+    (fp as u64) << 56 | (units as u64) << 48 | (block.node() as u64) << 41 | block.offset() >> 6
 }
 
 /// The block a used slot points to.
 pub fn slot_block(w: u64) -> GlobalAddr {
-    let node = (w >> 42 & 0x3F) as u16;
-    GlobalAddr::new(node, (w & low_mask(42)) << 6)
+    let node = (w >> 41 & 0x3F) as u16;
+    GlobalAddr::new(node, (w & low_mask(41)) << 6)
 }
 
 /// A slot's fingerprint.
@@ -216,6 +223,16 @@ pub const fn slot_units(w: u64) -> u8 {
 /// Whether a slot word is frozen by a split.
 pub const fn is_frozen(w: u64) -> bool {
     w & FROZEN != 0
+}
+
+/// Whether a slot word is an insert's uncommitted entry.
+pub const fn is_tentative(w: u64) -> bool {
+    w & TENTATIVE != 0
+}
+
+/// A used slot word without its frozen and tentative bits: which block, of which length.
+pub const fn entry(w: u64) -> u64 {
+    w & !(FROZEN | TENTATIVE)
 }
 
 /// Units of 64 B a block of `len` bytes takes.
@@ -268,16 +285,26 @@ mod tests {
         let w = slot(0xAB, 2, block);
         assert_eq!(
             w.to_le_bytes(),
-            [0x59, 0xD1, 0x48, 0x00, 0x00, 0x0C, 0x02, 0xAB],
-            "offset / 64 = 0x48D159 in bits 0..42, node 3 in bits 42..48, units, fp"
+            [0x59, 0xD1, 0x48, 0x00, 0x00, 0x06, 0x02, 0xAB],
+            "offset / 64 = 0x48D159 in bits 0..41, node 3 in bits 41..47, units, fp"
         );
         assert_eq!(slot_block(w), block);
-        assert_eq!((slot_fp(w), slot_units(w), is_frozen(w)), (0xAB, 2, false));
+        assert_eq!(
+            (slot_fp(w), slot_units(w), is_frozen(w), is_tentative(w)),
+            (0xAB, 2, false, false)
+        );
         let f = w | FROZEN;
         assert_eq!(f.to_le_bytes()[6], 0x82, "the frozen bit is the top bit of byte 6");
         assert_eq!((slot_block(f), slot_units(f), is_frozen(f)), (block, 2, true));
-        let far = GlobalAddr::new(63, (1 << 48) - 64);
+        let t = w | TENTATIVE;
+        assert_eq!(t.to_le_bytes()[5], 0x86, "the tentative bit is the top bit of byte 5");
+        assert_eq!(
+            (slot_block(t), slot_units(t), is_tentative(t), entry(t | FROZEN)),
+            (block, 2, true, w)
+        );
+        let far = GlobalAddr::new(63, MAX_NODE_BYTES - 64);
         assert_eq!(slot_block(slot(0, 127, far)), far);
+        assert!(!is_tentative(slot(0xFF, 127, far)) && !is_frozen(slot(0xFF, 127, far)));
         assert_eq!(units(1), 1);
         assert_eq!(units(64), 1);
         assert_eq!(units(65), 2);

@@ -20,7 +20,7 @@
 //! | op | round trips |
 //! |---|---|
 //! | search | 1 doorbell READ of both combined buckets + 1 READ per fingerprint match (usually 1) |
-//! | insert (new key) | block WRITE + bucket READ (+ block READs of fingerprint matches) + slot CAS + re-read (dedup) = 4 |
+//! | insert (new key) | block WRITE + bucket READ (+ block READs of fingerprint matches) + tentative slot CAS + re-read + commit CAS = 5 |
 //! | insert (existing key) | block WRITE + bucket READ + block READ + slot CAS = 4 |
 //! | update | bucket READ + block READ + block WRITE + slot CAS = 4 (3 when the key is absent: no WRITE) |
 //! | delete | bucket READ + block READ + slot CAS = 3 |
@@ -28,15 +28,16 @@
 //! A KV block is written and *awaited* before its address is CAS'd into a slot: blocks and
 //! segments may be on different memory nodes, and RC ordering holds only per node.
 //!
-//! ## Duplicates (insert is an upsert)
+//! ## Racing inserts of one absent key (insert is an upsert)
 //!
-//! Two clients inserting the same absent key may both CAS an empty slot. Positions are ordered
-//! (bucket index, slot index) and *the lowest copy is the key's value*; readers and writers act
-//! on the lowest copy they see. After its CAS an inserter re-reads both combined buckets: if a
-//! lower copy exists it clears its own slot (CAS from its own word, which is the expected value
-//! the reference code got wrong) and is done — its insert is linearized just before the lower
-//! copy's insert. A delete clears higher copies before the lowest one, so a copy left by a client
-//! that crashed mid-insert can never resurface.
+//! Two clients inserting the same absent key may both CAS an empty slot. RACE keeps such
+//! duplicates and makes the lowest the value, clearing the others on sight; that is unsound when
+//! a READ samples its lines at different instants (an image can pair a copy already deleted with
+//! a newer one, and the newer, live one gets cleared). Here an insert of an absent key places its
+//! entry *tentative* (a slot bit: no value, skipped by readers), re-reads, and commits it by CAS
+//! only when no other entry of the key is committed and no lower tentative one is pending (it
+//! aborts higher ones). So a key has at most one committed entry at any instant, and update,
+//! delete and upsert act on that one. One round trip more for a new key; see [`ops`].
 //!
 //! ## Split (resize)
 //!
@@ -94,8 +95,8 @@ struct Counters {
     splits: AtomicU64,
     moved: AtomicU64,
     retries: AtomicU64,
-    dedup: AtomicU64,
-    delete_dedup: AtomicU64,
+    withdrawn: AtomicU64,
+    aborted: AtomicU64,
     searches: AtomicU64,
     search_buckets: AtomicU64,
     refreshes: AtomicU64,
@@ -144,9 +145,15 @@ fn parse(config: &IndexConfig) -> IndexResult<(Shape, usize)> {
 fn check_nodes<T: Transport>(c: &Client<T>) -> IndexResult<()> {
     if c.info().nodes() > layout::MAX_NODES {
         return Err(IndexError::Config(format!(
-            "race addresses at most {} memory nodes (48-bit block addresses), not {}",
+            "race addresses at most {} memory nodes (47-bit block addresses), not {}",
             layout::MAX_NODES,
             c.info().nodes()
+        )));
+    }
+    if let Some(big) = c.info().node_sizes.iter().find(|&&n| n > layout::MAX_NODE_BYTES) {
+        return Err(IndexError::Config(format!(
+            "race addresses at most {} bytes per memory node (41-bit block offsets / 64), not {big}",
+            layout::MAX_NODE_BYTES
         )));
     }
     Ok(())
@@ -216,8 +223,10 @@ impl<T: Transport> PointIndex<T> for Race {
             extra: vec![
                 ("splits", get(&n.splits)),
                 ("split_moved_entries", get(&n.moved)),
-                ("dedup_removals", get(&n.dedup)),
-                ("delete_duplicate_removals", get(&n.delete_dedup)),
+                // Inserts that placed an entry, found the key present and took theirs back.
+                ("insert_withdrawals", get(&n.withdrawn)),
+                // Other inserts' tentative entries aborted (racing inserts of one absent key).
+                ("tentative_aborts", get(&n.aborted)),
                 ("directory_refreshes", get(&n.refreshes)),
                 // Combined buckets read per search = the second over the first.
                 ("searches", get(&n.searches)),

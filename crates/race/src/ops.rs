@@ -1,36 +1,98 @@
 //! Search, insert (upsert), update and delete.
 //!
-//! # The key's value
+//! # One committed entry per key
 //!
-//! A key's copies are the used slots of its buckets whose block holds the key; positions are
-//! ordered by (bucket index, slot index), the same in every segment the key lives in (a split
-//! copies an entry to the same position). The lowest copy is the key's value; a frozen copy
-//! beside headers that still match the key is a value too (the split has not switched yet).
+//! A key's entries are the used slots of its buckets whose block holds the key. At most one of
+//! them is *committed* at any instant; that one is the key's value, and a frozen committed entry
+//! beside headers that still match the key is the value too (its split has not switched yet).
+//! Every other entry of the key is *tentative*: an insert's placement, no value, skipped by
+//! readers.
 //!
-//! # Insert, after its CAS into position p (the re-read)
+//! Why not RACE's rule ("duplicates may exist, the lowest is the value, whoever sees one clears
+//! the higher copies"): a READ of several lines samples each line at its own instant, so an image
+//! of a key's buckets can show a copy that was deleted before another was made. An insert that
+//! trusted such an image cleared the only live copy, keeping a lower one that no longer existed,
+//! and an acknowledged write was gone (found on real threads, where a READ can be preempted
+//! between its lines). With one committed entry, nothing is ever cleared on the strength of
+//! another entry's presence, so a stale line costs a retry, never a value.
 //!
-//! * every header matches: settle the key's duplicates — the lowest copy stays and every other
-//!   copy is cleared by a CAS expecting the word seen (ours too, if a lower copy exists: our
-//!   insert is then linearized just before the lower copy's insert, which our first READ did not
-//!   see and so came after it). A frozen copy means a split is moving the key: wait, and settle
-//!   in the new segment, where copies keep their positions. Updates clear the higher copies
-//!   their snapshot showed as well, so racing inserts of one key leave one slot;
-//! * p's bucket has switched and p still holds our word: we are either an entry the split will
-//!   still freeze (CAS'd before the switch, visible) or an orphan (CAS'd after the split READ
-//!   it, never visible to anyone, since every image of it carries a header that excludes the
-//!   key). We wait until the segment's split lock is free — then every split that switched the
-//!   bucket has finished its second pass, so an entry still unfrozen is an orphan — and take it
-//!   back by CAS (or find it frozen, and follow it), then insert again;
-//! * otherwise (frozen and moved, or changed by others) follow the key to its segment and
-//!   settle there.
+//! # Insert of an absent key: place, re-read, commit
+//!
+//! 1. CAS an empty slot from 0 to our entry with the tentative bit set.
+//! 2. Re-read the key's buckets (every header must still match), then:
+//!    * another *committed* entry: the key is present. Withdraw ours (CAS to 0) and start again,
+//!      which upserts that entry;
+//!    * a *lower* tentative entry: its insert goes first; re-read until it commits or goes. One
+//!      that stays unchanged for [`PATIENCE`] re-reads is presumed to belong to a stopped client
+//!      and is aborted (CAS to 0; if its client was only slow, its commit fails and it starts
+//!      again);
+//!    * *higher* tentative entries: abort them (a failed abort means it committed or moved:
+//!      re-read);
+//!    * then commit: CAS ours from tentative to committed. The insert takes effect there.
+//!
+//! Two inserts of an absent key that both commit would need each one's deciding re-read to miss
+//! the other's entry. The one that placed its entry later re-read every line after both entries
+//! were placed, so it sees the other's entry (tentative or committed) unless that one was already
+//! withdrawn or aborted, and then backs off, waits or aborts it. A CAS decides every abort against
+//! a commit. So committed entries never overlap in time.
+//!
+//! # Why a stale image is harmless
+//!
+//! * A search returns a committed entry it saw; at the instant its line was read that entry was
+//!   the key's only committed one, so the value then.
+//! * Seeing no committed entry: every line was read at an instant with no committed entry in it.
+//!   The key's committed entries follow one another with a gap between two different slots (they
+//!   never overlap), so if the key had been present throughout the READ, one entry would have
+//!   covered all of it and its line would have shown it. So the key was absent at some instant of
+//!   the READ.
+//! * Updates, deletes and upserts CAS the committed entry they saw; the CAS succeeds only if it is
+//!   still the key's value.
+//!
+//! # Splits during an insert (after our CAS)
+//!
+//! * every header matches and our entry is frozen: a split is moving it; re-read until the switch;
+//! * our bucket has switched and our entry is still there, unfrozen: either the split will freeze
+//!   it (placed before the switch) or it is an orphan (placed after the split's second READ,
+//!   visible to no one, since every image of it carries a header that excludes the key). We wait
+//!   until the segment's split lock is free — then every split that switched the bucket has done
+//!   its second pass, which freezes every moving entry present — take it back by CAS (or find it
+//!   frozen, and follow it), then insert again. An orphan is never committed: we commit only
+//!   after an image whose headers all match;
+//! * otherwise (frozen and moved, or cleared after the move) follow the key to its segment, where
+//!   the entry keeps its position, and settle there.
+//!
+//! Round trips: an insert of an absent key costs one more than RACE's (the commit CAS): block
+//! WRITE, bucket READ, CAS, re-read, commit CAS = 5. Upserts, updates and deletes cost what
+//! RACE's do and never clear duplicates.
 
-use dmindex_fabric::{Client, Transport};
+use arrayvec::ArrayVec;
+use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::kv_block;
 
-use crate::bucket::{Copy, Snap};
-use crate::layout::{self, dir_entry_parts, is_frozen, Hashes};
+use crate::bucket::{At, Copy, Snap};
+use crate::layout::{self, dir_entry_parts, is_frozen, is_tentative, Hashes, FROZEN, TENTATIVE};
 use crate::{bump, Race};
+
+/// Re-reads an insert waits on an unchanged lower tentative entry before aborting it.
+pub const PATIENCE: u32 = 64;
+
+/// What a re-read after placing our tentative entry decided.
+enum Settle {
+    /// Committed: the insert is done.
+    Committed,
+    /// Re-read and decide again.
+    Wait,
+    /// Ours is withdrawn: start the insert again.
+    Restart,
+}
+
+/// The lower tentative entry an insert is waiting on, and for how many re-reads.
+#[derive(Default)]
+struct Waiting {
+    word: u64,
+    reads: u32,
+}
 
 impl Race {
     /// The key's buckets in the segment whose headers all match it: the cached entry first, the
@@ -66,7 +128,7 @@ impl Race {
         let snap = self.locate(c, &h, &mut reads).await?;
         bump(&self.counters.searches, 1);
         bump(&self.counters.search_buckets, 2 * reads);
-        for cand in snap.candidates(h.fp()) {
+        for cand in snap.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
             let block = layout::slot_block(cand.word);
             if self.blocks.value_into(c, block, Some(key), out).await? {
                 return Ok(true);
@@ -75,11 +137,25 @@ impl Race {
         Ok(false)
     }
 
-    /// The slot word of a block of `len` bytes at `block` for a key with hashes `h`.
-    fn word(&self, h: &Hashes, key: &[u8], value: &[u8], block: dmindex_fabric::GlobalAddr) -> u64 {
+    /// The committed slot word of a block of `len` bytes at `block` for a key with hashes `h`.
+    fn word(&self, h: &Hashes, key: &[u8], value: &[u8], block: GlobalAddr) -> u64 {
         let len =
             (kv_block::HEADER + key.len() + value.len()).max(kv_block::HEADER + self.shape.max_key);
         layout::slot(h.fp(), layout::units(len), block)
+    }
+
+    /// The key's entries in `snap`, and whether any is frozen (a split is moving the key).
+    async fn entries<T: Transport>(
+        &self,
+        c: &Client<T>,
+        snap: &Snap,
+        key: &[u8],
+        h: &Hashes,
+        mine: u64,
+    ) -> IndexResult<(ArrayVec<Copy, { 4 * layout::SLOTS }>, bool)> {
+        let copies = self.copies(c, snap, key, h, mine).await?;
+        let frozen = copies.iter().any(|x| is_frozen(x.word));
+        Ok((copies, frozen))
     }
 
     pub(crate) async fn insert_key<T: Transport>(
@@ -93,16 +169,19 @@ impl Race {
         // node than the segment.
         let block = self.blocks.write(c, key, value).await?;
         let word = self.word(&h, key, value, block);
+        let tentative = word | TENTATIVE;
         let mut reads = 0;
         'fresh: loop {
             let snap = self.locate(c, &h, &mut reads).await?;
-            let copies = self.copies(c, &snap, key, &h, 0).await?;
-            if let Some(low) = copies.first() {
-                // An update of the lowest copy; a frozen copy waits for its split.
-                if !copies.iter().any(|x| is_frozen(x.word))
-                    && c.cas(snap.addr(low.at), low.word, word).await? == low.word
-                {
-                    self.clear_higher(c, &snap, &copies).await?;
+            let (copies, frozen) = self.entries(c, &snap, key, &h, 0).await?;
+            if frozen {
+                // A split is moving the key: wait for it.
+                bump(&self.counters.retries, 1);
+                continue;
+            }
+            if let Some(live) = copies.iter().find(|x| !is_tentative(x.word)) {
+                // Present: an upsert of its committed entry.
+                if c.cas(snap.addr(live.at), live.word, word).await? == live.word {
                     return Ok(());
                 }
                 bump(&self.counters.retries, 1);
@@ -112,83 +191,129 @@ impl Race {
                 self.split_full(c, &snap, &h).await?;
                 continue;
             };
-            if c.cas(snap.addr(at), 0, word).await? != 0 {
+            if c.cas(snap.addr(at), 0, tentative).await? != 0 {
                 bump(&self.counters.retries, 1);
                 continue;
             }
-            // The re-read: duplicates, and splits that raced the CAS.
+            // The re-read: other inserts of the key, and splits that raced the CAS.
             let mut seg = snap.seg;
+            let mut waiting = Waiting::default();
             loop {
                 let re = self.read_snap(c, seg, &h).await?;
                 let now = re.word(at);
                 if re.matches(&h) {
-                    if self.dedup(c, &re, key, &h, word).await? {
-                        return Ok(());
+                    if now == tentative {
+                        match self.settle(c, &re, at, key, &h, word, &mut waiting).await? {
+                            Settle::Committed => return Ok(()),
+                            Settle::Restart => continue 'fresh,
+                            Settle::Wait => {
+                                bump(&self.counters.retries, 1);
+                                continue;
+                            }
+                        }
                     }
-                    bump(&self.counters.retries, 1);
-                    continue;
+                    if now == tentative | FROZEN {
+                        // A split is moving it: wait for the switch, then follow it.
+                        bump(&self.counters.retries, 1);
+                        continue;
+                    }
+                    // Aborted by another insert of the key.
+                    continue 'fresh;
                 }
                 bump(&self.counters.retries, 1);
-                if now == word {
+                if now == tentative {
                     if h.matches(re.buckets[at.b].header) {
-                        // CAS'd before the switch: the split will freeze it.
+                        // Placed before the switch: the split will freeze it.
                         continue;
                     }
                     // Frozen later, or an orphan once the split lock is free.
                     if c.read_word(seg).await? & layout::LOCK != 0 {
                         continue;
                     }
-                    if c.cas(re.addr(at), word, 0).await? == word {
+                    if c.cas(re.addr(at), tentative, 0).await? == tentative {
                         continue 'fresh;
                     }
                     continue;
                 }
-                // Moved (frozen, or already cleared after the move) or changed by others:
-                // follow the key and settle its duplicates there (ours, if still there, is at
-                // the same position).
+                // Moved (frozen, or already cleared after the move) or aborted: follow the key
+                // (ours, if still there, is at the same position).
                 seg = self.locate(c, &h, &mut reads).await?.seg;
             }
         }
     }
 
-    /// Settles the key's duplicates in `re` after our insert: the lowest copy is the value and
-    /// every other copy is cleared, each by a CAS expecting the word seen (ours among them if a
-    /// lower copy exists; `word` is ours, recognised without reading its block). Returns false
-    /// when the re-read must be repeated: a copy is frozen (a split is moving the key: the
-    /// duplicates are settled in the new segment, where they keep their positions) or a
-    /// clearing CAS failed.
-    async fn dedup<T: Transport>(
+    /// One decision after a re-read `re` whose headers match and which shows our tentative entry
+    /// at `at` (the module docs give the rules).
+    #[allow(clippy::too_many_arguments)]
+    async fn settle<T: Transport>(
         &self,
         c: &Client<T>,
         re: &Snap,
+        at: At,
         key: &[u8],
         h: &Hashes,
         word: u64,
-    ) -> IndexResult<bool> {
-        let copies = self.copies(c, re, key, h, word).await?;
-        if copies.iter().any(|x| is_frozen(x.word)) {
-            return Ok(false);
+        waiting: &mut Waiting,
+    ) -> IndexResult<Settle> {
+        let (copies, frozen) = self.entries(c, re, key, h, word).await?;
+        if frozen {
+            return Ok(Settle::Wait);
         }
-        self.clear_higher(c, re, &copies).await
+        let mut others = copies.iter().filter(|x| x.at != at);
+        if others.clone().any(|x| !is_tentative(x.word)) {
+            // The key is present: withdraw ours, then upsert that entry.
+            if c.cas(re.addr(at), word | TENTATIVE, 0).await? == word | TENTATIVE {
+                bump(&self.counters.withdrawn, 1);
+                return Ok(Settle::Restart);
+            }
+            // Aborted or frozen meanwhile: the next re-read says which.
+            return Ok(Settle::Wait);
+        }
+        if let Some(lower) = others.clone().find(|x| x.at < at) {
+            if lower.word == waiting.word {
+                waiting.reads += 1;
+            } else {
+                *waiting = Waiting { word: lower.word, reads: 1 };
+            }
+            if waiting.reads >= PATIENCE
+                && c.cas(re.addr(lower.at), lower.word, 0).await? == lower.word
+            {
+                bump(&self.counters.aborted, 1);
+            }
+            return Ok(Settle::Wait);
+        }
+        for higher in &mut others {
+            if c.cas(re.addr(higher.at), higher.word, 0).await? != higher.word {
+                // Committed or moved since the re-read: look again.
+                return Ok(Settle::Wait);
+            }
+            bump(&self.counters.aborted, 1);
+        }
+        if c.cas(re.addr(at), word | TENTATIVE, word).await? == word | TENTATIVE {
+            return Ok(Settle::Committed);
+        }
+        Ok(Settle::Wait)
     }
 
-    /// Clears every copy but the lowest (non-lowest copies are not the key's value, so this
-    /// changes no value); true if every clearing CAS succeeded.
-    async fn clear_higher<T: Transport>(
+    /// The key's committed entry in `snap` that is not frozen, if any; else whether a frozen one
+    /// was seen (a split is moving the key).
+    async fn committed<T: Transport>(
         &self,
         c: &Client<T>,
         snap: &Snap,
-        copies: &[Copy],
-    ) -> IndexResult<bool> {
-        let mut settled = true;
-        for x in copies.iter().skip(1) {
-            if c.cas(snap.addr(x.at), x.word, 0).await? == x.word {
-                bump(&self.counters.dedup, 1);
-            } else {
-                settled = false;
+        key: &[u8],
+        h: &Hashes,
+    ) -> IndexResult<(Option<Copy>, bool)> {
+        let mut frozen = false;
+        for cand in snap.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
+            if self.holds(c, cand.word, key, 0).await? {
+                if !is_frozen(cand.word) {
+                    return Ok((Some(cand), false));
+                }
+                frozen = true;
             }
         }
-        Ok(settled)
+        Ok((None, frozen))
     }
 
     pub(crate) async fn update_key<T: Transport>(
@@ -202,17 +327,19 @@ impl Race {
         let mut reads = 0;
         loop {
             let snap = self.locate(c, &h, &mut reads).await?;
-            let copies = self.copies(c, &snap, key, &h, 0).await?;
-            let Some(low) = copies.first() else { return Ok(false) };
-            if !copies.iter().any(|x| is_frozen(x.word)) {
-                if word == 0 {
-                    let block = self.blocks.write(c, key, value).await?;
-                    word = self.word(&h, key, value, block);
+            match self.committed(c, &snap, key, &h).await? {
+                (None, false) => return Ok(false),
+                (Some(live), _) => {
+                    if word == 0 {
+                        let block = self.blocks.write(c, key, value).await?;
+                        word = self.word(&h, key, value, block);
+                    }
+                    if c.cas(snap.addr(live.at), live.word, word).await? == live.word {
+                        return Ok(true);
+                    }
                 }
-                if c.cas(snap.addr(low.at), low.word, word).await? == low.word {
-                    self.clear_higher(c, &snap, &copies).await?;
-                    return Ok(true);
-                }
+                // Frozen: a split is moving the key.
+                (None, true) => {}
             }
             bump(&self.counters.retries, 1);
         }
@@ -227,19 +354,14 @@ impl Race {
         let mut reads = 0;
         loop {
             let snap = self.locate(c, &h, &mut reads).await?;
-            let copies = self.copies(c, &snap, key, &h, 0).await?;
-            let Some(low) = copies.first() else { return Ok(false) };
-            if !copies.iter().any(|x| is_frozen(x.word)) {
-                // Higher copies (duplicates left by racing or crashed inserts) first, so that
-                // none resurfaces once the lowest is gone.
-                for x in copies.iter().skip(1).rev() {
-                    if c.cas(snap.addr(x.at), x.word, 0).await? == x.word {
-                        bump(&self.counters.dedup, 1);
+            match self.committed(c, &snap, key, &h).await? {
+                (None, false) => return Ok(false),
+                (Some(live), _) => {
+                    if c.cas(snap.addr(live.at), live.word, 0).await? == live.word {
+                        return Ok(true);
                     }
                 }
-                if c.cas(snap.addr(low.at), low.word, 0).await? == low.word {
-                    return Ok(true);
-                }
+                (None, true) => {}
             }
             bump(&self.counters.retries, 1);
         }

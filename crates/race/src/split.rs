@@ -13,10 +13,13 @@
 //! 4. **Switch**: WRITE each S header to (L + 1, s), 8 B each, doorbell batches. From a bucket's
 //!    switch on, its images exclude moving keys, whose clients re-read the directory (and wait
 //!    until step 6 has published N).
-//! 5. **Second pass**: READ S again; slots that changed since pass 1 hold entries inserted between
-//!    the two READs (their inserters saw the old headers); moving ones are frozen and copied to
-//!    N as in 2–3. An entry CAS'd into a switched bucket after this READ is an orphan no client
-//!    can see; its inserter takes it back (see `ops`).
+//! 5. **Second pass**: READ S again and freeze every moving entry it shows that is not frozen
+//!    yet, copying it to N as in 2–3: entries inserted between the two READs (their inserters saw
+//!    the old headers), and entries pass 1 saw leave and come back (an insert whose tentative
+//!    entry was aborted may place the same word in the same slot again). A word pass 1 found
+//!    staying is not read again: the same word is the same block, so the same key. An entry
+//!    CAS'd into a switched bucket after this READ is an orphan no client can see; its inserter
+//!    takes it back (see `ops`).
 //! 6. **Publish**: under the directory lock, double the directory if L was the global depth and
 //!    point every entry aliasing s + 2^L at N (depth L + 1), those aliasing s at S.
 //! 7. **Clean**: WRITE 0 over every slot frozen in 2 and 5 (no CAS ever expects a frozen word),
@@ -33,7 +36,9 @@
 //! * An update or delete that races a freeze loses its CAS (the word is frozen) and retries in N.
 //! * An insert that lands before its bucket's switch is found by the second pass; one that lands
 //!   after is an orphan no image with a matching header shows, taken back by its own inserter
-//!   once the split lock is free.
+//!   once the split lock is free. A commit or upsert CAS needs its entry present and unfrozen,
+//!   so one landing after the second READ would need an entry that READ showed unfrozen and
+//!   moving — which the second pass freezes, failing the CAS.
 //! * Entries that do not belong to S at all (orphans of an earlier split awaiting their
 //!   inserter) are neither frozen nor copied.
 //!
@@ -108,7 +113,9 @@ impl Race {
     }
 
     /// If slot `k` of `seg` holds an entry of a key that belongs to the segment (suffix
-    /// `suffix` at `depth`) and moves (bit `depth` set), freezes it and returns its word.
+    /// `suffix` at `depth`) and moves (bit `depth` set), freezes it and returns its word. A word
+    /// found staying is recorded in `stays[k]`, so that the second pass need not read its block.
+    #[allow(clippy::too_many_arguments)]
     async fn freeze<T: Transport>(
         &self,
         c: &Client<T>,
@@ -117,13 +124,15 @@ impl Race {
         mut w: u64,
         depth: u32,
         suffix: u64,
+        stays: &mut [u64],
     ) -> IndexResult<Option<u64>> {
         loop {
-            if w == 0 || is_frozen(w) {
+            if w == 0 || is_frozen(w) || stays[k] == w {
                 return Ok(None);
             }
             let kh = self.blocks.with_key(c, layout::slot_block(w), Hashes::of).await?;
             if kh.h1 & low_mask(depth) != suffix || !kh.bit(depth) {
+                stays[k] = w;
                 return Ok(None);
             }
             let old = c.cas(seg.add(slot_offset(k)), w, w | FROZEN).await?;
@@ -155,8 +164,10 @@ impl Race {
         }
         // 2. Freeze.
         let mut moved: Vec<(usize, u64)> = Vec::new();
+        let mut stays = vec![0u64; buckets * SLOTS];
         for k in 0..buckets * SLOTS {
-            if let Some(w) = self.freeze(c, seg, k, slot_at(&first, k), depth, suffix).await? {
+            let w = slot_at(&first, k);
+            if let Some(w) = self.freeze(c, seg, k, w, depth, suffix, &mut stays).await? {
                 moved.push((k, w));
             }
         }
@@ -183,10 +194,7 @@ impl Race {
         let mut late = Vec::new();
         for k in 0..buckets * SLOTS {
             let w = slot_at(&second, k);
-            if w == slot_at(&first, k) {
-                continue;
-            }
-            if let Some(w) = self.freeze(c, seg, k, w, depth, suffix).await? {
+            if let Some(w) = self.freeze(c, seg, k, w, depth, suffix, &mut stays).await? {
                 late.push((new.add(slot_offset(k)), w.to_le_bytes()));
                 moved.push((k, w));
             }

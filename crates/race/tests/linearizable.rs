@@ -52,6 +52,22 @@ fn many_splits_with_crashes() {
     suite::<Race, PointOnly>("race_many_splits_with_crashes", &cfg, 0..200);
 }
 
+/// Two keys, twelve clients, no splits: inserts, deletes and updates of one key race all the
+/// time, and a READ of a key's buckets samples its lines at different instants (stretched by
+/// delays), so an image can pair an entry already deleted with one made after it. RACE's own rule
+/// (keep the lowest copy, clear the others) then clears a live entry.
+#[test]
+fn racing_writes_of_two_keys() {
+    let cfg = CheckConfig {
+        index_options: opts(1, 0),
+        keys: 2,
+        ops_per_client: 100,
+        crashes: Crashes::Never,
+        ..CheckConfig::default()
+    };
+    suite::<Race, PointOnly>("race_two_keys", &cfg, 0..200);
+}
+
 /// The default shape (no split at this size): the plain paths.
 #[test]
 fn default_shape() {
