@@ -34,6 +34,7 @@ pub mod addr;
 pub mod alloc_count;
 pub mod client;
 pub mod conformance;
+mod dma_window;
 pub mod error;
 pub mod exec;
 mod ids;

@@ -5,6 +5,10 @@
 //! atomics; READ and WRITE promise only what RDMA does (see [`crate::memory`]): each cache line
 //! is a unit, multi-line accesses may interleave with other clients' verbs line by line.
 //!
+//! A READ of several lines, and a doorbell batch of READs only, is redone when the thread was
+//! descheduled while copying it (`dma_window`): a NIC samples a READ's lines within a
+//! microsecond, and designs' wrapping torn-read counters rely on that.
+//!
 //! With [`LocalConfig::yield_per_verb`] every verb first yields to the thread's other tasks, the
 //! way a coroutine yields while its verb is on the wire; tests use it to interleave tasks of one
 //! thread. Two-sided requests run on the calling thread while holding one of the node's modelled
@@ -17,6 +21,7 @@ use std::sync::Arc;
 
 use crate::addr::{GlobalAddr, NodeId};
 use crate::client::{Client, Fabric, DEFAULT_CHUNK};
+use crate::dma_window;
 use crate::error::{FabricError, Result};
 use crate::exec::yield_now;
 use crate::layout;
@@ -186,7 +191,10 @@ impl Transport for LocalTransport {
             }
         }
         self.issue().await;
-        self.region(addr.node()).read(addr.offset(), buf);
+        let region = self.region(addr.node());
+        dma_window::within_window(dma_window::lines(addr.offset(), buf.len()), || {
+            region.read(addr.offset(), buf)
+        });
         Ok(())
     }
 
@@ -228,7 +236,18 @@ impl Transport for LocalTransport {
             }
         }
         self.issue().await;
-        region.apply(ops);
+        let mut lines = 0;
+        for op in ops.iter() {
+            match op {
+                BatchOp::Read { addr, buf } => lines += dma_window::lines(addr.offset(), buf.len()),
+                // Effects cannot be taken back: executed once.
+                _ => lines = 0,
+            }
+            if lines == 0 {
+                break;
+            }
+        }
+        dma_window::within_window(lines, || region.apply(ops));
         Ok(())
     }
 

@@ -17,8 +17,10 @@
 //! The region is an array of `AtomicU64` words, so every access is a data-race-free atomic access.
 //! Line atomicity comes from a sequence lock per 64-byte line: a WRITE takes the line's sequence
 //! (odd while writing), a READ copies the line optimistically and retries if the sequence moved.
-//! Atomic verbs do not touch the sequence: they change one word, and a line copy that interleaves
-//! with them is still a snapshot of some instant because no other word of the line changed.
+//! Atomic verbs do not touch the sequence: they change one word, so a line copy that one atomic
+//! interleaves with is still a snapshot of some instant. Two atomics on different words of one
+//! line inside one copy (a few nanoseconds) can give a picture of no single instant, which RDMA
+//! does not promise either.
 //! Bytes sit in words as [`crate::words`] draws them. Both arrays are committed lazily as they
 //! are touched, on small or on huge pages ([`Pages`]).
 
