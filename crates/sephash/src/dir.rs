@@ -40,14 +40,27 @@ pub struct Utilisation {
 
 impl SepHash {
     /// The key's segment and its MainSegment view, repairing the cache where it knows nothing.
+    ///
+    /// Each MainSegment refresh can be undone by a merge or a split that other clients finish
+    /// meanwhile (the cache is shared, and a descheduled client may see many), so this loops
+    /// until the cache answers; only a directory that names no segment for the key at all, even
+    /// right after it was read, is an error.
     pub(crate) async fn target<T: Transport>(
         &self,
         c: &Client<T>,
         kh: KeyHash,
     ) -> IndexResult<Target> {
-        for _ in 0..3 {
+        let mut dir_read = false;
+        loop {
             let Some(seg) = self.cache.locate(kh.h) else {
+                if dir_read {
+                    return Err(IndexError::Corrupt(format!(
+                        "no directory entry for hash {:#x}",
+                        kh.h
+                    )));
+                }
                 self.refresh_dir(c, kh).await?;
+                dir_read = true;
                 continue;
             };
             if let Some((mut main, offset)) = self.cache.main_range(seg, kh.fp()) {
@@ -59,7 +72,6 @@ impl SepHash {
             let meta = Meta(c.read_word(seg).await?);
             self.refresh_main(c, seg, meta).await?;
         }
-        Err(IndexError::Corrupt(format!("no directory entry for hash {:#x}", kh.h)))
     }
 
     /// Reads the directory entries a key's hash can be under (`h mod 2^d` for every depth `d`
