@@ -5,9 +5,10 @@
 //! atomics; READ and WRITE promise only what RDMA does (see [`crate::memory`]): each cache line
 //! is a unit, multi-line accesses may interleave with other clients' verbs line by line.
 //!
-//! A READ of several lines, and a doorbell batch of READs only, is redone when the thread was
-//! descheduled while copying it (`dma_window`): a NIC samples a READ's lines within a
-//! microsecond, and designs' wrapping torn-read counters rely on that.
+//! A READ of several lines, and a doorbell batch of READs only, is redone when 16 or more WRITEs
+//! landed on its lines while the thread copied them (`dma_window`): only a thread descheduled
+//! mid-copy sees that many, a NIC samples a READ's lines within a microsecond, and designs'
+//! wrapping torn-read counters rely on that.
 //!
 //! With [`LocalConfig::yield_per_verb`] every verb first yields to the thread's other tasks, the
 //! way a coroutine yields while its verb is on the wire; tests use it to interleave tasks of one
@@ -191,10 +192,7 @@ impl Transport for LocalTransport {
             }
         }
         self.issue().await;
-        let region = self.region(addr.node());
-        dma_window::within_window(dma_window::lines(addr.offset(), buf.len()), || {
-            region.read(addr.offset(), buf)
-        });
+        dma_window::read(self.region(addr.node()), addr.offset(), buf);
         Ok(())
     }
 
@@ -236,18 +234,7 @@ impl Transport for LocalTransport {
             }
         }
         self.issue().await;
-        let mut lines = 0;
-        for op in ops.iter() {
-            match op {
-                BatchOp::Read { addr, buf } => lines += dma_window::lines(addr.offset(), buf.len()),
-                // Effects cannot be taken back: executed once.
-                _ => lines = 0,
-            }
-            if lines == 0 {
-                break;
-            }
-        }
-        dma_window::within_window(lines, || region.apply(ops));
+        dma_window::apply(region, ops);
         Ok(())
     }
 

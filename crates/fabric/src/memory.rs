@@ -109,10 +109,18 @@ impl Region {
     ///
     /// # Panics
     /// If the range is outside the region (callers validate first).
+    #[inline]
     pub fn read(&self, offset: u64, buf: &mut [u8]) {
+        self.read_at(offset, buf);
+    }
+
+    /// [`Region::read`], returning the wrapping sum of the lines' sequences at the instants they
+    /// were copied: [`Region::seq_sum`] of the same range minus it counts twice the WRITEs that
+    /// landed on those lines since.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> u32 {
         assert!(self.contains(offset, buf.len() as u64), "read outside region");
         if buf.is_empty() {
-            return;
+            return 0;
         }
         let line = CACHE_LINE as usize;
         let pos = offset as usize;
@@ -123,25 +131,45 @@ impl Region {
         // A head that starts inside a line, then whole lines straight into the buffer, then a
         // tail that ends inside one.
         let mut rest = buf;
+        let mut seqs = 0u32;
         let from = pos % line;
         if from != 0 {
             let n = (line - from).min(rest.len());
             let (head, tail) = rest.split_at_mut(n);
             let (w, seq) = next();
-            head.copy_from_slice(&line_snapshot(w, seq)[from..from + n]);
+            let mut out = [0u8; CACHE_LINE as usize];
+            seqs = seqs.wrapping_add(line_into(w, seq, &mut out));
+            head.copy_from_slice(&out[from..from + n]);
             rest = tail;
         }
         let mut whole = rest.chunks_exact_mut(line);
         for dst in &mut whole {
             let (w, seq) = next();
-            line_into(w, seq, dst.try_into().expect("a whole line"));
+            seqs = seqs.wrapping_add(line_into(w, seq, dst.try_into().expect("a whole line")));
         }
         let tail = whole.into_remainder();
         if !tail.is_empty() {
             let (w, seq) = next();
             let n = tail.len();
-            tail.copy_from_slice(&line_snapshot(w, seq)[..n]);
+            let mut out = [0u8; CACHE_LINE as usize];
+            seqs = seqs.wrapping_add(line_into(w, seq, &mut out));
+            tail.copy_from_slice(&out[..n]);
         }
+        seqs
+    }
+
+    /// The wrapping sum of the current sequences of the lines `[offset, offset + len)` touches
+    /// (the range is inside the region: callers READ it first).
+    #[inline]
+    pub fn seq_sum(&self, offset: u64, len: usize) -> u32 {
+        if len == 0 {
+            return 0;
+        }
+        let line = CACHE_LINE as usize;
+        let pos = offset as usize;
+        self.seqs[pos / line..=(pos + len - 1) / line]
+            .iter()
+            .fold(0u32, |sum, seq| sum.wrapping_add(seq.load(Ordering::Acquire)))
     }
 
     /// Asks the CPU for every line of `[pos, pos + len)` and their sequences at once, so a
@@ -273,9 +301,10 @@ impl MnMemory for Region {
 }
 
 /// A line's eight `words` into `dst` as one snapshot: loaded between two equal, even readings of
-/// its sequence `seq` (a WRITE of the line in between makes it odd, or moves it on).
+/// its sequence `seq` (a WRITE of the line in between makes it odd, or moves it on). Returns that
+/// sequence.
 #[inline]
-fn line_into(words: &[AtomicU64], seq: &AtomicU32, dst: &mut [u8; CACHE_LINE as usize]) {
+fn line_into(words: &[AtomicU64], seq: &AtomicU32, dst: &mut [u8; CACHE_LINE as usize]) -> u32 {
     loop {
         let s1 = seq.load(Ordering::Acquire);
         if s1 & 1 == 1 {
@@ -287,17 +316,9 @@ fn line_into(words: &[AtomicU64], seq: &AtomicU32, dst: &mut [u8; CACHE_LINE as 
         }
         fence(Ordering::Acquire);
         if seq.load(Ordering::Relaxed) == s1 {
-            return;
+            return s1;
         }
     }
-}
-
-/// [`line_into`] a fresh array.
-#[inline]
-fn line_snapshot(words: &[AtomicU64], seq: &AtomicU32) -> [u8; CACHE_LINE as usize] {
-    let mut out = [0u8; CACHE_LINE as usize];
-    line_into(words, seq, &mut out);
-    out
 }
 
 #[cfg(test)]
