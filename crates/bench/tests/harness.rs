@@ -106,12 +106,12 @@ impl Straggling {
         Straggling { inner, slow_insert: none(), slow_search: none() }
     }
 
-    /// Sleeps 0.5 ms if `c` is the first client to come here through `slow`.
+    /// Sleeps 2 ms if `c` is the first client to come here through `slow`.
     fn straggle<T: Transport>(slow: &AtomicU32, c: &Client<T>) {
         let first =
             slow.compare_exchange(u32::MAX, c.ordinal(), Ordering::AcqRel, Ordering::Acquire);
         if first.is_ok() || first == Err(c.ordinal()) {
-            std::thread::sleep(Duration::from_micros(500));
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 }
@@ -160,14 +160,15 @@ fn throughput_is_measured_while_every_client_is_busy() {
         let counted: u64 = r.per_op.iter().map(|o| o.count).sum();
         assert_eq!(counted, r.ops, "every operation done is counted");
         if transport == TransportKind::Local {
-            // The straggler's 200 searches take at least 100 ms, the other client's far less
-            // (even if its thread starts milliseconds late): over the whole phase the rate is
-            // at most 4 k/s; while both ran, far more.
+            // The straggler's 200 searches take at least 400 ms, the other client's far less
+            // (even if its thread starts milliseconds late, or shares its core with other
+            // tests): over the whole phase the rate is at most 1 k/s; while both ran, far more.
             let whole = r.ops as f64 / r.run_seconds;
             assert!(r.throughput_ops > 2.0 * whole, "{} against {whole}", r.throughput_ops);
-            // Likewise the load's straggler takes at least 100 ms for its 200 keys: at most
-            // 4 k/s over the whole load phase.
-            assert!(r.load_throughput_ops > 8e3, "load {} k/s", r.load_throughput_ops / 1e3);
+            // Likewise the load's straggler takes at least 400 ms for its 200 keys: at most
+            // 1 k/s over the whole load phase. (At 0.5 ms a key and 8 k/s this failed once in
+            // CI, its fast client slowed by tests sharing the 2 cores.)
+            assert!(r.load_throughput_ops > 2e3, "load {} k/s", r.load_throughput_ops / 1e3);
         }
     }
 }
