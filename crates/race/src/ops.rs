@@ -65,7 +65,6 @@
 //! WRITE, bucket READ, CAS, re-read, commit CAS = 5. Upserts, updates and deletes cost what
 //! RACE's do and never clear duplicates.
 
-use arrayvec::ArrayVec;
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::kv_block;
@@ -144,20 +143,6 @@ impl Race {
         layout::slot(h.fp(), layout::units(len), block)
     }
 
-    /// The key's entries in `snap`, and whether any is frozen (a split is moving the key).
-    async fn entries<T: Transport>(
-        &self,
-        c: &Client<T>,
-        snap: &Snap,
-        key: &[u8],
-        h: &Hashes,
-        mine: u64,
-    ) -> IndexResult<(ArrayVec<Copy, { 4 * layout::SLOTS }>, bool)> {
-        let copies = self.copies(c, snap, key, h, mine).await?;
-        let frozen = copies.iter().any(|x| is_frozen(x.word));
-        Ok((copies, frozen))
-    }
-
     pub(crate) async fn insert_key<T: Transport>(
         &self,
         c: &Client<T>,
@@ -173,8 +158,8 @@ impl Race {
         let mut reads = 0;
         'fresh: loop {
             let snap = self.locate(c, &h, &mut reads).await?;
-            let (copies, frozen) = self.entries(c, &snap, key, &h, 0).await?;
-            if frozen {
+            let copies = self.copies(c, &snap, key, &h, 0).await?;
+            if copies.iter().any(|x| is_frozen(x.word)) {
                 // A split is moving the key: wait for it.
                 bump(&self.counters.retries, 1);
                 continue;
@@ -255,8 +240,8 @@ impl Race {
         word: u64,
         waiting: &mut Waiting,
     ) -> IndexResult<Settle> {
-        let (copies, frozen) = self.entries(c, re, key, h, word).await?;
-        if frozen {
+        let copies = self.copies(c, re, key, h, word).await?;
+        if copies.iter().any(|x| is_frozen(x.word)) {
             return Ok(Settle::Wait);
         }
         let mut others = copies.iter().filter(|x| x.at != at);
