@@ -8,7 +8,8 @@
 //!
 //! A directory (global depth, one entry per suffix naming a segment and its local depth) points
 //! to segments of groups {main, shared overflow, main}. Each bucket is one cache line: a header
-//! (local depth and suffix) and 7 slots of {fingerprint, length, 48-bit KV block address}. A key
+//! (local depth and suffix) and 7 slots of {fingerprint, length, frozen and tentative bits,
+//! 47-bit KV block address}. A key
 //! has two main buckets in its segment (two hash choices); each with the group's overflow bucket
 //! forms a combined bucket, read with one READ, and both combined buckets are read in one
 //! doorbell (a segment lives on one memory node). Each compute node's handle caches the
@@ -37,7 +38,7 @@
 //! entry *tentative* (a slot bit: no value, skipped by readers), re-reads, and commits it by CAS
 //! only when no other entry of the key is committed and no lower tentative one is pending (it
 //! aborts higher ones). So a key has at most one committed entry at any instant, and update,
-//! delete and upsert act on that one. One round trip more for a new key; see [`ops`].
+//! delete and upsert act on that one. One round trip more for a new key; see `ops`.
 //!
 //! ## Split (resize)
 //!
