@@ -158,19 +158,22 @@ impl Race {
         let mut reads = 0;
         'fresh: loop {
             let snap = self.locate(c, &h, &mut reads).await?;
-            let copies = self.copies(c, &snap, key, &h, 0).await?;
-            if copies.iter().any(|x| is_frozen(x.word)) {
-                // A split is moving the key: wait for it.
-                bump(&self.counters.retries, 1);
-                continue;
-            }
-            if let Some(live) = copies.iter().find(|x| !is_tentative(x.word)) {
+            match self.committed(c, &snap, key, &h).await? {
                 // Present: an upsert of its committed entry.
-                if c.cas(snap.addr(live.at), live.word, word).await? == live.word {
-                    return Ok(());
+                (Some(live), _) => {
+                    if c.cas(snap.addr(live.at), live.word, word).await? == live.word {
+                        return Ok(());
+                    }
+                    bump(&self.counters.retries, 1);
+                    continue;
                 }
-                bump(&self.counters.retries, 1);
-                continue;
+                // A split is moving the key: wait for it.
+                (None, true) => {
+                    bump(&self.counters.retries, 1);
+                    continue;
+                }
+                // Absent (other inserts' tentative entries are no value): place ours.
+                (None, false) => {}
             }
             let Some(at) = snap.empty_slot(h.mains(self.shape.groups)) else {
                 self.split_full(c, &snap, &h).await?;
