@@ -138,8 +138,8 @@ fn line_count(offset: u64, len: usize) -> u64 {
     if len == 0 {
         return 0;
     }
-    let line = crate::memory::CACHE_LINE;
-    (offset + len as u64 - 1) / line - offset / line + 1
+    let (first, last) = crate::memory::line_span(offset as usize, len);
+    (last - first + 1) as u64
 }
 
 #[cfg(test)]

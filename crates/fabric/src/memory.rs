@@ -124,7 +124,7 @@ impl Region {
         }
         let line = CACHE_LINE as usize;
         let pos = offset as usize;
-        let (first, last) = (pos / line, (pos + buf.len() - 1) / line);
+        let (first, last) = line_span(pos, buf.len());
         let (words, seqs) = self.fetch_lines(first, last);
         let mut lines = words.chunks_exact(WORDS_PER_LINE).zip(seqs);
         let mut next = || lines.next().expect("a line per part of the READ");
@@ -165,9 +165,8 @@ impl Region {
         if len == 0 {
             return 0;
         }
-        let line = CACHE_LINE as usize;
-        let pos = offset as usize;
-        self.seqs[pos / line..=(pos + len - 1) / line]
+        let (first, last) = line_span(offset as usize, len);
+        self.seqs[first..=last]
             .iter()
             .fold(0u32, |sum, seq| sum.wrapping_add(seq.load(Ordering::Acquire)))
     }
@@ -177,8 +176,8 @@ impl Region {
     /// engine fetches a READ's lines in parallel).
     #[inline]
     pub fn prefetch(&self, pos: usize, len: usize) {
-        let line = CACHE_LINE as usize;
-        self.fetch_lines(pos / line, (pos + len.max(1) - 1) / line);
+        let (first, last) = line_span(pos, len.max(1));
+        self.fetch_lines(first, last);
     }
 
     /// The words and sequences of lines `first ..= last`, bounds-checked once and asked of the
@@ -298,6 +297,13 @@ impl MnMemory for Region {
     fn atomic(&self, offset: u64, op: AtomicOp) -> u64 {
         Region::atomic(self, offset, op)
     }
+}
+
+/// The first and last cache lines that `len > 0` bytes at `pos` touch.
+#[inline]
+pub(crate) fn line_span(pos: usize, len: usize) -> (usize, usize) {
+    let line = CACHE_LINE as usize;
+    (pos / line, (pos + len - 1) / line)
 }
 
 /// A line's eight `words` into `dst` as one snapshot: loaded between two equal, even readings of
