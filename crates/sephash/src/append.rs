@@ -6,7 +6,7 @@
 //!    CAS below, which goes to the same node on the same connection).
 //! 2. One doorbell: the meta, the slots from the sliding offset (one slot before it, to prove
 //!    the offset is not past the first free slot), the meta again. Equal metas prove the slots
-//!    were read within one generation (meta words never repeat).
+//!    were read within one generation (a meta does not repeat within 2^20 merges).
 //! 3. Post the filter position (zero-wait, same node: it lands before the CAS and after the
 //!    read that saw this generation open, so no merge's clearing can undo it).
 //! 4. CAS the first free slot from the free word read to the entry. Taken slots are a prefix

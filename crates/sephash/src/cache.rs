@@ -102,7 +102,7 @@ impl Cache {
         let (lo, hi) = fptable::range(&v.points, v.header.entries, fp);
         let r = MainRange {
             id: v.main,
-            main: v.main & ((1 << 48) - 1),
+            main: crate::layout::Meta(v.main).main(),
             entries: v.header.entries,
             entries_at: v.header.entries_at(),
             lo,

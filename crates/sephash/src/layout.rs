@@ -20,17 +20,20 @@
 //!
 //! ```text
 //! +0        meta (CAS'd)
-//!           63     62      61..56        55..48    47..0
-//!           sign | closed | local depth | edition | MainSegment offset on this node (0: none)
+//!           63     62      61..56        55..36         35..0
+//!           sign | closed | local depth | edition (20) | MainSegment offset / 64 on this node
+//!                                                        (0: none)
 //! +8        suffix (u64): the low `local depth` hash bits every key here has; never changes
 //! +16       slot[0..n]   (8 B each, CAS'd): entries, appended in slot order
 //! +16 + 8n  filter[0..positions] (1 B each): 1 = an entry with this (fp, fp2) position may be here
 //! ```
 //!
 //! A slot is free when its sign differs from the meta's, so flipping the meta's sign empties the
-//! CurSegment at once. The edition counts the segment's merges (mod 256): a MainSegment's memory
-//! is reused once it is replaced, and the edition keeps the meta words of one segment from
-//! repeating when its offset comes back (see `docs/sephash.md`, "Reclaiming MainSegments"). Each filter position is a whole byte so that setting one is a plain WRITE
+//! CurSegment at once. The edition counts the segment's merges (mod 2^20): a MainSegment's
+//! memory is reused once it is replaced, so its offset comes back (every other merge, when one
+//! compute node merges a segment), and only the edition keeps the segment's meta words from
+//! repeating within 2^20 merges (see `docs/sephash.md`, "Why it is linearizable"). Each filter
+//! position is a whole byte so that setting one is a plain WRITE
 //! that cannot undo a neighbour's (RDMA has no remote OR; the paper's bit per position would lose
 //! bits to concurrent read-modify-writes).
 //!
@@ -49,7 +52,7 @@
 //! each; its header carries the lengths, so the entry needs no length field and items have no
 //! 448-B cap. A zero word is never an entry (block 0 is a node's superblock).
 //!
-//! # MainSegment (8-B aligned, same node as its CurSegment; immutable once published)
+//! # MainSegment (64-B aligned, same node as its CurSegment; immutable once published)
 //!
 //! ```text
 //! +0                  entries E (u32) | record points P (u16) | 0 (u16)
@@ -76,22 +79,28 @@ pub const MAX_NODE_BYTES: u64 = 64 << BLOCK_UNIT_BITS;
 
 const SIGN: u64 = 1 << 63;
 const CLOSED: u64 = 1 << 62;
-const OFFSET_MASK: u64 = (1 << 48) - 1;
+/// Bits of a MainSegment's offset / 64 in the meta: every offset below [`MAX_NODE_BYTES`].
+const MAIN_UNIT_BITS: u32 = 36;
+const MAIN_UNITS: u64 = (1 << MAIN_UNIT_BITS) - 1;
+/// Bits of the edition.
+pub const EDITION_BITS: u32 = 20;
+const EDITIONS: u64 = (1 << EDITION_BITS) - 1;
 
 /// A CurSegment's meta word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Meta(pub u64);
 
 impl Meta {
-    /// A meta word; `main` is the MainSegment's offset on the CurSegment's node (0: none).
-    pub fn new(sign: bool, closed: bool, depth: u32, edition: u8, main: u64) -> Meta {
-        debug_assert!(depth < 64 && main <= OFFSET_MASK);
+    /// A meta word; `main` is the MainSegment's offset on the CurSegment's node (0: none), a
+    /// multiple of 64 below [`MAX_NODE_BYTES`]; `edition` is taken mod 2^20.
+    pub fn new(sign: bool, closed: bool, depth: u32, edition: u32, main: u64) -> Meta {
+        debug_assert!(depth < 64 && main % 64 == 0 && main / 64 <= MAIN_UNITS);
         Meta(
             (sign as u64) << 63
                 | (closed as u64) << 62
                 | (depth as u64) << 56
-                | (edition as u64) << 48
-                | main,
+                | ((edition as u64 & EDITIONS) << MAIN_UNIT_BITS)
+                | (main / 64),
         )
     }
     pub fn sign(self) -> bool {
@@ -106,13 +115,18 @@ impl Meta {
     }
     /// The MainSegment's offset on this node (0: none yet).
     pub fn main(self) -> u64 {
-        self.0 & OFFSET_MASK
+        (self.0 & MAIN_UNITS) * 64
     }
-    /// Merges of this segment so far, mod 256.
-    pub fn edition(self) -> u8 {
-        (self.0 >> 48) as u8
+    /// Merges of this segment so far, mod 2^20.
+    pub fn edition(self) -> u32 {
+        ((self.0 >> MAIN_UNIT_BITS) & EDITIONS) as u32
     }
-    /// The MainSegment as caches name it: edition and offset.
+    /// The edition the merge that replaces this meta's MainSegment publishes.
+    pub fn next_edition(self) -> u32 {
+        (self.edition() + 1) & EDITIONS as u32
+    }
+    /// The MainSegment as caches name it: edition and offset (the meta's low 56 bits, so
+    /// `Meta(id).main()` is the offset).
     pub fn main_id(self) -> u64 {
         self.0 & ((1 << 56) - 1)
     }
@@ -316,12 +330,16 @@ mod tests {
 
     #[test]
     fn meta_bits_are_pinned() {
-        let m = Meta::new(true, false, 5, 0xA7, 0x1234_5678);
-        assert_eq!(m.0, 0x85A7_0000_1234_5678);
-        assert_eq!((m.sign(), m.closed(), m.depth(), m.main()), (true, false, 5, 0x1234_5678));
-        assert_eq!((m.edition(), m.main_id()), (0xA7, 0xA7_0000_1234_5678));
-        assert_eq!(m.close().0, 0xC5A7_0000_1234_5678);
-        assert_eq!(Meta::new(false, true, 63, 0, (1 << 48) - 1).0, 0x7F00_FFFF_FFFF_FFFF);
+        let m = Meta::new(true, false, 5, 0xA_BCDE, 64 * 0x1234_5678);
+        assert_eq!(m.0, 0x85AB_CDE0_1234_5678);
+        assert_eq!((m.sign(), m.closed(), m.depth(), m.main()), (true, false, 5, 64 * 0x1234_5678));
+        assert_eq!((m.edition(), m.main_id()), (0xA_BCDE, 0xAB_CDE0_1234_5678));
+        assert_eq!(Meta(m.main_id()).main(), m.main());
+        assert_eq!(m.close().0, 0xC5AB_CDE0_1234_5678);
+        assert_eq!(Meta::new(false, true, 63, 0, MAX_NODE_BYTES - 64).0, 0x7F00_000F_FFFF_FFFF);
+        let last = Meta::new(false, false, 1, (1 << 20) - 1, 64);
+        assert_eq!((last.edition(), last.next_edition()), ((1 << 20) - 1, 0));
+        assert_eq!(Meta::new(false, false, 1, 1 << 20, 64).edition(), 0, "mod 2^20");
         assert!(m.owns(0b10110, 0xFFFF_0000_0000_0036) && !m.owns(0b10110, 0x26));
     }
 

@@ -34,10 +34,10 @@
 //!
 //! ## Correctness
 //!
-//! Meta words never repeat (each merge publishes a freshly allocated MainSegment), so reading
-//! the meta before and after a READ proves nothing merged in between. The arguments for each
-//! operation, the races in the paper and in the public code and how each is closed, and what a
-//! crashed client leaves behind are in `docs/sephash.md`.
+//! A segment's meta word does not repeat within 2^20 of its merges (each merge bumps its
+//! edition), so reading the meta before and after a READ proves nothing merged in between. The
+//! arguments for each operation, the races in the paper and in the public code and how each is
+//! closed, and what a crashed client leaves behind are in `docs/sephash.md`.
 
 pub mod cache;
 pub mod fptable;

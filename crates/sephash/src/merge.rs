@@ -102,7 +102,7 @@ impl SepHash {
         let depth = closed.depth();
         if survivors.len() <= self.shape.main_limit() || depth >= self.shape.max_depth {
             let (m, h, points) = self.write_main(c, node, &survivors, &mut Vec::new()).await?;
-            let open = Meta::new(!closed.sign(), false, depth, closed.edition().wrapping_add(1), m);
+            let open = Meta::new(!closed.sign(), false, depth, closed.next_edition(), m);
             self.reopen(c, seg, open, &slots).await?;
             self.cache.learn_main(seg, open.main_id(), h, &points);
             self.free_main(main_at, &mh);
@@ -240,12 +240,12 @@ impl SepHash {
             bump(&self.counters.mains_reused, 1);
             return Ok(at);
         }
-        Ok(c.alloc_on(node, 1 << class, 8).await?)
+        Ok(c.alloc_on(node, 1 << class, 64).await?)
     }
 
     /// Hands the replaced MainSegment at `at` to later merges on this node. Safe because
     /// readers check the meta after they read a MainSegment, and a segment's meta words do not
-    /// repeat within 256 of its merges (the edition).
+    /// repeat within 2^20 of its merges (the edition).
     fn free_main(&self, at: GlobalAddr, h: &MainHeader) {
         if at.offset() != 0 {
             let key = (at.node(), main_class(h.bytes()));
@@ -327,7 +327,7 @@ impl SepHash {
         }
         // 3. A: its MainSegment, then reopened one level deeper.
         let (ma, ha, pa) = self.write_main(c, seg.node(), &a, &mut buf).await?;
-        let a_open = Meta::new(!closed.sign(), false, l + 1, closed.edition().wrapping_add(1), ma);
+        let a_open = Meta::new(!closed.sign(), false, l + 1, closed.next_edition(), ma);
         self.reopen(c, seg, a_open, slots).await?;
         // 4. B open.
         let b_open = Meta::new(true, false, l + 1, 0, mb);

@@ -15,9 +15,9 @@
 //!   `M` held everything: `M`'s answer is right at `t_o`.
 //!
 //! When the position is set (or the meta is closed: a merge holds the segment and may have
-//! cleared the filter), the CurSegment's slots are READ and the meta after them; meta words
-//! never repeat, so an unchanged meta proves that the slots and `M` were the segment's content
-//! together at that READ. Blocks are immutable once published.
+//! cleared the filter), the CurSegment's slots are READ and the meta after them; a meta does not
+//! repeat within 2^20 merges of its segment, so an unchanged meta proves that the slots and `M`
+//! were the segment's content together at that READ. Blocks are immutable once published.
 
 use dmindex_fabric::{BatchOp, Client, Transport};
 use dmindex_index::IndexResult;

@@ -117,3 +117,47 @@ fn replaced_main_segments_are_reused() {
         );
     }]);
 }
+
+/// A segment's meta word does not come back within 4 096 of its merges (the protocol counts on
+/// 2^20, see `docs/sephash.md`). One compute node merging one segment reuses two MainSegments
+/// in turn, so only the edition tells its metas apart: with an 8-bit edition the meta repeated
+/// after 256 merges, and a search paused between its two doorbells for that long took a
+/// MainSegment and slots of different generations for one (an acknowledged insert was read
+/// back as the value before it).
+#[test]
+fn a_segments_meta_words_do_not_repeat() {
+    let f = LocalFabric::new(LocalConfig { memory_nodes: 1, ..Default::default() }).unwrap();
+    let c = f.client(0).unwrap();
+    // One segment of 8 slots that never splits.
+    let extra = [("cur", "80"), ("main_ratio", "255"), ("depth", "0"), ("max_depth", "1")];
+    let cfg = IndexConfig {
+        max_key: 8,
+        max_value: 8,
+        extra: extra.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+        ..IndexConfig::default()
+    };
+    const MERGES: usize = 4096;
+    run_tasks([async {
+        let idx = SepHash::create(&c, &cfg, 0).await.unwrap();
+        let root = dmindex_prim::root::RootSlot::with_descriptor(cfg.root_slot).unwrap();
+        let dir = dmindex_fabric::GlobalAddr::from_raw(root.load(&c).await.unwrap());
+        let seg = dmindex_fabric::GlobalAddr::from_raw(c.read_word(dir.add(8)).await.unwrap());
+        let mut seen = std::collections::HashMap::new();
+        let mut last = c.read_word(seg).await.unwrap();
+        let mut i = 0u64;
+        while seen.len() < MERGES {
+            idx.insert(&c, &(i % 4 + 1).to_be_bytes(), &i.to_le_bytes()).await.unwrap();
+            i += 1;
+            let meta = c.read_word(seg).await.unwrap();
+            if meta != last {
+                last = meta;
+                if let Some(first) = seen.insert(meta, seen.len()) {
+                    let n = seen.len();
+                    panic!("meta {meta:#x} after merge {n} was also the meta after merge {first}");
+                }
+            }
+        }
+        assert_eq!(stat(&idx, "splits"), 0);
+        assert!(stat(&idx, "mains_reused") as usize >= MERGES - 2);
+    }]);
+}
