@@ -367,6 +367,10 @@ pub struct CheckArgs {
     /// No injected delays.
     #[arg(long)]
     no_delays: bool,
+    /// Clients stall, rarely (one awaited post in 500), for up to this many µs before a post,
+    /// as descheduled or slow clients do, and then go on.
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    stall_us: Option<u64>,
     /// Index-specific option (repeatable).
     #[arg(long = "option", value_name = "NAME=VALUE", value_parser = parse_option)]
     options: Vec<(String, String)>,
@@ -429,6 +433,7 @@ pub fn check_plan(
             (false, n) => Crashes::OneSeedIn(n),
         },
         delays: !a.no_delays,
+        stall_max_ns: a.stall_us.unwrap_or(0) * 1000,
         preset: a.preset.clone(),
         index_options: a.options.clone(),
         value_size: a.value_size,
@@ -502,6 +507,9 @@ fn replay_flags(a: &CheckArgs) -> String {
     flag(a.no_crashes, "--no-crashes".into());
     flag(a.crash_every != 4, format!("--crash-every {}", a.crash_every));
     flag(a.no_delays, "--no-delays".into());
+    if let Some(us) = a.stall_us {
+        flag(true, format!("--stall-us {us}"));
+    }
     flag(a.mns != 1, format!("--mns {}", a.mns));
     if let Some(us) = a.mn_crash_us {
         flag(true, format!("--mn-crash-us {us}"));

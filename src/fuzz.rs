@@ -57,6 +57,7 @@ const FLAGS: &[&str] = &[
     "--no-crashes",
     "--crash-every",
     "--no-delays",
+    "--stall-us",
     "--threads",
     "--tasks",
     "--yield-per-verb",

@@ -372,6 +372,18 @@ fn check_passes_seeds_and_replays_one() {
     assert!(a.status.success());
     assert_eq!(a.stdout, b.stdout, "a seed replays exactly");
     assert!(String::from_utf8_lossy(&a.stdout).contains("seed 2:"));
+    // Stalls change the schedule (another trace), and replay as exactly.
+    let trace = |out: &std::process::Output| {
+        let s = String::from_utf8_lossy(&out.stdout).into_owned();
+        s.split("trace ").nth(1).map(|t| t[..16].to_string()).expect("a trace hash")
+    };
+    let s1 = dmindex(&["check", "--seed", "2", "--stall-us", "2000"]);
+    let s2 = dmindex(&["check", "--seed", "2", "--stall-us", "2000"]);
+    assert!(s1.status.success(), "{}", String::from_utf8_lossy(&s1.stderr));
+    assert_eq!(trace(&s1), trace(&s2));
+    assert_ne!(trace(&s1), trace(&a), "stalls left the schedule as it was");
+    let bad = dmindex(&["check", "--stall-us", "0"]);
+    assert_eq!(bad.status.code(), Some(2));
 }
 
 #[test]

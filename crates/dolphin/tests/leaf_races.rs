@@ -90,12 +90,7 @@ fn searches_during_compactions(width: usize) {
             setup.write(leaf, &img).await.unwrap();
             leaf
         });
-        sim.set_faults(Faults {
-            delay_prob: 0.05,
-            delay_max_ns: 20_000,
-            crash_prob: 0.0,
-            max_crashes: 0,
-        });
+        sim.set_faults(Faults::delays());
         let ctr = SyncCounters::default();
         let smos = Cell::new(0);
         // Per key: the highest sequence number whose write has started.

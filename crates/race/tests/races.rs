@@ -40,7 +40,7 @@ fn setup(sim: &Sim, clients: usize) -> (Vec<Client<SimTransport>>, Vec<Race>) {
 }
 
 fn faults() -> Faults {
-    Faults { delay_prob: 0.05, delay_max_ns: 20_000, crash_prob: 0.0, max_crashes: 0 }
+    Faults::delays()
 }
 
 const HOT: u64 = 48;

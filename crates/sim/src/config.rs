@@ -327,6 +327,16 @@ pub struct Faults {
     pub crash_prob: f64,
     /// At most this many clients crash in one run.
     pub max_crashes: u32,
+    /// Probability that a client stalls before it posts a verb (or a doorbell) it waits for:
+    /// the post goes out a uniform `[0, stall_max_ns]` later, as when the client's thread is
+    /// descheduled or the client is slow, and then the client goes on. Stalls are long (up to
+    /// milliseconds) where delays are short, so a stalled client can resume in a structure
+    /// other clients changed many times over.
+    #[serde(default)]
+    pub stall_prob: f64,
+    /// Longest stall.
+    #[serde(default)]
+    pub stall_max_ns: u64,
 }
 
 impl Faults {
@@ -337,7 +347,7 @@ impl Faults {
 
     /// Frequent delays, no crashes.
     pub fn delays() -> Faults {
-        Faults { delay_prob: 0.05, delay_max_ns: 20_000, crash_prob: 0.0, max_crashes: 0 }
+        Faults { delay_prob: 0.05, delay_max_ns: 20_000, ..Faults::none() }
     }
 }
 
@@ -375,7 +385,12 @@ impl SimConfig {
     pub fn validate(&self) -> Result<(), String> {
         self.net.check()?;
         let f = &self.faults;
-        for (name, p) in [("delay_prob", f.delay_prob), ("crash_prob", f.crash_prob)] {
+        let probabilities = [
+            ("delay_prob", f.delay_prob),
+            ("crash_prob", f.crash_prob),
+            ("stall_prob", f.stall_prob),
+        ];
+        for (name, p) in probabilities {
             if !(0.0..=1.0).contains(&p) {
                 return Err(format!("{name} must be a probability in [0, 1], got {p}"));
             }
@@ -445,6 +460,9 @@ mod tests {
         c.faults.crash_prob = 2.0;
         assert!(c.validate().unwrap_err().contains("crash_prob"));
         c.faults.crash_prob = 0.0;
+        c.faults.stall_prob = -0.5;
+        assert!(c.validate().unwrap_err().contains("stall_prob"));
+        c.faults.stall_prob = 0.0;
         c.memory_nodes = 0;
         assert!(c.validate().unwrap_err().contains("memory_nodes"));
     }

@@ -82,7 +82,10 @@ impl SimTransport {
         if w.crash_here(self.client) {
             return None;
         }
-        let ready = w.post_cpu(self.client);
+        let mut ready = w.post_cpu(self.client);
+        if !detached {
+            ready += w.stall_ps();
+        }
         Some(w.post(ready, self.client, kind, addr, buf, detached))
     }
 
@@ -210,7 +213,7 @@ impl Transport for SimTransport {
         }
         let ids = {
             let mut w = self.shared.world.borrow_mut();
-            let ready = w.post_cpu(self.client);
+            let ready = w.post_cpu(self.client) + w.stall_ps();
             let mut ids = [0u32; dmindex_fabric::verbs::MAX_BATCH];
             for (slot, op) in ids.iter_mut().zip(ops.iter()) {
                 *slot = match op {

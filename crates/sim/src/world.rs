@@ -377,6 +377,15 @@ impl World {
         done
     }
 
+    /// How long the client stalls before a post it waits for (ps; 0 mostly).
+    pub(crate) fn stall_ps(&mut self) -> u64 {
+        if self.chance(self.faults.stall_prob) {
+            self.uniform(self.faults.stall_max_ns) * PS_PER_NS
+        } else {
+            0
+        }
+    }
+
     /// Puts a verb on the wire at `ready` (after posting); returns its op id.
     pub(crate) fn post(
         &mut self,

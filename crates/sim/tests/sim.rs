@@ -178,6 +178,45 @@ fn round_trip_is_about_two_microseconds_on_the_chime_preset() {
     assert!((1800.0..2200.0).contains(&rtt), "8-byte READ round trip {rtt} ns");
 }
 
+/// Stalls hold a client before a post it waits for (a READ, a doorbell), never a zero-wait
+/// WRITE, and they are long: with every post stalled up to 1 ms, 100 READs take about 50 ms
+/// instead of 200 µs, while the client's zero-wait WRITEs go out at once.
+#[test]
+fn stalls_hold_waited_posts_for_up_to_their_maximum() {
+    let s = sim(5, NetParams::chime_testbed());
+    let a = alloc(&s, 64);
+    let c = s.client_on_own_thread(1);
+    s.set_faults(Faults { stall_prob: 1.0, stall_max_ns: 1_000_000, ..Faults::none() });
+    let t0 = s.now_ns();
+    s.block_on(async {
+        for _ in 0..100 {
+            c.read_word(a).await.unwrap();
+        }
+    });
+    let per_read = (s.now_ns() - t0) / 100;
+    assert!((350_000..650_000).contains(&per_read), "a stalled READ took {per_read} ns");
+    let t0 = s.now_ns();
+    s.block_on(async {
+        for i in 0..100u64 {
+            c.write_zero_wait(a, &i.to_le_bytes()).unwrap();
+        }
+    });
+    assert!(s.now_ns() - t0 < 10_000, "zero-wait WRITEs waited for stalls");
+    let t0 = s.now_ns();
+    s.block_on(async {
+        for _ in 0..100 {
+            let (mut x, mut y) = ([0u8; 8], [0u8; 8]);
+            let mut ops = [
+                dmindex_fabric::BatchOp::Read { addr: a, buf: &mut x },
+                dmindex_fabric::BatchOp::Read { addr: a, buf: &mut y },
+            ];
+            c.batch(&mut ops).await.unwrap();
+        }
+    });
+    let per_doorbell = (s.now_ns() - t0) / 100;
+    assert!((350_000..650_000).contains(&per_doorbell), "a doorbell took {per_doorbell} ns");
+}
+
 /// A reader that trusts a multi-line READ without versions sees objects half old, half new;
 /// each line, though, is always whole.
 #[test]

@@ -62,6 +62,9 @@ pub struct CheckConfig {
     pub value_size: usize,
     pub crashes: Crashes,
     pub delays: bool,
+    /// Rarely (one awaited post in 500), a client stalls for up to this many ns before it
+    /// posts, as a descheduled or slow client does, then goes on (0: never).
+    pub stall_max_ns: u64,
     pub preset: String,
     /// Virtual-time budget of the run phase, ns.
     pub deadline_ns: u64,
@@ -91,6 +94,7 @@ impl Default for CheckConfig {
             value_size: 8,
             crashes: Crashes::OneSeedIn(4),
             delays: true,
+            stall_max_ns: 0,
             preset: "stress".into(),
             deadline_ns: 200_000_000,
             index_options: Vec::new(),
@@ -347,6 +351,8 @@ where
         delay_max_ns: 20_000,
         crash_prob: if crashes { 0.002 } else { 0.0 },
         max_crashes: if crashes { (cfg.clients as u32 / 4).max(1) } else { 0 },
+        stall_prob: if cfg.stall_max_ns > 0 { 0.002 } else { 0.0 },
+        stall_max_ns: cfg.stall_max_ns,
     });
     let clients: Vec<_> =
         (0..cfg.clients).map(|i| sim.client_on_own_thread((i % cns as usize) as u16)).collect();
