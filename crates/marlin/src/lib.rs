@@ -43,7 +43,9 @@
 //!   publishes it. No round trip.
 //! * **An update lands after a delete and a re-insert reused the entry.** Entries are not reused
 //!   within an epoch (a delete nulls the pointer and keeps the key), and every pointer CAS
-//!   compares the whole word. No round trip.
+//!   compares the whole word. The epoch has 8 bits, so it is Spear that keeps it from wrapping
+//!   between a writer's READ and its CAS: the writer's claim is held from before the READ until
+//!   after the CAS, and no SMO runs meanwhile, however long the writer pauses. No round trip.
 //! * **A delete shifts entries under concurrent pointer CASes** (the public code deletes under
 //!   Sherman's exclusive lock path, unsynchronised with Spear). Here a delete is a pointer CAS
 //!   under Spear, and entries move only in SMOs.
