@@ -91,27 +91,37 @@ pub fn read(region: &Region, offset: u64, buf: &mut [u8]) {
 /// one window); a batch with any other verb runs once, in order.
 #[inline]
 pub fn apply(region: &Region, ops: &mut [BatchOp<'_>]) {
+    apply_timed(region, ops, ticks);
+}
+
+/// [`apply`] timed by `clock`; returns how many times the READs were executed.
+#[inline]
+fn apply_timed(region: &Region, ops: &mut [BatchOp<'_>], mut clock: impl FnMut() -> u64) -> u32 {
     let reads_only = ops.iter().all(|op| matches!(op, BatchOp::Read { .. }));
     if !reads_only {
         crate::service::MnMemory::apply(region, ops);
-        return;
+        return 1;
     }
     if let [BatchOp::Read { addr, buf }] = ops {
-        return read(region, addr.offset(), buf);
+        read(region, addr.offset(), buf);
+        return 1;
     }
     let lines = ops.iter().fold(0, |n, op| match op {
         BatchOp::Read { addr, buf } => n + line_count(addr.offset(), buf.len()),
         _ => n,
     });
     let budget = budget(lines);
+    let mut passes = 0;
     loop {
-        let start = ticks();
+        passes += 1;
+        let start = clock();
         let mut before = 0u32;
         for op in ops.iter_mut() {
             if let BatchOp::Read { addr, buf } = op {
                 before = before.wrapping_add(region.read_at(addr.offset(), buf));
             }
         }
+        let took = clock().wrapping_sub(start);
         let after = ops.iter().fold(0u32, |sum, op| match op {
             BatchOp::Read { addr, buf } => {
                 sum.wrapping_add(region.seq_sum(addr.offset(), buf.len()))
@@ -120,8 +130,8 @@ pub fn apply(region: &Region, ops: &mut [BatchOp<'_>]) {
         });
         // A counter that went backwards (a migration between unsynchronised counters) reads as
         // a huge span: redone too, which is always allowed.
-        if !stalled(before, after) && ticks().wrapping_sub(start) <= budget {
-            return;
+        if !stalled(before, after) && took <= budget {
+            return passes;
         }
     }
 }
@@ -164,7 +174,67 @@ mod tests {
         assert!(stalled(before, r.seq_sum(10, 100)));
         assert!(multi_line(63, 2) && !multi_line(64, 64) && !multi_line(0, 0));
         assert_eq!([line_count(0, 0), line_count(0, 65), line_count(100, 200)], [0, 2, 4]);
-        assert!(budget(3) > BASE && ticks() > 0);
+        assert_eq!(budget(3), BASE + 3 * PER_LINE);
+    }
+
+    /// Two READs of `r`'s lines 0..2 and 5, as one batch timed by `clock`: the passes it took
+    /// and the first line's bytes as read.
+    fn batch(r: &Region, clock: impl FnMut() -> u64) -> (u32, [u8; 8]) {
+        let (mut a, mut b) = ([0u8; 130], [0u8; 8]);
+        let mut ops = [
+            BatchOp::Read { addr: GlobalAddr::new(0, 0), buf: &mut a },
+            BatchOp::Read { addr: GlobalAddr::new(0, 320), buf: &mut b },
+        ];
+        let passes = apply_timed(r, &mut ops, clock);
+        (passes, a[..8].try_into().unwrap())
+    }
+
+    #[test]
+    fn a_batch_descheduled_past_its_budget_is_redone() {
+        let r = Region::new(4096);
+        // Lines: 3 for the first READ, 1 for the second.
+        let limit = budget(4);
+        // A clock whose second reading (the end of the first pass) comes `extra` cycles late.
+        let slow_once = |extra: u64| {
+            let (mut calls, mut t) = (0, 0u64);
+            move || {
+                calls += 1;
+                t += if calls == 2 { extra } else { 1 };
+                t
+            }
+        };
+        assert_eq!(batch(&r, slow_once(limit - 1)).0, 1, "within the budget: once");
+        assert_eq!(batch(&r, slow_once(limit + 1)).0, 2, "past it: redone");
+        assert_eq!(batch(&r, slow_once(u64::MAX / 2)).0, 2);
+    }
+
+    #[test]
+    fn a_batch_that_writes_piled_onto_is_redone_and_sees_them() {
+        let r = Region::new(4096);
+        let mut calls = 0;
+        // The clock's second reading (the end of the first pass) lands MAX_WRITES WRITEs on a
+        // line read: the pass is redone, and the redo reads what they wrote.
+        let (passes, first) = batch(&r, || {
+            calls += 1;
+            if calls == 2 {
+                for i in 0..MAX_WRITES {
+                    r.write(0, &[i as u8 + 1; 8]);
+                }
+            }
+            0
+        });
+        assert_eq!((passes, first), (2, [MAX_WRITES as u8; 8]));
+        let mut calls = 0;
+        let (passes, first) = batch(&r, || {
+            calls += 1;
+            if calls == 2 {
+                for _ in 1..MAX_WRITES {
+                    r.write(64, &[0xAB; 8]);
+                }
+            }
+            0
+        });
+        assert_eq!((passes, first), (1, [MAX_WRITES as u8; 8]), "fewer WRITEs: read once");
     }
 
     #[test]
