@@ -295,6 +295,30 @@ mod tests {
         assert_eq!(rows, catalog, "README's list of indexes differs from the catalog");
     }
 
+    /// Every index stays linearizable when clients stall for milliseconds before a verb and then
+    /// go on, resuming in a structure the others changed many times over (hot keys, no
+    /// crashes: every stalled client finishes). Longer sweeps: `dmindex check --stall-us`.
+    #[test]
+    fn every_index_survives_stalled_clients() {
+        let cfg = CheckConfig {
+            keys: 12,
+            stall_max_ns: 5_000_000,
+            crashes: dmindex_index::conformance::Crashes::Never,
+            ..CheckConfig::default()
+        };
+        for e in INDEXES {
+            for seed in 0..20 {
+                if let Err(err) = (e.check)(&cfg, seed) {
+                    panic!(
+                        "{}: seed {seed}: {err:#} (replay with: dmindex check --index {} --seed \
+                         {seed} --keys 12 --no-crashes --stall-us 5000)",
+                        e.name, e.name
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_table_lists_every_index_with_its_kind() {
         let t = table();
