@@ -110,7 +110,7 @@ impl SepHash {
 
     /// Reads the header and record points of the MainSegment `meta` names into the cache.
     /// Usually one READ. A MainSegment replaced (and its memory reused) since `meta` was read
-    /// leaves a cache entry under an identity no meta will show again.
+    /// leaves a cache entry under an identity no meta shows again within 2^20 merges.
     pub(crate) async fn refresh_main<T: Transport>(
         &self,
         c: &Client<T>,
