@@ -76,21 +76,19 @@ enum Out<'a> {
 }
 
 impl SimTransport {
-    /// Posts one verb (after the crash check and the post's CPU time).
-    fn post(&self, kind: OpKind, addr: GlobalAddr, buf: Vec<u8>, detached: bool) -> Option<u32> {
+    /// Posts one verb the client waits for (after the crash check, the post's CPU time and any
+    /// stall).
+    fn post(&self, kind: OpKind, addr: GlobalAddr, buf: Vec<u8>) -> Option<u32> {
         let mut w = self.shared.world.borrow_mut();
         if w.crash_here(self.client) {
             return None;
         }
-        let mut ready = w.post_cpu(self.client);
-        if !detached {
-            ready += w.stall_ps();
-        }
-        Some(w.post(ready, self.client, kind, addr, buf, detached))
+        let ready = w.post_cpu(self.client) + w.stall_ps();
+        Some(w.post(ready, self.client, kind, addr, buf, false))
     }
 
     async fn run(&self, kind: OpKind, addr: GlobalAddr, buf: Vec<u8>) -> u32 {
-        let Some(op) = self.post(kind, addr, buf, false) else { crashed().await };
+        let Some(op) = self.post(kind, addr, buf) else { crashed().await };
         OpWait { shared: &self.shared, op, taken: false }.await;
         op
     }
