@@ -53,6 +53,9 @@ impl Crashes {
     }
 }
 
+/// The share of awaited posts a client stalls before, when stalls are on: one in 500.
+pub const STALL_PROB: f64 = 0.002;
+
 /// Shape of one checked run.
 #[derive(Clone, Debug)]
 pub struct CheckConfig {
@@ -62,8 +65,8 @@ pub struct CheckConfig {
     pub value_size: usize,
     pub crashes: Crashes,
     pub delays: bool,
-    /// Rarely (one awaited post in 500), a client stalls for up to this many ns before it
-    /// posts, as a descheduled or slow client does, then goes on (0: never).
+    /// Rarely ([`STALL_PROB`] of awaited posts), a client stalls for up to this many ns before
+    /// it posts, as a descheduled or slow client does, then goes on (0: never).
     pub stall_max_ns: u64,
     pub preset: String,
     /// Virtual-time budget of the run phase, ns.
@@ -351,7 +354,7 @@ where
         delay_max_ns: 20_000,
         crash_prob: if crashes { 0.002 } else { 0.0 },
         max_crashes: if crashes { (cfg.clients as u32 / 4).max(1) } else { 0 },
-        stall_prob: if cfg.stall_max_ns > 0 { 0.002 } else { 0.0 },
+        stall_prob: if cfg.stall_max_ns > 0 { STALL_PROB } else { 0.0 },
         stall_max_ns: cfg.stall_max_ns,
     });
     let clients: Vec<_> =
