@@ -9,9 +9,9 @@
 //! pairs lines that no NIC could pair, thousands of other clients' writes apart, and defeats the
 //! small wrapping counters that designs use to detect torn reads because a NIC's window is short:
 //! CHIME's 4-bit cache-line versions (16 writes of a leaf inside one READ), SepHash's merge
-//! edition when it had 8 bits (256 merges of a segment inside one doorbell). Real threads on an oversubscribed
-//! machine produced both: a CHIME search returned another key's value, and a SepHash delete was
-//! undone.
+//! edition when it had 8 bits (256 merges of a segment inside one doorbell). Real threads on an
+//! oversubscribed machine produced both: a CHIME search returned another key's value, and a
+//! SepHash delete was undone.
 //!
 //! # What
 //!

@@ -32,10 +32,11 @@
 //! CurSegment at once. The edition counts the segment's merges (mod 2^20): a MainSegment's
 //! memory is reused once it is replaced, so its offset comes back (every other merge, when one
 //! compute node merges a segment), and only the edition keeps the segment's meta words from
-//! repeating within 2^20 merges (see `docs/sephash.md`, "Why it is linearizable"). Each filter
-//! position is a whole byte so that setting one is a plain WRITE
-//! that cannot undo a neighbour's (RDMA has no remote OR; the paper's bit per position would lose
-//! bits to concurrent read-modify-writes).
+//! repeating within 2^20 merges (see `docs/sephash.md`, "Why it is linearizable").
+//!
+//! Each filter position is a whole byte so that setting one is a plain WRITE that cannot undo a
+//! neighbour's (RDMA has no remote OR; the paper's bit per position would lose bits to
+//! concurrent read-modify-writes).
 //!
 //! # Entry (a CurSegment slot or a MainSegment element)
 //!
@@ -83,7 +84,7 @@ const CLOSED: u64 = 1 << 62;
 const MAIN_UNIT_BITS: u32 = 36;
 const MAIN_UNITS: u64 = (1 << MAIN_UNIT_BITS) - 1;
 /// Bits of the edition.
-pub const EDITION_BITS: u32 = 20;
+const EDITION_BITS: u32 = 20;
 const EDITIONS: u64 = (1 << EDITION_BITS) - 1;
 
 /// A CurSegment's meta word.
