@@ -5,6 +5,17 @@ use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 use dmindex_index::{IndexConfig, PointIndex};
 use dmindex_sephash::SepHash;
 
+/// An index configuration for keys and values up to `max_key` and `max_value` bytes, with
+/// SepHash options `extra`.
+fn config(max_key: usize, max_value: usize, extra: &[(&str, &str)]) -> IndexConfig {
+    IndexConfig {
+        max_key,
+        max_value,
+        extra: extra.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+        ..IndexConfig::default()
+    }
+}
+
 fn stat(idx: &SepHash, name: &str) -> u64 {
     let s = <SepHash as PointIndex<dmindex_fabric::local::LocalTransport>>::stats(idx);
     s.extra.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v)
@@ -22,13 +33,7 @@ fn many_writes_merge_split_and_reclaim() {
     })
     .unwrap();
     let c = f.client(0).unwrap();
-    let extra = [("cur", "272"), ("main_ratio", "4"), ("depth", "2")];
-    let cfg = IndexConfig {
-        max_key: 16,
-        max_value: 32,
-        extra: extra.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
-        ..IndexConfig::default()
-    };
+    let cfg = config(16, 32, &[("cur", "272"), ("main_ratio", "4"), ("depth", "2")]);
     const N: u64 = 20_000;
     run_tasks([async {
         let idx = SepHash::create(&c, &cfg, 0).await.unwrap();
@@ -92,12 +97,7 @@ fn replaced_main_segments_are_reused() {
     .unwrap();
     let c = f.client(0).unwrap();
     let extra = [("cur", "272"), ("main_ratio", "32"), ("depth", "2"), ("max_depth", "12")];
-    let cfg = IndexConfig {
-        max_key: 8,
-        max_value: 8,
-        extra: extra.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
-        ..IndexConfig::default()
-    };
+    let cfg = config(8, 8, &extra);
     const N: u64 = 60_000;
     run_tasks([async {
         let idx = SepHash::create(&c, &cfg, 0).await.unwrap();
@@ -130,12 +130,7 @@ fn a_segments_meta_words_do_not_repeat() {
     let c = f.client(0).unwrap();
     // One segment of 8 slots that never splits.
     let extra = [("cur", "80"), ("main_ratio", "255"), ("depth", "0"), ("max_depth", "1")];
-    let cfg = IndexConfig {
-        max_key: 8,
-        max_value: 8,
-        extra: extra.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
-        ..IndexConfig::default()
-    };
+    let cfg = config(8, 8, &extra);
     const MERGES: usize = 4096;
     run_tasks([async {
         let idx = SepHash::create(&c, &cfg, 0).await.unwrap();
