@@ -12,26 +12,54 @@
 //! old leaf), and remote memory is never reused. So an entry that, read whole (its cache-line
 //! versions agree), holds the key holds the key's value at the instant of the READ, whichever
 //! leaf it is in. Anything else — another key, an empty slot, a torn entry — is a miss and the
-//! search falls back to the neighbourhood READ with full validation.
+//! search falls back to the neighbourhood READ with full validation. So the buffer only gives
+//! hints, and a wrong hint costs one READ, never a wrong value.
 //!
 //! # Structure
 //!
-//! A set-associative table (4 ways a set) with least-frequently-used replacement inside a set:
-//! bounded, lock-sharded, and deterministic (no hash-map iteration), so simulator runs replay.
+//! A set-associative table, 4 ways a set, least-frequently-used replacement inside a set. An
+//! entry is filed under its key's home bucket: in the set of (leaf address, home), one cache
+//! line. A search for a key looks for hotspots of its neighbourhood in that one set, so it reads
+//! one line of the buffer, not one per slot of the neighbourhood:
+//!
+//! ```text
+//! set (64 B) = 4 ways × [ leaf address (8 B) | slot (2 B) | fingerprint (2 B) | count (4 B) ]
+//!              word 0:    leaf.raw()           word 1: slot << 48 | fp << 32 | count
+//! ```
+//!
+//! The paper's lookup finds every hotspot of the neighbourhood whose fingerprint matches; those
+//! filed under another home hold the fingerprint of a key with another home, so only a
+//! fingerprint collision, a wrong speculation, can be lost by looking in one set. A slot that
+//! later holds a key of another home gets a second entry (under the new home); the old one fails
+//! its next speculation and is forgotten, or ages out of its set.
+//!
+//! The table is lock-free: every word is an atomic read and written relaxed. A reader racing a
+//! writer may pair a way's two words from different entries, and two writers may lose a count or
+//! an insertion; all of that only makes a hint wrong or missing, which the paragraph "Why a
+//! speculative hit is correct" makes harmless. Counts saturate at [`COUNT_CAP`], so a hot entry
+//! stops writing its line and the compute node's threads share it read-only. Deterministic (no
+//! hash-map iteration, no thread identity), so simulator runs replay.
 
-use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use dmindex_fabric::GlobalAddr;
+use dmindex_prim::counter::Striped;
 use dmindex_prim::hash::{fingerprint, mix64};
 
 /// Bytes an entry costs, as the paper counts them (8-B leaf address, 2-B slot, 2-B fingerprint,
 /// 4-B counter).
 pub const ENTRY_BYTES: u64 = 16;
 const WAYS: usize = 4;
-const SHARDS: usize = 64;
+/// Counts stop here: enough to tell hot from cold within a set.
+pub const COUNT_CAP: u32 = 1 << 10;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// One set: per way, the leaf address and the packed slot, fingerprint and count.
+#[derive(Default)]
+#[repr(C, align(64))]
+struct Set([[AtomicU64; 2]; WAYS]);
+
+/// A way as read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Way {
     leaf: u64,
     slot: u16,
@@ -39,90 +67,107 @@ struct Way {
     count: u32,
 }
 
+impl Way {
+    fn load(w: &[AtomicU64; 2]) -> Way {
+        let (leaf, meta) = (w[0].load(Relaxed), w[1].load(Relaxed));
+        Way { leaf, slot: (meta >> 48) as u16, fp: (meta >> 32) as u16, count: meta as u32 }
+    }
+
+    fn meta(slot: usize, fp: u16, count: u32) -> u64 {
+        (slot as u64) << 48 | u64::from(fp) << 32 | u64::from(count)
+    }
+
+    fn holds(&self, leaf: GlobalAddr, slot: usize) -> bool {
+        self.count > 0 && self.leaf == leaf.raw() && self.slot as usize == slot
+    }
+}
+
 /// A CN's hotspot buffer.
 pub struct Hotspots {
-    shards: Vec<Mutex<Vec<[Way; WAYS]>>>,
-    sets_per_shard: usize,
+    sets: Box<[Set]>,
+    /// The neighbourhood size H and the leaf span of the tree.
+    h: usize,
+    span: usize,
     /// Speculative READs issued, and those that found their key.
-    pub attempts: AtomicU64,
-    pub hits: AtomicU64,
+    pub attempts: Striped,
+    pub hits: Striped,
 }
 
 impl Hotspots {
-    /// A buffer of about `budget` bytes (at least one set per shard).
-    pub fn new(budget: u64) -> Hotspots {
-        let entries = (budget / ENTRY_BYTES) as usize;
-        let sets_per_shard = (entries / WAYS / SHARDS).max(1);
+    /// A buffer of about `budget` bytes (at least one set) for leaves of `span` slots and
+    /// neighbourhoods of `h`.
+    pub fn new(budget: u64, h: usize, span: usize) -> Hotspots {
+        let sets = ((budget / ENTRY_BYTES) as usize / WAYS).max(1);
         Hotspots {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(vec![[Way::default(); WAYS]; sets_per_shard]))
-                .collect(),
-            sets_per_shard,
-            attempts: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
+            sets: (0..sets).map(|_| Set::default()).collect(),
+            h,
+            span,
+            attempts: Striped::default(),
+            hits: Striped::default(),
         }
     }
 
     /// Bytes the buffer holds room for.
     pub fn bytes(&self) -> u64 {
-        (SHARDS * self.sets_per_shard * WAYS) as u64 * ENTRY_BYTES
+        (self.sets.len() * WAYS) as u64 * ENTRY_BYTES
     }
 
-    fn place(&self, leaf: GlobalAddr, slot: usize) -> (usize, usize) {
-        let h = mix64(leaf.raw() ^ (slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        ((h % SHARDS as u64) as usize, ((h >> 16) % self.sets_per_shard as u64) as usize)
+    /// The set of home `home` of `leaf` (reduced by a multiply, not a division).
+    fn set(&self, leaf: GlobalAddr, home: usize) -> &Set {
+        let h = mix64(leaf.raw() ^ (home as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        &self.sets[((u128::from(h) * self.sets.len() as u128) >> 64) as usize]
     }
 
-    /// Records an access to `key` at (`leaf`, `slot`).
-    pub fn touch(&self, leaf: GlobalAddr, slot: usize, key: u64) {
-        let (shard, set) = self.place(leaf, slot);
+    /// Records an access to `key`, of home `home`, at (`leaf`, `slot`).
+    pub fn touch(&self, leaf: GlobalAddr, home: usize, slot: usize, key: u64) {
+        let set = self.set(leaf, home);
         let fp = fingerprint(key);
-        let mut g = self.shards[shard].lock().expect("hotspot lock");
-        let ways = &mut g[set];
-        if let Some(w) =
-            ways.iter_mut().find(|w| w.count > 0 && w.leaf == leaf.raw() && w.slot == slot as u16)
-        {
-            if w.fp == fp {
-                w.count = w.count.saturating_add(1);
-            } else {
-                w.fp = fp;
-                w.count = 1;
+        let mut victim = (u32::MAX, 0);
+        for (i, w) in set.0.iter().enumerate() {
+            let way = Way::load(w);
+            if way.holds(leaf, slot) {
+                let count =
+                    if way.fp == fp { way.count.saturating_add(1).min(COUNT_CAP) } else { 1 };
+                if (way.fp, way.count) != (fp, count) {
+                    w[1].store(Way::meta(slot, fp, count), Relaxed);
+                }
+                return;
             }
-            return;
+            victim = victim.min((way.count, i));
         }
-        let victim = ways.iter_mut().min_by_key(|w| w.count).expect("ways");
-        *victim = Way { leaf: leaf.raw(), slot: slot as u16, fp, count: 1 };
+        let w = &set.0[victim.1];
+        w[1].store(Way::meta(slot, fp, 1), Relaxed);
+        w[0].store(leaf.raw(), Relaxed);
     }
 
-    /// The hottest buffered slot of `slots` in `leaf` whose fingerprint matches `key`.
-    pub fn best(
-        &self,
-        leaf: GlobalAddr,
-        slots: impl Iterator<Item = usize>,
-        key: u64,
-    ) -> Option<usize> {
+    /// The hottest buffered slot of the neighbourhood of home `home` in `leaf` whose fingerprint
+    /// matches `key` (of that home).
+    pub fn best(&self, leaf: GlobalAddr, home: usize, key: u64) -> Option<usize> {
         let fp = fingerprint(key);
         let mut best: Option<(u32, usize)> = None;
-        for slot in slots {
-            let (shard, set) = self.place(leaf, slot);
-            let g = self.shards[shard].lock().expect("hotspot lock");
-            if let Some(w) = g[set].iter().find(|w| {
-                w.count > 0 && w.leaf == leaf.raw() && w.slot == slot as u16 && w.fp == fp
-            }) {
-                if best.is_none_or(|(c, _)| w.count > c) {
-                    best = Some((w.count, slot));
-                }
+        for w in &self.set(leaf, home).0 {
+            let way = Way::load(w);
+            let slot = way.slot as usize;
+            let inside = slot < self.span && (slot + self.span - home) % self.span < self.h;
+            if way.count > 0
+                && way.leaf == leaf.raw()
+                && way.fp == fp
+                && inside
+                && best.is_none_or(|(c, _)| way.count > c)
+            {
+                best = Some((way.count, slot));
             }
         }
         best.map(|(_, s)| s)
     }
 
-    /// Forgets (`leaf`, `slot`) after a wrong speculation.
-    pub fn forget(&self, leaf: GlobalAddr, slot: usize) {
-        let (shard, set) = self.place(leaf, slot);
-        let mut g = self.shards[shard].lock().expect("hotspot lock");
-        if let Some(w) = g[set].iter_mut().find(|w| w.leaf == leaf.raw() && w.slot == slot as u16) {
-            *w = Way::default();
+    /// Forgets (`leaf`, `slot`), filed under `home`, after a wrong speculation.
+    pub fn forget(&self, leaf: GlobalAddr, home: usize, slot: usize) {
+        for w in &self.set(leaf, home).0 {
+            if Way::load(w).holds(leaf, slot) {
+                w[1].store(0, Relaxed);
+                w[0].store(0, Relaxed);
+            }
         }
     }
 }
@@ -133,37 +178,64 @@ mod tests {
 
     #[test]
     fn lfu_within_a_set_and_fingerprint_reset() {
-        let h = Hotspots::new(0); // one set per shard
+        let h = Hotspots::new(0, 8, 64); // one set
         let leaf = GlobalAddr::new(0, 0x1000);
-        h.touch(leaf, 3, 42);
-        h.touch(leaf, 3, 42);
-        assert_eq!(h.best(leaf, 0..8, 42), Some(3));
-        assert_eq!(h.best(leaf, 0..8, 43), None, "fingerprint must match");
+        h.touch(leaf, 0, 3, 42);
+        h.touch(leaf, 0, 3, 42);
+        assert_eq!(h.best(leaf, 0, 42), Some(3));
+        assert_eq!(h.best(leaf, 0, 43), None, "fingerprint must match");
+        assert_eq!(h.best(leaf, 4, 42), None, "slot 3 is outside 4 .. 12");
+        assert_eq!(h.best(GlobalAddr::new(0, 0x2000), 0, 42), None, "another leaf");
         // Another key seen in the same slot resets the counter and the fingerprint.
-        h.touch(leaf, 3, 77);
-        assert_eq!(h.best(leaf, 0..8, 42), None);
-        assert_eq!(h.best(leaf, 0..8, 77), Some(3));
+        h.touch(leaf, 0, 3, 77);
+        assert_eq!(h.best(leaf, 0, 42), None);
+        assert_eq!(h.best(leaf, 0, 77), Some(3));
         // The hotter of two candidates wins.
-        h.touch(leaf, 5, 77);
-        h.touch(leaf, 5, 77);
-        assert_eq!(h.best(leaf, 0..8, 77), Some(5));
-        h.forget(leaf, 5);
-        assert_eq!(h.best(leaf, 0..8, 77), Some(3));
-        assert_eq!(h.bytes(), (SHARDS * WAYS) as u64 * 16);
-        assert_eq!(Hotspots::new(30 << 20).bytes() / 16 * 16, Hotspots::new(30 << 20).bytes());
+        h.touch(leaf, 0, 5, 77);
+        h.touch(leaf, 0, 5, 77);
+        assert_eq!(h.best(leaf, 0, 77), Some(5));
+        h.forget(leaf, 0, 5);
+        assert_eq!(h.best(leaf, 0, 77), Some(3));
+        assert_eq!(h.bytes(), WAYS as u64 * 16);
+        assert_eq!(Hotspots::new(30 << 20, 8, 64).bytes(), 30 << 20);
     }
 
     #[test]
-    fn eviction_keeps_hot_entries() {
-        let h = Hotspots::new(0);
+    fn a_neighbourhood_wraps_and_entries_are_filed_by_home() {
+        let h = Hotspots::new(1 << 20, 8, 64);
+        let leaf = GlobalAddr::new(1, 0x40_0000);
+        // Home 60, H = 8: slots 60 .. 64 and 0 .. 4.
+        h.touch(leaf, 60, 62, 1000);
+        h.touch(leaf, 60, 1, 1001);
+        assert_eq!(h.best(leaf, 60, 1000), Some(62));
+        assert_eq!(h.best(leaf, 60, 1001), Some(1));
+        // Filed under home 60, found from home 60 only.
+        assert_eq!(h.best(leaf, 61, 1001), None);
+        h.forget(leaf, 60, 1);
+        assert_eq!(h.best(leaf, 60, 1001), None);
+        assert_eq!(h.best(leaf, 60, 1000), Some(62));
+    }
+
+    #[test]
+    fn counts_saturate_and_eviction_keeps_hot_entries() {
+        let h = Hotspots::new(0, 8, 64);
         let leaf = GlobalAddr::new(0, 0x40);
-        for _ in 0..50 {
-            h.touch(leaf, 1, 9);
+        for _ in 0..2 * COUNT_CAP {
+            h.touch(leaf, 0, 1, 9);
         }
+        assert_eq!(Way::load(&h.sets[0].0[0]).count, COUNT_CAP);
         // Many cold entries pass through; the hot one survives wherever it lives.
         for s in 0..10_000u64 {
-            h.touch(GlobalAddr::new(0, 0x100000 + 64 * s), 2, s + 100);
+            h.touch(GlobalAddr::new(0, 0x100000 + 64 * s), 0, 2, s + 100);
         }
-        assert_eq!(h.best(leaf, 0..4, 9), Some(1));
+        assert_eq!(h.best(leaf, 0, 9), Some(1));
+    }
+
+    #[test]
+    fn a_set_is_one_cache_line_of_four_sixteen_byte_entries() {
+        assert_eq!((std::mem::size_of::<Set>(), std::mem::align_of::<Set>()), (64, 64));
+        assert_eq!(Way::meta(0x1234, 0xABCD, 7), 0x1234_ABCD_0000_0007);
+        let w = [AtomicU64::new(0x40), AtomicU64::new(Way::meta(5, 0xBEEF, 3))];
+        assert_eq!(Way::load(&w), Way { leaf: 0x40, slot: 5, fp: 0xBEEF, count: 3 });
     }
 }

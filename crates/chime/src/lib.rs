@@ -184,7 +184,9 @@ impl<V> ChimeIndex<V> {
                     RootSlot::with_descriptor(cfg.root_slot)?,
                     cfg.cache_bytes.saturating_sub(hotspot),
                 ),
-                hotspots: shape.speculative.then(|| hotspot::Hotspots::new(hotspot)),
+                hotspots: shape
+                    .speculative
+                    .then(|| hotspot::Hotspots::new(hotspot, shape.h, shape.span)),
                 bufs: Pool::new(tree::LEAF_BUFS),
                 splits: AtomicU64::new(0),
                 moves_right: AtomicU64::new(0),
@@ -346,14 +348,8 @@ impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
                 ("leaf_moves_right", t.moves_right.load(Ordering::Relaxed)),
                 ("leaf_keys_at_split", t.keys_at_split.load(Ordering::Relaxed)),
                 ("leaf_slots_at_split", splits * t.leaf.span as u64),
-                (
-                    "speculative_reads",
-                    t.hotspots.as_ref().map_or(0, |h| h.attempts.load(Ordering::Relaxed)),
-                ),
-                (
-                    "speculative_hits",
-                    t.hotspots.as_ref().map_or(0, |h| h.hits.load(Ordering::Relaxed)),
-                ),
+                ("speculative_reads", t.hotspots.as_ref().map_or(0, |h| h.attempts.get())),
+                ("speculative_hits", t.hotspots.as_ref().map_or(0, |h| h.hits.get())),
             ],
         }
     }

@@ -117,6 +117,16 @@ fn chime_on_local_threads_is_linearizable() {
     on_local_threads::<Rdwc<Chime>, Ordered>(&cfg, 30);
 }
 
+/// Real threads with speculative reads: every thread reads and writes the lock-free hotspot
+/// buffer at once while hops, splits and deletes move the keys its entries point at.
+#[test]
+fn chime_speculative_reads_on_local_threads_is_linearizable() {
+    let mut extra = opts(8, 4, 4);
+    extra.push(("speculative".into(), "1".into()));
+    let cfg = IndexConfig { extra, expected_items: 64, ..IndexConfig::default() };
+    on_local_threads::<Rdwc<Chime>, Ordered>(&cfg, 30);
+}
+
 #[test]
 fn sherman_on_local_threads_is_linearizable() {
     let cfg = IndexConfig { extra: opts(8, 4, 4), expected_items: 64, ..IndexConfig::default() };

@@ -6,7 +6,7 @@
 //!
 //! | module | primitive |
 //! |---|---|
-//! | [`counter`] | index counters: relaxed atomics bumped on slow paths, read by `stats` |
+//! | [`counter`] | index counters: relaxed atomics bumped on slow paths (striped on fast ones), read by `stats` |
 //! | [`cacheline`] | cache-line versions: encoding a node so that a torn READ is detected |
 //! | [`lock`] | remote lock words (masked CAS, unlocking WRITE) and the CN-local lock table |
 //! | [`version`] | node-level and entry-level versions in one byte |

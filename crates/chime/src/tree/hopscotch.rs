@@ -6,8 +6,6 @@
 //! splits (`smo`). An update rewrites one entry; a delete clears it with its hop bit and its
 //! vacancy bit.
 
-use std::sync::atomic::Ordering;
-
 use super::{Attempt, Insert, Probe, Tree, Where};
 use crate::layout::LockWord;
 use crate::leaf::{home, Hop};
@@ -44,17 +42,16 @@ impl Tree {
         nb: &mut Neighbourhood<'t>,
     ) -> IndexResult<Option<[u8; 8]>> {
         let (Some(hs), Probe::Exact) = (&self.hotspots, probe) else { return Ok(None) };
-        let Some(slot) = hs.best(leaf, (0..self.leaf.h).map(|d| wrap(h + d, self.leaf.span)), k)
-        else {
+        let Some(slot) = hs.best(leaf, h, k) else {
             return Ok(None);
         };
-        hs.attempts.fetch_add(1, Ordering::Relaxed);
+        hs.attempts.bump();
         if self.read_entry(c, leaf, slot, nb).await? && nb.key(slot) == k {
-            hs.hits.fetch_add(1, Ordering::Relaxed);
-            hs.touch(leaf, slot, k);
+            hs.hits.bump();
+            hs.touch(leaf, h, slot, k);
             return Ok(Some(nb.value(slot)));
         }
-        hs.forget(leaf, slot);
+        hs.forget(leaf, h, slot);
         Ok(None)
     }
 
@@ -78,7 +75,7 @@ impl Tree {
                 self.read_neighbourhood(c, cur, h, &mut buf).await?;
                 if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
                     if let Some(hs) = &self.hotspots {
-                        hs.touch(cur, i, k);
+                        hs.touch(cur, h, i, k);
                     }
                     return Ok(Some(buf.value(i)));
                 }
@@ -187,7 +184,7 @@ impl Tree {
                 self.read_neighbourhood(c, cur, h, &mut buf).await?;
                 if let Some(i) = self.resolve(c, &buf, h, k, probe).await? {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
-                        hs.touch(cur, i, k);
+                        hs.touch(cur, h, i, k);
                     }
                     match v {
                         Some(v) => self.update_in_place(c, leaf, &mut buf, i, k, v).await?,
