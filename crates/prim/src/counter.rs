@@ -4,8 +4,7 @@
 //! A counter bumped on a fast path (every search) is a [`Striped`] one: one shared word would
 //! bounce between the cores of a compute node's client threads on every bump.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
@@ -25,34 +24,22 @@ pub fn get(c: &AtomicU64) -> u64 {
 }
 
 /// Stripes of a [`Striped`] counter: more than the client threads a compute node runs on a
-/// small machine; threads beyond share stripes, which stays correct.
+/// small machine; clients beyond share stripes, which stays correct.
 const STRIPES: usize = 16;
 
-/// This thread's stripe, handed out round-robin on first use.
-fn stripe() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    STRIPE.with(|s| {
-        if s.get() == usize::MAX {
-            s.set(NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES);
-        }
-        s.get()
-    })
-}
-
-/// A counter for fast paths: each thread bumps its own cache line; reading sums them.
+/// A counter for fast paths: each client bumps the stripe of its ordinal
+/// ([`dmindex_fabric::Client::ordinal`], as the RDWC table shards by), so clients on different
+/// threads write different cache lines; reading sums the stripes.
 #[derive(Debug, Default)]
 pub struct Striped {
     stripes: [CachePadded<AtomicU64>; STRIPES],
 }
 
 impl Striped {
-    /// Adds one.
+    /// Adds one for the client of ordinal `ordinal`.
     #[inline]
-    pub fn bump(&self) {
-        bump(&self.stripes[stripe()]);
+    pub fn bump(&self, ordinal: u32) {
+        bump(&self.stripes[ordinal as usize % STRIPES]);
     }
 
     /// The count so far.
@@ -92,16 +79,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn striped_counts_every_threads_bumps() {
+    fn striped_counts_every_clients_bumps() {
         let c = Striped::default();
         std::thread::scope(|s| {
-            for _ in 0..20 {
-                s.spawn(|| (0..1000).for_each(|_| c.bump()));
+            for ordinal in 0..20 {
+                let c = &c;
+                s.spawn(move || (0..1000).for_each(|_| c.bump(ordinal)));
             }
         });
-        c.bump();
+        c.bump(u32::MAX);
         assert_eq!(c.get(), 20_001);
-        assert!(c.stripes.iter().filter(|s| get(s) > 0).count() > 1, "bumps are spread");
+        assert_eq!(get(&c.stripes[3]), 2000, "ordinals 3 and 19 share a stripe");
+        assert_eq!(get(&c.stripes[4]), 1000);
     }
 
     #[test]

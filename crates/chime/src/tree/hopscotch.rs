@@ -45,9 +45,9 @@ impl Tree {
         let Some(slot) = hs.best(leaf, h, k) else {
             return Ok(None);
         };
-        hs.attempts.bump();
+        hs.attempts.bump(c.ordinal());
         if self.read_entry(c, leaf, slot, nb).await? && nb.key(slot) == k {
-            hs.hits.bump();
+            hs.hits.bump(c.ordinal());
             hs.touch(leaf, h, slot, k);
             return Ok(Some(nb.value(slot)));
         }
