@@ -187,7 +187,7 @@ impl Dolphin {
                     if cmp_position(&child, p) == Ordering::Less {
                         continue;
                     }
-                    let i = img.slots.iter().position(|x| x.thawed() == s).unwrap_or(0);
+                    let i = img.slots().iter().position(|x| x.thawed() == s).unwrap_or(0);
                     let l = Link { slot: slot_addr(addr, i), word: s, depth };
                     stack.push((s, Some(l), child));
                 }

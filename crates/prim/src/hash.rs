@@ -16,6 +16,12 @@
 //! ```text
 //! fingerprint(k) = (mix64(k ^ 0xF1F1_F1F1) >> 48) | 1      (u16)
 //! ```
+//!
+//! # CN-side maps by address
+//!
+//! [`AddrHash`] is the `BuildHasher` of CN-side hash maps keyed by remote addresses (a radix
+//! cache's copies): one [`mix64`] of the address word instead of SipHash, whose resistance to
+//! chosen keys buys nothing for addresses the index allocated itself.
 
 /// Mixes one word.
 #[inline]
@@ -61,6 +67,41 @@ pub fn fingerprint(key: u64) -> u16 {
     (mix64(key ^ 0xF1F1_F1F1) >> 48) as u16 | 1
 }
 
+/// A `BuildHasher` for maps keyed by 8-byte words (remote addresses): [`mix64`] of the word.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AddrHash;
+
+impl std::hash::BuildHasher for AddrHash {
+    type Hasher = AddrHasher;
+    fn build_hasher(&self) -> AddrHasher {
+        AddrHasher(0)
+    }
+}
+
+/// The hasher of [`AddrHash`]: words are mixed in; other bytes are folded in 8 at a time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    #[inline]
+    fn write_u64(&mut self, w: u64) {
+        self.0 = mix64(self.0 ^ w);
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -99,6 +140,14 @@ mod tests {
             counts[(hash_bytes(&k.to_be_bytes()) % 64) as usize] += 1;
         }
         assert!(counts.iter().all(|&c| (800..1200).contains(&c)), "{counts:?}");
+    }
+
+    #[test]
+    fn addresses_hash_to_their_mix() {
+        use std::hash::BuildHasher;
+        let a = dmindex_fabric::GlobalAddr::new(1, 0x40);
+        assert_eq!(AddrHash.hash_one(a), mix64(a.raw()));
+        assert_ne!(AddrHash.hash_one([1u8, 2, 3]), AddrHash.hash_one([1u8, 2, 4]));
     }
 
     #[test]

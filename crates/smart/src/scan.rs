@@ -123,7 +123,7 @@ impl<V: Variant> SmartIndex<V> {
                             if (!all && below) || above {
                                 continue;
                             }
-                            let i = img.slots.iter().position(|x| x.thawed() == s).unwrap_or(0);
+                            let i = img.slots().iter().position(|x| x.thawed() == s).unwrap_or(0);
                             let link = Link { slot: slot_addr(addr, i), word: s, depth };
                             let all = all || cmp_prefix(&p, lo) == Ordering::Greater;
                             stack.push(Frame { slot: s, link: Some(link), pos: p, all });

@@ -21,8 +21,9 @@ use std::sync::Arc;
 use crossbeam_utils::sync::ShardedLock;
 use dmindex_fabric::GlobalAddr;
 
-use super::node::{slot_addr, Kind, Lookup, NodeImage};
+use super::node::{slot_addr, Kind, NodeImage};
 use super::slot::{Child, Partial, Slot};
+use crate::hash::AddrHash;
 
 /// Bytes a cached node with `children` used slots is charged.
 pub const fn cost(children: usize) -> u64 {
@@ -30,12 +31,12 @@ pub const fn cost(children: usize) -> u64 {
 }
 
 fn charge(n: &NodeImage) -> u64 {
-    cost(n.slots.iter().filter(|s| !s.is_empty()).count())
+    cost(n.slots().iter().filter(|s| !s.is_empty()).count())
 }
 
 #[derive(Default)]
 struct Inner {
-    nodes: HashMap<GlobalAddr, Arc<NodeImage>>,
+    nodes: HashMap<GlobalAddr, Arc<NodeImage>, AddrHash>,
     fifo: VecDeque<GlobalAddr>,
     bytes: u64,
 }
@@ -104,6 +105,7 @@ impl RadixCache {
         if c > self.budget {
             return;
         }
+        node.index();
         let mut g = self.inner.write().expect("radix cache");
         match g.nodes.insert(addr, node) {
             Some(old) => g.bytes = g.bytes - charge(&old) + c,
@@ -146,6 +148,8 @@ impl RadixCache {
     ) -> Walk {
         let g = self.inner.read().expect("radix cache");
         let mut w = Walk { node: root, kind, copy: None, slot: None, link: None };
+        // The copy is cloned out once, where the walk stops: an `Arc` clone per level would
+        // write the hot upper copies' counts from every client thread.
         loop {
             let Some(copy) = g.nodes.get(&w.node) else { return w };
             let h = copy.header;
@@ -153,18 +157,13 @@ impl RadixCache {
                 // The key leaves this copy's prefix: the copy may be stale, decide afresh.
                 return w;
             }
-            w.copy = Some(copy.clone());
             let p = Partial::of(key, h.depth as usize);
-            let found = if floor_depth == Some(h.depth as usize) {
-                copy.floor(p)
-            } else {
-                match copy.lookup(p) {
-                    Lookup::Found(i, s) => Some((i, s)),
-                    Lookup::Absent(_) => None,
-                }
+            let found =
+                if floor_depth == Some(h.depth as usize) { copy.floor(p) } else { copy.find(p) };
+            let Some((i, s)) = found else {
+                w.copy = Some(copy.clone());
+                return w;
             };
-            let Some((i, s)) = found else { return w };
-            w.slot = Some((i, s));
             match s.child() {
                 Some(Child::Inner { addr, kind }) if !s.is_frozen() && !s.is_tombstone() => {
                     w.link = Some(CachedLink {
@@ -175,10 +174,11 @@ impl RadixCache {
                     });
                     w.node = addr;
                     w.kind = kind;
-                    w.copy = None;
-                    w.slot = None;
                 }
-                _ => return w,
+                _ => {
+                    (w.copy, w.slot) = (Some(copy.clone()), Some((i, s)));
+                    return w;
+                }
             }
         }
     }
@@ -193,7 +193,7 @@ mod tests {
         let header = Header::new(Kind::N4, depth, key, depth.min(1));
         let mut slots = children.to_vec();
         slots.resize(4, Slot::EMPTY);
-        NodeImage { rev: GlobalAddr::NULL, header, slots: slots.into() }
+        NodeImage::new(GlobalAddr::NULL, header, slots.into())
     }
 
     #[test]

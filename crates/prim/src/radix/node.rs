@@ -17,6 +17,8 @@
 //! a slot read empty and unfrozen proves that, at the instant it was read, the node was still
 //! reachable and had no child there.
 
+use std::sync::OnceLock;
+
 use dmindex_fabric::GlobalAddr;
 use smallvec::SmallVec;
 
@@ -86,13 +88,29 @@ pub fn slot_addr(node: GlobalAddr, i: usize) -> GlobalAddr {
 }
 
 /// A node as one READ saw it. The slots of the small kinds (4 and 16, the nodes near the
-/// leaves, which writes read afresh) are held inline: decoding them allocates nothing.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// leaves, which writes read afresh) are held inline: decoding them allocates nothing. An image
+/// of the large kinds (48 and 257 slots) that a compute node's radix cache keeps is given an
+/// index of where each partial key's slot is ([`NodeImage::index`]), so that
+/// [`NodeImage::find`] reads one slot's line instead of scanning up to 2 KB: the cache walks such
+/// copies on every operation. The slots are fixed once an image is made, so the index stays
+/// true.
+#[derive(Clone, Debug)]
 pub struct NodeImage {
     pub rev: GlobalAddr,
     pub header: Header,
-    pub slots: SmallVec<[Slot; 16]>,
+    slots: SmallVec<[Slot; 16]>,
+    /// Once indexed, by [`Partial::ordinal`], the first used slot with that partial key plus
+    /// one (0: none).
+    by_partial: OnceLock<Box<[u16; 257]>>,
 }
+
+impl PartialEq for NodeImage {
+    fn eq(&self, o: &NodeImage) -> bool {
+        (self.rev, self.header, &self.slots) == (o.rev, o.header, &o.slots)
+    }
+}
+
+impl Eq for NodeImage {}
 
 /// What a node says about one partial key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,7 +131,33 @@ impl NodeImage {
             return None;
         }
         let slots = (0..kind.slots()).map(|i| Slot(word(2 + i))).collect();
-        Some(NodeImage { rev: GlobalAddr::from_raw(word(0)), header, slots })
+        Some(NodeImage::new(GlobalAddr::from_raw(word(0)), header, slots))
+    }
+
+    /// An image of these slots.
+    pub fn new(rev: GlobalAddr, header: Header, slots: SmallVec<[Slot; 16]>) -> NodeImage {
+        NodeImage { rev, header, slots, by_partial: OnceLock::new() }
+    }
+
+    /// Indexes the slots by partial key if this is a large kind (one allocation, once): for
+    /// an image that will be looked up many times, such as a cached copy.
+    pub fn index(&self) {
+        if self.slots.len() > 16 {
+            self.by_partial.get_or_init(|| {
+                let mut ix = Box::new([0u16; 257]);
+                for (i, s) in self.slots.iter().enumerate().rev() {
+                    if !s.is_empty() {
+                        ix[s.partial().ordinal()] = i as u16 + 1;
+                    }
+                }
+                ix
+            });
+        }
+    }
+
+    /// Its slots, in node order.
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
     }
 
     /// A new node's bytes: reverse pointer, header and `children` (at most the kind's slots).
@@ -129,21 +173,51 @@ impl NodeImage {
 
     /// The slot for partial key `p`, or where a new one would go.
     pub fn lookup(&self, p: Partial) -> Lookup {
-        let mut first_empty = None;
-        for (i, &s) in self.slots.iter().enumerate() {
-            if s.is_empty() {
-                first_empty.get_or_insert(i);
-            } else if s.partial() == p {
-                return Lookup::Found(i, s);
+        match self.find(p) {
+            Some((i, s)) => Lookup::Found(i, s),
+            None => Lookup::Absent(self.slots.iter().position(|s| s.is_empty())),
+        }
+    }
+
+    /// The used slot with partial key `p`: looked up in the index if the image has one, else
+    /// found by scanning the (unordered) slots eight at a time without a branch each.
+    #[inline]
+    pub fn find(&self, p: Partial) -> Option<(usize, Slot)> {
+        if let Some(ix) = self.by_partial.get() {
+            let at = ix[p.ordinal()] as usize;
+            return at.checked_sub(1).map(|i| (i, self.slots[i]));
+        }
+        let (mask, want) = p.slot_bits();
+        for (c, chunk) in self.slots.chunks(8).enumerate() {
+            let mut hits = 0u32;
+            for (j, s) in chunk.iter().enumerate() {
+                hits |= u32::from(s.0 & mask == want && !s.is_empty()) << j;
+            }
+            if hits != 0 {
+                let i = c * 8 + hits.trailing_zeros() as usize;
+                return Some((i, self.slots[i]));
             }
         }
-        Lookup::Absent(first_empty)
+        None
     }
 
     /// The used, non-tombstone slot (thawed) with the largest partial key at most `p`, and its
     /// index: Dolphin's special node names each leaf by its low key's last byte, so the leaf
     /// whose range may hold a key is the floor of the key's byte.
     pub fn floor(&self, p: Partial) -> Option<(usize, Slot)> {
+        if let Some(ix) = self.by_partial.get() {
+            // Partial keys in descending order from `p`: its byte and those below, then the
+            // end of the key (which sorts first).
+            let bytes = match p {
+                Partial::End => 0..0,
+                Partial::Byte(b) => 0..b as usize + 1,
+            };
+            return bytes.rev().chain([256]).find_map(|o| {
+                let i = (ix[o] as usize).checked_sub(1)?;
+                let s = self.slots[i].thawed();
+                (!s.is_tombstone()).then_some((i, s))
+            });
+        }
         let mut best: Option<(usize, Slot)> = None;
         for (i, s) in self.slots.iter().enumerate() {
             let s = s.thawed();
@@ -180,6 +254,59 @@ impl NodeImage {
 mod tests {
     use super::*;
 
+    /// `find` (eight slots at a time, or indexed) and `floor` (indexed) against plain scans,
+    /// over nodes of every kind with empty, frozen, tombstoned and end-of-key slots, each
+    /// partial key in at most one slot (as inserts keep it).
+    #[test]
+    fn find_agrees_with_a_scan() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x = crate::hash::mix64(x.wrapping_add(1));
+            x
+        };
+        let addr = GlobalAddr::new(1, 0x4000);
+        for kind in Kind::ALL {
+            for _ in 0..200 {
+                let mut slots: SmallVec<[Slot; 16]> = SmallVec::new();
+                let offset = next() as usize;
+                for i in 0..kind.slots() {
+                    let r = next();
+                    // A permutation of the 257 partial keys (257 is prime).
+                    let o = (i * 167 + offset % 257) % 257;
+                    let p = if o == 256 { Partial::End } else { Partial::Byte(o as u8) };
+                    let mut s = match r % 5 {
+                        0 => Slot::EMPTY,
+                        1 => Slot::leaf(p, addr, 64),
+                        _ => Slot::inner(p, addr, Kind::N4),
+                    };
+                    if r & 0x100 != 0 {
+                        s = s.frozen();
+                    }
+                    if r & 0x200 != 0 && !s.is_empty() {
+                        s = s.tombstone();
+                    }
+                    slots.push(s);
+                }
+                let header = crate::radix::Header::new(kind, 0, b"", 0);
+                let scanned = NodeImage::new(GlobalAddr::NULL, header, slots);
+                let n = scanned.clone();
+                n.index();
+                assert_eq!(n.by_partial.get().is_some(), kind.slots() > 16);
+                let probes = (0..=255u8).map(Partial::Byte).chain([Partial::End]);
+                for p in probes {
+                    let scan =
+                        n.slots.iter().enumerate().find(|(_, s)| !s.is_empty() && s.partial() == p);
+                    assert_eq!(n.find(p), scan.map(|(i, &s)| (i, s)), "{kind:?} {p:?}");
+                    assert_eq!(scanned.find(p), n.find(p));
+                    assert_eq!(scanned.floor(p), n.floor(p), "{kind:?} {p:?}");
+                    let empty = n.slots.iter().position(|s| s.is_empty());
+                    let want = scan.map_or(Lookup::Absent(empty), |(i, &s)| Lookup::Found(i, s));
+                    assert_eq!(n.lookup(p), want);
+                }
+            }
+        }
+    }
+
     #[test]
     fn sizes_are_pinned() {
         let b: Vec<usize> = Kind::ALL.iter().map(|k| k.bytes()).collect();
@@ -212,11 +339,13 @@ mod tests {
         assert_eq!(n.floor(Partial::Byte(200)), Some((0, s1)));
         assert_eq!(n.floor(Partial::Byte(9)), Some((0, s1)));
         assert_eq!(n.floor(Partial::Byte(8)), Some((1, s0)));
-        let mut m = n.clone();
-        m.slots[0] = s1.frozen();
-        m.slots[2] = Slot::leaf(Partial::Byte(100), a, 64).tombstone();
+        let mut slots = n.slots.clone();
+        slots[0] = s1.frozen();
+        slots[2] = Slot::leaf(Partial::Byte(100), a, 64).tombstone();
+        let m = NodeImage::new(n.rev, n.header, slots.clone());
         assert_eq!(m.floor(Partial::Byte(120)), Some((0, s1)));
-        m.slots[1] = Slot::leaf(Partial::Byte(3), a, 64);
+        slots[1] = Slot::leaf(Partial::Byte(3), a, 64);
+        let m = NodeImage::new(n.rev, n.header, slots);
         assert_eq!(m.floor(Partial::Byte(2)), None);
         assert_eq!(m.floor(Partial::End), None);
         assert!(NodeImage::decode(&[0; 48], Kind::N4).is_none(), "unwritten memory");

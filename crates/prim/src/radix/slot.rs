@@ -42,6 +42,25 @@ impl Partial {
     pub fn of(key: &[u8], depth: usize) -> Partial {
         key.get(depth).map_or(Partial::End, |&b| Partial::Byte(b))
     }
+
+    /// Its place among the 257 partial keys: the byte, or 256 for the end of the key.
+    #[inline]
+    pub fn ordinal(self) -> usize {
+        match self {
+            Partial::End => 256,
+            Partial::Byte(b) => b as usize,
+        }
+    }
+
+    /// The bits of a used slot word that name its partial key, and their value for `self`:
+    /// a used slot `s` has partial key `self` iff `s.0 & mask == want`.
+    #[inline]
+    pub fn slot_bits(self) -> (u64, u64) {
+        match self {
+            Partial::End => (END, END),
+            Partial::Byte(b) => (END | 0xFF << 48, (b as u64) << 48),
+        }
+    }
 }
 
 /// A slot word.

@@ -33,7 +33,7 @@ pub async fn grow<T: Transport>(
     let next = kind.grow().ok_or_else(|| {
         IndexError::Corrupt(format!("a radix node of the largest kind at {node:?} is full"))
     })?;
-    let mut slots = img.slots.clone();
+    let mut slots = img.slots().to_vec();
     for (i, s) in slots.iter_mut().enumerate() {
         while !s.is_frozen() {
             let old = c.cas(slot_addr(node, i), s.0, s.frozen().0).await?;
@@ -108,7 +108,7 @@ mod tests {
             let mut ob = vec![0; Kind::N4.bytes()];
             c.read(node, &mut ob).await.unwrap();
             let old = NodeImage::decode(&ob, Kind::N4).unwrap();
-            assert!(old.slots.iter().all(|s| s.is_frozen()));
+            assert!(old.slots().iter().all(|s| s.is_frozen()));
             assert_ne!(c.cas(slot_addr(node, 0), leaf(1).0, 0).await.unwrap(), leaf(1).0);
             let again = grow(&c, slot_addr(parent, 0), Partial::Byte(b'a'), node, &old).await;
             assert_eq!(again.unwrap(), None);
