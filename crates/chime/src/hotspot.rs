@@ -18,7 +18,7 @@
 //! # Structure
 //!
 //! A set-associative table, 4 ways a set, least-frequently-used replacement inside a set. An
-//! entry is filed under its key's home bucket: in the set of (leaf address, home), one cache
+//! entry is filed under its key's home slot: in the set of (leaf address, home), one cache
 //! line. A search for a key looks for hotspots of its neighbourhood in that one set, so it reads
 //! one line of the buffer, not one per slot of the neighbourhood:
 //!
@@ -29,9 +29,12 @@
 //!
 //! The paper's lookup finds every hotspot of the neighbourhood whose fingerprint matches; those
 //! filed under another home hold the fingerprint of a key with another home, so only a
-//! fingerprint collision, a wrong speculation, can be lost by looking in one set. A slot that
-//! later holds a key of another home gets a second entry (under the new home); the old one fails
-//! its next speculation and is forgotten, or ages out of its set.
+//! fingerprint collision, a wrong speculation, can be lost by looking in one set. Filing does
+//! change which entries compete for a set's ways: the hot keys of one (leaf, home) share one set.
+//! A slot that later holds a key of another home gets a second entry (under the new home); the
+//! old one is forgotten when its next speculation fails, or is evicted while its count is the
+//! lowest of its set (counts never decay, so a stale entry that grew hot can hold its way until
+//! a search for its key speculates on it).
 //!
 //! The table is lock-free: every word is an atomic read and written relaxed. A reader racing a
 //! writer may pair a way's two words from different entries, and two writers may lose a count or
@@ -214,6 +217,58 @@ mod tests {
         h.forget(leaf, 60, 1);
         assert_eq!(h.best(leaf, 60, 1001), None);
         assert_eq!(h.best(leaf, 60, 1000), Some(62));
+    }
+
+    #[test]
+    fn only_slots_inside_the_neighbourhood_are_offered() {
+        let h = Hotspots::new(0, 8, 64); // one set: every entry competes with every other
+        let leaf = GlobalAddr::new(0, 0x1000);
+        // Home 60, H = 8: slots 60 ..= 63 and 0 ..= 3; slot 4 is one past the end.
+        h.touch(leaf, 60, 3, 7);
+        assert_eq!(h.best(leaf, 60, 7), Some(3));
+        h.forget(leaf, 60, 3);
+        h.touch(leaf, 60, 4, 7);
+        assert_eq!(h.best(leaf, 60, 7), None, "slot 4 is outside 60 .. 68 (mod 64)");
+        // A torn way naming slot 64, or any slot past the span, is never offered.
+        let fp = fingerprint(7);
+        for (w, slot) in h.sets[0].0.iter().zip([64usize, 0xFFFF, 100, 65]) {
+            w[1].store(Way::meta(slot, fp, 5), Relaxed);
+            w[0].store(leaf.raw(), Relaxed);
+        }
+        assert_eq!(h.best(leaf, 60, 7), None);
+        assert_eq!(h.best(leaf, 0, 7), None);
+    }
+
+    /// Threads touch, consult and forget entries of one buffer at once, over a few leaves and
+    /// homes: whatever ways they tear or overwrite, `best` offers only a slot of the
+    /// neighbourhood asked about.
+    #[test]
+    fn racing_threads_get_only_slots_of_the_neighbourhood() {
+        let h = Hotspots::new(4 * ENTRY_BYTES * 2, 8, 64); // two sets: constant conflicts
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let h = &h;
+                s.spawn(move || {
+                    let mut x = t + 1;
+                    for _ in 0..20_000 {
+                        x = mix64(x);
+                        let leaf = GlobalAddr::new(0, 0x1000 * (1 + x % 3));
+                        let home = (x >> 8) as usize % 64;
+                        let slot = (home + (x >> 16) as usize % 8) % 64;
+                        let key = (x >> 24) % 16;
+                        match x % 3 {
+                            0 => h.touch(leaf, home, slot, key),
+                            1 => h.forget(leaf, home, slot),
+                            _ => {
+                                if let Some(s) = h.best(leaf, home, key) {
+                                    assert!(s < 64 && (s + 64 - home) % 64 < 8, "{s} from {home}");
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
     }
 
     #[test]

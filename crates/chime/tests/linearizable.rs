@@ -117,8 +117,9 @@ fn chime_on_local_threads_is_linearizable() {
     on_local_threads::<Rdwc<Chime>, Ordered>(&cfg, 30);
 }
 
-/// Real threads with speculative reads: every thread reads and writes the lock-free hotspot
-/// buffer at once while hops, splits and deletes move the keys its entries point at.
+/// Real threads with speculative reads: each compute node's tasks speculate through its hotspot
+/// buffer while the other threads' hops, splits and deletes move the keys its entries point at.
+/// (Threads racing on one buffer are `hotspot`'s unit test.)
 #[test]
 fn chime_speculative_reads_on_local_threads_is_linearizable() {
     let mut extra = opts(8, 4, 4);

@@ -274,10 +274,11 @@ mod tests {
                     // A permutation of the 257 partial keys (257 is prime).
                     let o = (i * 167 + offset % 257) % 257;
                     let p = if o == 256 { Partial::End } else { Partial::Byte(o as u8) };
+                    let len = 64 * (1 + (r >> 12) as usize % 16);
                     let mut s = match r % 5 {
                         0 => Slot::EMPTY,
-                        1 => Slot::leaf(p, addr, 64),
-                        _ => Slot::inner(p, addr, Kind::N4),
+                        1 => Slot::leaf(p, addr, len),
+                        _ => Slot::inner(p, addr, Kind::ALL[(r >> 12) as usize % 4]),
                     };
                     if r & 0x100 != 0 {
                         s = s.frozen();
