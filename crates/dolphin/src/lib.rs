@@ -105,7 +105,7 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
-use dmindex_prim::counter::{bump, get, LeafFill};
+use dmindex_prim::counter::{bump, get, LeafFill, Striped};
 use dmindex_prim::key;
 use dmindex_prim::options::{Opt, Options};
 use dmindex_prim::pool::{Pool, Pooled};
@@ -144,8 +144,9 @@ const ROOT_KIND: Kind = Kind::N256;
 struct Counters {
     sync: SyncCounters,
     descent: DescentCounters,
-    searches: AtomicU64,
-    cache_hits: AtomicU64,
+    /// Bumped by every search: striped ([`Striped`]).
+    searches: Striped,
+    cache_hits: Striped,
     backtracks: AtomicU64,
     retries: AtomicU64,
     compactions: AtomicU64,
@@ -283,8 +284,8 @@ impl<T: Transport> PointIndex<T> for Dolphin {
             cache_bytes: self.cache.bytes(),
             retries: get(&n.retries),
             extra: vec![
-                ("searches", get(&n.searches)),
-                ("search_cache_hits", get(&n.cache_hits)),
+                ("searches", n.searches.get()),
+                ("search_cache_hits", n.cache_hits.get()),
                 ("backtracks", get(&n.backtracks)),
                 ("torn_leaf_reads", get(&n.sync.torn_reads)),
                 ("lost_key_cas", get(&n.sync.lost_key_cas)),

@@ -58,7 +58,7 @@ impl Dolphin {
             if let (SPECIAL_DEPTH, Some(Child::Leaf { addr, .. })) =
                 (copy.header.depth as usize, s.child())
             {
-                bump(&self.counters.cache_hits);
+                self.counters.cache_hits.bump(c.ordinal());
                 return Ok(Route::Leaf { leaf: addr, special: w.node, kind: w.kind });
             }
         }
@@ -90,7 +90,7 @@ impl Dolphin {
         key: u64,
         out: &mut Vec<u8>,
     ) -> IndexResult<bool> {
-        bump(&self.counters.searches);
+        self.counters.searches.bump(c.ordinal());
         let mut buf = self.leaf_buf(c);
         loop {
             let (leaf, special) = match self.route(c, key).await? {

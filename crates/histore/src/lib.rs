@@ -68,7 +68,7 @@ use dmindex_fabric::{Client, GlobalAddr, NodeId, ServiceId, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex,
 };
-use dmindex_prim::counter::get;
+use dmindex_prim::counter::{get, Striped};
 use dmindex_prim::hash::hash_bytes;
 use dmindex_prim::kv_block::{self, Blocks};
 use dmindex_prim::options::{Opt, Options};
@@ -112,7 +112,8 @@ pub const SERVICES: &[MnService] = &[MnService { id: SERVICE, name: "histore", m
 
 #[derive(Debug, Default)]
 struct Counters {
-    bucket_reads: AtomicU64,
+    /// Bumped by every hash-table read: striped ([`Striped`]).
+    bucket_reads: Striped,
     /// Bucket READs past the first of a chain.
     chain_hops: AtomicU64,
     signature_misses: AtomicU64,
@@ -428,7 +429,7 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
             cache_bytes: 0,
             retries: 0,
             extra: vec![
-                ("bucket_reads", get(&n.bucket_reads)),
+                ("bucket_reads", n.bucket_reads.get()),
                 ("chain_hops", get(&n.chain_hops)),
                 ("signature_misses", get(&n.signature_misses)),
                 ("lookup_requests", get(&n.lookups)),

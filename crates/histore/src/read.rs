@@ -137,7 +137,7 @@ impl<const MODE: u8> Store<MODE> {
         loop {
             let mut b = [0u8; BUCKET as usize];
             c.read(bucket, &mut b).await?;
-            self.counters.bucket_reads.fetch_add(1, Ordering::Relaxed);
+            self.counters.bucket_reads.bump(c.ordinal());
             let (slots, next) = layout::bucket(&b);
             for word in slots {
                 let Some(s) = Slot::decode(word).filter(|s| s.signature == place.signature) else {

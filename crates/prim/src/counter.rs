@@ -39,7 +39,13 @@ impl Striped {
     /// Adds one for the client of ordinal `ordinal`.
     #[inline]
     pub fn bump(&self, ordinal: u32) {
-        bump(&self.stripes[ordinal as usize % STRIPES]);
+        self.add(ordinal, 1);
+    }
+
+    /// Adds `n` for the client of ordinal `ordinal`.
+    #[inline]
+    pub fn add(&self, ordinal: u32, n: u64) {
+        add(&self.stripes[ordinal as usize % STRIPES], n);
     }
 
     /// The count so far.

@@ -98,12 +98,13 @@ struct Counters {
     retries: AtomicU64,
     withdrawn: AtomicU64,
     aborted: AtomicU64,
-    searches: AtomicU64,
-    search_buckets: AtomicU64,
+    /// Bumped by every search: striped ([`Striped`]).
+    searches: Striped,
+    search_buckets: Striped,
     refreshes: AtomicU64,
 }
 
-use dmindex_prim::counter::add as bump;
+use dmindex_prim::counter::{add as bump, Striped};
 
 /// A compute node's handle on a RACE table: its shape and its directory cache.
 #[derive(Debug)]
@@ -230,8 +231,8 @@ impl<T: Transport> PointIndex<T> for Race {
                 ("tentative_aborts", get(&n.aborted)),
                 ("directory_refreshes", get(&n.refreshes)),
                 // Combined buckets read per search = the second over the first.
-                ("searches", get(&n.searches)),
-                ("search_combined_buckets_read", get(&n.search_buckets)),
+                ("searches", n.searches.get()),
+                ("search_combined_buckets_read", n.search_buckets.get()),
                 // The global depth this handle has seen (the harness sums it over compute nodes).
                 ("directory_depth", depth),
             ],

@@ -125,8 +125,8 @@ impl Race {
         let h = Hashes::of(key);
         let mut reads = 0;
         let snap = self.locate(c, &h, &mut reads).await?;
-        bump(&self.counters.searches, 1);
-        bump(&self.counters.search_buckets, 2 * reads);
+        self.counters.searches.bump(c.ordinal());
+        self.counters.search_buckets.add(c.ordinal(), 2 * reads);
         for cand in snap.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
             let block = layout::slot_block(cand.word);
             if self.blocks.value_into(c, block, Some(key), out).await? {

@@ -67,9 +67,10 @@ struct Counters {
     splits: AtomicU64,
     resize_bytes: AtomicU64,
     retries: AtomicU64,
-    searches: AtomicU64,
-    search_segment_reads: AtomicU64,
-    cur_reads: AtomicU64,
+    /// Bumped by every search: striped ([`Striped`]).
+    searches: Striped,
+    search_segment_reads: Striped,
+    cur_reads: Striped,
     dir_refreshes: AtomicU64,
     fptable_refreshes: AtomicU64,
     closed_waits: AtomicU64,
@@ -77,7 +78,7 @@ struct Counters {
     mains_reused: AtomicU64,
 }
 
-use dmindex_prim::counter::add as bump;
+use dmindex_prim::counter::{add as bump, Striped};
 
 /// A compute node's handle on a SepHash index.
 pub struct SepHash {
@@ -187,9 +188,9 @@ impl<T: Transport> PointIndex<T> for SepHash {
                 ("merges", g(&k.merges)),
                 ("splits", g(&k.splits)),
                 ("resize_bytes", g(&k.resize_bytes)),
-                ("searches", g(&k.searches)),
-                ("search_segment_reads", g(&k.search_segment_reads)),
-                ("search_cur_reads", g(&k.cur_reads)),
+                ("searches", k.searches.get()),
+                ("search_segment_reads", k.search_segment_reads.get()),
+                ("search_cur_reads", k.cur_reads.get()),
                 ("dir_refreshes", g(&k.dir_refreshes)),
                 ("fptable_refreshes", g(&k.fptable_refreshes)),
                 ("closed_waits", g(&k.closed_waits)),

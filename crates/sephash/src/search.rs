@@ -43,7 +43,7 @@ impl SepHash {
         out.clear();
         let kh = KeyHash::of(key);
         let positions = self.shape.cur.positions;
-        bump(&self.counters.searches, 1);
+        self.counters.searches.bump(c.ordinal());
         let mut slots: SlotWords = SmallVec::new();
         loop {
             let t = self.target(c, kh).await?;
@@ -67,7 +67,7 @@ impl SepHash {
                 }
                 c.batch(&mut ops).await?;
             }
-            bump(&self.counters.search_segment_reads, 1);
+            self.counters.search_segment_reads.bump(c.ordinal());
             let meta = Meta(word(&head, 0));
             if !meta.owns(word(&head, 8), kh.h) {
                 bump(&self.counters.retries, 1);
@@ -88,8 +88,8 @@ impl SepHash {
             // The CurSegment's candidates, newest first.
             let mut cur: SmallVec<[Entry; 4]> = SmallVec::new();
             if filter[0] != 0 || meta.closed() {
-                bump(&self.counters.cur_reads, 1);
-                bump(&self.counters.search_segment_reads, 1);
+                self.counters.cur_reads.bump(c.ordinal());
+                self.counters.search_segment_reads.bump(c.ordinal());
                 let n = self.shape.cur.n;
                 slots.clear();
                 slots.resize(8 * n, 0);

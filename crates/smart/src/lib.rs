@@ -61,7 +61,7 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
 };
-use dmindex_prim::counter::{bump, get};
+use dmindex_prim::counter::{bump, get, Striped};
 use dmindex_prim::options::Options;
 use dmindex_prim::radix::header::MAX_DEPTH;
 use dmindex_prim::radix::slot::MAX_NODES;
@@ -99,8 +99,9 @@ impl Variant for Unlimited {
 #[derive(Debug, Default)]
 struct Counters {
     retries: AtomicU64,
-    searches: AtomicU64,
-    cache_hits: AtomicU64,
+    /// Bumped by every search: striped ([`Striped`]).
+    searches: Striped,
+    cache_hits: Striped,
     torn_leaves: AtomicU64,
     path_splits: AtomicU64,
     push_downs: AtomicU64,
@@ -225,8 +226,8 @@ impl<T: Transport, V: Variant> PointIndex<T> for SmartIndex<V> {
             cache_bytes: self.cache.bytes(),
             retries: get(&n.retries),
             extra: vec![
-                ("searches", get(&n.searches)),
-                ("search_cache_hits", get(&n.cache_hits)),
+                ("searches", n.searches.get()),
+                ("search_cache_hits", n.cache_hits.get()),
                 ("torn_leaf_reads", get(&n.torn_leaves)),
                 ("path_splits", get(&n.path_splits)),
                 ("push_downs", get(&n.push_downs)),

@@ -122,7 +122,7 @@ impl<V: Variant> SmartIndex<V> {
                 let slot = Some((slot_addr(w.node, i), s));
                 if let Leaf::Live(item) = self.follow(c, key, slot, s, value.as_deref_mut()).await?
                 {
-                    bump(&self.counters.cache_hits);
+                    self.counters.cache_hits.bump(c.ordinal());
                     return Ok(Some(item));
                 }
             }
@@ -147,7 +147,7 @@ impl<V: Variant> SmartIndex<V> {
         key: &[u8],
         out: &mut Vec<u8>,
     ) -> IndexResult<bool> {
-        bump(&self.counters.searches);
+        self.counters.searches.bump(c.ordinal());
         out.clear();
         // `find` writes `out` only for the live item it returns.
         Ok(self.find(c, key, Some(out)).await?.is_some())
