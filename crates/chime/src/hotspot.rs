@@ -49,6 +49,8 @@ use dmindex_fabric::GlobalAddr;
 use dmindex_prim::counter::Striped;
 use dmindex_prim::hash::{fingerprint, mix64};
 
+use crate::layout::LeafLayout;
+
 /// Bytes an entry costs, as the paper counts them (8-B leaf address, 2-B slot, 2-B fingerprint,
 /// 4-B counter).
 pub const ENTRY_BYTES: u64 = 16;
@@ -88,23 +90,20 @@ impl Way {
 /// A CN's hotspot buffer.
 pub struct Hotspots {
     sets: Box<[Set]>,
-    /// The neighbourhood size H and the leaf span of the tree.
-    h: usize,
-    span: usize,
+    /// The tree's leaves: their span and neighbourhood size H.
+    leaf: LeafLayout,
     /// Speculative READs issued, and those that found their key.
     pub attempts: Striped,
     pub hits: Striped,
 }
 
 impl Hotspots {
-    /// A buffer of about `budget` bytes (at least one set) for leaves of `span` slots and
-    /// neighbourhoods of `h`.
-    pub fn new(budget: u64, h: usize, span: usize) -> Hotspots {
+    /// A buffer of about `budget` bytes (at least one set) for leaves of layout `leaf`.
+    pub fn new(budget: u64, leaf: LeafLayout) -> Hotspots {
         let sets = ((budget / ENTRY_BYTES) as usize / WAYS).max(1);
         Hotspots {
             sets: (0..sets).map(|_| Set::default()).collect(),
-            h,
-            span,
+            leaf,
             attempts: Striped::default(),
             hits: Striped::default(),
         }
@@ -151,7 +150,7 @@ impl Hotspots {
         for w in &self.set(leaf, home).0 {
             let way = Way::load(w);
             let slot = way.slot as usize;
-            let inside = slot < self.span && (slot + self.span - home) % self.span < self.h;
+            let inside = slot < self.leaf.span && self.leaf.dist(home, slot) < self.leaf.h;
             if way.count > 0
                 && way.leaf == leaf.raw()
                 && way.fp == fp
@@ -179,9 +178,14 @@ impl Hotspots {
 mod tests {
     use super::*;
 
+    /// Leaves of 64 slots, neighbourhoods of 8.
+    fn layout() -> LeafLayout {
+        LeafLayout::new(64, 8).expect("a layout")
+    }
+
     #[test]
     fn lfu_within_a_set_and_fingerprint_reset() {
-        let h = Hotspots::new(0, 8, 64); // one set
+        let h = Hotspots::new(0, layout()); // one set
         let leaf = GlobalAddr::new(0, 0x1000);
         h.touch(leaf, 0, 3, 42);
         h.touch(leaf, 0, 3, 42);
@@ -200,12 +204,12 @@ mod tests {
         h.forget(leaf, 0, 5);
         assert_eq!(h.best(leaf, 0, 77), Some(3));
         assert_eq!(h.bytes(), WAYS as u64 * 16);
-        assert_eq!(Hotspots::new(30 << 20, 8, 64).bytes(), 30 << 20);
+        assert_eq!(Hotspots::new(30 << 20, layout()).bytes(), 30 << 20);
     }
 
     #[test]
     fn a_neighbourhood_wraps_and_entries_are_filed_by_home() {
-        let h = Hotspots::new(1 << 20, 8, 64);
+        let h = Hotspots::new(1 << 20, layout());
         let leaf = GlobalAddr::new(1, 0x40_0000);
         // Home 60, H = 8: slots 60 .. 64 and 0 .. 4.
         h.touch(leaf, 60, 62, 1000);
@@ -221,7 +225,7 @@ mod tests {
 
     #[test]
     fn only_slots_inside_the_neighbourhood_are_offered() {
-        let h = Hotspots::new(0, 8, 64); // one set: every entry competes with every other
+        let h = Hotspots::new(0, layout()); // one set: every entry competes with every other
         let leaf = GlobalAddr::new(0, 0x1000);
         // Home 60, H = 8: slots 60 ..= 63 and 0 ..= 3; slot 4 is one past the end.
         h.touch(leaf, 60, 3, 7);
@@ -244,7 +248,7 @@ mod tests {
     /// neighbourhood asked about.
     #[test]
     fn racing_threads_get_only_slots_of_the_neighbourhood() {
-        let h = Hotspots::new(4 * ENTRY_BYTES * 2, 8, 64); // two sets: constant conflicts
+        let h = Hotspots::new(4 * ENTRY_BYTES * 2, layout()); // two sets: constant conflicts
         std::thread::scope(|s| {
             for t in 0..4u64 {
                 let h = &h;
@@ -273,7 +277,7 @@ mod tests {
 
     #[test]
     fn counts_saturate_and_eviction_keeps_hot_entries() {
-        let h = Hotspots::new(0, 8, 64);
+        let h = Hotspots::new(0, layout());
         let leaf = GlobalAddr::new(0, 0x40);
         for _ in 0..2 * COUNT_CAP {
             h.touch(leaf, 0, 1, 9);

@@ -184,9 +184,7 @@ impl<V> ChimeIndex<V> {
                     RootSlot::with_descriptor(cfg.root_slot)?,
                     cfg.cache_bytes.saturating_sub(hotspot),
                 ),
-                hotspots: shape
-                    .speculative
-                    .then(|| hotspot::Hotspots::new(hotspot, shape.h, shape.span)),
+                hotspots: shape.speculative.then(|| hotspot::Hotspots::new(hotspot, leaf)),
                 bufs: Pool::new(tree::LEAF_BUFS),
                 splits: AtomicU64::new(0),
                 moves_right: AtomicU64::new(0),

@@ -14,6 +14,7 @@
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
+use smallvec::SmallVec;
 
 use super::node::{slot_addr, NodeImage};
 use super::{Header, Partial, Slot};
@@ -33,7 +34,7 @@ pub async fn grow<T: Transport>(
     let next = kind.grow().ok_or_else(|| {
         IndexError::Corrupt(format!("a radix node of the largest kind at {node:?} is full"))
     })?;
-    let mut slots = img.slots().to_vec();
+    let mut slots: SmallVec<[Slot; 16]> = img.slots().into();
     for (i, s) in slots.iter_mut().enumerate() {
         while !s.is_frozen() {
             let old = c.cas(slot_addr(node, i), s.0, s.frozen().0).await?;
