@@ -29,10 +29,11 @@ const STRIPES: usize = 16;
 
 /// A counter for fast paths: each client bumps the stripe of its ordinal
 /// ([`dmindex_fabric::Client::ordinal`], as the RDWC table shards by), so clients on different
-/// threads write different cache lines; reading sums the stripes.
+/// threads write different cache lines; reading sums the stripes. The stripes (2 KB) live behind
+/// a pointer, so that a handle holding a few counters keeps its other fields on few lines.
 #[derive(Debug, Default)]
 pub struct Striped {
-    stripes: [CachePadded<AtomicU64>; STRIPES],
+    stripes: Box<[CachePadded<AtomicU64>; STRIPES]>,
 }
 
 impl Striped {
