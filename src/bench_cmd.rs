@@ -172,6 +172,16 @@ pub struct BenchArgs {
     /// small runs).
     #[arg(long)]
     check: bool,
+    /// Also report the share of reads whose key their compute node read before in the run (the
+    /// hit-ratio ceiling of a per-node cache such as CHIME's hotspot buffer), from the run's
+    /// streams drawn again: a few seconds per 10 M operations (not with --trace).
+    #[arg(long)]
+    key_reuse: bool,
+    /// Draw this many run-phase operations ahead (each client its share) and replay them
+    /// cyclically for --ops, as the reference harnesses replay a fixed trace for a fixed time
+    /// (YCSB workloads without inserts or "latest"; 16 B per operation drawn).
+    #[arg(long)]
+    stream_ops: Option<u64>,
 }
 
 /// Refuses what this run would ignore or could not hold.
@@ -257,6 +267,8 @@ pub fn bench_config(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
         watch_node: a.watch_node,
         ucx_timeout: std::time::Duration::from_millis(a.ucx_timeout_ms),
         check: a.check,
+        key_reuse: a.key_reuse,
+        stream_ops: a.stream_ops,
     };
     if a.spawn_memnodes
         && (a.transport != "ucx" || !a.memnodes.is_empty() || a.token_file.is_some())
@@ -300,6 +312,9 @@ pub fn bench_config(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
         if !dmindex_catalog::find(&a.index)?.survives_mn_crash {
             bail!("--mn-crash-us: {} does not replicate across memory nodes", a.index);
         }
+    }
+    if a.key_reuse && a.trace.is_some() {
+        bail!("--key-reuse draws the run's generated streams again; a --trace run has none");
     }
     if a.fast_load && a.transport != "sim" {
         bail!("--fast-load goes with --transport sim");

@@ -13,13 +13,7 @@ pub const MAX_CNS: u16 = 1024;
 /// Memory nodes of a simulated or in-process cluster.
 pub const MAX_MNS: u16 = 1024;
 
-/// This machine's memory in bytes (`MemTotal`), if it can be read.
-pub fn machine_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
+pub use dmindex_bench::machine_bytes;
 
 /// Refuses `count` of `what` above `max` (or zero).
 pub fn count(what: &str, count: usize, max: usize) -> anyhow::Result<()> {

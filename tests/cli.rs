@@ -322,6 +322,11 @@ fn bench_refuses_bad_input() {
         (&["fabric-bench", "--threads", "70000"][..], "client threads 70000 is not in 1..=1024"),
         (&["sim-bench", "--bytes", "524289"][..], "--bytes 524289 is more than 524288"),
         (&["sim-bench", "--cns", "65535"][..], "--cns 65535"),
+        (&["bench", "--ops", "1000000000000"][..], "--ops 1000000000000: drawing"),
+        (&["bench", "--stream-ops", "1000000000000", "--ops", "2000000000000"][..], "--stream-ops"),
+        (&["bench", "--stream-ops", "0"][..], "--stream-ops must be positive"),
+        (&["bench", "--stream-ops", "10", "--workload", "d"][..], "without inserts or \"latest\""),
+        (&["bench", "--key-reuse", "--trace", "x"][..], "a --trace run has none"),
         // Simulator parameters stay in a physical range.
         (&["bench", "--transport", "sim", "--set", "atomic_mops=1e-12"][..], "outside 0.001..="),
         (
@@ -384,6 +389,46 @@ fn check_passes_seeds_and_replays_one() {
     assert_ne!(trace(&s1), trace(&a), "stalls left the schedule as it was");
     let bad = dmindex(&["check", "--stall-us", "0"]);
     assert_eq!(bad.status.code(), Some(2));
+}
+
+/// A shorter stream replayed cyclically brings keys back: the key reuse the report gives is the
+/// ceiling of the hotspot buffer's hits, on both transports.
+#[test]
+fn bench_replays_a_shorter_stream_and_reports_key_reuse() {
+    for transport in ["local", "sim"] {
+        let run = |stream: &str| {
+            json(&dmindex(&[
+                "bench",
+                "--index",
+                "chime",
+                "--transport",
+                transport,
+                "--items",
+                "20000",
+                "--ops",
+                "8000",
+                "--stream-ops",
+                stream,
+                "--clients",
+                "2",
+                "--option",
+                "speculative=1",
+                "--key-reuse",
+                "--json",
+            ]))
+        };
+        let (once, cycled) = (run("8000"), run("800"));
+        for v in [&once, &cycled] {
+            assert_eq!(v["ops"], 8000, "{transport}: every operation ran");
+            let reuse = v["key_reuse"].as_f64().expect("key reuse reported");
+            let hits = v["index_stats"]["speculative_hits"].as_f64().unwrap() / 8000.0;
+            assert!(hits <= reuse + 1e-9, "{transport}: hits {hits} above the ceiling {reuse}");
+            assert!(hits > 0.5 * reuse, "{transport}: hits {hits} far below {reuse}");
+        }
+        // 800 operations replayed ten times: nine in ten reads at least repeat a key.
+        let (a, b) = (once["key_reuse"].as_f64().unwrap(), cycled["key_reuse"].as_f64().unwrap());
+        assert!(b >= 0.9 && b > a, "{transport}: {a} once, {b} cycled");
+    }
 }
 
 #[test]

@@ -20,9 +20,10 @@ use dmindex_ycsb::Shared;
 use crate::fault::{inject, monitor, NodeControl, RunClock};
 use crate::report::{summarise, Finished, Phase};
 use crate::runner::{BusyWindow, ClientMetrics, OpSource, TaskEnv};
+use crate::streams;
 use crate::{
-    chunk_size, client_phase, index_config, planned_sources, progress_bar, services, BenchConfig,
-    BenchReport, Checked, Plan, Recovery, Runnable, RunnableScans,
+    chunk_size, client_phase, index_config, progress_bar, services, BenchConfig, BenchReport,
+    Checked, Plan, Recovery, Runnable, RunnableScans,
 };
 use dmindex_check::History;
 
@@ -109,7 +110,11 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
                     Recorder { now, history: None, client: i as u32, value_size: cfg.value_size };
                 let env = TaskEnv { rec, progress: bar, metrics };
                 let phase = (i, n);
-                client_phase::<_, _, S>(plan, shared, idx, c, &env, phase, load, None, None).await;
+                // Generated as it goes (no virtual time), unless a shorter stream is replayed.
+                let source = (!load && plan.stream < plan.ops)
+                    .then(|| streams::planned_source(plan, shared, i, n));
+                client_phase::<_, _, S>(plan, shared, idx, c, &env, phase, load, source, None)
+                    .await;
             }) as Task
         });
         let out = sim.run(tasks.chain(rebuild));
@@ -217,7 +222,10 @@ where
         let sources: Vec<Mutex<Option<OpSource>>> = if load {
             Vec::new()
         } else {
-            planned_sources(plan, &shared, n).into_iter().map(|s| Mutex::new(Some(s))).collect()
+            streams::planned_sources(plan, &shared, n)
+                .into_iter()
+                .map(|s| Mutex::new(Some(s)))
+                .collect()
         };
         let bar = progress_bar(cfg, total, name);
         let t0 = now();

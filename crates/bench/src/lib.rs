@@ -14,10 +14,13 @@ pub mod experiment;
 pub mod fault;
 pub mod plot;
 mod report;
+mod reuse;
 pub mod runner;
+mod streams;
 
 pub use fault::{Checked, MnFault, Recovery, Timeline};
 pub use report::{BenchReport, Latency, OpBreakdown};
+pub use streams::machine_bytes;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,7 +31,7 @@ use dmindex_fabric::{Client, Services, Transport};
 use dmindex_index::{mn_services, IndexConfig, IndexKind, PointIndex, Scans};
 use dmindex_sim::SimTransport;
 use dmindex_ycsb::workload::load_numbers;
-use dmindex_ycsb::{ClientStream, Distribution, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
+use dmindex_ycsb::{Distribution, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
@@ -111,6 +114,12 @@ pub struct BenchConfig {
     /// Record every operation (load and run) and check the history for linearizability after
     /// reading every key it touched once more (`local` and `ucx`; small runs).
     pub check: bool,
+    /// Also report the run's key reuse per compute node (drawn again from its streams): the
+    /// ceiling of a per-node cache's hit ratio ([`reuse`]).
+    pub key_reuse: bool,
+    /// Draw this many run-phase operations ahead and replay them cyclically for `ops`, as the
+    /// reference harnesses replay a trace ([`streams`]).
+    pub stream_ops: Option<u64>,
 }
 
 impl Default for BenchConfig {
@@ -154,6 +163,8 @@ impl Default for BenchConfig {
             watch_node: None,
             ucx_timeout: std::time::Duration::from_secs(10),
             check: false,
+            key_reuse: false,
+            stream_ops: None,
         }
     }
 }
@@ -320,7 +331,13 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     };
     let items = load.as_ref().map_or(items, |l| l.len() as u64);
     let ops = cfg.ops.unwrap_or_else(|| trace.as_ref().map_or(items, |t| t.len() as u64));
-    Ok(Plan { format, spec, trace, load, items, ops, seed: cfg.seed })
+    if cfg.stream_ops == Some(0) {
+        bail!("--stream-ops must be positive");
+    }
+    let stream = cfg.stream_ops.map_or(ops, |s| s.min(ops));
+    let plan = Plan { format, spec, trace, load, items, ops, stream, seed: cfg.seed };
+    streams::check_planned(cfg, &plan, machine_bytes())?;
+    Ok(plan)
 }
 
 /// The built-in memory-node services plus index `I`'s, on `cores` MN cores.
@@ -338,6 +355,8 @@ pub(crate) struct Plan {
     /// Items loaded: the load trace's length, or `--items`.
     pub(crate) items: u64,
     pub(crate) ops: u64,
+    /// Run-phase operations drawn ahead and replayed cyclically (`ops` unless `--stream-ops`).
+    pub(crate) stream: u64,
     /// Seed of the generated operations.
     pub(crate) seed: u64,
 }
@@ -365,38 +384,6 @@ pub(crate) fn progress_bar(cfg: &BenchConfig, len: u64, phase: &str) -> Progress
     );
     pb.set_prefix(phase.to_string());
     pb
-}
-
-fn op_source(
-    plan: &Plan,
-    shared: &Arc<Shared>,
-    seed: u64,
-    client: usize,
-    clients: usize,
-) -> OpSource {
-    match &plan.trace {
-        Some(t) => OpSource::Trace {
-            ops: Arc::clone(t),
-            index: client % t.len().max(1),
-            clients: clients.min(t.len()),
-            next: 0,
-        },
-        None => OpSource::Generated(Box::new(ClientStream::new(
-            Arc::clone(shared),
-            seed,
-            client as u64,
-        ))),
-    }
-}
-
-/// Every client's source of run-phase operations, drawn ahead where the stream allows
-/// ([`OpSource::planned`]): made before a timed run phase starts.
-pub(crate) fn planned_sources(plan: &Plan, shared: &Arc<Shared>, n: usize) -> Vec<OpSource> {
-    (0..n)
-        .map(|i| {
-            op_source(plan, shared, plan.seed, i, n).planned(share(plan.ops, n, i), plan.format)
-        })
-        .collect()
 }
 
 /// Client `i` of `n` in the load phase (its share of the keys) or the run phase (its share of
@@ -436,7 +423,7 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
             }
         }
     } else {
-        let src = source.unwrap_or_else(|| op_source(plan, shared, plan.seed, i, n));
+        let src = source.unwrap_or_else(|| streams::op_source(plan, shared, i, n));
         runner::run_client::<T, I, S>(idx, c, env, src, share(plan.ops, n, i), window).await
     }
 }

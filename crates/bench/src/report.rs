@@ -72,6 +72,10 @@ pub struct BenchReport {
     #[serde(default)]
     pub index_bytes: u64,
     pub load_factor: Option<f64>,
+    /// Of the run's reads, the share whose key their compute node had read before in the run:
+    /// the ceiling of a per-node cache's hit ratio (`--key-reuse`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_reuse: Option<f64>,
     /// Index-specific counters summed over compute nodes (e.g. leaf splits).
     pub index_stats: std::collections::BTreeMap<String, u64>,
     pub per_op: Vec<OpBreakdown>,
@@ -134,6 +138,13 @@ impl BenchReport {
             self.index_bytes as f64 / 1e6,
             self.load_factor.map(|l| format!(" | load factor {:.3}", l)).unwrap_or_default()
         );
+        if let Some(r) = self.key_reuse {
+            s += &format!(
+                "key reuse: {:.2} % of reads repeat a key their compute node read before (the \
+                 hit-ratio ceiling of a per-node cache)\n",
+                r * 100.0
+            );
+        }
         if !self.index_stats.is_empty() {
             let parts: Vec<String> =
                 self.index_stats.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -293,6 +304,12 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         remote_bytes,
         index_bytes: load.counts.bytes_allocated + run.counts.bytes_allocated,
         load_factor,
+        key_reuse: if cfg.key_reuse {
+            let per_cn = cfg.clients * cfg.coroutines;
+            crate::reuse::key_reuse(plan, cfg.cns as usize * per_cn, per_cn)
+        } else {
+            None
+        },
         index_stats: stats.iter().flat_map(|s| s.extra.iter()).fold(
             std::collections::BTreeMap::new(),
             |mut m, (k, v)| {

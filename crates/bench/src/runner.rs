@@ -38,7 +38,7 @@ impl OpSource {
     }
 
     /// The next operation, written over `op` (its key buffer reused).
-    fn next_into(&mut self, op: &mut Op) {
+    pub(crate) fn next_into(&mut self, op: &mut Op) {
         match self {
             OpSource::Generated(s) => s.next_into(op),
             OpSource::Planned { ops, next, format } => {

@@ -60,6 +60,12 @@ fn default_theta() -> f64 {
 }
 
 impl WorkloadSpec {
+    /// Whether its streams can be drawn ahead of time: no inserts and no "latest" choice, so no
+    /// operation depends on which inserts completed before it.
+    pub fn plannable(&self) -> bool {
+        self.insert == 0.0 && self.distribution != Distribution::Latest
+    }
+
     /// YCSB's workload by name: `load`, `a` … `f` (case-insensitive).
     pub fn named(name: &str) -> Result<WorkloadSpec, String> {
         let (read, update, insert, scan, rmw, distribution) = match name
@@ -536,7 +542,7 @@ impl ClientStream {
     /// Whether this stream can be drawn ahead of time: no inserts and no "latest" choice, so no
     /// operation depends on which inserts completed before it.
     pub fn plannable(&self) -> bool {
-        self.shared.spec.insert == 0.0 && self.shared.spec.distribution != Distribution::Latest
+        self.shared.spec.plannable()
     }
 
     /// Acknowledges a completed insert (so later reads may pick it).
