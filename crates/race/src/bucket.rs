@@ -20,8 +20,10 @@ pub(crate) struct Bucket {
     pub slots: [u64; SLOTS],
 }
 
-/// A key's three or four distinct buckets in one segment, by index (= position order).
-#[derive(Clone, Debug)]
+/// A key's three or four distinct buckets in one segment, by index (= position order). Filled in
+/// place by [`Race::read_snap`]: an operation keeps one or two for its whole life, so the ~300
+/// bytes are not copied out of each READ's future and again out of each caller's.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Snap {
     pub seg: GlobalAddr,
     pub buckets: ArrayVec<Bucket, 4>,
@@ -104,16 +106,19 @@ impl Snap {
 
 impl Race {
     /// One doorbell READ of the key's two combined buckets in `seg` (one READ of the whole group
-    /// when both mains are in one group).
+    /// when both mains are in one group), into `snap`.
     pub(crate) async fn read_snap<T: Transport>(
         &self,
         c: &Client<T>,
         seg: GlobalAddr,
         h: &Hashes,
-    ) -> IndexResult<Snap> {
+        snap: &mut Snap,
+    ) -> IndexResult<()> {
         let [m1, m2] = h.mains(self.shape.groups);
         let (g1, g2) = (m1 / 2, m2 / 2);
-        let mut buckets = ArrayVec::new();
+        snap.seg = seg;
+        let buckets = &mut snap.buckets;
+        buckets.clear();
         if g1 == g2 {
             let mut buf = [0u8; 3 * BUCKET as usize];
             c.read(seg.add(layout::bucket_offset(3 * g1)), &mut buf).await?;
@@ -121,9 +126,10 @@ impl Race {
                 buckets.push(decode(3 * g1 + k, line));
             }
         } else {
-            // A combined bucket: side 0 is (main, overflow), side 1 is (overflow, main).
+            // A combined bucket: side 0 is (main, overflow), side 1 is (overflow, main). The two
+            // groups differ, so the buckets are in segment order once the lower group is first.
             let first = |m: usize| 3 * (m / 2) + m % 2;
-            let (f1, f2) = (first(m1), first(m2));
+            let (f1, f2) = (first(m1).min(first(m2)), first(m1).max(first(m2)));
             let (mut x, mut y) = ([0u8; 2 * BUCKET as usize], [0u8; 2 * BUCKET as usize]);
             doorbell::post(
                 c,
@@ -138,9 +144,9 @@ impl Race {
                     buckets.push(decode(f + k, line));
                 }
             }
-            buckets.sort_unstable_by_key(|b: &Bucket| b.idx);
         }
-        Ok(Snap { seg, buckets })
+        debug_assert!(buckets.windows(2).all(|w| w[0].idx < w[1].idx), "segment order");
+        Ok(())
     }
 
     /// Whether the block of slot word `w` holds `key` (one READ; our own entry `mine`, committed

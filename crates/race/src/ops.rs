@@ -94,20 +94,21 @@ struct Waiting {
 }
 
 impl Race {
-    /// The key's buckets in the segment whose headers all match it: the cached entry first, the
-    /// directory re-read on a mismatch. Counts the snapshots read in `reads`.
+    /// The key's buckets in the segment whose headers all match it, into `snap`: the cached entry
+    /// first, the directory re-read on a mismatch. Counts the snapshots read in `reads`.
     pub(crate) async fn locate<T: Transport>(
         &self,
         c: &Client<T>,
         h: &Hashes,
         reads: &mut u64,
-    ) -> IndexResult<Snap> {
+        snap: &mut Snap,
+    ) -> IndexResult<()> {
         let mut entry = self.cached(h.h1);
         loop {
-            let snap = self.read_snap(c, dir_entry_parts(entry).0, h).await?;
+            self.read_snap(c, dir_entry_parts(entry).0, h, snap).await?;
             *reads += 1;
             if snap.matches(h) {
-                return Ok(snap);
+                return Ok(());
             }
             bump(&self.counters.retries, 1);
             entry = self.refresh(c, h.h1).await?;
@@ -123,8 +124,8 @@ impl Race {
     ) -> IndexResult<bool> {
         out.clear();
         let h = Hashes::of(key);
-        let mut reads = 0;
-        let snap = self.locate(c, &h, &mut reads).await?;
+        let (mut reads, mut snap) = (0, Snap::default());
+        self.locate(c, &h, &mut reads, &mut snap).await?;
         self.counters.searches.bump(c.ordinal());
         self.counters.search_buckets.add(c.ordinal(), 2 * reads);
         for cand in snap.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
@@ -155,9 +156,9 @@ impl Race {
         let block = self.blocks.write(c, key, value).await?;
         let word = self.word(&h, key, value, block);
         let tentative = word | TENTATIVE;
-        let mut reads = 0;
+        let (mut reads, mut snap, mut re) = (0, Snap::default(), Snap::default());
         'fresh: loop {
-            let snap = self.locate(c, &h, &mut reads).await?;
+            self.locate(c, &h, &mut reads, &mut snap).await?;
             match self.committed(c, &snap, key, &h).await? {
                 // Present: an upsert of its committed entry.
                 (Some(live), _) => {
@@ -187,7 +188,7 @@ impl Race {
             let mut seg = snap.seg;
             let mut waiting = Waiting::default();
             loop {
-                let re = self.read_snap(c, seg, &h).await?;
+                self.read_snap(c, seg, &h, &mut re).await?;
                 let now = re.word(at);
                 if re.matches(&h) {
                     if now == tentative {
@@ -225,7 +226,8 @@ impl Race {
                 }
                 // Moved (frozen, or already cleared after the move) or aborted: follow the key
                 // (ours, if still there, is at the same position).
-                seg = self.locate(c, &h, &mut reads).await?.seg;
+                self.locate(c, &h, &mut reads, &mut re).await?;
+                seg = re.seg;
             }
         }
     }
@@ -312,9 +314,9 @@ impl Race {
     ) -> IndexResult<bool> {
         let h = Hashes::of(key);
         let mut word = 0;
-        let mut reads = 0;
+        let (mut reads, mut snap) = (0, Snap::default());
         loop {
-            let snap = self.locate(c, &h, &mut reads).await?;
+            self.locate(c, &h, &mut reads, &mut snap).await?;
             match self.committed(c, &snap, key, &h).await? {
                 (None, false) => return Ok(false),
                 (Some(live), _) => {
@@ -339,9 +341,9 @@ impl Race {
         key: &[u8],
     ) -> IndexResult<bool> {
         let h = Hashes::of(key);
-        let mut reads = 0;
+        let (mut reads, mut snap) = (0, Snap::default());
         loop {
-            let snap = self.locate(c, &h, &mut reads).await?;
+            self.locate(c, &h, &mut reads, &mut snap).await?;
             match self.committed(c, &snap, key, &h).await? {
                 (None, false) => return Ok(false),
                 (Some(live), _) => {
