@@ -99,8 +99,9 @@ impl Tree {
             let (p0, p1) = phys_range(d0, d1);
             (p0, p1 - p0)
         });
-        raw.resize(lens.clone().map(|(_, n)| n).sum(), 0);
-        let mut reads = piece_reads(leaf, lens, &mut raw);
+        let total = lens.clone().map(|(_, n)| n).sum();
+        at_least(&mut raw, total);
+        let mut reads = piece_reads(leaf, lens, &mut raw[..total]);
         let posted = doorbell::post(c, &mut reads).await;
         drop(reads);
         let mut ok = posted.is_ok();
@@ -147,9 +148,11 @@ impl Tree {
         loop {
             let mut buf = self.leaf_buf(c);
             let mut raw = std::mem::take(&mut buf.raw);
-            raw.resize(plan.raw_len + SLACK, 0);
+            at_least(&mut raw, plan.raw_len + SLACK);
             let read = c.read(leaf, &mut raw[..plan.raw_len]).await;
-            let ok = read.is_ok() && buf.absorb_whole(&raw, plan).is_ok() && buf.validate().is_ok();
+            let whole = &raw[..plan.raw_len + SLACK];
+            let ok =
+                read.is_ok() && buf.absorb_whole(whole, plan).is_ok() && buf.validate().is_ok();
             buf.raw = raw;
             read?;
             if ok {
@@ -311,7 +314,7 @@ impl Tree {
         lw: LockWord,
     ) -> IndexResult<()> {
         let mut out = std::mem::take(&mut buf.raw);
-        out.resize(self.leaf.lock_offset() + 8, 0);
+        at_least(&mut out, self.leaf.lock_offset() + 8);
         let plan = self.write_plan(buf, lo, n, lw, &mut out);
         let written = self.write_pieces(c, leaf, &out, &plan).await;
         buf.raw = out;
@@ -355,6 +358,15 @@ impl Tree {
         out.resize(self.leaf.lock_offset(), 0);
         out.extend_from_slice(&unlocked(lw.encode(&self.leaf)).to_le_bytes());
         out.extend_from_slice(&bound.to_be_bytes());
+    }
+}
+
+/// Grows scratch `raw` to at least `n` bytes and never shrinks it: a pooled buffer is zeroed
+/// only when it first grows, not on every READ and WRITE (what is read or written of it is
+/// always overwritten first).
+fn at_least(raw: &mut Vec<u8>, n: usize) {
+    if raw.len() < n {
+        raw.resize(n, 0);
     }
 }
 
