@@ -172,9 +172,10 @@ pub struct BenchArgs {
     /// small runs).
     #[arg(long)]
     check: bool,
-    /// Also report the share of reads whose key their compute node read before in the run (the
-    /// hit-ratio ceiling of a per-node cache such as CHIME's hotspot buffer), from the run's
-    /// streams drawn again: a few seconds per 10 M operations (not with --trace).
+    /// Also report the share of reads whose key their compute node read before in the run (for
+    /// YCSB C, the hit-ratio ceiling of a per-node cache such as CHIME's hotspot buffer), from
+    /// the run's streams drawn again: a few seconds per 10 M operations (workloads without
+    /// inserts or "latest"; not with --trace).
     #[arg(long)]
     key_reuse: bool,
     /// Draw this many run-phase operations ahead (each client its share) and replay them

@@ -325,6 +325,8 @@ fn bench_refuses_bad_input() {
         (&["bench", "--ops", "1000000000000"][..], "--ops 1000000000000: drawing"),
         (&["bench", "--stream-ops", "1000000000000", "--ops", "2000000000000"][..], "--stream-ops"),
         (&["bench", "--stream-ops", "0"][..], "--stream-ops must be positive"),
+        (&["bench", "--stream-ops", "1", "--ops", "10"][..], "fewer than the run's 2 client tasks"),
+        (&["bench", "--key-reuse", "--workload", "d"][..], "--key-reuse draws the run's streams"),
         (&["bench", "--stream-ops", "10", "--workload", "d"][..], "without inserts or \"latest\""),
         (&["bench", "--key-reuse", "--trace", "x"][..], "a --trace run has none"),
         // Simulator parameters stay in a physical range.

@@ -335,6 +335,13 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
         bail!("--stream-ops must be positive");
     }
     let stream = cfg.stream_ops.map_or(ops, |s| s.min(ops));
+    let tasks = cfg.cns as u64 * cfg.clients as u64 * cfg.coroutines as u64;
+    if stream < ops && stream < tasks {
+        bail!(
+            "--stream-ops {stream} is fewer than the run's {tasks} client tasks: each replays its \
+             own share of the stream, so each needs at least one operation"
+        );
+    }
     let plan = Plan { format, spec, trace, load, items, ops, stream, seed: cfg.seed };
     streams::check_planned(cfg, &plan, machine_bytes())?;
     Ok(plan)

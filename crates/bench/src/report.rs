@@ -140,8 +140,8 @@ impl BenchReport {
         );
         if let Some(r) = self.key_reuse {
             s += &format!(
-                "key reuse: {:.2} % of reads repeat a key their compute node read before (the \
-                 hit-ratio ceiling of a per-node cache)\n",
+                "key reuse: {:.2} % of reads repeat a key their compute node read before (for \
+                 reads alone, the hit-ratio ceiling of a per-node cache that learns from them)\n",
                 r * 100.0
             );
         }

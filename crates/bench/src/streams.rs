@@ -65,6 +65,12 @@ pub(crate) fn check_planned(
     machine: Option<u64>,
 ) -> anyhow::Result<()> {
     if plan.trace.is_some() || !plan.spec.plannable() {
+        if cfg.key_reuse {
+            anyhow::bail!(
+                "--key-reuse draws the run's streams again: it needs a YCSB workload without \
+                 inserts or \"latest\" (a, b, c, f or a --mix like them) and no --trace"
+            );
+        }
         if cfg.stream_ops.is_some() {
             anyhow::bail!(
                 "--stream-ops replays a stream drawn ahead: it needs a YCSB workload without \

@@ -33,7 +33,7 @@
 //! operation stream replayed five times, as the reference harness replays its trace: 61.7 % of
 //! searches hit with 4 ways, 64.7 % with 8, 66.3 % with 16, against 67.4 % for a buffer that
 //! always held the most frequent keys of the stream. 8 ways cost 61 more instructions a search
-//! than 4 (2802 → 2863 counted, 2.2 %), 16 ways 259 (`docs/reproduce.md`).
+//! than 4 (2802 → 2863 counted, 2.2 %), 16 ways 259 (`docs/perf.md`).
 //!
 //! The paper's lookup finds every hotspot of the neighbourhood whose fingerprint matches; those
 //! filed under another home hold the fingerprint of a key with another home, so only a
@@ -256,7 +256,8 @@ mod tests {
     /// neighbourhood asked about.
     #[test]
     fn racing_threads_get_only_slots_of_the_neighbourhood() {
-        let h = Hotspots::new(4 * ENTRY_BYTES * 2, layout()); // two sets: constant conflicts
+        let h = Hotspots::new(WAYS as u64 * ENTRY_BYTES * 2, layout()); // two sets: conflicts
+        assert_eq!(h.sets.len(), 2);
         std::thread::scope(|s| {
             for t in 0..4u64 {
                 let h = &h;
