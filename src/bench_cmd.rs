@@ -314,9 +314,6 @@ pub fn bench_config(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
             bail!("--mn-crash-us: {} does not replicate across memory nodes", a.index);
         }
     }
-    if a.key_reuse && a.trace.is_some() {
-        bail!("--key-reuse draws the run's generated streams again; a --trace run has none");
-    }
     if a.fast_load && a.transport != "sim" {
         bail!("--fast-load goes with --transport sim");
     }

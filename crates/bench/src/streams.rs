@@ -57,26 +57,25 @@ pub(crate) fn planned_sources(plan: &Plan, shared: &Arc<Shared>, n: usize) -> Ve
     (0..n).map(|i| planned_source(plan, shared, i, n)).collect()
 }
 
-/// Operations each run draws ahead, or an error naming the flag if they would not fit in
-/// `machine` bytes (half of them at most: the index and the run need the rest).
+/// Refuses `--key-reuse` and `--stream-ops` on a stream that cannot be drawn ahead, and
+/// operations drawn ahead that would take more than half of `machine` bytes (the index and the
+/// run need the rest), naming the flag. Traces are refused earlier, before they are read.
 pub(crate) fn check_planned(
     cfg: &BenchConfig,
     plan: &Plan,
     machine: Option<u64>,
 ) -> anyhow::Result<()> {
-    if plan.trace.is_some() || !plan.spec.plannable() {
-        if cfg.key_reuse {
+    if !plan.spec.plannable() {
+        if cfg.key_reuse || cfg.stream_ops.is_some() {
+            let flag = if cfg.key_reuse { "--key-reuse" } else { "--stream-ops" };
             anyhow::bail!(
-                "--key-reuse draws the run's streams again: it needs a YCSB workload without \
-                 inserts or \"latest\" (a, b, c, f or a --mix like them) and no --trace"
+                "{flag} draws the run's streams ahead: it needs a YCSB workload without \
+                 inserts or \"latest\" (a, b, c, f or a --mix like them)"
             );
         }
-        if cfg.stream_ops.is_some() {
-            anyhow::bail!(
-                "--stream-ops replays a stream drawn ahead: it needs a YCSB workload without \
-                 inserts or \"latest\" (a, b, c, f or a --mix like them) and no --trace"
-            );
-        }
+        return Ok(());
+    }
+    if plan.trace.is_some() {
         return Ok(());
     }
     // The simulator generates as it goes unless a stream is replayed.

@@ -364,7 +364,7 @@ impl Tree {
 /// Grows scratch `raw` to at least `n` bytes and never shrinks it: a pooled buffer is zeroed
 /// only when it first grows, not on every READ and WRITE (what is read or written of it is
 /// always overwritten first).
-fn at_least(raw: &mut Vec<u8>, n: usize) {
+pub(super) fn at_least(raw: &mut Vec<u8>, n: usize) {
     if raw.len() < n {
         raw.resize(n, 0);
     }

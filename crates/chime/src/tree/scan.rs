@@ -11,7 +11,7 @@ use dmindex_prim::blink::Internal;
 use dmindex_prim::doorbell;
 use dmindex_prim::node_cache::Cached;
 
-use super::leaf_io::PooledLeaf;
+use super::leaf_io::{at_least, PooledLeaf};
 use super::Tree;
 use crate::leaf::SLACK;
 use crate::view::LeafView;
@@ -29,7 +29,7 @@ impl Tree {
             .iter()
             .map(|_| {
                 let mut b = self.leaf_buf(c);
-                b.raw.resize(plan.raw_len + SLACK, 0);
+                at_least(&mut b.raw, plan.raw_len + SLACK);
                 b
             })
             .collect();
@@ -40,7 +40,9 @@ impl Tree {
         doorbell::post_iter(c, reads).await?;
         for (a, b) in leaves.iter().zip(bufs.iter_mut()) {
             let raw = std::mem::take(&mut b.raw);
-            let ok = b.absorb_whole(&raw, plan).is_ok() && b.validate().is_ok() && b.hops_settled();
+            let whole = &raw[..plan.raw_len + SLACK];
+            let ok =
+                b.absorb_whole(whole, plan).is_ok() && b.validate().is_ok() && b.hops_settled();
             b.raw = raw;
             if ok {
                 continue;
