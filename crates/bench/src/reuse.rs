@@ -56,7 +56,7 @@ pub(crate) fn key_reuse(plan: &Plan, n: usize, per_cn: usize) -> Option<f64> {
                 let all = ops.iter().filter(is_read).count();
                 reads += (cycles * all + rest.iter().filter(is_read).count()) as u64;
             }
-            keys.extend(seen.iter().filter(is_read).map(|o| o.number));
+            keys.extend(seen.iter().filter(is_read).map(|o| o.key));
         }
         keys.sort_unstable();
         keys.dedup();

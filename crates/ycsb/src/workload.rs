@@ -310,13 +310,19 @@ impl KeyFormat {
     /// [`KeyFormat::key`] written into `out` (cleared first): a client that reuses one buffer
     /// makes its keys without allocating.
     pub fn key_into(&self, n: u64, out: &mut Vec<u8>) {
-        let v = match (self.style, self.ordered) {
+        self.key_of_value_into(self.value_of(n), out)
+    }
+
+    /// The integer key number `n` is spelled from ([`KeyFormat::key_of_value`]): hashed, folded
+    /// or shifted as the format says.
+    #[inline]
+    pub fn value_of(&self, n: u64) -> u64 {
+        match (self.style, self.ordered) {
             _ if self.fold_bits > 0 => fold(n, self.fold_bits) + 1,
             (KeyStyle::Fixed, true) => n + 1,
             (KeyStyle::Ycsb, true) => n,
             (_, false) => fnvhash64(n),
-        };
-        self.key_of_value_into(v, out)
+        }
     }
 
     /// The key for an already-hashed (or trace-given) integer `v`. For [`KeyStyle::Ycsb`], `v` is
@@ -371,13 +377,15 @@ pub struct Op {
     pub insert_number: Option<u64>,
 }
 
-/// An operation drawn but not yet spelled: its kind and key number (16 bytes), so a client's
-/// whole stream can be drawn before a measured run ([`ClientStream::plannable`]).
+/// An operation drawn but not yet spelled: its kind and key (16 bytes), so a client's whole
+/// stream can be drawn before a measured run ([`ClientStream::plannable`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlannedOp {
     pub kind: OpKind,
-    /// Key number (the insert number for an insert).
-    pub number: u64,
+    /// For an insert, its insert number; otherwise the key as its format's integer
+    /// ([`KeyFormat::value_of`] of the key number), hashed when drawn so that spelling it in a
+    /// measured run is a copy.
+    pub key: u64,
     pub scan_len: u32,
 }
 
@@ -387,8 +395,13 @@ impl PlannedOp {
     pub fn write_into(self, format: KeyFormat, op: &mut Op) {
         op.kind = self.kind;
         op.scan_len = self.scan_len as usize;
-        op.insert_number = (self.kind == OpKind::Insert).then_some(self.number);
-        format.key_into(self.number, &mut op.key);
+        if self.kind == OpKind::Insert {
+            op.insert_number = Some(self.key);
+            format.key_into(self.key, &mut op.key);
+        } else {
+            op.insert_number = None;
+            format.key_of_value_into(self.key, &mut op.key);
+        }
     }
 }
 
@@ -510,7 +523,7 @@ impl ClientStream {
         p.write_into(self.shared.format, op);
     }
 
-    /// The next operation as a key number, not yet spelled ([`PlannedOp::write_into`]).
+    /// The next operation, not yet spelled ([`PlannedOp::write_into`]).
     pub fn next_planned(&mut self) -> PlannedOp {
         let total: f64 = self.weights.iter().sum();
         let mut u = next_double(&mut self.rng) * total;
@@ -527,7 +540,7 @@ impl ClientStream {
         let kind = OpKind::ALL[pick];
         if kind == OpKind::Insert {
             let n = self.shared.inserts.next();
-            return PlannedOp { kind, number: n, scan_len: 0 };
+            return PlannedOp { kind, key: n, scan_len: 0 };
         }
         let number = self.key_number();
         let scan_len = if kind == OpKind::Scan {
@@ -536,7 +549,7 @@ impl ClientStream {
         } else {
             0
         };
-        PlannedOp { kind, number, scan_len }
+        PlannedOp { kind, key: self.shared.format.value_of(number), scan_len }
     }
 
     /// Whether this stream can be drawn ahead of time: no inserts and no "latest" choice, so no
