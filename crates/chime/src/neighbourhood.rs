@@ -29,6 +29,8 @@
 //! hands the encoder the decoded bytes of a written range, so the WRITE is built from the
 //! window too (see `tree::leaf_io`).
 
+use std::mem::MaybeUninit;
+
 use crate::layout::{LeafLayout, MAX_H};
 use crate::leaf::Invalid;
 use crate::read_plan::{ReadPlan, RAW, SLACK, WINDOW};
@@ -37,12 +39,21 @@ use crate::view::{home, wrap, LeafView};
 /// One neighbourhood (or entry) of a leaf, as READ: the READ lands in `raw` as physical bytes;
 /// [`Neighbourhood::absorb`] checks its line versions and copies each line's data into
 /// `window`, all as the [`ReadPlan`] of its home says.
+///
+/// Neither buffer is cleared when made (a search would otherwise zero about 900 bytes it never
+/// reads): each keeps how much of it, from its start, holds bytes, and only those are ever
+/// looked at as bytes. `raw` is zeroed up to what the next READ and its decoding take, once
+/// (a READ lands only in bytes); `window` counts as filled up to what a decoding wrote.
 pub struct Neighbourhood<'p> {
     l: LeafLayout,
     plan: &'p ReadPlan,
     nv_mixed: bool,
-    raw: [u8; RAW + SLACK],
-    window: [u8; WINDOW + SLACK],
+    /// `raw[..raw_init]` is initialised.
+    raw_init: usize,
+    /// `window[..window_init]` is initialised.
+    window_init: usize,
+    raw: [MaybeUninit<u8>; RAW + SLACK],
+    window: [MaybeUninit<u8>; WINDOW + SLACK],
 }
 
 impl<'p> Neighbourhood<'p> {
@@ -54,8 +65,10 @@ impl<'p> Neighbourhood<'p> {
             l,
             plan,
             nv_mixed: false,
-            raw: [0; RAW + SLACK],
-            window: [0; WINDOW + SLACK],
+            raw_init: 0,
+            window_init: 0,
+            raw: [MaybeUninit::uninit(); RAW + SLACK],
+            window: [MaybeUninit::uninit(); WINDOW + SLACK],
         }
     }
 
@@ -78,13 +91,36 @@ impl<'p> Neighbourhood<'p> {
 
     /// The buffer a READ lands in: the pieces' physical bytes back to back.
     pub fn raw_mut(&mut self) -> &mut [u8] {
-        &mut self.raw[..self.plan.raw_len]
+        let need = self.plan.raw_len;
+        &mut raw_filled(&mut self.raw, &mut self.raw_init, need + SLACK)[..need]
+    }
+
+    /// The decoded bytes, as far as decodings have filled the window.
+    #[inline]
+    fn win(&self) -> &[u8] {
+        // SAFETY: `window[..window_init]` is initialised: `absorb` raises `window_init` only to
+        // the end of what its plan's runs wrote (they cover the plan's whole window, see
+        // `ReadPlan::copy_lines_uninit`), and writes go through `win_mut`'s byte slices.
+        unsafe { std::slice::from_raw_parts(self.window.as_ptr().cast::<u8>(), self.window_init) }
+    }
+
+    /// [`Neighbourhood::win`], to change.
+    #[inline]
+    fn win_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `win`; the slice borrows `self.window` mutably for its lifetime.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.window.as_mut_ptr().cast::<u8>(), self.window_init)
+        }
     }
 
     /// Checks the READ in `raw` and decodes it into the window; `Err` if a line is torn. Node
     /// versions are compared for [`Neighbourhood::validate`].
     pub fn absorb(&mut self) -> Result<(), Invalid> {
-        self.nv_mixed = self.plan.apply(&self.raw, &mut self.window)?;
+        let plan = self.plan;
+        let raw = raw_filled(&mut self.raw, &mut self.raw_init, plan.raw_len + SLACK);
+        plan.copy_lines_uninit(raw, &mut self.window)?;
+        self.window_init = self.window_init.max(plan.window_len);
+        self.nv_mixed = plan.nv_mixed(self.win());
         Ok(())
     }
 
@@ -107,7 +143,7 @@ impl<'p> Neighbourhood<'p> {
             .iter()
             .find(|&&(d0, d1, _)| d0 <= d && d < d1)
             .unwrap_or_else(|| panic!("decoded offset {d} was not read"));
-        &self.window[at + d - d0..at + d1 - d0]
+        &self.win()[at + d - d0..at + d1 - d0]
     }
 
     /// Where slot `i` sits in the window.
@@ -123,8 +159,23 @@ impl<'p> Neighbourhood<'p> {
     #[inline]
     fn key_at(&self, j: usize) -> u64 {
         let at = self.plan.slots[j] as usize + self.l.key_off();
-        u64::from_be_bytes(self.window[at..at + 8].try_into().expect("8 bytes"))
+        u64::from_be_bytes(self.win()[at..at + 8].try_into().expect("8 bytes"))
     }
+}
+
+/// The first `need` bytes of `raw`, of which `raw[..*init]` are initialised: the rest up to
+/// `need` is zeroed first (a READ lands in them, or the decoding's slack reads them).
+#[inline]
+fn raw_filled<'a>(raw: &'a mut [MaybeUninit<u8>], init: &mut usize, need: usize) -> &'a mut [u8] {
+    if *init < need {
+        raw[*init..need].fill(MaybeUninit::new(0));
+        *init = need;
+    }
+    let raw = &mut raw[..need];
+    // SAFETY: all `need` bytes are initialised: zeroed just above or by an earlier call, and
+    // written since only through byte slices like this one, which cannot uninitialise them.
+    // `MaybeUninit<u8>` and `u8` have the same size and alignment; the result reborrows `raw`.
+    unsafe { &mut *(raw as *mut [MaybeUninit<u8>] as *mut [u8]) }
 }
 
 impl LeafView for Neighbourhood<'_> {
@@ -136,18 +187,19 @@ impl LeafView for Neighbourhood<'_> {
     #[inline]
     fn entry_bytes(&self, i: usize) -> &[u8] {
         let at = self.at(i);
-        &self.window[at..at + self.l.entry_len]
+        &self.win()[at..at + self.l.entry_len]
     }
 
     #[inline]
     fn entry_bytes_mut(&mut self, i: usize) -> &mut [u8] {
         let at = self.at(i);
-        &mut self.window[at..at + self.l.entry_len]
+        let n = self.l.entry_len;
+        &mut self.win_mut()[at..at + n]
     }
 
     fn replica_bytes(&self) -> Option<&[u8]> {
         let at = *self.plan.replicas.first()? as usize;
-        Some(&self.window[at..at + self.l.meta_len])
+        Some(&self.win()[at..at + self.l.meta_len])
     }
 
     fn decoded_from(&self, d: usize) -> &[u8] {

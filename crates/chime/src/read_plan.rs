@@ -20,6 +20,8 @@
 //! replica — carries one node-level version; the neighbourhood
 //! ([`crate::neighbourhood::Neighbourhood`]) applies a plan to its buffers.
 
+use std::mem::MaybeUninit;
+
 use arrayvec::ArrayVec;
 use dmindex_prim::cacheline::{phys, phys_range, Objects, LINE};
 use smallvec::SmallVec;
@@ -132,10 +134,15 @@ impl ReadPlan {
     #[inline]
     pub fn apply(&self, raw: &[u8], window: &mut [u8]) -> Result<bool, Invalid> {
         self.copy_lines(raw, window)?;
-        // Every object read carries one node-level version.
+        Ok(self.nv_mixed(window))
+    }
+
+    /// Whether the objects a decoded `window` holds carry more than one node-level version.
+    #[inline]
+    pub fn nv_mixed(&self, window: &[u8]) -> bool {
         let first = window[*self.replicas.first().unwrap_or(&self.slots[0]) as usize];
         let objects = self.slots.iter().chain(&self.replicas);
-        Ok(version::nv_mixed(objects.fold(0, |d, &o| d | (window[o as usize] ^ first))))
+        version::nv_mixed(objects.fold(0, |d, &o| d | (window[o as usize] ^ first)))
     }
 
     /// The line part of [`ReadPlan::apply`]: checks every line's version against its object's
@@ -149,6 +156,31 @@ impl ReadPlan {
             let (from, to) = (from as usize, to as usize);
             // Past a run's own bytes this copies garbage that the next run (or the slack) takes.
             window[to..to + SLACK].copy_from_slice(&raw[from..from + SLACK]);
+        }
+        Ok(())
+    }
+
+    /// [`ReadPlan::copy_lines`] into a window not yet initialised. On `Ok`, `window[..
+    /// window_len]` is initialised: the runs cover the decoded bytes of every piece, back to
+    /// back from 0 (pinned by a test), and each writes [`SLACK`] bytes, at least its own.
+    #[inline]
+    pub fn copy_lines_uninit(
+        &self,
+        raw: &[u8],
+        window: &mut [MaybeUninit<u8>],
+    ) -> Result<(), Invalid> {
+        if self.checks.iter().any(|&(line, owner)| raw[line as usize] != raw[owner as usize]) {
+            return Err(Invalid::Torn);
+        }
+        for &(from, to, _) in &self.runs {
+            let (from, to) = (from as usize, to as usize);
+            let (src, dst) = (&raw[from..from + SLACK], &mut window[to..to + SLACK]);
+            // SAFETY: both ranges were bounds-checked just above to be SLACK bytes long; they
+            // lie in different buffers; `MaybeUninit<u8>` has `u8`'s layout, and writing
+            // initialised bytes into it is always allowed.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), SLACK)
+            };
         }
         Ok(())
     }
@@ -212,5 +244,34 @@ mod tests {
         assert_eq!((w.reads.as_slice(), w.window_len), (&[(0, 1316)][..], 1296));
         assert_eq!((w.slots.len(), w.replicas.len(), w.checks.len()), (64, 8, 20));
         assert!(!w.fits_window());
+    }
+
+    /// The runs of every plan write its whole window, back to back from 0, each at most
+    /// [`SLACK`] bytes: what lets a neighbourhood count its window initialised up to
+    /// `window_len` after decoding into uninitialised bytes.
+    #[test]
+    fn runs_cover_the_window_back_to_back() {
+        use crate::layout::LeafKind;
+        let kinds = [
+            LeafKind::CHIME,
+            LeafKind { hopscotch: true, replicated: false, fenced: true },
+            LeafKind { hopscotch: true, replicated: true, fenced: true },
+        ];
+        for kind in kinds {
+            for (span, h) in [(64, 8), (64, 4), (64, 16), (32, 8), (128, 16)] {
+                let l = LeafLayout::with_kind(span, h, kind).unwrap();
+                let plans = ReadPlan::every_home(&l).into_vec().into_iter();
+                let plans = plans.chain(ReadPlan::every_entry(&l).into_vec());
+                for p in plans.chain([ReadPlan::whole(&l)]) {
+                    let mut end = 0;
+                    for &(_, to, len) in &p.runs {
+                        assert_eq!(to as usize, end, "runs of {:?} leave a gap", p.reads);
+                        assert!(len as usize <= SLACK);
+                        end += len as usize;
+                    }
+                    assert_eq!(end, p.window_len);
+                }
+            }
+        }
     }
 }
