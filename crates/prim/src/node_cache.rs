@@ -49,6 +49,9 @@ pub trait CachedNode {
     fn covers(&self, k: &Self::Key) -> bool;
     /// Bytes it costs in the cache.
     fn cache_cost(&self) -> u64;
+    /// The key's leading 64 bits, in the keys' order: `a < b` implies `radix(a) <= radix(b)`.
+    /// A level's radix table ([`Level::find`]) buckets low fences by its top bits.
+    fn radix(k: &Self::Key) -> u64;
 }
 
 /// A cached copy of the node at `addr`.
@@ -58,19 +61,49 @@ pub struct Cached<N> {
     pub node: N,
 }
 
+/// Bits of a key's [`CachedNode::radix`] that pick its bucket in a level's radix table.
+const RADIX_BITS: u32 = 12;
+/// Buckets of a level's radix table (16 KB of `u32` starts per level in use).
+const BUCKETS: usize = 1 << RADIX_BITS;
+
+/// The bucket of key `k` in a level's radix table.
+#[inline]
+fn bucket<N: CachedNode>(k: &N::Key) -> usize {
+    (N::radix(k) >> (64 - RADIX_BITS)) as usize
+}
+
 /// One level's copies, by low fence: a sorted array searched by bisection. A node's low fence
 /// never changes (a split keeps the left node's and gives the right one a new one), so once a
 /// low has a place it keeps it: dropping a copy (eviction, a stale copy) empties the place
 /// rather than removing it, and a later copy of that node refills it. Only a node never cached
 /// before shifts the array, once; lookups, refreshes and drops are logarithmic.
+///
+/// # The radix table
+///
+/// Bisecting hundreds of lows is a chain of ten dependent loads over tens of lines on every
+/// lookup. `starts[b]` counts the lows whose bucket (their radix's top [`RADIX_BITS`] bits) is
+/// below `b`, so the lows of bucket `b` are `lows[starts[b] .. starts[b + 1]]`, and the greatest
+/// low ≤ `k` is among them or is the last one before them: lows of lower buckets are below `k`,
+/// of higher ones above it. A lookup bisects one bucket (for hashed keys, none or one low); keys
+/// that share their leading bits all land in one bucket, and the bisection is the whole
+/// array's again. Placing a new low bumps the starts above its bucket.
+///
+/// ```text
+/// lows:    [ 0x05.. | 0x3a.., 0x3f.. | 0xc1.. ]        buckets 0x0, 0x3, 0xc (of 16, say)
+/// starts:  b = 0  1  2  3  4 .. c  d .. 16
+///              0  1  1  1  3 .. 3  4 .. 4
+/// find(0x3c..): bucket 3 -> bisect lows[1 .. 3] -> index 2 -> the low 0x3a..
+/// ```
 struct Level<N: CachedNode> {
     lows: Vec<N::Key>,
     nodes: Vec<Option<Cached<N>>>,
+    /// `BUCKETS + 1` starts, made with the first low.
+    starts: Box<[u32]>,
 }
 
 impl<N: CachedNode> Default for Level<N> {
     fn default() -> Level<N> {
-        Level { lows: Vec::new(), nodes: Vec::new() }
+        Level { lows: Vec::new(), nodes: Vec::new(), starts: Box::default() }
     }
 }
 
@@ -78,7 +111,9 @@ impl<N: CachedNode> Level<N> {
     /// The node whose range covers `k`: the copy with the greatest low fence ≤ `k`.
     #[inline]
     fn find(&self, k: &N::Key) -> Option<&Cached<N>> {
-        let i = self.lows.partition_point(|l| l <= k);
+        let b = bucket::<N>(k);
+        let (lo, hi) = (*self.starts.get(b)? as usize, self.starts[b + 1] as usize);
+        let i = lo + self.lows[lo..hi].partition_point(|l| l <= k);
         let c = self.nodes.get(i.checked_sub(1)?)?.as_ref()?;
         c.node.covers(k).then_some(c)
     }
@@ -88,8 +123,14 @@ impl<N: CachedNode> Level<N> {
         match self.lows.binary_search(low) {
             Ok(i) => i,
             Err(i) => {
+                if self.starts.is_empty() {
+                    self.starts = vec![0; BUCKETS + 1].into_boxed_slice();
+                }
                 self.lows.insert(i, low.clone());
                 self.nodes.insert(i, None);
+                for s in &mut self.starts[bucket::<N>(low) + 1..] {
+                    *s += 1;
+                }
                 i
             }
         }
@@ -218,6 +259,12 @@ mod tests {
         fn cache_cost(&self) -> u64 {
             100
         }
+        fn radix(k: &Vec<u8>) -> u64 {
+            let mut b = [0u8; 8];
+            let n = k.len().min(8);
+            b[..n].copy_from_slice(&k[..n]);
+            u64::from_be_bytes(b)
+        }
     }
 
     fn node(level: u8, low: &str, high: &str) -> Prefix {
@@ -264,5 +311,64 @@ mod tests {
         let none = NodeCache::new(0);
         none.insert(GlobalAddr::new(0, 64), node(1, "a", "b"));
         assert_eq!(none.bytes(), 0);
+    }
+
+    /// A node over `[low, high]` of `u64` keys, for the radix table's model test.
+    struct Span(u64, u64);
+
+    impl CachedNode for Span {
+        type Key = u64;
+        fn level(&self) -> u8 {
+            1
+        }
+        fn low(&self) -> &u64 {
+            &self.0
+        }
+        fn covers(&self, k: &u64) -> bool {
+            self.0 <= *k && *k <= self.1
+        }
+        fn cache_cost(&self) -> u64 {
+            1
+        }
+        fn radix(k: &u64) -> u64 {
+            *k
+        }
+    }
+
+    /// Lookups through the radix table find what a bisection of all lows finds (a `BTreeMap`
+    /// here), for lows spread over the key space, crowded in one bucket, and at its edges.
+    #[test]
+    fn radix_table_lookups_match_a_sorted_map() {
+        use std::collections::BTreeMap;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for crowd in [u64::MAX, 0xFFFF, 0] {
+            let c = NodeCache::new(u64::MAX);
+            let mut model = BTreeMap::new();
+            let mut lows: Vec<u64> = (0..600).map(|_| rand() & crowd).collect();
+            lows.extend([0, 1, u64::MAX, u64::MAX - 1, 1 << 52, (1 << 52) - 1]);
+            lows.sort_unstable();
+            lows.dedup();
+            // Adjacent spans, inserted in random order: each covers up to the next low.
+            let mut order: Vec<usize> = (0..lows.len()).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, rand() as usize % (i + 1));
+            }
+            for &i in &order {
+                let high = lows.get(i + 1).map_or(u64::MAX, |h| h - 1);
+                c.insert(GlobalAddr::new(0, 64 * (i as u64 + 1)), Span(lows[i], high));
+                model.insert(lows[i], 64 * (i as u64 + 1));
+            }
+            let probes = (0..5000).map(|_| rand() & crowd).chain(lows.iter().copied());
+            for k in probes.chain([0, u64::MAX]) {
+                let want = model.range(..=k).next_back().map(|(_, &a)| a);
+                assert_eq!(c.with(1, &k, |n| n.addr.offset()), want, "key {k:#x}");
+            }
+        }
     }
 }

@@ -213,6 +213,10 @@ impl CachedNode for Internal {
     fn cache_cost(&self) -> u64 {
         (8 + INTERNAL_HEADER + INTERNAL_ENTRY * self.routes.len()) as u64
     }
+
+    fn radix(k: &u64) -> u64 {
+        *k
+    }
 }
 
 /// The CN-wide cache of internal nodes ([`crate::node_cache`]).
