@@ -103,6 +103,7 @@ use crate::read_plan::ReadPlan;
 use crate::shape::MAGIC;
 pub use crate::shape::{factors_on, ChimeShape, FACTORS, MAX_INDIRECT};
 use crate::tree::{Probe, Tree};
+use crate::view::SlotValue;
 
 /// Which index a [`ChimeIndex`] is: the factors it starts from and its name.
 pub trait Variant: 'static {
@@ -308,7 +309,7 @@ impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         let (k, probe) = self.key_of(key)?;
         out.clear();
-        let Some(slot) = self.tree.search(c, k, probe).await? else { return Ok(false) };
+        let Some(SlotValue(slot)) = self.tree.search(c, k, probe).await? else { return Ok(false) };
         if self.shape.indirect() {
             let block = GlobalAddr::from_raw(u64::from_le_bytes(slot));
             self.tree.blocks.value_into(c, block, None, out).await?;

@@ -25,7 +25,7 @@ use dmindex_prim::blink::write_split;
 use crate::layout::LockWord;
 use crate::leaf::LeafBuf;
 use crate::tree::{Attempt, Insert, LockedLeaf, Probe, Tree, Where};
-use crate::view::LeafView;
+use crate::view::{LeafView, SlotValue};
 
 impl Tree {
     /// The slot of the probed key in sorted leaf `buf` (whole): binary search, or with long keys
@@ -47,14 +47,14 @@ impl Tree {
         c: &Client<T>,
         k: u64,
         probe: Probe<'_>,
-    ) -> IndexResult<Option<[u8; 8]>> {
+    ) -> IndexResult<Option<SlotValue>> {
         'outer: loop {
             let loc = self.blink.locate(c, k).await?;
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
-                    return Ok(Some(buf.value(i)));
+                    return Ok(Some(SlotValue(buf.value(i))));
                 }
                 match self.judge(&loc, &*buf, k) {
                     Where::Absent => return Ok(None),

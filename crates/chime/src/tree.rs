@@ -32,6 +32,7 @@ use crate::hotspot::Hotspots;
 use crate::layout::{LeafLayout, LockWord};
 use crate::leaf::LeafBuf;
 use crate::read_plan::ReadPlan;
+use crate::view::SlotValue;
 
 pub(crate) use descent::Where;
 pub(crate) use leaf_io::LockedLeaf;
@@ -144,7 +145,7 @@ impl Tree {
         c: &Client<T>,
         k: u64,
         probe: Probe<'_>,
-    ) -> IndexResult<Option<[u8; 8]>> {
+    ) -> IndexResult<Option<SlotValue>> {
         match self.paths() {
             LeafPaths::Hopscotch => self.hopscotch_search(c, k, probe).await,
             LeafPaths::Sorted => self.sorted_search(c, k, probe).await,

@@ -10,7 +10,7 @@ use super::{Attempt, Insert, Probe, Tree, Where};
 use crate::layout::LockWord;
 use crate::leaf::{home, Hop};
 use crate::neighbourhood::Neighbourhood;
-use crate::view::{wrap, LeafView};
+use crate::view::{wrap, LeafView, SlotValue};
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 
@@ -40,7 +40,7 @@ impl Tree {
         k: u64,
         probe: Probe<'_>,
         nb: &mut Neighbourhood<'t>,
-    ) -> IndexResult<Option<[u8; 8]>> {
+    ) -> IndexResult<Option<SlotValue>> {
         let (Some(hs), Probe::Exact) = (&self.hotspots, probe) else { return Ok(None) };
         let Some(slot) = hs.best(leaf, h, k) else {
             return Ok(None);
@@ -49,7 +49,7 @@ impl Tree {
         if self.read_entry(c, leaf, slot, nb).await? && nb.key(slot) == k {
             hs.hits.bump(c.ordinal());
             hs.touch(leaf, h, slot, k);
-            return Ok(Some(nb.value(slot)));
+            return Ok(Some(SlotValue(nb.value(slot))));
         }
         hs.forget(leaf, h, slot);
         Ok(None)
@@ -61,7 +61,7 @@ impl Tree {
         c: &Client<T>,
         k: u64,
         probe: Probe<'_>,
-    ) -> IndexResult<Option<[u8; 8]>> {
+    ) -> IndexResult<Option<SlotValue>> {
         let s = self.leaf.span;
         let h = home(k, s);
         let mut buf = self.neighbourhood(h);
@@ -77,7 +77,7 @@ impl Tree {
                     if let Some(hs) = &self.hotspots {
                         hs.touch(cur, h, i, k);
                     }
-                    return Ok(Some(buf.value(i)));
+                    return Ok(Some(SlotValue(buf.value(i))));
                 }
                 if buf.status(h) != buf.bitmap(h) {
                     // A hop is in flight: what we read is an intermediate state.
