@@ -44,17 +44,18 @@ pub const RAW: usize = WINDOW + WINDOW.div_ceil(63) + 3;
 /// piece): a plan that size keeps everything inline; a whole leaf's spills to the heap.
 const LINES: usize = RAW.div_ceil(LINE) + 3;
 
-/// One planned READ of a window of a leaf (see the module docs). Offsets are `u32`: a leaf of
-/// 1024 entries is about 20 KB.
+/// One planned READ of a window of a leaf (see the module docs). Offsets within the READ are
+/// `u16` (a leaf of 1024 entries is about 20 KB), so that a neighbourhood's plan, read on
+/// every search, spans a few cache lines rather than eight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadPlan {
     pub reads: ArrayVec<(u32, u32), 3>,
-    pub checks: SmallVec<[(u32, u32); LINES]>,
-    pub runs: SmallVec<[(u32, u32, u8); LINES]>,
+    pub checks: SmallVec<[(u16, u16); LINES]>,
+    pub runs: SmallVec<[(u16, u16, u8); LINES]>,
     pub lo: usize,
     pub count: usize,
-    pub slots: SmallVec<[u32; MAX_H]>,
-    pub replicas: SmallVec<[u32; 4]>,
+    pub slots: SmallVec<[u16; MAX_H]>,
+    pub replicas: SmallVec<[u16; 4]>,
     pub pieces: ArrayVec<(usize, usize, usize), 3>,
     /// Physical bytes READ, and decoded bytes in the window.
     pub raw_len: usize,
@@ -96,7 +97,7 @@ impl ReadPlan {
             while b < p1 {
                 let owner = l.object_start(b + 1 - b / LINE);
                 assert!(owner >= d0, "line {b} is owned by an object before the READ");
-                plan.checks.push(((off + b - p0) as u32, (off + phys(owner) - p0) as u32));
+                plan.checks.push(((off + b - p0) as u16, (off + phys(owner) - p0) as u16));
                 b += LINE;
             }
             // Each line's data, in order, without its version byte.
@@ -107,23 +108,24 @@ impl ReadPlan {
                     continue;
                 }
                 let len = ((ph / LINE + 1) * LINE).min(p1) - ph;
-                plan.runs.push(((off + ph - p0) as u32, (at + d - d0) as u32, len as u8));
+                plan.runs.push(((off + ph - p0) as u16, (at + d - d0) as u16, len as u8));
                 (ph, d) = (ph + len, d + len);
             }
             // Replicas start at group boundaries.
             let mut g = d0.div_ceil(group) * group;
             while g < d1 {
-                plan.replicas.push((at + g - d0) as u32);
+                plan.replicas.push((at + g - d0) as u16);
                 g += group;
             }
             (off, at) = (off + p1 - p0, at + d1 - d0);
         }
         (plan.raw_len, plan.window_len) = (off, at);
+        assert!(off <= u16::MAX as usize, "a READ of {off} bytes is past a plan's offsets");
         for j in 0..n {
             let e = l.entry(wrap(lo + j, l.span));
             let &(d0, _, at) =
                 plan.pieces.iter().find(|&&(d0, d1, _)| d0 <= e && e < d1).expect("slot read");
-            plan.slots.push((at + e - d0) as u32);
+            plan.slots.push((at + e - d0) as u16);
         }
         plan
     }
@@ -223,14 +225,14 @@ mod tests {
         assert_eq!(p.pieces.as_slice(), [(l.entry(3), l.entry(10) + 19, 0)]);
         // Decoded [67, 229) is physical [68, 232): lines 2 and 3 start inside it.
         assert_eq!(p.reads.as_slice(), [(68, 164)]);
-        assert_eq!(p.replicas.as_slice(), [(l.replica(1) - l.entry(3)) as u32]);
+        assert_eq!(p.replicas.as_slice(), [(l.replica(1) - l.entry(3)) as u16]);
         assert_eq!(p.slots.as_slice(), &[0, 19, 38, 57, 76, 105, 124, 143]);
         // Line 2's version (physical 128) is entry 6's (decoded 124, physical 125); line 3's
         // (physical 192) is entry 8's (decoded 172, physical 174); offsets are from 68.
         assert_eq!(p.checks.as_slice(), [(60, 57), (124, 106)]);
         assert_eq!((p.raw_len, p.window_len), (164, 162));
         let p = ReadPlan::new(&l, 8, 8, false);
-        assert_eq!((p.replicas.as_slice(), p.slots[0]), (&[0u32][..], 10));
+        assert_eq!((p.replicas.as_slice(), p.slots[0]), (&[0u16][..], 10));
         let p = ReadPlan::new(&l, 60, 8, false);
         assert_eq!(p.pieces.len(), 2);
         assert_eq!(p.pieces[1], (0, l.entry(3) + 19, 4 * 19));
@@ -244,6 +246,7 @@ mod tests {
         assert_eq!((w.reads.as_slice(), w.window_len), (&[(0, 1316)][..], 1296));
         assert_eq!((w.slots.len(), w.replicas.len(), w.checks.len()), (64, 8, 20));
         assert!(!w.fits_window());
+        assert!(std::mem::size_of::<ReadPlan>() <= 344, "{}", std::mem::size_of::<ReadPlan>());
     }
 
     /// The runs of every plan write its whole window, back to back from 0, each at most
