@@ -92,6 +92,14 @@ impl LeafKind {
     pub const CHIME: LeafKind = LeafKind { hopscotch: true, replicated: true, fenced: false };
     /// The enhanced Sherman leaf.
     pub const SHERMAN: LeafKind = LeafKind { hopscotch: false, replicated: false, fenced: true };
+    /// Hopscotch leaves with and without metadata replication and fences, for tests that must
+    /// hold over each.
+    #[cfg(test)]
+    pub const HOPSCOTCH_KINDS: [LeafKind; 3] = [
+        LeafKind::CHIME,
+        LeafKind { hopscotch: true, replicated: false, fenced: true },
+        LeafKind { hopscotch: true, replicated: true, fenced: true },
+    ];
 }
 
 /// Geometry of a leaf.

@@ -241,12 +241,7 @@ mod tests {
     /// entries and metadata, for every home, with and without replication and fences.
     #[test]
     fn windows_agree_with_the_whole_leaf() {
-        let kinds = [
-            LeafKind::CHIME,
-            LeafKind { hopscotch: true, replicated: false, fenced: true },
-            LeafKind { hopscotch: true, replicated: true, fenced: true },
-        ];
-        for kind in kinds {
+        for kind in LeafKind::HOPSCOTCH_KINDS {
             for h in [4, 8, 16] {
                 let l = LeafLayout::with_kind(64, h, kind).unwrap();
                 let mut whole = LeafBuf::empty(l);

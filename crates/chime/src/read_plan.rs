@@ -255,12 +255,7 @@ mod tests {
     #[test]
     fn runs_cover_the_window_back_to_back() {
         use crate::layout::LeafKind;
-        let kinds = [
-            LeafKind::CHIME,
-            LeafKind { hopscotch: true, replicated: false, fenced: true },
-            LeafKind { hopscotch: true, replicated: true, fenced: true },
-        ];
-        for kind in kinds {
+        for kind in LeafKind::HOPSCOTCH_KINDS {
             for (span, h) in [(64, 8), (64, 4), (64, 16), (32, 8), (128, 16)] {
                 let l = LeafLayout::with_kind(span, h, kind).unwrap();
                 let plans = ReadPlan::every_home(&l).into_vec().into_iter();
