@@ -101,9 +101,7 @@ impl Tree {
         });
         let total = lens.clone().map(|(_, n)| n).sum();
         at_least(&mut raw, total);
-        let mut reads = piece_reads(leaf, lens, &mut raw[..total]);
-        let posted = doorbell::post(c, &mut reads).await;
-        drop(reads);
+        let posted = read_pieces(c, leaf, lens, &mut raw[..total]).await;
         let mut ok = posted.is_ok();
         let mut at = 0;
         for &(d0, d1) in ranges {
@@ -208,17 +206,8 @@ impl Tree {
         leaf: GlobalAddr,
         nb: &mut Neighbourhood<'_>,
     ) -> IndexResult<Result<(), Invalid>> {
-        let plan = nb.plan();
-        if let [(p0, _)] = plan.reads.as_slice() {
-            // One piece (most neighbourhoods): the READ itself. Going through doorbell::post's
-            // own one-verb case costs ~250 instructions a search more (callgrind).
-            c.read(leaf.add(*p0 as u64), nb.raw_mut()).await?;
-            return Ok(nb.absorb());
-        }
-        let pieces = plan.reads.iter().map(|&(p0, n)| (p0 as usize, n as usize));
-        let mut reads = piece_reads(leaf, pieces, nb.raw_mut());
-        doorbell::post(c, &mut reads).await?;
-        drop(reads);
+        let pieces = nb.plan().reads.iter().map(|&(p0, n)| (p0 as usize, n as usize));
+        read_pieces(c, leaf, pieces, nb.raw_mut()).await?;
         Ok(nb.absorb())
     }
 
@@ -379,17 +368,25 @@ pub(crate) type PooledLeaf<'t> = Pooled<'t, LeafBuf>;
 
 /// READs of a leaf's physical `pieces` (offset, length), landing back to back in `raw`: one
 /// doorbell (a lone piece is posted as a plain READ).
-fn piece_reads<'b>(
+async fn read_pieces<T: Transport>(
+    c: &Client<T>,
     leaf: GlobalAddr,
-    pieces: impl Iterator<Item = (usize, usize)>,
-    raw: &'b mut [u8],
-) -> ArrayVec<BatchOp<'b>, 3> {
-    let mut reads = ArrayVec::new();
+    pieces: impl ExactSizeIterator<Item = (usize, usize)>,
+    raw: &mut [u8],
+) -> IndexResult<()> {
+    if pieces.len() == 1 {
+        // One piece (most neighbourhoods and most inserts' READs): the READ itself. Going
+        // through doorbell::post's own one-verb case costs ~250 instructions a search more
+        // (callgrind).
+        let (p0, n) = pieces.into_iter().next().expect("one piece");
+        return Ok(c.read(leaf.add(p0 as u64), &mut raw[..n]).await?);
+    }
+    let mut reads: ArrayVec<BatchOp<'_>, 3> = ArrayVec::new();
     let mut rest = raw;
     for (p0, n) in pieces {
         let (piece, tail) = rest.split_at_mut(n);
         reads.push(BatchOp::Read { addr: leaf.add(p0 as u64), buf: piece });
         rest = tail;
     }
-    reads
+    doorbell::post(c, &mut reads).await
 }
