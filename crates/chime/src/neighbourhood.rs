@@ -43,7 +43,10 @@ use crate::view::{home, wrap, LeafView};
 /// Neither buffer is cleared when made (a search would otherwise zero about 900 bytes it never
 /// reads): each keeps how much of it, from its start, holds bytes, and only those are ever
 /// looked at as bytes. `raw` is zeroed up to what the next READ and its decoding take, once
-/// (a READ lands only in bytes); `window` counts as filled up to what a decoding wrote.
+/// (a READ lands only in bytes); `window` counts as filled up to the plan's window once a
+/// decoding has written it (zeroing whatever part of it the plan's runs left unwritten, which
+/// no plan made by [`ReadPlan::new`] does; a plan's fields are public, so this is checked, not
+/// assumed).
 pub struct Neighbourhood<'p> {
     l: LeafLayout,
     plan: &'p ReadPlan,
@@ -98,9 +101,10 @@ impl<'p> Neighbourhood<'p> {
     /// The decoded bytes, as far as decodings have filled the window.
     #[inline]
     fn win(&self) -> &[u8] {
-        // SAFETY: `window[..window_init]` is initialised: `absorb` raises `window_init` only to
-        // the end of what its plan's runs wrote (they cover the plan's whole window, see
-        // `ReadPlan::copy_lines_uninit`), and writes go through `win_mut`'s byte slices.
+        // SAFETY: `window[..window_init]` is initialised: `absorb` raises `window_init` to a
+        // plan's `window_len` only once every byte below it holds one (written by the runs
+        // just now, initialised before, or zeroed there), and writes go through `win_mut`'s
+        // byte slices. `window_init` never exceeds the array: `absorb` bounds-checks it.
         unsafe { std::slice::from_raw_parts(self.window.as_ptr().cast::<u8>(), self.window_init) }
     }
 
@@ -118,8 +122,15 @@ impl<'p> Neighbourhood<'p> {
     pub fn absorb(&mut self) -> Result<(), Invalid> {
         let plan = self.plan;
         let raw = raw_filled(&mut self.raw, &mut self.raw_init, plan.raw_len + SLACK);
-        plan.copy_lines_uninit(raw, &mut self.window)?;
-        self.window_init = self.window_init.max(plan.window_len);
+        let written = plan.copy_lines_uninit(raw, &mut self.window)?;
+        let need = plan.window_len;
+        if written < need {
+            // Only a plan changed after `ReadPlan::new` gets here: its gap reads as zeroes.
+            let from = written.max(self.window_init).min(need);
+            self.window[from..need].fill(MaybeUninit::new(0));
+        }
+        // `need` is within the array: the runs wrote past it, or the fill above checked it.
+        self.window_init = self.window_init.max(need);
         self.nv_mixed = plan.nv_mixed(self.win());
         Ok(())
     }
@@ -316,5 +327,48 @@ mod tests {
         one.raw_mut()[..n].copy_from_slice(&po[p0..p0 + n]);
         one.absorb().unwrap();
         assert_eq!((one.key(5), one.validate()), (0, Err(Invalid::NoReplica)));
+    }
+
+    /// One neighbourhood reused as a search uses it: a single-entry READ, then a neighbourhood
+    /// READ that is torn, then the retry; and a plan whose runs were taken away after it was
+    /// made, whose window then reads as zeroes rather than as bytes never written.
+    #[test]
+    fn one_window_through_plans_of_every_size_and_a_broken_plan() {
+        let l = LeafLayout::new(64, 8).unwrap();
+        let mut whole = LeafBuf::empty(l);
+        for i in 0..64 {
+            whole.set_entry(i, 500 + i as u64, (i as u64 * 3).to_le_bytes());
+        }
+        let mut phys = Vec::new();
+        cacheline::encode(&l, &whole.bytes, 0, l.decoded(), &mut phys);
+        let read = |nb: &mut Neighbourhood<'_>, torn: bool| {
+            let mut raw = Vec::new();
+            for (p0, n) in nb.raw_lens() {
+                raw.extend_from_slice(&phys[p0..p0 + n]);
+            }
+            if torn {
+                let line = (0..raw.len()).find(|&b| (68 + b) % 64 == 0).unwrap();
+                raw[line] ^= 0x10;
+            }
+            nb.raw_mut()[..raw.len()].copy_from_slice(&raw);
+            nb.absorb()
+        };
+        let (entry, home) = (ReadPlan::new(&l, 5, 1, true), ReadPlan::new(&l, 3, 8, false));
+        let mut nb = Neighbourhood::new(l, &entry);
+        read(&mut nb, false).unwrap();
+        assert_eq!((nb.key(5), nb.value(5)), (505, 15u64.to_le_bytes()));
+        nb.reset(&home);
+        assert_eq!(read(&mut nb, true), Err(Invalid::Torn));
+        nb.reset(&home);
+        read(&mut nb, false).unwrap();
+        nb.validate().unwrap();
+        for i in 3..11 {
+            assert_eq!((nb.key(i), nb.value(i)), (whole.key(i), whole.value(i)));
+        }
+        let mut broken = ReadPlan::new(&l, 5, 1, true);
+        broken.runs.clear();
+        let mut nb = Neighbourhood::new(l, &broken);
+        read(&mut nb, false).unwrap();
+        assert_eq!((nb.key(5), nb.value(5)), (0, [0; 8]));
     }
 }

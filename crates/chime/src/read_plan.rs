@@ -162,18 +162,20 @@ impl ReadPlan {
         Ok(())
     }
 
-    /// [`ReadPlan::copy_lines`] into a window not yet initialised. On `Ok`, `window[..
-    /// window_len]` is initialised: the runs cover the decoded bytes of every piece, back to
-    /// back from 0 (pinned by a test), and each writes [`SLACK`] bytes, at least its own.
+    /// [`ReadPlan::copy_lines`] into a window not yet initialised. On `Ok`, returns how long a
+    /// prefix of `window` the runs wrote back to back from 0 (each writes [`SLACK`] bytes, at
+    /// least its own): `window_len` or more for every plan [`ReadPlan::new`] makes (pinned by
+    /// a test), less only for a plan changed since.
     #[inline]
     pub fn copy_lines_uninit(
         &self,
         raw: &[u8],
         window: &mut [MaybeUninit<u8>],
-    ) -> Result<(), Invalid> {
+    ) -> Result<usize, Invalid> {
         if self.checks.iter().any(|&(line, owner)| raw[line as usize] != raw[owner as usize]) {
             return Err(Invalid::Torn);
         }
+        let mut written = 0;
         for &(from, to, _) in &self.runs {
             let (from, to) = (from as usize, to as usize);
             let (src, dst) = (&raw[from..from + SLACK], &mut window[to..to + SLACK]);
@@ -183,8 +185,11 @@ impl ReadPlan {
             unsafe {
                 std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<u8>(), SLACK)
             };
+            if to <= written {
+                written = written.max(to + SLACK);
+            }
         }
-        Ok(())
+        Ok(written)
     }
 
     /// Whether a READ by this plan fits a neighbourhood's fixed buffers.
