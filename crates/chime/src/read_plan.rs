@@ -45,8 +45,8 @@ pub const RAW: usize = WINDOW + WINDOW.div_ceil(63) + 3;
 const LINES: usize = RAW.div_ceil(LINE) + 3;
 
 /// One planned READ of a window of a leaf (see the module docs). Offsets within the READ are
-/// `u16` (a leaf of 1024 entries is about 20 KB), so that a neighbourhood's plan, read on
-/// every search, spans a few cache lines rather than eight.
+/// `u16` (the largest leaf, 1024 entries with H = 2, replicated and fenced, is about 33 KB), so
+/// that a neighbourhood's plan, read on every search, spans a few cache lines rather than eight.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadPlan {
     pub reads: ArrayVec<(u32, u32), 3>,
