@@ -130,15 +130,6 @@ impl ReadPlan {
         plan
     }
 
-    /// Checks a READ by this plan in `raw` and decodes it into `window` (both followed by at
-    /// least [`SLACK`] more bytes): `Err` if a line is torn, else whether the objects read carry
-    /// more than one node-level version.
-    #[inline]
-    pub fn apply(&self, raw: &[u8], window: &mut [u8]) -> Result<bool, Invalid> {
-        self.copy_lines(raw, window)?;
-        Ok(self.nv_mixed(window))
-    }
-
     /// Whether the objects a decoded `window` holds carry more than one node-level version.
     #[inline]
     pub fn nv_mixed(&self, window: &[u8]) -> bool {
@@ -147,11 +138,18 @@ impl ReadPlan {
         version::nv_mixed(objects.fold(0, |d, &o| d | (window[o as usize] ^ first)))
     }
 
-    /// The line part of [`ReadPlan::apply`]: checks every line's version against its object's
-    /// and copies each line's data into `window`; `Err` if a line is torn.
+    /// Whether a line of the READ in `raw` is torn: its version differs from its owner's.
+    #[inline]
+    fn torn(&self, raw: &[u8]) -> bool {
+        self.checks.iter().any(|&(line, owner)| raw[line as usize] != raw[owner as usize])
+    }
+
+    /// Checks a READ by this plan in `raw` (followed by at least [`SLACK`] more bytes): every
+    /// line's version against its object's, then copies each line's data into `window`; `Err`
+    /// if a line is torn. Node-level versions are [`ReadPlan::nv_mixed`]'s.
     #[inline]
     pub fn copy_lines(&self, raw: &[u8], window: &mut [u8]) -> Result<(), Invalid> {
-        if self.checks.iter().any(|&(line, owner)| raw[line as usize] != raw[owner as usize]) {
+        if self.torn(raw) {
             return Err(Invalid::Torn);
         }
         for &(from, to, _) in &self.runs {
@@ -172,7 +170,7 @@ impl ReadPlan {
         raw: &[u8],
         window: &mut [MaybeUninit<u8>],
     ) -> Result<usize, Invalid> {
-        if self.checks.iter().any(|&(line, owner)| raw[line as usize] != raw[owner as usize]) {
+        if self.torn(raw) {
             return Err(Invalid::Torn);
         }
         let mut written = 0;
