@@ -255,8 +255,7 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     if cfg.memory_nodes == 0 {
         bail!("--mns must be positive");
     }
-    if cfg.trace.is_some() && (cfg.key_reuse || cfg.stream_ops.is_some()) {
-        let flag = if cfg.key_reuse { "--key-reuse" } else { "--stream-ops" };
+    if let (Some(_), Some(flag)) = (&cfg.trace, streams::draw_ahead_flag(cfg)) {
         bail!("{flag} works on the run's generated streams; a --trace run has none");
     }
     if cfg.value_size == 0 || cfg.value_size > 4096 {

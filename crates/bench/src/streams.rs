@@ -57,6 +57,16 @@ pub(crate) fn planned_sources(plan: &Plan, shared: &Arc<Shared>, n: usize) -> Ve
     (0..n).map(|i| planned_source(plan, shared, i, n)).collect()
 }
 
+/// The flag that needs the run's streams drawn ahead, if one is given: `--key-reuse` or
+/// `--stream-ops` (the first if both), for errors that name it.
+pub(crate) fn draw_ahead_flag(cfg: &BenchConfig) -> Option<&'static str> {
+    if cfg.key_reuse {
+        Some("--key-reuse")
+    } else {
+        cfg.stream_ops.map(|_| "--stream-ops")
+    }
+}
+
 /// Refuses `--key-reuse` and `--stream-ops` on a stream that cannot be drawn ahead, and
 /// operations drawn ahead that would take more than half of `machine` bytes (the index and the
 /// run need the rest), naming the flag. Traces are refused earlier, before they are read.
@@ -66,8 +76,7 @@ pub(crate) fn check_planned(
     machine: Option<u64>,
 ) -> anyhow::Result<()> {
     if !plan.spec.plannable() {
-        if cfg.key_reuse || cfg.stream_ops.is_some() {
-            let flag = if cfg.key_reuse { "--key-reuse" } else { "--stream-ops" };
+        if let Some(flag) = draw_ahead_flag(cfg) {
             anyhow::bail!(
                 "{flag} draws the run's streams ahead: it needs a YCSB workload without \
                  inserts or \"latest\" (a, b, c, f or a --mix like them)"
