@@ -68,6 +68,8 @@ pub const REPLICA: usize = 10;
 pub const REPLICA_FENCED: usize = REPLICA + 2 * KEY;
 /// Bytes per hopscotch leaf entry.
 pub const ENTRY: usize = 19;
+/// Offset of a hopscotch entry's hop bitmap (u16 LE), after its version byte.
+pub const HOP_BITMAP: usize = 1;
 /// Bytes per sorted (Sherman) leaf entry: no hop bitmap.
 pub const SORTED_ENTRY: usize = 17;
 /// Bytes per key.
@@ -247,6 +249,14 @@ impl LeafLayout {
         g * self.group() + self.meta_len + self.entry_len * r
     }
 
+    /// Decoded offset of every entry, slot by slot: [`LeafLayout::entry`] of `0..span` at the
+    /// layout's fixed strides, without a division a slot (for passes over a whole leaf).
+    #[inline]
+    pub fn entry_offsets(self) -> impl Iterator<Item = usize> {
+        let (group, at, len) = (self.group(), self.meta_len, self.entry_len);
+        (0..self.groups()).flat_map(move |g| (0..self.rg).map(move |r| g * group + at + len * r))
+    }
+
     /// Bucket of slot `i`.
     #[inline]
     pub fn bucket(&self, i: usize) -> usize {
@@ -392,6 +402,8 @@ mod tests {
         assert_eq!(l.replica(3), 486);
         assert_eq!(l.object_start(l.entry(9) + 5), l.entry(9));
         assert_eq!(l.object_start(l.replica(2) + 9), l.replica(2));
+        // An entry: version, hop bitmap, key, value.
+        assert_eq!((HOP_BITMAP, l.key_off(), l.key_off() + KEY, l.entry_len), (1, 3, 11, 19));
         // Buckets partition the slots in order, 1 or 2 slots each.
         let mut next = 0;
         for b in 0..l.buckets {
@@ -435,6 +447,19 @@ mod tests {
         assert_eq!((fenced.group(), fenced.decoded(), fenced.entry(9)), (178, 1424, 178 + 26 + 19));
         let bad = LeafKind { hopscotch: false, replicated: true, fenced: true };
         assert!(LeafLayout::with_kind(64, 8, bad).is_err());
+    }
+
+    /// The strided walk over entries names every slot's offset, in slot order, in every kind.
+    #[test]
+    fn entry_offsets_are_the_entries_in_order() {
+        let kinds = LeafKind::HOPSCOTCH_KINDS.into_iter().chain([LeafKind::SHERMAN]);
+        for kind in kinds {
+            for (span, h) in [(64, 8), (16, 4), (24, 4), (128, 16), (1024, 2)] {
+                let l = LeafLayout::with_kind(span, h, kind).unwrap();
+                let walk: Vec<usize> = l.entry_offsets().collect();
+                assert_eq!(walk, (0..span).map(|i| l.entry(i)).collect::<Vec<_>>());
+            }
+        }
     }
 
     /// The bit-rotation search for the first vacant bucket agrees with walking the slots.

@@ -214,8 +214,7 @@ impl LeafBuf {
             let at = self.l.replica(g);
             self.bytes[at] = version::with_nv(self.bytes[at], nv);
         }
-        for i in 0..self.l.span {
-            let at = self.l.entry(i);
+        for at in self.l.entry_offsets() {
             self.bytes[at] = version::with_nv(self.bytes[at], nv);
         }
     }
@@ -425,29 +424,6 @@ impl LeafBuf {
         self.loaded.iter().all(|&x| x) && self.replica_loaded.iter().all(|&x| x)
     }
 
-    /// Recomputes every hop bitmap from the keys (all loaded), e.g. after a split.
-    pub fn rebuild_bitmaps(&mut self) {
-        for (h, b) in self.bitmaps().into_iter().enumerate() {
-            self.set_bitmap(h, b);
-        }
-    }
-
-    /// The vacancy bitmap, exact for buckets fully loaded; `prev` kept for the others.
-    pub fn vacancy(&self, prev: u64) -> u64 {
-        // Bucket by bucket, each starting where the last ended (one division a bucket, where
-        // `bucket_slots` makes two: measured on the insert path).
-        let mut full = prev;
-        let mut f = 0;
-        for b in 0..self.l.buckets {
-            let t = self.l.bucket_last(b);
-            if (f..=t).all(|i| self.loaded[i]) {
-                full = self.with_bucket(full, b, f, t);
-            }
-            f = t + 1;
-        }
-        full
-    }
-
     /// The vacancy bitmap `prev` with the buckets of the `changed` slots brought up to date
     /// where wholly read: what a write under the leaf lock changes ([`LeafBuf::vacancy`] over
     /// the few buckets it touched rather than all of them).
@@ -475,11 +451,6 @@ impl LeafBuf {
     /// Occupied slots (all loaded).
     pub fn count(&self) -> usize {
         (0..self.l.span).filter(|&i| self.loaded[i] && self.key(i) != 0).count()
-    }
-
-    /// The slot of the largest key, if any (all loaded).
-    pub fn argmax(&self) -> Option<usize> {
-        (0..self.l.span).filter(|&i| self.key(i) != 0).max_by_key(|&i| self.key(i))
     }
 }
 
@@ -638,13 +609,18 @@ mod tests {
     fn vacancy_tracks_loaded_buckets() {
         let l = layout();
         let mut b = LeafBuf::empty(l);
-        assert_eq!(b.vacancy(0), 0);
         let (f, t) = l.bucket_slots(0);
+        assert_eq!(b.vacancy_after(0, &[f]), 0);
         for i in f..=t {
             b.set_entry(i, 100 + i as u64, [0; 8]);
         }
-        assert_eq!(b.vacancy(0) & 1, 1);
-        assert_eq!(b.l.first_vacant_bucket_slot(b.vacancy(0), 0), Some(t + 1));
+        let full = b.vacancy_after(0, &[t]);
+        assert_eq!(full, 1);
+        assert_eq!(b.l.first_vacant_bucket_slot(full, 0), Some(t + 1));
+        b.set_entry(f, 0, [0; 8]);
+        assert_eq!(b.vacancy_after(full, &[f]), 0);
+        b.forget();
+        assert_eq!(b.vacancy_after(full, &[f]), full, "a bucket not read keeps its bit");
     }
 
     /// Absorbing pieces of two node versions (a split landed between them) fails validation;

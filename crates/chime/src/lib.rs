@@ -83,6 +83,7 @@ pub mod neighbourhood;
 pub mod read_plan;
 mod shape;
 pub mod sorted;
+pub mod split;
 mod tree;
 pub mod view;
 

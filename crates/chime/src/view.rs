@@ -9,7 +9,7 @@ use dmindex_fabric::GlobalAddr;
 use dmindex_prim::version;
 use smallvec::SmallVec;
 
-use crate::layout::{self, LeafLayout, KEY, REPLICA};
+use crate::layout::{self, LeafLayout, HOP_BITMAP, KEY, REPLICA};
 
 /// Slots an operation changed (inline: a hop sequence touches few).
 pub type Modified = SmallVec<[usize; 16]>;
@@ -67,13 +67,13 @@ pub trait LeafView {
     #[inline]
     fn bitmap(&self, i: usize) -> u16 {
         let e = self.entry_bytes(i);
-        u16::from_le_bytes([e[1], e[2]])
+        u16::from_le_bytes([e[HOP_BITMAP], e[HOP_BITMAP + 1]])
     }
 
     /// Sets home `i`'s hop bitmap.
     #[inline]
     fn set_bitmap(&mut self, i: usize, b: u16) {
-        self.entry_bytes_mut(i)[1..3].copy_from_slice(&b.to_le_bytes());
+        self.entry_bytes_mut(i)[HOP_BITMAP..HOP_BITMAP + 2].copy_from_slice(&b.to_le_bytes());
     }
 
     /// Bit of distance `d` in a hop bitmap (MSB of the H used bits = distance 0).

@@ -11,9 +11,9 @@ use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::blink::write_split;
 
 use super::{Insert, LockedLeaf, Tree};
-use crate::layout::LockWord;
-use crate::leaf::{home, Hop, LeafBuf};
-use crate::view::{wrap, LeafView};
+use crate::leaf::LeafBuf;
+use crate::split::Cut;
+use crate::view::LeafView;
 
 impl Tree {
     /// Splits locked leaf `leaf` (wholly read in `buf`) and tries to place `k` on the proper side.
@@ -29,25 +29,7 @@ impl Tree {
     ) -> IndexResult<bool> {
         let Insert { k, v, .. } = *ins;
         let cur = leaf.addr;
-        let s = self.leaf.span;
-        let h = home(k, s);
-        let mut crit: Vec<u64> =
-            (0..s).map(|d| buf.key(wrap(h + d, s))).take_while(|&x| x != 0).collect();
-        let all: Vec<u64> = (0..s).map(|i| buf.key(i)).filter(|&x| x != 0).collect();
-        if crit.len() < 2 {
-            crit = all.clone();
-        }
-        crit.push(k);
-        crit.sort_unstable();
-        let mut split = crit[crit.len() / 2];
-        if !all.iter().any(|&x| x < split) {
-            let mut sorted = all.clone();
-            sorted.sort_unstable();
-            split = sorted[sorted.len() / 2].max(sorted[0] + 1);
-        }
-        let left_max =
-            all.iter().copied().filter(|&x| x < split).max().expect("left half is not empty");
-        if k <= left_max && all.iter().all(|&x| x <= left_max) {
+        let Some(cut) = Cut::choose(&buf, k) else {
             // Nothing can move: every key shares k's side, so only duplicate 8-byte prefixes
             // (long keys) can be crowding the neighbourhood, and splits cannot separate them.
             self.unlock_leaf(c, leaf).await?;
@@ -56,25 +38,18 @@ impl Tree {
                  separate them (paper §4.5)",
                 self.leaf.h
             )));
-        }
+        };
         self.splits.fetch_add(1, Ordering::Relaxed);
-        self.keys_at_split.fetch_add(all.len() as u64, Ordering::Relaxed);
+        self.keys_at_split.fetch_add(cut.count as u64, Ordering::Relaxed);
         let (old_sib, _) = buf.meta().expect("whole leaf");
         let (low, old_bound) = match buf.fences() {
             Some(f) => f,
             None => (0, self.read_bound(c, cur).await?),
         };
         let (leaf, right_addr) = self.alloc_split_leaf(c, leaf).await?;
+        let left_max = cut.left_max;
         let mut right = LeafBuf::empty(self.leaf);
-        for i in 0..s {
-            let x = buf.key(i);
-            if x > left_max {
-                right.set_entry(i, x, buf.value(i));
-                buf.set_entry(i, 0, [0; 8]);
-            }
-        }
-        buf.rebuild_bitmaps();
-        right.rebuild_bitmaps();
+        let halves = cut.divide(&mut buf, &mut right, k, v);
         right.set_sibling(old_sib);
         buf.set_sibling(right_addr);
         if self.leaf.kind.fenced {
@@ -82,19 +57,13 @@ impl Tree {
             buf.set_fences(low, left_max);
         }
         buf.bump_node_version();
-        let placed = if k <= left_max { buf.hop_insert(k, v) } else { right.hop_insert(k, v) };
-        let lock_of = |b: &LeafBuf| LockWord {
-            locked: false,
-            full: b.vacancy(0),
-            argmax: b.argmax().unwrap_or(0),
-        };
-        let right_img = self.leaf_image(&right, lock_of(&right), old_bound);
-        let left_img = self.leaf_image(&buf, lock_of(&buf), left_max);
+        let right_img = self.leaf_image(&right, halves.right, old_bound);
+        let left_img = self.leaf_image(&buf, halves.left, left_max);
         // The left image unlocks the leaf; its local slot goes before the parent's is taken.
         let written = write_split(c, (right_addr, &right_img), (cur, &left_img));
         leaf.held.unlock_by(written).await?;
         self.blink.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await?;
-        Ok(matches!(placed, Hop::Done(_)))
+        Ok(halves.placed)
     }
 
     /// A new leaf for splitting locked leaf `leaf`, returned with it; out of memory leaves
