@@ -66,6 +66,12 @@ impl Routes {
         GlobalAddr::from_raw(self.words[self.len() + i])
     }
 
+    /// The children as raw address words, in order.
+    #[inline]
+    fn child_words(&self) -> &[u64] {
+        &self.words[self.len()..]
+    }
+
     /// Children from `i` on.
     pub fn children_from(&self, i: usize) -> impl Iterator<Item = GlobalAddr> + '_ {
         self.words[self.len() + i..].iter().map(|&w| GlobalAddr::from_raw(w))
@@ -109,13 +115,16 @@ impl Internal {
         layout::put_addr(&mut b, 19, self.sibling_leftmost);
         layout::put_key(&mut b, 27, self.low);
         layout::put_key(&mut b, 35, self.high);
-        for i in 0..l.span {
-            let at = l.entry(i);
-            b[at] = self.version;
-            if i < self.routes.len() {
-                layout::put_key(&mut b, at + 1, self.routes.pivots()[i]);
-                layout::put_addr(&mut b, at + 9, self.routes.child(i));
-            }
+        let r = &self.routes;
+        let mut entries = b[INTERNAL_HEADER..].chunks_exact_mut(INTERNAL_ENTRY);
+        // Routes first in the zip: it stops at their end without taking an entry more.
+        for ((&pivot, &child), e) in r.pivots().iter().zip(r.child_words()).zip(entries.by_ref()) {
+            e[0] = self.version;
+            layout::put_key(e, 1, pivot);
+            e[9..].copy_from_slice(&child.to_le_bytes());
+        }
+        for e in entries {
+            e[0] = self.version;
         }
         b
     }
@@ -133,13 +142,17 @@ impl Internal {
         let mut b = vec![0u8; l.decoded()];
         cacheline::decode(l, &phys[..l.physical()], 0, l.decoded(), &mut b)?;
         let v = b[0];
-        if (0..l.span).any(|i| b[l.entry(i)] != v) {
+        // Entries at their fixed stride: every version must be the header's, and the used
+        // ones (a child) come first.
+        let entries = || b[INTERNAL_HEADER..].chunks_exact(INTERNAL_ENTRY);
+        if entries().any(|e| e[0] != v) {
             return Err(Torn);
         }
-        let n = (0..l.span).take_while(|&i| !layout::addr_at(&b, l.entry(i) + 9).is_null()).count();
+        let child = |e: &[u8]| layout::word(e, 9);
+        let n = entries().take_while(|e| child(e) != 0).count();
         let mut words = Vec::with_capacity(2 * n);
-        words.extend((0..n).map(|i| layout::key_at(&b, l.entry(i) + 1)));
-        words.extend((0..n).map(|i| layout::word(&b, l.entry(i) + 9)));
+        words.extend(entries().take(n).map(|e| layout::key_at(e, 1)));
+        words.extend(entries().take(n).map(child));
         Ok(Internal {
             version: v,
             level: b[1],
@@ -261,6 +274,20 @@ mod tests {
         let mut bad = phys.clone();
         bad[cacheline::phys(l.entry(5))] ^= 1;
         assert!(Internal::decode(&l, &bad).is_err());
+        // No routes, and every entry used: the entry walk's two ends.
+        for used in [0, 1, 63, 64] {
+            let mut m = n.clone();
+            let pivots: Vec<u64> = (0..used as u64).map(|i| 20 + i).collect();
+            let children: Vec<GlobalAddr> =
+                (0..used as u64).map(|i| GlobalAddr::new(1, 0x4000 + 64 * i)).collect();
+            m.routes = Routes::new(&pivots, &children);
+            let phys = m.physical_with_lock(&l);
+            assert_eq!(Internal::decode(&l, &phys).unwrap(), m, "{used} routes");
+            let last = cacheline::phys(l.entry(63));
+            let mut bad = phys.clone();
+            bad[last] ^= 1;
+            assert!(Internal::decode(&l, &bad).is_err(), "{used} routes: last entry's version");
+        }
     }
 
     #[test]

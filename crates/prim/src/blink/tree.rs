@@ -127,6 +127,17 @@ impl Blink {
         c: &Client<T>,
         addr: GlobalAddr,
     ) -> IndexResult<Internal> {
+        let n = self.fetch_internal(c, addr).await?;
+        self.cache.insert(addr, n.clone());
+        Ok(n)
+    }
+
+    /// READs an internal node until it validates (the caller caches what it keeps).
+    async fn fetch_internal<T: Transport>(
+        &self,
+        c: &Client<T>,
+        addr: GlobalAddr,
+    ) -> IndexResult<Internal> {
         let mut b = vec![0u8; self.inner.physical()];
         for _ in 0..1_000_000 {
             c.read(addr, &mut b).await?;
@@ -136,7 +147,6 @@ impl Blink {
                         "internal node at {addr} has level 0"
                     )));
                 }
-                self.cache.insert(addr, n.clone());
                 return Ok(n);
             }
             self.retry();
@@ -240,19 +250,23 @@ impl Blink {
                 },
             };
             let held = self.lock_internal(c, addr).await?;
-            let node = self.read_internal(c, addr).await?;
+            // Cached as written below, or as read where the separator does not go in here.
+            let node = self.fetch_internal(c, addr).await?;
             if node.level != level || pivot < node.low {
                 held.unlock_with(c, 0).await?;
+                self.cache.insert(addr, node);
                 self.retry();
                 continue;
             }
             if pivot > node.high {
                 held.unlock_with(c, 0).await?;
                 hint = (!node.sibling.is_null()).then_some(node.sibling);
+                self.cache.insert(addr, node);
                 continue;
             }
             if node.routes.pivots().contains(&pivot) {
                 held.unlock_with(c, 0).await?;
+                self.cache.insert(addr, node);
                 return Ok(());
             }
             let mut node = node.bumped();
