@@ -218,6 +218,13 @@ impl Transport for LocalTransport {
     }
 
     async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
+        if self.yield_per_verb {
+            // As for a READ: the word's line is fetched while the thread's other tasks run.
+            let region = self.region(addr.node());
+            if region.contains(addr.offset(), 8) {
+                region.prefetch(addr.offset() as usize, 8);
+            }
+        }
         self.issue().await;
         Ok(self.region(addr.node()).atomic(addr.offset(), op))
     }
