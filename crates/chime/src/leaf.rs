@@ -230,26 +230,28 @@ impl LeafBuf {
         cacheline::decode(&self.l, phys, d0, d1, &mut self.bytes)?;
         let l = self.l;
         let nv = *self.nv.get_or_insert(version::nv(self.bytes[d0]));
-        // Walk the objects by (group, offset in group): one division per READ (by a precomputed
-        // divisor), none per object.
+        // Group by group: the replica if the range holds it, then a run of entries at their
+        // fixed stride (one division for the READ's first group, none per object).
         let (group, meta, len) = (l.group(), l.meta_len, l.entry_len);
         let (mut g, mut r) = l.group_of(d0);
         debug_assert!(r == 0 || (r >= meta && (r - meta) % len == 0), "READs start at objects");
-        let mut slot = g * l.rg + l.entries_in(r.saturating_sub(meta));
         let (mut at, mut mixed) = (d0, false);
         while at < d1 {
-            // The object's first byte holds its versions.
-            mixed |= version::nv(self.bytes[at]) != nv;
             if r == 0 {
+                mixed |= version::nv(self.bytes[at]) != nv;
                 self.replica_loaded[g] = true;
                 (at, r) = (at + meta, meta);
-            } else {
-                self.loaded[slot] = true;
-                (at, r, slot) = (at + len, r + len, slot + 1);
             }
-            if r == group {
-                (g, r) = (g + 1, 0);
+            let end = (at - r + group).min(d1);
+            let first = g * l.rg + l.entries_in(r - meta);
+            let entries = self.bytes[at..end].chunks_exact(len);
+            debug_assert!(entries.remainder().is_empty(), "READs end at objects");
+            let n = entries.len();
+            for e in entries {
+                mixed |= version::nv(e[0]) != nv;
             }
+            self.loaded[first..first + n].fill(true);
+            (at, g, r) = (end, g + 1, 0);
         }
         self.nv_mixed |= mixed;
         Ok(())
@@ -500,6 +502,59 @@ mod tests {
             torn[64] ^= 0x10;
             assert_eq!(got.absorb_whole(&torn, &plan), Err(Invalid::Torn));
         }
+    }
+
+    /// Ranged READs mark exactly the objects they cover, and notice one at another node-level
+    /// version wherever it sits: the group-by-group walk against an object-by-object one, over
+    /// every start and length of four geometries and every kind.
+    #[test]
+    fn ranged_reads_mark_the_objects_they_cover() {
+        let mut mixed_seen = 0;
+        let kinds = LeafKind::HOPSCOTCH_KINDS.into_iter().chain([LeafKind::SHERMAN]);
+        for kind in kinds {
+            for (span, h) in [(64, 8), (16, 4), (24, 4), (32, 16)] {
+                let l = LeafLayout::with_kind(span, h, kind).unwrap();
+                let leaf = LeafBuf::empty(l);
+                let objects: Vec<usize> = (0..l.groups())
+                    .map(|g| l.replica(g))
+                    .chain((0..span).map(|i| l.entry(i)))
+                    .collect();
+                for (lo, n) in (0..span).flat_map(|lo| (1..=span).map(move |n| (lo, n))) {
+                    let odd = objects[(lo * 7 + n) % objects.len()];
+                    let mut src = leaf.clone();
+                    src.bytes[odd] = version::bump_nv(src.bytes[odd]);
+                    let mut got = LeafBuf::new(l);
+                    let mut want = (vec![false; span], vec![false; l.groups()], false);
+                    let ranges = l.read_ranges(lo, n);
+                    // Node-level versions are held to the first object read's.
+                    let nv0 = version::nv(src.bytes[ranges[0].0]);
+                    for &(d0, d1) in &ranges {
+                        let mut phys = Vec::new();
+                        cacheline::encode(&l, &src.bytes, d0, d1, &mut phys);
+                        got.absorb(d0, d1, &phys).unwrap();
+                        // Object by object, as the walk did before.
+                        let mut at = d0;
+                        while at < d1 {
+                            want.2 |= version::nv(src.bytes[at]) != nv0;
+                            if let Some(g) = (0..l.groups()).find(|&g| l.replica(g) == at) {
+                                want.1[g] = true;
+                                at += l.meta_len;
+                            } else {
+                                let i = (0..span).find(|&i| l.entry(i) == at).expect("an object");
+                                want.0[i] = true;
+                                at += l.entry_len;
+                            }
+                        }
+                    }
+                    let case = format!("{kind:?} span {span} h {h}: slots {lo} + {n}");
+                    assert_eq!(got.loaded, want.0, "{case}");
+                    assert_eq!(got.replica_loaded, want.1, "{case}");
+                    assert_eq!(got.nv_mixed, want.2, "{case}");
+                    mixed_seen += usize::from(want.2);
+                }
+            }
+        }
+        assert!(mixed_seen > 1000, "the odd object was read with another only {mixed_seen} times");
     }
 
     fn layout() -> LeafLayout {
