@@ -111,7 +111,7 @@ impl Tree {
         let high = buf.fences().expect("whole leaf").1;
         let mut image = std::mem::take(&mut buf.raw);
         self.leaf_image_into(buf, leaf.lw, high, &mut image);
-        let written = leaf.held.unlock_by(c.write(leaf.addr, &image)).await;
+        let written = leaf.held.released_by(c.write(leaf.addr, &image).await);
         buf.raw = image;
         Ok(written?)
     }
@@ -174,7 +174,7 @@ impl Tree {
         let left_img = self.leaf_image(&buf, lw, left_max);
         // The left image unlocks the leaf; its local slot goes before the parent's is taken.
         let written = write_split(c, (right_addr, &right_img), (cur, &left_img));
-        leaf.held.unlock_by(written).await?;
+        leaf.held.released_by(written.await)?;
         self.blink.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await
     }
 

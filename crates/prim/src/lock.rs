@@ -28,9 +28,9 @@
 //!
 //! The holder releases the lock with a WRITE of the word with the lock bit clear, carrying the
 //! new metadata ([`unlocked`]): alone ([`Held::unlock_with`]), or as the last WRITE of a
-//! doorbell batch that also writes what the holder changed ([`Held::unlock_by`]; the verbs of a
-//! batch execute in order, so the data is in place before the lock is seen free). A [`Held`]
-//! lock is `#[must_use]` and consumed by the unlocking write.
+//! doorbell batch that also writes what the holder changed ([`Held::released_by`]; the verbs of
+//! a batch execute in order, so the data is in place before the lock is seen free). A [`Held`]
+//! lock is `#[must_use]` and consumed by the unlocking write's completion.
 //!
 //! # The CN-local lock table (Sherman)
 //!
@@ -39,8 +39,6 @@
 //! node spins on a remote word. The slot is held with the remote lock and released right after
 //! the unlocking write completes; since slots are shared by hashing, a client never holds one
 //! while taking another lock.
-
-use std::future::Future;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
@@ -63,7 +61,7 @@ pub const fn unlocked(word: u64) -> u64 {
 
 /// A remote lock this client holds: the lock word's address, the word the locking CAS found
 /// (lock bit clear), and the CN-local slot held with it, if any.
-#[must_use = "a held lock is released by its unlocking WRITE (unlock_with or unlock_by)"]
+#[must_use = "a held lock is released by its unlocking WRITE (unlock_with or released_by)"]
 #[derive(Debug)]
 pub struct Held<'t> {
     addr: GlobalAddr,
@@ -84,11 +82,13 @@ impl Held<'_> {
         Ok(())
     }
 
-    /// Releases the lock by `write`, a WRITE (or doorbell batch ending in one) that puts an
-    /// [`unlocked`] word at the lock word's address; then the local slot. The slot is released
-    /// also when `write` fails.
-    pub async fn unlock_by<E>(self, write: impl Future<Output = Result<(), E>>) -> Result<(), E> {
-        write.await
+    /// Releases the lock once `written`, the completion of a WRITE (or doorbell batch ending in
+    /// one) that put an [`unlocked`] word at the lock word's address, is in: then the local
+    /// slot goes, also when the WRITE failed. Taking the completion rather than the WRITE's
+    /// future leaves the future where the caller made it (moving it in cost a copy of its
+    /// state an insert).
+    pub fn released_by<E>(self, written: Result<(), E>) -> Result<(), E> {
+        written
     }
 }
 
@@ -182,7 +182,7 @@ mod tests {
                 BatchOp::Write { addr: a.add(8), data: &data },
                 BatchOp::Write { addr: a, data: &word },
             ];
-            held.unlock_by(c.batch(&mut ops)).await.unwrap();
+            held.released_by(c.batch(&mut ops).await).unwrap();
             assert_eq!(c.read_word(a).await.unwrap(), 7);
             // A word that is only a lock.
             let b = a.add(16);
@@ -210,7 +210,7 @@ mod tests {
                 }
                 order.set(1);
                 held.unlock_with(&c1, 0).await.unwrap();
-            }) as std::pin::Pin<Box<dyn Future<Output = ()>>>,
+            }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
             Box::pin(async {
                 yield_now().await;
                 let held = table.acquire(&c2, a, || spins.set(spins.get() + 1)).await.unwrap();

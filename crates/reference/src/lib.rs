@@ -181,7 +181,7 @@ impl LockedShards {
             BatchOp::Write { addr: self.header_addr(shard), data: &header },
         ];
         let writes = if bytes.is_empty() { &mut writes[1..] } else { &mut writes[..] };
-        held.unlock_by(doorbell::post(c, writes)).await
+        held.released_by(doorbell::post(c, writes).await)
     }
 
     fn find(entries: &[Pair], key: &[u8]) -> Result<usize, usize> {

@@ -274,7 +274,7 @@ impl Tree {
         for (at, r) in plan {
             writes.push(BatchOp::Write { addr: leaf.addr.add(*at as u64), data: &out[r.clone()] });
         }
-        leaf.held.unlock_by(doorbell::post(c, &mut writes)).await
+        leaf.held.released_by(doorbell::post(c, &mut writes).await)
     }
 
     /// Encodes slots `lo .. lo + n` of `view` with the unlocking lock word `lw` and WRITEs them

@@ -61,7 +61,7 @@ impl Tree {
         let left_img = self.leaf_image(&buf, halves.left, left_max);
         // The left image unlocks the leaf; its local slot goes before the parent's is taken.
         let written = write_split(c, (right_addr, &right_img), (cur, &left_img));
-        leaf.held.unlock_by(written).await?;
+        leaf.held.released_by(written.await)?;
         self.blink.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await?;
         Ok(halves.placed)
     }

@@ -273,7 +273,7 @@ impl Blink {
             node.routes.insert(pivot, child);
             if node.routes.len() <= self.inner.span {
                 // The image ends with the lock word, unlocked.
-                held.unlock_by(c.write(addr, &node.physical_with_lock(&self.inner))).await?;
+                held.released_by(c.write(addr, &node.physical_with_lock(&self.inner)).await)?;
                 self.cache.insert(addr, node);
                 return Ok(());
             }
@@ -302,7 +302,7 @@ impl Blink {
             node.sibling_leftmost = mid;
             let (ri, li) =
                 (right.physical_with_lock(&self.inner), node.physical_with_lock(&self.inner));
-            held.unlock_by(write_split(c, (right_addr, &ri), (addr, &li))).await?;
+            held.released_by(write_split(c, (right_addr, &ri), (addr, &li)).await)?;
             self.cache.insert(right_addr, right);
             self.cache.insert(addr, node);
             level += 1;
