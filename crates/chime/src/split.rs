@@ -214,13 +214,9 @@ mod tests {
     /// crowded into few homes, each split both ways: bytes and lock words agree.
     #[test]
     fn one_pass_split_matches_the_slot_by_slot_one() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        use rand_core::{RngCore, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut next = move || rng.next_u64();
         let (mut splits, mut unplaced, mut inseparable) = (0, 0, 0);
         for (span, h) in [(64, 8), (16, 4), (24, 4), (128, 16), (40, 8)] {
             for kind in LeafKind::HOPSCOTCH_KINDS {

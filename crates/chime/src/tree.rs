@@ -9,7 +9,8 @@
 //!   the leaf reached, which tells a stale cached parent from a half split;
 //! * `leaf_io` — neighbourhood READs, the leaf lock that carries the vacancy bitmap, WRITEs back;
 //! * `hopscotch` — search, insert by hop, update and delete in a hopscotch leaf;
-//! * `smo` — leaf and internal splits: half split first, then the separator goes up;
+//! * `smo` — leaf and internal splits: half split first, then the separator goes up (how a
+//!   leaf's entries divide is [`crate::split`]);
 //! * `scan` — whole leaves along the sibling chain.
 //!
 //! Sherman's sorted leaf has its own paths in [`crate::sorted`].

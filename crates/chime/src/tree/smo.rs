@@ -1,8 +1,8 @@
 //! Structure modifications: splits. A leaf whose hop fails splits at the median of its critical
-//! keys; the new right sibling is written before the old leaf points to it (one doorbell when
-//! both live on one memory node), so until the separator reaches the parent the tree is in a
-//! half split, which readers cross by sibling pointers. Separators go up through
-//! [`dmindex_prim::blink`].
+//! keys ([`crate::split`] divides the client's buffers); the new right sibling is written before
+//! the old leaf points to it (one doorbell when both live on one memory node), so until the
+//! separator reaches the parent the tree is in a half split, which readers cross by sibling
+//! pointers. Separators go up through [`dmindex_prim::blink`].
 
 use std::sync::atomic::Ordering;
 
