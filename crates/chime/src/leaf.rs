@@ -231,10 +231,11 @@ impl LeafBuf {
         let l = self.l;
         let nv = *self.nv.get_or_insert(version::nv(self.bytes[d0]));
         // Group by group: the replica if the range holds it, then a run of entries at their
-        // fixed stride (one division for the READ's first group, none per object).
+        // fixed stride (one division for where the READ starts, none per object).
         let (group, meta, len) = (l.group(), l.meta_len, l.entry_len);
         let (mut g, mut r) = l.group_of(d0);
         debug_assert!(r == 0 || (r >= meta && (r - meta) % len == 0), "READs start at objects");
+        let mut first = g * l.rg + l.entries_in(r.saturating_sub(meta));
         let (mut at, mut mixed) = (d0, false);
         while at < d1 {
             if r == 0 {
@@ -243,7 +244,6 @@ impl LeafBuf {
                 (at, r) = (at + meta, meta);
             }
             let end = (at - r + group).min(d1);
-            let first = g * l.rg + l.entries_in(r - meta);
             let entries = self.bytes[at..end].chunks_exact(len);
             debug_assert!(entries.remainder().is_empty(), "READs end at objects");
             let n = entries.len();
@@ -251,7 +251,7 @@ impl LeafBuf {
                 mixed |= version::nv(e[0]) != nv;
             }
             self.loaded[first..first + n].fill(true);
-            (at, g, r) = (end, g + 1, 0);
+            (at, g, r, first) = (end, g + 1, 0, (g + 1) * l.rg);
         }
         self.nv_mixed |= mixed;
         Ok(())
@@ -427,8 +427,8 @@ impl LeafBuf {
     }
 
     /// The vacancy bitmap `prev` with the buckets of the `changed` slots brought up to date
-    /// where wholly read: what a write under the leaf lock changes ([`LeafBuf::vacancy`] over
-    /// the few buckets it touched rather than all of them).
+    /// where wholly read: what a write under the leaf lock changes (only the few buckets it
+    /// touched are looked at; a split's halves get theirs from [`crate::split`]).
     pub fn vacancy_after(&self, prev: u64, changed: &[usize]) -> u64 {
         changed.iter().fold(prev, |full, &i| {
             let b = self.l.bucket(i);

@@ -250,7 +250,8 @@ impl Blink {
                 },
             };
             let held = self.lock_internal(c, addr).await?;
-            // Cached as written below, or as read where the separator does not go in here.
+            // Cached as written below, or as read where the separator does not go in here
+            // (an error or a failed allocation caches nothing: the cache is only a hint).
             let node = self.fetch_internal(c, addr).await?;
             if node.level != level || pivot < node.low {
                 held.unlock_with(c, 0).await?;
