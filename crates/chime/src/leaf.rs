@@ -166,15 +166,24 @@ impl LeafBuf {
     /// A fresh, empty leaf (every object at version 0, valid, no sibling) fully "loaded".
     pub fn empty(l: LeafLayout) -> LeafBuf {
         let mut b = LeafBuf::new(l);
-        b.loaded.fill(true);
-        b.replica_loaded.fill(true);
+        b.make_empty();
+        b
+    }
+
+    /// Makes this buffer the empty leaf [`LeafBuf::empty`] gives, keeping its memory (a pooled
+    /// buffer becoming a split's new sibling).
+    pub fn make_empty(&mut self) {
+        let l = self.l;
+        self.bytes[..l.decoded()].fill(0);
+        self.loaded.fill(true);
+        self.replica_loaded.fill(true);
+        (self.nv, self.nv_mixed) = (None, false);
         for g in 0..l.groups() {
-            b.bytes[l.replica(g) + 1] = 1;
+            self.bytes[l.replica(g) + 1] = 1;
         }
         if l.kind.fenced {
-            b.set_fences(0, u64::MAX);
+            self.set_fences(0, u64::MAX);
         }
-        b
     }
 
     pub fn span(&self) -> usize {

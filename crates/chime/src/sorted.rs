@@ -20,7 +20,6 @@
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
-use dmindex_prim::blink::write_split;
 
 use crate::layout::LockWord;
 use crate::leaf::LeafBuf;
@@ -95,7 +94,7 @@ impl Tree {
             self.rewrite_sorted_leaf(c, leaf, &mut buf).await?;
             return Ok(Attempt::Done);
         }
-        self.sorted_split(c, ins, leaf, buf.into_inner(), at).await?;
+        self.sorted_split(c, ins, leaf, &mut buf, at).await?;
         Ok(Attempt::Done)
     }
 
@@ -123,14 +122,13 @@ impl Tree {
         c: &Client<T>,
         ins: &Insert<'_>,
         leaf: LockedLeaf<'_>,
-        mut buf: LeafBuf,
+        buf: &mut LeafBuf,
         at: usize,
     ) -> IndexResult<()> {
         let kv = (ins.k, ins.v);
         // A sorted leaf's lock word carries no metadata.
         let lw = LockWord { locked: false, full: 0, argmax: 0 };
         let leaf = LockedLeaf { lw, ..leaf };
-        let cur = leaf.addr;
         let s = self.leaf.span;
         let mut all: Vec<(u64, [u8; 8])> = (0..s).map(|i| (buf.key(i), buf.value(i))).collect();
         all.insert(at, kv);
@@ -157,7 +155,7 @@ impl Tree {
         let (sib, _) = buf.meta().expect("whole leaf");
         let (low, high) = buf.fences().expect("whole leaf");
         let left_max = all[cut - 1].0;
-        let mut right = LeafBuf::empty(self.leaf);
+        let mut right = self.empty_leaf_buf(c);
         for (i, &(x, y)) in all[cut..].iter().enumerate() {
             right.set_entry(i, x, y);
         }
@@ -170,11 +168,8 @@ impl Tree {
         buf.set_sibling(right_addr);
         buf.set_fences(low, left_max);
         buf.bump_node_version();
-        let right_img = self.leaf_image(&right, lw, high);
-        let left_img = self.leaf_image(&buf, lw, left_max);
-        // The left image unlocks the leaf; its local slot goes before the parent's is taken.
-        let written = write_split(c, (right_addr, &right_img), (cur, &left_img));
-        leaf.held.released_by(written.await)?;
+        let right_half = (right_addr, &mut *right, lw, high);
+        self.write_halves(c, leaf, right_half, (buf, lw, left_max)).await?;
         self.blink.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await
     }
 

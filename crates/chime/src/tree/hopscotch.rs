@@ -157,7 +157,7 @@ impl Tree {
                 if !buf.all_loaded() {
                     buf = self.read_slots(c, cur, 0, s).await?;
                 }
-                let placed = self.split_leaf(c, ins, leaf, buf.into_inner()).await?;
+                let placed = self.split_leaf(c, ins, leaf, &mut buf).await?;
                 Ok(if placed { Attempt::Done } else { Attempt::Restart })
             }
         }

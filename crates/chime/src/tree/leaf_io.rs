@@ -7,6 +7,7 @@
 use arrayvec::ArrayVec;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::blink::write_split;
 use dmindex_prim::cacheline::{self, phys_range};
 use dmindex_prim::doorbell;
 use dmindex_prim::lock::{unlocked, Held};
@@ -81,6 +82,14 @@ impl Tree {
         let mut buf = self.bufs.get(c, || LeafBuf::new(self.leaf));
         // Not cleared: only the slots a READ covers are looked at (debug builds check).
         buf.forget();
+        buf
+    }
+
+    /// An empty leaf ([`LeafBuf::make_empty`]) in a buffer from this compute node's pool: a
+    /// split's new sibling.
+    pub(crate) fn empty_leaf_buf<T: Transport>(&self, c: &Client<T>) -> PooledLeaf<'_> {
+        let mut buf = self.bufs.get(c, || LeafBuf::new(self.leaf));
+        buf.make_empty();
         buf
     }
 
@@ -325,6 +334,27 @@ impl Tree {
         view.bump_ev(i);
         let lw = leaf.lw;
         self.write_back(c, leaf, view, (i, 1), lw).await
+    }
+
+    /// WRITEs a split's halves, each a whole-leaf image (lock word `lw`, upper bound `bound`)
+    /// encoded into its buffer's READ scratch: the new right sibling at `right_addr` first, then
+    /// the left half over locked leaf `leaf`, whose image unlocks it ([`write_split`]: one
+    /// doorbell when both live on one memory node). The local slot goes before the parent's is
+    /// taken.
+    pub(crate) async fn write_halves<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: LockedLeaf<'_>,
+        (right_addr, right, right_lw, right_bound): (GlobalAddr, &mut LeafBuf, LockWord, u64),
+        (left, left_lw, left_bound): (&mut LeafBuf, LockWord, u64),
+    ) -> IndexResult<()> {
+        let (mut right_img, mut left_img) =
+            (std::mem::take(&mut right.raw), std::mem::take(&mut left.raw));
+        self.leaf_image_into(right, right_lw, right_bound, &mut right_img);
+        self.leaf_image_into(left, left_lw, left_bound, &mut left_img);
+        let written = write_split(c, (right_addr, &right_img), (leaf.addr, &left_img)).await;
+        (right.raw, left.raw) = (right_img, left_img);
+        leaf.held.released_by(written)
     }
 
     /// The physical image of a whole leaf: versioned bytes, pad, lock word, upper bound.

@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
-use dmindex_prim::blink::write_split;
 
 use super::{Insert, LockedLeaf, Tree};
 use crate::leaf::LeafBuf;
@@ -16,7 +15,7 @@ use crate::split::Cut;
 use crate::view::LeafView;
 
 impl Tree {
-    /// Splits locked leaf `leaf` (wholly read in `buf`) and tries to place `k` on the proper side.
+    /// Splits locked leaf `leaf` (wholly read in `buf`, which is left holding the left half) and tries to place `k` on the proper side.
     /// The split key is the median of the critical keys — the run of keys from k's home to the
     /// first empty slot, which the hop could not get past — together with k. Keys above the left
     /// half's maximum move to a new right sibling at the same slots. Returns whether k was placed.
@@ -25,11 +24,11 @@ impl Tree {
         c: &Client<T>,
         ins: &Insert<'_>,
         leaf: LockedLeaf<'_>,
-        mut buf: LeafBuf,
+        buf: &mut LeafBuf,
     ) -> IndexResult<bool> {
         let Insert { k, v, .. } = *ins;
         let cur = leaf.addr;
-        let Some(cut) = Cut::choose(&buf, k) else {
+        let Some(cut) = Cut::choose(buf, k) else {
             // Nothing can move: every key shares k's side, so only duplicate 8-byte prefixes
             // (long keys) can be crowding the neighbourhood, and splits cannot separate them.
             self.unlock_leaf(c, leaf).await?;
@@ -48,8 +47,8 @@ impl Tree {
         };
         let (leaf, right_addr) = self.alloc_split_leaf(c, leaf).await?;
         let left_max = cut.left_max;
-        let mut right = LeafBuf::empty(self.leaf);
-        let halves = cut.divide(&mut buf, &mut right, k, v);
+        let mut right = self.empty_leaf_buf(c);
+        let halves = cut.divide(buf, &mut right, k, v);
         right.set_sibling(old_sib);
         buf.set_sibling(right_addr);
         if self.leaf.kind.fenced {
@@ -57,11 +56,8 @@ impl Tree {
             buf.set_fences(low, left_max);
         }
         buf.bump_node_version();
-        let right_img = self.leaf_image(&right, halves.right, old_bound);
-        let left_img = self.leaf_image(&buf, halves.left, left_max);
-        // The left image unlocks the leaf; its local slot goes before the parent's is taken.
-        let written = write_split(c, (right_addr, &right_img), (cur, &left_img));
-        leaf.held.released_by(written.await)?;
+        let right_half = (right_addr, &mut *right, halves.right, old_bound);
+        self.write_halves(c, leaf, right_half, (buf, halves.left, left_max)).await?;
         self.blink.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await?;
         Ok(halves.placed)
     }
