@@ -126,6 +126,12 @@ pub struct LeafLayout {
     per_span: Divisor,
     per_group: Divisor,
     per_entry: Divisor,
+    /// Metadata replicas, decoded and physical bytes, computed once: an insert asks for the
+    /// lock word's offset and the physical size several times, each a division and the
+    /// cache-line mapping.
+    groups: usize,
+    decoded: usize,
+    physical: usize,
 }
 
 impl LeafLayout {
@@ -150,6 +156,7 @@ impl LeafLayout {
         let rg = if kind.replicated { h } else { span };
         let entry_len = if kind.hopscotch { ENTRY } else { SORTED_ENTRY };
         let meta_len = if kind.fenced { REPLICA_FENCED } else { REPLICA };
+        let (groups, group) = (span / rg, meta_len + entry_len * rg);
         Ok(LeafLayout {
             span,
             h,
@@ -162,8 +169,11 @@ impl LeafLayout {
             per_bucket: Divisor::new(buckets),
             per_rg: Divisor::new(rg),
             per_span: Divisor::new(span),
-            per_group: Divisor::new(meta_len + entry_len * rg),
+            per_group: Divisor::new(group),
             per_entry: Divisor::new(entry_len),
+            groups,
+            decoded: groups * group,
+            physical: phys_len(groups * group),
         })
     }
 
@@ -178,8 +188,9 @@ impl LeafLayout {
     }
 
     /// Metadata replicas per leaf.
+    #[inline]
     pub fn groups(&self) -> usize {
-        self.span / self.rg
+        self.groups
     }
 
     /// Bytes per group (replica + its entries).
@@ -193,13 +204,15 @@ impl LeafLayout {
     }
 
     /// Decoded size.
+    #[inline]
     pub fn decoded(&self) -> usize {
-        self.groups() * self.group()
+        self.decoded
     }
 
     /// Physical size of the versioned part.
+    #[inline]
     pub fn physical(&self) -> usize {
-        phys_len(self.decoded())
+        self.physical
     }
 
     /// Offset of the lock word.
