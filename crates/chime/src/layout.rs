@@ -126,10 +126,11 @@ pub struct LeafLayout {
     per_span: Divisor,
     per_group: Divisor,
     per_entry: Divisor,
-    /// Metadata replicas, decoded and physical bytes, computed once: an insert asks for the
+    /// Metadata replicas, bytes per group, decoded and physical bytes, computed once: an insert asks for the
     /// lock word's offset and the physical size several times, each a division and the
     /// cache-line mapping.
     groups: usize,
+    group: usize,
     decoded: usize,
     physical: usize,
 }
@@ -172,6 +173,7 @@ impl LeafLayout {
             per_group: Divisor::new(group),
             per_entry: Divisor::new(entry_len),
             groups,
+            group,
             decoded: groups * group,
             physical: phys_len(groups * group),
         })
@@ -194,8 +196,9 @@ impl LeafLayout {
     }
 
     /// Bytes per group (replica + its entries).
+    #[inline]
     pub fn group(&self) -> usize {
-        self.meta_len + self.entry_len * self.rg
+        self.group
     }
 
     /// Offset of the key within an entry (after the version byte and any hop bitmap).
