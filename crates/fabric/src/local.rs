@@ -173,6 +173,19 @@ impl LocalTransport {
         &self.shared.nodes[node as usize].region
     }
 
+    /// With coroutines, asks the CPU for the lines of `len` bytes at `addr` before the verb
+    /// yields, so the memory fetch overlaps the thread's other tasks as a NIC's DMA overlaps a
+    /// waiting coroutine (bytes outside the region are left to the verb to refuse).
+    #[inline]
+    fn fetch_ahead(&self, addr: GlobalAddr, len: usize) {
+        if self.yield_per_verb {
+            let region = self.region(addr.node());
+            if region.contains(addr.offset(), len as u64) {
+                region.prefetch(addr.offset() as usize, len);
+            }
+        }
+    }
+
     #[inline]
     async fn issue(&self) {
         if self.yield_per_verb {
@@ -183,14 +196,7 @@ impl LocalTransport {
 
 impl Transport for LocalTransport {
     async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<()> {
-        if self.yield_per_verb {
-            // Ask for the lines now and copy them after the thread's other tasks ran, so the
-            // memory fetch overlaps their work as a NIC's DMA overlaps a coroutine's.
-            let region = self.region(addr.node());
-            if region.contains(addr.offset(), buf.len() as u64) {
-                region.prefetch(addr.offset() as usize, buf.len());
-            }
-        }
+        self.fetch_ahead(addr, buf.len());
         self.issue().await;
         dma_window::read(self.region(addr.node()), addr.offset(), buf);
         Ok(())
@@ -218,30 +224,21 @@ impl Transport for LocalTransport {
     }
 
     async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
-        if self.yield_per_verb {
-            // As for a READ: the word's line is fetched while the thread's other tasks run.
-            let region = self.region(addr.node());
-            if region.contains(addr.offset(), 8) {
-                region.prefetch(addr.offset() as usize, 8);
-            }
-        }
+        self.fetch_ahead(addr, 8);
         self.issue().await;
         Ok(self.region(addr.node()).atomic(addr.offset(), op))
     }
 
     async fn batch(&self, node: NodeId, ops: &mut [BatchOp<'_>]) -> Result<()> {
-        let region = self.region(node);
         if self.yield_per_verb {
             for op in ops.iter() {
                 if let BatchOp::Read { addr, buf } = op {
-                    if region.contains(addr.offset(), buf.len() as u64) {
-                        region.prefetch(addr.offset() as usize, buf.len());
-                    }
+                    self.fetch_ahead(*addr, buf.len());
                 }
             }
         }
         self.issue().await;
-        dma_window::apply(region, ops);
+        dma_window::apply(self.region(node), ops);
         Ok(())
     }
 
