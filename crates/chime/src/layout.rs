@@ -126,9 +126,9 @@ pub struct LeafLayout {
     per_span: Divisor,
     per_group: Divisor,
     per_entry: Divisor,
-    /// Metadata replicas, bytes per group, decoded and physical bytes, computed once: an insert asks for the
-    /// lock word's offset and the physical size several times, each a division and the
-    /// cache-line mapping.
+    /// Metadata replicas, bytes per group, decoded and physical bytes, computed once: an
+    /// insert asks for the lock word's offset and the physical size several times, each a
+    /// division and the cache-line mapping.
     groups: usize,
     group: usize,
     decoded: usize,

@@ -22,7 +22,7 @@ use crate::layout::{self, LeafLayout, Ranges, ENTRY, KEY};
 use crate::read_plan::ReadPlan;
 pub use crate::read_plan::SLACK;
 pub use crate::view::{home, Modified};
-use crate::view::{wrap, LeafView};
+use crate::view::{hop_of, wrap, LeafView};
 
 /// The longest leaf entry (a hopscotch entry; sorted entries are shorter).
 const MAX_ENTRY: usize = ENTRY;
@@ -294,11 +294,8 @@ impl LeafBuf {
             if k == 0 {
                 continue;
             }
-            let h = home(k, s);
-            let d = self.l.dist(h, i);
-            if d < self.l.h {
-                out[h] |= self.hop_bit(d);
-            }
+            let (h, bit) = hop_of(&self.l, k, i);
+            out[h] |= bit;
         }
         out
     }

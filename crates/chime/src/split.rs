@@ -21,7 +21,7 @@ use smallvec::SmallVec;
 
 use crate::layout::{self, LeafLayout, LockWord, HOP_BITMAP, KEY};
 use crate::leaf::{Hop, LeafBuf};
-use crate::view::{home, wrap, LeafView};
+use crate::view::{home, hop_of, wrap, LeafView};
 
 /// One key per slot of a leaf (0: empty).
 pub type SlotKeys = SmallVec<[u64; 64]>;
@@ -93,9 +93,7 @@ impl Cut {
             if x == 0 {
                 continue;
             }
-            let h = home(x, s);
-            let d = l.dist(h, i);
-            let bit = if d < l.h { left.hop_bit(d) } else { 0 };
+            let (h, bit) = hop_of(&l, x, i);
             if x > left_max {
                 let kv = at + pair.start..at + pair.end;
                 right.bytes[kv.clone()].copy_from_slice(&left.bytes[kv.clone()]);

@@ -79,7 +79,7 @@ pub trait LeafView {
     /// Bit of distance `d` in a hop bitmap (MSB of the H used bits = distance 0).
     #[inline]
     fn hop_bit(&self, d: usize) -> u16 {
-        1 << (self.layout().h - 1 - d)
+        distance_bit(self.layout(), d)
     }
 
     /// Puts (`key`, `value`) in entry `i` (versions and bitmap unchanged).
@@ -150,6 +150,22 @@ pub trait LeafView {
         let r = self.replica_bytes()?;
         Some((layout::key_at(r, REPLICA), layout::key_at(r, REPLICA + KEY)))
     }
+}
+
+/// Key `key`, held at slot `i`, as its home's hop bitmap records it: the home, and the bit of
+/// its distance (none if `i` lies outside the home's neighbourhood). What a bitmap rebuilt
+/// from keys is made of.
+#[inline]
+pub fn hop_of(l: &LeafLayout, key: u64, i: usize) -> (usize, u16) {
+    let h = home(key, l.span);
+    let d = l.dist(h, i);
+    (h, if d < l.h { distance_bit(l, d) } else { 0 })
+}
+
+/// The hop-bitmap bit of distance `d` (MSB of the H used bits = distance 0).
+#[inline]
+fn distance_bit(l: &LeafLayout, d: usize) -> u16 {
+    1 << (l.h - 1 - d)
 }
 
 /// `i` modulo `span`, for `i < 2 · span`.

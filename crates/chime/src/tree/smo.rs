@@ -15,10 +15,9 @@ use crate::split::Cut;
 use crate::view::LeafView;
 
 impl Tree {
-    /// Splits locked leaf `leaf` (wholly read in `buf`, which is left holding the left half) and tries to place `k` on the proper side.
-    /// The split key is the median of the critical keys — the run of keys from k's home to the
-    /// first empty slot, which the hop could not get past — together with k. Keys above the left
-    /// half's maximum move to a new right sibling at the same slots. Returns whether k was placed.
+    /// Splits locked leaf `leaf` (wholly read in `buf`, which is left holding the left half)
+    /// where [`Cut`] says, moving the larger keys to a new right sibling at the same slots, and
+    /// tries to place `k` on its side. Returns whether k was placed.
     pub(super) async fn split_leaf<T: Transport>(
         &self,
         c: &Client<T>,
