@@ -19,7 +19,7 @@ use dmindex_ycsb::Shared;
 
 use crate::fault::{inject, monitor, NodeControl, RunClock};
 use crate::report::{summarise, Finished, Phase};
-use crate::runner::{BusyWindow, ClientMetrics, OpSource, TaskEnv};
+use crate::runner::{BusyWindow, ClientMetrics, OpSource, TaskEnv, Timing};
 use crate::streams;
 use crate::{
     chunk_size, client_phase, index_config, progress_bar, services, BenchConfig, BenchReport,
@@ -108,7 +108,7 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
             Box::pin(async move {
                 let rec =
                     Recorder { now, history: None, client: i as u32, value_size: cfg.value_size };
-                let env = TaskEnv { rec, progress: bar, metrics };
+                let env = TaskEnv { rec, progress: bar, metrics, timing: Timing::Every };
                 let phase = (i, n);
                 // Generated as it goes (no virtual time), unless a shorter stream is replayed.
                 let source = (!load && plan.stream < plan.ops)
@@ -274,7 +274,8 @@ where
                         client: i as u32,
                         value_size: cfg.value_size,
                     };
-                    let env = TaskEnv { rec, progress: bar, metrics: &metrics };
+                    let env =
+                        TaskEnv { rec, progress: bar, metrics: &metrics, timing: Timing::Sampled };
                     let phase = (i, n);
                     client_phase::<_, _, S>(
                         plan, shared, idx, &c, &env, phase, load, source, window,
