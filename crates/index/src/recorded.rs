@@ -3,8 +3,11 @@
 //! The benchmark harness and the conformance kit drive indexes through these, so a checked run
 //! and a measured run execute exactly the same calls; without a history they cost one branch.
 
+use std::future::Future;
+
 use dmindex_check::{History, Invocation, OpId, Outcome};
 use dmindex_fabric::{Client, Transport};
+use futures::future::Either;
 
 use crate::{IndexResult, PointIndex, Scans};
 
@@ -62,7 +65,22 @@ impl Recorder<'_> {
     }
 
     /// Recorded search into `out` ([`PointIndex::search_into`]); whether the key was found.
-    pub async fn search_into<T: Transport, I: PointIndex<T>>(
+    /// Without a history this is the index's own future, not a layer around it: the harness's
+    /// hottest call, where a layer's entry, exit and result copy showed.
+    pub fn search_into<'s, T: Transport, I: PointIndex<T>>(
+        &'s self,
+        idx: &'s I,
+        c: &'s Client<T>,
+        key: &'s [u8],
+        out: &'s mut Vec<u8>,
+    ) -> impl Future<Output = IndexResult<bool>> + 's {
+        match self.history {
+            None => Either::Left(idx.search_into(c, key, out)),
+            Some(_) => Either::Right(self.search_into_recorded(idx, c, key, out)),
+        }
+    }
+
+    async fn search_into_recorded<T: Transport, I: PointIndex<T>>(
         &self,
         idx: &I,
         c: &Client<T>,
