@@ -59,6 +59,7 @@
 //! clients on a key at once, each sampled with probability 1/16, that takes a few rounds), which
 //! is the price of not writing a shared line when nothing is contended.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -66,6 +67,7 @@ use crossbeam_utils::CachePadded;
 
 use dmindex_fabric::{Client, Transport};
 use futures::channel::oneshot;
+use futures::future::Either;
 use smallvec::SmallVec;
 
 use dmindex_index::{
@@ -413,25 +415,21 @@ impl<I> Rdwc<I> {
     }
 }
 
-impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
-    const SERVICES: &'static [MnService] = I::SERVICES;
-    const SURVIVES_MN_CRASH: bool = I::SURVIVES_MN_CRASH;
-
-    async fn create(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
-        let (table, cfg) = Self::options(cfg)?;
-        Ok(Self::wrap(I::create(c, &cfg, cn).await?, table))
-    }
-
-    async fn open(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
-        let (table, cfg) = Self::options(cfg)?;
-        Ok(Self::wrap(I::open(c, &cfg, cn).await?, table))
-    }
-
-    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
-        let Some(t) = &self.table else { return self.inner.search_into(c, key, out).await };
-        let entered = match t.enter(key, Kind::Read, c.ordinal()) {
+impl<I> Rdwc<I> {
+    /// [`PointIndex::search_into`] in a slot this client entered: alone there (leading without
+    /// a list, counted until the search ends) or joining a batch.
+    async fn search_entered<T: Transport>(
+        &self,
+        (t, entered): (&Table, Result<Entered<'_>, Option<Busy<'_>>>),
+        c: &Client<T>,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> IndexResult<bool>
+    where
+        I: PointIndex<T>,
+    {
+        let entered = match entered {
             Ok(e) => e,
-            // Alone in the slot (counted there until the operation ends) or bypassing it.
             Err(_held) => return self.inner.search_into(c, key, out).await,
         };
         match t.join(entered, key, Kind::Read, &[]).await {
@@ -453,6 +451,40 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
                 Ok(found)
             }
         }
+    }
+}
+
+impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
+    const SERVICES: &'static [MnService] = I::SERVICES;
+    const SURVIVES_MN_CRASH: bool = I::SURVIVES_MN_CRASH;
+
+    async fn create(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        let (table, cfg) = Self::options(cfg)?;
+        Ok(Self::wrap(I::create(c, &cfg, cn).await?, table))
+    }
+
+    async fn open(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        let (table, cfg) = Self::options(cfg)?;
+        Ok(Self::wrap(I::open(c, &cfg, cn).await?, table))
+    }
+
+    /// A search that bypasses a cold slot (most of them) is the index's own future, with no
+    /// layer around it; so the slot is entered when the future is made, not when it is first
+    /// polled (callers await it at once).
+    fn search_into(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> impl Future<Output = IndexResult<bool>> {
+        let entered = match &self.table {
+            Some(t) => match t.enter(key, Kind::Read, c.ordinal()) {
+                Err(None) => return Either::Left(self.inner.search_into(c, key, out)),
+                entered => (t, entered),
+            },
+            None => return Either::Left(self.inner.search_into(c, key, out)),
+        };
+        Either::Right(self.search_entered(entered, c, key, out))
     }
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
