@@ -21,6 +21,7 @@ mod leaf_io;
 mod scan;
 mod smo;
 
+use std::future::Future;
 use std::sync::atomic::AtomicU64;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
@@ -28,6 +29,7 @@ use dmindex_index::IndexResult;
 use dmindex_prim::blink::{root_word, Blink, Located};
 use dmindex_prim::kv_block::Blocks;
 use dmindex_prim::pool::Pool;
+use futures::future::Either;
 
 use crate::hotspot::Hotspots;
 use crate::layout::{LeafLayout, LockWord};
@@ -141,15 +143,16 @@ impl Tree {
     }
 
     /// Search: the value slot of the probed key, if present.
-    pub(crate) async fn search<T: Transport>(
-        &self,
-        c: &Client<T>,
+    pub(crate) fn search<'a, T: Transport>(
+        &'a self,
+        c: &'a Client<T>,
         k: u64,
-        probe: Probe<'_>,
-    ) -> IndexResult<Option<SlotValue>> {
+        probe: Probe<'a>,
+    ) -> impl Future<Output = IndexResult<Option<SlotValue>>> + 'a {
+        // The leaf kind's own future, not a layer that awaits it.
         match self.paths() {
-            LeafPaths::Hopscotch => self.hopscotch_search(c, k, probe).await,
-            LeafPaths::Sorted => self.sorted_search(c, k, probe).await,
+            LeafPaths::Hopscotch => Either::Left(self.hopscotch_search(c, k, probe)),
+            LeafPaths::Sorted => Either::Right(self.sorted_search(c, k, probe)),
         }
     }
 
