@@ -172,3 +172,37 @@ fn throughput_is_measured_while_every_client_is_busy() {
         }
     }
 }
+
+/// Each kind is charged exactly its own operations' verbs, though the harness reads a client's
+/// statistics only when the kind of its next operation changes: with one client nothing is
+/// contended, so the reference index's searches and updates each take fixed round trips and
+/// write fixed bytes (an update more than a search's unlock), and a verb charged to the wrong
+/// kind would show as a fraction. Latencies are sampled on real time, every operation's on
+/// virtual time.
+#[test]
+fn each_kind_is_charged_its_own_verbs() {
+    for transport in [TransportKind::Local, TransportKind::Sim] {
+        let cfg = BenchConfig {
+            index: "locked-shards".into(),
+            transport,
+            clients: 1,
+            workload: "a".into(),
+            items: 300,
+            ops: Some(3000),
+            ..BenchConfig::default()
+        };
+        let r = run::<LockedShards, PointOnly>(&cfg).expect("runs");
+        let kinds: Vec<_> = r.per_op.iter().filter(|o| o.count > 0).collect();
+        assert_eq!(kinds.len(), 2, "{transport:?}: searches and updates");
+        for o in &kinds {
+            let (rt, w) = (o.round_trips_per_op, o.bytes_written_per_op);
+            assert!(rt >= 1.0 && rt.fract() == 0.0, "{transport:?} {}: {rt} round trips", o.op);
+            assert!(w > 0.0 && w.fract() == 0.0, "{transport:?} {}: {w} bytes written", o.op);
+            assert!(o.latency_us.p50 > 0.0, "{transport:?} {}: latencies sampled", o.op);
+        }
+        let written = |op: &str| kinds.iter().find(|o| o.op == op).unwrap().bytes_written_per_op;
+        assert!(written("update") > written("read"), "{transport:?}");
+        let total: f64 = kinds.iter().map(|o| o.round_trips_per_op * o.count as f64).sum();
+        assert_eq!(total, r.round_trips_per_op * r.ops as f64, "{transport:?}");
+    }
+}
