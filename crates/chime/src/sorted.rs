@@ -28,7 +28,8 @@ use crate::view::{LeafView, SlotValue};
 
 impl Tree {
     /// The slot of the probed key in sorted leaf `buf` (whole): binary search, or with long keys
-    /// every entry sharing the prefix, told apart by its block.
+    /// every entry sharing the prefix, told apart by its block. Callers look an exact key up
+    /// themselves, without this future.
     async fn sorted_resolve<T: Transport>(
         &self,
         c: &Client<T>,
@@ -52,7 +53,11 @@ impl Tree {
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
-                if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
+                let found = match probe {
+                    Probe::Exact => buf.sorted_search(k).ok(),
+                    Probe::Full(_) => self.sorted_resolve(c, &buf, k, probe).await?,
+                };
+                if let Some(i) = found {
                     return Ok(Some(SlotValue(buf.value(i))));
                 }
                 match self.judge(&loc, &*buf, k) {
@@ -84,7 +89,11 @@ impl Tree {
             Ok(leaf) => leaf,
             Err(next) => return Ok(next),
         };
-        if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
+        let found = match probe {
+            Probe::Exact => buf.sorted_search(k).ok(),
+            Probe::Full(_) => self.sorted_resolve(c, &buf, k, probe).await?,
+        };
+        if let Some(i) = found {
             self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
@@ -188,7 +197,11 @@ impl Tree {
             loop {
                 let leaf = self.lock_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
-                if let Some(i) = self.sorted_resolve(c, &buf, k, probe).await? {
+                let found = match probe {
+                    Probe::Exact => buf.sorted_search(k).ok(),
+                    Probe::Full(_) => self.sorted_resolve(c, &buf, k, probe).await?,
+                };
+                if let Some(i) = found {
                     match v {
                         Some(v) => self.update_in_place(c, leaf, &mut *buf, i, k, v).await?,
                         None => {
