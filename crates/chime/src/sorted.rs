@@ -49,7 +49,10 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<Option<SlotValue>> {
         'outer: loop {
-            let loc = self.blink.locate(c, k).await?;
+            let loc = match self.blink.cached(k) {
+                Some(loc) => loc,
+                None => self.blink.locate(c, k).await?,
+            };
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
@@ -192,7 +195,10 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<bool> {
         'outer: loop {
-            let loc = self.blink.locate(c, k).await?;
+            let loc = match self.blink.cached(k) {
+                Some(loc) => loc,
+                None => self.blink.locate(c, k).await?,
+            };
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let leaf = self.lock_leaf(c, cur).await?;

@@ -166,7 +166,11 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<()> {
         'outer: loop {
-            let ins = Insert { k, v, probe, loc: self.blink.locate(c, k).await? };
+            let loc = match self.blink.cached(k) {
+                Some(loc) => loc,
+                None => self.blink.locate(c, k).await?,
+            };
+            let ins = Insert { k, v, probe, loc };
             let (mut cur, mut moves) = (ins.loc.leaf, 0);
             loop {
                 let attempt = match self.paths() {

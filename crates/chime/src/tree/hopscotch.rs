@@ -68,7 +68,10 @@ impl Tree {
         let h = home(k, s);
         let mut buf = self.neighbourhood(h);
         'outer: loop {
-            let loc = self.blink.locate(c, k).await?;
+            let loc = match self.blink.cached(k) {
+                Some(loc) => loc,
+                None => self.blink.locate(c, k).await?,
+            };
             let (mut cur, mut moves) = (loc.leaf, 0);
             // Without a hotspot buffer (the default) or an exact key, no speculation's future
             // is made at all, and an exact key is looked up without `resolve`'s.
@@ -191,7 +194,10 @@ impl Tree {
         let h = home(k, s);
         let mut buf = self.neighbourhood(h);
         'outer: loop {
-            let loc = self.blink.locate(c, k).await?;
+            let loc = match self.blink.cached(k) {
+                Some(loc) => loc,
+                None => self.blink.locate(c, k).await?,
+            };
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let leaf = self.lock_hopscotch_leaf(c, cur).await?;
