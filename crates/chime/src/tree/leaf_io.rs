@@ -187,7 +187,16 @@ impl Tree {
     ) -> IndexResult<()> {
         loop {
             nb.reset(&self.plans[h]);
-            if self.read_window(c, leaf, nb).await?.is_ok() && nb.validate().is_ok() {
+            let plan = nb.plan();
+            if let [(p0, n)] = plan.reads[..] {
+                // One piece (most neighbourhoods): the READ awaited here, not through
+                // `read_window` and `read_pieces`, whose futures cost about 80 instructions a search.
+                c.read(leaf.add(p0 as u64), &mut nb.raw_mut()[..n as usize]).await?;
+            } else {
+                let pieces = plan.reads.iter().map(|&(p0, n)| (p0 as usize, n as usize));
+                read_pieces(c, leaf, pieces, nb.raw_mut()).await?;
+            }
+            if nb.absorb().is_ok() && nb.validate().is_ok() {
                 return Ok(());
             }
             self.retry();
