@@ -6,6 +6,7 @@
 //! splits (`smo`). An update rewrites one entry; a delete clears it with its hop bit and its
 //! vacancy bit.
 
+use super::leaf_io::await_neighbourhood;
 use super::{Attempt, Insert, Probe, Tree, Where};
 use crate::layout::LockWord;
 use crate::leaf::{home, Hop};
@@ -81,7 +82,7 @@ impl Tree {
                 }
             }
             loop {
-                self.read_neighbourhood(c, cur, h, &mut buf).await?;
+                await_neighbourhood!(self, c, cur, h, buf);
                 let found = match probe {
                     Probe::Exact => buf.find(h, k),
                     Probe::Full(_) => self.resolve(c, &buf, h, k, probe).await?,
@@ -201,7 +202,7 @@ impl Tree {
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let leaf = self.lock_hopscotch_leaf(c, cur).await?;
-                self.read_neighbourhood(c, cur, h, &mut buf).await?;
+                await_neighbourhood!(self, c, cur, h, buf);
                 let found = match probe {
                     Probe::Exact => buf.find(h, k),
                     Probe::Full(_) => self.resolve(c, &buf, h, k, probe).await?,

@@ -30,6 +30,33 @@ pub(crate) struct LockedLeaf<'t> {
     pub held: Held<'t>,
 }
 
+/// READs the neighbourhood of home `$h` of leaf `$leaf` (a [`GlobalAddr`]) into `$nb` (a
+/// [`Neighbourhood`]) until the READ validates: one doorbell into its buffer, nothing allocated
+/// or copied; errors are returned by `?`. A macro, awaited in the calling async fn's own state
+/// machine: a search spends about 75 instructions fewer than through an async fn's layer. A
+/// one-piece READ (most neighbourhoods) is the client's READ awaited here, not through
+/// [`read_pieces`].
+macro_rules! await_neighbourhood {
+    ($tree:expr, $c:expr, $leaf:expr, $h:expr, $nb:expr) => {{
+        let (tree, c, leaf, h) = ($tree, $c, $leaf, $h);
+        loop {
+            $nb.reset(&tree.plans[h]);
+            let plan = $nb.plan();
+            if let [(p0, n)] = plan.reads[..] {
+                c.read(leaf.add(p0 as u64), &mut $nb.raw_mut()[..n as usize]).await?;
+            } else {
+                let pieces = plan.reads.iter().map(|&(p0, n)| (p0 as usize, n as usize));
+                $crate::tree::leaf_io::read_pieces(c, leaf, pieces, $nb.raw_mut()).await?;
+            }
+            if $nb.absorb().is_ok() && $nb.validate().is_ok() {
+                break;
+            }
+            tree.retry();
+        }
+    }};
+}
+pub(crate) use await_neighbourhood;
+
 impl Tree {
     /// The address of a leaf's lock word.
     fn lock_addr(&self, leaf: GlobalAddr) -> GlobalAddr {
@@ -170,37 +197,10 @@ impl Tree {
     }
 
     /// A neighbourhood window for home `h` of this tree's leaves, to be READ by
-    /// [`Tree::read_neighbourhood`]. Make it once per operation: it lives in the operation's
+    /// [`await_neighbourhood!`]. Make it once per operation: it lives in the operation's
     /// state and is never moved.
     pub(crate) fn neighbourhood(&self, h: usize) -> Neighbourhood<'_> {
         Neighbourhood::new(self.leaf, &self.plans[h])
-    }
-
-    /// READs the neighbourhood of home `h` of leaf `leaf` into `nb` until the READ validates:
-    /// one doorbell into `nb`'s buffer, nothing allocated or copied.
-    pub(crate) async fn read_neighbourhood<'t, T: Transport>(
-        &'t self,
-        c: &Client<T>,
-        leaf: GlobalAddr,
-        h: usize,
-        nb: &mut Neighbourhood<'t>,
-    ) -> IndexResult<()> {
-        loop {
-            nb.reset(&self.plans[h]);
-            let plan = nb.plan();
-            if let [(p0, n)] = plan.reads[..] {
-                // One piece (most neighbourhoods): the READ awaited here, not through
-                // `read_window` and `read_pieces`, whose futures cost about 80 instructions a search.
-                c.read(leaf.add(p0 as u64), &mut nb.raw_mut()[..n as usize]).await?;
-            } else {
-                let pieces = plan.reads.iter().map(|&(p0, n)| (p0 as usize, n as usize));
-                read_pieces(c, leaf, pieces, nb.raw_mut()).await?;
-            }
-            if nb.absorb().is_ok() && nb.validate().is_ok() {
-                return Ok(());
-            }
-            self.retry();
-        }
     }
 
     /// READs entry `slot` of a leaf alone into `nb` (a speculative read); `false` if the READ
@@ -407,7 +407,7 @@ pub(crate) type PooledLeaf<'t> = Pooled<'t, LeafBuf>;
 
 /// READs of a leaf's physical `pieces` (offset, length), landing back to back in `raw`: one
 /// doorbell (a lone piece is posted as a plain READ).
-async fn read_pieces<T: Transport>(
+pub(crate) async fn read_pieces<T: Transport>(
     c: &Client<T>,
     leaf: GlobalAddr,
     pieces: impl ExactSizeIterator<Item = (usize, usize)>,
