@@ -63,6 +63,8 @@ impl OpSource {
 
 /// What one client measured, per operation kind.
 pub struct ClientMetrics {
+    /// Latencies per kind in ns; under [`Timing::Sampled`] an estimate from a sample, each
+    /// sampled operation counting for the operations it stands for.
     pub latency: Vec<Histogram<u64>>,
     pub counts: Vec<u64>,
     /// Operations that did not find their key (see [`run_op`]).
@@ -130,11 +132,13 @@ impl ClientMetrics {
         }
     }
 
-    fn record(&mut self, kind: OpKind, found: bool, ns: Option<u64>) {
+    /// Records an operation of `kind`; `timed` is its latency and how many operations it stands
+    /// for ([`Timing::weight`]).
+    fn record(&mut self, kind: OpKind, found: bool, timed: Option<(u64, u64)>) {
         // `OpKind::ALL` lists the kinds in declaration order.
         let i = kind as usize;
-        if let Some(ns) = ns {
-            let _ = self.latency[i].record(ns.max(1));
+        if let Some((ns, weight)) = timed {
+            let _ = self.latency[i].record_n(ns.max(1), weight);
         }
         self.counts[i] += 1;
         self.not_found[i] += u64::from(!found);
@@ -157,12 +161,12 @@ pub struct TaskEnv<'a> {
 ///
 /// On a real clock those took about 6 % of a search's time on `local` (perf: 4.6 % reading the
 /// time-stamp counter, about 10 ns a reading on a virtual machine, and 1.9 % the histogram), so
-/// there a pseudo-random one in
-/// [`SAMPLE_PERIOD`] of each kind's operations is timed, after the first [`ALWAYS_TIMED`] of
-/// each kind per thread. Throughput, counts, round trips and bytes still count every
-/// operation; a phase's busy window reads the clock once more per client, when the client sees
-/// the window close and when it finishes. On virtual time, and wherever a timeline counts
-/// completions per interval, every operation is timed.
+/// there the first [`ALWAYS_TIMED`] operations of each kind per thread are timed, then one in
+/// [`SAMPLE_PERIOD`], each of those counting for [`SAMPLE_PERIOD`] in the histogram: the
+/// percentiles are an estimate of every operation's. Throughput, counts, round trips and bytes
+/// still count every operation; a phase's busy window reads the clock at most twice more per
+/// client, when the client sees the window close and when it finishes. On virtual time, and
+/// wherever a timeline counts completions per interval, every operation is timed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Timing {
     /// Every operation.
@@ -178,24 +182,30 @@ pub const SAMPLE_PERIOD: u64 = 8;
 pub const ALWAYS_TIMED: u64 = 64;
 
 impl Timing {
-    /// Whether the `n`-th operation (from 0) of its kind on this thread is timed. The sample
-    /// is spread by a multiplicative hash of `n`, not every `SAMPLE_PERIOD`-th operation, so
-    /// that it cannot fall in step with a periodic pattern of the run (coroutines that take
-    /// turns).
+    /// Whether the `n`-th operation (from 0) of its kind on this thread is timed, and if so how
+    /// many operations its latency stands for. The sample is spread by Fibonacci hashing of
+    /// `n` (timed operations fall 5, 8 or 13 apart), not every `SAMPLE_PERIOD`-th operation,
+    /// so that it does not fall in step with a short periodic pattern of the run (coroutines
+    /// that take turns; checked for periods 2 to 16).
     #[inline]
-    pub fn times(self, n: u64) -> bool {
-        self == Timing::Every
-            || n < ALWAYS_TIMED
-            || n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61 == 0
+    pub fn weight(self, n: u64) -> Option<u64> {
+        if self == Timing::Every || n < ALWAYS_TIMED {
+            Some(1)
+        } else {
+            (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61 == 0).then_some(SAMPLE_PERIOD)
+        }
     }
 }
 
 impl TaskEnv<'_> {
-    /// Whether this thread's next operation of `kind` is timed.
+    /// Whether this thread's next operation of `kind` is timed, and its weight.
     #[inline]
-    fn times(&self, kind: OpKind) -> bool {
+    fn times(&self, kind: OpKind) -> Option<u64> {
         let m = self.metrics.borrow();
-        m.timeline_ns > 0 || self.timing.times(m.counts[kind as usize])
+        if m.timeline_ns > 0 {
+            return Some(1);
+        }
+        self.timing.weight(m.counts[kind as usize])
     }
 
     /// Now, on the recorder's clock.
@@ -250,7 +260,7 @@ pub async fn load_client<T: Transport, I: PointIndex<T>>(
     let mut tally = Tally::new(c);
     while next(&mut key) {
         tally.switch(OpKind::Insert, c, env);
-        let t0 = env.times(OpKind::Insert).then(|| env.now());
+        let t0 = env.times(OpKind::Insert).map(|w| (env.now(), w));
         let v = env.rec.value_into(seq, &mut value);
         let r = env.rec.insert(idx, c, &key, v).await.map(|()| true);
         seq += 1;
@@ -280,7 +290,7 @@ pub async fn run_client<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     for seq in 0..ops {
         source.next_into(&mut op);
         tally.switch(op.kind, c, env);
-        let t0 = env.times(op.kind).then(|| env.now());
+        let t0 = env.times(op.kind).map(|w| (env.now(), w));
         let r = run_op::<T, I, S>(idx, c, &env.rec, &op, (1 << 39) | seq, &mut value).await;
         if r.is_ok() {
             source.acknowledge(&op);
@@ -396,19 +406,19 @@ impl BusyWindow {
     }
 }
 
-/// Records one operation's outcome, with its latency if it was timed from `t0`; `false` if it
-/// failed (a failed client stops).
+/// Records one operation's outcome, with its latency if it was timed from `t0` (and the weight
+/// of its sample); `false` if it failed (a failed client stops).
 fn record(
     kind: OpKind,
     r: IndexResult<bool>,
-    t0: Option<u64>,
+    t0: Option<(u64, u64)>,
     env: &TaskEnv<'_>,
     done: &mut u64,
 ) -> bool {
     let mut m = env.metrics.borrow_mut();
     let ok = match r {
         Ok(found) => {
-            let ns = t0.map(|t0| {
+            let timed = t0.map(|(t0, weight)| {
                 let now = env.now();
                 if let Some(i) = (now - m.timeline_from).checked_div(m.timeline_ns) {
                     let i = i as usize;
@@ -417,9 +427,9 @@ fn record(
                     }
                     m.timeline[i] += 1;
                 }
-                now - t0
+                (now - t0, weight)
             });
-            m.record(kind, found, ns);
+            m.record(kind, found, timed);
             true
         }
         Err(e) => {
@@ -442,9 +452,11 @@ mod tests {
     #[test]
     fn a_sample_times_the_first_operations_and_one_in_eight_spread_evenly() {
         let n = 800_000u64;
-        assert!((0..n).all(|i| Timing::Every.times(i)));
-        assert!((0..ALWAYS_TIMED).all(|i| Timing::Sampled.times(i)));
-        let timed: Vec<u64> = (ALWAYS_TIMED..n).filter(|&i| Timing::Sampled.times(i)).collect();
+        assert!((0..n).all(|i| Timing::Every.weight(i) == Some(1)));
+        assert!((0..ALWAYS_TIMED).all(|i| Timing::Sampled.weight(i) == Some(1)));
+        let timed: Vec<u64> =
+            (ALWAYS_TIMED..n).filter(|&i| Timing::Sampled.weight(i).is_some()).collect();
+        assert!(timed.iter().all(|&i| Timing::Sampled.weight(i) == Some(SAMPLE_PERIOD)));
         let expected = (n - ALWAYS_TIMED) / SAMPLE_PERIOD;
         assert!(
             timed.len().abs_diff(expected as usize) < expected as usize / 50,
@@ -459,5 +471,32 @@ mod tests {
                 assert!((share / fair - 1.0).abs() < 0.05, "residue {r} of {period}: {share}");
             }
         }
+    }
+
+    /// With a timeline every operation is timed (each counts one completion), whatever the
+    /// sample would take.
+    #[test]
+    fn a_timeline_times_every_operation() {
+        let metrics = RefCell::new(ClientMetrics { timeline_ns: 1000, ..ClientMetrics::default() });
+        let bar = ProgressBar::hidden();
+        let now = || 0;
+        let env = TaskEnv {
+            rec: Recorder { now: &now, history: None, client: 0, value_size: 8 },
+            progress: &bar,
+            metrics: &metrics,
+            timing: Timing::Sampled,
+        };
+        for n in 0..10_000 {
+            metrics.borrow_mut().counts[OpKind::Read as usize] = n;
+            assert_eq!(env.times(OpKind::Read), Some(1), "operation {n}");
+        }
+        metrics.borrow_mut().timeline_ns = 0;
+        let timed = (0..10_000u64)
+            .filter(|&n| {
+                metrics.borrow_mut().counts[OpKind::Read as usize] = n;
+                env.times(OpKind::Read).is_some()
+            })
+            .count();
+        assert!(timed < 2000, "without a timeline only a sample: {timed}");
     }
 }

@@ -224,8 +224,7 @@ impl LeafView for Neighbourhood<'_> {
         if h != plan.lo || plan.count < l.h {
             return (0..l.h).map(|d| wrap(h + d, l.span)).find(|&i| self.key(i) == key);
         }
-        // The slot table and the window taken once, not per key (each `key_at` re-derived both:
-        // about 40 instructions a search).
+        // The slot table and the window taken once, not per key (each `key_at` re-derived both).
         let (win, off) = (self.win(), l.key_off());
         let slots = &plan.slots[..plan.count];
         let at_key = |&at: &u16| {

@@ -51,7 +51,7 @@ impl Tree {
         'outer: loop {
             let loc = match self.blink.cached(k) {
                 Some(loc) => loc,
-                None => self.blink.locate(c, k).await?,
+                None => self.blink.descend(c, k).await?,
             };
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
@@ -197,7 +197,7 @@ impl Tree {
         'outer: loop {
             let loc = match self.blink.cached(k) {
                 Some(loc) => loc,
-                None => self.blink.locate(c, k).await?,
+                None => self.blink.descend(c, k).await?,
             };
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {

@@ -168,7 +168,7 @@ impl Tree {
         'outer: loop {
             let loc = match self.blink.cached(k) {
                 Some(loc) => loc,
-                None => self.blink.locate(c, k).await?,
+                None => self.blink.descend(c, k).await?,
             };
             let ins = Insert { k, v, probe, loc };
             let (mut cur, mut moves) = (ins.loc.leaf, 0);

@@ -203,7 +203,9 @@ pub trait PointIndex<T: Transport>: Sized {
     }
 
     /// The value of `key` into `out` (cleared first, then the value): whether the key is
-    /// present. The hot path: a caller that reuses `out` allocates nothing.
+    /// present. The hot path: a caller that reuses `out` allocates nothing. An implementation
+    /// may do part of its work when the future is made (checking the key, entering RDWC's
+    /// table), so callers await it promptly.
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool>;
 
     /// Sets `key` to `value`, inserting it if absent (an upsert: never a duplicate).

@@ -58,6 +58,12 @@
 //! operations on a cold slot do not combine until a sampled client notices them (with `n`
 //! clients on a key at once, each sampled with probability 1/16, that takes a few rounds), which
 //! is the price of not writing a shared line when nothing is contended.
+//!
+//! A search enters its slot when its future is made, not when it is first polled: on a cold
+//! slot the future is the wrapped index's own, with no layer around it. Await it promptly. A
+//! search made long before it runs only holds its place in the slot meanwhile, which can make
+//! a slot look contended (hot) and send other clients through the slot's list: a cost in
+//! combining, never in correctness, since batches still form when the searches run.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -469,8 +475,7 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     }
 
     /// A search that bypasses a cold slot (most of them) is the index's own future, with no
-    /// layer around it; so the slot is entered when the future is made, not when it is first
-    /// polled (callers await it at once).
+    /// layer around it; so the slot is entered when the future is made (see the module docs).
     fn search_into(
         &self,
         c: &Client<T>,

@@ -17,8 +17,7 @@ use dmindex_index::IndexResult;
 
 impl Tree {
     /// The slot of the probed key in home `h`'s neighbourhood of hopscotch leaf `buf` (loaded).
-    /// Callers look an exact key up with `find` themselves: making and polling this future for
-    /// it cost about 40 instructions a search.
+    /// Callers look an exact key up with `find` themselves, without making this future.
     async fn resolve<T: Transport>(
         &self,
         c: &Client<T>,
@@ -71,11 +70,12 @@ impl Tree {
         'outer: loop {
             let loc = match self.blink.cached(k) {
                 Some(loc) => loc,
-                None => self.blink.locate(c, k).await?,
+                None => self.blink.descend(c, k).await?,
             };
             let (mut cur, mut moves) = (loc.leaf, 0);
-            // Without a hotspot buffer (the default) or an exact key, no speculation's future
-            // is made at all, and an exact key is looked up without `resolve`'s.
+            // Speculation needs a hotspot buffer and an exact key: checked here, so that no
+            // future is made without them. Likewise an exact key is looked up without
+            // `resolve`'s future.
             if self.hotspots.is_some() && matches!(probe, Probe::Exact) {
                 if let Some(v) = self.speculate(c, cur, h, k, probe, &mut buf).await? {
                     return Ok(Some(v));
@@ -197,7 +197,7 @@ impl Tree {
         'outer: loop {
             let loc = match self.blink.cached(k) {
                 Some(loc) => loc,
-                None => self.blink.locate(c, k).await?,
+                None => self.blink.descend(c, k).await?,
             };
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {

@@ -33,11 +33,10 @@ pub(crate) struct LockedLeaf<'t> {
 /// READs the neighbourhood of home `$h` of leaf `$leaf` (a [`GlobalAddr`]) into `$nb` (a
 /// [`Neighbourhood`]) until the READ validates: one doorbell into its buffer, nothing allocated
 /// or copied; errors are returned by `?`. A macro, awaited in the calling async fn's own state
-/// machine: a search spends about 75 instructions fewer than through an async fn's layer. A
-/// one-piece READ (most neighbourhoods) is the client's READ awaited here, not through
-/// [`read_pieces`].
+/// machine, not an async fn's layer (`docs/perf.md`, eleventh round). A one-piece READ (most
+/// neighbourhoods) is the client's READ awaited here, not through [`read_pieces`].
 macro_rules! await_neighbourhood {
-    ($tree:expr, $c:expr, $leaf:expr, $h:expr, $nb:expr) => {{
+    ($tree:expr, $c:expr, $leaf:expr, $h:expr, $nb:ident) => {{
         let (tree, c, leaf, h) = ($tree, $c, $leaf, $h);
         loop {
             $nb.reset(&tree.plans[h]);

@@ -155,8 +155,8 @@ impl Blink {
     }
 
     /// The leaf for `k` through its cached parent, if the cache has one: [`Blink::locate`]
-    /// without a round trip. A hot path calls this first and awaits `locate` only when it
-    /// misses, so that a hit makes no future (about 40 instructions a search).
+    /// without a round trip. A hot path calls this first and awaits [`Blink::descend`] only when
+    /// it misses, so that a hit makes no future (`docs/perf.md`, eleventh round).
     #[inline]
     pub fn cached(&self, k: u64) -> Option<Located> {
         self.cache.with(1, &k, |p| {
@@ -168,9 +168,15 @@ impl Blink {
     /// Finds the leaf for `k`: the cached parent if any, else a remote traversal from the deepest
     /// cached node above (or the root).
     pub async fn locate<T: Transport>(&self, c: &Client<T>, k: u64) -> IndexResult<Located> {
-        if let Some(loc) = self.cached(k) {
-            return Ok(loc);
+        match self.cached(k) {
+            Some(loc) => Ok(loc),
+            None => self.descend(c, k).await,
         }
+    }
+
+    /// The leaf for `k` by a remote traversal from the deepest cached node above level 1 (or
+    /// the root): [`Blink::locate`] once [`Blink::cached`] has missed.
+    pub async fn descend<T: Transport>(&self, c: &Client<T>, k: u64) -> IndexResult<Located> {
         let mut from_cache = self.cache.deepest_with(2, &k, |n| n.node.child_for(k).0);
         'restart: loop {
             let mut addr = match from_cache.take() {
