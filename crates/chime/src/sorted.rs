@@ -27,17 +27,16 @@ use crate::tree::{Attempt, Insert, LockedLeaf, Probe, Tree, Where};
 use crate::view::{LeafView, SlotValue};
 
 impl Tree {
-    /// The slot of the probed key in sorted leaf `buf` (whole): binary search, or with long keys
-    /// every entry sharing the prefix, told apart by its block. Callers look an exact key up
-    /// themselves, without this future.
+    /// The slot of long key `full` (leaf key `k`) in sorted leaf `buf` (whole): every entry
+    /// sharing the prefix, told apart by its block. An exact key is binary-searched by the
+    /// caller, without making this future.
     async fn sorted_resolve<T: Transport>(
         &self,
         c: &Client<T>,
         buf: &LeafBuf,
         k: u64,
-        probe: Probe<'_>,
+        full: &[u8],
     ) -> IndexResult<Option<usize>> {
-        let Probe::Full(full) = probe else { return Ok(buf.sorted_search(k).ok()) };
         self.resolve_long(c, buf, 0..buf.sorted_len(), k, full).await
     }
 
@@ -58,7 +57,7 @@ impl Tree {
                 let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 let found = match probe {
                     Probe::Exact => buf.sorted_search(k).ok(),
-                    Probe::Full(_) => self.sorted_resolve(c, &buf, k, probe).await?,
+                    Probe::Full(full) => self.sorted_resolve(c, &buf, k, full).await?,
                 };
                 if let Some(i) = found {
                     return Ok(Some(SlotValue(buf.value(i))));
@@ -94,7 +93,7 @@ impl Tree {
         };
         let found = match probe {
             Probe::Exact => buf.sorted_search(k).ok(),
-            Probe::Full(_) => self.sorted_resolve(c, &buf, k, probe).await?,
+            Probe::Full(full) => self.sorted_resolve(c, &buf, k, full).await?,
         };
         if let Some(i) = found {
             self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
@@ -205,7 +204,7 @@ impl Tree {
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 let found = match probe {
                     Probe::Exact => buf.sorted_search(k).ok(),
-                    Probe::Full(_) => self.sorted_resolve(c, &buf, k, probe).await?,
+                    Probe::Full(full) => self.sorted_resolve(c, &buf, k, full).await?,
                 };
                 if let Some(i) = found {
                     match v {

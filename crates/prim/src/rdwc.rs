@@ -426,7 +426,8 @@ impl<I> Rdwc<I> {
     /// a list, counted until the search ends) or joining a batch.
     async fn search_entered<T: Transport>(
         &self,
-        (t, entered): (&Table, Result<Entered<'_>, Option<Busy<'_>>>),
+        t: &Table,
+        entered: Result<Entered<'_>, Option<Busy<'_>>>,
         c: &Client<T>,
         key: &[u8],
         out: &mut Vec<u8>,
@@ -482,14 +483,11 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
         key: &[u8],
         out: &mut Vec<u8>,
     ) -> impl Future<Output = IndexResult<bool>> {
-        let entered = match &self.table {
-            Some(t) => match t.enter(key, Kind::Read, c.ordinal()) {
-                Err(None) => return Either::Left(self.inner.search_into(c, key, out)),
-                entered => (t, entered),
-            },
-            None => return Either::Left(self.inner.search_into(c, key, out)),
-        };
-        Either::Right(self.search_entered(entered, c, key, out))
+        let Some(t) = &self.table else { return Either::Left(self.inner.search_into(c, key, out)) };
+        match t.enter(key, Kind::Read, c.ordinal()) {
+            Err(None) => Either::Left(self.inner.search_into(c, key, out)),
+            entered => Either::Right(self.search_entered(t, entered, c, key, out)),
+        }
     }
 
     async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {

@@ -8,6 +8,7 @@
 
 use super::leaf_io::await_neighbourhood;
 use super::{Attempt, Insert, Probe, Tree, Where};
+use crate::hotspot::Hotspots;
 use crate::layout::LockWord;
 use crate::leaf::{home, Hop};
 use crate::neighbourhood::Neighbourhood;
@@ -16,34 +17,34 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 
 impl Tree {
-    /// The slot of the probed key in home `h`'s neighbourhood of hopscotch leaf `buf` (loaded).
-    /// Callers look an exact key up with `find` themselves, without making this future.
+    /// The slot of long key `full` (leaf key `k`) in home `h`'s neighbourhood of hopscotch leaf
+    /// `buf` (loaded), told apart by its block. An exact key is looked up with `find` by the
+    /// caller, without making this future.
     async fn resolve<T: Transport>(
         &self,
         c: &Client<T>,
         buf: &impl LeafView,
         h: usize,
         k: u64,
-        probe: Probe<'_>,
+        full: &[u8],
     ) -> IndexResult<Option<usize>> {
-        let Probe::Full(full) = probe else { return Ok(buf.find(h, k)) };
         let span = self.leaf.span;
         self.resolve_long(c, buf, (0..self.leaf.h).map(|d| wrap(h + d, span)), k, full).await
     }
 
-    /// Hotness-aware speculative read: READ only the hottest buffered slot of k's neighbourhood
-    /// whose fingerprint matches; a whole entry holding k is k's value at that instant (see
-    /// [`crate::hotspot`]). Long keys are not speculated on (their blocks would need reading).
+    /// Hotness-aware speculative read through hotspot buffer `hs`: READ only the hottest
+    /// buffered slot of exact key k's neighbourhood whose fingerprint matches; a whole entry
+    /// holding k is k's value at that instant (see [`crate::hotspot`]). Long keys are not
+    /// speculated on (their blocks would need reading).
     async fn speculate<'t, T: Transport>(
         &'t self,
         c: &Client<T>,
+        hs: &Hotspots,
         leaf: GlobalAddr,
         h: usize,
         k: u64,
-        probe: Probe<'_>,
         nb: &mut Neighbourhood<'t>,
     ) -> IndexResult<Option<SlotValue>> {
-        let (Some(hs), Probe::Exact) = (&self.hotspots, probe) else { return Ok(None) };
         let Some(slot) = hs.best(leaf, h, k) else {
             return Ok(None);
         };
@@ -76,8 +77,8 @@ impl Tree {
             // Speculation needs a hotspot buffer and an exact key: checked here, so that no
             // future is made without them. Likewise an exact key is looked up without
             // `resolve`'s future.
-            if self.hotspots.is_some() && matches!(probe, Probe::Exact) {
-                if let Some(v) = self.speculate(c, cur, h, k, probe, &mut buf).await? {
+            if let (Some(hs), Probe::Exact) = (&self.hotspots, probe) {
+                if let Some(v) = self.speculate(c, hs, cur, h, k, &mut buf).await? {
                     return Ok(Some(v));
                 }
             }
@@ -85,7 +86,7 @@ impl Tree {
                 await_neighbourhood!(self, c, cur, h, buf);
                 let found = match probe {
                     Probe::Exact => buf.find(h, k),
-                    Probe::Full(_) => self.resolve(c, &buf, h, k, probe).await?,
+                    Probe::Full(full) => self.resolve(c, &buf, h, k, full).await?,
                 };
                 if let Some(i) = found {
                     if let Some(hs) = &self.hotspots {
@@ -143,7 +144,7 @@ impl Tree {
         };
         let found = match probe {
             Probe::Exact => buf.find(h, k),
-            Probe::Full(_) => self.resolve(c, &*buf, h, k, probe).await?,
+            Probe::Full(full) => self.resolve(c, &*buf, h, k, full).await?,
         };
         if let Some(i) = found {
             self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
@@ -205,7 +206,7 @@ impl Tree {
                 await_neighbourhood!(self, c, cur, h, buf);
                 let found = match probe {
                     Probe::Exact => buf.find(h, k),
-                    Probe::Full(_) => self.resolve(c, &buf, h, k, probe).await?,
+                    Probe::Full(full) => self.resolve(c, &buf, h, k, full).await?,
                 };
                 if let Some(i) = found {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
