@@ -15,7 +15,7 @@ use dmindex_prim::pool::Pooled;
 
 use super::Tree;
 use crate::layout::LockWord;
-use crate::leaf::{Invalid, LeafBuf, SLACK};
+use crate::leaf::{LeafBuf, SLACK};
 use crate::neighbourhood::Neighbourhood;
 use crate::read_plan;
 use crate::view::LeafView;
@@ -212,20 +212,9 @@ impl Tree {
         nb: &mut Neighbourhood<'t>,
     ) -> IndexResult<bool> {
         nb.reset(&self.entry_plans[slot]);
-        Ok(self.read_window(c, leaf, nb).await?.is_ok())
-    }
-
-    /// One doorbell READ of the pieces `nb` was reset for, decoded in place; `Ok(Err)` if a
-    /// line was torn.
-    async fn read_window<T: Transport>(
-        &self,
-        c: &Client<T>,
-        leaf: GlobalAddr,
-        nb: &mut Neighbourhood<'_>,
-    ) -> IndexResult<Result<(), Invalid>> {
         let pieces = nb.plan().reads.iter().map(|&(p0, n)| (p0 as usize, n as usize));
         read_pieces(c, leaf, pieces, nb.raw_mut()).await?;
-        Ok(nb.absorb())
+        Ok(nb.absorb().is_ok())
     }
 
     /// READs a leaf's inclusive upper bound (big-endian, at the rear).
