@@ -304,6 +304,22 @@ impl LeafLayout {
         Some(self.bucket_slots(wrap(bf + d, nb)).0)
     }
 
+    /// The slots an insert of a key homed at `h` READs under the lock, given the vacancy
+    /// bitmap `full` the lock returned, as (first, count): whole buckets from `h`'s bucket to
+    /// the first with a free slot, and at least `h`'s neighbourhood; the whole leaf (count =
+    /// span) if every bucket is full.
+    #[inline]
+    pub fn insert_read(&self, h: usize, full: u64) -> (usize, usize) {
+        let lo = self.bucket_slots(self.bucket(h)).0;
+        match self.first_vacant_bucket_slot(full, h) {
+            None => (lo, self.span),
+            Some(e) => {
+                let last = self.bucket_last(self.bucket(e));
+                (lo, self.dist(lo, h) + (self.dist(h, last) + 1).max(self.h))
+            }
+        }
+    }
+
     /// Slots of bucket `b`: `[first, last]`.
     #[inline]
     pub fn bucket_slots(&self, b: usize) -> (usize, usize) {

@@ -92,6 +92,11 @@ impl LeafView for LeafBuf {
     }
 
     #[inline]
+    fn is_loaded(&self, i: usize) -> bool {
+        self.loaded[i]
+    }
+
+    #[inline]
     fn entry_bytes(&self, i: usize) -> &[u8] {
         // A buffer is not cleared between READs: only slots read may be looked at.
         debug_assert!(self.loaded[i], "slot {i} was not read");
@@ -192,10 +197,6 @@ impl LeafBuf {
 
     pub fn dist(&self, a: usize, b: usize) -> usize {
         self.l.dist(a, b)
-    }
-
-    pub fn is_loaded(&self, i: usize) -> bool {
-        self.loaded[i]
     }
 
     /// Sets every replica's fence keys.
@@ -430,30 +431,6 @@ impl LeafBuf {
     /// Whether every entry and replica was read.
     pub fn all_loaded(&self) -> bool {
         self.loaded.iter().all(|&x| x) && self.replica_loaded.iter().all(|&x| x)
-    }
-
-    /// The vacancy bitmap `prev` with the buckets of the `changed` slots brought up to date
-    /// where wholly read: what a write under the leaf lock changes (only the few buckets it
-    /// touched are looked at; a split's halves get theirs from [`crate::split`]).
-    pub fn vacancy_after(&self, prev: u64, changed: &[usize]) -> u64 {
-        changed.iter().fold(prev, |full, &i| {
-            let b = self.l.bucket(i);
-            let (f, t) = self.l.bucket_slots(b);
-            if (f..=t).all(|j| self.loaded[j]) {
-                self.with_bucket(full, b, f, t)
-            } else {
-                full
-            }
-        })
-    }
-
-    /// `full` with bucket `b` (slots `f..=t`, loaded) marked full or not.
-    fn with_bucket(&self, full: u64, b: usize, f: usize, t: usize) -> u64 {
-        if (f..=t).all(|i| self.key(i) != 0) {
-            full | 1 << b
-        } else {
-            full & !(1 << b)
-        }
     }
 
     /// Occupied slots (all loaded).

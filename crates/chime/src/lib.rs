@@ -171,6 +171,7 @@ impl<V> ChimeIndex<V> {
             tree: Tree {
                 leaf,
                 plans: if hop { ReadPlan::every_home(&leaf) } else { Box::new([]) },
+                insert_plans: if hop { ReadPlan::every_insert(&leaf) } else { Box::new([]) },
                 whole_plan: ReadPlan::whole(&leaf),
                 entry_plans: if hop && shape.speculative {
                     ReadPlan::every_entry(&leaf)

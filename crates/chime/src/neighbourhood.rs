@@ -1,12 +1,14 @@
-//! A neighbourhood READ kept on the stack: the window of a leaf a search, an update or a delete
-//! needs, decoded in place, with nothing of the rest of the leaf.
+//! A neighbourhood READ kept on the stack: the window of a leaf a search, an update, a delete or
+//! most inserts need, decoded in place, with nothing of the rest of the leaf.
 //!
 //! # What it holds
 //!
 //! A hopscotch key lives within H slots of its home, so these operations READ slots
 //! `h .. h + H` (circularly) and the metadata replica that range always contains (the one
 //! before the group boundary it crosses, or the group's own when `h` starts one; a wrapped
-//! range is two pieces, the second starting at replica 0). Without metadata replication a
+//! range is two pieces, the second starting at replica 0). An insert whose vacancy bitmap shows
+//! a free slot within the neighbourhood READs from the start of the home's vacancy bucket, a
+//! slot or two earlier ([`crate::read_plan::ReadPlan::every_insert`]). Without metadata replication a
 //! dedicated READ of the header joins the doorbell. At most three pieces, READ back to back
 //! into one fixed buffer and decoded there in place:
 //!
@@ -31,7 +33,7 @@
 
 use std::mem::MaybeUninit;
 
-use crate::layout::{LeafLayout, MAX_H};
+use crate::layout::LeafLayout;
 use crate::leaf::Invalid;
 use crate::read_plan::{ReadPlan, RAW, SLACK, WINDOW};
 use crate::view::{home, wrap, LeafView};
@@ -63,7 +65,7 @@ impl<'p> Neighbourhood<'p> {
     /// A window for leaves of layout `l`, planned as `plan` says. Make it once per operation and
     /// [`Neighbourhood::reset`] it for each READ: it is large, so it should not move.
     pub fn new(l: LeafLayout, plan: &'p ReadPlan) -> Neighbourhood<'p> {
-        assert!(plan.fits_window(), "a neighbourhood holds at most {MAX_H} slots");
+        assert!(plan.fits_window(), "a neighbourhood holds at most {WINDOW} decoded bytes");
         Neighbourhood {
             l,
             plan,
@@ -196,6 +198,11 @@ impl LeafView for Neighbourhood<'_> {
     }
 
     #[inline]
+    fn is_loaded(&self, i: usize) -> bool {
+        self.l.dist(self.plan.lo, i) < self.plan.count
+    }
+
+    #[inline]
     fn entry_bytes(&self, i: usize) -> &[u8] {
         let at = self.at(i);
         &self.win()[at..at + self.l.entry_len]
@@ -217,16 +224,18 @@ impl LeafView for Neighbourhood<'_> {
         self.window_from(d)
     }
 
-    /// Through the plan's slot table when `h` is the home this window was read for.
+    /// Through the plan's slot table when home `h`'s neighbourhood was read (from `h`, or from
+    /// the start of its bucket: an insert's window).
     #[inline]
     fn find(&self, h: usize, key: u64) -> Option<usize> {
         let (l, plan) = (self.l, self.plan);
-        if h != plan.lo || plan.count < l.h {
+        let j0 = if h == plan.lo { 0 } else { l.dist(plan.lo, h) };
+        if j0 + l.h > plan.count {
             return (0..l.h).map(|d| wrap(h + d, l.span)).find(|&i| self.key(i) == key);
         }
         // The slot table and the window taken once, not per key (each `key_at` re-derived both).
         let (win, off) = (self.win(), l.key_off());
-        let slots = &plan.slots[..plan.count];
+        let slots = &plan.slots[j0..j0 + l.h];
         let at_key = |&at: &u16| {
             let at = at as usize + off;
             u64::from_be_bytes(win[at..at + 8].try_into().expect("8 bytes")) == key
@@ -252,7 +261,7 @@ impl LeafView for Neighbourhood<'_> {
 mod tests {
     use super::*;
     use crate::layout::LeafKind;
-    use crate::leaf::LeafBuf;
+    use crate::leaf::{Hop, LeafBuf};
     use dmindex_prim::cacheline;
 
     /// A neighbourhood decoded from a leaf's physical bytes sees exactly the whole leaf's
@@ -295,6 +304,84 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// An insert's window (from the start of the home's bucket) finds what the whole leaf
+    /// finds, knows which slots it holds, and takes a key exactly as a hop that needs no move
+    /// does on the whole leaf: the same bytes, or nothing when the neighbourhood is full.
+    #[test]
+    fn insert_windows_insert_as_the_whole_leaf_does() {
+        let (mut windows, mut full) = (0, 0);
+        for kind in LeafKind::HOPSCOTCH_KINDS {
+            for (span, h) in [(64, 8), (64, 16), (32, 4), (128, 16)] {
+                let l = LeafLayout::with_kind(span, h, kind).unwrap();
+                let plans = ReadPlan::every_insert(&l);
+                let mut whole = LeafBuf::empty(l);
+                // Fill until hops fail, then empty every third slot of the first half.
+                let mut next = 1u64;
+                while let Hop::Done(_) = whole.hop_insert(next, next.to_le_bytes()) {
+                    next += 1;
+                }
+                for i in (0..span / 2).step_by(3) {
+                    let k = whole.key(i);
+                    if k != 0 {
+                        whole.remove(home(k, span), i);
+                    }
+                }
+                let mut phys = Vec::new();
+                cacheline::encode(&l, &whole.bytes, 0, l.decoded(), &mut phys);
+                for home_slot in 0..span {
+                    let Some(plan) = &plans[home_slot] else {
+                        assert!(h == 16, "span {span} H {h}: home {home_slot} has no plan");
+                        continue;
+                    };
+                    windows += 1;
+                    let (lo, n) = l.insert_read(home_slot, 0);
+                    assert_eq!((plan.lo, plan.count), (lo, n));
+                    let mut nb = Neighbourhood::new(l, plan);
+                    let mut raw = Vec::new();
+                    for (p0, len) in nb.raw_lens() {
+                        raw.extend_from_slice(&phys[p0..p0 + len]);
+                    }
+                    nb.raw_mut()[..raw.len()].copy_from_slice(&raw);
+                    nb.absorb().unwrap();
+                    nb.validate().unwrap();
+                    for i in 0..span {
+                        assert_eq!(nb.is_loaded(i), l.dist(lo, i) < n, "slot {i}");
+                    }
+                    for d in 0..h {
+                        let k = whole.key((home_slot + d) % span);
+                        assert_eq!(nb.find(home_slot, k), whole.find(home_slot, k));
+                    }
+                    // A key of this home that is not in the leaf.
+                    let k = (next..).find(|&k| crate::view::home(k, span) == home_slot).unwrap();
+                    let mut after = whole.clone();
+                    let hopped = after.hop_insert(k, [7; 8]);
+                    match nb.insert_near(home_slot, k, [7; 8]) {
+                        Some(e) => {
+                            let Hop::Done(m) = hopped else { panic!("{hopped:?}") };
+                            let mut want = vec![home_slot, e];
+                            want.sort_unstable();
+                            want.dedup();
+                            assert_eq!(m.to_vec(), want, "no key moved");
+                            for d in 0..h {
+                                let i = (home_slot + d) % span;
+                                assert_eq!(nb.entry_bytes(i), after.entry_bytes(i), "slot {i}");
+                            }
+                        }
+                        None => {
+                            full += 1;
+                            assert!(
+                                (0..h).all(|d| whole.key((home_slot + d) % span) != 0),
+                                "an empty slot in home {home_slot}'s neighbourhood was missed"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(windows > 300, "only {windows} insert windows were tried");
+        assert!(full > 50 && full < windows - 100, "{full} of {windows} windows were full");
     }
 
     /// Pieces of two node versions, or a torn line, fail; a single entry has no replica.

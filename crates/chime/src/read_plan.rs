@@ -192,7 +192,7 @@ impl ReadPlan {
 
     /// Whether a READ by this plan fits a neighbourhood's fixed buffers.
     pub fn fits_window(&self) -> bool {
-        self.window_len <= WINDOW && self.raw_len <= RAW && self.count <= MAX_H
+        self.window_len <= WINDOW && self.raw_len <= RAW
     }
 
     /// The plan of a whole leaf: every entry and replica.
@@ -205,6 +205,20 @@ impl ReadPlan {
         (0..l.span)
             .map(|h| ReadPlan::new(l, h, l.h, false))
             .inspect(|p| assert!(p.fits_window()))
+            .collect()
+    }
+
+    /// The plans of every home's insert READ when the vacancy bitmap shows a free slot within
+    /// its neighbourhood, indexed by home: from the start of the home's bucket to the end of
+    /// the neighbourhood ([`LeafLayout::insert_read`]). `None` where that does not fit a
+    /// neighbourhood's buffers (H = 16 with buckets of three slots or more): such inserts READ
+    /// into a whole-leaf buffer.
+    pub fn every_insert(l: &LeafLayout) -> Box<[Option<ReadPlan>]> {
+        (0..l.span)
+            .map(|h| {
+                let (lo, n) = l.insert_read(h, 0);
+                Some(ReadPlan::new(l, lo, n, false)).filter(ReadPlan::fits_window)
+            })
             .collect()
     }
 
@@ -244,6 +258,12 @@ mod tests {
         assert!(e.replicas.is_empty());
         assert_eq!((e.count, e.window_len), (1, 19));
         assert_eq!(ReadPlan::every_home(&l).len(), 64);
+        // Inserts: 57 vacancy buckets over 64 slots, so seven buckets hold two slots and the
+        // second slot's insert READ starts one slot early (home 1: slots 0 ..= 8).
+        let ins = ReadPlan::every_insert(&l);
+        let lo_count = |h: usize| ins[h].as_ref().map(|p| (p.lo, p.count));
+        assert_eq!((lo_count(1), lo_count(3)), (Some((0, 9)), Some((3, 8))));
+        assert_eq!(ins.iter().flatten().filter(|p| p.count == 9).count(), 7);
         // A whole leaf: one piece, every slot and replica, a check per line after the first.
         let w = ReadPlan::whole(&l);
         assert_eq!((w.reads.as_slice(), w.window_len), (&[(0, 1316)][..], 1296));

@@ -87,7 +87,7 @@ impl Tree {
         let Insert { k, v, probe, .. } = *ins;
         let leaf = self.lock_leaf(c, cur).await?;
         let mut buf = self.read_slots(c, cur, 0, s).await?;
-        let leaf = match self.validate_insert(c, ins, leaf, &buf).await? {
+        let leaf = match self.validate_insert(c, ins, leaf, &*buf).await? {
             Ok(leaf) => leaf,
             Err(next) => return Ok(next),
         };

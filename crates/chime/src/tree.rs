@@ -56,6 +56,9 @@ pub(crate) struct Tree {
     /// alone (speculative reads), indexed by slot.
     pub plans: Box<[ReadPlan]>,
     pub entry_plans: Box<[ReadPlan]>,
+    /// The read plan of every home's insert when a free slot is near
+    /// ([`ReadPlan::every_insert`]), indexed by home.
+    pub insert_plans: Box<[Option<ReadPlan>]>,
     /// The read plan of a whole leaf (scans, splits, sorted leaves).
     pub whole_plan: ReadPlan,
     /// Leaf buffers for READs, reused across operations (see `Tree::leaf_buf`).

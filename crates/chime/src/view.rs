@@ -1,7 +1,7 @@
 //! What a client reads of a hopscotch or sorted leaf, whatever holds it: a whole decoded leaf
-//! ([`crate::leaf::LeafBuf`], for inserts, splits and scans) or the window of one neighbourhood
-//! READ ([`crate::neighbourhood::Neighbourhood`], on the stack, for searches, updates and
-//! deletes). Both give the bytes of an entry and of a metadata replica they read; everything
+//! ([`crate::leaf::LeafBuf`], for inserts that hop, splits and scans) or the window of one
+//! neighbourhood READ ([`crate::neighbourhood::Neighbourhood`], on the stack, for searches,
+//! updates, deletes and inserts with a free slot near). Both give the bytes of an entry and of a metadata replica they read; everything
 //! an operation asks of entries — keys, values, hop bitmaps, versions, the rebuilt bitmap of a
 //! home, removal — is written once here on top of that.
 
@@ -33,6 +33,8 @@ pub fn home(key: u64, span: usize) -> usize {
 pub trait LeafView {
     /// The leaf's geometry.
     fn layout(&self) -> &LeafLayout;
+    /// Whether slot `i` was read.
+    fn is_loaded(&self, i: usize) -> bool;
     /// The decoded bytes of entry `i` (`entry_len` of them).
     fn entry_bytes(&self, i: usize) -> &[u8];
     /// The same, to change.
@@ -133,6 +135,42 @@ pub trait LeafView {
         let mut m: Modified = [h.min(i), h.max(i)].into_iter().collect();
         m.dedup();
         m
+    }
+
+    /// Inserts `key` (absent) at the first empty slot of home `h`'s neighbourhood (read), if
+    /// there is one, without hopping: the entry, the home's hop bit, both versions bumped.
+    /// Returns the slot taken (`h` and it changed); `None` leaves the view as it was. What
+    /// [`crate::leaf::LeafBuf::hop_insert`] does when its first empty slot is near.
+    fn insert_near(&mut self, h: usize, key: u64, value: [u8; 8]) -> Option<usize> {
+        // An empty entry's key is 0.
+        let e = self.find(h, 0)?;
+        let d = self.layout().dist(h, e);
+        self.set_entry(e, key, value);
+        let bm = self.bitmap(h) | self.hop_bit(d);
+        self.set_bitmap(h, bm);
+        self.bump_ev(e);
+        if e != h {
+            self.bump_ev(h);
+        }
+        Some(e)
+    }
+
+    /// The vacancy bitmap `prev` with the buckets of the `changed` slots brought up to date
+    /// where wholly read: what a write under the leaf lock changes (only the few buckets it
+    /// touched are looked at; a split's halves get theirs from [`crate::split`]).
+    fn vacancy_after(&self, prev: u64, changed: &[usize]) -> u64 {
+        let l = *self.layout();
+        changed.iter().fold(prev, |full, &i| {
+            let b = l.bucket(i);
+            let (f, t) = l.bucket_slots(b);
+            if !(f..=t).all(|j| self.is_loaded(j)) {
+                full
+            } else if (f..=t).all(|j| self.key(j) != 0) {
+                full | 1 << b
+            } else {
+                full & !(1 << b)
+            }
+        })
     }
 
     /// The sibling pointer and valid flag from a replica read.

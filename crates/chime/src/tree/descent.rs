@@ -13,7 +13,6 @@ use dmindex_index::IndexResult;
 use dmindex_prim::blink::Located;
 
 use super::{Attempt, Insert, LockedLeaf, Tree};
-use crate::leaf::LeafBuf;
 use crate::view::LeafView;
 
 /// Where a validated READ of a leaf that lacks the key says the key lives.
@@ -74,7 +73,7 @@ impl Tree {
         c: &Client<T>,
         ins: &Insert<'_>,
         leaf: LockedLeaf<'t>,
-        buf: &LeafBuf,
+        buf: &impl LeafView,
     ) -> IndexResult<Result<LockedLeaf<'t>, Attempt>> {
         if self.leaf.kind.fenced {
             return self.outside_fences(c, ins, leaf, buf).await;
@@ -103,7 +102,7 @@ impl Tree {
         c: &Client<T>,
         ins: &Insert<'_>,
         leaf: LockedLeaf<'t>,
-        buf: &LeafBuf,
+        buf: &impl LeafView,
     ) -> IndexResult<Result<LockedLeaf<'t>, Attempt>> {
         let next = match self.judge(&ins.loc, buf, ins.k) {
             Where::Absent => return Ok(Ok(leaf)),
@@ -127,7 +126,7 @@ impl Tree {
         &self,
         c: &Client<T>,
         leaf: &LockedLeaf<'_>,
-        buf: &LeafBuf,
+        buf: &impl LeafView,
         k: u64,
     ) -> IndexResult<bool> {
         let lw = &leaf.lw;

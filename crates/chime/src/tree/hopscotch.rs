@@ -3,11 +3,13 @@
 //! when enabled) and, not finding the key, checks the home's hop bitmap against the keys read.
 //! An insert locks the leaf, READs from the home's bucket to the first bucket the vacancy bitmap
 //! shows with a free slot, and hops that slot into the neighbourhood; when no hop can, the leaf
-//! splits (`smo`). An update rewrites one entry; a delete clears it with its hop bit and its
+//! splits (`smo`). When that bucket lies within the neighbourhood (most inserts), the READ is
+//! a neighbourhood's window and the key goes in without a hop, as a hop that moves nothing
+//! would put it. An update rewrites one entry; a delete clears it with its hop bit and its
 //! vacancy bit.
 
-use super::leaf_io::await_neighbourhood;
-use super::{Attempt, Insert, Probe, Tree, Where};
+use super::leaf_io::{await_neighbourhood, await_window, PooledLeaf};
+use super::{Attempt, Insert, LockedLeaf, Probe, Tree, Where};
 use crate::hotspot::Hotspots;
 use crate::layout::LockWord;
 use crate::leaf::{home, Hop};
@@ -114,31 +116,50 @@ impl Tree {
     }
 
     /// One insert attempt on hopscotch leaf `cur`: lock, READ from k's home bucket to the first
-    /// bucket with a vacancy, validate, then update in place, hop the key in, or split.
+    /// bucket with a vacancy, validate, then update in place, hop the key in, or split. When
+    /// the vacancy bitmap shows a free slot within the neighbourhood (most inserts), the READ
+    /// lands in a neighbourhood's window, as a search's does, and the key goes in without a hop.
     pub(super) async fn hopscotch_insert_at<T: Transport>(
         &self,
         c: &Client<T>,
         ins: &Insert<'_>,
         cur: GlobalAddr,
     ) -> IndexResult<Attempt> {
-        let (s, hh) = (self.leaf.span, self.leaf.h);
+        let s = self.leaf.span;
         let Insert { k, v, probe, .. } = *ins;
         let h = home(k, s);
         let leaf = self.lock_hopscotch_leaf(c, cur).await?;
         let lw = leaf.lw;
-        // Read whole buckets from h's bucket to the first bucket with a vacancy, at least the
-        // neighbourhood; everything if no bucket has one.
-        let lo = self.leaf.bucket_slots(self.leaf.bucket(h)).0;
-        let l = &self.leaf;
-        let n = match l.first_vacant_bucket_slot(lw.full, h) {
-            None => s,
-            Some(e) => {
-                let last = l.bucket_slots(l.bucket(e)).1;
-                l.dist(lo, h) + (l.dist(h, last) + 1).max(hh)
+        let (lo, n) = self.leaf.insert_read(h, lw.full);
+        if let Some(plan) = self.insert_plans[h].as_ref().filter(|p| p.count == n) {
+            let mut nb = Neighbourhood::new(self.leaf, plan);
+            await_window!(self, c, cur, plan, nb);
+            let leaf = match self.validate_insert(c, ins, leaf, &nb).await? {
+                Ok(leaf) => leaf,
+                Err(next) => return Ok(next),
+            };
+            let found = match probe {
+                Probe::Exact => nb.find(h, k),
+                Probe::Full(full) => self.resolve(c, &nb, h, k, full).await?,
+            };
+            if let Some(i) = found {
+                self.update_in_place(c, leaf, &mut nb, i, k, v).await?;
+                return Ok(Attempt::Done);
             }
-        };
-        let mut buf = self.read_slots(c, cur, lo, n).await?;
-        let leaf = match self.validate_insert(c, ins, leaf, &buf).await? {
+            let am_key = self.argmax_key(&nb, lw);
+            if let Some(e) = nb.insert_near(h, k, v) {
+                // Slots h ..= e changed; only e's bucket can have filled.
+                let argmax = self.argmax_after(&nb, lw.argmax, am_key, k, || e);
+                let new = LockWord { locked: false, full: nb.vacancy_after(lw.full, &[e]), argmax };
+                self.write_back(c, leaf, &nb, (h, self.leaf.dist(h, e) + 1), new).await?;
+                return Ok(Attempt::Done);
+            }
+            // The free slot the bitmap shows is before the home: the whole leaf.
+            let buf = self.read_slots(c, cur, 0, s).await?;
+            return self.hop_in(c, ins, cur, leaf, buf, am_key).await;
+        }
+        let buf = self.read_slots(c, cur, lo, n).await?;
+        let leaf = match self.validate_insert(c, ins, leaf, &*buf).await? {
             Ok(leaf) => leaf,
             Err(next) => return Ok(next),
         };
@@ -147,25 +168,38 @@ impl Tree {
             Probe::Full(full) => self.resolve(c, &*buf, h, k, full).await?,
         };
         if let Some(i) = found {
+            let mut buf = buf;
             self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
-        let am_key = (lw.argmax < s && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax));
+        let am_key = self.argmax_key(&*buf, lw);
+        self.hop_in(c, ins, cur, leaf, buf, am_key).await
+    }
+
+    /// Inserts absent key `ins.k` into locked leaf `leaf` (at `cur`), READ into `buf`, by
+    /// hopping; READs the whole leaf first if `buf` holds no empty slot from the home on, and
+    /// splits it if no hop places the key. `am_key` is the key the lock word's argmax named
+    /// before (if read).
+    async fn hop_in<T: Transport>(
+        &self,
+        c: &Client<T>,
+        ins: &Insert<'_>,
+        cur: GlobalAddr,
+        leaf: LockedLeaf<'_>,
+        mut buf: PooledLeaf<'_>,
+        am_key: Option<u64>,
+    ) -> IndexResult<Attempt> {
+        let (s, k, v) = (self.leaf.span, ins.k, ins.v);
         let mut outcome = buf.hop_insert(k, v);
-        if outcome == Hop::NoEmpty && n < s {
+        if outcome == Hop::NoEmpty && !buf.all_loaded() {
             buf = self.read_slots(c, cur, 0, s).await?;
             outcome = buf.hop_insert(k, v);
         }
         match outcome {
             Hop::Done(modified) => {
-                // Lazy argmax: the new key if larger (or the slot was empty); follow a hopped max.
-                let argmax = match am_key {
-                    Some(m) if m == 0 || k > m => buf.find(h, k).expect("just inserted"),
-                    Some(m) if buf.key(lw.argmax) != m => {
-                        buf.find(home(m, s), m).unwrap_or(lw.argmax)
-                    }
-                    _ => lw.argmax,
-                };
+                let (lw, h) = (leaf.lw, home(k, s));
+                let at = || buf.find(h, k).expect("just inserted");
+                let argmax = self.argmax_after(&*buf, lw.argmax, am_key, k, at);
                 let full = buf.vacancy_after(lw.full, &modified);
                 let new = LockWord { locked: false, full, argmax };
                 let span = self.span_of(h, &modified);
@@ -179,6 +213,32 @@ impl Tree {
                 let placed = self.split_leaf(c, ins, leaf, &mut buf).await?;
                 Ok(if placed { Attempt::Done } else { Attempt::Restart })
             }
+        }
+    }
+
+    /// The key at the lock word `lw`'s argmax, if that slot was read into `buf`.
+    fn argmax_key(&self, buf: &impl LeafView, lw: LockWord) -> Option<u64> {
+        (lw.argmax < self.leaf.span && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax))
+    }
+
+    /// The argmax after key `k` went into `buf` (at the slot `at` gives), kept lazily: `k`'s
+    /// slot if `k` is larger than the old argmax's key `am_key` (or that slot was empty), else
+    /// the old key's slot, followed if a hop moved it.
+    fn argmax_after(
+        &self,
+        buf: &impl LeafView,
+        argmax: usize,
+        am_key: Option<u64>,
+        k: u64,
+        at: impl FnOnce() -> usize,
+    ) -> usize {
+        match am_key {
+            Some(m) if m == 0 || k > m => at(),
+            // Only a hop moves a key, and a hop's slots were all read.
+            Some(m) if buf.key(argmax) != m => {
+                buf.find(home(m, self.leaf.span), m).unwrap_or(argmax)
+            }
+            _ => argmax,
         }
     }
 

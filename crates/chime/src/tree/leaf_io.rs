@@ -37,9 +37,18 @@ pub(crate) struct LockedLeaf<'t> {
 /// neighbourhoods) is the client's READ awaited here, not through [`read_pieces`].
 macro_rules! await_neighbourhood {
     ($tree:expr, $c:expr, $leaf:expr, $h:expr, $nb:ident) => {{
-        let (tree, c, leaf, h) = ($tree, $c, $leaf, $h);
+        let tree = $tree;
+        $crate::tree::leaf_io::await_window!(tree, $c, $leaf, &tree.plans[$h], $nb)
+    }};
+}
+pub(crate) use await_neighbourhood;
+
+/// [`await_neighbourhood!`] by any plan `$plan` that fits a [`Neighbourhood`] (an insert's).
+macro_rules! await_window {
+    ($tree:expr, $c:expr, $leaf:expr, $plan:expr, $nb:ident) => {{
+        let (tree, c, leaf, plan) = ($tree, $c, $leaf, $plan);
         loop {
-            $nb.reset(&tree.plans[h]);
+            $nb.reset(plan);
             let plan = $nb.plan();
             if let [(p0, n)] = plan.reads[..] {
                 c.read(leaf.add(p0 as u64), &mut $nb.raw_mut()[..n as usize]).await?;
@@ -54,7 +63,7 @@ macro_rules! await_neighbourhood {
         }
     }};
 }
-pub(crate) use await_neighbourhood;
+pub(crate) use await_window;
 
 impl Tree {
     /// The address of a leaf's lock word.
