@@ -93,45 +93,62 @@ impl Recorder<'_> {
         Ok(found)
     }
 
-    /// Recorded insert.
-    pub async fn insert<T: Transport, I: PointIndex<T>>(
-        &self,
-        idx: &I,
-        c: &Client<T>,
-        key: &[u8],
-        value: &[u8],
-    ) -> IndexResult<()> {
-        let id = self.invoke(|| Invocation::Insert { key: key.to_vec(), value: value.to_vec() });
-        idx.insert(c, key, value).await?;
-        self.complete(id, || Outcome::Done);
-        Ok(())
+    /// Recorded insert; without a history the index's own future (as [`Recorder::search_into`]).
+    pub fn insert<'s, T: Transport, I: PointIndex<T>>(
+        &'s self,
+        idx: &'s I,
+        c: &'s Client<T>,
+        key: &'s [u8],
+        value: &'s [u8],
+    ) -> impl Future<Output = IndexResult<()>> + 's {
+        match self.history {
+            None => Either::Left(idx.insert(c, key, value)),
+            Some(_) => Either::Right(async move {
+                let id =
+                    self.invoke(|| Invocation::Insert { key: key.to_vec(), value: value.to_vec() });
+                idx.insert(c, key, value).await?;
+                self.complete(id, || Outcome::Done);
+                Ok(())
+            }),
+        }
     }
 
-    /// Recorded update.
-    pub async fn update<T: Transport, I: PointIndex<T>>(
-        &self,
-        idx: &I,
-        c: &Client<T>,
-        key: &[u8],
-        value: &[u8],
-    ) -> IndexResult<bool> {
-        let id = self.invoke(|| Invocation::Update { key: key.to_vec(), value: value.to_vec() });
-        let r = idx.update(c, key, value).await?;
-        self.complete(id, || Outcome::Existed(r));
-        Ok(r)
+    /// Recorded update; without a history the index's own future.
+    pub fn update<'s, T: Transport, I: PointIndex<T>>(
+        &'s self,
+        idx: &'s I,
+        c: &'s Client<T>,
+        key: &'s [u8],
+        value: &'s [u8],
+    ) -> impl Future<Output = IndexResult<bool>> + 's {
+        match self.history {
+            None => Either::Left(idx.update(c, key, value)),
+            Some(_) => Either::Right(async move {
+                let id =
+                    self.invoke(|| Invocation::Update { key: key.to_vec(), value: value.to_vec() });
+                let r = idx.update(c, key, value).await?;
+                self.complete(id, || Outcome::Existed(r));
+                Ok(r)
+            }),
+        }
     }
 
-    /// Recorded delete.
-    pub async fn delete<T: Transport, I: PointIndex<T>>(
-        &self,
-        idx: &I,
-        c: &Client<T>,
-        key: &[u8],
-    ) -> IndexResult<bool> {
-        let id = self.invoke(|| Invocation::Delete { key: key.to_vec() });
-        let r = idx.delete(c, key).await?;
-        self.complete(id, || Outcome::Existed(r));
-        Ok(r)
+    /// Recorded delete; without a history the index's own future.
+    pub fn delete<'s, T: Transport, I: PointIndex<T>>(
+        &'s self,
+        idx: &'s I,
+        c: &'s Client<T>,
+        key: &'s [u8],
+    ) -> impl Future<Output = IndexResult<bool>> + 's {
+        match self.history {
+            None => Either::Left(idx.delete(c, key)),
+            Some(_) => Either::Right(async move {
+                let id = self.invoke(|| Invocation::Delete { key: key.to_vec() });
+                let r = idx.delete(c, key).await?;
+                self.complete(id, || Outcome::Existed(r));
+                Ok(r)
+            }),
+        }
     }
 
     /// Recorded scan of up to `count` pairs from `from`; returns how many came back.

@@ -461,6 +461,68 @@ impl<I> Rdwc<I> {
     }
 }
 
+impl<I> Rdwc<I> {
+    /// [`PointIndex::insert`] in a slot this client entered: alone there (counted until the
+    /// insert ends) or joining a batch, whose leader writes the last value deposited.
+    async fn insert_entered<T: Transport>(
+        &self,
+        t: &Table,
+        entered: Result<Entered<'_>, Option<Busy<'_>>>,
+        c: &Client<T>,
+        key: &[u8],
+        value: &[u8],
+    ) -> IndexResult<()>
+    where
+        I: PointIndex<T>,
+    {
+        let entered = match entered {
+            Ok(e) => e,
+            Err(_held) => return self.inner.insert(c, key, value).await,
+        };
+        match t.join(entered, key, Kind::Insert, value).await {
+            Role::Done(_) => {
+                t.combined.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Role::Lead(mut ticket) => {
+                self.inner.insert(c, key, ticket.value()).await?;
+                ticket.out = Some(Out::Insert);
+                Ok(())
+            }
+        }
+    }
+
+    /// [`PointIndex::update`] in a slot this client entered.
+    async fn update_entered<T: Transport>(
+        &self,
+        t: &Table,
+        entered: Result<Entered<'_>, Option<Busy<'_>>>,
+        c: &Client<T>,
+        key: &[u8],
+        value: &[u8],
+    ) -> IndexResult<bool>
+    where
+        I: PointIndex<T>,
+    {
+        let entered = match entered {
+            Ok(e) => e,
+            Err(_held) => return self.inner.update(c, key, value).await,
+        };
+        match t.join(entered, key, Kind::Update, value).await {
+            Role::Done(Out::Update(existed)) => {
+                t.combined.fetch_add(1, Ordering::Relaxed);
+                Ok(existed)
+            }
+            Role::Done(_) => unreachable!("update batches get update results"),
+            Role::Lead(mut ticket) => {
+                let existed = self.inner.update(c, key, ticket.value()).await?;
+                ticket.out = Some(Out::Update(existed));
+                Ok(existed)
+            }
+        }
+    }
+}
+
 impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     const SERVICES: &'static [MnService] = I::SERVICES;
     const SURVIVES_MN_CRASH: bool = I::SURVIVES_MN_CRASH;
@@ -490,44 +552,30 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
         }
     }
 
-    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
-        let Some(t) = &self.table else { return self.inner.insert(c, key, value).await };
-        let entered = match t.enter(key, Kind::Insert, c.ordinal()) {
-            Ok(e) => e,
-            // Alone in the slot (counted there until the operation ends) or bypassing it.
-            Err(_held) => return self.inner.insert(c, key, value).await,
-        };
-        match t.join(entered, key, Kind::Insert, value).await {
-            Role::Done(_) => {
-                t.combined.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            Role::Lead(mut ticket) => {
-                self.inner.insert(c, key, ticket.value()).await?;
-                ticket.out = Some(Out::Insert);
-                Ok(())
-            }
+    /// Like a search, a write that bypasses a cold slot is the index's own future.
+    fn insert(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        value: &[u8],
+    ) -> impl Future<Output = IndexResult<()>> {
+        let Some(t) = &self.table else { return Either::Left(self.inner.insert(c, key, value)) };
+        match t.enter(key, Kind::Insert, c.ordinal()) {
+            Err(None) => Either::Left(self.inner.insert(c, key, value)),
+            entered => Either::Right(self.insert_entered(t, entered, c, key, value)),
         }
     }
 
-    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
-        let Some(t) = &self.table else { return self.inner.update(c, key, value).await };
-        let entered = match t.enter(key, Kind::Update, c.ordinal()) {
-            Ok(e) => e,
-            // Alone in the slot (counted there until the operation ends) or bypassing it.
-            Err(_held) => return self.inner.update(c, key, value).await,
-        };
-        match t.join(entered, key, Kind::Update, value).await {
-            Role::Done(Out::Update(existed)) => {
-                t.combined.fetch_add(1, Ordering::Relaxed);
-                Ok(existed)
-            }
-            Role::Done(_) => unreachable!("update batches get update results"),
-            Role::Lead(mut ticket) => {
-                let existed = self.inner.update(c, key, ticket.value()).await?;
-                ticket.out = Some(Out::Update(existed));
-                Ok(existed)
-            }
+    fn update(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        value: &[u8],
+    ) -> impl Future<Output = IndexResult<bool>> {
+        let Some(t) = &self.table else { return Either::Left(self.inner.update(c, key, value)) };
+        match t.enter(key, Kind::Update, c.ordinal()) {
+            Err(None) => Either::Left(self.inner.update(c, key, value)),
+            entered => Either::Right(self.update_entered(t, entered, c, key, value)),
         }
     }
 
