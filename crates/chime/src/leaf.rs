@@ -117,8 +117,8 @@ impl LeafView for LeafBuf {
         Some(&self.bytes[at..at + self.l.meta_len])
     }
 
-    fn decoded_from(&self, d: usize) -> &[u8] {
-        &self.bytes[d..]
+    fn encode(&self, d0: usize, d1: usize, out: &mut [u8]) -> usize {
+        cacheline::encode_window(&self.l, &self.bytes[d0..], d0, d1, out)
     }
 }
 

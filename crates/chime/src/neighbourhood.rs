@@ -27,9 +27,10 @@
 //!
 //! # Writing back
 //!
-//! An update or delete changes entries inside the window; [`Neighbourhood::window_from`]
-//! hands the encoder the decoded bytes of a written range, so the WRITE is built from the
-//! window too (see `tree::leaf_io`).
+//! An update, a delete or an insert changes entries inside the window, and the WRITE is
+//! encoded from the window by the same plan that decoded it, run backwards
+//! ([`ReadPlan::encode_range`]): each line's data by its run, each line's version as its
+//! owner's, with no layout arithmetic (see `tree::leaf_io`).
 
 use std::mem::MaybeUninit;
 
@@ -148,17 +149,6 @@ impl<'p> Neighbourhood<'p> {
         Ok(())
     }
 
-    /// The decoded bytes from offset `d` of the leaf to the end of its piece.
-    pub fn window_from(&self, d: usize) -> &[u8] {
-        let &(d0, d1, at) = self
-            .plan
-            .pieces
-            .iter()
-            .find(|&&(d0, d1, _)| d0 <= d && d < d1)
-            .unwrap_or_else(|| panic!("decoded offset {d} was not read"));
-        &self.win()[at + d - d0..at + d1 - d0]
-    }
-
     /// Where slot `i` sits in the window.
     #[inline]
     fn at(&self, i: usize) -> usize {
@@ -220,8 +210,8 @@ impl LeafView for Neighbourhood<'_> {
         Some(&self.win()[at..at + self.l.meta_len])
     }
 
-    fn decoded_from(&self, d: usize) -> &[u8] {
-        self.window_from(d)
+    fn encode(&self, d0: usize, d1: usize, out: &mut [u8]) -> usize {
+        self.plan.encode_range(self.win(), d0, d1, out)
     }
 
     /// Through the plan's slot table when home `h`'s neighbourhood was read (from `h`, or from
@@ -262,7 +252,7 @@ mod tests {
     use super::*;
     use crate::layout::LeafKind;
     use crate::leaf::{Hop, LeafBuf};
-    use dmindex_prim::cacheline;
+    use dmindex_prim::cacheline::{self, phys_range};
 
     /// A neighbourhood decoded from a leaf's physical bytes sees exactly the whole leaf's
     /// entries and metadata, for every home, with and without replication and fences.
@@ -382,6 +372,56 @@ mod tests {
         }
         assert!(windows > 300, "only {windows} insert windows were tried");
         assert!(full > 50 && full < windows - 100, "{full} of {windows} windows were full");
+    }
+
+    /// A window encodes every run of whole entries it holds (within one piece, as writes are)
+    /// to the physical bytes the whole leaf encodes them to, for every home's neighbourhood
+    /// and insert window, every kind and several geometries (the versions differ entry by
+    /// entry, so a line version taken from the wrong owner shows).
+    #[test]
+    fn windows_encode_as_the_whole_leaf_does() {
+        let mut ranges = 0;
+        for kind in LeafKind::HOPSCOTCH_KINDS {
+            for (span, h) in [(64, 8), (64, 16), (32, 4), (128, 16)] {
+                let l = LeafLayout::with_kind(span, h, kind).unwrap();
+                let mut whole = LeafBuf::empty(l);
+                for i in 0..span {
+                    whole.set_entry(i, 7000 + i as u64, (i as u64).to_le_bytes());
+                    for _ in 0..i % 5 {
+                        whole.bump_ev(i);
+                    }
+                }
+                let mut phys = Vec::new();
+                cacheline::encode(&l, &whole.bytes, 0, l.decoded(), &mut phys);
+                let plans = ReadPlan::every_home(&l).into_vec().into_iter();
+                for plan in plans.chain(ReadPlan::every_insert(&l).into_vec().into_iter().flatten())
+                {
+                    let mut nb = Neighbourhood::new(l, &plan);
+                    let mut raw = Vec::new();
+                    for (p0, n) in nb.raw_lens() {
+                        raw.extend_from_slice(&phys[p0..p0 + n]);
+                    }
+                    nb.raw_mut()[..raw.len()].copy_from_slice(&raw);
+                    nb.absorb().unwrap();
+                    for first in 0..plan.count {
+                        for n in 1..=plan.count - first {
+                            let lo = (plan.lo + first) % span;
+                            for (d0, d1) in l.write_ranges(lo, n) {
+                                let (mut got, mut want) = ([0u8; 512], [0u8; 512]);
+                                let g = nb.encode(d0, d1, &mut got);
+                                let w = whole.encode(d0, d1, &mut want);
+                                let case =
+                                    format!("{kind:?} {span}/{h} plan {} slots {lo}+{n}", plan.lo);
+                                assert_eq!(got[..g], want[..w], "{case}");
+                                assert_eq!(want[..w], phys[phys_range(d0, d1).0..][..w], "{case}");
+                                ranges += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(ranges > 10_000, "only {ranges} ranges were encoded");
     }
 
     /// Pieces of two node versions, or a torn line, fail; a single entry has no replica.

@@ -190,6 +190,48 @@ impl ReadPlan {
         Ok(written)
     }
 
+    /// Encodes decoded bytes `[d0, d1)` of the leaf — whole objects within one piece of this
+    /// plan — from `window` (decoded by this plan) into `out`, as the physical bytes a WRITE
+    /// of them puts in place: the READ's decoding run backwards, each line's data by its run
+    /// (clipped to the range), then each line's version as its owner's, by its check (the
+    /// owner lies in the range: writes cover whole objects). What
+    /// [`dmindex_prim::cacheline::encode_window`] gives, without its layout arithmetic; returns
+    /// the bytes written.
+    pub fn encode_range(&self, window: &[u8], d0: usize, d1: usize, out: &mut [u8]) -> usize {
+        let (q0, q1) = phys_range(d0, d1);
+        // Where the range's piece sits in the READ and in the window.
+        let mut off = 0;
+        let mut found = None;
+        for (&(pd0, pd1, at), &(p0, n)) in self.pieces.iter().zip(&self.reads) {
+            if pd0 <= d0 && d1 <= pd1 {
+                found = Some((off, p0 as usize, at + d0 - pd0, at + d1 - pd0));
+                break;
+            }
+            off += n as usize;
+        }
+        let (off, p0, w0, w1) = found.expect("a written range lies in one piece read");
+        // `out[i]` is the READ's byte `base + i`.
+        let (base, end) = (off + q0 - p0, off + q1 - p0);
+        for &(from, to, len) in &self.runs {
+            let (from, to, len) = (from as usize, to as usize, len as usize);
+            if to >= w1 {
+                break;
+            }
+            let (x, y) = (to.max(w0), (to + len).min(w1));
+            if x < y {
+                let at = from + x - to - base;
+                out[at..at + y - x].copy_from_slice(&window[x..y]);
+            }
+        }
+        for &(line, owner) in &self.checks {
+            let (line, owner) = (line as usize, owner as usize);
+            if (base..end).contains(&line) {
+                out[line - base] = out[owner - base];
+            }
+        }
+        end - base
+    }
+
     /// Whether a READ by this plan fits a neighbourhood's fixed buffers.
     pub fn fits_window(&self) -> bool {
         self.window_len <= WINDOW && self.raw_len <= RAW

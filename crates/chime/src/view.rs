@@ -41,9 +41,10 @@ pub trait LeafView {
     fn entry_bytes_mut(&mut self, i: usize) -> &mut [u8];
     /// The decoded bytes of a metadata replica that was read, if any.
     fn replica_bytes(&self) -> Option<&[u8]>;
-    /// The decoded bytes held contiguously from decoded offset `d` of the leaf (which was read):
-    /// what a WRITE of a range starting there is encoded from.
-    fn decoded_from(&self, d: usize) -> &[u8];
+    /// Encodes decoded bytes `[d0, d1)` of the leaf (whole objects, read, and held
+    /// contiguously) into `out` as the physical bytes a WRITE of them puts in place, cache-line
+    /// versions included ([`dmindex_prim::cacheline::encode_window`]); returns how many.
+    fn encode(&self, d0: usize, d1: usize, out: &mut [u8]) -> usize;
 
     /// The key of slot `i` (0: empty).
     #[inline]

@@ -250,13 +250,7 @@ impl Tree {
         let mut pieces = WritePlan::new();
         let mut len = 0;
         for (d0, d1) in self.leaf.write_ranges(lo, n) {
-            let written = cacheline::encode_window(
-                &self.leaf,
-                view.decoded_from(d0),
-                d0,
-                d1,
-                &mut out[len..],
-            );
+            let written = view.encode(d0, d1, &mut out[len..]);
             pieces.push((phys_range(d0, d1).0, len..len + written));
             len += written;
         }
