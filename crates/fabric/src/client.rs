@@ -218,40 +218,50 @@ impl<T: Transport> Client<T> {
     }
 
     /// An atomic verb on the aligned word at `addr`; returns the old word. One round trip.
-    pub async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
-        self.check_atomic(addr)?;
-        self.count_atomic(op);
-        bump(&self.stats.round_trips, 1);
-        let old = self.transport.atomic(addr, op).await?;
-        self.count_failure(op, old);
-        Ok(old)
+    /// (Checked and counted when called; a failed comparison is counted when it completes.)
+    pub fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> impl Future<Output = Result<u64>> + '_ {
+        let checked = self.check_atomic(addr);
+        if checked.is_ok() {
+            self.count_atomic(op);
+            bump(&self.stats.round_trips, 1);
+        }
+        async move {
+            checked?;
+            let old = self.transport.atomic(addr, op).await?;
+            self.count_failure(op, old);
+            Ok(old)
+        }
     }
 
     /// Compare-and-swap on the aligned word at `addr`; returns the old word (success iff it
     /// equals `expected`). One round trip.
-    pub async fn cas(&self, addr: GlobalAddr, expected: u64, new: u64) -> Result<u64> {
-        self.atomic(addr, AtomicOp::Cas { expected, new }).await
+    pub fn cas(
+        &self,
+        addr: GlobalAddr,
+        expected: u64,
+        new: u64,
+    ) -> impl Future<Output = Result<u64>> + '_ {
+        self.atomic(addr, AtomicOp::Cas { expected, new })
     }
 
     /// Masked compare-and-swap: compares only the `compare_mask` bits of the word with `compare`;
     /// on a match replaces only the `swap_mask` bits with those of `swap`. Returns the whole old
     /// word. One round trip.
-    pub async fn masked_cas(
+    pub fn masked_cas(
         &self,
         addr: GlobalAddr,
         compare: u64,
         compare_mask: u64,
         swap: u64,
         swap_mask: u64,
-    ) -> Result<u64> {
-        let op = AtomicOp::MaskedCas { compare, compare_mask, swap, swap_mask };
-        self.atomic(addr, op).await
+    ) -> impl Future<Output = Result<u64>> + '_ {
+        self.atomic(addr, AtomicOp::MaskedCas { compare, compare_mask, swap, swap_mask })
     }
 
     /// Fetch-and-add (wrapping) on the aligned word at `addr`; returns the old word. One round
     /// trip.
-    pub async fn faa(&self, addr: GlobalAddr, delta: u64) -> Result<u64> {
-        self.atomic(addr, AtomicOp::Faa { delta }).await
+    pub fn faa(&self, addr: GlobalAddr, delta: u64) -> impl Future<Output = Result<u64>> + '_ {
+        self.atomic(addr, AtomicOp::Faa { delta })
     }
 
     /// A doorbell batch: READ, WRITE and atomic verbs to one memory node, posted and completed

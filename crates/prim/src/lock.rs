@@ -145,7 +145,12 @@ impl LocalLocks {
         addr: GlobalAddr,
         on_retry: impl FnMut(),
     ) -> IndexResult<Held<'_>> {
-        let local = self.slot(addr).lock().await;
+        let slot = self.slot(addr);
+        // A free slot (the common case) is taken without the lock future and its waiter list.
+        let local = match slot.try_lock() {
+            Some(local) => local,
+            None => slot.lock().await,
+        };
         let word = spin(c, addr, on_retry).await?;
         Ok(Held { addr, word, _local: Some(local) })
     }
