@@ -114,6 +114,7 @@ impl LeafView for LeafBuf {
         Some(&self.bytes[at..at + self.l.meta_len])
     }
 
+    #[inline]
     fn encode(&self, d0: usize, d1: usize, out: &mut [u8]) -> usize {
         cacheline::encode_window(&self.l, &self.bytes[d0..], d0, d1, out)
     }
