@@ -56,7 +56,6 @@
 use arrayvec::ArrayVec;
 use dmindex_prim::cacheline::{phys_len, Objects};
 use dmindex_prim::divisor::Divisor;
-use dmindex_prim::lock::LOCK_BIT;
 
 use crate::view::wrap;
 
@@ -394,27 +393,30 @@ impl Objects for LeafLayout {
     }
 }
 
-/// A leaf's lock word, decoded.
+/// A leaf's lock word's metadata, decoded: what the locking CAS returns and the unlocking WRITE
+/// puts back (the lock bit is the lock's own, [`dmindex_prim::lock`]). No flag rides along: a
+/// `bool` here was the niche the results carrying a locked leaf kept their tags in, read back
+/// by an odd-sized load the byte stores before it could not forward to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LockWord {
-    pub locked: bool,
     /// Bit b set: bucket b has no empty slot.
     pub full: u64,
     pub argmax: usize,
 }
 
 impl LockWord {
+    /// The metadata of lock word `w` (its lock bit ignored).
     pub fn decode(l: &LeafLayout, w: u64) -> LockWord {
         let mask = if l.buckets == 64 { u64::MAX } else { (1u64 << l.buckets) - 1 };
         LockWord {
-            locked: w & LOCK_BIT != 0,
             full: w & mask,
             argmax: ((w >> l.buckets) & ((1u64 << l.argmax_bits) - 1)) as usize,
         }
     }
 
+    /// The lock word carrying this metadata, lock bit clear.
     pub fn encode(&self, l: &LeafLayout) -> u64 {
-        (if self.locked { LOCK_BIT } else { 0 }) | self.full | (self.argmax as u64) << l.buckets
+        self.full | (self.argmax as u64) << l.buckets
     }
 }
 
@@ -527,9 +529,14 @@ mod tests {
 
     #[test]
     fn lock_word_bits_are_pinned() {
+        use dmindex_prim::lock::LOCK_BIT;
         let l = LeafLayout::new(64, 8).unwrap();
-        let w = LockWord { locked: true, full: 0b101, argmax: 63 };
-        assert_eq!(w.encode(&l), (1 << 63) | 0b101 | (63 << 57));
-        assert_eq!(LockWord::decode(&l, w.encode(&l)), w);
+        let w = LockWord { full: 0b101, argmax: 63 };
+        assert_eq!(w.encode(&l), 0b101 | (63 << 57));
+        assert_eq!(
+            LockWord::decode(&l, w.encode(&l) | LOCK_BIT),
+            w,
+            "the lock bit is not metadata"
+        );
     }
 }

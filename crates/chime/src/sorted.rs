@@ -138,7 +138,7 @@ impl Tree {
     ) -> IndexResult<()> {
         let kv = (ins.k, ins.v);
         // A sorted leaf's lock word carries no metadata.
-        let lw = LockWord { locked: false, full: 0, argmax: 0 };
+        let lw = LockWord { full: 0, argmax: 0 };
         let leaf = LockedLeaf { lw, ..leaf };
         let s = self.leaf.span;
         let mut all: Vec<(u64, [u8; 8])> = (0..s).map(|i| (buf.key(i), buf.value(i))).collect();

@@ -141,7 +141,7 @@ fn lock_word(l: &LeafLayout, keys: &[u64]) -> LockWord {
             argmax = Some((i, x));
         }
     }
-    LockWord { locked: false, full, argmax: argmax.map_or(0, |(i, _)| i) }
+    LockWord { full, argmax: argmax.map_or(0, |(i, _)| i) }
 }
 
 #[cfg(test)]
@@ -202,7 +202,7 @@ mod tests {
                 }
             }
             let argmax = (0..s).filter(|&i| b.key(i) != 0).max_by_key(|&i| b.key(i));
-            LockWord { locked: false, full, argmax: argmax.unwrap_or(0) }
+            LockWord { full, argmax: argmax.unwrap_or(0) }
         };
         let d =
             Divided { left: lock(buf), right: lock(&right), placed: matches!(hop, Hop::Done(_)) };
@@ -256,7 +256,7 @@ mod tests {
                     assert_eq!(buf.bytes, old.bytes, "span {span} h {h}: left half");
                     assert_eq!(right.bytes, old_right.bytes, "span {span} h {h}: right half");
                     for (g, w) in [(&got.left, &want.left), (&got.right, &want.right)] {
-                        assert_eq!((g.full, g.argmax, g.locked), (w.full, w.argmax, w.locked));
+                        assert_eq!((g.full, g.argmax), (w.full, w.argmax));
                     }
                     assert_eq!(got.placed, want.placed);
                     splits += 1;

@@ -114,11 +114,7 @@ impl Tree {
     pub(crate) async fn create_root<T: Transport>(&self, c: &Client<T>) -> IndexResult<()> {
         let buf = LeafBuf::empty(self.leaf);
         let a = c.alloc(self.leaf.alloc() as u64, 64).await?;
-        c.write(
-            a,
-            &self.leaf_image(&buf, LockWord { locked: false, full: 0, argmax: 0 }, u64::MAX),
-        )
-        .await?;
+        c.write(a, &self.leaf_image(&buf, LockWord { full: 0, argmax: 0 }, u64::MAX)).await?;
         self.blink.root.claim(c, root_word(1, a)).await
     }
 }

@@ -150,7 +150,7 @@ impl Tree {
             if let Some(e) = nb.insert_near(h, k, v) {
                 // Slots h ..= e changed; only e's bucket can have filled.
                 let argmax = self.argmax_after(&nb, lw.argmax, am_key, k, || e);
-                let new = LockWord { locked: false, full: nb.vacancy_after(lw.full, &[e]), argmax };
+                let new = LockWord { full: nb.vacancy_after(lw.full, &[e]), argmax };
                 self.write_back(c, leaf, &nb, (h, self.leaf.dist(h, e) + 1), new).await?;
                 return Ok(Attempt::Done);
             }
@@ -201,7 +201,7 @@ impl Tree {
                 let at = || buf.find(h, k).expect("just inserted");
                 let argmax = self.argmax_after(&*buf, lw.argmax, am_key, k, at);
                 let full = buf.vacancy_after(lw.full, &modified);
-                let new = LockWord { locked: false, full, argmax };
+                let new = LockWord { full, argmax };
                 let span = self.span_of(h, &modified);
                 self.write_back_buf(c, leaf, &mut buf, span, new).await?;
                 Ok(Attempt::Done)
