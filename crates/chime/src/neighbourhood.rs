@@ -7,10 +7,10 @@
 //! `h .. h + H` (circularly) and the metadata replica that range always contains (the one
 //! before the group boundary it crosses, or the group's own when `h` starts one; a wrapped
 //! range is two pieces, the second starting at replica 0). An insert whose vacancy bitmap shows
-//! a free slot within the neighbourhood READs from the start of the home's vacancy bucket, a
-//! slot or two earlier ([`crate::read_plan::ReadPlan::every_insert`]). Without metadata replication a
-//! dedicated READ of the header joins the doorbell. At most three pieces, READ back to back
-//! into one fixed buffer and decoded there in place:
+//! a free slot within the neighbourhood READs from the start of the home's vacancy bucket, up
+//! to a bucket's length earlier ([`crate::read_plan::ReadPlan::every_insert`]). Without
+//! metadata replication a dedicated READ of the header joins the doorbell. At most three
+//! pieces, READ back to back into one fixed buffer and decoded there in place:
 //!
 //! ```text
 //! READ:     buf = [ piece 0 physical | piece 1 physical | piece 2 physical ]
@@ -219,7 +219,7 @@ impl LeafView for Neighbourhood<'_> {
     #[inline]
     fn find(&self, h: usize, key: u64) -> Option<usize> {
         let (l, plan) = (self.l, self.plan);
-        let j0 = if h == plan.lo { 0 } else { l.dist(plan.lo, h) };
+        let j0 = l.dist(plan.lo, h);
         if j0 + l.h > plan.count {
             return (0..l.h).map(|d| wrap(h + d, l.span)).find(|&i| self.key(i) == key);
         }
@@ -296,14 +296,18 @@ mod tests {
         }
     }
 
-    /// An insert's window (from the start of the home's bucket) finds what the whole leaf
-    /// finds, knows which slots it holds, and takes a key exactly as a hop that needs no move
-    /// does on the whole leaf: the same bytes, or nothing when the neighbourhood is full.
+    /// An insert's window takes a key exactly as the whole-leaf buffer the same READ filled
+    /// did before windows: the same entries, the same vacancy bitmap from any bitmap the lock
+    /// returned (stale bits included), and nothing where that buffer's hop found no empty slot.
+    /// There is a window exactly where the home's bucket ends within its neighbourhood and the
+    /// READ fits: six geometries (buckets of up to four slots), three kinds.
     #[test]
-    fn insert_windows_insert_as_the_whole_leaf_does() {
-        let (mut windows, mut full) = (0, 0);
+    fn insert_windows_insert_as_a_partial_leaf_did() {
+        use rand_core::{RngCore, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let (mut windows, mut full, mut stale) = (0, 0, 0);
         for kind in LeafKind::HOPSCOTCH_KINDS {
-            for (span, h) in [(64, 8), (64, 16), (32, 4), (128, 16)] {
+            for (span, h) in [(64, 8), (64, 16), (32, 4), (128, 16), (128, 2), (256, 4)] {
                 let l = LeafLayout::with_kind(span, h, kind).unwrap();
                 let plans = ReadPlan::every_insert(&l);
                 let mut whole = LeafBuf::empty(l);
@@ -320,14 +324,15 @@ mod tests {
                 }
                 let mut phys = Vec::new();
                 cacheline::encode(&l, &whole.bytes, 0, l.decoded(), &mut phys);
+                let mask = if l.buckets == 64 { u64::MAX } else { (1 << l.buckets) - 1 };
                 for home_slot in 0..span {
-                    let Some(plan) = &plans[home_slot] else {
-                        assert!(h == 16, "span {span} H {h}: home {home_slot} has no plan");
-                        continue;
-                    };
-                    windows += 1;
                     let (lo, n) = l.insert_read(home_slot, 0);
-                    assert_eq!((plan.lo, plan.count), (lo, n));
+                    let near = n == l.dist(lo, home_slot) + h;
+                    let fits = ReadPlan::new(&l, lo, n, false).fits_window();
+                    let case = format!("{kind:?} span {span} H {h} home {home_slot}");
+                    assert_eq!(plans[home_slot].is_some(), near && fits, "{case}");
+                    let Some(plan) = &plans[home_slot] else { continue };
+                    windows += 1;
                     let mut nb = Neighbourhood::new(l, plan);
                     let mut raw = Vec::new();
                     for (p0, len) in nb.raw_lens() {
@@ -336,42 +341,44 @@ mod tests {
                     nb.raw_mut()[..raw.len()].copy_from_slice(&raw);
                     nb.absorb().unwrap();
                     nb.validate().unwrap();
-                    for i in 0..span {
-                        assert_eq!(nb.is_loaded(i), l.dist(lo, i) < n, "slot {i}");
+                    // The same READ into a whole-leaf buffer, as inserts were made before.
+                    let mut part = LeafBuf::new(l);
+                    part.forget();
+                    for (d0, d1) in part.ranges(lo, n) {
+                        let (p0, p1) = phys_range(d0, d1);
+                        part.absorb(d0, d1, &phys[p0..p1]).unwrap();
                     }
-                    for d in 0..h {
-                        let k = whole.key((home_slot + d) % span);
-                        assert_eq!(nb.find(home_slot, k), whole.find(home_slot, k));
+                    for i in 0..span {
+                        assert_eq!(nb.is_loaded(i), part.is_loaded(i), "{case}: slot {i}");
                     }
                     // A key of this home that is not in the leaf.
                     let k = (next..).find(|&k| crate::view::home(k, span) == home_slot).unwrap();
-                    let mut after = whole.clone();
-                    let hopped = after.hop_insert(k, [7; 8]);
-                    match nb.insert_near(home_slot, k, [7; 8]) {
-                        Some(e) => {
-                            let Hop::Done(m) = hopped else { panic!("{hopped:?}") };
-                            let mut want = vec![home_slot, e];
-                            want.sort_unstable();
-                            want.dedup();
-                            assert_eq!(m.to_vec(), want, "no key moved");
-                            for d in 0..h {
-                                let i = (home_slot + d) % span;
-                                assert_eq!(nb.entry_bytes(i), after.entry_bytes(i), "slot {i}");
-                            }
-                        }
-                        None => {
-                            full += 1;
-                            assert!(
-                                (0..h).all(|d| whole.key((home_slot + d) % span) != 0),
-                                "an empty slot in home {home_slot}'s neighbourhood was missed"
-                            );
-                        }
+                    assert_eq!(nb.find(home_slot, k), None);
+                    let hopped = part.hop_insert(k, [7; 8]);
+                    let Some(e) = nb.insert_near(home_slot, k, [7; 8]) else {
+                        assert_eq!(hopped, Hop::NoEmpty, "{case}");
+                        full += 1;
+                        continue;
+                    };
+                    let Hop::Done(m) = hopped else { panic!("{case}: {hopped:?}") };
+                    let mut want = vec![home_slot, e];
+                    want.sort_unstable();
+                    want.dedup();
+                    assert_eq!(m.to_vec(), want, "{case}: no key moved");
+                    for i in (0..span).filter(|&i| part.is_loaded(i)) {
+                        assert_eq!(nb.entry_bytes(i), part.entry_bytes(i), "{case}: slot {i}");
+                    }
+                    for bits in [0, mask, rng.next_u64() & mask, rng.next_u64() & mask] {
+                        let got = nb.vacancy_after(bits, &[home_slot, e]);
+                        assert_eq!(got, part.vacancy_after(bits, &m), "{case}: bitmap {bits:x}");
+                        stale += usize::from(got != nb.vacancy_after(bits, &[e]));
                     }
                 }
             }
         }
-        assert!(windows > 300, "only {windows} insert windows were tried");
+        assert!(windows > 500, "only {windows} insert windows were tried");
         assert!(full > 50 && full < windows - 100, "{full} of {windows} windows were full");
+        assert!(stale > 0, "no bitmap had a stale bit in the home's bucket");
     }
 
     /// A window encodes every run of whole entries it holds (within one piece, as writes are)

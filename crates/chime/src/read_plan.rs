@@ -252,14 +252,18 @@ impl ReadPlan {
 
     /// The plans of every home's insert READ when the vacancy bitmap shows a free slot within
     /// its neighbourhood, indexed by home: from the start of the home's bucket to the end of
-    /// the neighbourhood ([`LeafLayout::insert_read`]). `None` where that does not fit a
-    /// neighbourhood's buffers (H = 16 with buckets of three slots or more): such inserts READ
-    /// into a whole-leaf buffer.
+    /// the neighbourhood ([`LeafLayout::insert_read`]). `None` where the home's bucket reaches
+    /// past the neighbourhood (buckets of more than H slots: large spans with a small H), so
+    /// that any free slot a window holds from the home on is one it can take without a hop,
+    /// and where the READ does not fit a neighbourhood's buffers: such inserts READ into a
+    /// whole-leaf buffer.
     pub fn every_insert(l: &LeafLayout) -> Box<[Option<ReadPlan>]> {
         (0..l.span)
             .map(|h| {
                 let (lo, n) = l.insert_read(h, 0);
-                Some(ReadPlan::new(l, lo, n, false)).filter(ReadPlan::fits_window)
+                (n == l.dist(lo, h) + l.h)
+                    .then(|| ReadPlan::new(l, lo, n, false))
+                    .filter(ReadPlan::fits_window)
             })
             .collect()
     }
@@ -325,6 +329,8 @@ mod tests {
                 let l = LeafLayout::with_kind(span, h, kind).unwrap();
                 let plans = ReadPlan::every_home(&l).into_vec().into_iter();
                 let plans = plans.chain(ReadPlan::every_entry(&l).into_vec());
+                let plans =
+                    plans.chain(ReadPlan::every_insert(&l).into_vec().into_iter().flatten());
                 for p in plans.chain([ReadPlan::whole(&l)]) {
                     let mut end = 0;
                     for &(_, to, len) in &p.runs {

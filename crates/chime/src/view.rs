@@ -1,9 +1,10 @@
 //! What a client reads of a hopscotch or sorted leaf, whatever holds it: a whole decoded leaf
 //! ([`crate::leaf::LeafBuf`], for inserts that hop, splits and scans) or the window of one
 //! neighbourhood READ ([`crate::neighbourhood::Neighbourhood`], on the stack, for searches,
-//! updates, deletes and inserts with a free slot near). Both give the bytes of an entry and of a metadata replica they read; everything
-//! an operation asks of entries — keys, values, hop bitmaps, versions, the rebuilt bitmap of a
-//! home, removal — is written once here on top of that.
+//! updates, deletes and inserts with a free slot near). Both give the bytes of an entry and of
+//! a metadata replica they read; everything an operation asks of entries — keys, values, hop
+//! bitmaps, versions, the rebuilt bitmap of a home, removal, an insert without a hop, the
+//! vacancy bitmap after a write — is written once here on top of that.
 
 use dmindex_fabric::GlobalAddr;
 use dmindex_prim::version;

@@ -13,6 +13,7 @@ use dmindex_index::IndexResult;
 use dmindex_prim::blink::Located;
 
 use super::{Attempt, Insert, LockedLeaf, Tree};
+use crate::layout::LockWord;
 use crate::view::LeafView;
 
 /// Where a validated READ of a leaf that lacks the key says the key lives.
@@ -129,14 +130,17 @@ impl Tree {
         buf: &impl LeafView,
         k: u64,
     ) -> IndexResult<bool> {
-        let lw = &leaf.lw;
-        if lw.argmax < self.leaf.span && buf.is_loaded(lw.argmax) {
-            let m = buf.key(lw.argmax);
+        if let Some(m) = self.argmax_key(buf, leaf.lw) {
             if m != 0 && k <= m {
                 return Ok(true);
             }
         }
         Ok(k <= self.read_bound(c, leaf.addr).await?)
+    }
+
+    /// The key at the lock word `lw`'s argmax, if that slot was read into `buf`.
+    pub(super) fn argmax_key(&self, buf: &impl LeafView, lw: LockWord) -> Option<u64> {
+        (lw.argmax < self.leaf.span && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax))
     }
 
     /// Long keys: the slot among `slots` (loaded) whose entry holds prefix `k` and whose block

@@ -18,6 +18,35 @@ use crate::view::{wrap, LeafView, SlotValue};
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 
+/// Validates the READ of locked leaf `$leaf` into `$view` (a `&mut impl LeafView`) for insert
+/// `$ins` and rewrites the key's entry in place if it is there (an upsert), returning from the
+/// calling attempt with what ended it (the key written, or where to go on; the leaf unlocked);
+/// else evaluates to the leaf, still locked, for the key to go in. A macro, so that the window's
+/// and the whole-leaf buffer's paths share it without a future of its own between them and the
+/// verbs (as an async fn it cost about 70 instructions an insert).
+macro_rules! validate_or_update {
+    ($tree:expr, $c:expr, $ins:expr, $leaf:expr, $view:expr) => {{
+        let (tree, c, ins, view) = ($tree, $c, $ins, $view);
+        match tree.validate_insert(c, ins, $leaf, &*view).await? {
+            Err(next) => return Ok(next),
+            Ok(leaf) => {
+                let (k, h) = (ins.k, home(ins.k, tree.leaf.span));
+                let found = match ins.probe {
+                    Probe::Exact => view.find(h, k),
+                    Probe::Full(full) => tree.resolve(c, &*view, h, k, full).await?,
+                };
+                match found {
+                    Some(i) => {
+                        tree.update_in_place(c, leaf, view, i, k, ins.v).await?;
+                        return Ok(Attempt::Done);
+                    }
+                    None => leaf,
+                }
+            }
+        }
+    }};
+}
+
 impl Tree {
     /// The slot of long key `full` (leaf key `k`) in home `h`'s neighbourhood of hopscotch leaf
     /// `buf` (loaded), told apart by its block. An exact key is looked up with `find` by the
@@ -126,7 +155,7 @@ impl Tree {
         cur: GlobalAddr,
     ) -> IndexResult<Attempt> {
         let s = self.leaf.span;
-        let Insert { k, v, probe, .. } = *ins;
+        let Insert { k, v, .. } = *ins;
         let h = home(k, s);
         let leaf = self.lock_hopscotch_leaf(c, cur).await?;
         let lw = leaf.lw;
@@ -134,44 +163,23 @@ impl Tree {
         if let Some(plan) = self.insert_plans[h].as_ref().filter(|p| p.count == n) {
             let mut nb = Neighbourhood::new(self.leaf, plan);
             await_window!(self, c, cur, plan, nb);
-            let leaf = match self.validate_insert(c, ins, leaf, &nb).await? {
-                Ok(leaf) => leaf,
-                Err(next) => return Ok(next),
-            };
-            let found = match probe {
-                Probe::Exact => nb.find(h, k),
-                Probe::Full(full) => self.resolve(c, &nb, h, k, full).await?,
-            };
-            if let Some(i) = found {
-                self.update_in_place(c, leaf, &mut nb, i, k, v).await?;
-                return Ok(Attempt::Done);
-            }
+            let leaf = validate_or_update!(self, c, ins, leaf, &mut nb);
             let am_key = self.argmax_key(&nb, lw);
             if let Some(e) = nb.insert_near(h, k, v) {
-                // Slots h ..= e changed; only e's bucket can have filled.
+                // The slots changed are h and e: both their buckets' bits are brought up to date
+                // (h's may have been left stale by an insert whose window ended inside it).
                 let argmax = self.argmax_after(&nb, lw.argmax, am_key, k, || e);
-                let new = LockWord { full: nb.vacancy_after(lw.full, &[e]), argmax };
+                let new = LockWord { full: nb.vacancy_after(lw.full, &[h, e]), argmax };
                 self.write_back(c, leaf, &nb, (h, self.leaf.dist(h, e) + 1), new).await?;
                 return Ok(Attempt::Done);
             }
-            // The free slot the bitmap shows is before the home: the whole leaf.
+            // The free slot the bitmap shows is before the home (the window ends with the
+            // neighbourhood): the whole leaf.
             let buf = self.read_slots(c, cur, 0, s).await?;
             return self.hop_in(c, ins, cur, leaf, buf, am_key).await;
         }
-        let buf = self.read_slots(c, cur, lo, n).await?;
-        let leaf = match self.validate_insert(c, ins, leaf, &*buf).await? {
-            Ok(leaf) => leaf,
-            Err(next) => return Ok(next),
-        };
-        let found = match probe {
-            Probe::Exact => buf.find(h, k),
-            Probe::Full(full) => self.resolve(c, &*buf, h, k, full).await?,
-        };
-        if let Some(i) = found {
-            let mut buf = buf;
-            self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
-            return Ok(Attempt::Done);
-        }
+        let mut buf = self.read_slots(c, cur, lo, n).await?;
+        let leaf = validate_or_update!(self, c, ins, leaf, &mut *buf);
         let am_key = self.argmax_key(&*buf, lw);
         self.hop_in(c, ins, cur, leaf, buf, am_key).await
     }
@@ -214,11 +222,6 @@ impl Tree {
                 Ok(if placed { Attempt::Done } else { Attempt::Restart })
             }
         }
-    }
-
-    /// The key at the lock word `lw`'s argmax, if that slot was read into `buf`.
-    fn argmax_key(&self, buf: &impl LeafView, lw: LockWord) -> Option<u64> {
-        (lw.argmax < self.leaf.span && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax))
     }
 
     /// The argmax after key `k` went into `buf` (at the slot `at` gives), kept lazily: `k`'s
