@@ -254,6 +254,18 @@ mod tests {
     use crate::leaf::{Hop, LeafBuf};
     use dmindex_prim::cacheline::{self, phys_range};
 
+    /// A window of `plan` READ from `phys`, a whole leaf's physical bytes, and decoded.
+    fn read_window<'p>(l: LeafLayout, plan: &'p ReadPlan, phys: &[u8]) -> Neighbourhood<'p> {
+        let mut nb = Neighbourhood::new(l, plan);
+        let mut raw = Vec::new();
+        for (p0, n) in nb.raw_lens() {
+            raw.extend_from_slice(&phys[p0..p0 + n]);
+        }
+        nb.raw_mut()[..raw.len()].copy_from_slice(&raw);
+        nb.absorb().unwrap();
+        nb
+    }
+
     /// A neighbourhood decoded from a leaf's physical bytes sees exactly the whole leaf's
     /// entries and metadata, for every home, with and without replication and fences.
     #[test]
@@ -274,13 +286,7 @@ mod tests {
                 cacheline::encode(&l, &whole.bytes, 0, l.decoded(), &mut phys);
                 for home in 0..64 {
                     let plan = ReadPlan::new(&l, home, h, false);
-                    let mut nb = Neighbourhood::new(l, &plan);
-                    let mut raw = Vec::new();
-                    for (p0, n) in nb.raw_lens() {
-                        raw.extend_from_slice(&phys[p0..p0 + n]);
-                    }
-                    nb.raw_mut()[..raw.len()].copy_from_slice(&raw);
-                    nb.absorb().unwrap();
+                    let nb = read_window(l, &plan, &phys);
                     nb.validate().unwrap();
                     for d in 0..h {
                         let i = (home + d) % 64;
@@ -333,13 +339,7 @@ mod tests {
                     assert_eq!(plans[home_slot].is_some(), near && fits, "{case}");
                     let Some(plan) = &plans[home_slot] else { continue };
                     windows += 1;
-                    let mut nb = Neighbourhood::new(l, plan);
-                    let mut raw = Vec::new();
-                    for (p0, len) in nb.raw_lens() {
-                        raw.extend_from_slice(&phys[p0..p0 + len]);
-                    }
-                    nb.raw_mut()[..raw.len()].copy_from_slice(&raw);
-                    nb.absorb().unwrap();
+                    let mut nb = read_window(l, plan, &phys);
                     nb.validate().unwrap();
                     // The same READ into a whole-leaf buffer, as inserts were made before.
                     let mut part = LeafBuf::new(l);
@@ -403,13 +403,7 @@ mod tests {
                 let plans = ReadPlan::every_home(&l).into_vec().into_iter();
                 for plan in plans.chain(ReadPlan::every_insert(&l).into_vec().into_iter().flatten())
                 {
-                    let mut nb = Neighbourhood::new(l, &plan);
-                    let mut raw = Vec::new();
-                    for (p0, n) in nb.raw_lens() {
-                        raw.extend_from_slice(&phys[p0..p0 + n]);
-                    }
-                    nb.raw_mut()[..raw.len()].copy_from_slice(&raw);
-                    nb.absorb().unwrap();
+                    let nb = read_window(l, &plan, &phys);
                     for first in 0..plan.count {
                         for n in 1..=plan.count - first {
                             let lo = (plan.lo + first) % span;

@@ -101,16 +101,8 @@ impl Recorder<'_> {
         key: &'s [u8],
         value: &'s [u8],
     ) -> impl Future<Output = IndexResult<()>> + 's {
-        match self.history {
-            None => Either::Left(idx.insert(c, key, value)),
-            Some(_) => Either::Right(async move {
-                let id =
-                    self.invoke(|| Invocation::Insert { key: key.to_vec(), value: value.to_vec() });
-                idx.insert(c, key, value).await?;
-                self.complete(id, || Outcome::Done);
-                Ok(())
-            }),
-        }
+        let invocation = || Invocation::Insert { key: key.to_vec(), value: value.to_vec() };
+        self.around(|| idx.insert(c, key, value), invocation, |_| Outcome::Done)
     }
 
     /// Recorded update; without a history the index's own future.
@@ -121,16 +113,8 @@ impl Recorder<'_> {
         key: &'s [u8],
         value: &'s [u8],
     ) -> impl Future<Output = IndexResult<bool>> + 's {
-        match self.history {
-            None => Either::Left(idx.update(c, key, value)),
-            Some(_) => Either::Right(async move {
-                let id =
-                    self.invoke(|| Invocation::Update { key: key.to_vec(), value: value.to_vec() });
-                let r = idx.update(c, key, value).await?;
-                self.complete(id, || Outcome::Existed(r));
-                Ok(r)
-            }),
-        }
+        let invocation = || Invocation::Update { key: key.to_vec(), value: value.to_vec() };
+        self.around(|| idx.update(c, key, value), invocation, |&r| Outcome::Existed(r))
     }
 
     /// Recorded delete; without a history the index's own future.
@@ -140,12 +124,24 @@ impl Recorder<'_> {
         c: &'s Client<T>,
         key: &'s [u8],
     ) -> impl Future<Output = IndexResult<bool>> + 's {
+        let invocation = || Invocation::Delete { key: key.to_vec() };
+        self.around(|| idx.delete(c, key), invocation, |&r| Outcome::Existed(r))
+    }
+
+    /// The future `op` makes, recorded as `invocation` and completed with `outcome` of its
+    /// result when a history is kept; without one, that future itself.
+    fn around<'s, R: 's, F: Future<Output = IndexResult<R>> + 's>(
+        &'s self,
+        op: impl FnOnce() -> F + 's,
+        invocation: impl FnOnce() -> Invocation + 's,
+        outcome: impl FnOnce(&R) -> Outcome + 's,
+    ) -> impl Future<Output = IndexResult<R>> + 's {
         match self.history {
-            None => Either::Left(idx.delete(c, key)),
+            None => Either::Left(op()),
             Some(_) => Either::Right(async move {
-                let id = self.invoke(|| Invocation::Delete { key: key.to_vec() });
-                let r = idx.delete(c, key).await?;
-                self.complete(id, || Outcome::Existed(r));
+                let id = self.invoke(invocation);
+                let r = op().await?;
+                self.complete(id, || outcome(&r));
                 Ok(r)
             }),
         }

@@ -462,6 +462,24 @@ impl<I> Rdwc<I> {
 }
 
 impl<I> Rdwc<I> {
+    /// A write of `kind` on `key` by client `ordinal`: the inner index's own future (`bypass`)
+    /// without a table or on a cold slot, else the path through the slot entered (`entered`).
+    /// The slot is entered here, when the write's future is made.
+    fn route<'a, F, G>(
+        &'a self,
+        key: &[u8],
+        kind: Kind,
+        ordinal: u32,
+        bypass: impl FnOnce() -> F,
+        entered: impl FnOnce(&'a Table, Result<Entered<'a>, Option<Busy<'a>>>) -> G,
+    ) -> Either<F, G> {
+        let Some(t) = &self.table else { return Either::Left(bypass()) };
+        match t.enter(key, kind, ordinal) {
+            Err(None) => Either::Left(bypass()),
+            e => Either::Right(entered(t, e)),
+        }
+    }
+
     /// [`PointIndex::insert`] in a slot this client entered: alone there (counted until the
     /// insert ends) or joining a batch, whose leader writes the last value deposited.
     async fn insert_entered<T: Transport>(
@@ -559,11 +577,10 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
         key: &[u8],
         value: &[u8],
     ) -> impl Future<Output = IndexResult<()>> {
-        let Some(t) = &self.table else { return Either::Left(self.inner.insert(c, key, value)) };
-        match t.enter(key, Kind::Insert, c.ordinal()) {
-            Err(None) => Either::Left(self.inner.insert(c, key, value)),
-            entered => Either::Right(self.insert_entered(t, entered, c, key, value)),
-        }
+        let bypass = || self.inner.insert(c, key, value);
+        self.route(key, Kind::Insert, c.ordinal(), bypass, |t, entered| {
+            self.insert_entered(t, entered, c, key, value)
+        })
     }
 
     fn update(
@@ -572,11 +589,10 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
         key: &[u8],
         value: &[u8],
     ) -> impl Future<Output = IndexResult<bool>> {
-        let Some(t) = &self.table else { return Either::Left(self.inner.update(c, key, value)) };
-        match t.enter(key, Kind::Update, c.ordinal()) {
-            Err(None) => Either::Left(self.inner.update(c, key, value)),
-            entered => Either::Right(self.update_entered(t, entered, c, key, value)),
-        }
+        let bypass = || self.inner.update(c, key, value);
+        self.route(key, Kind::Update, c.ordinal(), bypass, |t, entered| {
+            self.update_entered(t, entered, c, key, value)
+        })
     }
 
     async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
