@@ -10,7 +10,7 @@ use dmindex_index::IndexResult;
 use dmindex_prim::blink::write_split;
 use dmindex_prim::cacheline::{self, phys_range};
 use dmindex_prim::doorbell;
-use dmindex_prim::lock::{unlocked, Held};
+use dmindex_prim::lock::Held;
 use dmindex_prim::pool::Pooled;
 
 use super::Tree;
@@ -95,7 +95,7 @@ impl Tree {
         if !self.vacancy {
             // Without piggybacking the lock CAS is used as a plain lock and the vacancy
             // bitmap costs its own READ (it shares the word here; the cost is the same).
-            let w = unlocked(c.read_word(self.lock_addr(leaf)).await?);
+            let w = c.read_word(self.lock_addr(leaf)).await?;
             locked.lw = LockWord::decode(&self.leaf, w);
         }
         Ok(locked)
@@ -254,7 +254,7 @@ impl Tree {
             pieces.push((phys_range(d0, d1).0, len..len + written));
             len += written;
         }
-        let word = unlocked(lw.encode(&self.leaf)).to_le_bytes();
+        let word = lw.encode(&self.leaf).to_le_bytes();
         let lock_at = self.leaf.lock_offset();
         let (at, range) = pieces.last().cloned().expect("at least one range");
         if at + range.len() == self.leaf.physical() {
@@ -375,7 +375,7 @@ impl Tree {
         out.clear();
         cacheline::encode(&self.leaf, &buf.bytes, 0, self.leaf.decoded(), out);
         out.resize(self.leaf.lock_offset(), 0);
-        out.extend_from_slice(&unlocked(lw.encode(&self.leaf)).to_le_bytes());
+        out.extend_from_slice(&lw.encode(&self.leaf).to_le_bytes());
         out.extend_from_slice(&bound.to_be_bytes());
     }
 }
