@@ -3,7 +3,7 @@
 //! Errors are fine; a panic, an abort or a hang is a defect. Bounded (a few thousand cases),
 //! so it runs on every `cargo test`.
 
-use clap::Parser;
+use clap::FromArgMatches;
 use proptest::prelude::*;
 
 use crate::{bench_cmd, experiment_cmd, fabric_bench, sim_bench, Cli, Command};
@@ -138,8 +138,7 @@ const COMMANDS: &[&str] = &["bench", "check", "fabric-bench", "sim-bench", "expe
 
 /// A command's own flags, as its parser declares them.
 fn flags_of(cmd: &str) -> Vec<String> {
-    use clap::CommandFactory;
-    let c = Cli::command();
+    let c = crate::command();
     let sub = c.find_subcommand(cmd).expect("a command");
     sub.get_arguments().filter_map(|a| a.get_long().map(|l| format!("--{l}"))).collect()
 }
@@ -164,13 +163,10 @@ fn argv() -> impl Strategy<Value = Vec<String>> {
 
 /// Parses `argv` and runs every check its command makes before it would run.
 fn plan(argv: &[String]) {
-    let Ok(cli) = Cli::try_parse_from(argv) else { return };
+    let Ok(matches) = crate::command().try_get_matches_from(argv) else { return };
+    let Ok(cli) = Cli::from_arg_matches(&matches) else { return };
     match cli.command {
-        Command::Bench(a) => {
-            if let Ok(cfg) = bench_cmd::bench_config(&a) {
-                let _ = dmindex_bench::check_config(&cfg);
-            }
-        }
+        Command::Bench(cfg) => drop(dmindex_bench::check_config(&cfg)),
         Command::Check(a) => drop(bench_cmd::check_plan(&a)),
         Command::FabricBench(a) => drop(fabric_bench::validate(&a)),
         Command::SimBench(a) => drop(sim_bench::validate(&a)),

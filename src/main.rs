@@ -2,21 +2,21 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
+use dmindex_bench::limits;
 
 mod bench_cmd;
 mod experiment_cmd;
 mod fabric_bench;
 #[cfg(test)]
 mod fuzz;
-mod limits;
 mod memnode_cmd;
 mod perf_cmd;
 mod sim_bench;
 
 /// Indexes for disaggregated memory, reached through one-sided verbs (`dmindex indexes` lists
 /// them).
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(name = "dmindex", version, about)]
 struct Cli {
     #[command(subcommand)]
@@ -27,7 +27,7 @@ struct Cli {
 enum Command {
     /// Load an index and run a YCSB workload or trace on it; report throughput, latency,
     /// round trips, bytes, cache and remote memory.
-    Bench(Box<bench_cmd::BenchArgs>),
+    Bench(Box<dmindex_bench::BenchConfig>),
     /// Run mixed workloads on the simulator with torn reads, delays and crashes, and check every
     /// history for linearizability.
     Check(bench_cmd::CheckArgs),
@@ -48,8 +48,16 @@ enum Command {
     SimBench(sim_bench::Args),
 }
 
+/// The command line: the derived one, with the catalog's index names on `--index`.
+fn command() -> clap::Command {
+    let index = bench_cmd::catalog_index_arg;
+    Cli::command()
+        .mut_subcommand("bench", |c| c.mut_arg("index", index))
+        .mut_subcommand("check", |c| c.mut_arg("index", index))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Bench(args) => bench_cmd::bench(&args),
         Command::Check(args) => bench_cmd::check(&args),

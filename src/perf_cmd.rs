@@ -76,18 +76,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             kinds.push(("scan", "scan=1"));
         }
         for (op, mix) in kinds {
-            let cfg = BenchConfig {
-                index: e.name.into(),
-                transport: TransportKind::Local,
-                clients: a.threads,
-                items: a.items,
-                ops: Some(a.ops),
-                workload: "c".into(),
-                mix: Some(mix.into()),
-                mn_bytes: 16 << 30,
-                folded_keys: e.keys == KeySpace::Folded,
-                ..BenchConfig::default()
-            };
+            let mut cfg = BenchConfig::of(e.name, "c");
+            let (cluster, w) = (&mut cfg.cluster, &mut cfg.workload);
+            (cluster.transport, cluster.clients, cluster.mn_gb) =
+                (TransportKind::Local, a.threads, Some(16));
+            (w.items, w.ops, w.mix) = (a.items, Some(a.ops), Some(mix.into()));
+            cfg.keys.folded = e.keys == KeySpace::Folded;
             let r = (e.bench)(&cfg).with_context(|| format!("{} {op}", e.name))?;
             let ns = a.threads as f64 * 1e9 / r.throughput_ops;
             rows.push(row(e, op, ns, floor, &r));

@@ -356,6 +356,18 @@ fn bench_refuses_bad_input() {
             &["check", "--first-seed", "18446744073709551615", "--seeds", "2"][..],
             "past the last seed",
         ),
+        // A replayed seed is one seed: a range asked for beside it is refused, not dropped.
+        (
+            &["check", "--seed", "18446744073709551615", "--seeds", "5"][..],
+            "'--seed <SEED>' cannot be used with '--seeds <SEEDS>'",
+        ),
+        (&["check", "--seed", "3", "--first-seed", "1"][..], "cannot be used with"),
+        // A flag the transport would ignore is refused before any file it names is read.
+        (&["bench", "--token-file", "/definitely/not/here"][..], "go with --transport ucx"),
+        (
+            &["bench", "--transport", "sim", "--mns", "2", "--mn-crash-us", "5"][..],
+            "does not replicate",
+        ),
     ] {
         let out = dmindex(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

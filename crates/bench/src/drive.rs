@@ -31,17 +31,17 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     cfg: &BenchConfig,
     plan: &Plan,
 ) -> anyhow::Result<BenchReport> {
-    let mut net = NetParams::preset(&cfg.preset).map_err(anyhow::Error::msg)?;
-    for o in &cfg.overrides {
+    let mut net = NetParams::preset(cfg.cluster.preset()).map_err(anyhow::Error::msg)?;
+    for o in &cfg.cluster.overrides {
         net.set(o).map_err(anyhow::Error::msg)?;
     }
     let services = services::<SimTransport, I>(net.mn_cores)?;
     let sim = Sim::with_services(
         SimConfig {
-            memory_nodes: cfg.memory_nodes,
-            node_size: cfg.mn_bytes,
+            memory_nodes: cfg.cluster.memory_nodes(),
+            node_size: cfg.cluster.mn_bytes(),
             chunk_size: chunk_size(cfg),
-            ..SimConfig::new(cfg.seed, net)
+            ..SimConfig::new(cfg.workload.seed, net)
         },
         services,
     )
@@ -50,14 +50,16 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     let setup = sim.client_on_own_thread(0);
     sim.block_on(<I as PointIndex<SimTransport>>::create(&setup, &icfg, 0))?;
     let mut handles: Vec<I> = Vec::new();
-    for cn in 0..cfg.cns {
+    for cn in 0..cfg.cluster.cns {
         let c = sim.client_on_own_thread(cn);
         handles.push(sim.block_on(<I as PointIndex<SimTransport>>::open(&c, &icfg, cn))?);
     }
-    let per_cn = cfg.clients * cfg.coroutines;
-    let clients: Vec<(u16, Client<SimTransport>)> = (0..cfg.cns)
+    let per_cn = cfg.cluster.clients * cfg.cluster.coroutines;
+    let clients: Vec<(u16, Client<SimTransport>)> = (0..cfg.cluster.cns)
         .flat_map(|cn| (0..per_cn).map(move |i| (cn, i)))
-        .map(|(cn, i)| (cn, sim.client_on(cn, cn as usize * cfg.clients + i / cfg.coroutines)))
+        .map(|(cn, i)| {
+            (cn, sim.client_on(cn, cn as usize * cfg.cluster.clients + i / cfg.cluster.coroutines))
+        })
         .collect();
     let n = clients.len();
     let now = || sim.now_ns();
@@ -71,10 +73,10 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
         let (t0, v0) = (sim.now_ns(), clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>());
         if !load {
             let mut m = metrics.borrow_mut();
-            (m.timeline_from, m.timeline_ns) = (t0, cfg.timeline_ns);
+            (m.timeline_from, m.timeline_ns) = (t0, cfg.output.timeline_ns());
         }
-        let fault = cfg.mn_fault.as_ref().filter(|_| !load);
-        if let Some(f) = fault {
+        let fault = cfg.faults.mn_fault().filter(|_| !load);
+        if let Some(f) = &fault {
             sim.crash_memory_node(f.node, t0 + f.crash_ns).map_err(anyhow::Error::msg)?;
             if let Some(r) = f.restart_ns {
                 sim.restart_memory_node(f.node, t0 + f.crash_ns + r).map_err(anyhow::Error::msg)?;
@@ -106,8 +108,12 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
             let (idx, bar, metrics, now, shared) =
                 (&handles[*cn as usize], &bar, &metrics, &now, &shared);
             Box::pin(async move {
-                let rec =
-                    Recorder { now, history: None, client: i as u32, value_size: cfg.value_size };
+                let rec = Recorder {
+                    now,
+                    history: None,
+                    client: i as u32,
+                    value_size: cfg.keys.value_size,
+                };
                 let env = TaskEnv { rec, progress: bar, metrics, timing: Timing::Every };
                 let phase = (i, n);
                 // Generated as it goes (no virtual time), unless a shorter stream is replayed.
@@ -126,7 +132,7 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
         let counts = clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>() - v0;
         Ok(Phase { metrics, ns: sim.now_ns() - t0, busy_ns: 0, counts })
     };
-    sim.set_direct(cfg.fast_load);
+    sim.set_direct(cfg.workload.fast_load);
     let load = phase("load", plan.items, true);
     sim.set_direct(false);
     let load = load?;
@@ -137,7 +143,7 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     let run_seconds = wall.elapsed().as_secs_f64();
     let lf = sim.block_on(PointIndex::<SimTransport>::load_factor(&handles[0], &setup))?;
     let remote_bytes = sim.allocated_bytes();
-    let preset = Some(cfg.preset.clone());
+    let preset = Some(cfg.cluster.preset().to_string());
     summarise::<SimTransport, I>(
         cfg,
         plan,
@@ -161,11 +167,11 @@ pub(crate) fn run_local<I: Runnable, S: RunnableScans<I>>(
     plan: &Plan,
 ) -> anyhow::Result<BenchReport> {
     let local = LocalConfig {
-        memory_nodes: cfg.memory_nodes,
-        node_size: cfg.mn_bytes,
+        memory_nodes: cfg.cluster.memory_nodes(),
+        node_size: cfg.cluster.mn_bytes(),
         mn_cores: 4,
         chunk_size: chunk_size(cfg),
-        yield_per_verb: cfg.coroutines > 1,
+        yield_per_verb: cfg.cluster.coroutines > 1,
         pages: Pages::Huge,
     };
     let services = services::<LocalTransport, I>(local.mn_cores)?;
@@ -174,7 +180,7 @@ pub(crate) fn run_local<I: Runnable, S: RunnableScans<I>>(
 }
 
 /// Loads (unless attaching) and runs on real threads over any fabric whose clients are made on
-/// the thread that uses them; `control` crashes and restarts memory nodes for `cfg.mn_fault`.
+/// the thread that uses them; `control` crashes and restarts memory nodes for `cfg.faults`.
 fn run_threads<I, S, F>(
     cfg: &BenchConfig,
     plan: &Plan,
@@ -187,33 +193,34 @@ where
     I: PointIndex<F::Transport> + Sync,
     S: Scans<F::Transport, I>,
 {
-    if cfg.mn_fault.is_some() && control.is_none() {
+    let fault = cfg.faults.mn_fault();
+    if fault.is_some() && control.is_none() {
         bail!("a memory-node crash needs memory nodes the harness can kill (sim, or ucx with spawned memnodes)");
     }
     let icfg = index_config(cfg, plan);
     let setup = fabric.client(0)?;
-    if !cfg.attach {
+    if !cfg.cluster.attach {
         run_tasks([I::create(&setup, &icfg, 0)]).remove(0)?;
     }
     let mut handles = Vec::new();
-    for cn in 0..cfg.cns {
+    for cn in 0..cfg.cluster.cns {
         let c = fabric.client(cn)?;
         handles.push(run_tasks([I::open(&c, &icfg, cn)]).remove(0)?);
     }
-    let threads = cfg.cns as usize * cfg.clients;
-    let n = threads * cfg.coroutines;
+    let threads = cfg.cluster.cns as usize * cfg.cluster.clients;
+    let n = threads * cfg.cluster.coroutines;
     let shared = Shared::new(plan.spec.clone(), plan.format, plan.items, plan.ops);
     // The CPU's time-stamp counter, scaled to ns: two readings per timed operation (about 10 ns
     // each here) instead of two `clock_gettime` calls (about 7 % of a search on two threads).
     let clock = &quanta::Clock::new();
     let start = clock.raw();
     let now = move || clock.delta_as_nanos(start, clock.raw());
-    let history = cfg.check.then(History::new);
+    let history = cfg.output.check.then(History::new);
     let history = history.as_ref();
-    let watched = cfg.mn_fault.as_ref().filter(|f| f.restart_ns.is_some()).map(|f| f.node);
-    let watched = watched.or(cfg.watch_node);
+    let watched = fault.as_ref().filter(|f| f.restart_ns.is_some()).map(|f| f.node);
+    let watched = watched.or(cfg.faults.watch_node);
     let recovery = Mutex::new(Recovery {
-        node: cfg.mn_fault.as_ref().map(|f| f.node).or(cfg.watch_node).unwrap_or(0),
+        node: fault.as_ref().map(|f| f.node).or(cfg.faults.watch_node).unwrap_or(0),
         ..Recovery::default()
     });
 
@@ -229,7 +236,7 @@ where
         };
         let bar = progress_bar(cfg, total, name);
         let t0 = now();
-        let timeline = if load { 0 } else { cfg.timeline_ns };
+        let timeline = if load { 0 } else { cfg.output.timeline_ns() };
         // One set of histograms per thread, shared by its coroutines, merged at the end.
         let init = |_| {
             let mut m = ClientMetrics::default();
@@ -242,7 +249,7 @@ where
         let window = Some(&window);
         let run_clock = RunClock { now: &now, t0, stop: &stop };
         let results = std::thread::scope(|scope| {
-            let injector = match (&cfg.mn_fault, control) {
+            let injector = match (&fault, control) {
                 (Some(f), Some(control)) if !load => {
                     let (run_clock, recovery) = (&run_clock, &recovery);
                     Some(scope.spawn(move || inject(control, f, run_clock, recovery)))
@@ -251,12 +258,12 @@ where
             };
             if let Some(node) = watched.filter(|_| !load) {
                 let (run_clock, recovery, idx) = (&run_clock, &recovery, &handles[0]);
-                let injected = cfg.mn_fault.is_some();
+                let injected = fault.is_some();
                 scope.spawn(move || monitor(fabric, idx, node, run_clock, recovery, injected));
             }
-            let results = run_on_threads_with(threads, cfg.coroutines, init, |m, t, co| {
-                let cn = (t / cfg.clients) as u16;
-                let i = t * cfg.coroutines + co;
+            let results = run_on_threads_with(threads, cfg.cluster.coroutines, init, |m, t, co| {
+                let cn = (t / cfg.cluster.clients) as u16;
+                let i = t * cfg.cluster.coroutines + co;
                 let (idx, bar, shared, metrics) =
                     (&handles[cn as usize], &bar, &shared, Rc::clone(m));
                 let source = sources.get(i).and_then(|s| s.lock().expect("source lock").take());
@@ -272,7 +279,7 @@ where
                         now: &now,
                         history,
                         client: i as u32,
-                        value_size: cfg.value_size,
+                        value_size: cfg.keys.value_size,
                     };
                     let env =
                         TaskEnv { rec, progress: bar, metrics: &metrics, timing: Timing::Sampled };
@@ -304,7 +311,7 @@ where
         Ok(Phase { metrics, ns, busy_ns, counts })
     };
     // An attached process opens what another loaded: it loads nothing.
-    let load = match cfg.attach {
+    let load = match cfg.cluster.attach {
         true => Phase {
             metrics: ClientMetrics::default(),
             ns: 0,
@@ -319,8 +326,8 @@ where
     let check = history.map(|h| final_check(h, &handles[0], &setup, &now));
     let lf = run_tasks([handles[0].load_factor(&setup)]).remove(0)?;
     let remote_bytes = remote_bytes();
-    let recovery = (cfg.mn_fault.is_some() || cfg.watch_node.is_some())
-        .then(|| recovery.into_inner().unwrap_or_else(|e| e.into_inner()));
+    let recovery =
+        cfg.faults.any().then(|| recovery.into_inner().unwrap_or_else(|e| e.into_inner()));
     summarise(
         cfg,
         plan,
@@ -361,8 +368,8 @@ fn final_check<T: dmindex_fabric::Transport, I: PointIndex<T>>(
     }
 }
 
-/// Runs on memnodes over OpenUCX: the ones `cfg.memnodes` names, or processes of this machine
-/// started for the run (`cfg.spawn`), which `cfg.mn_fault` may kill and restart.
+/// Runs on memnodes over OpenUCX: the ones `--memnode` names, or processes of this machine
+/// started for the run (`--spawn-memnodes`), which `cfg.faults` may kill and restart.
 #[cfg(feature = "ucx")]
 pub(crate) mod ucx {
     use dmindex_fabric::exec::run_tasks;
@@ -378,26 +385,29 @@ pub(crate) mod ucx {
         cfg: &BenchConfig,
         plan: &Plan,
     ) -> anyhow::Result<BenchReport> {
-        let cluster = match &cfg.spawn {
-            Some(exe) => Some(Cluster::start(&SpawnSpec {
-                exe: exe.clone(),
-                nodes: cfg.memory_nodes,
-                bytes: cfg.mn_bytes,
-                index: cfg.index.clone(),
+        let cluster = match cfg.cluster.spawn_memnodes {
+            true => Some(Cluster::start(&SpawnSpec {
+                exe: match &cfg.cluster.memnode_exe {
+                    Some(exe) => exe.clone(),
+                    None => std::env::current_exe()?,
+                },
+                nodes: cfg.cluster.memory_nodes(),
+                bytes: cfg.cluster.mn_bytes(),
+                index: cfg.index.name.clone(),
                 cores: 4,
             })?),
-            None => None,
+            false => None,
         };
         let (addrs, token) = match &cluster {
             Some(c) => (c.addrs().to_vec(), c.token().to_vec()),
-            None => (cfg.memnodes.clone(), cfg.token.clone()),
+            None => (cfg.cluster.memnodes.clone(), cfg.cluster.token()?),
         };
         if token.is_empty() {
             anyhow::bail!("--transport ucx needs --token-file (the memnodes' token)");
         }
         let options = UcxOptions {
             chunk_size: chunk_size(cfg),
-            timeout: cfg.ucx_timeout,
+            timeout: cfg.cluster.ucx_timeout(),
             ..UcxOptions::default()
         };
         let fabric =

@@ -167,24 +167,22 @@ impl<'a> Session<'a> {
     /// clients per CN, a 100 MB cache per CN, zipf 0.99, 8-byte keys and values.
     pub fn base(&self, index: &str, workload: &str) -> BenchConfig {
         let scale = self.scale;
-        BenchConfig {
-            index: index.into(),
-            transport: TransportKind::Sim,
-            preset: self.testbed.into(),
-            cns: scale.cns,
-            clients: scale.peak_clients,
-            coroutines: scale.coroutines,
-            items: scale.items,
-            ops: Some(scale.ops),
-            workload: workload.into(),
-            // YCSB E scans dense integer keys (as the papers' traces).
-            ordered_keys: workload == "e",
-            cache_mb: 100.0,
-            seed: scale.seed,
-            fast_load: scale.fast_load,
-            overrides: scale.overrides.clone(),
-            ..BenchConfig::default()
-        }
+        let mut c = BenchConfig::default();
+        c.index.name = index.into();
+        let cluster = &mut c.cluster;
+        cluster.transport = TransportKind::Sim;
+        cluster.preset = Some(self.testbed.into());
+        cluster.overrides.clone_from(&scale.overrides);
+        (cluster.cns, cluster.clients, cluster.coroutines) =
+            (scale.cns, scale.peak_clients, scale.coroutines);
+        cluster.cache_mb = 100.0;
+        let w = &mut c.workload;
+        w.name = workload.into();
+        (w.items, w.ops, w.seed, w.fast_load) =
+            (scale.items, Some(scale.ops), scale.seed, scale.fast_load);
+        // YCSB E scans dense integer keys (as the papers' traces).
+        c.keys.ordered = workload == "e";
+        c
     }
 
     /// The trace file in the `--traces` directory named `prefix` or `prefix.…` (e.g. `cluster8`,

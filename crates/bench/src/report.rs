@@ -280,17 +280,21 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
     let load_ops: u64 = load.metrics.counts.iter().sum();
     let stats: Vec<_> = handles.iter().map(|h| h.stats()).collect();
     Ok(BenchReport {
-        index: cfg.index.clone(),
-        transport: cfg.transport,
+        index: cfg.index.name.clone(),
+        transport: cfg.cluster.transport,
         preset,
-        workload: if cfg.trace.is_some() { "trace".into() } else { plan.spec.name.clone() },
+        workload: if cfg.workload.trace.is_some() {
+            "trace".into()
+        } else {
+            plan.spec.name.clone()
+        },
         items: plan.items,
         ops,
-        cns: cfg.cns,
-        clients: cfg.clients,
-        coroutines: cfg.coroutines,
-        seed: cfg.seed,
-        load_fast_forward: cfg.fast_load,
+        cns: cfg.cluster.cns,
+        clients: cfg.cluster.clients,
+        coroutines: cfg.cluster.coroutines,
+        seed: cfg.workload.seed,
+        load_fast_forward: cfg.workload.fast_load,
         load_throughput_ops: load.throughput(load_ops),
         throughput_ops: run.throughput(ops),
         latency_us: latency(&all),
@@ -304,9 +308,9 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         remote_bytes,
         index_bytes: load.counts.bytes_allocated + run.counts.bytes_allocated,
         load_factor,
-        key_reuse: if cfg.key_reuse {
-            let per_cn = cfg.clients * cfg.coroutines;
-            crate::reuse::key_reuse(plan, cfg.cns as usize * per_cn, per_cn)
+        key_reuse: if cfg.output.key_reuse {
+            let per_cn = cfg.cluster.clients * cfg.cluster.coroutines;
+            crate::reuse::key_reuse(plan, cfg.cluster.cns as usize * per_cn, per_cn)
         } else {
             None
         },

@@ -60,10 +60,10 @@ pub(crate) fn planned_sources(plan: &Plan, shared: &Arc<Shared>, n: usize) -> Ve
 /// The flag that needs the run's streams drawn ahead, if one is given: `--key-reuse` or
 /// `--stream-ops` (the first if both), for errors that name it.
 pub(crate) fn draw_ahead_flag(cfg: &BenchConfig) -> Option<&'static str> {
-    if cfg.key_reuse {
+    if cfg.output.key_reuse {
         Some("--key-reuse")
     } else {
-        cfg.stream_ops.map(|_| "--stream-ops")
+        cfg.workload.stream_ops.map(|_| "--stream-ops")
     }
 }
 
@@ -88,13 +88,13 @@ pub(crate) fn check_planned(
         return Ok(());
     }
     // The simulator generates as it goes unless a stream is replayed.
-    let drawn = match (cfg.transport, cfg.stream_ops) {
+    let drawn = match (cfg.cluster.transport, cfg.workload.stream_ops) {
         (crate::TransportKind::Sim, None) => return Ok(()),
         _ => plan.stream,
     };
     let bytes = drawn.saturating_mul(PLANNED_OP_BYTES);
     if let Some(machine) = machine.filter(|&m| bytes > m / 2) {
-        let flag = if cfg.stream_ops.is_some() { "--stream-ops" } else { "--ops" };
+        let flag = if cfg.workload.stream_ops.is_some() { "--stream-ops" } else { "--ops" };
         anyhow::bail!(
             "{flag} {drawn}: drawing {drawn} operations ahead takes {} GiB, more than half of \
              this machine's {} GiB (draw fewer, or replay a shorter stream with --stream-ops)",

@@ -14,14 +14,9 @@ use dmindex_reference::LockedShards;
 #[test]
 fn scans_on_a_point_index_are_refused_naming_the_index() {
     for (workload, mix) in [("e", None), ("c", Some("read=0.5,scan=0.5"))] {
-        let cfg = BenchConfig {
-            index: "ref".into(),
-            transport: TransportKind::Sim,
-            workload: workload.into(),
-            mix: mix.map(String::from),
-            items: 100,
-            ..BenchConfig::default()
-        };
+        let mut cfg = BenchConfig::of("ref", workload);
+        cfg.cluster.transport = TransportKind::Sim;
+        (cfg.workload.mix, cfg.workload.items) = (mix.map(String::from), 100);
         let e = run::<LockedShards, PointOnly>(&cfg).expect_err("scans on a point index");
         let msg = e.to_string();
         assert!(msg.contains("'ref' is a point index") && msg.contains("scans"), "{msg}");
@@ -77,15 +72,10 @@ impl<T: Transport> PointIndex<T> for Echoing {
 #[test]
 fn index_services_run_on_every_memory_node_of_local_and_sim() {
     for transport in [TransportKind::Local, TransportKind::Sim] {
-        let cfg = BenchConfig {
-            index: "echoing".into(),
-            transport,
-            memory_nodes: 2,
-            mn_bytes: 256 << 20,
-            workload: "a".into(),
-            items: 500,
-            ..BenchConfig::default()
-        };
+        let mut cfg = BenchConfig::of("echoing", "a");
+        cfg.cluster.transport = transport;
+        (cfg.cluster.memory_nodes, cfg.cluster.mn_gb) = (Some(2), Some(1));
+        cfg.workload.items = 500;
         let r = run::<Echoing, PointOnly>(&cfg).expect("services installed");
         assert_eq!(r.items, 500);
     }
@@ -145,15 +135,9 @@ impl<T: Transport> PointIndex<T> for Straggling {
 #[test]
 fn throughput_is_measured_while_every_client_is_busy() {
     for transport in [TransportKind::Local, TransportKind::Sim] {
-        let cfg = BenchConfig {
-            index: "straggling".into(),
-            transport,
-            clients: 2,
-            workload: "c".into(),
-            items: 400,
-            ops: Some(400),
-            ..BenchConfig::default()
-        };
+        let mut cfg = BenchConfig::of("straggling", "c");
+        (cfg.cluster.transport, cfg.cluster.clients) = (transport, 2);
+        (cfg.workload.items, cfg.workload.ops) = (400, Some(400));
         let r = run::<Straggling, PointOnly>(&cfg).expect("runs");
         assert_eq!(r.items, 400, "{transport:?}: every key loaded");
         assert_eq!(r.ops, 400, "{transport:?}: exactly the shares run");
@@ -182,15 +166,9 @@ fn throughput_is_measured_while_every_client_is_busy() {
 #[test]
 fn each_kind_is_charged_its_own_verbs() {
     for transport in [TransportKind::Local, TransportKind::Sim] {
-        let cfg = BenchConfig {
-            index: "locked-shards".into(),
-            transport,
-            clients: 1,
-            workload: "a".into(),
-            items: 300,
-            ops: Some(3000),
-            ..BenchConfig::default()
-        };
+        let mut cfg = BenchConfig::of("locked-shards", "a");
+        (cfg.cluster.transport, cfg.cluster.clients) = (transport, 1);
+        (cfg.workload.items, cfg.workload.ops) = (300, Some(3000));
         let r = run::<LockedShards, PointOnly>(&cfg).expect("runs");
         let kinds: Vec<_> = r.per_op.iter().filter(|o| o.count > 0).collect();
         assert_eq!(kinds.len(), 2, "{transport:?}: searches and updates");
@@ -213,16 +191,10 @@ fn each_kind_is_charged_its_own_verbs() {
 /// are otherwise timed on a sample of the operations.
 #[test]
 fn a_timeline_counts_every_completion_on_a_real_clock() {
-    let cfg = BenchConfig {
-        index: "locked-shards".into(),
-        transport: TransportKind::Local,
-        clients: 2,
-        workload: "a".into(),
-        items: 300,
-        ops: Some(5000),
-        timeline_ns: 1_000_000,
-        ..BenchConfig::default()
-    };
+    let mut cfg = BenchConfig::of("locked-shards", "a");
+    (cfg.cluster.transport, cfg.cluster.clients) = (TransportKind::Local, 2);
+    (cfg.workload.items, cfg.workload.ops) = (300, Some(5000));
+    cfg.output.timeline_us = Some(1000);
     let r = run::<LockedShards, PointOnly>(&cfg).expect("runs");
     let timeline = r.timeline.expect("a timeline was asked for");
     assert_eq!(timeline.ops.iter().sum::<u64>(), r.ops, "every completion counted");

@@ -81,9 +81,9 @@ fn smart_cache(s: &Session<'_>, paper_mb: f64) -> f64 {
 fn with_cache(s: &Session<'_>, index: &str, workload: &str, paper_mb: f64) -> BenchConfig {
     let mut c = s.base(index, workload);
     if index.starts_with("smart") {
-        c.cache_mb = smart_cache(s, paper_mb);
+        c.cluster.cache_mb = smart_cache(s, paper_mb);
     } else {
-        c.cache_mb = paper_mb;
+        c.cluster.cache_mb = paper_mb;
     }
     c
 }
@@ -125,9 +125,9 @@ fn hit_ratio(r: &BenchReport) -> f64 {
 fn load_factor(s: &mut Session<'_>) -> anyhow::Result<()> {
     for h in [2usize, 4, 8, 16] {
         let mut c = s.base("chime", "c");
-        c.ops = Some(1000);
-        c.clients = 4;
-        c.index_options = opts(&[("h", &h.to_string())]);
+        c.workload.ops = Some(1000);
+        c.cluster.clients = 4;
+        c.index.options = opts(&[("h", &h.to_string())]);
         s.go("chime", h as f64, c)?;
     }
     let mut series = lines(&s.runs, split_load_factor);
@@ -149,7 +149,7 @@ fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
         for index in ["chime", "sherman", "smart", "smart-opt"] {
             for cl in s.scale.clients.clone() {
                 let mut c = with_cache(s, index, w, 100.0);
-                c.clients = cl;
+                c.cluster.clients = cl;
                 s.go(&format!("{index} {w}"), cl as f64, c)?;
             }
         }
@@ -167,13 +167,13 @@ fn cache(s: &mut Session<'_>) -> anyhow::Result<()> {
     for index in ["chime", "sherman", "smart"] {
         for f in [1u64, 2, 4, 8] {
             let mut c = s.base(index, "c");
-            c.items = s.scale.items * f / 4;
-            c.ops = Some(1000);
-            c.clients = 4;
+            c.workload.items = s.scale.items * f / 4;
+            c.workload.ops = Some(1000);
+            c.cluster.clients = 4;
             // Enough cache to hold every internal node (the paper's "sufficient caches").
-            c.cache_mb = 4096.0;
-            c.index = if index == "smart" { "smart-opt".into() } else { index.into() };
-            s.go(index, c.items as f64, c)?;
+            c.cluster.cache_mb = 4096.0;
+            c.index.name = if index == "smart" { "smart-opt".into() } else { index.into() };
+            s.go(index, c.workload.items as f64, c)?;
         }
     }
     let series = lines(&s.runs, cache_mb);
@@ -186,7 +186,7 @@ fn factors(s: &mut Session<'_>) -> anyhow::Result<()> {
     for w in s.workloads(&WORKLOADS) {
         for (i, (label, o)) in steps.iter().enumerate() {
             let mut c = s.base("sherman", w);
-            c.index_options = o.clone();
+            c.index.options = o.clone();
             let line = format!("YCSB {}", w.to_uppercase());
             // One line per workload across the steps.
             let run = s.go(&format!("{line} {label}"), i as f64, c)?;
@@ -207,8 +207,8 @@ fn speculative(s: &mut Session<'_>) -> anyhow::Result<()> {
     for (series, spec) in [("CHIME without SR", "0"), ("CHIME", "1")] {
         for &n in &cl {
             let mut c = s.base("chime", "c");
-            c.clients = n;
-            c.index_options = opts(&[("speculative", spec)]);
+            c.cluster.clients = n;
+            c.index.options = opts(&[("speculative", spec)]);
             s.go(series, n as f64, c)?;
         }
     }
@@ -224,7 +224,7 @@ fn span(s: &mut Session<'_>) -> anyhow::Result<()> {
     for index in ["chime", "sherman"] {
         for span in [16usize, 32, 64, 128, 256] {
             let mut c = s.base(index, "c");
-            c.index_options = opts(&[("span", &span.to_string())]);
+            c.index.options = opts(&[("span", &span.to_string())]);
             s.go(index, span as f64, c)?;
         }
     }
@@ -250,7 +250,7 @@ fn span(s: &mut Session<'_>) -> anyhow::Result<()> {
 fn neighbourhood(s: &mut Session<'_>) -> anyhow::Result<()> {
     for h in [2usize, 4, 8, 16] {
         let mut c = s.base("chime", "c");
-        c.index_options = opts(&[("h", &h.to_string())]);
+        c.index.options = opts(&[("h", &h.to_string())]);
         s.go("chime", h as f64, c)?;
     }
     let (tput, cache, lf) =
@@ -273,8 +273,8 @@ fn neighbourhood(s: &mut Session<'_>) -> anyhow::Result<()> {
 fn hotspot(s: &mut Session<'_>) -> anyhow::Result<()> {
     for mb in [0u64, 10, 30, 50] {
         let mut c = s.base("chime", "c");
-        c.index_options = opts(&[("hotspot_mb", &mb.to_string())]);
-        c.key_reuse = true;
+        c.index.options = opts(&[("hotspot_mb", &mb.to_string())]);
+        c.output.key_reuse = true;
         s.go("chime", mb as f64, c)?;
     }
     let (tput, mut hits) = (lines(&s.runs, mops), lines(&s.runs, hit_ratio));
@@ -307,7 +307,7 @@ fn motivation(s: &mut Session<'_>) -> anyhow::Result<()> {
     for (i, (label, mns, mb)) in settings.into_iter().enumerate() {
         for index in ["sherman", "smart"] {
             let mut c = with_cache(s, index, "c", mb);
-            c.memory_nodes = mns;
+            c.cluster.memory_nodes = Some(mns);
             let run = s.go(&format!("{index} {label}"), i as f64, c)?;
             run.series = index.into();
         }
@@ -370,8 +370,8 @@ mod tests {
         let mut log = |_: &str| {};
         let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
         let s = Session::for_test(&scale, "chime-testbed", &runner, &mut log);
-        assert!((with_cache(&s, "smart", "c", 100.0).cache_mb - 1.0).abs() < 1e-9);
-        assert!((with_cache(&s, "smart-opt", "c", 600.0).cache_mb - 6.0).abs() < 1e-9);
-        assert_eq!(with_cache(&s, "chime", "c", 100.0).cache_mb, 100.0);
+        assert!((with_cache(&s, "smart", "c", 100.0).cluster.cache_mb - 1.0).abs() < 1e-9);
+        assert!((with_cache(&s, "smart-opt", "c", 600.0).cluster.cache_mb - 6.0).abs() < 1e-9);
+        assert_eq!(with_cache(&s, "chime", "c", 100.0).cluster.cache_mb, 100.0);
     }
 }

@@ -86,18 +86,18 @@ fn budget(s: &Session<'_>, paper_mb: f64) -> f64 {
 /// paper's 2000 MB cache (scaled) unless a figure says otherwise.
 fn base(s: &Session<'_>, index: &str, workload: &str) -> BenchConfig {
     let mut c = s.base(index, workload);
-    (c.ordered_keys, c.folded_keys) = (false, true);
-    c.memory_nodes = MEMORY_NODES;
-    c.cache_mb = budget(s, 2000.0);
+    (c.keys.ordered, c.keys.folded) = (false, true);
+    c.cluster.memory_nodes = Some(MEMORY_NODES);
+    c.cluster.cache_mb = budget(s, 2000.0);
     c
 }
 
 /// 100-item scans of a `scan` share, the rest inserts, uniform keys.
 fn scans(s: &Session<'_>, index: &str, scan: f64) -> BenchConfig {
     let mut c = base(s, index, "e");
-    c.mix = Some(format!("scan={scan},insert={}", 1.0 - scan));
-    c.scan_len = Some(100);
-    c.distribution = Some("uniform".into());
+    c.workload.mix = Some(format!("scan={scan},insert={}", 1.0 - scan));
+    c.workload.scan_len = Some(100);
+    c.workload.distribution = Some("uniform".into());
     c
 }
 
@@ -121,11 +121,11 @@ fn rtt(s: &mut Session<'_>) -> anyhow::Result<()> {
     for index in INDEXES {
         for (i, (_, workload, mix)) in RTT_OPS.iter().enumerate() {
             let mut c = base(s, index, workload);
-            (c.cns, c.clients) = (1, 1);
-            c.ops = Some(s.scale.ops.min(20_000));
-            c.mix = mix.map(str::to_string);
-            c.distribution = Some("uniform".into());
-            c.scan_len = Some(100);
+            (c.cluster.cns, c.cluster.clients) = (1, 1);
+            c.workload.ops = Some(s.scale.ops.min(20_000));
+            c.workload.mix = mix.map(str::to_string);
+            c.workload.distribution = Some("uniform".into());
+            c.workload.scan_len = Some(100);
             s.go(index, i as f64, c)?;
         }
     }
@@ -150,12 +150,12 @@ fn memory(s: &mut Session<'_>) -> anyhow::Result<()> {
         // One client, so that memory is what the index holds, not allocation chunks in reserve;
         // an unlimited cache, warmed by uniform searches of every leaf.
         let mut c = base(s, index, "c");
-        (c.cns, c.clients) = (1, 1);
-        c.cache_mb = 1e6;
-        c.ops = Some(s.scale.items);
-        c.distribution = Some("uniform".into());
+        (c.cluster.cns, c.cluster.clients) = (1, 1);
+        c.cluster.cache_mb = 1e6;
+        c.workload.ops = Some(s.scale.items);
+        c.workload.distribution = Some("uniform".into());
         if index == "smart" {
-            c.index = "smart-opt".into();
+            c.index.name = "smart-opt".into();
         }
         s.go(index, 0.0, c)?;
     }
@@ -184,9 +184,9 @@ fn cache(s: &mut Session<'_>) -> anyhow::Result<()> {
         for index in INDEXES {
             for mb in CACHE_MB {
                 let mut c = base(s, index, "a");
-                c.cache_mb = budget(s, mb);
-                c.distribution = Some(dist.into());
-                c.zipf_theta = theta;
+                c.cluster.cache_mb = budget(s, mb);
+                c.workload.distribution = Some(dist.into());
+                c.workload.zipf_theta = theta;
                 s.go(index, mb, c)?;
             }
         }
@@ -278,7 +278,7 @@ fn twitter(s: &mut Session<'_>) -> anyhow::Result<()> {
     for index in INDEXES {
         for (i, file) in files.iter().enumerate() {
             let mut c = base(s, index, "c");
-            (c.trace, c.trace_warm) = (Some(file.clone()), true);
+            (c.workload.trace, c.workload.trace_warm) = (Some(file.clone()), true);
             s.go(index, i as f64, c)?;
         }
     }
@@ -299,11 +299,17 @@ mod tests {
         let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { anyhow::bail!("not run") };
         let s = Session::for_test(&scale, "dolphin-testbed", &runner, &mut log);
         let c = base(&s, "dolphin", "a");
-        assert_eq!((c.cns, c.clients, c.memory_nodes, c.folded_keys), (4, 18, 4, true));
-        assert!(!c.ordered_keys);
-        assert!((c.cache_mb - 2000.0 * 500_000.0 / 512e6).abs() < 1e-9);
+        assert_eq!(
+            (c.cluster.cns, c.cluster.clients, c.cluster.memory_nodes(), c.keys.folded),
+            (4, 18, 4, true)
+        );
+        assert!(!c.keys.ordered);
+        assert!((c.cluster.cache_mb - 2000.0 * 500_000.0 / 512e6).abs() < 1e-9);
         let r = scans(&s, "smart", 0.5);
-        assert_eq!((r.scan_len, r.mix.as_deref()), (Some(100), Some("scan=0.5,insert=0.5")));
+        assert_eq!(
+            (r.workload.scan_len, r.workload.mix.as_deref()),
+            (Some(100), Some("scan=0.5,insert=0.5"))
+        );
     }
 
     #[test]
@@ -314,7 +320,12 @@ mod tests {
         let mut log = |_: &str| {};
         let seen = std::cell::RefCell::new(Vec::new());
         let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> {
-            seen.borrow_mut().push((c.index.clone(), c.trace.clone(), c.trace_warm, c.folded_keys));
+            seen.borrow_mut().push((
+                c.index.name.clone(),
+                c.workload.trace.clone(),
+                c.workload.trace_warm,
+                c.keys.folded,
+            ));
             anyhow::bail!("not run")
         };
         // No directory: the typed error that `all` skips on.

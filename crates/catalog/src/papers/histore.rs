@@ -13,7 +13,7 @@
 
 use dmindex_bench::experiment::{chart, lines, mops, Experiment, Paper, Run, Scale, Session};
 use dmindex_bench::plot::Series;
-use dmindex_bench::{BenchConfig, MnFault};
+use dmindex_bench::BenchConfig;
 
 pub static PAPER: Paper = Paper {
     name: "histore",
@@ -78,17 +78,19 @@ fn scale() -> Scale {
 
 /// A run of `index` with the paper's placement and item sizes, `mix` the operations.
 fn base(s: &Session<'_>, index: &str, mix: &str) -> BenchConfig {
-    BenchConfig { mix: Some(mix.into()), ..testbed(s, index, "a") }
+    let mut c = testbed(s, index, "a");
+    c.workload.mix = Some(mix.into());
+    c
 }
 
 /// A run of YCSB `workload` on `index` with the paper's placement and item sizes.
 fn testbed(s: &Session<'_>, index: &str, workload: &str) -> BenchConfig {
     let mut c = s.base(index, workload);
-    c.memory_nodes = 4;
-    c.key_size = 16;
-    c.value_size = 32;
-    c.ordered_keys = false;
-    c.cache_mb = 0.0;
+    c.cluster.memory_nodes = Some(4);
+    c.keys.size = 16;
+    c.keys.value_size = 32;
+    c.keys.ordered = false;
+    c.cluster.cache_mb = 0.0;
     c
 }
 
@@ -100,9 +102,10 @@ fn recovery(s: &mut Session<'_>) -> anyhow::Result<()> {
     for (series, node) in [("primary", PRIMARY), ("backup", BACKUP)] {
         for times in [1, 2, 4] {
             let mut c = base(s, "histore", "read=0.5,update=0.5");
-            c.items = s.scale.items * times;
-            c.mn_fault = Some(MnFault { node, crash_ns: 100_000, restart_ns: Some(100_000) });
-            let run = s.go(series, c.items as f64 / 1e6, c)?;
+            c.workload.items = s.scale.items * times;
+            let f = &mut c.faults;
+            (f.mn_crash_node, f.mn_crash_us, f.mn_restart_us) = (node, Some(100), Some(100));
+            let run = s.go(series, c.workload.items as f64 / 1e6, c)?;
             if run.report.recovery.as_ref().and_then(|r| r.rebuild_wall_s).is_none() {
                 anyhow::bail!("recovery: the {series} was not rebuilt: {:?}", run.report.recovery);
             }
@@ -141,17 +144,18 @@ pub fn rebuild_s(r: &dmindex_bench::BenchReport) -> f64 {
 }
 
 /// Width of the timeline's intervals.
-const INTERVAL_NS: u64 = 250_000;
+const INTERVAL_US: u64 = 250;
 
 /// YCSB A's mix on a tenth of the keys (so that the rebuild, whose CPU is simulated, ends
 /// inside the run) with the primary crashing 5 ms into the run and restarting 2 ms later; the
 /// completions per 250 µs, as Mops/s against ms.
 fn timeline(s: &mut Session<'_>) -> anyhow::Result<()> {
     let mut c = base(s, "histore", "read=0.5,update=0.5");
-    c.items = (s.scale.items / 10).max(1);
-    c.ops = Some(s.scale.ops * 4);
-    c.mn_fault = Some(MnFault { node: PRIMARY, crash_ns: 5_000_000, restart_ns: Some(2_000_000) });
-    c.timeline_ns = INTERVAL_NS;
+    c.workload.items = (s.scale.items / 10).max(1);
+    c.workload.ops = Some(s.scale.ops * 4);
+    let f = &mut c.faults;
+    (f.mn_crash_node, f.mn_crash_us, f.mn_restart_us) = (PRIMARY, Some(5_000), Some(2_000));
+    c.output.timeline_us = Some(INTERVAL_US);
     let run = s.go("histore", 0.0, c)?;
     let t = run.report.timeline.clone().ok_or_else(|| anyhow::anyhow!("no timeline"))?;
     let ms = |i: usize| (i as u64 * t.interval_ns) as f64 / 1e6;
@@ -178,17 +182,17 @@ fn ucx_timeline(s: &mut Session<'_>) -> anyhow::Result<()> {
         .into());
     };
     let mut c = base(s, "histore", "read=0.5,update=0.5");
-    c.transport = dmindex_bench::TransportKind::Ucx;
-    c.spawn = Some(exe);
-    c.mn_bytes = 1 << 30;
-    c.fast_load = false;
-    c.items = (s.scale.items / 50).max(1000);
-    c.ops = Some(s.scale.ops * 2);
-    c.clients = 1;
-    c.coroutines = 4;
-    c.mn_fault =
-        Some(MnFault { node: PRIMARY, crash_ns: 3_000_000_000, restart_ns: Some(1_000_000_000) });
-    c.timeline_ns = UCX_INTERVAL_NS;
+    c.cluster.transport = dmindex_bench::TransportKind::Ucx;
+    (c.cluster.spawn_memnodes, c.cluster.memnode_exe) = (true, Some(exe));
+    c.cluster.mn_gb = Some(1);
+    c.workload.fast_load = false;
+    c.workload.items = (s.scale.items / 50).max(1000);
+    c.workload.ops = Some(s.scale.ops * 2);
+    c.cluster.clients = 1;
+    c.cluster.coroutines = 4;
+    let f = &mut c.faults;
+    (f.mn_crash_node, f.mn_crash_us, f.mn_restart_us) = (PRIMARY, Some(3_000_000), Some(1_000_000));
+    c.output.timeline_us = Some(UCX_INTERVAL_US);
     let run = s.go("histore", 0.0, c)?;
     let t = run.report.timeline.clone().ok_or_else(|| anyhow::anyhow!("no timeline"))?;
     // The last interval is cut short by the run's end.
@@ -204,7 +208,7 @@ fn ucx_timeline(s: &mut Session<'_>) -> anyhow::Result<()> {
 }
 
 /// Width of the UCX timeline's intervals.
-const UCX_INTERVAL_NS: u64 = 100_000_000;
+const UCX_INTERVAL_US: u64 = 100_000;
 
 /// PUT, GET and SCAN as the paper's db_bench runs them: updates of loaded keys, reads, scans.
 const OPS: [(&str, &str); 3] = [("PUT", "update=1"), ("GET", "read=1"), ("SCAN", "scan=1")];
@@ -221,8 +225,8 @@ fn op_run(s: &Session<'_>, index: &str, op: usize) -> BenchConfig {
     let (name, mix) = OPS[op];
     let mut c = base(s, index, mix);
     if name == "SCAN" {
-        c.ops = Some((s.scale.ops / 10).max(1));
-        c.scan_len = Some(100);
+        c.workload.ops = Some((s.scale.ops / 10).max(1));
+        c.workload.scan_len = Some(100);
     }
     c
 }
@@ -270,7 +274,7 @@ fn basic(s: &mut Session<'_>) -> anyhow::Result<()> {
         for index in SCHEMES.iter().filter(|i| serves(i, op)) {
             for &clients in &s.scale.clients {
                 let mut c = op_run(s, index, op);
-                c.clients = clients;
+                c.cluster.clients = clients;
                 s.go(&format!("{name} {index}"), clients as f64, c)?;
             }
         }
@@ -335,7 +339,7 @@ fn breakdown(s: &mut Session<'_>) -> anyhow::Result<()> {
     for (op, (name, _)) in OPS.iter().enumerate() {
         for index in schemes.iter().filter(|i| serves(i, op)) {
             let mut c = op_run(s, index, op);
-            c.clients = PEAK;
+            c.cluster.clients = PEAK;
             s.go(&format!("{name} {index}"), names.len() as f64, c)?;
             names.push(format!("{name} {index}"));
         }
@@ -369,12 +373,12 @@ fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
                 continue;
             }
             let mut c = testbed(s, index, w);
-            c.key_size = 20;
-            c.zipf_theta = Some(0.9);
-            c.scan_len = Some(100);
-            c.clients = PEAK;
+            c.keys.size = 20;
+            c.workload.zipf_theta = Some(0.9);
+            c.workload.scan_len = Some(100);
+            c.cluster.clients = PEAK;
             if *w == "e" {
-                c.ops = Some((s.scale.ops / 10).max(1));
+                c.workload.ops = Some((s.scale.ops / 10).max(1));
             }
             s.go(index, x as f64, c)?;
         }
@@ -404,7 +408,9 @@ fn degraded(s: &mut Session<'_>) -> anyhow::Result<()> {
     for (series, node) in down {
         for x in 0..OPS.len() {
             let mut c = op_run(s, "histore", x);
-            c.mn_fault = node.map(|node| MnFault { node, crash_ns: 0, restart_ns: None });
+            if let Some(node) = node {
+                (c.faults.mn_crash_node, c.faults.mn_crash_us) = (node, Some(0));
+            }
             s.go(series, x as f64, c)?;
         }
     }

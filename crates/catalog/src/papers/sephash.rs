@@ -99,11 +99,11 @@ const INDEXES: [&str; 2] = ["sephash", "race"];
 fn base(s: &Session<'_>, index: &str, workload: &str, threads: usize) -> BenchConfig {
     let mut c = s.base(index, workload);
     let cns = threads.div_ceil(PER_CN).clamp(1, s.scale.cns as usize);
-    c.cns = cns as u16;
-    c.clients = threads.div_ceil(cns);
-    c.key_size = 16;
-    c.value_size = 32;
-    c.ordered_keys = false;
+    c.cluster.cns = cns as u16;
+    c.cluster.clients = threads.div_ceil(cns);
+    c.keys.size = 16;
+    c.keys.value_size = 32;
+    c.keys.ordered = false;
     c
 }
 
@@ -113,14 +113,14 @@ fn base(s: &Session<'_>, index: &str, workload: &str, threads: usize) -> BenchCo
 /// hashing keeps them in step).
 fn inserts(s: &Session<'_>, index: &str, threads: usize) -> BenchConfig {
     let mut c = base(s, index, "load", threads);
-    c.ops = Some(s.scale.items.max(s.scale.ops));
+    c.workload.ops = Some(s.scale.items.max(s.scale.ops));
     c
 }
 
 /// Uniform searches of loaded keys.
 fn searches(s: &Session<'_>, index: &str, threads: usize) -> BenchConfig {
     let mut c = base(s, index, "c", threads);
-    c.distribution = Some("uniform".into());
+    c.workload.distribution = Some("uniform".into());
     c
 }
 
@@ -194,9 +194,9 @@ fn hybrid(s: &mut Session<'_>) -> anyhow::Result<()> {
         sweep(s, index, &INSERT_RATIOS, |s, pct| {
             // As the paper: as many operations as keys pre-inserted.
             let mut c = searches(s, index, peak);
-            c.ops = Some(s.scale.items.max(s.scale.ops));
+            c.workload.ops = Some(s.scale.items.max(s.scale.ops));
             let ins = pct as f64 / 100.0;
-            c.mix = Some(format!("insert={ins},read={}", 1.0 - ins));
+            c.workload.mix = Some(format!("insert={ins},read={}", 1.0 - ins));
             c
         })?;
     }
@@ -229,12 +229,12 @@ fn resize(s: &mut Session<'_>) -> anyhow::Result<()> {
     for index in INDEXES {
         for t in [1, peak] {
             let mut c = inserts(s, index, t);
-            c.items = 1;
-            c.ops = Some(s.scale.items);
-            c.fast_load = false;
+            c.workload.items = 1;
+            c.workload.ops = Some(s.scale.items);
+            c.workload.fast_load = false;
             s.go(&format!("{index} insert"), t as f64, c)?;
             let mut c = searches(s, index, t);
-            c.fast_load = false;
+            c.workload.fast_load = false;
             s.go(&format!("{index} search"), t as f64, c)?;
         }
     }
@@ -287,9 +287,9 @@ fn utilisation(s: &mut Session<'_>) -> anyhow::Result<()> {
     for index in INDEXES {
         sweep(s, index, &steps, |s, n| {
             let mut c = searches(s, index, 4);
-            c.items = n as u64;
-            c.ops = Some(1000);
-            c.fast_load = false;
+            c.workload.items = n as u64;
+            c.workload.ops = Some(1000);
+            c.workload.fast_load = false;
             c
         })?;
     }
@@ -304,8 +304,8 @@ fn utilisation(s: &mut Session<'_>) -> anyhow::Result<()> {
 fn fptable(s: &mut Session<'_>) -> anyhow::Result<()> {
     for ratio in [64usize, 32, 16, 8] {
         let mut c = searches(s, "sephash", PER_CN);
-        c.ops = Some(10_000);
-        c.index_options = opts(&[("main_ratio", &ratio.to_string())]);
+        c.workload.ops = Some(10_000);
+        c.index.options = opts(&[("main_ratio", &ratio.to_string())]);
         s.go("sephash", ratio as f64, c)?;
     }
     let items = s.scale.items as f64;
@@ -341,10 +341,10 @@ fn ablation(s: &mut Session<'_>) -> anyhow::Result<()> {
     for (i, ((wl, wo), (rl, ro))) in write.iter().zip(read.iter()).enumerate() {
         let x = (i + 1) as f64;
         let mut c = inserts(s, "sephash", peak);
-        c.index_options = opts(wo);
+        c.index.options = opts(wo);
         s.go("insert", x, c)?;
         let mut c = searches(s, "sephash", peak);
-        c.index_options = opts(ro);
+        c.index.options = opts(ro);
         s.go("search", x, c)?;
         names.push(format!("{wl} / {rl}"));
     }
@@ -365,12 +365,12 @@ fn segment_size(s: &mut Session<'_>) -> anyhow::Result<()> {
     {
         sweep(s, &format!("CurSegment, {op}"), &[128, 256, 512, 1024, 2048], |s, cur| {
             let mut c = make(s, "sephash", peak);
-            c.index_options = opts(&[("cur", &cur.to_string())]);
+            c.index.options = opts(&[("cur", &cur.to_string())]);
             c
         })?;
         sweep(s, &format!("MainSegment, {op}"), &[8, 16, 32, 64], |s, kb| {
             let mut c = make(s, "sephash", peak);
-            c.index_options = opts(&[("main_ratio", &kb.to_string())]);
+            c.index.options = opts(&[("main_ratio", &kb.to_string())]);
             c
         })?;
     }
@@ -394,12 +394,12 @@ fn memory_nodes(s: &mut Session<'_>) -> anyhow::Result<()> {
     for index in INDEXES {
         sweep(s, &format!("{index} insert"), &[1, 2, 3, 4], |s, m| {
             let mut c = inserts(s, index, peak);
-            c.memory_nodes = m as u16;
+            c.cluster.memory_nodes = Some(m as u16);
             c
         })?;
         sweep(s, &format!("{index} search"), &[1, 2, 3, 4], |s, m| {
             let mut c = searches(s, index, peak);
-            c.memory_nodes = m as u16;
+            c.cluster.memory_nodes = Some(m as u16);
             c
         })?;
     }
@@ -421,12 +421,12 @@ mod tests {
         let s = Session::for_test(&scale, "sephash-testbed", &runner, &mut log);
         let at = |t| {
             let c = base(&s, "sephash", "c", t);
-            (c.cns, c.clients, c.key_size, c.value_size)
+            (c.cluster.cns, c.cluster.clients, c.keys.size, c.keys.value_size)
         };
         assert_eq!(at(1), (1, 1, 16, 32));
         assert_eq!(at(16), (1, 16, 16, 32));
         assert_eq!(at(32), (2, 16, 16, 32));
         assert_eq!(at(128), (8, 16, 16, 32));
-        assert_eq!(searches(&s, "race", 4).distribution.as_deref(), Some("uniform"));
+        assert_eq!(searches(&s, "race", 4).workload.distribution.as_deref(), Some("uniform"));
     }
 }

@@ -13,7 +13,7 @@ pub const MAX_CNS: u16 = 1024;
 /// Memory nodes of a simulated or in-process cluster.
 pub const MAX_MNS: u16 = 1024;
 
-pub use dmindex_bench::machine_bytes;
+pub use crate::machine_bytes;
 
 /// Refuses `count` of `what` above `max` (or zero).
 pub fn count(what: &str, count: usize, max: usize) -> anyhow::Result<()> {
