@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 
 use dmindex_bench::{limits, BenchConfig, IndexChoice};
-use dmindex_index::conformance::{CheckConfig, Crashes, Summary};
+use dmindex_conformance::{CheckConfig, Crashes, Summary};
 
 /// An index name the catalog knows; the error lists the known ones.
 pub fn parse_index(s: &str) -> Result<String, String> {
@@ -172,7 +172,7 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
                 }
                 sum.add(&r);
             }
-            Err(e) if dmindex_index::conformance::not_runnable(&e) => {
+            Err(e) if dmindex_conformance::not_runnable(&e) => {
                 eprintln!("error: {} cannot run this check: {e:#}", a.index.name);
                 return Ok(ExitCode::from(2));
             }

@@ -10,9 +10,9 @@ pub mod papers;
 use std::fmt::Write;
 
 use dmindex_bench::{BenchConfig, BenchReport, Runnable, RunnableScans};
+use dmindex_conformance::{CheckConfig, SeedReport};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::Services;
-use dmindex_index::conformance::{CheckConfig, SeedReport};
 use dmindex_index::{mn_services, IndexKind, MnService, Ordered, PointIndex, PointOnly, Scans};
 use dmindex_prim::rdwc::Rdwc;
 
@@ -95,7 +95,7 @@ macro_rules! index {
             survives_mn_crash: <$ty as PointIndex<LocalTransport>>::SURVIVES_MN_CRASH,
             keys: $keys,
             bench: run::<$ty, $scans>,
-            check: dmindex_index::conformance::check_seed::<$ty, $scans>,
+            check: dmindex_conformance::check_seed::<$ty, $scans>,
         }
     };
 }
@@ -304,7 +304,7 @@ mod tests {
         let cfg = CheckConfig {
             keys: 12,
             stall_max_ns: 5_000_000,
-            crashes: dmindex_index::conformance::Crashes::Never,
+            crashes: dmindex_conformance::Crashes::Never,
             ..CheckConfig::default()
         };
         for e in INDEXES {

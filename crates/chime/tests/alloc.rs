@@ -6,8 +6,8 @@
 //! RDWC copies nothing when a client is alone on its key).
 
 use dmindex_chime::{Chime, Sherman};
+use dmindex_conformance::allocs::{per_op, Allocs};
 use dmindex_fabric::alloc_count::CountingAlloc;
-use dmindex_index::conformance::allocs::{per_op, Allocs};
 use dmindex_index::IndexConfig;
 use dmindex_prim::rdwc::Rdwc;
 

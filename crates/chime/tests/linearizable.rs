@@ -3,7 +3,7 @@
 
 use dmindex_chime::leaf::home;
 use dmindex_chime::{factors_on, Chime, Sherman};
-use dmindex_index::conformance::{on_local_threads, suite, CheckConfig, Crashes};
+use dmindex_conformance::{on_local_threads, suite, CheckConfig, Crashes};
 use dmindex_index::{IndexConfig, Ordered};
 use dmindex_prim::rdwc::Rdwc;
 

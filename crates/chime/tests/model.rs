@@ -2,9 +2,9 @@
 //! across shapes small enough to split often; then CHIME-specific refusals and limits.
 
 use dmindex_chime::{factors_on, Chime, Sherman};
+use dmindex_conformance::{model_test, ModelConfig};
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
-use dmindex_index::conformance::{model_test, ModelConfig};
 use dmindex_index::{IndexConfig, IndexError, Ordered, PointIndex};
 
 /// An in-process cluster of one memory node.

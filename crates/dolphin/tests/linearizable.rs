@@ -1,8 +1,8 @@
 //! Dolphin under the simulator (torn reads, delays, crashes, every history checked, scans
 //! included) and on real threads, through the conformance kit.
 
+use dmindex_conformance::{on_local_threads, suite, CheckConfig, Crashes};
 use dmindex_dolphin::Dolphin;
-use dmindex_index::conformance::{on_local_threads, suite, CheckConfig, Crashes};
 use dmindex_index::{IndexConfig, Ordered};
 
 fn slots(n: &str) -> Vec<(String, String)> {

@@ -3,8 +3,8 @@
 //! prefixes (new prefixes, path splits at every depth), tiny and unlimited caches, and values
 //! of several widths.
 
+use dmindex_conformance::{model_test, ModelConfig};
 use dmindex_dolphin::Dolphin;
-use dmindex_index::conformance::{model_test, ModelConfig};
 use dmindex_index::{IndexConfig, IndexStats, Ordered};
 
 fn with(options: &[(&str, &str)], index: IndexConfig) -> IndexConfig {

@@ -1,8 +1,8 @@
 //! HiStore under the simulator (torn reads, delays, client crashes, every history checked, scans
 //! included) and on real threads, through the conformance kit.
 
+use dmindex_conformance::{on_local_threads, suite, CheckConfig, Crashes};
 use dmindex_histore::{AllHashtable, AllSkiplist, HiStore, SingleSkiplist};
-use dmindex_index::conformance::{on_local_threads, suite, CheckConfig, Crashes};
 use dmindex_index::{IndexConfig, Ordered, PointOnly};
 
 fn on(nodes: u16) -> CheckConfig {

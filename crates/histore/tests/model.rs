@@ -1,8 +1,8 @@
 //! HiStore and its baselines against `BTreeMap` / `HashMap` (the conformance kit's model test),
 //! on one memory node and on a cluster where every replica and the data have nodes of their own.
 
+use dmindex_conformance::{model_test, ModelConfig};
 use dmindex_histore::{AllHashtable, AllSkiplist, HiStore, SingleHashtable, SingleSkiplist};
-use dmindex_index::conformance::{model_test, ModelConfig};
 use dmindex_index::{IndexConfig, IndexStats, Ordered, PointOnly};
 
 fn config(nodes: u16, options: &[(&str, &str)], max_value: usize) -> ModelConfig {

@@ -24,17 +24,18 @@
 //! ## Where the rest lives
 //!
 //! This crate is the contract only: the traits, configuration and errors above, memory-node
-//! services, recorded operations ([`recorded`]) and the conformance kit ([`conformance`]). The
-//! primitives designs share (locks, versions, blocks, root slots, caches, RDWC) are in
-//! `dmindex-prim`; each design is a crate of its own, the deliberately simple reference index
-//! (`dmindex-reference`, the harness's and checker's test subject) included.
+//! services and recorded operations ([`recorded`]); it depends on the fabric and the history
+//! types of `dmindex-check`, never on the simulator. The conformance kit every index passes is
+//! `dmindex-conformance`, a dev-dependency of each index crate. The primitives designs share
+//! (locks, versions, blocks, root slots, caches, RDWC) are in `dmindex-prim`; each design is a
+//! crate of its own, the deliberately simple reference index (`dmindex-reference`, the
+//! harness's and checker's test subject) included.
 
 use std::sync::Arc;
 
 use dmindex_fabric::service::Service;
 use dmindex_fabric::{Client, FabricError, NodeId, ServiceId, Services, Transport};
 
-pub mod conformance;
 pub mod recorded;
 
 /// What can go wrong in an index operation.

@@ -1,7 +1,8 @@
 //! Index operations that record themselves into a history when one is given.
 //!
-//! The benchmark harness and the conformance kit drive indexes through these, so a checked run
-//! and a measured run execute exactly the same calls; without a history they cost one branch.
+//! The benchmark harness and the conformance kit (`dmindex-conformance`) drive indexes through
+//! these, so a checked run and a measured run execute exactly the same calls; without a history
+//! they cost one branch.
 
 use std::future::Future;
 

@@ -2,7 +2,7 @@
 //! compactions, internal splits and a taller root), default leaves, no cache and an unlimited
 //! one, keys spread over the key space, and values of several lengths.
 
-use dmindex_index::conformance::{model_test, ModelConfig};
+use dmindex_conformance::{model_test, ModelConfig};
 use dmindex_index::{IndexConfig, IndexStats, Ordered};
 use dmindex_marlin::Marlin;
 

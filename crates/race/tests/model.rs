@@ -1,7 +1,7 @@
 //! RACE against a `HashMap`, on shapes small enough that every case splits segments and doubles
 //! the directory.
 
-use dmindex_index::conformance::{model_test, ModelConfig};
+use dmindex_conformance::{model_test, ModelConfig};
 use dmindex_index::{IndexConfig, IndexStats, PointOnly};
 use dmindex_race::Race;
 

@@ -1,8 +1,8 @@
 //! The reference index against a `BTreeMap` model.
 
+use dmindex_conformance::{model_test, ModelConfig};
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
-use dmindex_index::conformance::{model_test, ModelConfig};
 use dmindex_index::{IndexConfig, IndexError, Ordered, PointIndex, PointOnly};
 use dmindex_reference::LockedShards;
 

@@ -1,7 +1,7 @@
 //! SepHash under the simulator (torn reads, delays, crashes, many seeds, every history
 //! checked) and on real threads, through the conformance kit.
 
-use dmindex_index::conformance::{on_local_threads, suite, CheckConfig, Crashes};
+use dmindex_conformance::{on_local_threads, suite, CheckConfig, Crashes};
 use dmindex_index::{IndexConfig, PointOnly};
 use dmindex_sephash::SepHash;
 

@@ -1,7 +1,7 @@
 //! SepHash against a `HashMap` model, on shapes small enough that every case merges and splits,
 //! and at the paper's default shape.
 
-use dmindex_index::conformance::{model_test, ModelConfig};
+use dmindex_conformance::{model_test, ModelConfig};
 use dmindex_index::{IndexConfig, IndexStats, PointOnly};
 use dmindex_sephash::SepHash;
 

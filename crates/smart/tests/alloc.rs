@@ -3,8 +3,8 @@
 //! stay within the bounds below on average (structure changes amortized over the operations
 //! that cause them).
 
+use dmindex_conformance::allocs::{assert_within, Bounds};
 use dmindex_fabric::alloc_count::CountingAlloc;
-use dmindex_index::conformance::allocs::{assert_within, Bounds};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;

@@ -1,7 +1,7 @@
 //! SMART under the simulator (torn reads, delays, crashes, every history checked, scans
 //! included) and on real threads, through the conformance kit.
 
-use dmindex_index::conformance::{on_local_threads, suite, CheckConfig, Crashes};
+use dmindex_conformance::{on_local_threads, suite, CheckConfig, Crashes};
 use dmindex_index::{IndexConfig, Ordered};
 use dmindex_smart::{Smart, SmartOpt};
 

@@ -2,7 +2,7 @@
 //! spread and clustered (deep and shallow trees, every node kind and type switch), variable
 //! length keys that are prefixes of each other, values that outgrow their leaves.
 
-use dmindex_index::conformance::{model_test, run_model, ModelConfig, Step};
+use dmindex_conformance::{model_test, run_model, ModelConfig, Step};
 use dmindex_index::{IndexConfig, IndexStats, Ordered};
 use dmindex_smart::{Smart, SmartOpt};
 

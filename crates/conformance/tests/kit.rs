@@ -1,10 +1,8 @@
 //! The conformance kit itself: a correct index passes, a racy one is caught, a stuck client with
 //! no crash to explain it fails the seed, and runs replay by seed.
 
+use dmindex_conformance::{check_seed, model_test, suite, CheckConfig, Crashes, ModelConfig};
 use dmindex_fabric::{layout, Client, GlobalAddr, Transport};
-use dmindex_index::conformance::{
-    check_seed, model_test, suite, CheckConfig, Crashes, ModelConfig,
-};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, Ordered, Pair, PointIndex, PointOnly, RangeIndex,
 };

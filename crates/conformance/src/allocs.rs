@@ -13,7 +13,7 @@ use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 
-use crate::{IndexConfig, PointIndex};
+use dmindex_index::{IndexConfig, PointIndex};
 
 /// Allocations per operation of each kind, averaged.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

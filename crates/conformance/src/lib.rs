@@ -1,7 +1,18 @@
-//! # The index conformance kit
+//! # dmindex-conformance: the index conformance kit
 //!
 //! The counterpart of `dmindex_fabric::conformance` for indexes: what every index must pass,
-//! written once and called from each index's own crate in a few lines.
+//! written once and called from each index's own tests in a few lines. It is a crate of its own
+//! so that the contract (`dmindex-index`) depends on the fabric only: the simulator, `proptest`
+//! and the seeded generators the kit runs on are compiled for tests, not into an index's
+//! production build. An index crate takes it as a dev-dependency:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! dmindex-conformance = { path = "../conformance" }
+//! ```
+//!
+//! (The catalog takes it as a normal dependency: its `check` entry runs the suite for
+//! `dmindex check`.)
 //!
 //! * [`model`]: random sequences of every operation from one client against `BTreeMap`
 //!   (ordered indexes) or `HashMap` (point indexes), on the in-process fabric.
@@ -13,6 +24,9 @@
 //!   allocator to pin.
 //!
 //! ```ignore
+//! use dmindex_conformance::{model_test, suite, CheckConfig, ModelConfig};
+//! use dmindex_index::{IndexConfig, Ordered};
+//!
 //! #[test]
 //! fn model() {
 //!     model_test::<MyIndex, Ordered>(&ModelConfig::new(IndexConfig::default(), 300, 24));

@@ -10,7 +10,7 @@ use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-use crate::{mn_services, IndexConfig, IndexKind, IndexStats, PointIndex, Scans};
+use dmindex_index::{mn_services, IndexConfig, IndexKind, IndexStats, PointIndex, Scans};
 
 /// One step of a model run; keys are numbers in `1..=keys`, mapped to bytes by
 /// [`ModelConfig::key`].

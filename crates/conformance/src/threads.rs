@@ -9,8 +9,8 @@ use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
-use crate::recorded::Recorder;
-use crate::{mn_services, IndexConfig, IndexKind, PointIndex, Scans};
+use dmindex_index::recorded::Recorder;
+use dmindex_index::{mn_services, IndexConfig, IndexKind, PointIndex, Scans};
 
 /// `rounds` runs of 2 CNs × 4 coroutines × 600 operations over 64 keys on `cfg`; panics with the
 /// round and the violation when a history is not linearizable.

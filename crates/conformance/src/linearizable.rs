@@ -28,8 +28,8 @@ use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
-use crate::recorded::Recorder;
-use crate::{mn_services, IndexConfig, IndexError, IndexKind, PointIndex, Scans};
+use dmindex_index::recorded::Recorder;
+use dmindex_index::{mn_services, IndexConfig, IndexError, IndexKind, PointIndex, Scans};
 
 /// Which seeds crash clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
