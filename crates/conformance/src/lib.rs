@@ -2,9 +2,9 @@
 //!
 //! The counterpart of `dmindex_fabric::conformance` for indexes: what every index must pass,
 //! written once and called from each index's own tests in a few lines. It is a crate of its own
-//! so that the contract (`dmindex-index`) depends on the fabric only: the simulator, `proptest`
-//! and the seeded generators the kit runs on are compiled for tests, not into an index's
-//! production build. An index crate takes it as a dev-dependency:
+//! so that the contract (`dmindex-index`) depends on the fabric and `dmindex-check` only: the
+//! simulator, `proptest` and the seeded generators the kit runs on are compiled for tests, not
+//! into an index's production build. An index crate takes it as a dev-dependency:
 //!
 //! ```toml
 //! [dev-dependencies]
