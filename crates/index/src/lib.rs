@@ -183,6 +183,12 @@ pub fn mn_services(cores: usize, services: &[MnService]) -> IndexResult<Services
 ///
 /// Futures are not `Send`: clients run on single-threaded executors. A handle may be shared by
 /// the clients of one compute node; handles that are `Sync` may be shared across threads.
+///
+/// A wrapper that is an index around another (`dmindex_prim::rdwc::Rdwc`) must forward every
+/// item with a default here and in [`RangeIndex`], or the wrapped index's own answer is lost
+/// for the trait's default (a replicated index would claim to survive a memory-node crash and
+/// then refuse to rebuild the node). `search` is the exception: its default goes through the
+/// wrapper's own `search_into`. RDWC's tests read this trait's source to check that it does.
 #[allow(async_fn_in_trait)]
 pub trait PointIndex<T: Transport>: Sized {
     /// Services this index needs on every memory node, installed before it is created.

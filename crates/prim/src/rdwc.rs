@@ -71,7 +71,7 @@ use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 
-use dmindex_fabric::{Client, Transport};
+use dmindex_fabric::{Client, NodeId, Transport};
 use futures::channel::oneshot;
 use futures::future::Either;
 use smallvec::SmallVec;
@@ -541,6 +541,8 @@ impl<I> Rdwc<I> {
     }
 }
 
+/// Every item the trait gives a default is forwarded to the wrapped index, except `search`,
+/// whose default already goes through this `search_into` (a test reads the trait to check).
 impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     const SERVICES: &'static [MnService] = I::SERVICES;
     const SURVIVES_MN_CRASH: bool = I::SURVIVES_MN_CRASH;
@@ -616,6 +618,11 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
 
     async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
         self.inner.load_factor(c).await
+    }
+
+    /// Rebuilding a memory node is the wrapped index's: RDWC keeps nothing remote.
+    async fn recover_memory_node(&self, c: &Client<T>, node: NodeId) -> IndexResult<()> {
+        self.inner.recover_memory_node(c, node).await
     }
 }
 

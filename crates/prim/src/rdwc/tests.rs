@@ -256,3 +256,211 @@ fn contention_on_a_cold_slot_turns_it_hot() {
     assert!(delegated >= SAMPLE_EVERY, "only {delegated} reads delegated once hot");
     assert_eq!(u64::from(t.inner.searches.get() - before) + delegated, readers as u64);
 }
+
+/// An index that answers every defaulted `PointIndex` and `RangeIndex` item with something
+/// recognisable, and says it replicates: whatever RDWC fails to forward comes back as the
+/// trait's default instead.
+#[derive(Default)]
+struct Replicated {
+    recovered: RefCell<Vec<dmindex_fabric::NodeId>>,
+}
+
+/// The stub's memory-node service: it answers nothing, it only has to be listed.
+struct Nothing;
+
+impl dmindex_fabric::service::Service for Nothing {
+    fn name(&self) -> &str {
+        "nothing"
+    }
+    fn handle(
+        &self,
+        _: &dmindex_fabric::service::MnContext<'_>,
+        _: &[u8],
+    ) -> Result<Vec<u8>, dmindex_fabric::service::ServiceError> {
+        Ok(Vec::new())
+    }
+}
+
+const STUB_SERVICE: MnService = MnService {
+    id: dmindex_fabric::ServiceId(dmindex_fabric::service::FIRST_USER_SERVICE),
+    name: "stub-replicas",
+    make: || std::sync::Arc::new(Nothing),
+};
+
+fn stub_stats() -> IndexStats {
+    IndexStats { cache_bytes: 7, retries: 3, extra: vec![("stub_counter", 11)] }
+}
+
+impl<T: Transport> PointIndex<T> for Replicated {
+    const SERVICES: &'static [MnService] = &[STUB_SERVICE];
+    const SURVIVES_MN_CRASH: bool = true;
+
+    async fn create(_: &Client<T>, _: &IndexConfig, _: u16) -> IndexResult<Self> {
+        Ok(Replicated::default())
+    }
+    async fn open(_: &Client<T>, _: &IndexConfig, _: u16) -> IndexResult<Self> {
+        Ok(Replicated::default())
+    }
+    async fn search_into(&self, _: &Client<T>, _: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        out.clear();
+        out.extend_from_slice(b"found");
+        Ok(true)
+    }
+    async fn insert(&self, _: &Client<T>, _: &[u8], _: &[u8]) -> IndexResult<()> {
+        Ok(())
+    }
+    async fn update(&self, _: &Client<T>, _: &[u8], _: &[u8]) -> IndexResult<bool> {
+        Ok(true)
+    }
+    async fn delete(&self, _: &Client<T>, _: &[u8]) -> IndexResult<bool> {
+        Ok(true)
+    }
+    fn stats(&self) -> IndexStats {
+        stub_stats()
+    }
+    async fn load_factor(&self, _: &Client<T>) -> IndexResult<Option<f64>> {
+        Ok(Some(0.25))
+    }
+    async fn recover_memory_node(
+        &self,
+        _: &Client<T>,
+        node: dmindex_fabric::NodeId,
+    ) -> IndexResult<()> {
+        self.recovered.borrow_mut().push(node);
+        Ok(())
+    }
+}
+
+impl<T: Transport> RangeIndex<T> for Replicated {
+    async fn scan(
+        &self,
+        _: &Client<T>,
+        _: &[u8],
+        _: usize,
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        out.push((b"scan".to_vec(), Vec::new()));
+        Ok(())
+    }
+    async fn scan_range(
+        &self,
+        _: &Client<T>,
+        _: &[u8],
+        _: &[u8],
+        out: &mut Vec<Pair>,
+    ) -> IndexResult<()> {
+        out.push((b"range".to_vec(), Vec::new()));
+        Ok(())
+    }
+}
+
+/// Wrapping an index changes none of its `PointIndex` answers, crash survival included: a
+/// replicated index behind RDWC that claimed to survive a memory-node crash and then refused
+/// to rebuild the node would fail every crash check. With RDWC on, its statistics only gain
+/// RDWC's own counters after the index's.
+#[test]
+fn wrapping_an_index_changes_none_of_its_answers() {
+    type L = LocalTransport;
+    type W = Rdwc<Replicated>;
+    const { assert!(<W as PointIndex<L>>::SURVIVES_MN_CRASH) };
+    let services = <W as PointIndex<L>>::SERVICES;
+    assert_eq!(
+        services.iter().map(|s| (s.id, s.name)).collect::<Vec<_>>(),
+        [(STUB_SERVICE.id, STUB_SERVICE.name)]
+    );
+    let f = LocalFabric::new(LocalConfig::default()).unwrap();
+    let c = f.client(0).unwrap();
+    for table in [None, Some(Table::default())] {
+        let on = table.is_some();
+        let w = Rdwc::wrap(Replicated::default(), table);
+        futures::executor::block_on(async {
+            assert_eq!(PointIndex::<L>::search(&w, &c, b"k").await, Ok(Some(b"found".to_vec())));
+            assert_eq!(PointIndex::<L>::load_factor(&w, &c).await, Ok(Some(0.25)));
+            assert_eq!(PointIndex::<L>::recover_memory_node(&w, &c, 2).await, Ok(()));
+            assert_eq!(*w.inner.recovered.borrow(), [2], "the wrapped index rebuilt the node");
+            let mut out = Vec::new();
+            RangeIndex::<L>::scan(&w, &c, b"a", 1, &mut out).await.unwrap();
+            RangeIndex::<L>::scan_range(&w, &c, b"a", b"z", &mut out).await.unwrap();
+            let keys: Vec<&[u8]> = out.iter().map(|(k, _)| k.as_slice()).collect();
+            assert_eq!(keys, [b"scan".as_slice(), b"range"]);
+        });
+        let s = PointIndex::<L>::stats(&w);
+        let want = stub_stats();
+        assert_eq!((s.cache_bytes, s.retries), (want.cache_bytes, want.retries));
+        assert_eq!(
+            s.extra[..want.extra.len()],
+            want.extra[..],
+            "the index's own, first (RDWC {on})"
+        );
+        assert_eq!(s.extra.len() > want.extra.len(), on, "RDWC's counters only when it is on");
+    }
+}
+
+/// Defaulted trait items RDWC deliberately leaves to the default: `search` is defined through
+/// `search_into`, so the default already goes through RDWC's table (forwarding it to the wrapped
+/// index would bypass RDWC).
+const LEFT_TO_DEFAULT: &[&str] = &["search"];
+
+/// The text of the block that starts at the first `start` in `src`, up to its closing brace at
+/// the start of a line.
+fn block<'a>(src: &'a str, start: &str) -> &'a str {
+    let from = src.find(start).unwrap_or_else(|| panic!("no `{start}`"));
+    let len = src[from..].find("\n}\n").unwrap_or_else(|| panic!("`{start}` never closes"));
+    &src[from..from + len]
+}
+
+/// The names of a trait body's items that have a default: constants with a value and methods
+/// whose signature ends in a body rather than `;`. Items are the lines indented by one level.
+fn defaulted(body: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut rest = body;
+    while let Some(at) = rest.find("\n    ") {
+        rest = &rest[at + 5..];
+        let item = rest.strip_prefix("async ").unwrap_or(rest);
+        let name_end = |s: &str| s.find(|ch: char| !(ch.is_alphanumeric() || ch == '_'));
+        if let Some(c) = item.strip_prefix("const ") {
+            let name = &c[..name_end(c).unwrap_or(0)];
+            let decl = &c[..c.find(';').unwrap_or(c.len())];
+            if decl.contains(" = ") {
+                names.push(name);
+            }
+        } else if let Some(f) = item.strip_prefix("fn ") {
+            let name = &f[..name_end(f).unwrap_or(0)];
+            if f.find('{').unwrap_or(usize::MAX) < f.find(';').unwrap_or(usize::MAX) {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// Every `PointIndex` and `RangeIndex` item with a default body is forwarded by RDWC (or listed
+/// in [`LEFT_TO_DEFAULT`] with its reason): a default the wrapped index overrides would
+/// otherwise be silently replaced by the trait's, as `recover_memory_node` once was. This reads
+/// the trait's source, so a method added to the trait later is caught here, not in production.
+#[test]
+fn every_defaulted_trait_item_is_forwarded() {
+    let traits = include_str!("../../../index/src/lib.rs");
+    let rdwc = include_str!("../rdwc.rs");
+    let pairs = [
+        ("pub trait PointIndex<", "PointIndex<T> for Rdwc<I> {"),
+        ("pub trait RangeIndex<", "RangeIndex<T> for Rdwc<I> {"),
+    ];
+    let mut all = Vec::new();
+    for (tr, im) in pairs {
+        let imp = block(rdwc, im);
+        for name in defaulted(block(traits, tr)) {
+            all.push(name);
+            let forwarded =
+                imp.contains(&format!("fn {name}(")) || imp.contains(&format!("const {name}:"));
+            assert!(
+                forwarded || LEFT_TO_DEFAULT.contains(&name),
+                "RDWC does not forward `{name}`: the wrapped index's own answer would be lost"
+            );
+        }
+    }
+    // The exemptions must still be defaulted items (this also shows the trait was parsed).
+    for name in LEFT_TO_DEFAULT {
+        assert!(all.contains(name), "`{name}` is no defaulted trait item (found {all:?})");
+    }
+}
