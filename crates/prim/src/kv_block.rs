@@ -150,6 +150,14 @@ impl Blocks {
         Ok((total <= b.len()).then(|| (&b[HEADER..HEADER + klen], &b[HEADER + klen..total])))
     }
 
+    /// The key of the block at `a` whose first bytes are `b` (at least [`HEADER`] of them);
+    /// `None` if the key is longer than `b`. For callers that READ the keys of many blocks in
+    /// doorbells and parse them after (a hash index's merge).
+    pub fn parse_key<'b>(&self, a: GlobalAddr, b: &'b [u8]) -> IndexResult<Option<&'b [u8]>> {
+        let (klen, _) = self.lengths(a, b)?;
+        Ok(b.get(HEADER..HEADER + klen))
+    }
+
     /// Reads the block at `a`: one READ of up to [`GUESS`] bytes, a second only if longer.
     pub async fn read<T: Transport>(&self, c: &Client<T>, a: GlobalAddr) -> IndexResult<Block> {
         let mut b = c.read_vec(a, self.first_read()).await?;
@@ -334,6 +342,9 @@ mod tests {
             c.write(junk, &[0xFF; 16]).await.unwrap();
             assert!(matches!(blocks.read(&c, junk).await, Err(IndexError::Corrupt(_))));
             assert!(matches!(blocks.holds_key(&c, junk, b"k").await, Err(IndexError::Corrupt(_))));
+            // A header with a short key but a value longer than any block's is not a block.
+            let bad_value = [1, 0, 0, 0, 9, 0, 0, 0, b'k'];
+            assert!(matches!(blocks.parse_key(junk, &bad_value), Err(IndexError::Corrupt(_))));
         }]);
     }
 
@@ -356,6 +367,12 @@ mod tests {
             let parsed = items.parse(a, &first).unwrap();
             assert_eq!(parsed, Some((&7u64.to_be_bytes()[..], &b"value 01"[..])));
             assert_eq!(items.parse(a, &first[..20]).unwrap(), None, "longer than the bytes");
+            assert_eq!(items.parse_key(a, &first[..16]).unwrap(), Some(&7u64.to_be_bytes()[..]));
+            assert_eq!(
+                items.parse_key(a, &first[..15]).unwrap(),
+                None,
+                "key longer than the bytes"
+            );
         }]);
     }
 }

@@ -189,13 +189,13 @@ impl SepHash {
         let mut at = vec![(0usize, 0usize); entries.len()];
         for (j, &i) in order.iter().enumerate() {
             let b = &flat[j * stride..(j + 1) * stride];
-            let klen = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
-            if klen == 0 || klen > self.shape.max_key {
-                return Err(IndexError::Corrupt(format!(
-                    "block at {} claims a {klen}-byte key",
-                    entries[i].block()
-                )));
-            }
+            let a = entries[i].block();
+            // The blocks' own parser checks the header (both lengths); the READ covered the
+            // longest key, so a key it accepts is in `b`. An empty key is no SepHash key.
+            let klen = match self.blocks.parse_key(a, b)? {
+                Some(key) if !key.is_empty() => key.len(),
+                _ => return Err(IndexError::Corrupt(format!("block at {a} holds no key"))),
+            };
             at[i] = (j * stride + HEADER, klen);
         }
         Ok(Keys { flat, at })
@@ -355,5 +355,55 @@ impl Keys {
     fn key(&self, i: usize) -> &[u8] {
         let (at, len) = self.at[i];
         &self.flat[at..at + len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dmindex_fabric::exec::run_tasks;
+    use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+    use dmindex_index::{IndexConfig, PointIndex};
+
+    use super::*;
+
+    /// A merge reads keys from blocks through the blocks' one parser: a block whose header
+    /// claims a value longer than the index holds is no block (a stray pointer), and a merge
+    /// must refuse it as corrupt rather than take its key and carry the entry into the new
+    /// MainSegment, where only a later search would find out. Keys from one byte to the
+    /// longest, next to the longest value, are read whole; an empty key is no SepHash key.
+    #[test]
+    fn merges_read_keys_through_the_block_parser() {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let c = f.client(0).unwrap();
+        let cfg = IndexConfig { max_key: 16, max_value: 32, ..IndexConfig::default() };
+        run_tasks([async {
+            let idx = SepHash::create(&c, &cfg, 0).await.unwrap();
+            let entry = |block| Entry::new(false, 0, 0, 0, false, block);
+            // A block as written by hand: key length, value length, key, zeroed value.
+            let raw = |klen: u32, vlen: u32, key: &[u8]| {
+                let mut b = klen.to_le_bytes().to_vec();
+                b.extend_from_slice(&vlen.to_le_bytes());
+                b.extend_from_slice(key);
+                b.resize(HEADER + 16 + 32, 0);
+                b
+            };
+            for klen in [1, 8, 16] {
+                let key = vec![b'k'; klen];
+                let a = idx.blocks.write(&c, &key, &[7; 32]).await.unwrap();
+                let keys = idx.read_keys(&c, &[entry(a)]).await.unwrap();
+                assert_eq!(keys.key(0), key, "a {klen}-byte key next to the longest value");
+            }
+            for (what, block) in [
+                ("a value longer than the index holds", raw(3, 33, b"abc")),
+                ("a value length no block has", raw(3, u32::MAX, b"abc")),
+                ("a key longer than the index holds", raw(17, 1, &[b'k'; 17])),
+                ("an empty key", raw(0, 1, b"")),
+            ] {
+                let a = c.alloc(block.len() as u64, 64).await.unwrap();
+                c.write(a, &block).await.unwrap();
+                let got = idx.read_keys(&c, &[entry(a)]).await.map(|k| k.key(0).to_vec());
+                assert!(matches!(got, Err(IndexError::Corrupt(_))), "{what}: {got:?}");
+            }
+        }]);
     }
 }
