@@ -114,7 +114,7 @@ impl Tree {
                 }
             }
             loop {
-                await_neighbourhood!(self, c, cur, h, buf);
+                await_neighbourhood!(self, c, cur, h, buf)?;
                 let found = match probe {
                     Probe::Exact => buf.find(h, k),
                     Probe::Full(full) => self.resolve(c, &buf, h, k, full).await?,
@@ -162,7 +162,7 @@ impl Tree {
         let (lo, n) = self.leaf.insert_read(h, lw.full);
         if let Some(plan) = self.insert_plans[h].as_ref().filter(|p| p.count == n) {
             let mut nb = Neighbourhood::new(self.leaf, plan);
-            await_window!(self, c, cur, plan, nb);
+            await_window!(self, c, cur, plan, nb)?;
             let leaf = validate_or_update!(self, c, ins, leaf, &mut nb);
             let am_key = self.argmax_key(&nb, lw);
             if let Some(e) = nb.insert_near(h, k, v) {
@@ -266,7 +266,7 @@ impl Tree {
             let (mut cur, mut moves) = (loc.leaf, 0);
             loop {
                 let leaf = self.lock_hopscotch_leaf(c, cur).await?;
-                await_neighbourhood!(self, c, cur, h, buf);
+                await_neighbourhood!(self, c, cur, h, buf)?;
                 let found = match probe {
                     Probe::Exact => buf.find(h, k),
                     Probe::Full(full) => self.resolve(c, &buf, h, k, full).await?,

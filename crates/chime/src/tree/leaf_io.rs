@@ -32,9 +32,12 @@ pub(crate) struct LockedLeaf<'t> {
 
 /// READs the neighbourhood of home `$h` of leaf `$leaf` (a [`GlobalAddr`]) into `$nb` (a
 /// [`Neighbourhood`]) until the READ validates: one doorbell into its buffer, nothing allocated
-/// or copied; errors are returned by `?`. A macro, awaited in the calling async fn's own state
-/// machine, not an async fn's layer (`docs/perf.md`, eleventh round). A one-piece READ (most
-/// neighbourhoods) is the client's READ awaited here, not through [`read_pieces`].
+/// or copied. Evaluates to an [`IndexResult<()>`](IndexResult), a failed READ's error, for the
+/// caller's `?`: the macro itself never leaves the caller. A macro, awaited in the calling async
+/// fn's own state machine: as an async fn, a layer between the caller and the verb, it cost 76
+/// instructions a search (2504 → 2580) and 62 an insert (callgrind; `docs/perf.md`, eleventh and
+/// thirteenth rounds). A one-piece READ (most neighbourhoods) is the client's READ awaited here,
+/// not through [`read_pieces`].
 macro_rules! await_neighbourhood {
     ($tree:expr, $c:expr, $leaf:expr, $h:expr, $nb:ident) => {{
         let tree = $tree;
@@ -50,14 +53,18 @@ macro_rules! await_window {
         loop {
             $nb.reset(plan);
             let plan = $nb.plan();
-            if let [(p0, n)] = plan.reads[..] {
-                c.read(leaf.add(p0 as u64), &mut $nb.raw_mut()[..n as usize]).await?;
+            let read = if let [(p0, n)] = plan.reads[..] {
+                let raw = &mut $nb.raw_mut()[..n as usize];
+                c.read(leaf.add(p0 as u64), raw).await.map_err(Into::into)
             } else {
                 let pieces = plan.reads.iter().map(|&(p0, n)| (p0 as usize, n as usize));
-                $crate::tree::leaf_io::read_pieces(c, leaf, pieces, $nb.raw_mut()).await?;
+                $crate::tree::leaf_io::read_pieces(c, leaf, pieces, $nb.raw_mut()).await
+            };
+            if let Err(e) = read {
+                break Err(e);
             }
             if $nb.absorb().is_ok() && $nb.validate().is_ok() {
-                break;
+                break Ok(());
             }
             tree.retry();
         }
