@@ -19,32 +19,42 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 
 /// Validates the READ of locked leaf `$leaf` into `$view` (a `&mut impl LeafView`) for insert
-/// `$ins` and rewrites the key's entry in place if it is there (an upsert), returning from the
-/// calling attempt with what ended it (the key written, or where to go on; the leaf unlocked);
-/// else evaluates to the leaf, still locked, for the key to go in. A macro, so that the window's
-/// and the whole-leaf buffer's paths share it without a future of its own between them and the
-/// verbs (as an async fn it cost about 70 instructions an insert).
+/// `$ins` and rewrites the key's entry in place if it is there (an upsert). Evaluates to an
+/// `IndexResult` of a [`Validated`], which the caller matches and returns by itself: the macro
+/// never leaves the caller. A macro, so that the window's and the whole-leaf buffer's paths
+/// share it without a future of its own between them and the verbs: as an async fn returning
+/// the same it cost 47 instructions an insert (7157 → 7204, callgrind; `docs/perf.md`,
+/// thirteenth round).
 macro_rules! validate_or_update {
     ($tree:expr, $c:expr, $ins:expr, $leaf:expr, $view:expr) => {{
         let (tree, c, ins, view) = ($tree, $c, $ins, $view);
-        match tree.validate_insert(c, ins, $leaf, &*view).await? {
-            Err(next) => return Ok(next),
-            Ok(leaf) => {
+        match tree.validate_insert(c, ins, $leaf, &*view).await {
+            Err(e) => Err(e),
+            Ok(Err(next)) => Ok(Validated::Ended(next)),
+            Ok(Ok(leaf)) => {
                 let (k, h) = (ins.k, home(ins.k, tree.leaf.span));
                 let found = match ins.probe {
-                    Probe::Exact => view.find(h, k),
-                    Probe::Full(full) => tree.resolve(c, &*view, h, k, full).await?,
+                    Probe::Exact => Ok(view.find(h, k)),
+                    Probe::Full(full) => tree.resolve(c, &*view, h, k, full).await,
                 };
                 match found {
-                    Some(i) => {
-                        tree.update_in_place(c, leaf, view, i, k, ins.v).await?;
-                        return Ok(Attempt::Done);
+                    Err(e) => Err(e),
+                    Ok(Some(i)) => {
+                        let written = tree.update_in_place(c, leaf, view, i, k, ins.v).await;
+                        written.map(|()| Validated::Ended(Attempt::Done))
                     }
-                    None => leaf,
+                    Ok(None) => Ok(Validated::Insert(leaf)),
                 }
             }
         }
     }};
+}
+
+/// What [`validate_or_update!`] found: the leaf, still locked, for the key to go in, or what
+/// ended the attempt (the key written in place, or where to go on; the leaf unlocked).
+enum Validated<'t> {
+    Insert(LockedLeaf<'t>),
+    Ended(Attempt),
 }
 
 impl Tree {
@@ -163,7 +173,10 @@ impl Tree {
         if let Some(plan) = self.insert_plans[h].as_ref().filter(|p| p.count == n) {
             let mut nb = Neighbourhood::new(self.leaf, plan);
             await_window!(self, c, cur, plan, nb)?;
-            let leaf = validate_or_update!(self, c, ins, leaf, &mut nb);
+            let leaf = match validate_or_update!(self, c, ins, leaf, &mut nb)? {
+                Validated::Insert(leaf) => leaf,
+                Validated::Ended(a) => return Ok(a),
+            };
             let am_key = self.argmax_key(&nb, lw);
             if let Some(e) = nb.insert_near(h, k, v) {
                 // The slots changed are h and e: both their buckets' bits are brought up to date
@@ -179,7 +192,10 @@ impl Tree {
             return self.hop_in(c, ins, cur, leaf, buf, am_key).await;
         }
         let mut buf = self.read_slots(c, cur, lo, n).await?;
-        let leaf = validate_or_update!(self, c, ins, leaf, &mut *buf);
+        let leaf = match validate_or_update!(self, c, ins, leaf, &mut *buf)? {
+            Validated::Insert(leaf) => leaf,
+            Validated::Ended(a) => return Ok(a),
+        };
         let am_key = self.argmax_key(&*buf, lw);
         self.hop_in(c, ins, cur, leaf, buf, am_key).await
     }
