@@ -31,14 +31,21 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Transport: local, or ucx (memnodes given with --memnode and --token-file).
-    #[arg(long, default_value = "local", value_parser = ["local", "ucx"])]
-    transport: String,
+    #[arg(long, value_enum, default_value_t = VerbTransport::Local)]
+    transport: VerbTransport,
     /// Memnodes for --transport ucx, HOST:PORT in id order.
     #[arg(long = "memnode", value_name = "HOST:PORT", value_delimiter = ',')]
     memnodes: Vec<String>,
     /// The memnodes' token file (--transport ucx).
     #[arg(long)]
     token_file: Option<PathBuf>,
+}
+
+/// The transports whose verbs `fabric-bench` times (the simulator's are `sim-bench`'s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum VerbTransport {
+    Local,
+    Ucx,
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -93,7 +100,9 @@ pub fn validate(args: &Args) -> anyhow::Result<()> {
     if args.threads.len() > 64 {
         bail!("--threads lists {} counts; at most 64 rows of each verb", args.threads.len());
     }
-    if args.transport != "ucx" && (!args.memnodes.is_empty() || args.token_file.is_some()) {
+    if args.transport != VerbTransport::Ucx
+        && (!args.memnodes.is_empty() || args.token_file.is_some())
+    {
         bail!("--memnode and --token-file go with --transport ucx");
     }
     Ok(())
@@ -101,7 +110,7 @@ pub fn validate(args: &Args) -> anyhow::Result<()> {
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     validate(args)?;
-    if args.transport == "ucx" {
+    if args.transport == VerbTransport::Ucx {
         return run_ucx(args);
     }
     // Every measured row makes fresh clients, each taking its span (clients' chunks are the
