@@ -249,7 +249,7 @@ pub(crate) fn index_config(cfg: &BenchConfig, plan: &Plan) -> IndexConfig {
     IndexConfig {
         max_key: plan.format.max_key_len(),
         max_value: cfg.keys.value_size,
-        cache_bytes: (cfg.cluster.cache_mb * (1u64 << 20) as f64) as u64,
+        cache_bytes: cfg.cluster.cache_bytes(),
         expected_items: plan.items + plan.ops,
         root_slot: 0,
         extra: cfg.index.options.clone(),
