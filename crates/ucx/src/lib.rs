@@ -7,13 +7,14 @@
 //! Where UCX would emulate RMA on the memnode's CPU (TCP), verbs travel as active messages the
 //! memnode executes itself ([`message_verbs`]).
 //!
-//! Only [`auth`], [`proto`], [`control`], [`peers`], [`testhosts`] and [`message_verbs`] (wire formats, TCP) build without the `ucx` cargo feature; the
+//! Only [`admission`], [`auth`], [`proto`], [`control`], [`peers`], [`testhosts`] and [`message_verbs`] (wire formats, TCP) build without the `ucx` cargo feature; the
 //! rest links libucp (Debian's libucx-dev 1.13.1, found with pkg-config). See `docs/ucx.md`.
 
 /// What commands that need UCX say in a build without the `ucx` feature.
 pub const NOT_BUILT: &str = "this dmindex was built without UCX: rebuild with \
      `cargo build --release --features ucx` (needs libucx-dev)";
 
+pub mod admission;
 pub mod auth;
 pub mod control;
 pub mod message_verbs;

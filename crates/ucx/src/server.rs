@@ -18,7 +18,7 @@
 
 use std::io::{BufReader, BufWriter};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,7 @@ use dmindex_fabric::service::{MnContext, NoPeers, Peers, Services};
 use dmindex_fabric::words::SharedWords;
 use dmindex_fabric::FabricError;
 
+use crate::admission::{BootstrapSlots, Slot};
 use crate::auth::{self, VERB_KEY};
 use crate::control;
 use crate::message_verbs::{self, Request, REPLY_AM, REPLY_LEN, REQUEST_AM};
@@ -39,6 +40,11 @@ const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Connections allowed in their bootstrap at once; more are closed at once.
 const MAX_BOOTSTRAPPING: usize = 64;
+
+/// Of those, the most one source address may hold, so that a quarter stay for the others
+/// however fast one host opens connections (a bench's client threads bootstrap in a few ms
+/// each, far below this even when dozens start together).
+const MAX_BOOTSTRAPPING_PER_SOURCE: usize = 48;
 
 /// Idle turns of the progress loop before it sleeps until something arrives.
 const SPINS_BEFORE_SLEEP: u32 = 256;
@@ -210,9 +216,10 @@ pub fn serve(
     );
     ready(local);
     let mut next_client = 0u64;
-    // Connections between accept and the end of their bootstrap: bounded, so that a flood of
-    // idle or slow connections holds a bounded number of threads and bytes.
-    let bootstrapping = Arc::new(AtomicUsize::new(0));
+    // Connections between accept and the end of their bootstrap: bounded, in all and per
+    // source address, so that a flood of idle or slow connections holds a bounded number of
+    // threads and bytes and leaves room for other hosts' clients.
+    let bootstrapping = BootstrapSlots::new(MAX_BOOTSTRAPPING, MAX_BOOTSTRAPPING_PER_SOURCE);
     let mut turned_away = 0u64;
     // Every control connection being served, so that shutting down can end them.
     let live: Arc<Mutex<Vec<(u64, TcpStream)>>> = Arc::default();
@@ -227,18 +234,20 @@ pub fn serve(
             Ok((stream, peer)) => {
                 busy = true;
                 next_client += 1;
-                if bootstrapping.load(Ordering::Relaxed) >= MAX_BOOTSTRAPPING {
-                    turned_away += 1;
-                    if often(turned_away) {
-                        eprintln!(
-                            "memnode[{}]: turned away {peer}: {MAX_BOOTSTRAPPING} connections are \
-                             still in their bootstrap ({turned_away} turned away so far)",
-                            cfg.id
-                        );
+                let slot = match bootstrapping.admit(peer.ip()) {
+                    Ok(slot) => slot,
+                    Err(why) => {
+                        turned_away += 1;
+                        if often(turned_away) {
+                            eprintln!(
+                                "memnode[{}]: turned away {peer}: {why} ({turned_away} turned \
+                                 away so far)",
+                                cfg.id
+                            );
+                        }
+                        continue;
                     }
-                    continue;
-                }
-                bootstrapping.fetch_add(1, Ordering::Relaxed);
+                };
                 let deadline = Instant::now() + BOOTSTRAP_TIMEOUT;
                 let (welcome, services, token, mem, peers) = (
                     Arc::clone(&welcome),
@@ -250,16 +259,15 @@ pub fn serve(
                 let id = cfg.id;
                 let n = next_client;
                 let Ok(mine) = stream.try_clone() else {
+                    // Dropping the slot gives it back (this path once leaked it).
                     eprintln!("memnode[{id}]: client {n} ({peer}): cannot track its connection");
                     continue;
                 };
                 lock(&live).push((n, mine));
                 let live_here = Arc::clone(&live);
-                let pending = Arc::clone(&bootstrapping);
-                let pending_here = Arc::clone(&bootstrapping);
                 let spawned = std::thread::Builder::new().spawn(move || {
                     let node = Node { id, mem: &mem, services: &services, peers: &*peers };
-                    let r = control(stream, &welcome, &token, node, (deadline, &pending_here));
+                    let r = control(stream, &welcome, &token, node, (deadline, slot));
                     lock(&live_here).retain(|(m, _)| *m != n);
                     match r {
                         Ok(calls) => eprintln!(
@@ -270,8 +278,8 @@ pub fn serve(
                 });
                 if let Err(e) = spawned {
                     eprintln!("memnode[{id}]: client {n} ({peer}) refused: no thread for it: {e}");
+                    // The closure, and the slot in it, were dropped with the failed spawn.
                     lock(&live).retain(|(m, _)| *m != n);
-                    pending.fetch_sub(1, Ordering::Relaxed);
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -363,19 +371,19 @@ struct Node<'a> {
 }
 
 /// One control connection: the bootstrap (mutual authentication, welcome) by `deadline`, then
-/// calls until the client goes away. `bootstrapping` counts connections not authenticated yet;
-/// this one leaves it once its bootstrap ends either way.
+/// calls until the client goes away. `slot` is its place among the connections not
+/// authenticated yet, given back once its bootstrap ends either way.
 fn control(
     stream: TcpStream,
     welcome: &Welcome,
     token: &[u8],
     node: Node<'_>,
-    (deadline, bootstrapping): (Instant, &AtomicUsize),
+    (deadline, slot): (Instant, Slot),
 ) -> Result<u64, String> {
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
     let authenticated = control::accept(&stream, token, welcome, deadline);
-    bootstrapping.fetch_sub(1, Ordering::Relaxed);
+    drop(slot);
     authenticated?;
     stream.set_read_timeout(None).map_err(|e| e.to_string())?;
     let mut r = BufReader::new(stream.try_clone().map_err(|e| e.to_string())?);

@@ -56,3 +56,41 @@ fn forged_verbs_over_tcp() {
     common::use_tls("tcp");
     common::forged_verbs_are_refused();
 }
+
+/// One source holding as many unauthenticated control connections as it can open leaves
+/// room for clients from other addresses: a process on 127.0.0.2 opens 100 and keeps them
+/// idle (the memnode holds at most its per-source share of them in their bootstrap, and closes
+/// the rest at once), and ten clients from 127.0.0.1 still connect and are served while it
+/// does. With one cap for every source, the flood took all 64 slots and kept every new client
+/// out until the bootstraps' deadline.
+#[test]
+fn a_flood_from_one_source_leaves_room_for_others_over_tcp() {
+    use dmindex_fabric::exec::run_tasks;
+    use dmindex_fabric::Fabric;
+    use dmindex_ucx::transport::UcxFabric;
+    use socket2::{Domain, Socket, Type};
+
+    common::use_tls("tcp");
+    let mn = common::memnode(0, 32 << 20);
+    let to: std::net::SocketAddr = mn.addr.parse().unwrap();
+    let from: std::net::SocketAddr = "127.0.0.2:0".parse().unwrap();
+    let flood: Vec<Socket> = (0..100)
+        .map(|_| {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            s.bind(&from.into()).expect("a second loopback address");
+            s.connect(&to.into()).unwrap();
+            s
+        })
+        .collect();
+    // Let the memnode accept them all (turning away those past the source's share).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for i in 0..10u64 {
+        let f = UcxFabric::connect(std::slice::from_ref(&mn.addr), common::TOKEN, 1 << 20)
+            .unwrap_or_else(|e| panic!("client {i} kept out by a flood from another address: {e}"));
+        let c = f.client(0).unwrap();
+        let a = run_tasks([c.alloc(64, 64)]).remove(0).unwrap();
+        run_tasks([c.write(a, &i.to_le_bytes())]).remove(0).unwrap();
+        assert_eq!(run_tasks([c.read_word(a)]).remove(0).unwrap(), i);
+    }
+    drop(flood);
+}
