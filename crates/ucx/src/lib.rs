@@ -7,7 +7,7 @@
 //! Where UCX would emulate RMA on the memnode's CPU (TCP), verbs travel as active messages the
 //! memnode executes itself ([`message_verbs`]).
 //!
-//! Only [`admission`], [`auth`], [`proto`], [`control`], [`peers`], [`testhosts`] and [`message_verbs`] (wire formats, TCP) build without the `ucx` cargo feature; the
+//! Only [`admission`], [`auth`], [`tls`], [`proto`], [`control`], [`peers`], [`testhosts`] and [`message_verbs`] (wire formats, TCP) build without the `ucx` cargo feature; the
 //! rest links libucp (Debian's libucx-dev 1.13.1, found with pkg-config). See `docs/ucx.md`.
 
 /// What commands that need UCX say in a build without the `ucx` feature.
@@ -21,6 +21,7 @@ pub mod message_verbs;
 pub mod peers;
 pub mod proto;
 pub mod testhosts;
+pub mod tls;
 
 #[cfg(feature = "ucx")]
 pub mod server;

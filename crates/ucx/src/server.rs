@@ -142,8 +142,12 @@ pub fn serve(
         Some(_) => None,
         None => interface_of(local.ip())?,
     };
-    let mut worker =
-        Worker::waking(devices.as_deref()).map_err(|e| format!("UCX setup failed: {e}"))?;
+    // UCX's RMA and atomics only where no transport would emulate them on this CPU, with no
+    // key check ([`crate::tls`]): elsewhere every verb is a keyed verb message.
+    let tls = std::env::var("UCX_TLS").ok();
+    let one_sided = crate::tls::one_sided_allowed(tls.as_deref());
+    let mut worker = Worker::waking(devices.as_deref(), one_sided)
+        .map_err(|e| format!("UCX setup failed: {e}"))?;
     let pool = worker.map_pool(size).map_err(|e| format!("cannot allocate the pool: {e}"))?;
     let pool = Arc::new(pool);
     // Served in whole cache lines (a --size that is not one loses its last few bytes).
@@ -209,10 +213,14 @@ pub fn serve(
     };
     let token: Arc<[u8]> = cfg.token.clone().into();
     eprintln!(
-        "memnode[{}]: listening on {local}, pool {} bytes at {:#x}",
+        "memnode[{}]: listening on {local}, pool {} bytes at {:#x}, {}",
         cfg.id,
         mem.len(),
-        welcome.base
+        welcome.base,
+        match one_sided {
+            true => "one-sided access for clients of UCX_TLS's transports",
+            false => "every verb a keyed message (UCX_TLS unset or with tcp: no UCX RMA)",
+        }
     );
     ready(local);
     let mut next_client = 0u64;

@@ -71,17 +71,25 @@ impl Worker {
     /// A context with RMA, 64-bit atomics and active messages (configured from `UCX_*`
     /// variables) and a worker. Peers must enable the same features to connect.
     pub fn new() -> Result<Worker> {
-        Self::with_features(0, None)
+        Self::with_features(UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM, None)
     }
 
-    /// A worker that can also sleep until communication arrives ([`Worker::sleep`]): a
-    /// memnode's, which has nothing to do between its clients' messages. With `devices`, UCX
-    /// uses (and listens on) those network devices only (`NET_DEVICES`).
-    pub fn waking(devices: Option<&str>) -> Result<Worker> {
-        Self::with_features(UCP_FEATURE_WAKEUP, devices)
+    /// A memnode's worker: one that can also sleep until communication arrives
+    /// ([`Worker::sleep`]), as a memnode has nothing to do between its clients' messages. With
+    /// `one_sided`, UCX's RMA and atomics too, for transports with real one-sided access
+    /// (shared memory, RDMA); without, active messages only, so the worker installs no handler
+    /// for UCX's software GET, PUT and atomics, which take a raw address and check no remote
+    /// key ([`crate::tls`]). With `devices`, UCX uses (and listens on) those network devices
+    /// only (`NET_DEVICES`).
+    pub fn waking(devices: Option<&str>, one_sided: bool) -> Result<Worker> {
+        let rma = match one_sided {
+            true => UCP_FEATURE_RMA | UCP_FEATURE_AMO64,
+            false => 0,
+        };
+        Self::with_features(rma | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, devices)
     }
 
-    fn with_features(extra: u64, devices: Option<&str>) -> Result<Worker> {
+    fn with_features(features: u64, devices: Option<&str>) -> Result<Worker> {
         let mut settings = vec![(c"MAX_EAGER_RAILS", std::ffi::CString::from(c"1"))];
         if let Some(d) = devices {
             let d = std::ffi::CString::new(d).map_err(|_| UcxError {
@@ -109,7 +117,7 @@ impl Worker {
         }
         let params = ucp_params_t {
             field_mask: UCP_PARAM_FIELD_FEATURES,
-            features: UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | extra,
+            features,
             request_size: 0,
             request_init: ptr::null(),
             request_cleanup: ptr::null(),

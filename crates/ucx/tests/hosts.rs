@@ -8,7 +8,10 @@
 //! * The client, which holds the token, writes a word into the pool.
 //! * The attacker, without the token but with the memnode's worker address (as if it had sniffed
 //!   it), opens a UCX endpoint and sends forged verbs: every one is refused and logged, and no
-//!   byte of the pool comes back. Its bootstrap with a guessed token is refused too.
+//!   byte of the pool comes back. Its bootstrap with a guessed token is refused too. It then
+//!   sends UCX's own GET, PUT and fetch-and-add to the pool's address with a remote key of its
+//!   own memory, and a GET at an unmapped address: none completes or changes a byte, and the
+//!   memnode stays up.
 //! * The client reads its word back unchanged.
 //!
 //! Needs root and iproute2 (it skips, saying so, without them).
@@ -66,13 +69,16 @@ fn an_attacker_on_another_host_cannot_touch_the_pool() {
     let mut cn = spawn(&net, "cn", "client", &addr, Stdio::inherit());
     let (mut to_cn, from_cn) = lines(&mut cn);
     let wrote = expect(&from_cn, "WROTE");
-    let (worker, offset) = wrote["WROTE ".len()..].split_once(' ').unwrap();
+    let (worker, at_pool) = wrote["WROTE ".len()..].split_once(' ').unwrap();
     let mut at = spawn(&net, "at", "attacker", &addr, Stdio::inherit());
     let (mut to_at, from_at) = lines(&mut at);
-    writeln!(to_at, "{worker} {offset}").unwrap();
+    writeln!(to_at, "{worker} {at_pool}").unwrap();
     let verdict = expect(&from_at, "ATTACK");
     eprintln!("{verdict}");
     assert_eq!(verdict, "ATTACK refused 4 replies, 0 bytes, bootstrap refused", "{verdict}");
+    let unkeyed = expect(&from_at, "UNKEYED");
+    eprintln!("{unkeyed}");
+    assert_eq!(unkeyed, "UNKEYED read None, faa false", "{unkeyed}");
     writeln!(to_cn, "CHECK").unwrap();
     assert_eq!(expect(&from_cn, "READ"), "READ 42", "the pool is unchanged");
     assert!(cn.wait().unwrap().success() && at.wait().unwrap().success());
@@ -133,7 +139,7 @@ fn client() {
         dmindex_ucx::control::ControlConn::connect(&addr, common::TOKEN, Duration::from_secs(5))
             .unwrap();
     let hex: String = welcome.worker_address.iter().map(|b| format!("{b:02x}")).collect();
-    println!("DMX WROTE {hex} {}", a.offset());
+    println!("DMX WROTE {hex} {} {}", a.offset(), welcome.base);
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "CHECK");
@@ -144,12 +150,14 @@ fn client() {
 fn attacker() {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
-    let (hex, offset) = line.trim().split_once(' ').unwrap();
+    let mut words = line.split_whitespace();
+    let (hex, offset, base) = (words.next().unwrap(), words.next().unwrap(), words.next().unwrap());
+    let (offset, base): (u64, u64) = (offset.parse().unwrap(), base.parse().unwrap());
     let address: Vec<u8> = (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
         .collect();
-    let out = common::forge(&address, offset.parse().unwrap());
+    let out = common::forge(&address, offset);
     let refused = out
         .replies
         .iter()
@@ -160,4 +168,7 @@ fn attacker() {
     let boot =
         if e.contains("hold different tokens") { "bootstrap refused" } else { "bootstrap ???" };
     println!("DMX ATTACK refused {refused} replies, {} bytes, {boot}", out.bytes);
+    let got = common::unkeyed_rma(&address, base + offset);
+    let _ = common::unkeyed_rma(&address, 0x1000);
+    println!("DMX UNKEYED read {:?}, faa {}", got.read, got.faa);
 }

@@ -94,3 +94,9 @@ fn a_flood_from_one_source_leaves_room_for_others_over_tcp() {
     }
     drop(flood);
 }
+
+#[test]
+fn unkeyed_rma_over_tcp() {
+    common::use_tls("tcp");
+    common::unkeyed_rma_is_refused();
+}

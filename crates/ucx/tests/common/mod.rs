@@ -430,3 +430,75 @@ pub fn forged_verbs_are_refused() {
     assert_eq!(out.bytes, 0, "no byte of the pool came back");
     assert_eq!(run_tasks([c.read_word(a)]).remove(0).unwrap(), 42, "the pool is unchanged");
 }
+
+/// What UCX's own one-sided requests to a memnode's worker did, sent with a remote key of the
+/// attacker's own memory instead of the pool's.
+#[derive(Debug)]
+pub struct Unkeyed {
+    /// The first 8 bytes of the pool a GET brought back, if it completed.
+    pub read: Option<[u8; 8]>,
+    /// Whether a PUT completed at the sender (once sent), and a fetch-and-add (once answered).
+    pub put: bool,
+    pub faa: bool,
+}
+
+/// An endpoint that never authenticated sends UCX GET, PUT and fetch-and-add to `base` (the
+/// pool's address, as every client ever admitted and the memnode's log know it) on the worker
+/// at `address`, with a remote key of its own memory: UCX's software RMA over TCP checks no
+/// key, so these reach the pool unless the memnode never enables them. Each waits at most 2 s.
+pub fn unkeyed_rma(address: &[u8], base: u64) -> Unkeyed {
+    use dmindex_ucx::sys::UCP_ATOMIC_OP_ADD;
+    use dmindex_ucx::ucp::Worker;
+    use std::time::Instant;
+
+    let w = Worker::new().unwrap();
+    let own = w.map_pool(4096).unwrap();
+    let ep = w.connect(address).unwrap();
+    let Ok(key) = ep.unpack(&own.rkey) else {
+        return Unkeyed { read: None, put: false, faa: false };
+    };
+    let done = |p| matches!(w.wait_until(p, Instant::now() + Duration::from_secs(2)), Ok(true));
+    let mut buf = [0u8; 8];
+    // SAFETY: buf outlives the wait; an operation still pending when the endpoint is closed
+    // below is cancelled with it.
+    let read = unsafe { ep.get(&mut buf, base, &key) }.is_ok_and(done).then_some(buf);
+    let data = *b"PWNED!!!";
+    // SAFETY: as above, for data.
+    let put = unsafe { ep.put(&data, base + 64, &key) }.is_ok_and(done);
+    let (one, mut old) = (1u64, 0u64);
+    // SAFETY: as above, for one and old.
+    let faa =
+        unsafe { ep.atomic(UCP_ATOMIC_OP_ADD, &one, &mut old, base + 128, &key) }.is_ok_and(done);
+    drop(ep);
+    Unkeyed { read, put, faa }
+}
+
+/// UCX's one-sided requests without the pool's remote key reach nothing over TCP: no byte of
+/// the pool comes back, nothing is written, the memnode stays up and serves its clients, and
+/// a GET at an unmapped address does not take it down.
+pub fn unkeyed_rma_is_refused() {
+    let mn = memnode(0, 16 << 20);
+    let f = UcxFabric::connect(std::slice::from_ref(&mn.addr), TOKEN, 1 << 20).unwrap();
+    let c = f.client(0).unwrap();
+    let (_, welcome) =
+        dmindex_ucx::control::ControlConn::connect(&mn.addr, TOKEN, Duration::from_secs(5))
+            .unwrap();
+    let a = run_tasks([c.alloc(256, 64)]).remove(0).unwrap();
+    for i in 0..32u64 {
+        run_tasks([c.write(a.add(8 * i), &(i * 0x0101_0101).to_le_bytes())]).remove(0).unwrap();
+    }
+    let words = || -> Vec<u64> {
+        (0..32).map(|i| run_tasks([c.read_word(a.add(8 * i))]).remove(0).unwrap()).collect()
+    };
+    let before = words();
+    let got = unkeyed_rma(&welcome.worker_address, welcome.base + a.offset());
+    assert!(got.read.is_none(), "a GET without the pool's key read {:?}", got.read);
+    // A PUT completes at its sender once sent, whether or not anything was written: the
+    // pool's contents, below, say whether it was.
+    assert!(!got.faa, "a fetch-and-add without the pool's key completed: {got:?}");
+    assert_eq!(before, words(), "the pool changed");
+    // An address no mapping covers: the memnode does not fault on it.
+    let _ = unkeyed_rma(&welcome.worker_address, 0x1000);
+    run_tasks([c.write(a, &9u64.to_le_bytes())]).remove(0).unwrap();
+    assert_eq!(run_tasks([c.read_word(a)]).remove(0).unwrap(), 9, "the memnode serves on");
+}
