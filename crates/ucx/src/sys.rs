@@ -321,6 +321,9 @@ extern "C" {
     pub fn ucs_status_string(status: ucs_status_t) -> *const c_char;
     pub fn ucp_worker_get_efd(worker: ucp_worker_h, fd: *mut c_int) -> ucs_status_t;
     pub fn ucp_worker_arm(worker: ucp_worker_h) -> ucs_status_t;
+    pub fn ucs_global_opts_set_value(name: *const c_char, value: *const c_char) -> ucs_status_t;
+    pub fn ucs_log_init();
+    pub fn ucs_log_cleanup();
 }
 
 // The C library (linked by std on every Linux target).

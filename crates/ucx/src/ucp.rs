@@ -90,6 +90,7 @@ impl Worker {
     }
 
     fn with_features(features: u64, devices: Option<&str>) -> Result<Worker> {
+        log_to_stderr();
         let mut settings = vec![(c"MAX_EAGER_RAILS", std::ffi::CString::from(c"1"))];
         if let Some(d) = devices {
             let d = std::ffi::CString::new(d).map_err(|_| UcxError {
@@ -701,4 +702,26 @@ impl Drop for Pool {
             ucp_mem_unmap(self.context, self.memh);
         }
     }
+}
+
+/// Sends UCX's own log (warnings such as a peer's endpoint failing) to standard error, where a
+/// command's diagnostics go, instead of UCX's default, standard output, which `--json` and the
+/// tests' protocols keep for their own output. UCX opens its log when the library loads, before
+/// `main`; it is reopened once here, before this process makes its first UCX object. A
+/// `UCX_LOG_FILE` the user set is left as it is.
+fn log_to_stderr() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("UCX_LOG_FILE").is_some() {
+            return;
+        }
+        // SAFETY: no UCX object exists yet in this process (this runs before the first
+        // context), so nothing logs while the log is closed and opened again; both strings are
+        // NUL-terminated.
+        unsafe {
+            ucs_log_cleanup();
+            ucs_global_opts_set_value(c"LOG_FILE".as_ptr(), c"stderr".as_ptr());
+            ucs_log_init();
+        }
+    });
 }

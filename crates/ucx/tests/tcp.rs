@@ -100,3 +100,37 @@ fn unkeyed_rma_over_tcp() {
     common::use_tls("tcp");
     common::unkeyed_rma_is_refused();
 }
+
+/// UCX's own log goes to standard error, so a command's standard output holds only what it
+/// prints itself (`bench --json`): this test runs again as a child that makes UCX warn (an
+/// unkeyed GET to a memnode of its own, which UCX logs as a message with no handler) and reads
+/// the child's two streams apart.
+#[test]
+fn ucx_logs_to_stderr_over_tcp() {
+    const ROLE: &str = "DMINDEX_UCX_LOG_CHILD";
+    if std::env::var_os(ROLE).is_some() {
+        common::use_tls("tcp");
+        let mn = common::memnode(0, 8 << 20);
+        let (_, welcome) = dmindex_ucx::control::ControlConn::connect(
+            &mn.addr,
+            common::TOKEN,
+            std::time::Duration::from_secs(5),
+        )
+        .unwrap();
+        let _ = common::unkeyed_rma(&welcome.worker_address, welcome.base);
+        println!("CHILD DONE");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "ucx_logs_to_stderr_over_tcp", "--nocapture", "--test-threads", "1"])
+        .env(ROLE, "1")
+        .env_remove("UCX_LOG_FILE")
+        .output()
+        .unwrap();
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("CHILD DONE"), "{stdout}");
+    assert!(stderr.contains("but no handler installed"), "UCX warned on stderr: {stderr}");
+    assert!(!stdout.contains("UCX "), "UCX wrote to stdout: {stdout}");
+}
