@@ -826,6 +826,17 @@ fn ucx_shared_memory_is_one_sided_across_processes() {
     std::fs::write(&token, "shm-token").unwrap();
     let bin = env!("CARGO_BIN_EXE_dmindex");
     let (mut mn, addr) = memnode("sm,self", 0, "512m", &token, Stdio::null());
+    // Attaching to a fresh memnode says that nothing was created there, not that it is corrupt.
+    let out = Command::new(bin)
+        .env("UCX_TLS", "sm,self")
+        .args(["bench", "--transport", "ucx", "--attach", "--memnode", &addr, "--token-file"])
+        .arg(&token)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("root slot 0 is empty: no index was created there"), "{err}");
+    assert!(!err.contains("corrupt"), "{err}");
     let out = Command::new(bin)
         .env("UCX_TLS", "sm,self")
         .args(["bench", "--transport", "ucx", "--memnode", &addr, "--token-file"])

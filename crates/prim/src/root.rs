@@ -24,11 +24,12 @@
 //!
 //! # Open
 //!
-//! [`RootSlot::check`] READs the descriptor and refuses a foreign magic (`no <index> at root
-//! slot N`, [`IndexError::Corrupt`]) or the same magic with another shape (`the <index> was
-//! created with another shape`, [`IndexError::Config`]). An index that keeps its descriptor
-//! elsewhere (behind the root word) READs the root word with [`RootSlot::load`] instead, which
-//! refuses an empty slot (`root slot N is empty`, [`IndexError::Corrupt`]).
+//! [`RootSlot::check`] READs the descriptor and refuses an empty slot (`root slot N is empty:
+//! no index was created there`, [`IndexError::Config`]: a fresh memory node is not a corrupt
+//! index), a foreign magic (`no <index> at root slot N`, [`IndexError::Corrupt`]) or the same
+//! magic with another shape (`the <index> was created with another shape`,
+//! [`IndexError::Config`]). An index that keeps its descriptor elsewhere (behind the root word)
+//! READs the root word with [`RootSlot::load`] instead, which refuses an empty slot alike.
 
 use dmindex_fabric::layout::{self, ROOT_SLOTS};
 use dmindex_fabric::{Client, GlobalAddr, Transport};
@@ -105,12 +106,22 @@ impl RootSlot {
         Ok(())
     }
 
-    /// READs the root word; an empty slot is refused.
+    /// READs the root word; an empty slot is refused ([`RootSlot::empty`]).
     pub async fn load<T: Transport>(&self, c: &Client<T>) -> IndexResult<u64> {
         match c.read_word(self.addr()).await? {
-            0 => Err(IndexError::Corrupt(format!("root slot {} is empty", self.slot))),
+            0 => Err(self.empty()),
             w => Ok(w),
         }
+    }
+
+    /// What opening an empty slot says: nothing was created there (a fresh memory node, or
+    /// another root slot than the index's), which is not a corrupt index.
+    fn empty(&self) -> IndexError {
+        IndexError::Config(format!(
+            "root slot {} is empty: no index was created there (create and load one first, or \
+             name the root slot it was created at)",
+            self.slot
+        ))
     }
 
     /// WRITEs the descriptor of a `magic` index with `shape` (after [`RootSlot::claim`]).
@@ -132,6 +143,9 @@ impl RootSlot {
         shape: u64,
     ) -> IndexResult<()> {
         let d = c.read_word(self.descriptor_addr()).await?;
+        if d == 0 && c.read_word(self.addr()).await? == 0 {
+            return Err(self.empty());
+        }
         if !magic.marks(d) {
             return Err(IndexError::Corrupt(format!(
                 "no {} at root slot {}",
@@ -191,9 +205,12 @@ mod tests {
             assert!(e.starts_with("the test tree was created with another shape"), "{e}");
             let e = s.check(&c, &OTHER, 7).await;
             assert!(matches!(e, Err(IndexError::Corrupt(m)) if m == "no other at root slot 4"));
-            let empty = RootSlot::new(9).unwrap();
-            let e = empty.load(&c).await;
-            assert!(matches!(e, Err(IndexError::Corrupt(m)) if m == "root slot 9 is empty"));
+            // An empty slot is not a corrupt index: nothing was created there.
+            let empty = RootSlot::with_descriptor(9).unwrap();
+            let e = config_err(empty.load(&c).await.map(drop));
+            assert!(e.starts_with("root slot 9 is empty: no index was created there"), "{e}");
+            let e = config_err(empty.check(&c, &TREE, 7).await);
+            assert!(e.starts_with("root slot 9 is empty: no index was created there"), "{e}");
         }]);
         let e = RootSlot::with_descriptor(ROOT_SLOTS - 1).unwrap_err();
         assert_eq!(e, IndexError::Config("root slot 511 has no room for the descriptor".into()));

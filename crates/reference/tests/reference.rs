@@ -62,7 +62,7 @@ fn bad_input_is_refused() {
         );
         let other = IndexConfig { root_slot: 3, ..cfg.clone() };
         assert!(
-            matches!(LockedShards::open(&c, &other, 0).await, Err(IndexError::Corrupt(m)) if m.contains("no ref index at root slot 3"))
+            matches!(LockedShards::open(&c, &other, 0).await, Err(IndexError::Config(m)) if m.starts_with("root slot 3 is empty"))
         );
         // Another kind of index at the slot (a root word that is no address of ours, and its
         // descriptor): refused by name, not read as an address ("unknown memory node 768").
