@@ -346,7 +346,8 @@ impl<T: Transport> Client<T> {
 
     /// Allocates `len` zeroed bytes of remote memory aligned to `align` (a power of two, at most
     /// 1 GiB). Carved from the client's current chunk; a new chunk is taken from the memory nodes
-    /// round-robin when it runs out (one two-sided request). Remote memory is never freed.
+    /// round-robin when it runs out (one two-sided request), and once no node has a whole chunk
+    /// left, each allocation takes its own range of what is left. Remote memory is never freed.
     pub async fn alloc(&self, len: u64, align: u64) -> Result<GlobalAddr> {
         self.check_alloc(self.next_node.get(), len, align)?;
         bump(&self.stats.bytes_allocated, len);
@@ -357,10 +358,18 @@ impl<T: Transport> Client<T> {
             // Large objects get a range of their own rather than wasting most of a chunk.
             return self.alloc_from_nodes(len, align.max(8)).await;
         }
-        let base = self.alloc_from_nodes(self.chunk_size, CHUNK_ALIGN.max(align)).await?;
-        let end = base.offset() + self.chunk_size;
-        self.chunk.set(Some(Chunk { next: base.add(len), end }));
-        Ok(base)
+        match self.alloc_from_nodes(self.chunk_size, CHUNK_ALIGN.max(align)).await {
+            Ok(base) => {
+                let end = base.offset() + self.chunk_size;
+                self.chunk.set(Some(Chunk { next: base.add(len), end }));
+                Ok(base)
+            }
+            // No node has a whole chunk left: what is left of their heaps still serves
+            // allocations, each a range of its own (memory is nearly full, so the extra
+            // request per allocation is the price of using the last chunk's worth of it).
+            Err(FabricError::OutOfMemory { .. }) => self.alloc_from_nodes(len, align.max(8)).await,
+            Err(e) => Err(e),
+        }
     }
 
     /// Like [`Client::alloc`], but on memory node `node`: for designs that place data on a
@@ -377,9 +386,17 @@ impl<T: Transport> Client<T> {
         if len > self.chunk_size / 4 {
             return self.alloc_at(node, len, align.max(8)).await;
         }
-        let base = self.alloc_at(node, self.chunk_size, CHUNK_ALIGN.max(align)).await?;
-        slot.set(Some(Chunk { next: base.add(len), end: base.offset() + self.chunk_size }));
-        Ok(base)
+        match self.alloc_at(node, self.chunk_size, CHUNK_ALIGN.max(align)).await {
+            Ok(base) => {
+                let end = base.offset() + self.chunk_size;
+                slot.set(Some(Chunk { next: base.add(len), end }));
+                Ok(base)
+            }
+            // Less than a chunk left on the node: the rest still serves, a range each (as
+            // `alloc` does).
+            Err(FabricError::OutOfMemory { .. }) => self.alloc_at(node, len, align.max(8)).await,
+            Err(e) => Err(e),
+        }
     }
 
     fn check_alloc(&self, node: NodeId, len: u64, align: u64) -> Result<()> {

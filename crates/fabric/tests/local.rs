@@ -80,6 +80,41 @@ fn allocations_never_overlap_and_spread_over_nodes() {
     assert_eq!(nodes.len(), 3, "chunks come from every node");
 }
 
+/// Once no memory node has a whole chunk left, what is left of the heap still serves
+/// allocations (a 64 KiB heap in 48 KiB chunks: the first chunk's 12 pages, then the last
+/// 16 KiB's 4), through `alloc` and `alloc_on` alike, until the heap is really full.
+#[test]
+fn the_rest_of_a_heap_short_of_a_chunk_still_serves() {
+    for placed in [false, true] {
+        let f = LocalFabric::new(LocalConfig {
+            memory_nodes: 1,
+            node_size: layout::MIN_REGION,
+            chunk_size: 0xC000,
+            ..LocalConfig::default()
+        })
+        .unwrap();
+        let c = f.client(0).unwrap();
+        run_tasks([async {
+            let mut got = Vec::new();
+            let err = loop {
+                let a = match placed {
+                    true => c.alloc_on(0, 4096, 64).await,
+                    false => c.alloc(4096, 64).await,
+                };
+                match a {
+                    Ok(a) => got.push(a.offset()),
+                    Err(e) => break e,
+                }
+            };
+            assert_eq!(got.len(), 16, "placed {placed}: the 64 KiB heap holds 16 pages");
+            got.sort_unstable();
+            got.dedup();
+            assert_eq!(got.len(), 16, "no page given twice");
+            assert!(matches!(err, FabricError::OutOfMemory { node: 0, .. }), "{err}");
+        }]);
+    }
+}
+
 #[test]
 fn out_of_memory_is_an_error_naming_the_node() {
     let f = LocalFabric::new(LocalConfig {
