@@ -320,9 +320,13 @@ where
         },
         false => phase("load", plan.items, true)?,
     };
+    // A client that failed has stopped, and its error is the report: the next phase and the
+    // probes after the run would only wait on what failed (a memnode gone: a timeout each).
+    load.failed()?;
     let wall = Instant::now();
     let run = phase("run", plan.ops, false)?;
     let run_seconds = wall.elapsed().as_secs_f64();
+    run.failed()?;
     let check = history.map(|h| final_check(h, &handles[0], &setup, &now));
     let lf = run_tasks([handles[0].load_factor(&setup)]).remove(0)?;
     let remote_bytes = remote_bytes();

@@ -206,6 +206,14 @@ pub(crate) struct Phase {
 }
 
 impl Phase {
+    /// The error a failed client stopped with, as the run reports it.
+    pub(crate) fn failed(&self) -> anyhow::Result<()> {
+        match &self.metrics.first_error {
+            Some(e) => bail!("an operation failed: {e}"),
+            None => Ok(()),
+        }
+    }
+
     /// Operations per second: on real time over the part of the phase in which every client
     /// was busy, on the simulator (no window) over the whole phase of `ops` operations.
     fn throughput(&self, ops: u64) -> f64 {
@@ -247,9 +255,8 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         phases,
         check,
     } = f;
-    if let Some(e) = load.metrics.first_error.as_ref().or(run.metrics.first_error.as_ref()) {
-        bail!("an operation failed: {e}");
-    }
+    load.failed()?;
+    run.failed()?;
     let m = &run.metrics;
     let ops: u64 = m.counts.iter().sum();
     let mut all = runner::new_histogram();

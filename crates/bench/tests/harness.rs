@@ -199,3 +199,57 @@ fn a_timeline_counts_every_completion_on_a_real_clock() {
     let timeline = r.timeline.expect("a timeline was asked for");
     assert_eq!(timeline.ops.iter().sum::<u64>(), r.ops, "every completion counted");
 }
+
+/// An index whose inserts fail after the first 100 (as on a memory node that is gone), counting
+/// what the harness asks of it afterwards.
+struct Failing {
+    inner: LockedShards,
+}
+
+static FAILING_INSERTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FAILING_SEARCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FAILING_LOAD_FACTORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl<T: Transport> PointIndex<T> for Failing {
+    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        Ok(Failing { inner: <LockedShards as PointIndex<T>>::create(c, config, cn).await? })
+    }
+    async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        Ok(Failing { inner: <LockedShards as PointIndex<T>>::open(c, config, cn).await? })
+    }
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        FAILING_SEARCHES.fetch_add(1, Ordering::Relaxed);
+        self.inner.search_into(c, key, out).await
+    }
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        if FAILING_INSERTS.fetch_add(1, Ordering::Relaxed) >= 100 {
+            return Err(dmindex_index::IndexError::Full("the node is gone".into()));
+        }
+        self.inner.insert(c, key, value).await
+    }
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        self.inner.update(c, key, value).await
+    }
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        self.inner.delete(c, key).await
+    }
+    async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
+        FAILING_LOAD_FACTORS.fetch_add(1, Ordering::Relaxed);
+        <LockedShards as PointIndex<T>>::load_factor(&self.inner, c).await
+    }
+}
+
+/// A client that fails stops, and its error is the run's report at once: the harness runs no
+/// further phase and makes no probe after it (each would wait on what failed: on a memnode that
+/// is gone, a timeout each, which made a dead memnode take twice `--ucx-timeout-ms` or more to
+/// be reported).
+#[test]
+fn a_failed_client_ends_the_run_with_its_error_and_nothing_after() {
+    let mut cfg = BenchConfig::of("failing", "c");
+    (cfg.cluster.transport, cfg.cluster.clients) = (TransportKind::Local, 2);
+    (cfg.workload.items, cfg.workload.ops) = (1000, Some(1000));
+    let e = run::<Failing, PointOnly>(&cfg).expect_err("the load fails");
+    assert!(e.to_string().contains("an operation failed: index full: the node is gone"), "{e}");
+    assert_eq!(FAILING_SEARCHES.load(Ordering::Relaxed), 0, "no run phase after a failed load");
+    assert_eq!(FAILING_LOAD_FACTORS.load(Ordering::Relaxed), 0, "no probe after a failure");
+}
