@@ -19,8 +19,7 @@ pub fn catalog_index_arg(a: clap::Arg) -> clap::Arg {
     a.help(dmindex_catalog::index_help()).value_parser(parse_index)
 }
 
-pub fn bench(cfg: &BenchConfig) -> anyhow::Result<ExitCode> {
-    let mut cfg = cfg.clone();
+pub fn bench(mut cfg: BenchConfig) -> anyhow::Result<ExitCode> {
     cfg.output.progress = std::io::stderr().is_terminal();
     let report = dmindex_catalog::bench(&cfg)?;
     if cfg.output.json {

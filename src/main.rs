@@ -59,7 +59,7 @@ fn command() -> clap::Command {
 fn main() -> ExitCode {
     let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
-        Command::Bench(args) => bench_cmd::bench(&args),
+        Command::Bench(cfg) => bench_cmd::bench(*cfg),
         Command::Check(args) => bench_cmd::check(&args),
         Command::Experiment(args) => experiment_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Indexes => {

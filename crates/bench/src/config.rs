@@ -321,7 +321,7 @@ impl Cluster {
         } else {
             limits::threads_and_tasks(threads, self.coroutines)?;
         }
-        limits::node_gib("--mn-gb", self.mn_gb.unwrap_or(4))?;
+        limits::node_gib("--mn-gb", self.mn_gb())?;
         Ok(())
     }
 
@@ -330,9 +330,14 @@ impl Cluster {
         self.memory_nodes.unwrap_or(1)
     }
 
+    /// GiB of each memory node of a `local`, `sim` or spawned cluster.
+    fn mn_gb(&self) -> u64 {
+        self.mn_gb.unwrap_or(4)
+    }
+
     /// Bytes of each memory node of a `local`, `sim` or spawned cluster.
     pub fn mn_bytes(&self) -> u64 {
-        self.mn_gb.unwrap_or(4).saturating_mul(1 << 30)
+        self.mn_gb().saturating_mul(1 << 30)
     }
 
     /// The simulator preset of a `sim` run.
@@ -398,6 +403,13 @@ impl Faults {
             }
         }
         Ok(())
+    }
+
+    /// Memory node `node` crashes `crash_us` µs into the run phase, and restarts `restart_us`
+    /// µs after that if given.
+    pub fn crash(&mut self, node: u16, crash_us: u64, restart_us: Option<u64>) {
+        (self.mn_crash_node, self.mn_crash_us, self.mn_restart_us) =
+            (node, Some(crash_us), restart_us);
     }
 
     /// The memory-node crash (and restart) of the run phase, in ns.

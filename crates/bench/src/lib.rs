@@ -212,7 +212,7 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
         bail!("--stream-ops must be positive");
     }
     let stream = cfg.workload.stream_ops.map_or(ops, |s| s.min(ops));
-    let tasks = cfg.cluster.cns as u64 * cfg.cluster.clients as u64 * cfg.cluster.coroutines as u64;
+    let tasks = cfg.tasks();
     if stream < ops && stream < tasks {
         bail!(
             "--stream-ops {stream} is fewer than the run's {tasks} client tasks: each replays its \
@@ -315,9 +315,7 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
 /// Chunk size for clients: 16 MiB (as the reference designs take), shrunk so that every client taking a chunk from
 /// every memory node uses at most a quarter of the memory (many clients, small nodes).
 pub(crate) fn chunk_size(cfg: &BenchConfig) -> u64 {
-    let clients =
-        (cfg.cluster.cns as u64 * cfg.cluster.clients as u64 * cfg.cluster.coroutines as u64)
-            .max(1);
+    let clients = cfg.tasks().max(1);
     let fair = cfg.cluster.mn_bytes() / 4 / clients;
     (16u64 << 20).min(fair.next_power_of_two() / 2).max(64 << 10)
 }

@@ -103,8 +103,7 @@ fn recovery(s: &mut Session<'_>) -> anyhow::Result<()> {
         for times in [1, 2, 4] {
             let mut c = base(s, "histore", "read=0.5,update=0.5");
             c.workload.items = s.scale.items * times;
-            let f = &mut c.faults;
-            (f.mn_crash_node, f.mn_crash_us, f.mn_restart_us) = (node, Some(100), Some(100));
+            c.faults.crash(node, 100, Some(100));
             let run = s.go(series, c.workload.items as f64 / 1e6, c)?;
             if run.report.recovery.as_ref().and_then(|r| r.rebuild_wall_s).is_none() {
                 anyhow::bail!("recovery: the {series} was not rebuilt: {:?}", run.report.recovery);
@@ -153,8 +152,7 @@ fn timeline(s: &mut Session<'_>) -> anyhow::Result<()> {
     let mut c = base(s, "histore", "read=0.5,update=0.5");
     c.workload.items = (s.scale.items / 10).max(1);
     c.workload.ops = Some(s.scale.ops * 4);
-    let f = &mut c.faults;
-    (f.mn_crash_node, f.mn_crash_us, f.mn_restart_us) = (PRIMARY, Some(5_000), Some(2_000));
+    c.faults.crash(PRIMARY, 5_000, Some(2_000));
     c.output.timeline_us = Some(INTERVAL_US);
     let run = s.go("histore", 0.0, c)?;
     let t = run.report.timeline.clone().ok_or_else(|| anyhow::anyhow!("no timeline"))?;
@@ -190,8 +188,7 @@ fn ucx_timeline(s: &mut Session<'_>) -> anyhow::Result<()> {
     c.workload.ops = Some(s.scale.ops * 2);
     c.cluster.clients = 1;
     c.cluster.coroutines = 4;
-    let f = &mut c.faults;
-    (f.mn_crash_node, f.mn_crash_us, f.mn_restart_us) = (PRIMARY, Some(3_000_000), Some(1_000_000));
+    c.faults.crash(PRIMARY, 3_000_000, Some(1_000_000));
     c.output.timeline_us = Some(UCX_INTERVAL_US);
     let run = s.go("histore", 0.0, c)?;
     let t = run.report.timeline.clone().ok_or_else(|| anyhow::anyhow!("no timeline"))?;
@@ -409,7 +406,7 @@ fn degraded(s: &mut Session<'_>) -> anyhow::Result<()> {
         for x in 0..OPS.len() {
             let mut c = op_run(s, "histore", x);
             if let Some(node) = node {
-                (c.faults.mn_crash_node, c.faults.mn_crash_us) = (node, Some(0));
+                c.faults.crash(node, 0, None);
             }
             s.go(series, x as f64, c)?;
         }
