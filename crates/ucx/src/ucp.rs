@@ -69,7 +69,8 @@ pub struct Worker {
 
 impl Worker {
     /// A context with RMA, 64-bit atomics and active messages (configured from `UCX_*`
-    /// variables) and a worker. Peers must enable the same features to connect.
+    /// variables) and a worker: a client's. It connects to memnodes whether or not theirs
+    /// enable RMA ([`Worker::waking`]); its endpoints' lanes say which verbs are one-sided.
     pub fn new() -> Result<Worker> {
         Self::with_features(UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM, None)
     }
@@ -718,10 +719,14 @@ fn log_to_stderr() {
         // SAFETY: no UCX object exists yet in this process (this runs before the first
         // context), so nothing logs while the log is closed and opened again; both strings are
         // NUL-terminated.
-        unsafe {
+        let st = unsafe {
             ucs_log_cleanup();
-            ucs_global_opts_set_value(c"LOG_FILE".as_ptr(), c"stderr".as_ptr());
+            let st = ucs_global_opts_set_value(c"LOG_FILE".as_ptr(), c"stderr".as_ptr());
             ucs_log_init();
+            st
+        };
+        if let Err(e) = check("ucs_global_opts_set_value(LOG_FILE)", st) {
+            eprintln!("UCX's log stays on standard output: {e}");
         }
     });
 }

@@ -454,9 +454,9 @@ pub fn unkeyed_rma(address: &[u8], base: u64) -> Unkeyed {
     let w = Worker::new().unwrap();
     let own = w.map_pool(4096).unwrap();
     let ep = w.connect(address).unwrap();
-    let Ok(key) = ep.unpack(&own.rkey) else {
-        return Unkeyed { read: None, put: false, faa: false };
-    };
+    // The attacker's own key always unpacks: a refusal here would make the checks below pass
+    // without any request having been sent.
+    let key = ep.unpack(&own.rkey).expect("a key of the attacker's own memory");
     let done = |p| matches!(w.wait_until(p, Instant::now() + Duration::from_secs(2)), Ok(true));
     let mut buf = [0u8; 8];
     // SAFETY: buf outlives the wait; an operation still pending when the endpoint is closed
