@@ -1,8 +1,13 @@
 //! Running many client tasks per OS thread.
 //!
 //! The papers run a few client threads per compute node and several coroutines per thread. Here a
-//! coroutine is a future and a thread drives its futures with `futures`' single-threaded
-//! executor. Index code never calls into this module: benchmarks, tests and the CLI do.
+//! coroutine is a future and a thread drives its futures with [`block_on`], which waits for a
+//! transport's communication instead of spinning when all of them wait ([`block`]). Index code
+//! never calls into this module: benchmarks, tests, transports and the CLI do.
+
+pub mod block;
+
+pub use block::block_on;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -47,7 +52,7 @@ where
             .map(|t| {
                 scope.spawn(move || {
                     let tasks = (0..tasks_per_thread).map(|i| make(t, i));
-                    futures::executor::block_on(futures::future::join_all(tasks))
+                    block_on(futures::future::join_all(tasks))
                 })
             })
             .collect();
@@ -81,7 +86,7 @@ where
                 scope.spawn(move || {
                     let state = Rc::new(init(t));
                     let tasks = (0..tasks_per_thread).map(|i| make(&state, t, i));
-                    let out = futures::executor::block_on(futures::future::join_all(tasks));
+                    let out = block_on(futures::future::join_all(tasks));
                     let state = Rc::try_unwrap(state)
                         .unwrap_or_else(|_| panic!("a task kept its thread's state"));
                     (state, out)
@@ -97,7 +102,7 @@ where
 
 /// Runs the futures to completion on the calling thread, interleaved, and returns their results.
 pub fn run_tasks<R, Fut: Future<Output = R>>(tasks: impl IntoIterator<Item = Fut>) -> Vec<R> {
-    futures::executor::block_on(futures::future::join_all(tasks))
+    block_on(futures::future::join_all(tasks))
 }
 
 #[cfg(test)]

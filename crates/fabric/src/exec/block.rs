@@ -1,0 +1,407 @@
+//! The executor under [`run_tasks`](super::run_tasks) and its kin: runs one future (a thread's
+//! tasks, joined) until it is done, and when none of its tasks can run, waits for the
+//! communication they wait for instead of spinning.
+//!
+//! # Why not spin
+//!
+//! A task waiting for a remote verb used to yield and be polled again at once: its thread then
+//! spun on its transport, whatever the verb's latency. Where the verb is a message a memory
+//! node's CPU must answer (UCX over TCP), a client thread spinning in the kernel (a poll of its
+//! sockets per turn) takes the very core the memory node needs to answer: on a 2-core host, 62 %
+//! of client CPU was in the kernel and verbs took milliseconds.
+//!
+//! # How a thread waits
+//!
+//! A transport whose verbs complete asynchronously registers a [`WaitSource`] for its thread
+//! ([`register`]). A task that must wait for it stores its waker where the transport's
+//! completion finds it and returns `Pending` without waking itself — but only when
+//! [`can_sleep`] says this executor drives the thread (under another executor it yields as
+//! before, so it cannot wait forever). When no task is runnable the executor:
+//!
+//! 1. progresses every source for up to [`SPIN`] (a reply on loopback or RDMA often comes
+//!    within it, and blocking and waking cost two system calls and a context switch);
+//! 2. then arms every source and blocks in `poll(2)` on their descriptors for at most
+//!    [`NAP`]; a source that cannot be armed (events already pending) ends the wait at once;
+//! 3. after a nap that timed out, tells every source ([`WaitSource::napped`]), so that tasks
+//!    waiting for a deadline or a failure look again.
+//!
+//! A wake from another thread sets the flag the executor checks and unparks it; while it blocks
+//! in `poll` such a wake is seen within [`NAP`] (no task of ours is woken from another thread on
+//! a hot path: verbs complete in the thread's own progress).
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::os::fd::RawFd;
+use std::pin::pin;
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+/// How long a thread whose tasks all wait progresses its sources before it blocks: a few
+/// round trips of a fast fabric (a loopback message round trip through a memory node takes
+/// 10–25 µs; an RDMA READ 2–3 µs), far below a scheduler's time slice.
+pub const SPIN: Duration = Duration::from_micros(20);
+
+/// The longest a blocked thread sleeps before its tasks look at their deadlines again.
+pub const NAP: Duration = Duration::from_millis(5);
+
+/// Something a thread's tasks wait for that can wake the thread: a transport's worker.
+pub trait WaitSource {
+    /// Makes progress on outstanding communication, waking the tasks it completes; whether
+    /// anything happened.
+    fn progress(&self) -> bool;
+    /// Prepares to block: the descriptor that becomes readable once there is something to
+    /// progress, or `None` if there is already (then the thread does not block).
+    fn arm(&self) -> Option<RawFd>;
+    /// A nap ended without an event: wake every waiting task (deadlines, failures).
+    fn napped(&self);
+}
+
+thread_local! {
+    /// Whether this executor drives the current thread.
+    static DRIVING: Cell<bool> = const { Cell::new(false) };
+    static SOURCES: RefCell<Vec<Weak<dyn WaitSource>>> = const { RefCell::new(Vec::new()) };
+    /// Tasks waiting for a descriptor to be readable ([`readable`]).
+    static READERS: RefCell<Vec<(RawFd, Waker)>> = const { RefCell::new(Vec::new()) };
+    /// The buffers a wait uses, kept between waits so that waiting allocates nothing.
+    static SCRATCH: Cell<Scratch> = const { Cell::new((Vec::new(), Vec::new())) };
+}
+
+type Scratch = (Vec<Rc<dyn WaitSource>>, Vec<libc::pollfd>);
+
+/// Lets the current thread's executor wait on `source` when its tasks all wait; kept until the
+/// source is dropped.
+pub fn register(source: Weak<dyn WaitSource>) {
+    SOURCES.with(|s| {
+        let mut s = s.borrow_mut();
+        s.retain(|w| w.strong_count() > 0);
+        s.push(source);
+    });
+}
+
+/// Whether a task may wait by storing its waker and returning `Pending` without waking itself:
+/// this module's executor drives the thread (it progresses the registered sources when every
+/// task waits). Elsewhere a waiting task must yield ([`super::yield_now`]) instead.
+pub fn can_sleep() -> bool {
+    DRIVING.with(Cell::get)
+}
+
+/// Waits until `fd` may be readable (or a nap passed: look again). Under another executor,
+/// yields instead. For a task that reads a non-blocking socket (a two-sided call).
+pub async fn readable(fd: RawFd) {
+    if !can_sleep() {
+        return super::yield_now().await;
+    }
+    let mut parked = false;
+    std::future::poll_fn(|cx| {
+        if parked {
+            return Poll::Ready(());
+        }
+        parked = true;
+        READERS.with(|r| r.borrow_mut().push((fd, cx.waker().clone())));
+        Poll::Pending
+    })
+    .await
+}
+
+/// Wakes the readers whose descriptor `ready` says is readable (all of them if `ready` is
+/// `None`: a nap passed).
+fn wake_readers(ready: Option<&[libc::pollfd]>) {
+    READERS.with(|r| {
+        r.borrow_mut().retain(|(fd, w)| {
+            let woken = ready.is_none_or(|p| p.iter().any(|p| p.fd == *fd && p.revents != 0));
+            if woken {
+                w.wake_by_ref();
+            }
+            !woken
+        })
+    });
+}
+
+/// Polls the readers' descriptors without blocking and wakes those that are readable.
+fn poll_readers(fds: &mut Vec<libc::pollfd>) {
+    fds.clear();
+    READERS.with(|r| {
+        fds.extend(r.borrow().iter().map(|(fd, _)| libc::pollfd {
+            fd: *fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }))
+    });
+    if fds.is_empty() {
+        return;
+    }
+    // SAFETY: `fds` is a valid array of pollfd for the call's duration; zero timeout.
+    if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) } > 0 {
+        wake_readers(Some(fds));
+    }
+}
+
+/// Wakes the executor: from its own thread a flag, from another also an unpark.
+struct Signal {
+    woken: AtomicBool,
+    thread: Thread,
+}
+
+impl Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.woken.swap(true, Ordering::Release) {
+            self.thread.unpark();
+        }
+    }
+}
+
+/// Marks the thread as driven by this executor while it lives (and restores what was before,
+/// for an executor run inside a task).
+struct Driving(bool);
+
+impl Driving {
+    fn enter() -> Driving {
+        Driving(DRIVING.with(|d| d.replace(true)))
+    }
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        DRIVING.with(|d| d.set(self.0));
+    }
+}
+
+/// Runs `fut` to completion on the calling thread.
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    let _driving = Driving::enter();
+    let signal = Arc::new(Signal { woken: AtomicBool::new(false), thread: std::thread::current() });
+    let waker = Waker::from(Arc::clone(&signal));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = pin!(fut);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        wait_for_wake(&signal);
+    }
+}
+
+/// Returns once a task was woken: progresses the sources, spins a little, then blocks.
+fn wait_for_wake(signal: &Signal) {
+    let (mut sources, mut fds) = SCRATCH.take();
+    SOURCES.with(|s| sources.extend(s.borrow().iter().filter_map(Weak::upgrade)));
+    wait_on(signal, &sources, &mut fds);
+    sources.clear();
+    SCRATCH.set((sources, fds));
+}
+
+fn wait_on(signal: &Signal, sources: &[Rc<dyn WaitSource>], fds: &mut Vec<libc::pollfd>) {
+    // Readers are looked at once a wait, so that busy sources cannot hold them back.
+    poll_readers(fds);
+    let mut quiet_since = Instant::now();
+    // Ends when a task is woken: by a source's progress, from another thread, or after a nap.
+    loop {
+        if signal.woken.swap(false, Ordering::Acquire) {
+            return;
+        }
+        let readers = READERS.with(|r| r.borrow().len());
+        if sources.is_empty() && readers == 0 {
+            std::thread::park();
+            continue;
+        }
+        let mut busy = false;
+        for s in sources {
+            busy |= s.progress();
+        }
+        if busy {
+            quiet_since = Instant::now();
+            continue;
+        }
+        if quiet_since.elapsed() < SPIN {
+            std::hint::spin_loop();
+            continue;
+        }
+        fds.clear();
+        let mut armed = true;
+        for s in sources {
+            match s.arm() {
+                Some(fd) => fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 }),
+                None => armed = false,
+            }
+        }
+        READERS.with(|r| {
+            fds.extend(r.borrow().iter().map(|(fd, _)| libc::pollfd {
+                fd: *fd,
+                events: libc::POLLIN,
+                revents: 0,
+            }))
+        });
+        if !armed || signal.woken.load(Ordering::Acquire) {
+            continue;
+        }
+        let nap = NAP.as_millis() as i32;
+        // SAFETY: `fds` is a valid array of pollfd for the call's duration; an interrupted
+        // poll (EINTR) only ends the nap early.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, nap) };
+        if ready == 0 {
+            for s in sources {
+                s.napped();
+            }
+            wake_readers(None);
+        } else if ready > 0 {
+            wake_readers(Some(fds));
+        }
+        quiet_since = Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::poll_fn;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::sync::mpsc;
+
+    /// A source whose event is a byte in a pipe; its waiting task is woken when progress reads
+    /// one.
+    struct Pipe {
+        read: OwnedFd,
+        waiter: RefCell<Option<Waker>>,
+        arrived: Cell<bool>,
+        progressed: Cell<u64>,
+        naps: Cell<u64>,
+    }
+
+    impl WaitSource for Pipe {
+        fn progress(&self) -> bool {
+            self.progressed.set(self.progressed.get() + 1);
+            let mut b = [0u8; 1];
+            // SAFETY: reads at most one byte into `b` from a non-blocking pipe we own.
+            let n = unsafe { libc::read(self.read.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+            if n != 1 {
+                return false;
+            }
+            self.arrived.set(true);
+            if let Some(w) = self.waiter.take() {
+                w.wake();
+            }
+            true
+        }
+        fn arm(&self) -> Option<RawFd> {
+            Some(self.read.as_raw_fd())
+        }
+        fn napped(&self) {
+            self.naps.set(self.naps.get() + 1);
+            if let Some(w) = self.waiter.take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// A non-blocking pipe: (read end, write end).
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors that we then own.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) }, 0);
+        // SAFETY: both descriptors were just made and are owned by nobody else.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    #[test]
+    fn a_thread_whose_task_waits_blocks_until_its_source_has_an_event() {
+        let (read, write) = pipe();
+        let source = Rc::new(Pipe {
+            read,
+            waiter: RefCell::new(None),
+            arrived: Cell::new(false),
+            progressed: Cell::new(0),
+            naps: Cell::new(0),
+        });
+        let weak: Weak<dyn WaitSource> = Rc::downgrade(&(source.clone() as Rc<dyn WaitSource>));
+        register(weak);
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(60));
+            // SAFETY: writes one byte from a live buffer to the pipe's write end.
+            assert_eq!(unsafe { libc::write(write.as_raw_fd(), [7u8].as_ptr().cast(), 1) }, 1);
+        });
+        let start = Instant::now();
+        block_on(poll_fn(|cx| {
+            assert!(can_sleep());
+            if source.arrived.get() {
+                return Poll::Ready(());
+            }
+            *source.waiter.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        }));
+        writer.join().unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(60));
+        // Spinning for 60 ms would progress tens of thousands of times; a thread that blocks
+        // progresses for SPIN after each nap (a dozen naps) and after the event.
+        let (progressed, naps) = (source.progressed.get(), source.naps.get());
+        assert!(progressed < 5_000, "progressed {progressed} times in 60 ms: it spun");
+        assert!(naps >= 5, "{naps} naps in 60 ms of NAP = {NAP:?}");
+        assert!(!can_sleep());
+    }
+
+    #[test]
+    fn a_wake_from_another_thread_ends_the_wait() {
+        let (tx, rx) = mpsc::channel::<Waker>();
+        let waker_thread = std::thread::spawn(move || {
+            let w = rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            w.wake();
+        });
+        let mut sent = false;
+        block_on(poll_fn(|cx| {
+            if sent {
+                return Poll::Ready(());
+            }
+            sent = true;
+            tx.send(cx.waker().clone()).unwrap();
+            Poll::Pending
+        }));
+        waker_thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_task_that_yields_runs_again_without_waiting() {
+        let start = Instant::now();
+        block_on(async {
+            for _ in 0..1000 {
+                super::super::yield_now().await;
+            }
+        });
+        // A nap per yield would take 5 s.
+        assert!(start.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_reader_is_woken_when_its_descriptor_is_readable() {
+        let (read, write) = pipe();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            // SAFETY: writes one byte from a live buffer to the pipe's write end.
+            assert_eq!(unsafe { libc::write(write.as_raw_fd(), [7u8].as_ptr().cast(), 1) }, 1);
+            write
+        });
+        let (start, mut waits) = (Instant::now(), 0u32);
+        block_on(async {
+            loop {
+                let mut b = [0u8; 1];
+                // SAFETY: reads at most one byte into `b` from a non-blocking pipe we own.
+                if unsafe { libc::read(read.as_raw_fd(), b.as_mut_ptr().cast(), 1) } == 1 {
+                    break;
+                }
+                waits += 1;
+                readable(read.as_raw_fd()).await;
+            }
+        });
+        let _write = writer.join().unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(30));
+        // Woken by the byte, or by a nap now and then: never spun.
+        assert!(waits <= 10, "{waits} waits for one byte in 30 ms");
+        assert_eq!(READERS.with(|r| r.borrow().len()), 0);
+    }
+}
