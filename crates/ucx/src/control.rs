@@ -19,6 +19,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use dmindex_fabric::exec::yield_now;
@@ -163,8 +164,12 @@ impl ControlConn {
             match self.stream.write(&frame[sent..]) {
                 Ok(0) => return Err(closed()),
                 Ok(n) => sent += n,
+                // A full send buffer (rare: requests are small) is waited out by yielding.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    Self::wait(deadline, timeout).await?
+                    if Instant::now() >= deadline {
+                        return Err(timed_out(timeout));
+                    }
+                    yield_now().await
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -179,7 +184,7 @@ impl ControlConn {
                 Ok(0) => return Err(closed()),
                 Ok(n) => self.inbox.extend_from_slice(&b[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    Self::wait(deadline, timeout).await?
+                    self.wait(deadline, timeout).await?
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -198,11 +203,13 @@ impl ControlConn {
         matches!(self.stream.peek(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
-    async fn wait(deadline: Instant, timeout: Duration) -> io::Result<()> {
+    /// Waits until the connection may have something to read (or a nap passed), unless
+    /// `deadline` passed.
+    async fn wait(&self, deadline: Instant, timeout: Duration) -> io::Result<()> {
         if Instant::now() >= deadline {
             return Err(timed_out(timeout));
         }
-        yield_now().await;
+        dmindex_fabric::exec::block::readable(self.stream.as_raw_fd()).await;
         Ok(())
     }
 

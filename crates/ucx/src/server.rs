@@ -46,8 +46,19 @@ const MAX_BOOTSTRAPPING: usize = 64;
 /// each, far below this even when dozens start together).
 const MAX_BOOTSTRAPPING_PER_SOURCE: usize = 48;
 
-/// Idle turns of the progress loop before it sleeps until something arrives.
-const SPINS_BEFORE_SLEEP: u32 = 256;
+/// How long the progress loop spins once quiet before it blocks until something arrives: a
+/// client's next verb usually follows its last reply within a few µs (it does no more than
+/// decode the reply and post the next verb), and blocking and waking cost two system calls and
+/// a context switch; longer would take the core from the clients of a small host.
+const SPIN: Duration = Duration::from_micros(20);
+
+/// While verbs keep it busy, how often the progress loop looks for new control connections
+/// (once quiet, it blocks on the listener too, and accepts as soon as one comes).
+const ACCEPT_EVERY: Duration = Duration::from_millis(1);
+
+/// The longest the progress loop blocks before it looks at the stop flag again (a signal also
+/// ends the block).
+const NAP_MS: std::ffi::c_int = 50;
 
 /// What `dmindex memnode` takes.
 #[derive(Clone, Debug)]
@@ -223,86 +234,52 @@ pub fn serve(
         }
     );
     ready(local);
-    let mut next_client = 0u64;
-    // Connections between accept and the end of their bootstrap: bounded, in all and per
-    // source address, so that a flood of idle or slow connections holds a bounded number of
-    // threads and bytes and leaves room for other hosts' clients.
-    let bootstrapping = BootstrapSlots::new(MAX_BOOTSTRAPPING, MAX_BOOTSTRAPPING_PER_SOURCE);
-    let mut turned_away = 0u64;
-    // Every control connection being served, so that shutting down can end them.
-    let live: Arc<Mutex<Vec<(u64, TcpStream)>>> = Arc::default();
-    // Spin (yielding the core) while there is traffic; once it has been quiet a little while,
-    // sleep until the worker or the listener has something (a memnode has almost no CPU to
-    // spare: on a small machine spinning memnodes starve their clients).
-    let mut idle = 0u32;
-    let listen_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    let mut port = ControlPort {
+        id: cfg.id,
+        listener,
+        next_client: 0,
+        bootstrapping: BootstrapSlots::new(MAX_BOOTSTRAPPING, MAX_BOOTSTRAPPING_PER_SOURCE),
+        turned_away: 0,
+        live: Arc::default(),
+        welcome,
+        services,
+        token,
+        mem: Arc::clone(&mem),
+        peers,
+    };
+    let listen_fd = std::os::fd::AsRawFd::as_raw_fd(&port.listener);
+    // Progress while there is traffic; once quiet for SPIN, block until the worker or the
+    // listener has something (a memnode has almost no CPU to spare: on a small host a spinning
+    // memnode takes the core its clients need). Accepts only when the listener is readable.
+    let mut quiet_since = Instant::now();
+    let mut accepted_at = quiet_since;
     while !stop.load(Ordering::Relaxed) {
-        let mut busy = worker.progress();
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                busy = true;
-                next_client += 1;
-                let slot = match bootstrapping.admit(peer.ip()) {
-                    Ok(slot) => slot,
-                    Err(why) => {
-                        turned_away += 1;
-                        if often(turned_away) {
-                            eprintln!(
-                                "memnode[{}]: turned away {peer}: {why} ({turned_away} turned \
-                                 away so far)",
-                                cfg.id
-                            );
-                        }
-                        continue;
-                    }
-                };
-                let deadline = Instant::now() + BOOTSTRAP_TIMEOUT;
-                let (welcome, services, token, mem, peers) = (
-                    Arc::clone(&welcome),
-                    Arc::clone(&services),
-                    Arc::clone(&token),
-                    Arc::clone(&mem),
-                    Arc::clone(&peers),
-                );
-                let id = cfg.id;
-                let n = next_client;
-                let Ok(mine) = stream.try_clone() else {
-                    // Dropping the slot gives it back (this path once leaked it).
-                    eprintln!("memnode[{id}]: client {n} ({peer}): cannot track its connection");
-                    continue;
-                };
-                lock(&live).push((n, mine));
-                let live_here = Arc::clone(&live);
-                let spawned = std::thread::Builder::new().spawn(move || {
-                    let node = Node { id, mem: &mem, services: &services, peers: &*peers };
-                    let r = control(stream, &welcome, &token, node, (deadline, slot));
-                    lock(&live_here).retain(|(m, _)| *m != n);
-                    match r {
-                        Ok(calls) => eprintln!(
-                            "memnode[{id}]: client {n} ({peer}) disconnected after {calls} calls"
-                        ),
-                        Err(e) => eprintln!("memnode[{id}]: client {n} ({peer}): {e}"),
-                    }
-                });
-                if let Err(e) = spawned {
-                    eprintln!("memnode[{id}]: client {n} ({peer}) refused: no thread for it: {e}");
-                    // The closure, and the slot in it, were dropped with the failed spawn.
-                    lock(&live).retain(|(m, _)| *m != n);
+        let mut accept = false;
+        if worker.progress() {
+            quiet_since = Instant::now();
+            if quiet_since.duration_since(accepted_at) >= ACCEPT_EVERY {
+                accept = readable(listen_fd);
+                accepted_at = quiet_since;
+            }
+        } else if quiet_since.elapsed() < SPIN {
+            std::hint::spin_loop();
+        } else {
+            accept = match worker.sleep(listen_fd, NAP_MS) {
+                Ok(readable) => readable,
+                Err(e) => {
+                    eprintln!("memnode[{}]: cannot wait for events ({e}); polling", cfg.id);
+                    std::thread::sleep(Duration::from_micros(200));
+                    true
                 }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => eprintln!("memnode[{}]: accept failed: {e}", cfg.id),
+            };
+            quiet_since = Instant::now();
         }
-        idle = if busy { 0 } else { idle.saturating_add(1) };
-        if idle > SPINS_BEFORE_SLEEP {
-            if let Err(e) = worker.sleep(listen_fd, 50) {
-                eprintln!("memnode[{}]: cannot wait for events ({e}); polling", cfg.id);
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        } else if idle > 0 {
-            std::thread::yield_now();
+        if accept {
+            port.accept_all();
         }
     }
+    let live = Arc::clone(&port.live);
+    drop(port);
     eprintln!("memnode[{}]: shutting down", cfg.id);
     // End every control connection, and wait for calls under way to finish, before the pool
     // goes: their threads use it.
@@ -324,6 +301,99 @@ pub fn serve(
     drop(pool);
     drop(worker);
     Ok(())
+}
+
+/// Whether `fd` can be read now (a listener: a connection waits to be accepted).
+fn readable(fd: std::ffi::c_int) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd for the call's duration; zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
+/// The control port: its listener, the connections in their bootstrap, and what their threads
+/// serve.
+struct ControlPort {
+    id: u16,
+    listener: TcpListener,
+    next_client: u64,
+    /// Connections between accept and the end of their bootstrap: bounded, in all and per
+    /// source address, so that a flood of idle or slow connections holds a bounded number of
+    /// threads and bytes and leaves room for other hosts' clients.
+    bootstrapping: Arc<BootstrapSlots>,
+    turned_away: u64,
+    /// Every control connection being served, so that shutting down can end them.
+    live: Arc<Mutex<Vec<(u64, TcpStream)>>>,
+    welcome: Arc<Welcome>,
+    services: Arc<Services>,
+    token: Arc<[u8]>,
+    mem: Arc<SharedWords<'static>>,
+    peers: Arc<dyn Peers + Send + Sync>,
+}
+
+impl ControlPort {
+    /// Accepts every connection waiting, each on a thread of its own.
+    fn accept_all(&mut self) {
+        // Ends when no connection waits (or accept fails), at most a backlog's worth a turn.
+        for _ in 0..1024 {
+            match self.listener.accept() {
+                Ok((stream, peer)) => self.admit(stream, peer),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    eprintln!("memnode[{}]: accept failed: {e}", self.id);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Starts serving one control connection, if a bootstrap slot is free for it.
+    fn admit(&mut self, stream: TcpStream, peer: SocketAddr) {
+        let id = self.id;
+        self.next_client += 1;
+        let slot = match self.bootstrapping.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(why) => {
+                self.turned_away += 1;
+                let n = self.turned_away;
+                if often(n) {
+                    eprintln!("memnode[{id}]: turned away {peer}: {why} ({n} turned away so far)");
+                }
+                return;
+            }
+        };
+        let deadline = Instant::now() + BOOTSTRAP_TIMEOUT;
+        let (welcome, services, token, mem, peers) = (
+            Arc::clone(&self.welcome),
+            Arc::clone(&self.services),
+            Arc::clone(&self.token),
+            Arc::clone(&self.mem),
+            Arc::clone(&self.peers),
+        );
+        let n = self.next_client;
+        let Ok(mine) = stream.try_clone() else {
+            // Dropping the slot gives it back (this path once leaked it).
+            eprintln!("memnode[{id}]: client {n} ({peer}): cannot track its connection");
+            return;
+        };
+        lock(&self.live).push((n, mine));
+        let live_here = Arc::clone(&self.live);
+        let spawned = std::thread::Builder::new().spawn(move || {
+            let node = Node { id, mem: &mem, services: &services, peers: &*peers };
+            let r = control(stream, &welcome, &token, node, (deadline, slot));
+            lock(&live_here).retain(|(m, _)| *m != n);
+            match r {
+                Ok(calls) => {
+                    eprintln!("memnode[{id}]: client {n} ({peer}) disconnected after {calls} calls")
+                }
+                Err(e) => eprintln!("memnode[{id}]: client {n} ({peer}): {e}"),
+            }
+        });
+        if let Err(e) = spawned {
+            eprintln!("memnode[{id}]: client {n} ({peer}) refused: no thread for it: {e}");
+            // The closure, and the slot in it, were dropped with the failed spawn.
+            lock(&self.live).retain(|(m, _)| *m != n);
+        }
+    }
 }
 
 /// Whether the `n`th occurrence of a logged event is logged: the first ten, then at powers of

@@ -52,6 +52,15 @@
 //! the old incarnation and keep failing, so none of them reads a new, empty pool as if it were
 //! the old one.
 //!
+//! # Waiting
+//!
+//! A task waiting for a reply or a UCX request leaves its waker where the completion finds it
+//! (the reply handler, or the thread's list woken by progress) and returns `Pending`; the
+//! thread's UCX state is a [`WaitSource`], so once every task of the thread waits, the
+//! executor progresses the worker for a few µs and then blocks on its event descriptor
+//! (`ucp_worker_arm`) instead of spinning ([`dmindex_fabric::exec::block`]). Calls wait for
+//! their control connection to be readable the same way.
+//!
 //! # Deadlines
 //!
 //! Calls, message verbs and endpoint wireups must finish within the fabric's timeout
@@ -62,11 +71,14 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
+use dmindex_fabric::exec::block::{self, WaitSource};
 use dmindex_fabric::exec::yield_now;
 use dmindex_fabric::service::MnMemory;
 use dmindex_fabric::verbs::MAX_BATCH;
@@ -254,7 +266,10 @@ impl UcxFabric {
                     let Some(reply) = msg::Reply::decode(header) else { return };
                     // A reply nobody waits for any more (its verb was dropped) is discarded.
                     if let Some(slot) = r.slots.borrow_mut().get_mut(&reply.tag) {
-                        *slot = Some((reply, payload.to_vec()));
+                        slot.reply = Some((reply, payload.to_vec()));
+                        if let Some(w) = slot.waker.take() {
+                            w.wake();
+                        }
                     }
                 }),
             )?;
@@ -263,8 +278,11 @@ impl UcxFabric {
                 pending: RefCell::new(Vec::new()),
                 fence: Cell::new(false),
                 replies,
+                waiting: RefCell::new(Vec::new()),
                 worker,
             });
+            let source: Rc<dyn WaitSource> = c.clone();
+            block::register(Rc::downgrade(&source));
             t.push((self.id, Rc::clone(&c)));
             Ok(c)
         })
@@ -394,18 +412,109 @@ struct ThreadConn {
     /// A one-sided WRITE was posted since the last fence.
     fence: Cell<bool>,
     replies: Rc<Replies>,
+    /// Tasks waiting for a UCX request (one-sided verbs, flushes): woken whenever progress
+    /// did something.
+    waiting: RefCell<Vec<Waker>>,
     worker: Worker,
 }
 
 /// A reply header and its payload (a READ's bytes).
 type Delivered = (msg::Reply, Vec<u8>);
 
+/// A verb message's place among the replies: the reply once it came, and the task to wake
+/// then.
+#[derive(Default)]
+struct ReplySlot {
+    reply: Option<Delivered>,
+    waker: Option<Waker>,
+}
+
 /// Replies to this thread's verb messages, by tag, as the worker's handler delivers them.
 #[derive(Default)]
 struct Replies {
-    slots: RefCell<HashMap<u64, Option<Delivered>>>,
+    slots: RefCell<HashMap<u64, ReplySlot>>,
     /// Tag 0 means "no reply".
     last_tag: Cell<u64>,
+}
+
+impl Replies {
+    /// Takes the reply to `tag` if it came.
+    fn take(&self, tag: u64) -> Option<Delivered> {
+        self.slots.borrow_mut().get_mut(&tag).and_then(|s| s.reply.take())
+    }
+
+    /// Waits until the reply to `tag` may have come: woken by its delivery, or by a nap
+    /// ([`WaitSource::napped`]). Under another executor, yields instead.
+    async fn wait(&self, tag: u64) {
+        if !block::can_sleep() {
+            return yield_now().await;
+        }
+        let mut parked = false;
+        poll_fn(|cx| {
+            if parked {
+                return Poll::Ready(());
+            }
+            parked = true;
+            match self.slots.borrow_mut().get_mut(&tag) {
+                Some(ReplySlot { reply: None, waker }) => {
+                    *waker = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+                _ => Poll::Ready(()),
+            }
+        })
+        .await
+    }
+}
+
+/// A thread whose tasks all wait blocks on its worker: progress wakes the tasks it completes
+/// (replies wake their own task in the handler; UCX requests every waiting task).
+impl WaitSource for ThreadConn {
+    fn progress(&self) -> bool {
+        let did = self.worker.progress();
+        if did {
+            for w in self.waiting.borrow_mut().drain(..) {
+                w.wake();
+            }
+        }
+        did
+    }
+
+    fn arm(&self) -> Option<std::os::fd::RawFd> {
+        // A worker that cannot be armed is progressed again rather than slept on.
+        self.worker.arm().ok().flatten()
+    }
+
+    fn napped(&self) {
+        for w in self.waiting.borrow_mut().drain(..) {
+            w.wake();
+        }
+        for s in self.replies.slots.borrow_mut().values_mut() {
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+impl ThreadConn {
+    /// Waits until some UCX request may have completed: woken by progress or a nap. Under
+    /// another executor, yields instead.
+    async fn wait(&self) {
+        if !block::can_sleep() {
+            return yield_now().await;
+        }
+        let mut parked = false;
+        poll_fn(|cx| {
+            if parked {
+                return Poll::Ready(());
+            }
+            parked = true;
+            self.waiting.borrow_mut().push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
 }
 
 impl Drop for ThreadConn {
@@ -457,7 +566,7 @@ impl InFlight<'_> {
             let Some(r) = &self.req else { return Ok(()) };
             self.conn.worker.progress();
             match self.conn.worker.check(r) {
-                Ok(false) => yield_now().await,
+                Ok(false) => self.conn.wait().await,
                 res => {
                     self.conn.worker.free(self.req.take().expect("checked above"));
                     return res.map(drop).map_err(|e| unavailable(node, e.to_string()));
@@ -498,23 +607,8 @@ impl Awaited<'_> {
         let mut polls = 0u32;
         loop {
             self.conn.worker.progress();
-            let got =
-                self.conn.replies.slots.borrow_mut().get_mut(&self.tag).and_then(Option::take);
-            if let Some((reply, data)) = got {
-                return match reply.status {
-                    msg::Status::Ok => Ok((reply.value, data)),
-                    msg::Status::OutOfBounds => Err(FabricError::OutOfBounds {
-                        addr,
-                        len,
-                        size: info.node_sizes[node as usize],
-                    }),
-                    msg::Status::Misaligned => Err(FabricError::Misaligned { addr, required: 8 }),
-                    msg::Status::Refused => Err(unavailable(
-                        node,
-                        "the memnode refused the verb: this client's verb key is not its own \
-                         (it restarted since): reconnect",
-                    )),
-                };
+            if let Some((reply, data)) = self.conn.replies.take(self.tag) {
+                return verb_result(&reply, info, addr, len).map(|()| (reply.value, data));
             }
             if let Some(e) = self.to.ep.failure() {
                 return Err(unavailable(node, format!("connection lost: {e}")));
@@ -523,8 +617,25 @@ impl Awaited<'_> {
             if polls % 64 == 0 && Instant::now() >= deadline {
                 return Err(unavailable(node, format!("no reply to a verb within {timeout:?}")));
             }
-            yield_now().await;
+            self.conn.replies.wait(self.tag).await;
         }
+    }
+}
+
+/// What a verb's reply says of the verb on `addr` (of `len` bytes).
+fn verb_result(reply: &msg::Reply, info: &ClusterInfo, addr: GlobalAddr, len: u64) -> Result<()> {
+    let node = addr.node();
+    match reply.status {
+        msg::Status::Ok => Ok(()),
+        msg::Status::OutOfBounds => {
+            Err(FabricError::OutOfBounds { addr, len, size: info.node_sizes[node as usize] })
+        }
+        msg::Status::Misaligned => Err(FabricError::Misaligned { addr, required: 8 }),
+        msg::Status::Refused => Err(unavailable(
+            node,
+            "the memnode refused the verb: this client's verb key is not its own (it restarted \
+             since): reconnect",
+        )),
     }
 }
 
@@ -571,7 +682,7 @@ impl UcxTransport {
         let awaited = reply.then(|| {
             let tag = c.replies.last_tag.get() + 1;
             c.replies.last_tag.set(tag);
-            c.replies.slots.borrow_mut().insert(tag, None);
+            c.replies.slots.borrow_mut().insert(tag, ReplySlot::default());
             Awaited { conn: c, to: Rc::clone(to), node, tag }
         });
         let tag = awaited.as_ref().map_or(0, |a| a.tag);

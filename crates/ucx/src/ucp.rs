@@ -68,11 +68,13 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// A context with RMA, 64-bit atomics and active messages (configured from `UCX_*`
+    /// A context with RMA, 64-bit atomics, active messages and wakeup (configured from `UCX_*`
     /// variables) and a worker: a client's. It connects to memnodes whether or not theirs
-    /// enable RMA ([`Worker::waking`]); its endpoints' lanes say which verbs are one-sided.
+    /// enable RMA ([`Worker::waking`]); its endpoints' lanes say which verbs are one-sided. A
+    /// thread whose tasks all wait blocks on it ([`Worker::arm`]).
     pub fn new() -> Result<Worker> {
-        Self::with_features(UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM, None)
+        let features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+        Self::with_features(features, None)
     }
 
     /// A memnode's worker: one that can also sleep until communication arrives
@@ -173,25 +175,32 @@ impl Worker {
         unsafe { ucp_worker_progress(self.worker) != 0 }
     }
 
-    /// Sleeps until this worker (made by [`Worker::waking`]) has communication to progress,
-    /// `also` can be read, or `timeout_ms` pass. Returns at once if events are pending.
-    pub fn sleep(&self, also: std::ffi::c_int, timeout_ms: std::ffi::c_int) -> Result<()> {
+    /// Prepares to block until this worker has communication to progress: its event
+    /// descriptor, to wait for readability, or `None` if events are already pending (progress
+    /// first). Every event that arrives after this call makes the descriptor readable.
+    pub fn arm(&self) -> Result<Option<std::ffi::c_int>> {
         let mut efd: std::ffi::c_int = -1;
         // SAFETY: the worker is live; UCX writes its event descriptor into efd.
         check("ucp_worker_get_efd", unsafe { ucp_worker_get_efd(self.worker, &mut efd) })?;
         // SAFETY: the worker is live.
         match unsafe { ucp_worker_arm(self.worker) } {
-            UCS_ERR_BUSY => return Ok(()),
-            st => check("ucp_worker_arm", st)?,
+            UCS_ERR_BUSY => Ok(None),
+            st => check("ucp_worker_arm", st).map(|()| Some(efd)),
         }
+    }
+
+    /// Sleeps until this worker has communication to progress, `also` can be read, or
+    /// `timeout_ms` pass; returns at once if events are pending. Whether `also` can be read.
+    pub fn sleep(&self, also: std::ffi::c_int, timeout_ms: std::ffi::c_int) -> Result<bool> {
+        let Some(efd) = self.arm()? else { return Ok(false) };
         let mut fds = [
             libc::pollfd { fd: efd, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: also, events: libc::POLLIN, revents: 0 },
         ];
         // SAFETY: fds is a valid array of two pollfd for the call's duration; a failed poll
         // (EINTR) only ends the sleep early.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-        Ok(())
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        Ok(ready > 0 && fds[1].revents != 0)
     }
 
     /// Orders every later operation after every earlier one (remote completion order).
