@@ -28,6 +28,7 @@
 //!       4 FAA       a = delta
 //!       5 MASKED    a = compare, b = compare mask, c = swap, d = swap mask
 //!       6 FLUSH     (nothing: answered once every earlier verb has been executed)
+//!       7 BATCH     a = count (1 to MAX_BATCH): the payload holds that many verbs, below
 //!  tag     the client's request number, echoed in the reply; 0 = no reply (a posted WRITE)
 //!  offset  byte offset in the pool
 //!  key     the memnode's verb key, which only clients that proved they hold the cluster's
@@ -46,6 +47,24 @@
 //!                                            word (atomics)
 //! ```
 //!
+//! # Batches
+//!
+//! Verbs posted together (a doorbell batch) travel as one BATCH request and one reply, so that
+//! a batch costs the memnode and the client one message each way, not one per verb. Each verb in
+//! the payload is a request header as above whose key field is zero (the BATCH's key covers them
+//! all) and whose `a` is a WRITE's length, followed by a WRITE's bytes:
+//!
+//! ```text
+//!  payload:  | header 1 (72) | bytes 1 (WRITE) | header 2 (72) | ... | header n (72) | bytes n |
+//!  reply:    header (tag, status of the batch, value = n), payload:
+//!            | reply 1 (24) | bytes read 1 (READ, if ok) | ... | reply n (24) | bytes read n |
+//! ```
+//!
+//! The memnode executes them in order, as a NIC executes a doorbell batch's WQEs in order: a
+//! verb never overtakes an earlier WRITE or atomic of its batch. A batch with a wrong key is
+//! refused whole and touches nothing; one whose payload does not parse is dropped whole before
+//! any of its verbs runs.
+//!
 //! # Ordering and atomicity
 //!
 //! An endpoint's messages travel in order on its one eager lane (`Worker::new` pins
@@ -57,6 +76,7 @@
 //! concurrent WRITE's bytes partly (as any READ racing a WRITE may).
 
 use dmindex_fabric::service::MnMemory;
+use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::AtomicOp;
 
 use crate::auth::{keys_equal, VERB_KEY};
@@ -71,14 +91,22 @@ pub const REQUEST_LEN: usize = 72;
 pub const REPLY_LEN: usize = 24;
 /// Longest READ a memnode answers.
 pub const MAX_READ: u64 = 64 << 20;
+/// Longest reply a batch may ask for (its READs in all).
+pub const MAX_BATCH_READ: u64 = 64 << 20;
 
 /// What a request asks the memnode to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verb {
-    Read { len: u64 },
+    Read {
+        len: u64,
+    },
     Write,
     Atomic(AtomicOp),
     Flush,
+    /// `count` verbs in the payload, executed in order ([module docs](self)).
+    Batch {
+        count: u64,
+    },
 }
 
 /// A decoded request header.
@@ -126,6 +154,7 @@ impl Request {
                 (5, [compare, compare_mask, swap, swap_mask])
             }
             Verb::Flush => (6, [0; 4]),
+            Verb::Batch { count } => (7, [count, 0, 0, 0]),
         };
         let mut h = [0u8; REQUEST_LEN];
         h[0] = code;
@@ -156,6 +185,7 @@ impl Request {
                 swap_mask: d,
             }),
             6 => Verb::Flush,
+            7 => Verb::Batch { count: a },
             _ => return None,
         };
         let key = h[56..72].try_into().expect("16 bytes");
@@ -221,7 +251,112 @@ pub fn execute(
         Verb::Atomic(_) if req.offset % 8 != 0 => reply(Status::Misaligned, 0),
         Verb::Atomic(op) => reply(Status::Ok, mem.atomic(req.offset, op)),
         Verb::Flush => reply(Status::Ok, 0),
+        // A batch inside a batch is not a verb: nothing sends one.
+        Verb::Batch { .. } => reply(Status::OutOfBounds, 0),
     }
+}
+
+/// Appends one verb of a batch to `out` (the BATCH payload being built): its header without a
+/// key, `a` = a WRITE's length, then a WRITE's bytes.
+pub fn push_batched(out: &mut Vec<u8>, offset: u64, verb: Verb, payload: &[u8]) {
+    let mut h = Request { tag: 0, offset, verb, key: [0; VERB_KEY] }.encode();
+    if verb == Verb::Write {
+        h[24..32].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    }
+    out.extend_from_slice(&h);
+    out.extend_from_slice(payload);
+}
+
+/// The verbs of a BATCH payload, in order: each request and its WRITE bytes. Yields an `Err`
+/// where the payload stops parsing.
+struct Batched<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Batched<'a> {
+    type Item = Result<(Request, &'a [u8]), ()>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let Some(h) = self.rest.get(..REQUEST_LEN) else { return Some(Err(())) };
+        let Some(req) = Request::decode(h) else { return Some(Err(())) };
+        let len = match req.verb {
+            Verb::Write => word(h, 24),
+            Verb::Read { .. } | Verb::Atomic(_) => 0,
+            Verb::Flush | Verb::Batch { .. } => return Some(Err(())),
+        };
+        let after = &self.rest[REQUEST_LEN..];
+        let Some(bytes) = usize::try_from(len).ok().and_then(|l| after.get(..l)) else {
+            return Some(Err(()));
+        };
+        self.rest = &after[bytes.len()..];
+        Some(Ok((req, bytes)))
+    }
+}
+
+/// Carries out the BATCH `req` (its verbs in `payload`) on `mem` if it carries `key`, appending
+/// each verb's reply header and READ bytes to `out`; returns the batch's reply header, or `None`
+/// if the payload is not exactly `count` well-formed verbs (then nothing was done). Like
+/// [`execute`], nothing a client sends can make it panic.
+pub fn execute_batch(
+    mem: &dyn MnMemory,
+    key: &[u8; VERB_KEY],
+    req: &Request,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) -> Option<Reply> {
+    let Verb::Batch { count } = req.verb else { return None };
+    if !keys_equal(&req.key, key) {
+        return Some(Reply { tag: req.tag, status: Status::Refused, value: 0 });
+    }
+    // Checked whole before any verb runs, so that a malformed batch does nothing.
+    let (mut n, mut read) = (0u64, 0u64);
+    for verb in (Batched { rest: payload }) {
+        let Ok((r, _)) = verb else { return None };
+        n += 1;
+        if let Verb::Read { len } = r.verb {
+            read = read.saturating_add(len);
+        }
+    }
+    if n != count || n == 0 || n > MAX_BATCH as u64 || read > MAX_BATCH_READ {
+        return None;
+    }
+    for (i, verb) in (Batched { rest: payload }).enumerate() {
+        let Ok((mut r, bytes)) = verb else { return None };
+        r.key = *key;
+        let at = out.len();
+        out.resize(at + REPLY_LEN, 0);
+        let mut reply = execute(mem, key, &r, bytes, out);
+        reply.tag = i as u64;
+        out[at..at + REPLY_LEN].copy_from_slice(&reply.encode());
+    }
+    Some(Reply { tag: req.tag, status: Status::Ok, value: count })
+}
+
+/// The replies of a batch's verbs, in order, from its reply's payload: each reply header and
+/// its READ bytes (`reads[i]`: how many bytes verb `i` read, 0 if not a READ). `None` if the
+/// payload does not match.
+pub fn batch_replies(
+    mut payload: &[u8],
+    reads: impl Iterator<Item = usize>,
+) -> Option<impl Iterator<Item = (Reply, &[u8])>> {
+    let mut all = [(Reply { tag: 0, status: Status::Ok, value: 0 }, &[][..]); MAX_BATCH];
+    let mut n = 0;
+    for (i, len) in reads.enumerate() {
+        let reply = Reply::decode(payload.get(..REPLY_LEN)?)?;
+        if reply.tag != i as u64 {
+            return None;
+        }
+        payload = &payload[REPLY_LEN..];
+        let len = if reply.status == Status::Ok { len } else { 0 };
+        let data = payload.get(..len)?;
+        payload = &payload[len..];
+        *all.get_mut(i)? = (reply, data);
+        n = i + 1;
+    }
+    payload.is_empty().then(|| all.into_iter().take(n))
 }
 
 #[cfg(test)]
@@ -276,7 +411,7 @@ mod tests {
             assert_eq!(Request::decode(&r.encode()), Some(r));
         }
         let mut bad = h;
-        bad[0] = 7;
+        bad[0] = 8;
         assert_eq!(Request::decode(&bad), None);
         assert_eq!(Request::decode(&h[..REQUEST_LEN - 1]), None);
     }
@@ -349,5 +484,89 @@ mod tests {
         let mut b = [0u8; 8];
         mem.read(64, &mut b);
         assert_eq!(b, [9; 8]);
+    }
+
+    /// A batch: a WRITE, a CAS and a READ of what they did, executed in order.
+    fn batch(key: [u8; VERB_KEY]) -> (Request, Vec<u8>) {
+        let mut payload = Vec::new();
+        push_batched(&mut payload, 64, Verb::Write, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        let cas = Verb::Atomic(AtomicOp::Cas { expected: 0x0807060504030201, new: 9 });
+        push_batched(&mut payload, 64, cas, &[]);
+        push_batched(&mut payload, 64, Verb::Read { len: 16 }, &[]);
+        (Request { tag: 3, offset: 0, verb: Verb::Batch { count: 3 }, key }, payload)
+    }
+
+    #[test]
+    fn batch_layout_is_pinned() {
+        let (req, payload) = batch(KEY);
+        let h = req.encode();
+        assert_eq!((h[0], word(&h, 8), word(&h, 24)), (7, 3, 3));
+        assert_eq!(Request::decode(&h), Some(req));
+        // WRITE header (a = its length, no key), its bytes, CAS header, READ header.
+        assert_eq!(payload.len(), 3 * REQUEST_LEN + 8);
+        assert_eq!((payload[0], word(&payload, 16), word(&payload, 24)), (2, 64, 8));
+        assert_eq!(&payload[56..72], &[0; VERB_KEY]);
+        assert_eq!(&payload[72..80], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!((payload[80], word(&payload, 80 + 24)), (3, 0x0807060504030201));
+        assert_eq!((payload[152], word(&payload, 152 + 24)), (1, 16));
+    }
+
+    #[test]
+    fn a_batch_runs_its_verbs_in_order_and_answers_each() {
+        let mem = Region::new(4096);
+        let (req, payload) = batch(KEY);
+        let mut out = Vec::new();
+        let r = execute_batch(&mem, &KEY, &req, &payload, &mut out).expect("well formed");
+        assert_eq!(r, Reply { tag: 3, status: Status::Ok, value: 3 });
+        let replies: Vec<_> = batch_replies(&out, [0, 0, 16].into_iter()).unwrap().collect();
+        assert_eq!(replies.len(), 3);
+        assert_eq!(replies[0].0, Reply { tag: 0, status: Status::Ok, value: 0 });
+        assert_eq!(replies[1].0.value, 0x0807060504030201, "the CAS saw the WRITE");
+        assert_eq!(word(replies[2].1, 0), 9, "the READ saw the CAS");
+        // A reply that does not match its batch is refused, not misread.
+        assert!(batch_replies(&out, [0, 0, 8].into_iter()).is_none());
+        assert!(batch_replies(&out[..out.len() - 1], [0, 0, 16].into_iter()).is_none());
+        // A verb that fails is answered as such; the others still run.
+        let mut bad = Vec::new();
+        push_batched(&mut bad, 4090, Verb::Write, &[0; 8]);
+        push_batched(&mut bad, 8, Verb::Atomic(AtomicOp::Faa { delta: 1 }), &[]);
+        let req = Request { tag: 4, offset: 0, verb: Verb::Batch { count: 2 }, key: KEY };
+        let mut out = Vec::new();
+        execute_batch(&mem, &KEY, &req, &bad, &mut out).unwrap();
+        let replies: Vec<_> = batch_replies(&out, [0, 0].into_iter()).unwrap().collect();
+        assert_eq!((replies[0].0.status, replies[1].0.status), (Status::OutOfBounds, Status::Ok));
+    }
+
+    /// A batch with a wrong key, or one that does not parse whole, touches nothing.
+    #[test]
+    fn a_forged_or_malformed_batch_touches_nothing() {
+        let mem = Region::new(4096);
+        let (req, payload) = batch([0; VERB_KEY]);
+        let mut out = Vec::new();
+        let r = execute_batch(&mem, &KEY, &req, &payload, &mut out).unwrap();
+        assert_eq!((r.status, out.len()), (Status::Refused, 0));
+        let (req, payload) = batch(KEY);
+        let count = |count| Request { tag: 3, offset: 0, verb: Verb::Batch { count }, key: KEY };
+        let mut nested = payload.clone();
+        nested.extend_from_slice(&count(1).encode());
+        let mut flush = payload.clone();
+        push_batched(&mut flush, 0, Verb::Flush, &[]);
+        let mut huge = Vec::new();
+        push_batched(&mut huge, 0, Verb::Read { len: MAX_BATCH_READ + 1 }, &[]);
+        for (req, payload) in [
+            (count(2), &payload[..]),
+            (count(4), &payload[..]),
+            (count(0), &[][..]),
+            (req, &payload[..payload.len() - 1]),
+            (req, &payload[..REQUEST_LEN + 4]),
+            (count(4), &nested[..]),
+            (count(4), &flush[..]),
+            (count(1), &huge[..]),
+        ] {
+            assert!(execute_batch(&mem, &KEY, &req, payload, &mut out).is_none(), "{req:?}");
+        }
+        let mut b = [0u8; 16];
+        mem.read(64, &mut b);
+        assert_eq!(b, [0; 16], "nothing ran");
     }
 }

@@ -426,7 +426,15 @@ fn execute_message(
     let Some(req) = Request::decode(header) else { return Handled::Malformed };
     // The reply header goes in front of the READ bytes once it is known.
     let mut message = vec![0u8; REPLY_LEN];
-    let answer = message_verbs::execute(mem, key, &req, payload, &mut message);
+    let answer = match req.verb {
+        message_verbs::Verb::Batch { .. } => {
+            match message_verbs::execute_batch(mem, key, &req, payload, &mut message) {
+                Some(answer) => answer,
+                None => return Handled::Malformed,
+            }
+        }
+        _ => message_verbs::execute(mem, key, &req, payload, &mut message),
+    };
     let done = match answer.status {
         message_verbs::Status::Refused => Handled::Refused,
         _ => Handled::Done,

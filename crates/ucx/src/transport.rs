@@ -27,7 +27,7 @@
 //! | FAA | `ucp_atomic_op_nbx(ADD)` | FAA message | 1 |
 //! | masked CAS, lock pattern (compare bits 0, swap = compare mask = swap mask) | fetch-OR | MASKED message | 1 |
 //! | masked CAS, otherwise | READ of the word, then CSWAP until it holds or fails: 2 (+1 per lost race) | MASKED message: 1 | 1–2+ |
-//! | doorbell batch | every READ/WRITE posted, then all awaited | same, messages | 1 |
+//! | doorbell batch | every READ/WRITE posted, then all awaited | one BATCH message, one reply | 1 |
 //! | zero-wait WRITE | posted, reaped by `flush` or later verbs | WRITE message without reply | 0 |
 //! | call | request/reply on the client's own TCP control connection (yields while it waits) | same | 1 |
 //!
@@ -677,6 +677,22 @@ impl UcxTransport {
         payload: &[u8],
         reply: bool,
     ) -> Result<Option<Awaited<'_>>> {
+        let mut message = Vec::with_capacity(REQUEST_LEN + payload.len());
+        message.resize(REQUEST_LEN, 0);
+        message.extend_from_slice(payload);
+        self.post_request(to, addr, verb, message, reply)
+    }
+
+    /// Sends `message` (room for the request header, then the payload) as the request `verb`
+    /// on `addr`, as [`Self::post_message`] does.
+    fn post_request(
+        &self,
+        to: &Rc<NodeConn>,
+        addr: GlobalAddr,
+        verb: Verb,
+        mut message: Vec<u8>,
+        reply: bool,
+    ) -> Result<Option<Awaited<'_>>> {
         let (c, node) = (&*self.conn, addr.node());
         self.before(node)?;
         let awaited = reply.then(|| {
@@ -686,10 +702,9 @@ impl UcxTransport {
             Awaited { conn: c, to: Rc::clone(to), node, tag }
         });
         let tag = awaited.as_ref().map_or(0, |a| a.tag);
-        let mut message = Vec::with_capacity(REQUEST_LEN + payload.len());
         let key = to.verb_key;
-        message.extend_from_slice(&Request { tag, offset: addr.offset(), verb, key }.encode());
-        message.extend_from_slice(payload);
+        message[..REQUEST_LEN]
+            .copy_from_slice(&Request { tag, offset: addr.offset(), verb, key }.encode());
         // SAFETY: if the send is still in flight, `message` moves into the pending list (its heap
         // buffer does not move) and is dropped only after the send completes.
         let p = unsafe {
@@ -717,6 +732,65 @@ impl UcxTransport {
         };
         let a = self.post_message(to, addr, verb, payload, true)?.expect("a reply was asked for");
         a.reply(&self.info, addr, len, self.shared.timeout).await
+    }
+
+    /// A batch as one BATCH message and one reply: one round trip, one message each way (the
+    /// memnode executes its verbs in order: [`msg`]'s "Batches").
+    async fn batch_message(
+        &self,
+        to: &Rc<NodeConn>,
+        node: NodeId,
+        ops: &mut [BatchOp<'_>],
+    ) -> Result<()> {
+        let writes: usize = ops
+            .iter()
+            .map(|op| match op {
+                BatchOp::Write { data, .. } => data.len(),
+                _ => 0,
+            })
+            .sum();
+        let mut message = Vec::with_capacity(REQUEST_LEN * (ops.len() + 1) + writes);
+        message.resize(REQUEST_LEN, 0);
+        for op in ops.iter() {
+            let (addr, verb, payload) = match op {
+                BatchOp::Read { addr, buf } => {
+                    (*addr, Verb::Read { len: buf.len() as u64 }, &[][..])
+                }
+                BatchOp::Write { addr, data } => (*addr, Verb::Write, &data[..]),
+                BatchOp::Atomic { addr, op, .. } => (*addr, Verb::Atomic(*op), &[][..]),
+            };
+            msg::push_batched(&mut message, addr.offset(), verb, payload);
+        }
+        let at = GlobalAddr::new(node, 0);
+        let verb = Verb::Batch { count: ops.len() as u64 };
+        let a = self.post_request(to, at, verb, message, true)?.expect("a reply was asked for");
+        let (_, data) = a.reply(&self.info, at, 0, self.shared.timeout).await?;
+        let mut reads = [0usize; MAX_BATCH];
+        for (len, op) in reads.iter_mut().zip(ops.iter()) {
+            if let BatchOp::Read { buf, .. } = op {
+                *len = buf.len();
+            }
+        }
+        let reads = reads[..ops.len()].iter().copied();
+        let replies = msg::batch_replies(&data, reads).ok_or_else(|| {
+            unavailable(node, "the memnode answered a batch with replies that do not match it")
+        })?;
+        for (op, (reply, bytes)) in ops.iter_mut().zip(replies) {
+            match op {
+                BatchOp::Read { addr, buf } => {
+                    verb_result(&reply, &self.info, *addr, buf.len() as u64)?;
+                    copy_read(node, buf, bytes)?;
+                }
+                BatchOp::Write { addr, data } => {
+                    verb_result(&reply, &self.info, *addr, data.len() as u64)?
+                }
+                BatchOp::Atomic { addr, old, .. } => {
+                    verb_result(&reply, &self.info, *addr, 8)?;
+                    *old = reply.value;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn remote(to: &NodeConn, addr: GlobalAddr) -> u64 {
@@ -920,27 +994,9 @@ impl Transport for UcxTransport {
     async fn batch(&self, node: NodeId, ops: &mut [BatchOp<'_>]) -> Result<()> {
         let to = self.node(node)?;
         if !to.one_sided {
-            // Every message posted, then every reply awaited: one round trip.
-            let mut awaited = Vec::with_capacity(ops.len());
-            for op in ops.iter() {
-                let (addr, verb, payload, len) = match op {
-                    BatchOp::Read { addr, buf } => {
-                        (*addr, Verb::Read { len: buf.len() as u64 }, &[][..], buf.len())
-                    }
-                    BatchOp::Write { addr, data } => (*addr, Verb::Write, &data[..], data.len()),
-                    BatchOp::Atomic { addr, op, .. } => (*addr, Verb::Atomic(*op), &[][..], 8),
-                };
-                let a =
-                    self.post_message(&to, addr, verb, payload, true)?.expect("reply asked for");
-                awaited.push((a, addr, len as u64));
-            }
-            for (op, (a, addr, len)) in ops.iter_mut().zip(awaited) {
-                let (word, data) = a.reply(&self.info, addr, len, self.shared.timeout).await?;
-                match op {
-                    BatchOp::Read { buf, .. } => copy_read(node, buf, &data)?,
-                    BatchOp::Atomic { old, .. } => *old = word,
-                    BatchOp::Write { .. } => {}
-                }
+            // Client::batch caps a batch at MAX_BATCH verbs; a longer one goes as several.
+            for chunk in ops.chunks_mut(MAX_BATCH) {
+                self.batch_message(&to, node, chunk).await?;
             }
             return Ok(());
         }
