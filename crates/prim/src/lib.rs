@@ -6,6 +6,7 @@
 //!
 //! | module | primitive |
 //! |---|---|
+//! | [`attempts`] | bounded retries: a loop that keeps failing validation reports a corrupt index |
 //! | [`counter`] | index counters: relaxed atomics bumped on slow paths (striped on fast ones), read by `stats` |
 //! | [`cacheline`] | cache-line versions: encoding a node so that a torn READ is detected |
 //! | [`lock`] | remote lock words (masked CAS, unlocking WRITE) and the CN-local lock table |
@@ -25,6 +26,7 @@
 //! | [`radix`] | adaptive radix inner nodes: header, CAS'd child slots, type switch, CN radix cache |
 //! | [`view`] | epoch-fenced membership of a replica set in one remote word: change, fence, validate |
 
+pub mod attempts;
 pub mod blink;
 pub mod cacheline;
 pub mod counter;
