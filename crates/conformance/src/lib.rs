@@ -22,6 +22,8 @@
 //! * [`threads`]: real threads on the in-process fabric, every history checked.
 //! * [`allocs`]: heap allocations per operation, for a test that installs the counting
 //!   allocator to pin.
+//! * [`garbage`]: garbage written over the nodes an operation READs; the operation must report
+//!   a corrupt index within a time bound, not spin.
 //!
 //! ```ignore
 //! use dmindex_conformance::{model_test, suite, CheckConfig, ModelConfig};
@@ -38,10 +40,12 @@
 //! ```
 
 pub mod allocs;
+pub mod garbage;
 pub mod linearizable;
 pub mod model;
 pub mod threads;
 
+pub use garbage::{garbage_test, GarbageConfig, Garble, Op, Traced};
 pub use linearizable::{
     check_seed, not_runnable, suite, CheckConfig, Crashes, NotRunnable, SeedReport, Summary,
 };

@@ -1,7 +1,14 @@
 //! The conformance kit itself: a correct index passes, a racy one is caught, a stuck client with
-//! no crash to explain it fails the seed, and runs replay by seed.
+//! no crash to explain it fails the seed, runs replay by seed, and an index that spins on garbage
+//! or takes it for data fails the garbage test.
 
-use dmindex_conformance::{check_seed, model_test, suite, CheckConfig, Crashes, ModelConfig};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dmindex_conformance::{
+    check_seed, garbage_test, model_test, suite, CheckConfig, Crashes, GarbageConfig, Garble,
+    ModelConfig, Op,
+};
 use dmindex_fabric::{layout, Client, GlobalAddr, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, Ordered, Pair, PointIndex, PointOnly, RangeIndex,
@@ -212,4 +219,84 @@ fn the_model_test_catches_a_lost_delete() {
     let r = std::panic::catch_unwind(|| model_test::<Forgetful, PointOnly>(&cfg));
     let msg = r.err().and_then(|p| p.downcast_ref::<String>().cloned()).expect("must fail");
     assert!(msg.contains("model test failed"), "{msg}");
+}
+
+/// A register per key, a value word and its check word written together; a search re-reads the
+/// pair until they agree, without bound (until `STOP_SPINNING`, so that the test's thread ends).
+struct Spinning {
+    base: GlobalAddr,
+    keys: u64,
+}
+
+static STOP_SPINNING: AtomicBool = AtomicBool::new(false);
+
+impl Spinning {
+    fn slot(&self, key: &[u8]) -> IndexResult<GlobalAddr> {
+        let k = u64::from_be_bytes(
+            key.try_into().map_err(|_| IndexError::InvalidKey("8 bytes".into()))?,
+        );
+        Ok(self.base.add(16 * (k % self.keys)))
+    }
+}
+
+impl<T: Transport> PointIndex<T> for Spinning {
+    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        let base = c.alloc(16 * (config.expected_items + 1), 64).await?;
+        c.write(layout::root_slot(config.root_slot), &base.raw().to_le_bytes()).await?;
+        Self::open(c, config, cn).await
+    }
+    async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        let base = GlobalAddr::from_raw(c.read_word(layout::root_slot(config.root_slot)).await?);
+        Ok(Spinning { base, keys: config.expected_items + 1 })
+    }
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        loop {
+            let b = c.read_vec(self.slot(key)?, 16).await?;
+            let (v, check) = (&b[..8], &b[8..]);
+            if v.iter().zip(check).all(|(x, y)| *x == !*y) {
+                out.clear();
+                out.extend_from_slice(v);
+                return Ok(v.iter().any(|&x| x != 0));
+            }
+            if STOP_SPINNING.load(Ordering::Relaxed) {
+                return Err(IndexError::Unsupported("stopped spinning".into()));
+            }
+        }
+    }
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        let mut b = [0u8; 16];
+        b[..value.len()].copy_from_slice(value);
+        for i in 0..8 {
+            b[8 + i] = !b[i];
+        }
+        Ok(c.write(self.slot(key)?, &b).await?)
+    }
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        self.insert(c, key, value).await.map(|()| true)
+    }
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        self.insert(c, key, &[0; 8]).await.map(|()| true)
+    }
+}
+
+/// The garbage test's failure message, for an index that does not report garbage as corrupt.
+fn garbage_failure<I: PointIndex<dmindex_conformance::Traced> + 'static>() -> String {
+    let mut cfg = GarbageConfig::new(IndexConfig::default(), dmindex_index::IndexKind::Point);
+    (cfg.keys, cfg.victim, cfg.ops, cfg.garbles) = (20, 10, vec![Op::Search], vec![Garble::All]);
+    cfg.timeout = Duration::from_secs(2);
+    let r = std::panic::catch_unwind(|| garbage_test::<I, PointOnly>(&cfg));
+    r.err().and_then(|p| p.downcast_ref::<String>().cloned()).expect("must fail")
+}
+
+#[test]
+fn the_garbage_test_catches_a_search_that_spins() {
+    let msg = garbage_failure::<Spinning>();
+    STOP_SPINNING.store(true, Ordering::Relaxed);
+    assert!(msg.contains("did not end within 2s: a retry loop spins"), "{msg}");
+}
+
+#[test]
+fn the_garbage_test_catches_garbage_taken_for_data() {
+    let msg = garbage_failure::<Racy>();
+    assert!(msg.contains("the garbage went unnoticed"), "{msg}");
 }
