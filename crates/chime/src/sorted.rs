@@ -20,6 +20,7 @@
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::attempts::Attempts;
 
 use crate::layout::LockWord;
 use crate::leaf::LeafBuf;
@@ -52,7 +53,7 @@ impl Tree {
                 Some(loc) => loc,
                 None => self.blink.descend(c, k).await?,
             };
-            let (mut cur, mut moves) = (loc.leaf, 0);
+            let (mut cur, mut moves) = (loc.leaf, Attempts::new());
             loop {
                 let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 let found = match probe {
@@ -198,7 +199,7 @@ impl Tree {
                 Some(loc) => loc,
                 None => self.blink.descend(c, k).await?,
             };
-            let (mut cur, mut moves) = (loc.leaf, 0);
+            let (mut cur, mut moves) = (loc.leaf, Attempts::new());
             loop {
                 let leaf = self.lock_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;

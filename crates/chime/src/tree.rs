@@ -26,6 +26,7 @@ use std::sync::atomic::AtomicU64;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::{root_word, Blink, Located};
 use dmindex_prim::kv_block::Blocks;
 use dmindex_prim::pool::Pool;
@@ -170,7 +171,7 @@ impl Tree {
                 None => self.blink.descend(c, k).await?,
             };
             let ins = Insert { k, v, probe, loc };
-            let (mut cur, mut moves) = (ins.loc.leaf, 0);
+            let (mut cur, mut moves) = (ins.loc.leaf, Attempts::new());
             loop {
                 let attempt = match self.paths() {
                     LeafPaths::Hopscotch => self.hopscotch_insert_at(c, &ins, cur).await?,

@@ -11,6 +11,7 @@
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::Located;
 use dmindex_prim::counter::bump;
 
@@ -32,7 +33,7 @@ impl Marlin {
         c: &Client<T>,
         loc: &Located,
         judge: Judge,
-        moves: &mut u32,
+        moves: &mut Attempts,
     ) -> IndexResult<Next> {
         match judge {
             Judge::Right(sib) if loc.cached.is_none() => {
@@ -60,7 +61,7 @@ impl Marlin {
         let mut buf = self.leaf_buf(c);
         'descend: loop {
             let loc = self.blink.locate(c, key).await?;
-            let (mut cur, mut moves) = (loc.leaf, 0);
+            let (mut cur, mut moves) = (loc.leaf, Attempts::new());
             loop {
                 let img = write::read(c, &self.shape, cur, &mut buf, &self.counters.write).await?;
                 let item = match img.judge(key) {
@@ -96,7 +97,7 @@ impl Marlin {
         let mut buf = self.leaf_buf(c);
         'descend: loop {
             let loc = self.blink.locate(c, key).await?;
-            let (mut cur, mut moves) = (loc.leaf, 0);
+            let (mut cur, mut moves) = (loc.leaf, Attempts::new());
             loop {
                 match op(cur, loc.parent, &mut buf).await? {
                     Write::Done(r) => return Ok(r),

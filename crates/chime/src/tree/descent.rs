@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::Located;
 
 use super::{Attempt, Insert, LockedLeaf, Tree};
@@ -32,7 +33,7 @@ impl Tree {
         &self,
         c: &Client<T>,
         loc: &Located,
-        moves: &mut u32,
+        moves: &mut Attempts,
     ) -> IndexResult<bool> {
         self.moves_right.fetch_add(1, Ordering::Relaxed);
         self.blink.walk_on(c, loc, moves).await

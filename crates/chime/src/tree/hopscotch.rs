@@ -17,6 +17,7 @@ use crate::neighbourhood::Neighbourhood;
 use crate::view::{wrap, LeafView, SlotValue};
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::attempts::Attempts;
 
 /// Validates the READ of locked leaf `$leaf` into `$view` (a `&mut impl LeafView`) for insert
 /// `$ins` and rewrites the key's entry in place if it is there (an upsert). Evaluates to an
@@ -114,7 +115,7 @@ impl Tree {
                 Some(loc) => loc,
                 None => self.blink.descend(c, k).await?,
             };
-            let (mut cur, mut moves) = (loc.leaf, 0);
+            let (mut cur, mut moves) = (loc.leaf, Attempts::new());
             // Speculation needs a hotspot buffer and an exact key: checked here, so that no
             // future is made without them. Likewise an exact key is looked up without
             // `resolve`'s future.
@@ -279,7 +280,7 @@ impl Tree {
                 Some(loc) => loc,
                 None => self.blink.descend(c, k).await?,
             };
-            let (mut cur, mut moves) = (loc.leaf, 0);
+            let (mut cur, mut moves) = (loc.leaf, Attempts::new());
             loop {
                 let leaf = self.lock_hopscotch_leaf(c, cur).await?;
                 await_neighbourhood!(self, c, cur, h, buf)?;

@@ -9,7 +9,8 @@
 //! root), moving right along siblings when the key is above a node's high fence (a half split
 //! not yet in the parent) and starting over when it is below a node's low fence (a stale cached
 //! start). Every internal node READ is decoded with its cache-line versions and re-READ until it
-//! validates, then cached.
+//! validates, then cached. Re-READs, restarts and moves right are bounded ([`crate::attempts`]):
+//! garbage in a node, or a sibling chain that never reaches the key, ends in a corrupt index.
 //!
 //! # Separator insertion
 //!
@@ -26,6 +27,7 @@ use dmindex_index::{IndexError, IndexResult};
 
 use super::layout::InternalLayout;
 use super::node::{Internal, NodeCache, Routes};
+use crate::attempts::Attempts;
 use crate::doorbell;
 use crate::lock::{Held, LocalLocks};
 use crate::root::RootSlot;
@@ -96,15 +98,18 @@ impl Blink {
     /// over a 300 k load at 10 CNs × 64 × 2 on the simulator). So every [`RECHECK_MOVES`] moves
     /// such a walk reads the root word again and starts over from the root once the tree has
     /// grown — one READ per that many moves. If it has not (the split that should grow it is
-    /// still in flight, or its client crashed), the walk goes on, so it always ends.
+    /// still in flight, or its client crashed), the walk goes on. `moves` counts the walk's
+    /// moves (one guard per walk, made where it starts at `loc.leaf`): a chain that has not
+    /// reached the key after [`crate::attempts::BOUND`] of them is garbage, and the walk ends in
+    /// a corrupt index.
     pub async fn walk_on<T: Transport>(
         &self,
         c: &Client<T>,
         loc: &Located,
-        moves: &mut u32,
+        moves: &mut Attempts,
     ) -> IndexResult<bool> {
-        *moves += 1;
-        if loc.parent.is_some() || loc.cached.is_some() || *moves % RECHECK_MOVES != 0 {
+        moves.failed(loc.leaf, "leaf chain walked right from the leaf")?;
+        if loc.parent.is_some() || loc.cached.is_some() || moves.count() % RECHECK_MOVES != 0 {
             return Ok(true);
         }
         let (height, _) = self.root(c).await?;
@@ -139,7 +144,8 @@ impl Blink {
         addr: GlobalAddr,
     ) -> IndexResult<Internal> {
         let mut b = vec![0u8; self.inner.physical()];
-        for _ in 0..1_000_000 {
+        let mut attempts = Attempts::new();
+        loop {
             c.read(addr, &mut b).await?;
             if let Ok(n) = Internal::decode(&self.inner, &b) {
                 if n.level == 0 {
@@ -149,9 +155,9 @@ impl Blink {
                 }
                 return Ok(n);
             }
+            attempts.failed(addr, "internal node versions")?;
             self.retry();
         }
-        Err(IndexError::Corrupt(format!("internal node at {addr} never read consistently")))
     }
 
     /// The leaf for `k` through its cached parent, if the cache has one: [`Blink::locate`]
@@ -178,6 +184,8 @@ impl Blink {
     /// the root): [`Blink::locate`] once [`Blink::cached`] has missed.
     pub async fn descend<T: Transport>(&self, c: &Client<T>, k: u64) -> IndexResult<Located> {
         let mut from_cache = self.cache.deepest_with(2, &k, |n| n.node.child_for(k).0);
+        // Restarts and moves right: fences that do not hold the key.
+        let mut attempts = Attempts::new();
         'restart: loop {
             let mut addr = match from_cache.take() {
                 Some(child) => child,
@@ -197,10 +205,12 @@ impl Blink {
             loop {
                 let n = self.read_internal(c, addr).await?;
                 if k > n.high && !n.sibling.is_null() {
+                    attempts.failed(addr, "internal node's high fence")?;
                     addr = n.sibling;
                     continue;
                 }
                 if k < n.low {
+                    attempts.failed(addr, "internal node's low fence")?;
                     self.retry();
                     continue 'restart;
                 }
@@ -233,6 +243,8 @@ impl Blink {
         mut child: GlobalAddr,
         mut hint: Option<GlobalAddr>,
     ) -> IndexResult<()> {
+        // Nodes locked that turned out not to cover the separator.
+        let mut attempts = Attempts::new();
         loop {
             let addr = match hint.take() {
                 Some(a) => a,
@@ -269,11 +281,13 @@ impl Blink {
             if node.level != level || pivot < node.low {
                 held.unlock_with(c, 0).await?;
                 self.cache.insert(addr, node);
+                attempts.failed(addr, "internal node's level or low fence")?;
                 self.retry();
                 continue;
             }
             if pivot > node.high {
                 held.unlock_with(c, 0).await?;
+                attempts.failed(addr, "internal node's high fence")?;
                 hint = (!node.sibling.is_null()).then_some(node.sibling);
                 self.cache.insert(addr, node);
                 continue;
@@ -337,9 +351,11 @@ impl Blink {
             return Ok(Err((height, root)));
         }
         let mut addr = root;
+        let mut moves = Attempts::new();
         loop {
             let n = self.read_internal(c, addr).await?;
             if key > n.high && !n.sibling.is_null() {
+                moves.failed(addr, "internal node's high fence")?;
                 addr = n.sibling;
             } else if n.level == level {
                 return Ok(Ok(addr));

@@ -26,6 +26,7 @@ use dmindex_index::{IndexError, IndexResult};
 use super::node::{slot_addr, Lookup};
 use super::slot::Child;
 use super::{switch, Header, Kind, NodeImage, Partial, RadixCache, Slot};
+use crate::attempts::Attempts;
 use crate::counter::{bump, get};
 
 /// The parent slot through which a node was reached.
@@ -139,13 +140,15 @@ impl Tree<'_> {
     }
 
     /// Descends to `key`'s node. With `use_cache`, starts from the deepest cached copy on the
-    /// key's path; a decision a stale link could falsify restarts without it.
+    /// key's path; a decision a stale link could falsify restarts without it. Restarts are
+    /// bounded ([`crate::attempts`]): a node that stays frozen ends in a corrupt index.
     pub async fn locate<T: Transport>(
         &self,
         c: &Client<T>,
         key: &[u8],
         mut use_cache: bool,
     ) -> IndexResult<Pos> {
+        let mut restarts = Attempts::new();
         'restart: loop {
             let (mut node, mut kind, mut link, mut trusted, mut parent) = if use_cache {
                 let w = self.cache.walk_with(self.root, self.root_kind, key, self.floor_depth);
@@ -172,6 +175,7 @@ impl Tree<'_> {
                     };
                     self.cache.invalidate(node);
                     self.switch(c, &l, node, &img).await?;
+                    restarts.failed(node, "radix node frozen for a type switch")?;
                     bump(&self.counters.fresh_restarts);
                     use_cache = false;
                     continue 'restart;
@@ -182,6 +186,7 @@ impl Tree<'_> {
                 };
                 if let Some(j) = img.header.mismatch(key, from) {
                     if !trusted {
+                        restarts.failed(node, "radix node prefix through a cached link")?;
                         bump(&self.counters.fresh_restarts);
                         use_cache = false;
                         continue 'restart;
