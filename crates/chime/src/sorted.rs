@@ -48,6 +48,7 @@ impl Tree {
         k: u64,
         probe: Probe<'_>,
     ) -> IndexResult<Option<SlotValue>> {
+        let mut restarts = Attempts::new();
         'outer: loop {
             let loc = match self.blink.cached(k) {
                 Some(loc) => loc,
@@ -66,8 +67,12 @@ impl Tree {
                 match self.judge(&loc, &*buf, k) {
                     Where::Absent => return Ok(None),
                     Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
-                    Where::Right(_) => continue 'outer,
+                    Where::Right(_) => {
+                        restarts.failed(cur, "leaf chain")?;
+                        continue 'outer;
+                    }
                     Where::Stale => {
+                        restarts.failed(cur, "leaf fences")?;
                         self.blink.invalidate(&loc);
                         continue 'outer;
                     }
@@ -194,6 +199,7 @@ impl Tree {
         v: Option<[u8; 8]>,
         probe: Probe<'_>,
     ) -> IndexResult<bool> {
+        let mut restarts = Attempts::new();
         'outer: loop {
             let loc = match self.blink.cached(k) {
                 Some(loc) => loc,
@@ -221,8 +227,12 @@ impl Tree {
                 match self.judge(&loc, &*buf, k) {
                     Where::Absent => return Ok(false),
                     Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
-                    Where::Right(_) => continue 'outer,
+                    Where::Right(_) => {
+                        restarts.failed(cur, "leaf chain")?;
+                        continue 'outer;
+                    }
                     Where::Stale => {
+                        restarts.failed(cur, "leaf fences")?;
                         self.blink.invalidate(&loc);
                         continue 'outer;
                     }

@@ -165,6 +165,7 @@ impl Tree {
         v: [u8; 8],
         probe: Probe<'_>,
     ) -> IndexResult<()> {
+        let mut restarts = Attempts::new();
         'outer: loop {
             let loc = match self.blink.cached(k) {
                 Some(loc) => loc,
@@ -182,8 +183,10 @@ impl Tree {
                     Attempt::Right(next) if self.walk_on(c, &ins.loc, &mut moves).await? => {
                         cur = next
                     }
-                    Attempt::Right(_) => continue 'outer,
-                    Attempt::Restart => continue 'outer,
+                    Attempt::Right(_) | Attempt::Restart => {
+                        restarts.failed(cur, "leaf sibling or fences")?;
+                        continue 'outer;
+                    }
                 }
             }
         }

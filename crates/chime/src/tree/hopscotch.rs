@@ -110,6 +110,8 @@ impl Tree {
         let s = self.leaf.span;
         let h = home(k, s);
         let mut buf = self.neighbourhood(h);
+        // Restarts, and READs that caught a hop in flight.
+        let mut attempts = Attempts::new();
         'outer: loop {
             let loc = match self.blink.cached(k) {
                 Some(loc) => loc,
@@ -138,18 +140,23 @@ impl Tree {
                 }
                 if buf.status(h) != buf.bitmap(h) {
                     // A hop is in flight: what we read is an intermediate state.
+                    attempts.failed(cur, "leaf hop bitmap")?;
                     self.retry();
                     continue;
                 }
                 match self.judge(&loc, &buf, k) {
                     Where::Absent => return Ok(None),
                     Where::Stale => {
+                        attempts.failed(cur, "leaf sibling or fences")?;
                         self.blink.invalidate(&loc);
                         continue 'outer;
                     }
                     // Half split: the key may have moved right.
                     Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
-                    Where::Right(_) => continue 'outer,
+                    Where::Right(_) => {
+                        attempts.failed(cur, "leaf chain")?;
+                        continue 'outer;
+                    }
                 }
             }
         }
@@ -275,6 +282,7 @@ impl Tree {
         let s = self.leaf.span;
         let h = home(k, s);
         let mut buf = self.neighbourhood(h);
+        let mut restarts = Attempts::new();
         'outer: loop {
             let loc = match self.blink.cached(k) {
                 Some(loc) => loc,
@@ -308,6 +316,7 @@ impl Tree {
                 match self.judge(&loc, &buf, k) {
                     Where::Absent => return Ok(false),
                     Where::Stale => {
+                        restarts.failed(cur, "leaf sibling or fences")?;
                         self.blink.invalidate(&loc);
                         continue 'outer;
                     }
@@ -315,7 +324,10 @@ impl Tree {
                         self.retry();
                         cur = sib;
                     }
-                    Where::Right(_) => continue 'outer,
+                    Where::Right(_) => {
+                        restarts.failed(cur, "leaf chain")?;
+                        continue 'outer;
+                    }
                 }
             }
         }

@@ -7,6 +7,7 @@
 use arrayvec::ArrayVec;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::write_split;
 use dmindex_prim::cacheline::{self, phys_range};
 use dmindex_prim::doorbell;
@@ -32,12 +33,13 @@ pub(crate) struct LockedLeaf<'t> {
 
 /// READs the neighbourhood of home `$h` of leaf `$leaf` (a [`GlobalAddr`]) into `$nb` (a
 /// [`Neighbourhood`]) until the READ validates: one doorbell into its buffer, nothing allocated
-/// or copied. Evaluates to an [`IndexResult<()>`](IndexResult), a failed READ's error, for the
-/// caller's `?`: the macro itself never leaves the caller. A macro, awaited in the calling async
-/// fn's own state machine: as an async fn, a layer between the caller and the verb, it cost 76
-/// instructions a search (2504 → 2580) and 62 an insert (callgrind; `docs/perf.md`, eleventh and
-/// thirteenth rounds). A one-piece READ (most neighbourhoods) is the client's READ awaited here,
-/// not through [`read_pieces`].
+/// or copied. Evaluates to an [`IndexResult<()>`](IndexResult), a failed READ's error or a
+/// corrupt leaf's (one that failed validation [`BOUND`](dmindex_prim::attempts::BOUND) times in
+/// a row), for the caller's `?`: the macro itself never leaves the caller. A macro, awaited in
+/// the calling async fn's own state machine: as an async fn, a layer between the caller and the
+/// verb, it cost 76 instructions a search (2504 → 2580) and 62 an insert (callgrind;
+/// `docs/perf.md`, eleventh and thirteenth rounds). A one-piece READ (most neighbourhoods) is the
+/// client's READ awaited here, not through [`read_pieces`].
 macro_rules! await_neighbourhood {
     ($tree:expr, $c:expr, $leaf:expr, $h:expr, $nb:ident) => {{
         let tree = $tree;
@@ -50,6 +52,7 @@ pub(crate) use await_neighbourhood;
 macro_rules! await_window {
     ($tree:expr, $c:expr, $leaf:expr, $plan:expr, $nb:ident) => {{
         let (tree, c, leaf, plan) = ($tree, $c, $leaf, $plan);
+        let mut attempts = dmindex_prim::attempts::Attempts::new();
         loop {
             $nb.reset(plan);
             let plan = $nb.plan();
@@ -65,6 +68,9 @@ macro_rules! await_window {
             }
             if $nb.absorb().is_ok() && $nb.validate().is_ok() {
                 break Ok(());
+            }
+            if let Err(e) = attempts.failed(leaf, "leaf neighbourhood versions") {
+                break Err(e);
             }
             tree.retry();
         }
@@ -176,12 +182,14 @@ impl Tree {
         if n >= self.leaf.span {
             return self.read_whole(c, leaf).await;
         }
+        let mut attempts = Attempts::new();
         loop {
             let mut buf = self.leaf_buf(c);
             let ranges = buf.ranges(lo, n);
             if self.read_into(c, leaf, &mut buf, &ranges).await? {
                 return Ok(buf);
             }
+            attempts.failed(leaf, "leaf slots' versions")?;
             self.retry();
         }
     }
@@ -194,6 +202,7 @@ impl Tree {
         leaf: GlobalAddr,
     ) -> IndexResult<PooledLeaf<'_>> {
         let plan = &self.whole_plan;
+        let mut attempts = Attempts::new();
         loop {
             let mut buf = self.leaf_buf(c);
             let mut raw = std::mem::take(&mut buf.raw);
@@ -207,6 +216,7 @@ impl Tree {
             if ok {
                 return Ok(buf);
             }
+            attempts.failed(leaf, "whole leaf's versions")?;
             self.retry();
         }
     }

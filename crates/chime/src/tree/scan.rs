@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::Internal;
 use dmindex_prim::doorbell;
 use dmindex_prim::node_cache::Cached;
@@ -48,12 +49,14 @@ impl Tree {
                 continue;
             }
             self.retry();
+            let mut hops = Attempts::new();
             loop {
                 let fresh = self.read_slots(c, *a, 0, self.leaf.span).await?;
                 if fresh.hops_settled() {
                     *b = fresh;
                     break;
                 }
+                hops.failed(*a, "leaf hop bitmaps")?;
                 self.retry();
             }
         }
