@@ -59,6 +59,8 @@ impl Marlin {
         out: &mut Vec<u8>,
     ) -> IndexResult<bool> {
         let mut buf = self.leaf_buf(c);
+        // Descents again: leaves whose fences turned the key away.
+        let mut restarts = Attempts::new();
         'descend: loop {
             let loc = self.blink.locate(c, key).await?;
             let (mut cur, mut moves) = (loc.leaf, Attempts::new());
@@ -71,7 +73,10 @@ impl Marlin {
                             cur = a;
                             continue;
                         }
-                        Next::Descend => continue 'descend,
+                        Next::Descend => {
+                            restarts.failed(cur, "leaf fences")?;
+                            continue 'descend;
+                        }
                     },
                 };
                 let Some(item) = item else { return Ok(false) };
@@ -95,6 +100,9 @@ impl Marlin {
         op: impl AsyncFn(GlobalAddr, Option<GlobalAddr>, &mut [u8]) -> IndexResult<Write<R>>,
     ) -> IndexResult<R> {
         let mut buf = self.leaf_buf(c);
+        // Descents again: leaves whose fences turned the key away (not an SMO's claim, which
+        // is waited out).
+        let mut restarts = Attempts::new();
         'descend: loop {
             let loc = self.blink.locate(c, key).await?;
             let (mut cur, mut moves) = (loc.leaf, Attempts::new());
@@ -105,7 +113,10 @@ impl Marlin {
                         held.leave_now(c).await?;
                         match self.next(c, &loc, judge, &mut moves).await? {
                             Next::Leaf(a) => cur = a,
-                            Next::Descend => continue 'descend,
+                            Next::Descend => {
+                                restarts.failed(cur, "leaf fences")?;
+                                continue 'descend;
+                            }
                         }
                     }
                     Write::Full(held) => {

@@ -25,6 +25,7 @@
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult, Pair};
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::Internal;
 use dmindex_prim::counter::{add, bump};
 use dmindex_prim::doorbell;
@@ -74,6 +75,8 @@ impl Marlin {
         let mut follow: Option<GlobalAddr> = None;
         let mut bufs: Vec<u8> = Vec::new();
         let bytes = self.shape.bytes;
+        // Rounds started again: leaves whose fences did not take the scan on.
+        let mut refreshes = Attempts::new();
         'rounds: loop {
             bump(&self.counters.scan_rounds);
             let left = count.saturating_sub(pairs.len());
@@ -105,6 +108,7 @@ impl Marlin {
                     Judge::Here => {}
                     Judge::Right(sib) if i == 0 => {
                         // A split since the leaf's parent was read: continue by the sibling.
+                        refreshes.failed(leaf, "leaf fences")?;
                         bump(&self.counters.scan_refreshes);
                         follow = Some(sib);
                         continue 'rounds;
@@ -112,6 +116,7 @@ impl Marlin {
                     _ => {
                         // Not adjacent to the last image (a split since the parent was
                         // cached): continue after the last one by its sibling, or descend.
+                        refreshes.failed(leaf, "leaf fences")?;
                         bump(&self.counters.scan_refreshes);
                         if i == 0 {
                             let cached = self.blink.cache.with(1, &next, |p| (p.node.low, p.addr));

@@ -41,6 +41,7 @@ use std::sync::atomic::AtomicU64;
 
 use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::counter::bump;
 use dmindex_prim::kv_block::Blocks;
 use dmindex_prim::spear::{self, Held};
@@ -86,6 +87,7 @@ pub async fn read<'b, T: Transport>(
     buf: &'b mut [u8],
     counters: &WriteCounters,
 ) -> IndexResult<LeafImage<'b>> {
+    let mut attempts = Attempts::new();
     loop {
         c.read(leaf, &mut buf[..shape.bytes]).await?;
         match LeafImage::verify(shape, buf) {
@@ -93,6 +95,7 @@ pub async fn read<'b, T: Transport>(
             Err(Refused::Torn) => bump(&counters.torn_reads),
             Err(Refused::NotALeaf) => return Err(not_a_leaf(leaf)),
         }
+        attempts.failed(leaf, "leaf versions")?;
     }
 }
 
