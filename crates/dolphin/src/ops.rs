@@ -25,6 +25,7 @@
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::radix::node::Lookup;
 use dmindex_prim::radix::slot::Child;
 use dmindex_prim::radix::{At, Kind, NodeImage, Pos};
@@ -92,6 +93,8 @@ impl Dolphin {
     ) -> IndexResult<bool> {
         self.counters.searches.bump(c.ordinal());
         let mut buf = self.leaf_buf(c);
+        // Multi-line cells caught mid-write, and backtracks.
+        let mut attempts = Attempts::new();
         loop {
             let (leaf, special) = match self.route(c, key).await? {
                 Route::NoPrefix(_) => return Ok(false),
@@ -101,9 +104,15 @@ impl Dolphin {
             match img.judge(key) {
                 Judge::Here => match search_image(&img, key, out) {
                     Some(found) => return Ok(found),
-                    None => bump(&self.counters.sync.torn_reads),
+                    None => {
+                        attempts.failed(leaf, "leaf's multi-line cell")?;
+                        bump(&self.counters.sync.torn_reads)
+                    }
                 },
-                Judge::Right => self.backtrack(special),
+                Judge::Right => {
+                    attempts.failed(leaf, "leaf fences")?;
+                    self.backtrack(special)
+                }
                 Judge::Left | Judge::OtherPrefix => return Err(corrupt("a floor overshot", key)),
             }
         }
@@ -136,6 +145,8 @@ impl Dolphin {
     ) -> IndexResult<()> {
         let (shape, sc) = (&self.shape, &self.counters.sync);
         let mut buf = self.leaf_buf(c);
+        // Backtracks (not an SMO's claim, which is waited out).
+        let mut backtracks = Attempts::new();
         loop {
             let (leaf, special, kind) = match self.route(c, key).await? {
                 Route::NoPrefix(pos) => {
@@ -149,7 +160,10 @@ impl Dolphin {
             };
             match sync::upsert(c, shape, leaf, key, value, &mut buf, sc).await? {
                 Write::Done(()) => return Ok(()),
-                Write::Elsewhere(held, j) => self.left(c, held, j, special, key).await?,
+                Write::Elsewhere(held, j) => {
+                    self.left(c, held, j, special, key).await?;
+                    backtracks.failed(leaf, "leaf fences")?;
+                }
                 Write::Again => bump(&self.counters.retries),
                 Write::Full(held) => {
                     let polls = self.polls;
@@ -252,6 +266,8 @@ impl Dolphin {
         op: impl AsyncFn(GlobalAddr, &mut [u8]) -> IndexResult<Write<bool>>,
     ) -> IndexResult<bool> {
         let mut buf = self.leaf_buf(c);
+        // Backtracks (not an SMO's claim, which is waited out).
+        let mut backtracks = Attempts::new();
         loop {
             let (leaf, special) = match self.route(c, key).await? {
                 Route::NoPrefix(_) => return Ok(false),
@@ -259,7 +275,10 @@ impl Dolphin {
             };
             match op(leaf, &mut buf).await? {
                 Write::Done(found) => return Ok(found),
-                Write::Elsewhere(held, j) => self.left(c, held, j, special, key).await?,
+                Write::Elsewhere(held, j) => {
+                    self.left(c, held, j, special, key).await?;
+                    backtracks.failed(leaf, "leaf fences")?;
+                }
                 Write::Again => bump(&self.counters.retries),
                 Write::Full(held) => {
                     held.leave_now(c).await?;

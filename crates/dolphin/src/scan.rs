@@ -33,6 +33,7 @@ use std::sync::Arc;
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult, Pair};
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::pool::Pooled;
 use dmindex_prim::radix::node::slot_addr;
 use dmindex_prim::radix::node::Lookup;
@@ -86,11 +87,14 @@ impl Dolphin {
                     return Ok(());
                 }
             }
+            // The special node's image read again: its leaves did not cover the scan.
+            let mut refreshes = Attempts::new();
             loop {
                 match self.scan_special(c, &sp, &mut cur, end, &mut left, out).await? {
                     Leaves::Done => return Ok(()),
                     Leaves::Next => break,
                     Leaves::Gap(at) => {
+                        refreshes.failed(sp.node, "special node's leaves")?;
                         bump(&self.counters.scan_refreshes);
                         self.cache.invalidate(sp.node);
                         cur = at;
@@ -141,6 +145,7 @@ impl Dolphin {
         p: u64,
     ) -> IndexResult<Option<Special>> {
         let tree = self.tree();
+        let mut restarts = Attempts::new();
         'restart: loop {
             let root = Slot::inner(Partial::Byte(0), self.root, ROOT_KIND);
             let mut stack: Vec<(Slot, Option<Link>, Vec<u8>)> = vec![(root, None, Vec::new())];
@@ -151,6 +156,7 @@ impl Dolphin {
                     if let Some(l) = link {
                         tree.switch(c, &l, addr, &img).await?;
                     }
+                    restarts.failed(addr, "radix node frozen for a type switch")?;
                     continue 'restart;
                 }
                 let h = img.header;

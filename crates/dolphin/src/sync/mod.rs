@@ -47,6 +47,7 @@
 
 use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::spear::{self, Held};
 
 use crate::bump;
@@ -91,6 +92,7 @@ pub async fn read<'b, T: Transport>(
     buf: &'b mut [u8],
     counters: &SyncCounters,
 ) -> IndexResult<LeafImage<'b>> {
+    let mut attempts = Attempts::new();
     loop {
         c.read(leaf, &mut buf[..shape.bytes]).await?;
         match LeafImage::verify(shape, buf) {
@@ -98,6 +100,7 @@ pub async fn read<'b, T: Transport>(
             Err(Refused::Torn) => bump(&counters.torn_reads),
             Err(Refused::NotALeaf) => return Err(refused(leaf)),
         }
+        attempts.failed(leaf, "leaf epochs")?;
     }
 }
 
@@ -110,10 +113,12 @@ pub async fn read_whole<T: Transport>(
     buf: &mut [u8],
     counters: &SyncCounters,
 ) -> IndexResult<()> {
+    let mut attempts = Attempts::new();
     loop {
         if read(c, shape, leaf, buf, counters).await?.live_whole() {
             return Ok(());
         }
+        attempts.failed(leaf, "leaf's multi-line cells")?;
         bump(&counters.torn_reads);
     }
 }
