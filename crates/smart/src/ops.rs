@@ -2,6 +2,7 @@
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::radix::header::MAX_PREFIX;
 use dmindex_prim::radix::node::{slot_addr, Lookup};
 use dmindex_prim::radix::slot::{Child, MAX_LEAF};
@@ -47,11 +48,13 @@ impl<V: Variant> SmartIndex<V> {
         len: usize,
         buf: &'b mut [u8; MAX_LEAF],
     ) -> IndexResult<LeafView<'b>> {
+        let mut attempts = Attempts::new();
         loop {
             c.read(addr, &mut buf[..len]).await?;
             if LeafView::decode(&buf[..len]).is_ok() {
                 break;
             }
+            attempts.failed(addr, "leaf checksum")?;
             bump(&self.counters.torn_leaves);
         }
         LeafView::decode(&buf[..len])
@@ -69,6 +72,8 @@ impl<V: Variant> SmartIndex<V> {
         value: Option<&mut Vec<u8>>,
     ) -> IndexResult<Leaf> {
         let mut buf = [0u8; MAX_LEAF];
+        // Moves followed: a chain of moved leaves that does not end is garbage.
+        let mut moves = Attempts::new();
         loop {
             let Some(Child::Leaf { addr, len }) = s.child() else {
                 return Err(IndexError::Corrupt("a smart leaf slot names no leaf".into()));
@@ -80,6 +85,7 @@ impl<V: Variant> SmartIndex<V> {
             // and lose the item.)
             let live = match v.status.state() {
                 State::Moved(t) => {
+                    moves.failed(addr, "chain of moved leaves")?;
                     s = t;
                     continue;
                 }

@@ -9,6 +9,7 @@
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, Transport};
 use dmindex_index::{IndexResult, Pair};
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::radix::node::slot_addr;
 use dmindex_prim::radix::slot::{Child, MAX_LEAF};
 use dmindex_prim::radix::{Link, Partial, Slot};
@@ -48,6 +49,7 @@ impl<V: Variant> SmartIndex<V> {
         let start = out.len();
         let root = Slot::inner(Partial::Byte(0), self.root, ROOT_KIND);
         let mut stack = Vec::new();
+        let mut restarts = Attempts::new();
         'restart: loop {
             stack.clear();
             stack.push(Frame { slot: root, link: None, pos: Vec::new(), all: false });
@@ -77,6 +79,7 @@ impl<V: Variant> SmartIndex<V> {
                             if let Some(l) = f.link {
                                 self.tree().switch(c, &l, addr, &img).await?;
                             }
+                            restarts.failed(addr, "radix node frozen for a type switch")?;
                             // Resume after the last key returned (pairs returned were each
                             // the key's value at an instant of the scan).
                             bump(&self.counters.descent.fresh_restarts);
@@ -85,6 +88,7 @@ impl<V: Variant> SmartIndex<V> {
                         let h = img.header;
                         let depth = h.depth as usize;
                         if depth < f.pos.len() || depth - (h.len as usize) > f.pos.len() {
+                            restarts.failed(addr, "radix node depth and prefix")?;
                             bump(&self.counters.descent.fresh_restarts);
                             continue 'restart;
                         }
@@ -169,8 +173,10 @@ impl<V: Variant> SmartIndex<V> {
                 Err(_) => (Vec::new(), Vec::new(), State::Moved(*s)),
             };
             // A torn read (in-place update in flight) or a move: read on, one leaf at a time.
+            let mut moves = Attempts::new();
             while let State::Moved(t) = state {
                 let Some(Child::Leaf { addr, len }) = t.child() else { break };
+                moves.failed(addr, "chain of moved leaves")?;
                 let v = self.read_leaf(c, addr, len, &mut one).await?;
                 (key, value, state) = (v.key.to_vec(), v.value.to_vec(), v.status.state());
             }
