@@ -29,6 +29,7 @@
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::attempts::Attempts;
 use smallvec::SmallVec;
 
 use crate::layout::{decode_entries, Entry, KeyHash, Meta};
@@ -59,6 +60,9 @@ impl SepHash {
         let mut block: Option<GlobalAddr> = None;
         let mut slots: SlotWords = SmallVec::new();
         let mut main: Words = SmallVec::new();
+        // Metas that did not own the key or changed during the READs, stale MainSegments and
+        // offsets (not merges waited out, nor CASes lost to other appends).
+        let mut attempts = Attempts::new();
         'op: loop {
             let t = self.target(c, kh).await?;
             let node = t.seg.node();
@@ -90,15 +94,18 @@ impl SepHash {
             }
             let meta = Meta(word(&head, 0));
             if word(&after, 0) != meta.0 {
+                attempts.failed(t.seg, "segment meta around the slots' READ")?;
                 bump(&self.counters.retries, 1);
                 continue;
             }
             if !meta.owns(word(&head, 8), kh.h) {
+                attempts.failed(t.seg, "segment meta's depth and suffix")?;
                 bump(&self.counters.retries, 1);
                 self.refresh_dir(c, kh).await?;
                 continue;
             }
             if conditional && meta.main_id() != t.main.id {
+                attempts.failed(t.seg, "segment meta's MainSegment")?;
                 bump(&self.counters.retries, 1);
                 self.refresh_main(c, t.seg, meta).await?;
                 continue;
@@ -113,6 +120,7 @@ impl SepHash {
             let read = |j: usize| Entry(word(&slots, 8 * j));
             if from > 0 && !meta.holds(read(0)) {
                 // The offset is past the first free slot (the segment was merged since).
+                attempts.failed(t.seg, "slot before the sliding offset")?;
                 self.cache.set_offset(t.seg, 0);
                 bump(&self.counters.retries, 1);
                 continue;

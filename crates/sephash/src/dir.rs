@@ -4,6 +4,7 @@ use arrayvec::ArrayVec;
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::doorbell;
 
 use crate::cache::MainRange;
@@ -44,13 +45,15 @@ impl SepHash {
     /// Each MainSegment refresh can be undone by a merge or a split that other clients finish
     /// meanwhile (the cache is shared, and a descheduled client may see many), so this loops
     /// until the cache answers; only a directory that names no segment for the key at all, even
-    /// right after it was read, is an error.
+    /// right after it was read, is an error, and so is a MainSegment whose header never
+    /// parses ([`Attempts`]: a refresh that caches nothing, over and over).
     pub(crate) async fn target<T: Transport>(
         &self,
         c: &Client<T>,
         kh: KeyHash,
     ) -> IndexResult<Target> {
         let mut dir_read = false;
+        let mut attempts = Attempts::new();
         loop {
             let Some(seg) = self.cache.locate(kh.h) else {
                 if dir_read {
@@ -70,7 +73,9 @@ impl SepHash {
                 return Ok(Target { seg, main, offset });
             }
             let meta = Meta(c.read_word(seg).await?);
-            self.refresh_main(c, seg, meta).await?;
+            if !self.refresh_main(c, seg, meta).await? {
+                attempts.failed(seg, "MainSegment header")?;
+            }
         }
     }
 
@@ -108,20 +113,21 @@ impl SepHash {
         Ok(())
     }
 
-    /// Reads the header and record points of the MainSegment `meta` names into the cache.
-    /// Usually one READ. A MainSegment replaced (and its memory reused) since `meta` was read
-    /// leaves a cache entry under an identity no meta shows again within 2^20 merges.
+    /// Reads the header and record points of the MainSegment `meta` names into the cache;
+    /// whether it did (`false`: the header did not parse). Usually one READ. A MainSegment
+    /// replaced (and its memory reused) since `meta` was read leaves a cache entry under an
+    /// identity no meta shows again within 2^20 merges.
     pub(crate) async fn refresh_main<T: Transport>(
         &self,
         c: &Client<T>,
         seg: GlobalAddr,
         meta: Meta,
-    ) -> IndexResult<()> {
+    ) -> IndexResult<bool> {
         bump(&self.counters.fptable_refreshes, 1);
         let main = meta.main();
         if main == 0 {
             self.cache.learn_main(seg, meta.main_id(), MainHeader { entries: 0, points: 0 }, &[]);
-            return Ok(());
+            return Ok(true);
         }
         let at = GlobalAddr::new(seg.node(), main);
         let mut b = [0u8; 8 + POINT_BYTES as usize * POINTS_GUESS];
@@ -130,7 +136,7 @@ impl SepHash {
         if h.points as usize > crate::fptable::N {
             // Reused since the meta was read (or not SepHash's): cache nothing; the caller
             // reads the meta again.
-            return Ok(());
+            return Ok(false);
         }
         let mut points: Vec<Point> = decode_points(&b[8..], h.points as usize).collect();
         if h.points as usize > POINTS_GUESS {
@@ -143,7 +149,7 @@ impl SepHash {
             points.extend(decode_points(&rest, h.points as usize - POINTS_GUESS));
         }
         self.cache.learn_main(seg, meta.main_id(), h, &points);
-        Ok(())
+        Ok(true)
     }
 
     /// Walks every segment: entry utilisation (the load factor) and space. Not a hot path.

@@ -21,6 +21,7 @@
 
 use dmindex_fabric::{BatchOp, Client, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::attempts::Attempts;
 use smallvec::SmallVec;
 
 use crate::layout::{decode_entries, Entry, KeyHash, Meta};
@@ -45,6 +46,8 @@ impl SepHash {
         let positions = self.shape.cur.positions;
         self.counters.searches.bump(c.ordinal());
         let mut slots: SlotWords = SmallVec::new();
+        // Metas that did not own the key or changed during the READs, MainSegments not cached.
+        let mut attempts = Attempts::new();
         loop {
             let t = self.target(c, kh).await?;
             let node = t.seg.node();
@@ -70,15 +73,18 @@ impl SepHash {
             self.counters.search_segment_reads.bump(c.ordinal());
             let meta = Meta(word(&head, 0));
             if !meta.owns(word(&head, 8), kh.h) {
+                attempts.failed(t.seg, "segment meta's depth and suffix")?;
                 bump(&self.counters.retries, 1);
                 self.refresh_dir(c, kh).await?;
                 continue;
             }
             if !main.is_empty() && word(&after, 0) != meta.0 {
+                attempts.failed(t.seg, "segment meta around a MainSegment READ")?;
                 bump(&self.counters.retries, 1);
                 continue;
             }
             if meta.main_id() != t.main.id {
+                attempts.failed(t.seg, "segment meta's MainSegment")?;
                 bump(&self.counters.retries, 1);
                 self.refresh_main(c, t.seg, meta).await?;
                 continue;
@@ -100,6 +106,7 @@ impl SepHash {
                 ])
                 .await?;
                 if word(&after, 0) != meta.0 {
+                    attempts.failed(t.seg, "segment meta around a CurSegment READ")?;
                     bump(&self.counters.retries, 1);
                     continue;
                 }
