@@ -67,6 +67,7 @@
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::kv_block;
 
 use crate::bucket::{At, Copy, Snap};
@@ -95,7 +96,8 @@ struct Waiting {
 
 impl Race {
     /// The key's buckets in the segment whose headers all match it, into `snap`: the cached entry
-    /// first, the directory re-read on a mismatch. Counts the snapshots read in `reads`.
+    /// first, the directory re-read on a mismatch. Counts the snapshots read in `reads`. Headers
+    /// that never match (garbage in a bucket) end in a corrupt index ([`Attempts`]).
     pub(crate) async fn locate<T: Transport>(
         &self,
         c: &Client<T>,
@@ -104,12 +106,14 @@ impl Race {
         snap: &mut Snap,
     ) -> IndexResult<()> {
         let mut entry = self.cached(h.h1);
+        let mut attempts = Attempts::new();
         loop {
             self.read_snap(c, dir_entry_parts(entry).0, h, snap).await?;
             *reads += 1;
             if snap.matches(h) {
                 return Ok(());
             }
+            attempts.failed(snap.seg, "bucket headers")?;
             bump(&self.counters.retries, 1);
             entry = self.refresh(c, h.h1).await?;
         }

@@ -1,0 +1,12 @@
+//! Garbage over the nodes an operation READs: every operation reports a corrupt index instead of
+//! spinning (the conformance kit's garbage test).
+
+use dmindex_conformance::{garbage_test, GarbageConfig};
+use dmindex_index::{IndexConfig, IndexKind, PointOnly};
+use dmindex_race::Race;
+
+#[test]
+fn race_reports_garbage_as_corrupt() {
+    let cfg = GarbageConfig::new(IndexConfig::default(), IndexKind::Point);
+    garbage_test::<Race, PointOnly>(&cfg);
+}
