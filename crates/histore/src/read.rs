@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult, Pair};
+use dmindex_prim::attempts::Attempts;
 use dmindex_prim::doorbell;
 use dmindex_prim::kv_block;
 use dmindex_prim::view::View;
@@ -117,7 +118,9 @@ impl<const MODE: u8> Store<MODE> {
     }
 
     /// GET in group `g`'s view `v`: through its primary's hash table if it keeps one, else by
-    /// request to a skiplist replica; validated against the view word after the read.
+    /// request to a skiplist replica; validated against the view word after the read. A chain
+    /// link to another memory node than the table's, or to a misaligned bucket, or a chain that
+    /// does not end ([`Attempts`]), is garbage in the table: a corrupt index.
     pub(crate) async fn get_in<T: Transport>(
         &self,
         c: &Client<T>,
@@ -134,6 +137,7 @@ impl<const MODE: u8> Store<MODE> {
         let check = self.validates().then_some((place.group, v));
         let node = self.desc.groups[place.group].nodes[v.leader as usize];
         let mut bucket = GlobalAddr::new(node, table + place.bucket * BUCKET);
+        let mut hops = Attempts::new();
         loop {
             let mut b = [0u8; BUCKET as usize];
             c.read(bucket, &mut b).await?;
@@ -152,7 +156,14 @@ impl<const MODE: u8> Store<MODE> {
                 self.view_checked(c, place.group, v).await?;
                 return Ok(false);
             }
-            bucket = GlobalAddr::from_raw(next);
+            let to = GlobalAddr::from_raw(next);
+            if to.node() != node || to.offset() % BUCKET != 0 {
+                return Err(Miss::Fatal(IndexError::Corrupt(format!(
+                    "bucket at {bucket} chains to {to}, not a bucket of its table's node"
+                ))));
+            }
+            hops.failed(bucket, "bucket chain")?;
+            bucket = to;
             self.counters.chain_hops.fetch_add(1, Ordering::Relaxed);
         }
     }

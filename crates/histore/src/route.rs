@@ -258,7 +258,8 @@ impl<const MODE: u8> Store<MODE> {
         Ok(self.view_word(g).change(c, v, next).await?)
     }
 
-    /// Drives group `g`'s view `v` to a stable one and caches it.
+    /// Drives group `g`'s view `v` to a stable one and caches it. A view read from the word
+    /// that names replicas the group does not have is garbage: a corrupt index.
     pub(crate) async fn drive<T: Transport>(
         &self,
         c: &Client<T>,
@@ -266,6 +267,13 @@ impl<const MODE: u8> Store<MODE> {
         mut v: View,
     ) -> IndexResult<View> {
         for _ in 0..MAX_ATTEMPTS {
+            let replicas = (1u16 << self.mode.replicas()) - 1;
+            if v.members as u16 & !replicas != 0 || (v.members != 0 && !v.has(v.leader as usize)) {
+                return Err(IndexError::Corrupt(format!(
+                    "group {g}'s view word {:#x} names replicas the group does not have",
+                    v.word()
+                )));
+            }
             if !v.changing {
                 return self.cache(c, g, v).await;
             }
