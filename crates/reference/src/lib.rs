@@ -137,7 +137,11 @@ impl LockedShards {
     ) -> IndexResult<(Held<'static>, Shard)> {
         let held = lock::acquire_whole(c, self.header_addr(shard), || {}).await?;
         let h = ShardHeader::decode(&c.read_vec(self.header_addr(shard), 24).await?);
-        if h.count > h.capacity || (h.capacity > 0 && h.array.is_null()) {
+        // The array must lie within its memory node: garbage in the header is a corrupt index,
+        // not a READ (or an allocation) of whatever size it says.
+        let end = h.array.offset().checked_add(h.capacity as u64 * self.entry_size as u64);
+        let fits = end.is_some_and(|e| c.info().node_size(h.array.node()).is_some_and(|n| e <= n));
+        if h.count > h.capacity || (h.capacity > 0 && (h.array.is_null() || !fits)) {
             return Err(IndexError::Corrupt(format!("shard {shard} header {h:?}")));
         }
         let mut entries = Vec::with_capacity(h.count as usize + 1);
