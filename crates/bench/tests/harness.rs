@@ -253,3 +253,49 @@ fn a_failed_client_ends_the_run_with_its_error_and_nothing_after() {
     assert_eq!(FAILING_SEARCHES.load(Ordering::Relaxed), 0, "no run phase after a failed load");
     assert_eq!(FAILING_LOAD_FACTORS.load(Ordering::Relaxed), 0, "no probe after a failure");
 }
+
+/// An index whose searches meet garbage in remote memory, as a retry loop that reached its bound
+/// reports it.
+struct Garbled {
+    inner: LockedShards,
+}
+
+impl<T: Transport> PointIndex<T> for Garbled {
+    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        Ok(Garbled { inner: <LockedShards as PointIndex<T>>::create(c, config, cn).await? })
+    }
+    async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        Ok(Garbled { inner: <LockedShards as PointIndex<T>>::open(c, config, cn).await? })
+    }
+    async fn search_into(&self, _: &Client<T>, _: &[u8], _: &mut Vec<u8>) -> IndexResult<bool> {
+        Err(dmindex_index::IndexError::Corrupt(
+            "leaf versions at 0:0x10040 failed validation 1048576 times in a row".into(),
+        ))
+    }
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        self.inner.insert(c, key, value).await
+    }
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        self.inner.update(c, key, value).await
+    }
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        self.inner.delete(c, key).await
+    }
+}
+
+/// A corrupt index is the run's error, named as one, on every transport the harness runs
+/// in-process (the command line prints it and exits with status 2, as for any error).
+#[test]
+fn a_corrupt_index_is_the_runs_error() {
+    for transport in [TransportKind::Local, TransportKind::Sim] {
+        let mut cfg = BenchConfig::of("garbled", "c");
+        (cfg.cluster.transport, cfg.cluster.clients) = (transport, 2);
+        (cfg.workload.items, cfg.workload.ops) = (200, Some(200));
+        let e = run::<Garbled, PointOnly>(&cfg).expect_err("searches meet garbage");
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("an operation failed: corrupt index: leaf versions at 0:0x10040 failed"),
+            "{transport:?}: {msg}"
+        );
+    }
+}
