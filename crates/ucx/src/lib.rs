@@ -23,6 +23,9 @@ pub mod proto;
 pub mod testhosts;
 pub mod tls;
 
+#[cfg(target_os = "linux")]
+pub mod own_sockets;
+
 #[cfg(feature = "ucx")]
 pub mod server;
 #[cfg(feature = "ucx")]
