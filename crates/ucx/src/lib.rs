@@ -25,6 +25,8 @@ pub mod tls;
 
 #[cfg(target_os = "linux")]
 pub mod own_sockets;
+#[cfg(target_os = "linux")]
+pub mod syn_gate;
 
 #[cfg(feature = "ucx")]
 pub mod server;
