@@ -24,9 +24,13 @@ pub mod testhosts;
 pub mod tls;
 
 #[cfg(target_os = "linux")]
+pub mod descriptors;
+#[cfg(target_os = "linux")]
 pub mod own_sockets;
 #[cfg(target_os = "linux")]
 pub mod syn_gate;
+#[cfg(target_os = "linux")]
+pub mod ucx_caps;
 
 #[cfg(feature = "ucx")]
 pub mod server;
