@@ -8,7 +8,9 @@
 //! memnode executes itself ([`message_verbs`]).
 //!
 //! Only [`admission`], [`auth`], [`tls`], [`proto`], [`control`], [`peers`], [`testhosts`] and [`message_verbs`] (wire formats, TCP) build without the `ucx` cargo feature; the
-//! rest links libucp (Debian's libucx-dev 1.13.1, found with pkg-config). See `docs/ucx.md`.
+//! rest links libucp (Debian's libucx-dev 1.13.1, found with pkg-config). So do, on Linux, the
+//! guard over UCX's own TCP listener ([`ucx_guard`]) and its parts ([`descriptors`],
+//! [`own_sockets`], [`syn_gate`], [`ucx_caps`]), which need no UCX call. See `docs/ucx.md`.
 
 /// What commands that need UCX say in a build without the `ucx` feature.
 pub const NOT_BUILT: &str = "this dmindex was built without UCX: rebuild with \
@@ -31,6 +33,8 @@ pub mod own_sockets;
 pub mod syn_gate;
 #[cfg(target_os = "linux")]
 pub mod ucx_caps;
+#[cfg(target_os = "linux")]
+pub mod ucx_guard;
 
 #[cfg(feature = "ucx")]
 pub mod server;

@@ -9,7 +9,8 @@
 //! replies. Each control connection gets a thread
 //! that checks the client's token, sends the welcome, then answers calls (chunk allocation,
 //! node info, index services) on the memnode's CPU. A client that disconnects, even mid-call,
-//! only ends its thread; the pool and everything in it stay.
+//! only ends its thread; the pool and everything in it stay. A guard thread bounds the
+//! connections to UCX's own TCP listener ([`crate::ucx_guard`]).
 //!
 //! # Peers
 //!
@@ -34,6 +35,7 @@ use crate::message_verbs::{self, Request, REPLY_AM, REPLY_LEN, REQUEST_AM};
 use crate::peers::TcpPeers;
 use crate::proto::{self, Reply, Welcome};
 use crate::ucp::{ReplyEndpoint, Worker};
+use crate::ucx_guard::{self, UcxGuard};
 
 /// How long a client has from its connection to the end of its bootstrap.
 const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -157,8 +159,9 @@ pub fn serve(
     // key check ([`crate::tls`]): elsewhere every verb is a keyed verb message.
     let tls = std::env::var("UCX_TLS").ok();
     let one_sided = crate::tls::one_sided_allowed(tls.as_deref());
-    let mut worker = Worker::waking(devices.as_deref(), one_sided)
-        .map_err(|e| format!("UCX setup failed: {e}"))?;
+    let (worker, ucx_listeners) =
+        ucx_guard::listeners_made_by(|| Worker::waking(devices.as_deref(), one_sided));
+    let mut worker = worker.map_err(|e| format!("UCX setup failed: {e}"))?;
     let pool = worker.map_pool(size).map_err(|e| format!("cannot allocate the pool: {e}"))?;
     let pool = Arc::new(pool);
     // Served in whole cache lines (a --size that is not one loses its last few bytes).
@@ -233,6 +236,8 @@ pub fn serve(
             false => "every verb a keyed message (UCX_TLS unset or with tcp: no UCX RMA)",
         }
     );
+    // UCX's own TCP listener, bounded as the control port is; stopped before the worker goes.
+    let ucx_guard = UcxGuard::start(cfg.id, ucx_listeners);
     ready(local);
     let mut port = ControlPort {
         id: cfg.id,
@@ -281,6 +286,7 @@ pub fn serve(
     let live = Arc::clone(&port.live);
     drop(port);
     eprintln!("memnode[{}]: shutting down", cfg.id);
+    drop(ucx_guard);
     // End every control connection, and wait for calls under way to finish, before the pool
     // goes: their threads use it.
     for (_, s) in lock(&live).iter() {
