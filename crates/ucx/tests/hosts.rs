@@ -14,13 +14,16 @@
 //!   memnode stays up.
 //! * The client reads its word back unchanged.
 //!
+//! A second test floods UCX's own listener from the attacker's host while the client's is
+//! served ([`a_flood_from_another_host_leaves_ucx_serving_a_third`]).
+//!
 //! Needs root and iproute2 (it skips, saying so, without them).
 #![cfg(feature = "ucx")]
 
 mod common;
 
 use std::io::Write;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
@@ -51,8 +54,8 @@ fn an_attacker_on_another_host_cannot_touch_the_pool() {
     let net = Net::create(&HOSTS).expect("test hosts");
     let addr = format!("{}:7000", Net::addr(0));
     let log = std::env::temp_dir().join(format!("dmx-ucx-hosts-{}.log", std::process::id()));
-    let mut mn =
-        spawn(&net, "mn", "memnode", &addr, Stdio::from(std::fs::File::create(&log).unwrap()));
+    let log_file = Stdio::from(std::fs::File::create(&log).unwrap());
+    let mut mn = spawn(&net, "mn", TEST, "memnode", &addr, log_file);
     let (_, from_mn) = lines(&mut mn);
     expect(&from_mn, "MEMNODE READY");
     // Every listener on the memnode's host is on its address there, none on a wildcard.
@@ -66,11 +69,11 @@ fn an_attacker_on_another_host_cannot_touch_the_pool() {
             "{l} is not bound to the listen address: {listening}"
         );
     }
-    let mut cn = spawn(&net, "cn", "client", &addr, Stdio::inherit());
+    let mut cn = spawn(&net, "cn", TEST, "client", &addr, Stdio::inherit());
     let (mut to_cn, from_cn) = lines(&mut cn);
     let wrote = expect(&from_cn, "WROTE");
     let (worker, at_pool) = wrote["WROTE ".len()..].split_once(' ').unwrap();
-    let mut at = spawn(&net, "at", "attacker", &addr, Stdio::inherit());
+    let mut at = spawn(&net, "at", TEST, "attacker", &addr, Stdio::inherit());
     let (mut to_at, from_at) = lines(&mut at);
     writeln!(to_at, "{worker} {at_pool}").unwrap();
     let verdict = expect(&from_at, "ATTACK");
@@ -90,17 +93,20 @@ fn an_attacker_on_another_host_cannot_touch_the_pool() {
     assert!(text.contains("refused: the client left after the challenge"), "{text}");
 }
 
-fn spawn(net: &Net, host: &str, role: &str, addr: &str, stderr: Stdio) -> Child {
-    net.this_test(host, TEST)
-        .unwrap()
-        .env(ROLE, role)
+fn spawn(net: &Net, host: &str, test: &str, role: &str, addr: &str, stderr: Stdio) -> Child {
+    command(net, host, test, role, addr, stderr).spawn().unwrap()
+}
+
+/// Test `test` of this binary on `host`, in part `role`, with the memnode at `addr`.
+fn command(net: &Net, host: &str, test: &str, role: &str, addr: &str, stderr: Stdio) -> Command {
+    let mut c = net.this_test(host, test).unwrap();
+    c.env(ROLE, role)
         .env("DMX_MEMNODE", addr)
         .env("UCX_TLS", "tcp")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .unwrap()
+        .stderr(stderr);
+    c
 }
 
 /// A child's stdin, and what it prints after the mark `DMX `.
@@ -171,4 +177,107 @@ fn attacker() {
     let got = common::unkeyed_rma(&address, base + offset);
     let _ = common::unkeyed_rma(&address, 0x1000);
     println!("DMX UNKEYED read {:?}, faa {}", got.read, got.faa);
+}
+
+const FLOOD_TEST: &str = "a_flood_from_another_host_leaves_ucx_serving_a_third";
+
+/// UCX's own listener, flooded from another host, serves a third. The memnode (limited to 1024
+/// descriptors) is on one host; the attacker, on another, opens 40 raw connections to UCX's
+/// port and then 3000 more, and never sends a byte; a client on a third host connects and is
+/// served meanwhile. The attacker's 40 are closed 5 s after it opened them (plus the guard's
+/// period), the memnode's descriptors stay well under its limit, and once the attacker drops
+/// its flood it connects as a client itself and is served.
+#[test]
+fn a_flood_from_another_host_leaves_ucx_serving_a_third() {
+    use common::flood::{self, FdPeak, MEMNODE_FD_LIMIT};
+    match std::env::var(ROLE).as_deref() {
+        Ok("memnode") => {
+            return flood::memnode_until_stdin_closes(&std::env::var("DMX_MEMNODE").unwrap())
+        }
+        Ok("client") => return flood_client(),
+        Ok("attacker") => return flooder(),
+        _ => {}
+    }
+    if !Net::available() {
+        eprintln!(
+            "SKIPPED {FLOOD_TEST}: it makes network namespaces, which needs root and iproute2"
+        );
+        return;
+    }
+    let net = Net::create(&HOSTS).expect("test hosts");
+    let addr = format!("{}:7000", Net::addr(0));
+    let log = std::env::temp_dir().join(format!("dmx-ucx-flood-{}.log", std::process::id()));
+    let log_file = Stdio::from(std::fs::File::create(&log).unwrap());
+    let mut cmd = command(&net, "mn", FLOOD_TEST, "memnode", &addr, log_file);
+    let mut mn = flood::with_fd_limit(&mut cmd).spawn().unwrap();
+    let (to_mn, from_mn) = lines(&mut mn);
+    expect(&from_mn, "MEMNODE READY");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let ucx = text.lines().find_map(flood::ucx_listener_in).expect("UCX's listener is named");
+    assert_eq!(ucx.ip().to_string(), Net::addr(0), "{text}");
+    let peak = FdPeak::watch(mn.id());
+    let mut at = spawn(&net, "at", FLOOD_TEST, "attacker", &addr, Stdio::inherit());
+    let (mut to_at, from_at) = lines(&mut at);
+    writeln!(to_at, "{ucx}").unwrap();
+    expect(&from_at, "FLOODING");
+    let mut cn = spawn(&net, "cn", FLOOD_TEST, "client", &addr, Stdio::inherit());
+    let (_to_cn, from_cn) = lines(&mut cn);
+    assert_eq!(expect(&from_cn, "CLIENT"), "CLIENT served", "a third host's client, mid-flood");
+    writeln!(to_at, "MEASURE").unwrap();
+    let silent = expect(&from_at, "SILENT");
+    eprintln!("{silent}");
+    let ms: Vec<u64> = silent.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let [closed, first, last] = ms[..] else { panic!("{silent}") };
+    assert_eq!(closed, 40, "{silent}");
+    assert!((4900..=6500).contains(&first) && (4900..=6500).contains(&last), "{silent}");
+    assert_eq!(expect(&from_at, "AFTER"), "AFTER served", "the attacker's host, after its flood");
+    assert!(cn.wait().unwrap().success() && at.wait().unwrap().success());
+    let peak = peak.peak();
+    eprintln!("memnode descriptors at most {peak} of {MEMNODE_FD_LIMIT}");
+    assert!(peak + 64 <= MEMNODE_FD_LIMIT as usize, "descriptors ran close to the limit: {peak}");
+    assert!(mn.try_wait().unwrap().is_none(), "the memnode is up");
+    drop(to_mn);
+    assert!(mn.wait().unwrap().success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    assert!(text.contains("sent no UCX handshake within 5s"), "{text}");
+    assert!(text.contains(&format!("refuses new connections from {}", Net::addr(2))), "{text}");
+    assert!(!text.contains("is gone") && !text.contains("accept() failed"), "{text}");
+}
+
+/// The client on the third host: connects mid-flood and is served.
+fn flood_client() {
+    let addr = std::env::var("DMX_MEMNODE").unwrap();
+    match common::flood::client_is_served(&addr, 7) {
+        Ok(()) => println!("DMX CLIENT served"),
+        Err(e) => println!("DMX CLIENT failed: {e}"),
+    }
+}
+
+/// The attacker: 40 raw connections to UCX's listener (named on its standard input), then 3000
+/// more; once told, how long the 40 lasted; then, its flood dropped, a client of its own.
+fn flooder() {
+    use common::flood::Flood;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let ucx: std::net::SocketAddr = line.trim().parse().unwrap();
+    let me: std::net::SocketAddr = format!("{}:0", Net::addr(2)).parse().unwrap();
+    let mut silent = Flood::open(me, ucx, 40);
+    assert_eq!(silent.established(Duration::from_secs(5)), 40);
+    let opened = std::time::Instant::now();
+    let flood = Flood::open(me, ucx, 3000);
+    println!("DMX FLOODING {} connections", flood.len() + silent.len());
+    line.clear();
+    std::io::stdin().read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "MEASURE");
+    silent.watch_ends(opened + Duration::from_secs(7));
+    let ms: Vec<u128> = silent.lifetimes().iter().map(Duration::as_millis).collect();
+    let (first, last) = (ms.iter().min().copied(), ms.iter().max().copied());
+    println!("DMX SILENT {} {} {}", ms.len(), first.unwrap_or(0), last.unwrap_or(0));
+    drop((flood, silent));
+    let addr = std::env::var("DMX_MEMNODE").unwrap();
+    match common::flood::client_is_served(&addr, 8) {
+        Ok(()) => println!("DMX AFTER served"),
+        Err(e) => println!("DMX AFTER failed: {e}"),
+    }
 }

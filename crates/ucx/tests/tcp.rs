@@ -134,3 +134,100 @@ fn ucx_logs_to_stderr_over_tcp() {
     assert!(stderr.contains("but no handler installed"), "UCX warned on stderr: {stderr}");
     assert!(!stdout.contains("UCX "), "UCX wrote to stdout: {stdout}");
 }
+
+/// UCX's own TCP listener is bounded like the control port. A memnode limited to 1024
+/// descriptors (hard limit included) takes 3000 raw connections to its UCX port from 127.0.0.2
+/// and 40 from 127.0.0.3, none of which ever sends a byte: the flood holds at most its
+/// source's share (the rest are closed at once, and its source's new connections refused by
+/// the listener), a client from 127.0.0.1 connects and is served during the flood, the 40
+/// silent connections are closed 5 s after they were opened (plus the guard's period), the
+/// memnode's descriptors stay well under its limit, and once the flood goes a new client is
+/// served. Without the guard, UCX accepted about 1010 of them, its listener failed on the
+/// descriptor limit and closed for good, and every later client was refused.
+#[test]
+fn a_flood_of_raw_connections_to_ucx_leaves_it_listening_over_tcp() {
+    use common::flood::{self, FdPeak, Flood, MEMNODE_FD_LIMIT};
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    const TEST: &str = "a_flood_of_raw_connections_to_ucx_leaves_it_listening_over_tcp";
+    const ROLE: &str = "DMINDEX_UCX_FLOOD_MEMNODE";
+    if std::env::var_os(ROLE).is_some() {
+        return flood::memnode_until_stdin_closes("127.0.0.1:0");
+    }
+    common::use_tls("tcp");
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", TEST, "--nocapture", "--test-threads", "1"])
+        .env(ROLE, "1")
+        .env("UCX_TLS", "tcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut mn = flood::with_fd_limit(&mut cmd).spawn().unwrap();
+    // The memnode's log, kept and echoed.
+    let (log_tx, log_rx) = std::sync::mpsc::channel::<String>();
+    let stderr = mn.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("  | {line}");
+            let _ = log_tx.send(line.clone());
+            all.push(line);
+        }
+        all
+    });
+    let ready = dmindex_ucx::testhosts::marked_lines(mn.stdout.take().unwrap());
+    let line = ready.recv_timeout(Duration::from_secs(60)).expect("the memnode starts");
+    let addr = line.rsplit(' ').next().unwrap().to_string();
+    let pid = mn.id();
+    let ucx = match flood::ucx_listeners_of(pid, addr.parse().unwrap())[..] {
+        [one] => one,
+        ref other => panic!("UCX listens on {other:?}"),
+    };
+    let named = std::iter::from_fn(|| log_rx.recv_timeout(Duration::from_secs(5)).ok())
+        .find_map(|l| flood::ucx_listener_in(&l));
+    assert_eq!(named, Some(ucx), "the memnode's start-up line names UCX's listener");
+    let baseline = flood::fd_count(pid).unwrap();
+    let peak = FdPeak::watch(pid);
+    let mut silent = Flood::open("127.0.0.3:0".parse().unwrap(), ucx, 40);
+    assert_eq!(silent.established(Duration::from_secs(5)), 40);
+    let t0 = Instant::now();
+    let mut flood = Flood::open("127.0.0.2:0".parse().unwrap(), ucx, 3000);
+    eprintln!("3000 connections requested in {:?}", t0.elapsed());
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    flood::client_is_served(&addr, 1).expect("a client from another address during the flood");
+    eprintln!("a client was served during the flood in {:?}", t.elapsed());
+
+    silent.watch_ends(Instant::now() + Duration::from_secs(7));
+    let ended = silent.lifetimes();
+    eprintln!("silent connections closed after {:?}", (ended.iter().min(), ended.iter().max()));
+    assert_eq!(ended.len(), 40, "every silent connection was closed: {ended:?}");
+    for d in &ended {
+        assert!(*d >= Duration::from_millis(4900), "closed before its deadline: {ended:?}");
+        assert!(*d <= Duration::from_millis(6500), "closed late: {ended:?}");
+    }
+    flood.watch_ends(Instant::now());
+    let flood_ended = flood.lifetimes().len();
+    assert!(flood_ended >= 64, "the memnode closed {flood_ended} of the flood's connections");
+    assert!(mn.try_wait().unwrap().is_none(), "the memnode is up");
+    drop((flood, silent));
+    flood::client_is_served(&addr, 2).expect("a client after the flood");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while flood::fd_count(pid).unwrap() > baseline + 16 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (after, peak) = (flood::fd_count(pid).unwrap(), peak.peak());
+    eprintln!("memnode descriptors: {baseline} before, {peak} at most, {after} after the flood");
+    assert!(after <= baseline + 16, "UCX closed the connections the guard ended: {after}");
+    assert!(peak + 64 <= MEMNODE_FD_LIMIT as usize, "descriptors ran close to the limit: {peak}");
+    drop(mn.stdin.take());
+    assert!(mn.wait().unwrap().success());
+    let log = log.join().unwrap();
+    let has = |s: &str| log.iter().any(|l| l.contains(s));
+    assert!(has("sent no UCX handshake within 5s"), "silent connections were logged");
+    assert!(has("refuses new connections from 127.0.0.2"), "the gate was logged");
+    assert!(!has("is gone") && !has("accept() failed"), "UCX's listener stayed");
+    assert!(log.len() < 100, "{} lines of log for one flood", log.len());
+}
