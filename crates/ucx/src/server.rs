@@ -245,6 +245,7 @@ pub fn serve(
         next_client: 0,
         bootstrapping: BootstrapSlots::new(MAX_BOOTSTRAPPING, MAX_BOOTSTRAPPING_PER_SOURCE),
         turned_away: 0,
+        accept_failures: 0,
         live: Arc::default(),
         welcome,
         services,
@@ -327,6 +328,7 @@ struct ControlPort {
     /// threads and bytes and leaves room for other hosts' clients.
     bootstrapping: Arc<BootstrapSlots>,
     turned_away: u64,
+    accept_failures: u64,
     /// Every control connection being served, so that shutting down can end them.
     live: Arc<Mutex<Vec<(u64, TcpStream)>>>,
     welcome: Arc<Welcome>,
@@ -345,7 +347,14 @@ impl ControlPort {
                 Ok((stream, peer)) => self.admit(stream, peer),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    eprintln!("memnode[{}]: accept failed: {e}", self.id);
+                    // Out of descriptors, say: the connection stays queued and the listener
+                    // readable, so back off a little instead of failing every turn.
+                    self.accept_failures += 1;
+                    let n = self.accept_failures;
+                    if often(n) {
+                        eprintln!("memnode[{}]: accept failed: {e} ({n} so far)", self.id);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
                     return;
                 }
             }
