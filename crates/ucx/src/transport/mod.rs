@@ -70,16 +70,13 @@
 //! in UCX's hands until it completes them.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::future::poll_fn;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Poll, Waker};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use dmindex_fabric::exec::block::{self, WaitSource};
-use dmindex_fabric::exec::yield_now;
 use dmindex_fabric::service::MnMemory;
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::words::SharedWords;
@@ -90,10 +87,16 @@ use dmindex_fabric::{
 
 use crate::auth::VERB_KEY;
 use crate::control::{reply_result, unanswered, ConnPool, ControlConn};
-use crate::message_verbs::{self as msg, Request, Verb, REPLY_AM, REQUEST_AM, REQUEST_LEN};
+use crate::message_verbs::{self as msg, Verb, REPLY_AM};
 use crate::proto::Welcome;
 use crate::sys::{UCP_ATOMIC_OP_ADD, UCP_ATOMIC_OP_CSWAP, UCP_ATOMIC_OP_OR};
 use crate::ucp::{Endpoint, Posted, RemoteKey, Request as UcxRequest, UcxError, Worker};
+
+mod messages;
+mod wait;
+
+use messages::copy_read;
+use wait::{InFlight, Replies};
 
 /// How long to wait for a memnode to accept and answer the bootstrap.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -418,105 +421,6 @@ struct ThreadConn {
     worker: Worker,
 }
 
-/// A reply header and its payload (a READ's bytes).
-type Delivered = (msg::Reply, Vec<u8>);
-
-/// A verb message's place among the replies: the reply once it came, and the task to wake
-/// then.
-#[derive(Default)]
-struct ReplySlot {
-    reply: Option<Delivered>,
-    waker: Option<Waker>,
-}
-
-/// Replies to this thread's verb messages, by tag, as the worker's handler delivers them.
-#[derive(Default)]
-struct Replies {
-    slots: RefCell<HashMap<u64, ReplySlot>>,
-    /// Tag 0 means "no reply".
-    last_tag: Cell<u64>,
-}
-
-impl Replies {
-    /// Takes the reply to `tag` if it came.
-    fn take(&self, tag: u64) -> Option<Delivered> {
-        self.slots.borrow_mut().get_mut(&tag).and_then(|s| s.reply.take())
-    }
-
-    /// Waits until the reply to `tag` may have come: woken by its delivery, or by a nap
-    /// ([`WaitSource::napped`]). Under another executor, yields instead.
-    async fn wait(&self, tag: u64) {
-        if !block::can_sleep() {
-            return yield_now().await;
-        }
-        let mut parked = false;
-        poll_fn(|cx| {
-            if parked {
-                return Poll::Ready(());
-            }
-            parked = true;
-            match self.slots.borrow_mut().get_mut(&tag) {
-                Some(ReplySlot { reply: None, waker }) => {
-                    *waker = Some(cx.waker().clone());
-                    Poll::Pending
-                }
-                _ => Poll::Ready(()),
-            }
-        })
-        .await
-    }
-}
-
-/// A thread whose tasks all wait blocks on its worker: progress wakes the tasks it completes
-/// (replies wake their own task in the handler; UCX requests every waiting task).
-impl WaitSource for ThreadConn {
-    fn progress(&self) -> bool {
-        let did = self.worker.progress();
-        if did {
-            for w in self.waiting.borrow_mut().drain(..) {
-                w.wake();
-            }
-        }
-        did
-    }
-
-    fn arm(&self) -> Option<std::os::fd::RawFd> {
-        // A worker that cannot be armed is progressed again rather than slept on.
-        self.worker.arm().ok().flatten()
-    }
-
-    fn napped(&self) {
-        for w in self.waiting.borrow_mut().drain(..) {
-            w.wake();
-        }
-        for s in self.replies.slots.borrow_mut().values_mut() {
-            if let Some(w) = s.waker.take() {
-                w.wake();
-            }
-        }
-    }
-}
-
-impl ThreadConn {
-    /// Waits until some UCX request may have completed: woken by progress or a nap. Under
-    /// another executor, yields instead.
-    async fn wait(&self) {
-        if !block::can_sleep() {
-            return yield_now().await;
-        }
-        let mut parked = false;
-        poll_fn(|cx| {
-            if parked {
-                return Poll::Ready(());
-            }
-            parked = true;
-            self.waiting.borrow_mut().push(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
-    }
-}
-
 impl Drop for ThreadConn {
     fn drop(&mut self) {
         for (r, _data) in self.pending.get_mut().drain(..) {
@@ -553,98 +457,6 @@ impl Drop for UcxTransport {
     }
 }
 
-/// Waits for an operation; if dropped first (the client stopped mid-verb), blocks until UCX is
-/// done with the buffers the operation uses.
-struct InFlight<'a> {
-    conn: &'a ThreadConn,
-    req: Option<UcxRequest>,
-}
-
-impl InFlight<'_> {
-    async fn done(mut self, node: NodeId) -> Result<()> {
-        loop {
-            let Some(r) = &self.req else { return Ok(()) };
-            self.conn.worker.progress();
-            match self.conn.worker.check(r) {
-                Ok(false) => self.conn.wait().await,
-                res => {
-                    self.conn.worker.free(self.req.take().expect("checked above"));
-                    return res.map(drop).map_err(|e| unavailable(node, e.to_string()));
-                }
-            }
-        }
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if let Some(r) = self.req.take() {
-            let _ = self.conn.worker.wait(Posted::Pending(r));
-        }
-    }
-}
-
-/// A verb message awaiting its reply; if dropped first, the reply is discarded when it comes.
-struct Awaited<'a> {
-    conn: &'a ThreadConn,
-    to: Rc<NodeConn>,
-    node: NodeId,
-    tag: u64,
-}
-
-impl Awaited<'_> {
-    /// The memnode's reply within `timeout`: `Ok` with the READ bytes, or the error it reported
-    /// for `addr` (a verb of `len` bytes), or the connection's failure.
-    async fn reply(
-        self,
-        info: &ClusterInfo,
-        addr: GlobalAddr,
-        len: u64,
-        timeout: Duration,
-    ) -> Result<(u64, Vec<u8>)> {
-        let node = self.node;
-        let deadline = Instant::now() + timeout;
-        let mut polls = 0u32;
-        loop {
-            self.conn.worker.progress();
-            if let Some((reply, data)) = self.conn.replies.take(self.tag) {
-                return verb_result(&reply, info, addr, len).map(|()| (reply.value, data));
-            }
-            if let Some(e) = self.to.ep.failure() {
-                return Err(unavailable(node, format!("connection lost: {e}")));
-            }
-            polls = polls.wrapping_add(1);
-            if polls % 64 == 0 && Instant::now() >= deadline {
-                return Err(unavailable(node, format!("no reply to a verb within {timeout:?}")));
-            }
-            self.conn.replies.wait(self.tag).await;
-        }
-    }
-}
-
-/// What a verb's reply says of the verb on `addr` (of `len` bytes).
-fn verb_result(reply: &msg::Reply, info: &ClusterInfo, addr: GlobalAddr, len: u64) -> Result<()> {
-    let node = addr.node();
-    match reply.status {
-        msg::Status::Ok => Ok(()),
-        msg::Status::OutOfBounds => {
-            Err(FabricError::OutOfBounds { addr, len, size: info.node_sizes[node as usize] })
-        }
-        msg::Status::Misaligned => Err(FabricError::Misaligned { addr, required: 8 }),
-        msg::Status::Refused => Err(unavailable(
-            node,
-            "the memnode refused the verb: this client's verb key is not its own (it restarted \
-             since): reconnect",
-        )),
-    }
-}
-
-impl Drop for Awaited<'_> {
-    fn drop(&mut self) {
-        self.conn.replies.slots.borrow_mut().remove(&self.tag);
-    }
-}
-
 impl UcxTransport {
     /// This thread's endpoint to the incarnation of `node` this client is bound to (made on
     /// first use); an error if the thread has moved on to a later one, or the fabric has.
@@ -665,132 +477,6 @@ impl UcxTransport {
         let c = self.shared.endpoint(&self.conn, node, &inc)?;
         self.conn.nodes.borrow_mut()[node as usize] = Some(Rc::clone(&c));
         Ok(c)
-    }
-
-    /// Sends `verb` on `addr` (a WRITE's bytes in `payload`) as a message over `to`; returns
-    /// the reply to await, or nothing when `reply` is false (a zero-wait WRITE).
-    fn post_message(
-        &self,
-        to: &Rc<NodeConn>,
-        addr: GlobalAddr,
-        verb: Verb,
-        payload: &[u8],
-        reply: bool,
-    ) -> Result<Option<Awaited<'_>>> {
-        let mut message = Vec::with_capacity(REQUEST_LEN + payload.len());
-        message.resize(REQUEST_LEN, 0);
-        message.extend_from_slice(payload);
-        self.post_request(to, addr, verb, message, reply)
-    }
-
-    /// Sends `message` (room for the request header, then the payload) as the request `verb`
-    /// on `addr`, as [`Self::post_message`] does.
-    fn post_request(
-        &self,
-        to: &Rc<NodeConn>,
-        addr: GlobalAddr,
-        verb: Verb,
-        mut message: Vec<u8>,
-        reply: bool,
-    ) -> Result<Option<Awaited<'_>>> {
-        let (c, node) = (&*self.conn, addr.node());
-        self.before(node)?;
-        let awaited = reply.then(|| {
-            let tag = c.replies.last_tag.get() + 1;
-            c.replies.last_tag.set(tag);
-            c.replies.slots.borrow_mut().insert(tag, ReplySlot::default());
-            Awaited { conn: c, to: Rc::clone(to), node, tag }
-        });
-        let tag = awaited.as_ref().map_or(0, |a| a.tag);
-        let key = to.verb_key;
-        message[..REQUEST_LEN]
-            .copy_from_slice(&Request { tag, offset: addr.offset(), verb, key }.encode());
-        // SAFETY: if the send is still in flight, `message` moves into the pending list (its heap
-        // buffer does not move) and is dropped only after the send completes.
-        let p = unsafe {
-            to.ep.send_message(REQUEST_AM, &message[..REQUEST_LEN], &message[REQUEST_LEN..])
-        };
-        match p.map_err(|e| unavailable(node, e.to_string()))? {
-            Posted::Done => {}
-            Posted::Pending(r) => c.pending.borrow_mut().push((r, message)),
-        }
-        Ok(awaited)
-    }
-
-    /// One verb as a message, awaited: (old word, READ bytes).
-    async fn message(
-        &self,
-        to: &Rc<NodeConn>,
-        addr: GlobalAddr,
-        verb: Verb,
-        payload: &[u8],
-    ) -> Result<(u64, Vec<u8>)> {
-        let len = match verb {
-            Verb::Read { len } => len,
-            Verb::Write => payload.len() as u64,
-            _ => 8,
-        };
-        let a = self.post_message(to, addr, verb, payload, true)?.expect("a reply was asked for");
-        a.reply(&self.info, addr, len, self.shared.timeout).await
-    }
-
-    /// A batch as one BATCH message and one reply: one round trip, one message each way (the
-    /// memnode executes its verbs in order: [`msg`]'s "Batches").
-    async fn batch_message(
-        &self,
-        to: &Rc<NodeConn>,
-        node: NodeId,
-        ops: &mut [BatchOp<'_>],
-    ) -> Result<()> {
-        let writes: usize = ops
-            .iter()
-            .map(|op| match op {
-                BatchOp::Write { data, .. } => data.len(),
-                _ => 0,
-            })
-            .sum();
-        let mut message = Vec::with_capacity(REQUEST_LEN * (ops.len() + 1) + writes);
-        message.resize(REQUEST_LEN, 0);
-        for op in ops.iter() {
-            let (addr, verb, payload) = match op {
-                BatchOp::Read { addr, buf } => {
-                    (*addr, Verb::Read { len: buf.len() as u64 }, &[][..])
-                }
-                BatchOp::Write { addr, data } => (*addr, Verb::Write, &data[..]),
-                BatchOp::Atomic { addr, op, .. } => (*addr, Verb::Atomic(*op), &[][..]),
-            };
-            msg::push_batched(&mut message, addr.offset(), verb, payload);
-        }
-        let at = GlobalAddr::new(node, 0);
-        let verb = Verb::Batch { count: ops.len() as u64 };
-        let a = self.post_request(to, at, verb, message, true)?.expect("a reply was asked for");
-        let (_, data) = a.reply(&self.info, at, 0, self.shared.timeout).await?;
-        let mut reads = [0usize; MAX_BATCH];
-        for (len, op) in reads.iter_mut().zip(ops.iter()) {
-            if let BatchOp::Read { buf, .. } = op {
-                *len = buf.len();
-            }
-        }
-        let reads = reads[..ops.len()].iter().copied();
-        let replies = msg::batch_replies(&data, reads).ok_or_else(|| {
-            unavailable(node, "the memnode answered a batch with replies that do not match it")
-        })?;
-        for (op, (reply, bytes)) in ops.iter_mut().zip(replies) {
-            match op {
-                BatchOp::Read { addr, buf } => {
-                    verb_result(&reply, &self.info, *addr, buf.len() as u64)?;
-                    copy_read(node, buf, bytes)?;
-                }
-                BatchOp::Write { addr, data } => {
-                    verb_result(&reply, &self.info, *addr, data.len() as u64)?
-                }
-                BatchOp::Atomic { addr, old, .. } => {
-                    verb_result(&reply, &self.info, *addr, 8)?;
-                    *old = reply.value;
-                }
-            }
-        }
-        Ok(())
     }
 
     fn remote(to: &NodeConn, addr: GlobalAddr) -> u64 {
@@ -1139,16 +825,4 @@ impl Transport for UcxTransport {
         }
         Ok(())
     }
-}
-
-/// Copies a READ message's reply into the caller's buffer.
-fn copy_read(node: NodeId, buf: &mut [u8], data: &[u8]) -> Result<()> {
-    if data.len() != buf.len() {
-        return Err(unavailable(
-            node,
-            format!("the memnode answered a READ of {} bytes with {}", buf.len(), data.len()),
-        ));
-    }
-    buf.copy_from_slice(data);
-    Ok(())
 }
