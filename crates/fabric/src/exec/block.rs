@@ -89,20 +89,29 @@ pub fn can_sleep() -> bool {
     DRIVING.with(Cell::get)
 }
 
-/// Waits until `fd` may be readable (or a nap passed: look again). Under another executor,
-/// yields instead. For a task that reads a non-blocking socket (a two-sided call).
-pub async fn readable(fd: RawFd) {
+/// Waits until woken once: `park` gets the task's waker, to leave where whatever the task
+/// waits for will wake it, and returns whether it did (`false`: what it waits for is already
+/// there, so the task goes on at once). Under another executor, yields instead (nothing would
+/// progress the thread's sources while the task sleeps). For transports' waiting futures.
+pub async fn park(park: impl FnOnce(&Waker) -> bool) {
     if !can_sleep() {
         return super::yield_now().await;
     }
-    let mut parked = false;
-    std::future::poll_fn(|cx| {
-        if parked {
-            return Poll::Ready(());
-        }
-        parked = true;
-        READERS.with(|r| r.borrow_mut().push((fd, cx.waker().clone())));
-        Poll::Pending
+    let mut park = Some(park);
+    // Pending once, if parked; ready when polled again (woken) or if not parked.
+    std::future::poll_fn(|cx| match park.take().is_some_and(|park| park(cx.waker())) {
+        true => Poll::Pending,
+        false => Poll::Ready(()),
+    })
+    .await
+}
+
+/// Waits until `fd` may be readable (or a nap passed: look again). Under another executor,
+/// yields instead. For a task that reads a non-blocking socket (a two-sided call).
+pub async fn readable(fd: RawFd) {
+    park(|w| {
+        READERS.with(|r| r.borrow_mut().push((fd, w.clone())));
+        true
     })
     .await
 }

@@ -3,16 +3,13 @@
 //! blocks on its worker's event descriptor instead of spinning
 //! ([`dmindex_fabric::exec::block`]).
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::future::poll_fn;
 use std::rc::Rc;
-use std::task::{Poll, Waker};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use std::cell::{Cell, RefCell};
-
 use dmindex_fabric::exec::block::{self, WaitSource};
-use dmindex_fabric::exec::yield_now;
 use dmindex_fabric::{ClusterInfo, FabricError, GlobalAddr, NodeId, Result};
 
 use super::{unavailable, NodeConn, ThreadConn};
@@ -47,22 +44,12 @@ impl Replies {
     /// Waits until the reply to `tag` may have come: woken by its delivery, or by a nap
     /// ([`WaitSource::napped`]). Under another executor, yields instead.
     pub(super) async fn wait(&self, tag: u64) {
-        if !block::can_sleep() {
-            return yield_now().await;
-        }
-        let mut parked = false;
-        poll_fn(|cx| {
-            if parked {
-                return Poll::Ready(());
+        block::park(|w| match self.slots.borrow_mut().get_mut(&tag) {
+            Some(ReplySlot { reply: None, waker }) => {
+                *waker = Some(w.clone());
+                true
             }
-            parked = true;
-            match self.slots.borrow_mut().get_mut(&tag) {
-                Some(ReplySlot { reply: None, waker }) => {
-                    *waker = Some(cx.waker().clone());
-                    Poll::Pending
-                }
-                _ => Poll::Ready(()),
-            }
+            _ => false,
         })
         .await
     }
@@ -102,17 +89,9 @@ impl ThreadConn {
     /// Waits until some UCX request may have completed: woken by progress or a nap. Under
     /// another executor, yields instead.
     pub(super) async fn wait(&self) {
-        if !block::can_sleep() {
-            return yield_now().await;
-        }
-        let mut parked = false;
-        poll_fn(|cx| {
-            if parked {
-                return Poll::Ready(());
-            }
-            parked = true;
-            self.waiting.borrow_mut().push(cx.waker().clone());
-            Poll::Pending
+        block::park(|w| {
+            self.waiting.borrow_mut().push(w.clone());
+            true
         })
         .await
     }
