@@ -25,13 +25,13 @@
 //! 3. after a nap that timed out, tells every source ([`WaitSource::napped`]), so that tasks
 //!    waiting for a deadline or a failure look again.
 //!
-//! A wake from another thread sets the flag the executor checks and unparks it; while it blocks
-//! in `poll` such a wake is seen within [`NAP`] (no task of ours is woken from another thread on
-//! a hot path: verbs complete in the thread's own progress).
+//! A wake from another thread (a CN-local combiner's follower, whose leader runs on another
+//! thread) sets the flag the executor checks and unparks it, and while the executor blocks in
+//! `poll` also rings a bell in the poll set (an eventfd), so such a wake ends the block at once.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::pin;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -130,16 +130,20 @@ fn wake_readers(ready: Option<&[libc::pollfd]>) {
     });
 }
 
+/// Adds the descriptor `fd` to a poll set, to wait for it to be readable.
+fn watch(fds: &mut Vec<libc::pollfd>, fd: RawFd) {
+    fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+}
+
+/// Adds the readers' descriptors to a poll set.
+fn watch_readers(fds: &mut Vec<libc::pollfd>) {
+    READERS.with(|r| r.borrow().iter().for_each(|(fd, _)| watch(fds, *fd)));
+}
+
 /// Polls the readers' descriptors without blocking and wakes those that are readable.
 fn poll_readers(fds: &mut Vec<libc::pollfd>) {
     fds.clear();
-    READERS.with(|r| {
-        fds.extend(r.borrow().iter().map(|(fd, _)| libc::pollfd {
-            fd: *fd,
-            events: libc::POLLIN,
-            revents: 0,
-        }))
-    });
+    watch_readers(fds);
     if fds.is_empty() {
         return;
     }
@@ -149,10 +153,38 @@ fn poll_readers(fds: &mut Vec<libc::pollfd>) {
     }
 }
 
-/// Wakes the executor: from its own thread a flag, from another also an unpark.
+/// Wakes the executor: a flag it checks between polls, an unpark for a thread parked with
+/// nothing to poll, and a bell for one blocked in `poll(2)` (only then can the wake come from
+/// another thread).
 struct Signal {
     woken: AtomicBool,
+    /// The executor blocks in `poll`, or is about to: a wake rings the bell.
+    polling: AtomicBool,
+    /// An eventfd in the executor's poll set; `None` if none could be made (a wake from
+    /// another thread is then seen within a nap).
+    bell: Option<OwnedFd>,
     thread: Thread,
+}
+
+impl Signal {
+    fn new() -> Signal {
+        // SAFETY: eventfd returns a new descriptor that we own, or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        // SAFETY: a non-negative fd was just made and is owned by nobody else.
+        let bell = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
+        let (woken, polling) = (AtomicBool::new(false), AtomicBool::new(false));
+        Signal { woken, polling, bell, thread: std::thread::current() }
+    }
+
+    /// Empties the bell after a poll it may have ended.
+    fn silence(&self) {
+        if let Some(bell) = &self.bell {
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into `count` from a non-blocking eventfd we own; a bell
+            // that did not ring reads nothing (EAGAIN).
+            unsafe { libc::read(bell.as_raw_fd(), (&raw mut count).cast(), 8) };
+        }
+    }
 }
 
 impl Wake for Signal {
@@ -160,8 +192,17 @@ impl Wake for Signal {
         self.wake_by_ref();
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        if !self.woken.swap(true, Ordering::Release) {
-            self.thread.unpark();
+        // SeqCst with the executor's store of `polling` then load of `woken`: either the
+        // executor sees this wake before it polls, or this sees it polling and rings.
+        if self.woken.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.thread.unpark();
+        if let (true, Some(bell)) = (self.polling.load(Ordering::SeqCst), &self.bell) {
+            let one = 1u64;
+            // SAFETY: writes 8 bytes from `one` to an eventfd we own (it lives as long as the
+            // Signal this method borrows).
+            unsafe { libc::write(bell.as_raw_fd(), (&raw const one).cast(), 8) };
         }
     }
 }
@@ -184,8 +225,14 @@ impl Drop for Driving {
 
 /// Runs `fut` to completion on the calling thread.
 pub fn block_on<F: Future>(fut: F) -> F::Output {
+    block_on_napping(fut, NAP)
+}
+
+/// [`block_on`] with naps of `nap` (tests lengthen them to tell a wake that ends a block from
+/// one seen after a nap).
+fn block_on_napping<F: Future>(fut: F, nap: Duration) -> F::Output {
     let _driving = Driving::enter();
-    let signal = Arc::new(Signal { woken: AtomicBool::new(false), thread: std::thread::current() });
+    let signal = Arc::new(Signal::new());
     let waker = Waker::from(Arc::clone(&signal));
     let mut cx = Context::from_waker(&waker);
     let mut fut = pin!(fut);
@@ -193,20 +240,25 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
         if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
             return out;
         }
-        wait_for_wake(&signal);
+        wait_for_wake(&signal, nap);
     }
 }
 
 /// Returns once a task was woken: progresses the sources, spins a little, then blocks.
-fn wait_for_wake(signal: &Signal) {
+fn wait_for_wake(signal: &Signal, nap: Duration) {
     let (mut sources, mut fds) = SCRATCH.take();
     SOURCES.with(|s| sources.extend(s.borrow().iter().filter_map(Weak::upgrade)));
-    wait_on(signal, &sources, &mut fds);
+    wait_on(signal, &sources, &mut fds, nap);
     sources.clear();
     SCRATCH.set((sources, fds));
 }
 
-fn wait_on(signal: &Signal, sources: &[Rc<dyn WaitSource>], fds: &mut Vec<libc::pollfd>) {
+fn wait_on(
+    signal: &Signal,
+    sources: &[Rc<dyn WaitSource>],
+    fds: &mut Vec<libc::pollfd>,
+    nap: Duration,
+) {
     // Readers are looked at once a wait, so that busy sources cannot hold them back.
     poll_readers(fds);
     let mut quiet_since = Instant::now();
@@ -236,24 +288,25 @@ fn wait_on(signal: &Signal, sources: &[Rc<dyn WaitSource>], fds: &mut Vec<libc::
         let mut armed = true;
         for s in sources {
             match s.arm() {
-                Some(fd) => fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 }),
+                Some(fd) => watch(fds, fd),
                 None => armed = false,
             }
         }
-        READERS.with(|r| {
-            fds.extend(r.borrow().iter().map(|(fd, _)| libc::pollfd {
-                fd: *fd,
-                events: libc::POLLIN,
-                revents: 0,
-            }))
-        });
-        if !armed || signal.woken.load(Ordering::Acquire) {
+        watch_readers(fds);
+        if let Some(bell) = &signal.bell {
+            watch(fds, bell.as_raw_fd());
+        }
+        signal.polling.store(true, Ordering::SeqCst);
+        if !armed || signal.woken.load(Ordering::SeqCst) {
+            signal.polling.store(false, Ordering::SeqCst);
             continue;
         }
-        let nap = NAP.as_millis() as i32;
+        let ms = nap.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: `fds` is a valid array of pollfd for the call's duration; an interrupted
         // poll (EINTR) only ends the nap early.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, nap) };
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        signal.polling.store(false, Ordering::SeqCst);
+        signal.silence();
         if ready == 0 {
             for s in sources {
                 s.napped();
@@ -352,6 +405,42 @@ mod tests {
         assert!(progressed < 5_000, "progressed {progressed} times in 60 ms: it spun");
         assert!(naps >= 5, "{naps} naps in 60 ms of NAP = {NAP:?}");
         assert!(!can_sleep());
+    }
+
+    /// A wake from another thread while the executor blocks in `poll` on a source ends the
+    /// block at once (the bell), not at the end of a nap (10 s here).
+    #[test]
+    fn a_wake_from_another_thread_ends_a_block_on_a_source() {
+        let (read, _write) = pipe();
+        let source = Rc::new(Pipe {
+            read,
+            waiter: RefCell::new(None),
+            arrived: Cell::new(false),
+            progressed: Cell::new(0),
+            naps: Cell::new(0),
+        });
+        register(Rc::downgrade(&(source.clone() as Rc<dyn WaitSource>)));
+        let (tx, rx) = mpsc::channel::<Waker>();
+        let waker_thread = std::thread::spawn(move || {
+            let w = rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            w.wake();
+        });
+        let (start, mut sent) = (Instant::now(), false);
+        block_on_napping(
+            poll_fn(|cx| {
+                if sent {
+                    return Poll::Ready(());
+                }
+                sent = true;
+                tx.send(cx.waker().clone()).unwrap();
+                Poll::Pending
+            }),
+            Duration::from_secs(10),
+        );
+        waker_thread.join().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5), "the wake waited for the nap");
+        assert_eq!(source.naps.get(), 0);
     }
 
     #[test]
