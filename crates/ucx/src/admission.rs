@@ -103,6 +103,13 @@ impl Drop for Slot {
     }
 }
 
+/// Whether the `n`th occurrence of a logged event is logged: the first ten, then at powers of
+/// two (a flood of them costs a few lines). For every log of the memnode's that a peer can make
+/// happen at will.
+pub fn often(n: u64) -> bool {
+    n <= 10 || n.is_power_of_two()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

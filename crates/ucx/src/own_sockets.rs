@@ -115,7 +115,11 @@ fn inode(fd: RawFd) -> Option<u64> {
 
 /// What `fd` is, if it is a TCP socket of IPv4 or IPv6.
 pub fn tcp_socket(fd: RawFd) -> Option<TcpSocket> {
-    let local = local_addr(fd)?;
+    tcp_socket_at(fd, local_addr(fd)?)
+}
+
+/// [`tcp_socket`] for a descriptor whose local address the caller already has.
+pub fn tcp_socket_at(fd: RawFd, local: SocketAddr) -> Option<TcpSocket> {
     let info = tcp_info(fd)?;
     let listening = info.state == TCP_LISTEN;
     Some(TcpSocket {

@@ -28,7 +28,7 @@ use dmindex_fabric::service::{MnContext, NoPeers, Peers, Services};
 use dmindex_fabric::words::SharedWords;
 use dmindex_fabric::FabricError;
 
-use crate::admission::{BootstrapSlots, Slot};
+use crate::admission::{often, BootstrapSlots, Slot};
 use crate::auth::{self, VERB_KEY};
 use crate::control;
 use crate::message_verbs::{self, Request, REPLY_AM, REPLY_LEN, REQUEST_AM};
@@ -409,12 +409,6 @@ impl ControlPort {
             lock(&self.live).retain(|(m, _)| *m != n);
         }
     }
-}
-
-/// Whether the `n`th occurrence of a logged event is logged: the first ten, then at powers of
-/// two (a flood of them costs a few lines).
-fn often(n: u64) -> bool {
-    n <= 10 || n.is_power_of_two()
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

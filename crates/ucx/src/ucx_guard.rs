@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::admission::often;
 use crate::descriptors::Budget;
 use crate::own_sockets::{self, Descriptors, Held};
 use crate::syn_gate::Gate;
@@ -82,20 +83,18 @@ pub fn listeners_made_by<T>(make: impl FnOnce() -> T) -> (T, Vec<Listener>) {
         eprintln!("cannot list this process's descriptors: UCX's listener is not guarded");
         return (make(), Vec::new());
     };
-    let before: HashSet<u64> = listening(&mut fds).map(|(_, s)| s.inode).collect();
+    let before: HashSet<u64> = listening(&mut fds).map(|s| s.inode).collect();
     let made = make();
     let listeners = listening(&mut fds)
-        .filter(|(_, s)| !before.contains(&s.inode))
-        .map(|(fd, s)| Listener { fd, inode: s.inode, addr: s.local })
+        .filter(|s| !before.contains(&s.inode))
+        .map(|s| Listener { fd: s.fd, inode: s.inode, addr: s.local })
         .collect();
     (made, listeners)
 }
 
-fn listening(fds: &mut Descriptors) -> impl Iterator<Item = (RawFd, own_sockets::TcpSocket)> {
+fn listening(fds: &mut Descriptors) -> impl Iterator<Item = own_sockets::TcpSocket> {
     let list = fds.list();
-    list.into_iter()
-        .filter_map(|fd| own_sockets::tcp_socket(fd).map(|s| (fd, s)))
-        .filter(|(_, s)| s.listening)
+    list.into_iter().filter_map(own_sockets::tcp_socket).filter(|s| s.listening)
 }
 
 /// The running guard; dropping it stops the thread (and opens the gate).
@@ -185,12 +184,6 @@ struct Log {
     gates: u64,
 }
 
-/// Whether the `n`th occurrence of a logged event is logged: the first ten, then at powers of
-/// two (as the server's own logs).
-fn often(n: u64) -> bool {
-    n <= 10 || n.is_power_of_two()
-}
-
 impl Guard {
     fn new(id: u16, listeners: Vec<Listener>, caps: Caps, limit: u64) -> Guard {
         let alive = listeners.iter().map(|l| l.inode).collect();
@@ -258,7 +251,7 @@ impl Guard {
             let Some(local) = own_sockets::local_addr(fd) else { continue };
             let Some(listener) = self.listeners.iter().find(|l| l.owns(local)) else { continue };
             let handshake = handshake_bytes(listener.addr);
-            let Some(s) = own_sockets::tcp_socket(fd) else { continue };
+            let Some(s) = own_sockets::tcp_socket_at(fd, local) else { continue };
             if s.listening {
                 listening.insert(s.inode);
                 continue;
