@@ -266,8 +266,8 @@ impl<const MODE: u8> Store<MODE> {
         g: usize,
         mut v: View,
     ) -> IndexResult<View> {
+        let replicas = (1u16 << self.mode.replicas()) - 1;
         for _ in 0..MAX_ATTEMPTS {
-            let replicas = (1u16 << self.mode.replicas()) - 1;
             if v.members as u16 & !replicas != 0 || (v.members != 0 && !v.has(v.leader as usize)) {
                 return Err(IndexError::Corrupt(format!(
                     "group {g}'s view word {:#x} names replicas the group does not have",

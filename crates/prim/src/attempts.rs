@@ -39,8 +39,9 @@ use dmindex_index::{IndexError, IndexResult};
 /// Failed validations in a row after which a retry loop reports a corrupt index (module docs).
 pub const BOUND: u32 = 1 << 20;
 
-/// A retry loop's count of failed validations; see the module docs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// A retry loop's count of failed validations; see the module docs. Not `Copy`: a copy passed
+/// by value would count from where the original stood and quietly restart it.
+#[derive(Debug, Default)]
 pub struct Attempts {
     failed: u32,
 }
