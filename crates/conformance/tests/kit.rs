@@ -68,7 +68,7 @@ impl Racy {
 
 impl<T: Transport> PointIndex<T> for Racy {
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
-        let base = c.alloc(16 * config.expected_items.max(1), 64).await?;
+        let base = c.alloc(16 * (config.expected_items.max(1) + 1), 64).await?;
         c.write(layout::root_slot(config.root_slot), &base.raw().to_le_bytes()).await?;
         Self::open(c, config, cn).await
     }
@@ -223,35 +223,21 @@ fn the_model_test_catches_a_lost_delete() {
 
 /// A register per key, a value word and its check word written together; a search re-reads the
 /// pair until they agree, without bound (until `STOP_SPINNING`, so that the test's thread ends).
-struct Spinning {
-    base: GlobalAddr,
-    keys: u64,
-}
+/// Its slots are [`Racy`]'s.
+struct Spinning(Racy);
 
 static STOP_SPINNING: AtomicBool = AtomicBool::new(false);
 
-impl Spinning {
-    fn slot(&self, key: &[u8]) -> IndexResult<GlobalAddr> {
-        let k = u64::from_be_bytes(
-            key.try_into().map_err(|_| IndexError::InvalidKey("8 bytes".into()))?,
-        );
-        Ok(self.base.add(16 * (k % self.keys)))
-    }
-}
-
 impl<T: Transport> PointIndex<T> for Spinning {
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
-        let base = c.alloc(16 * (config.expected_items + 1), 64).await?;
-        c.write(layout::root_slot(config.root_slot), &base.raw().to_le_bytes()).await?;
-        Self::open(c, config, cn).await
+        <Racy as PointIndex<T>>::create(c, config, cn).await.map(Spinning)
     }
-    async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        let base = GlobalAddr::from_raw(c.read_word(layout::root_slot(config.root_slot)).await?);
-        Ok(Spinning { base, keys: config.expected_items + 1 })
+    async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        <Racy as PointIndex<T>>::open(c, config, cn).await.map(Spinning)
     }
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         loop {
-            let b = c.read_vec(self.slot(key)?, 16).await?;
+            let b = c.read_vec(self.0.slot(key)?, 16).await?;
             let (v, check) = (&b[..8], &b[8..]);
             if v.iter().zip(check).all(|(x, y)| *x == !*y) {
                 out.clear();
@@ -269,7 +255,7 @@ impl<T: Transport> PointIndex<T> for Spinning {
         for i in 0..8 {
             b[8 + i] = !b[i];
         }
-        Ok(c.write(self.slot(key)?, &b).await?)
+        Ok(c.write(self.0.slot(key)?, &b).await?)
     }
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
         self.insert(c, key, value).await.map(|()| true)
