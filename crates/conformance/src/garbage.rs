@@ -4,7 +4,7 @@
 //! The nodes an operation hits are the design's own, so the test finds them by watching the
 //! operation: a load of `1 ..= keys` on the in-process fabric, then the operation on one key with
 //! a tracing transport ([`Traced`]) that records the bytes it READs and the words its atomics
-//! target. A twin of that cluster, loaded the same way (checked: the two heaps hash equal), has
+//! target. A twin of that cluster, loaded the same way (checked: the two heaps are equal, byte for byte), has
 //! exactly those bytes overwritten with random ones through its raw client — except the words
 //! the operation's atomics target (lock words, CAS'd slots: garbage there could look like a lock
 //! held by another client, and lock waits are out of scope) and the superblock and root table —
@@ -18,7 +18,7 @@ use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 use dmindex_fabric::exec::run_tasks;
-use dmindex_fabric::layout::{HEAP_START, HEAP_TOP_OFFSET};
+use dmindex_fabric::layout::{heap_used, HEAP_START};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{
     AtomicOp, BatchOp, Client, Fabric, GlobalAddr, LocalConfig, LocalFabric, NodeId, ServiceId,
@@ -254,11 +254,23 @@ fn key(x: u64) -> [u8; 8] {
     x.to_be_bytes()
 }
 
-/// A fresh cluster with keys `1 ..= cfg.keys` loaded through a traced client, and a hash of
-/// every memory node's heap (to check that two of them are twins).
+/// Every memory node's heap, as the allocation service has handed it out (to check that two
+/// clusters are twins).
+fn heaps(f: &LocalFabric, nodes: u16) -> Vec<Vec<u8>> {
+    (0..nodes)
+        .filter_map(|n| f.region(n))
+        .map(|r| {
+            let mut heap = vec![0u8; heap_used(r) as usize];
+            r.read(HEAP_START, &mut heap);
+            heap
+        })
+        .collect()
+}
+
+/// A fresh cluster with keys `1 ..= cfg.keys` loaded through a traced client.
 fn loaded<I: PointIndex<Traced>>(
     cfg: &GarbageConfig,
-) -> Result<(LocalFabric, Client<Traced>, I, u64), String> {
+) -> Result<(LocalFabric, Client<Traced>, I), String> {
     let services = mn_services(4, I::SERVICES).map_err(|e| e.to_string())?;
     let f = LocalFabric::with_services(
         LocalConfig {
@@ -273,26 +285,17 @@ fn loaded<I: PointIndex<Traced>>(
     let info = std::sync::Arc::new(f.info().clone());
     let c = Client::new(Traced::new(raw), info, 0, 1 << 20);
     let vlen = cfg.index.max_value;
-    let (idx, hash) = run_tasks([async {
+    let idx = run_tasks([async {
         let idx = I::create(&c, &cfg.index, 0).await.map_err(|e| format!("create: {e}"))?;
         for x in 1..=cfg.keys {
             let v = vec![x as u8; vlen];
             idx.insert(&c, &key(x), &v).await.map_err(|e| format!("load of {x}: {e}"))?;
         }
         c.flush().await.map_err(|e| e.to_string())?;
-        let mut h = 0xcbf2_9ce4_8422_2325u64;
-        for node in 0..cfg.memory_nodes {
-            let top = c.read_word(GlobalAddr::new(node, HEAP_TOP_OFFSET)).await;
-            let top = top.map_err(|e| e.to_string())?;
-            let heap = c.read_vec(GlobalAddr::new(node, HEAP_START), (top - HEAP_START) as usize);
-            for b in heap.await.map_err(|e| e.to_string())? {
-                h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
-            }
-        }
-        Ok::<_, String>((idx, h))
+        Ok::<_, String>(idx)
     }])
     .remove(0)?;
-    Ok((f, c, idx, hash))
+    Ok((f, c, idx))
 }
 
 /// Runs `op` on the victim key of `idx`: `Err` with a description of anything but a corrupt
@@ -328,7 +331,9 @@ where
     S: Scans<Traced, I>,
 {
     // The first twin: what the operation touches.
-    let (_f, c, idx, hash) = loaded::<I>(cfg)?;
+    let (f, c, idx) = loaded::<I>(cfg)?;
+    // As loaded, before the operation changes it.
+    let loaded_heaps = heaps(&f, cfg.memory_nodes);
     c.transport().start();
     let before = run_tasks([run_op::<I, S>(cfg, &c, &idx, op)]).remove(0);
     let trace = c.transport().stop();
@@ -336,8 +341,8 @@ where
         return Err(format!("the intact index reported corruption: {m}"));
     }
     // The second: the same bytes, garbled.
-    let (_g, c, idx, twin) = loaded::<I>(cfg)?;
-    if twin != hash {
+    let (g, c, idx) = loaded::<I>(cfg)?;
+    if heaps(&g, cfg.memory_nodes) != loaded_heaps {
         return Err("two loads of the same keys left different heaps: no twin to garble".into());
     }
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
