@@ -229,10 +229,15 @@ pub fn execute(
     payload: &[u8],
     out: &mut Vec<u8>,
 ) -> Reply {
-    let reply = |status, value| Reply { tag: req.tag, status, value };
     if !keys_equal(&req.key, key) {
-        return reply(Status::Refused, 0);
+        return Reply { tag: req.tag, status: Status::Refused, value: 0 };
     }
+    perform(mem, req, payload, out)
+}
+
+/// [`execute`] once the key was checked (a batch checks its key once for all its verbs).
+fn perform(mem: &dyn MnMemory, req: &Request, payload: &[u8], out: &mut Vec<u8>) -> Reply {
+    let reply = |status, value| Reply { tag: req.tag, status, value };
     let fits = |len: u64| req.offset.checked_add(len).is_some_and(|end| end <= mem.size());
     match req.verb {
         Verb::Read { len } if len > MAX_READ || !fits(len) => reply(Status::OutOfBounds, 0),
@@ -324,11 +329,10 @@ pub fn execute_batch(
         return None;
     }
     for (i, verb) in (Batched { rest: payload }).enumerate() {
-        let Ok((mut r, bytes)) = verb else { return None };
-        r.key = *key;
+        let Ok((r, bytes)) = verb else { return None };
         let at = out.len();
         out.resize(at + REPLY_LEN, 0);
-        let mut reply = execute(mem, key, &r, bytes, out);
+        let mut reply = perform(mem, &r, bytes, out);
         reply.tag = i as u64;
         out[at..at + REPLY_LEN].copy_from_slice(&reply.encode());
     }
