@@ -86,16 +86,6 @@ impl WaitSource for ThreadConn {
 }
 
 impl ThreadConn {
-    /// Progresses the worker if nothing else will: under this crate's executor the thread's
-    /// wait progresses it (and the reply handler wakes the task), so a waiting task calling
-    /// progress too only spent a system call (an `epoll_wait` over TCP) before and after each
-    /// reply.
-    fn progress_unless_driven(&self) {
-        if !block::can_sleep() {
-            self.worker.progress();
-        }
-    }
-
     /// Waits until some UCX request may have completed: woken by progress or a nap. Under
     /// another executor, yields instead.
     pub(super) async fn wait(&self) {
@@ -118,7 +108,7 @@ impl InFlight<'_> {
     pub(super) async fn done(mut self, node: NodeId) -> Result<()> {
         loop {
             let Some(r) = &self.req else { return Ok(()) };
-            self.conn.progress_unless_driven();
+            self.conn.worker.progress();
             match self.conn.worker.check(r) {
                 Ok(false) => self.conn.wait().await,
                 res => {
@@ -159,7 +149,7 @@ impl Awaited<'_> {
         let node = self.node;
         let deadline = Instant::now() + timeout;
         loop {
-            self.conn.progress_unless_driven();
+            self.conn.worker.progress();
             if let Some((reply, data)) = self.conn.replies.take(self.tag) {
                 return verb_result(&reply, info, addr, len).map(|()| (reply.value, data));
             }
