@@ -362,6 +362,21 @@ mod tests {
         }
     }
 
+    impl Pipe {
+        /// A source on the pipe's read end, registered with this thread's executor.
+        fn registered(read: OwnedFd) -> Rc<Pipe> {
+            let source = Rc::new(Pipe {
+                read,
+                waiter: RefCell::new(None),
+                arrived: Cell::new(false),
+                progressed: Cell::new(0),
+                naps: Cell::new(0),
+            });
+            register(Rc::downgrade(&(source.clone() as Rc<dyn WaitSource>)));
+            source
+        }
+    }
+
     /// A non-blocking pipe: (read end, write end).
     fn pipe() -> (OwnedFd, OwnedFd) {
         let mut fds = [0; 2];
@@ -374,15 +389,7 @@ mod tests {
     #[test]
     fn a_thread_whose_task_waits_blocks_until_its_source_has_an_event() {
         let (read, write) = pipe();
-        let source = Rc::new(Pipe {
-            read,
-            waiter: RefCell::new(None),
-            arrived: Cell::new(false),
-            progressed: Cell::new(0),
-            naps: Cell::new(0),
-        });
-        let weak: Weak<dyn WaitSource> = Rc::downgrade(&(source.clone() as Rc<dyn WaitSource>));
-        register(weak);
+        let source = Pipe::registered(read);
         let writer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(60));
             // SAFETY: writes one byte from a live buffer to the pipe's write end.
@@ -412,14 +419,7 @@ mod tests {
     #[test]
     fn a_wake_from_another_thread_ends_a_block_on_a_source() {
         let (read, _write) = pipe();
-        let source = Rc::new(Pipe {
-            read,
-            waiter: RefCell::new(None),
-            arrived: Cell::new(false),
-            progressed: Cell::new(0),
-            naps: Cell::new(0),
-        });
-        register(Rc::downgrade(&(source.clone() as Rc<dyn WaitSource>)));
+        let source = Pipe::registered(read);
         let (tx, rx) = mpsc::channel::<Waker>();
         let waker_thread = std::thread::spawn(move || {
             let w = rx.recv().unwrap();
