@@ -115,6 +115,9 @@ impl Transport for Traced {
     async fn reconnect(&self, node: NodeId) -> dmindex_fabric::Result<()> {
         self.inner.reconnect(node).await
     }
+    async fn pause(&self, ns: u64) {
+        self.inner.pause(ns).await
+    }
 }
 
 /// Which of the bytes an operation READs are garbled.

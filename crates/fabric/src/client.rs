@@ -336,6 +336,13 @@ impl<T: Transport> Client<T> {
         self.transport.reconnect(node).await
     }
 
+    /// Waits about `ns` nanoseconds before the next verb ([`Transport::pause`]): a retry's
+    /// backoff, counted in [`VerbCounts::pauses`]. No round trip.
+    pub async fn pause(&self, ns: u64) {
+        bump(&self.stats.pauses, 1);
+        self.transport.pause(ns).await
+    }
+
     /// A monitor's wait for memory node `node` to restart: reconnects (a heartbeat each round
     /// trip) until the node stops answering, then until it answers again, and returns connected
     /// to the new incarnation. Returns only once the node has gone down and come back.

@@ -50,6 +50,10 @@ pub struct VerbCounts {
     /// own): what its index's objects take, without the chunks' unused reserve.
     #[serde(default)]
     pub bytes_allocated: u64,
+    /// Pauses before a retry (backoff while another client holds what this one waits for):
+    /// not verbs, nothing on the network.
+    #[serde(default)]
+    pub pauses: u64,
 }
 
 impl VerbCounts {
@@ -99,7 +103,8 @@ fieldwise!(
     rpcs,
     bytes_read,
     bytes_written,
-    bytes_allocated
+    bytes_allocated,
+    pauses
 );
 
 impl AddAssign for VerbCounts {
@@ -130,6 +135,7 @@ pub struct ClientStats {
     pub(crate) bytes_read: Cell<u64>,
     pub(crate) bytes_written: Cell<u64>,
     pub(crate) bytes_allocated: Cell<u64>,
+    pub(crate) pauses: Cell<u64>,
 }
 
 /// What the harness charges each operation: round trips and bytes each way (the per-kind

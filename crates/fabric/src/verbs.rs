@@ -195,6 +195,12 @@ pub trait Transport {
     /// until the client reconnects, as an RDMA queue pair and remote keys die with the process
     /// that registered them. One round trip; fails if the node does not answer.
     fn reconnect(&self, node: NodeId) -> impl Future<Output = Result<()>>;
+    /// Waits about `ns` nanoseconds before the client's next verb, with nothing on the network:
+    /// a retry's backoff. On a real fabric the thread runs its other tasks or sleeps
+    /// ([`crate::exec::sleep`]); the simulator advances the client's virtual time.
+    fn pause(&self, ns: u64) -> impl Future<Output = ()> {
+        crate::exec::sleep(std::time::Duration::from_nanos(ns))
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,9 @@
 //! 3. after a nap that timed out, tells every source ([`WaitSource::napped`]), so that tasks
 //!    waiting for a deadline or a failure look again.
 //!
+//! A task that pauses ([`super::timer::sleep`], a retry's backoff) cuts both the spin and the
+//! block short at its deadline.
+//!
 //! A wake from another thread (a CN-local combiner's follower, whose leader runs on another
 //! thread) sets the flag the executor checks and unparks it, and while the executor blocks in
 //! `poll` also rings a bell in the poll set (an eventfd), so such a wake ends the block at once.
@@ -39,6 +42,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
+
+use super::timer;
 
 /// How long a thread whose tasks all wait progresses its sources before it blocks: a few
 /// round trips of a fast fabric (a loopback message round trip through a memory node takes
@@ -264,12 +269,28 @@ fn wait_on(
     let mut quiet_since = Instant::now();
     // Ends when a task is woken: by a source's progress, from another thread, or after a nap.
     loop {
+        // Due pauses wake their tasks (and so this thread's signal) here.
+        let next = timer::wake_due();
         if signal.woken.swap(false, Ordering::Acquire) {
             return;
         }
         let readers = READERS.with(|r| r.borrow().len());
+        // A pause due within a spin is waited out spinning: a sleep that short would end a
+        // timer slack (50 µs by default) late.
+        if next.is_some_and(|due| due.saturating_duration_since(Instant::now()) < SPIN) {
+            for s in sources {
+                s.progress();
+            }
+            std::hint::spin_loop();
+            continue;
+        }
         if sources.is_empty() && readers == 0 {
-            std::thread::park();
+            match next {
+                Some(due) => {
+                    std::thread::park_timeout(due.saturating_duration_since(Instant::now()))
+                }
+                None => std::thread::park(),
+            }
             continue;
         }
         let mut busy = false;
@@ -301,19 +322,29 @@ fn wait_on(
             signal.polling.store(false, Ordering::SeqCst);
             continue;
         }
-        let ms = nap.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid array of pollfd for the call's duration; an interrupted
-        // poll (EINTR) only ends the nap early.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        // A pause due before the nap ends cuts the block short (and is no nap).
+        let block = timer::block_for(nap, next);
+        let napping = block == nap;
+        let timeout = libc::timespec {
+            tv_sec: block.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: block.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `fds` is a valid array of pollfd and `timeout` a valid timespec for the
+        // call's duration; no signal mask is passed. An interrupted poll (EINTR) only ends the
+        // wait early.
+        let ready = unsafe {
+            libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &timeout, std::ptr::null())
+        };
         signal.polling.store(false, Ordering::SeqCst);
         signal.silence();
-        if ready == 0 {
+        // A block cut short by a pause is no nap: the loop's top wakes the paused task.
+        if ready > 0 {
+            wake_readers(Some(fds));
+        } else if ready == 0 && napping {
             for s in sources {
                 s.napped();
             }
             wake_readers(None);
-        } else if ready > 0 {
-            wake_readers(Some(fds));
         }
         quiet_since = Instant::now();
     }

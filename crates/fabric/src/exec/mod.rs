@@ -6,8 +6,10 @@
 //! never calls into this module: benchmarks, tests, transports and the CLI do.
 
 pub mod block;
+pub mod timer;
 
 pub use block::block_on;
+pub use timer::sleep;
 
 use std::future::Future;
 use std::pin::Pin;
