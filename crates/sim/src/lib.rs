@@ -50,6 +50,7 @@
 pub mod config;
 mod cores;
 mod executor;
+mod pause;
 mod peers;
 pub mod phases;
 pub mod report;

@@ -12,7 +12,8 @@ use dmindex_fabric::{
 
 use dmindex_fabric::service::{InProcessPeers, MnMemory};
 
-use crate::world::OpKind;
+use crate::pause::PauseWait;
+use crate::world::{OpKind, PS_PER_NS};
 use crate::Shared;
 
 /// One client's connection to the simulated fabric.
@@ -248,6 +249,15 @@ impl Transport for SimTransport {
             }
         }
         result
+    }
+
+    async fn pause(&self, ns: u64) {
+        if self.direct() {
+            // Fast-forward: no time passes.
+            return;
+        }
+        let slot = self.shared.world.borrow_mut().pause(ns * PS_PER_NS);
+        PauseWait { shared: &self.shared, slot, taken: false }.await
     }
 
     async fn call(&self, node: NodeId, service: ServiceId, request: &[u8]) -> Result<Vec<u8>> {

@@ -37,6 +37,7 @@ use rand_core::{RngCore, SeedableRng};
 
 use crate::config::{Faults, NetParams};
 use crate::cores::Cores;
+use crate::pause::Pauses;
 use crate::peers::Servers;
 use crate::phases::Phases;
 
@@ -60,6 +61,8 @@ enum EventKind {
     Restart,
     /// A request's reply leaves its memory node.
     Reply,
+    /// A client's pause ends (`op` is the pause's slot).
+    Wake,
 }
 
 /// One scheduled instant. Ordered by time, then by the order it was scheduled in (`seq` is
@@ -204,6 +207,7 @@ pub(crate) struct World {
     pub(crate) phases: Phases,
     pub(crate) latency_ns: Histogram<u64>,
     pub(crate) events_processed: u64,
+    pub(crate) pauses: Pauses,
 }
 
 /// Folds one word into the trace hash (rotate, xor, multiply: cheap and order-sensitive).
@@ -243,6 +247,7 @@ impl World {
             phases: Phases::new(memory_nodes),
             latency_ns: Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("histogram bounds"),
             events_processed: 0,
+            pauses: Pauses::default(),
         }
     }
 
@@ -492,6 +497,7 @@ impl World {
             }
             EventKind::Complete => self.complete(ev.op),
             EventKind::Restart => self.restart(ev.op as usize, regions, services),
+            EventKind::Wake => self.pauses.end(ev.op),
             EventKind::Reply => {
                 // The reply (empty if the request failed: the request itself was taken).
                 let len = self.ops[ev.op as usize].buf.len() as u64;
@@ -500,6 +506,13 @@ impl World {
             }
         }
         true
+    }
+
+    /// Starts a pause of `ps` from now; returns its slot ([`crate::pause`]).
+    pub(crate) fn pause(&mut self, ps: u64) -> u32 {
+        let slot = self.pauses.start();
+        self.schedule(self.now + ps, EventKind::Wake, slot, 0);
+        slot
     }
 
     /// Brings crashed node `node` back at `at`, empty ([`crate::Sim::restart_memory_node`]).

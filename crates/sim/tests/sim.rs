@@ -702,3 +702,33 @@ fn a_slow_reply_does_not_delay_replies_that_leave_before_it() {
     assert!(s.now_ns() - t0 >= 100_000, "the relay waited out the timeout");
     assert!(read_done.get() < 10_000, "the READ took {} ns", read_done.get());
 }
+
+/// A pause is virtual time: the client's next verb starts that much later, nothing crosses the
+/// network meanwhile, and another client's verbs go on during it.
+#[test]
+fn a_pause_advances_virtual_time_without_verbs() {
+    let s = sim(3, NetParams::chime_testbed());
+    let a = alloc(&s, 64);
+    let (pauser, other) = (s.client_on_own_thread(0), s.client_on_own_thread(1));
+    let (paused_at, resumed_at, other_reads) = (Cell::new(0), Cell::new(0), Cell::new(0u64));
+    let out = s.run([
+        Box::pin(async {
+            pauser.read_word(a).await.unwrap();
+            paused_at.set(s.now_ns());
+            let before = pauser.counts();
+            pauser.pause(50_000).await;
+            resumed_at.set(s.now_ns());
+            let d = pauser.counts() - before;
+            assert_eq!((d.pauses, d.round_trips, d.verbs()), (1, 0, 0));
+        }) as Task,
+        Box::pin(async {
+            while s.now_ns() < 40_000 {
+                other.read_word(a).await.unwrap();
+                other_reads.set(other_reads.get() + 1);
+            }
+        }),
+    ]);
+    assert!(out.all_finished(), "{out:?}");
+    assert_eq!(resumed_at.get() - paused_at.get(), 50_000, "exactly the pause, in virtual ns");
+    assert!(other_reads.get() > 5, "the other client ran during the pause");
+}
