@@ -7,6 +7,7 @@
 //! | module | primitive |
 //! |---|---|
 //! | [`attempts`] | bounded retries: a loop that keeps failing validation reports a corrupt index |
+//! | [`backoff`] | waiting for what another client holds: pauses that double to a cap, a bound on no progress |
 //! | [`counter`] | index counters: relaxed atomics bumped on slow paths (striped on fast ones), read by `stats` |
 //! | [`cacheline`] | cache-line versions: encoding a node so that a torn READ is detected |
 //! | [`lock`] | remote lock words (masked CAS, unlocking WRITE) and the CN-local lock table |
@@ -27,6 +28,7 @@
 //! | [`view`] | epoch-fenced membership of a replica set in one remote word: change, fence, validate |
 
 pub mod attempts;
+pub mod backoff;
 pub mod blink;
 pub mod cacheline;
 pub mod counter;

@@ -21,8 +21,10 @@
 //!   metadata).
 //! * [`acquire_whole`]: a CAS from 0, for a word that holds nothing but the lock.
 //!
-//! Both spin while the lock is held, calling `on_retry` after each failed attempt. There are no
-//! leases: a client that crashes holding a lock leaves it held.
+//! Both retry while the lock is held, calling `on_retry` after each failed attempt and backing
+//! off ([`crate::backoff`]: a few retries at network pace, then pauses doubling to a cap). There
+//! are no leases yet: a client that crashes holding a lock leaves it held, and its waiters
+//! report it after the backoff's bound.
 //!
 //! # Release
 //!
@@ -44,6 +46,7 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use futures::lock::{Mutex, MutexGuard};
 
+use crate::backoff::Backoff;
 use crate::hash::mix64;
 
 /// The lock bit.
@@ -92,29 +95,36 @@ impl Held<'_> {
     }
 }
 
-/// Spins on a masked CAS of the lock bit at `addr`; returns the word it found free.
+/// Retries a masked CAS of the lock bit at `addr`, backing off while it is held; returns the
+/// word it found free.
 async fn spin<T: Transport>(
     c: &Client<T>,
     addr: GlobalAddr,
     mut on_retry: impl FnMut(),
 ) -> IndexResult<u64> {
+    let mut backoff = Backoff::new();
+    // Ends when the CAS finds the lock free, or the backoff's bound on a lock never let go.
     loop {
         let old = c.masked_cas(addr, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
         if old & LOCK_BIT == 0 {
             return Ok(old);
         }
         on_retry();
+        backoff.failed(c, addr, "lock word").await?;
     }
 }
 
-/// Takes the lock at `addr`, a word holding nothing else, by CAS from 0.
+/// Takes the lock at `addr`, a word holding nothing else, by CAS from 0, backing off while it
+/// is held.
 pub async fn acquire_whole<T: Transport>(
     c: &Client<T>,
     addr: GlobalAddr,
     mut on_retry: impl FnMut(),
 ) -> IndexResult<Held<'static>> {
+    let mut backoff = Backoff::new();
     while c.cas(addr, 0, LOCK_BIT).await? != 0 {
         on_retry();
+        backoff.failed(c, addr, "lock word").await?;
     }
     Ok(Held { addr, word: 0, _local: None })
 }

@@ -42,6 +42,8 @@
 use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 
+use crate::backoff::Backoff;
+
 /// One in-flight insert, update or delete.
 pub const IDU: u64 = 1;
 /// One SMO claim.
@@ -145,9 +147,12 @@ impl Born {
     }
 }
 
-/// Waits, one READ of the word per round trip, until no SMO claims it.
+/// Waits, one READ of the word per look with backoff between looks, until no SMO claims it.
 async fn wait_unclaimed<T: Transport>(c: &Client<T>, word: GlobalAddr) -> IndexResult<()> {
-    while Word(c.read_word(word).await?).is_claimed() {}
+    let mut backoff = Backoff::new();
+    while Word(c.read_word(word).await?).is_claimed() {
+        backoff.failed(c, word, "Spear word's SMO claim").await?;
+    }
     Ok(())
 }
 
