@@ -30,11 +30,12 @@
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
+use dmindex_prim::backoff::Backoff;
 use smallvec::SmallVec;
 
 use crate::layout::{decode_entries, Entry, KeyHash, Meta};
 use crate::search::{word, SlotWords, Words};
-use crate::{bump, SepHash};
+use crate::{bump, Retry, SepHash};
 
 /// What an append does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,26 +96,33 @@ impl SepHash {
             let meta = Meta(word(&head, 0));
             if word(&after, 0) != meta.0 {
                 attempts.failed(t.seg, "segment meta around the slots' READ")?;
-                bump(&self.counters.retries, 1);
+                self.counters.retry(Retry::MetaMoved);
                 continue;
             }
             if !meta.owns(word(&head, 8), kh.h) {
                 attempts.failed(t.seg, "segment meta's depth and suffix")?;
-                bump(&self.counters.retries, 1);
+                self.counters.retry(Retry::ForeignSegment);
                 self.refresh_dir(c, kh).await?;
                 continue;
             }
             if conditional && meta.main_id() != t.main.id {
                 attempts.failed(t.seg, "segment meta's MainSegment")?;
-                bump(&self.counters.retries, 1);
+                self.counters.retry(Retry::StaleMain);
                 self.refresh_main(c, t.seg, meta).await?;
                 continue;
             }
             if meta.closed() {
-                // A merge holds the segment: wait for it to reopen, reading only the meta.
+                // A merge holds the segment: wait for it to reopen, reading only the meta, with
+                // backoff between READs (a merge takes a few doorbells; a waiter that READ at
+                // network pace took memory-node and CPU time from the merger). One count per
+                // wait and one for its READs: a counter bumped per READ is a shared cache line
+                // every waiting client writes.
+                let mut backoff = Backoff::new();
                 while c.read_word(t.seg).await? == meta.0 {
-                    bump(&self.counters.closed_waits, 1);
+                    backoff.failed(c, t.seg, "closed segment meta").await?;
                 }
+                bump(&self.counters.closed_waits, 1);
+                bump(&self.counters.closed_wait_reads, u64::from(backoff.looks()) + 1);
                 continue;
             }
             let read = |j: usize| Entry(word(&slots, 8 * j));
@@ -122,7 +130,7 @@ impl SepHash {
                 // The offset is past the first free slot (the segment was merged since).
                 attempts.failed(t.seg, "slot before the sliding offset")?;
                 self.cache.set_offset(t.seg, 0);
-                bump(&self.counters.retries, 1);
+                self.counters.retry(Retry::OffsetPastFree);
                 continue;
             }
             let Some(first) = decode_entries(&slots).position(|e| !meta.holds(e)) else {
@@ -181,7 +189,7 @@ impl SepHash {
                     }
                     return Ok(true);
                 }
-                bump(&self.counters.retries, 1);
+                self.counters.retry(Retry::CasLost);
                 if !meta.holds(old) || (conditional && kh.matches(old)) || p + 1 >= to {
                     self.cache.set_offset(t.seg, (p + 1).min(n) as u32);
                     continue 'op;
@@ -223,5 +231,63 @@ impl SepHash {
             self.merge(c, seg, meta.close()).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use dmindex_index::{IndexConfig, PointIndex};
+    use dmindex_prim::backoff::CAP_NS;
+    use dmindex_sim::{NetParams, Sim, SimConfig, Task};
+
+    use super::*;
+
+    /// A writer that finds its segment closed waits for the merge with backoff: over 2 ms of
+    /// virtual time it READs the meta a few dozen times (one READ per round trip would be
+    /// ~800), writes nothing, and its insert lands once the segment reopens.
+    #[test]
+    fn a_closed_segment_is_waited_on_with_backoff() {
+        let sim = Sim::new(SimConfig {
+            node_size: 64 << 20,
+            chunk_size: 1 << 20,
+            ..SimConfig::new(5, NetParams::chime_testbed())
+        })
+        .unwrap();
+        let (writer, merger) = (sim.client_on_own_thread(0), sim.client_on_own_thread(0));
+        let idx = sim
+            .block_on(async { SepHash::create(&writer, &IndexConfig::default(), 0).await })
+            .unwrap();
+        let key = 7u64.to_le_bytes();
+        let seg = sim.block_on(async { idx.target(&writer, KeyHash::of(&key)).await.unwrap().seg });
+        let open = sim.block_on(async { merger.read_word(seg).await.unwrap() });
+        sim.block_on(async { merger.write(seg, &Meta(open).close().0.to_le_bytes()).await })
+            .unwrap();
+        let before = writer.counts();
+        let (reopened_at, inserted_at) = (Cell::new(0), Cell::new(0));
+        let out = sim.run([
+            Box::pin(async {
+                idx.insert(&writer, &key, &[1; 8]).await.unwrap();
+                inserted_at.set(sim.now_ns());
+            }) as Task,
+            Box::pin(async {
+                // The "merge": the segment stays closed for 2 ms, then reopens as it was.
+                merger.pause(2_000_000).await;
+                merger.write(seg, &open.to_le_bytes()).await.unwrap();
+                reopened_at.set(sim.now_ns());
+            }),
+        ]);
+        assert!(out.all_finished(), "{out:?}");
+        let d = writer.counts() - before;
+        let waits = idx.counters.closed_wait_reads.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(idx.counters.closed_waits.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert!((25..=60).contains(&waits), "{waits} READs of the closed meta in 2 ms");
+        assert!(d.pauses + 5 >= waits, "every look after the first few paused: {d:?}");
+        // Seen within one pause (plus a round trip) of the reopening.
+        let late = inserted_at.get() - reopened_at.get();
+        assert!(late < CAP_NS + 30_000, "insert done {late} ns after the segment reopened");
+        let got = sim.block_on(async { idx.search(&writer, &key).await.unwrap() });
+        assert_eq!(got.as_deref(), Some(&[1u8; 8][..]));
     }
 }

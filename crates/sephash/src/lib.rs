@@ -67,18 +67,56 @@ struct Counters {
     splits: AtomicU64,
     resize_bytes: AtomicU64,
     retries: AtomicU64,
+    /// `retries` by reason ([`Retry`]), in its order.
+    retry_reasons: [AtomicU64; Retry::ALL.len()],
     /// Bumped by every search: striped ([`Striped`]).
     searches: Striped,
     search_segment_reads: Striped,
     cur_reads: Striped,
     dir_refreshes: AtomicU64,
     fptable_refreshes: AtomicU64,
+    /// Waits for a closed segment to reopen, and the READs of its meta they made.
     closed_waits: AtomicU64,
+    closed_wait_reads: AtomicU64,
     merge_key_reads: AtomicU64,
     mains_reused: AtomicU64,
 }
 
 use dmindex_prim::counter::{add as bump, Striped};
+
+/// Why an operation starts over (counted in `retries` and by reason).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Retry {
+    /// The segment's meta changed around the READ of its slots or MainSegment (an append, a
+    /// merge or a split since).
+    MetaMoved = 0,
+    /// The cached directory entry led to a segment that no longer holds the key (a split).
+    ForeignSegment,
+    /// The cached MainSegment was replaced by a merge.
+    StaleMain,
+    /// The cached append offset was past the first free slot (the segment was merged since).
+    OffsetPastFree,
+    /// An append's CAS of a free slot lost to another append.
+    CasLost,
+}
+
+impl Retry {
+    const ALL: [Retry; 5] = [
+        Retry::MetaMoved,
+        Retry::ForeignSegment,
+        Retry::StaleMain,
+        Retry::OffsetPastFree,
+        Retry::CasLost,
+    ];
+}
+
+impl Counters {
+    /// Counts one retry for `why`.
+    fn retry(&self, why: Retry) {
+        bump(&self.retries, 1);
+        bump(&self.retry_reasons[why as usize], 1);
+    }
+}
 
 /// A compute node's handle on a SepHash index.
 pub struct SepHash {
@@ -194,8 +232,14 @@ impl<T: Transport> PointIndex<T> for SepHash {
                 ("dir_refreshes", g(&k.dir_refreshes)),
                 ("fptable_refreshes", g(&k.fptable_refreshes)),
                 ("closed_waits", g(&k.closed_waits)),
+                ("closed_wait_reads", g(&k.closed_wait_reads)),
                 ("merge_key_reads", g(&k.merge_key_reads)),
                 ("mains_reused", g(&k.mains_reused)),
+                ("retry_meta_moved", g(&k.retry_reasons[Retry::MetaMoved as usize])),
+                ("retry_foreign_segment", g(&k.retry_reasons[Retry::ForeignSegment as usize])),
+                ("retry_stale_main", g(&k.retry_reasons[Retry::StaleMain as usize])),
+                ("retry_offset_past_free", g(&k.retry_reasons[Retry::OffsetPastFree as usize])),
+                ("retry_cas_lost", g(&k.retry_reasons[Retry::CasLost as usize])),
             ],
         }
     }

@@ -25,7 +25,7 @@ use dmindex_prim::attempts::Attempts;
 use smallvec::SmallVec;
 
 use crate::layout::{decode_entries, Entry, KeyHash, Meta};
-use crate::{bump, SepHash};
+use crate::{Retry, SepHash};
 
 /// Entries read inline without a heap buffer.
 pub(crate) type Words = SmallVec<[u8; 512]>;
@@ -74,18 +74,18 @@ impl SepHash {
             let meta = Meta(word(&head, 0));
             if !meta.owns(word(&head, 8), kh.h) {
                 attempts.failed(t.seg, "segment meta's depth and suffix")?;
-                bump(&self.counters.retries, 1);
+                self.counters.retry(Retry::ForeignSegment);
                 self.refresh_dir(c, kh).await?;
                 continue;
             }
             if !main.is_empty() && word(&after, 0) != meta.0 {
                 attempts.failed(t.seg, "segment meta around a MainSegment READ")?;
-                bump(&self.counters.retries, 1);
+                self.counters.retry(Retry::MetaMoved);
                 continue;
             }
             if meta.main_id() != t.main.id {
                 attempts.failed(t.seg, "segment meta's MainSegment")?;
-                bump(&self.counters.retries, 1);
+                self.counters.retry(Retry::StaleMain);
                 self.refresh_main(c, t.seg, meta).await?;
                 continue;
             }
@@ -107,7 +107,7 @@ impl SepHash {
                 .await?;
                 if word(&after, 0) != meta.0 {
                     attempts.failed(t.seg, "segment meta around a CurSegment READ")?;
-                    bump(&self.counters.retries, 1);
+                    self.counters.retry(Retry::MetaMoved);
                     continue;
                 }
                 let taken = decode_entries(&slots).take_while(|&e| meta.holds(e));
