@@ -5,9 +5,8 @@
 //! loop; a run reports the wall time per verb as seen by one thread (`ns_per_verb`) and the
 //! aggregate rate over all threads (`mverbs_per_s`).
 
-use std::time::Instant;
-
 use anyhow::{bail, Context};
+use dmindex_bench::clock::WallClock;
 use dmindex_fabric::exec::run_on_threads;
 use dmindex_fabric::{BatchOp, Fabric, LocalConfig, LocalFabric};
 use serde::Serialize;
@@ -176,7 +175,8 @@ fn report<F: Fabric + Sync>(args: &Args, transport: &str, fabric: &F) -> anyhow:
     Ok(())
 }
 
-/// Runs `ops` verbs of one kind on each of `threads × tasks` tasks.
+/// Runs `ops` verbs of one kind on each of `threads × tasks` tasks, timed on the clock the
+/// benchmark's run phases are timed on.
 pub(crate) fn measure<F: Fabric + Sync>(
     fabric: &F,
     verb: Verb,
@@ -184,7 +184,7 @@ pub(crate) fn measure<F: Fabric + Sync>(
     tasks: usize,
     ops: u64,
 ) -> anyhow::Result<Row> {
-    let start = Instant::now();
+    let clock = WallClock::new();
     let results = run_on_threads(threads, tasks, |t, _| {
         let c = fabric.client(t as u16);
         async move {
@@ -226,7 +226,7 @@ pub(crate) fn measure<F: Fabric + Sync>(
             Ok::<u64, dmindex_fabric::FabricError>(c.counts().round_trips)
         }
     });
-    let seconds = start.elapsed().as_secs_f64();
+    let seconds = clock.now_ns() as f64 / 1e9;
     let mut verbs = 0;
     for r in results {
         let rts = r.context("verb failed during the benchmark")?;

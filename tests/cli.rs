@@ -948,11 +948,24 @@ fn memnode_refuses_an_unknown_index() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown index 'nope'"));
 }
 
-/// `perf` measures every operation of an index against the verb floor.
+/// `perf` measures every operation of an index against the verb floor: the median of a sample
+/// before each run and one after the last, which every ratio divides by.
 #[test]
 fn perf_reports_every_operation_against_the_floor() {
     let v = json(&dmindex(&["perf", "--index", "ref", "--items", "500", "--ops", "500", "--json"]));
-    assert!(v["floor_read_256_ns"].as_f64().unwrap() > 0.0);
+    let floor = v["floor_read_256_ns"].as_f64().unwrap();
+    assert!(floor > 0.0);
+    let mut samples: Vec<f64> = v["floor_read_256_samples_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_f64().unwrap())
+        .collect();
+    assert_eq!(samples.len(), v["rows"].as_array().unwrap().len() + 1, "{v}");
+    samples.sort_by(f64::total_cmp);
+    assert_eq!(floor, (samples[2] + samples[3]) / 2.0, "the median of six samples: {v}");
+    assert_eq!(v["floor_read_256_min_ns"].as_f64().unwrap(), samples[0]);
+    assert_eq!(v["floor_read_256_max_ns"].as_f64().unwrap(), samples[5]);
     let ops: Vec<&str> =
         v["rows"].as_array().unwrap().iter().map(|r| r["op"].as_str().unwrap()).collect();
     assert_eq!(ops, ["insert", "search", "update", "delete", "scan"]);
@@ -960,6 +973,8 @@ fn perf_reports_every_operation_against_the_floor() {
         assert_eq!(r["keys"], "hashed", "{r}");
         assert!(r["ns_per_op_per_thread"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["round_trips_per_op"].as_f64().unwrap() >= 1.0, "{r}");
+        let ratio = r["ns_per_op_per_thread"].as_f64().unwrap() / floor;
+        assert!((r["over_floor"].as_f64().unwrap() - ratio).abs() < 1e-9 * ratio, "{r}");
     }
 }
 

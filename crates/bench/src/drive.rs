@@ -17,6 +17,7 @@ use dmindex_index::{PointIndex, Scans};
 use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
 use dmindex_ycsb::Shared;
 
+use crate::clock::WallClock;
 use crate::fault::{inject, monitor, NodeControl, RunClock};
 use crate::report::{summarise, Finished, Phase};
 use crate::runner::{BusyWindow, ClientMetrics, OpSource, TaskEnv, Timing};
@@ -210,11 +211,8 @@ where
     let threads = cfg.cluster.cns as usize * cfg.cluster.clients;
     let n = threads * cfg.cluster.coroutines;
     let shared = Shared::new(plan.spec.clone(), plan.format, plan.items, plan.ops);
-    // The CPU's time-stamp counter, scaled to ns: two readings per timed operation (about 10 ns
-    // each here) instead of two `clock_gettime` calls (about 7 % of a search on two threads).
-    let clock = &quanta::Clock::new();
-    let start = clock.raw();
-    let now = move || clock.delta_as_nanos(start, clock.raw());
+    let clock = &WallClock::new();
+    let now = move || clock.now_ns();
     let history = cfg.output.check.then(History::new);
     let history = history.as_ref();
     let watched = fault.as_ref().filter(|f| f.restart_ns.is_some()).map(|f| f.node);

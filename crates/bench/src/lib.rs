@@ -8,6 +8,7 @@
 //! The harness knows no index by name: it is generic over the index type and its scan access
 //! ([`dmindex_index::Scans`]), and the catalog instantiates it once per index.
 
+pub mod clock;
 pub mod cluster;
 pub mod config;
 mod drive;
