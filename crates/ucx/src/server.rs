@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use dmindex_fabric::exec::spin::SpinPolicy;
 use dmindex_fabric::layout::{self, MIN_REGION};
 use dmindex_fabric::service::{MnContext, NoPeers, Peers, Services};
 use dmindex_fabric::words::SharedWords;
@@ -47,12 +48,6 @@ const MAX_BOOTSTRAPPING: usize = 64;
 /// however fast one host opens connections (a bench's client threads bootstrap in a few ms
 /// each, far below this even when dozens start together).
 const MAX_BOOTSTRAPPING_PER_SOURCE: usize = 48;
-
-/// How long the progress loop spins once quiet before it blocks until something arrives: a
-/// client's next verb usually follows its last reply within a few µs (it does no more than
-/// decode the reply and post the next verb), and blocking and waking cost two system calls and
-/// a context switch; longer would take the core from the clients of a small host.
-const SPIN: Duration = Duration::from_micros(20);
 
 /// While verbs keep it busy, how often the progress loop looks for new control connections
 /// (once quiet, it blocks on the listener too, and accepts as soon as one comes).
@@ -254,9 +249,14 @@ pub fn serve(
         peers,
     };
     let listen_fd = std::os::fd::AsRawFd::as_raw_fd(&port.listener);
-    // Progress while there is traffic; once quiet for SPIN, block until the worker or the
+    // Progress while there is traffic; once quiet for a spin, block until the worker or the
     // listener has something (a memnode has almost no CPU to spare: on a small host a spinning
-    // memnode takes the core its clients need). Accepts only when the listener is readable.
+    // memnode takes the core its clients need). A client's next verb usually follows its last
+    // reply within a few µs, so the loop spins up to SPIN while that costs nobody, and not at
+    // all while it keeps being preempted (the executor's policy). Accepts only when the
+    // listener is readable.
+    let mut spinning = SpinPolicy::new();
+    let mut spin = spinning.limit();
     let mut quiet_since = Instant::now();
     let mut accepted_at = quiet_since;
     while !stop.load(Ordering::Relaxed) {
@@ -267,7 +267,7 @@ pub fn serve(
                 accept = readable(listen_fd);
                 accepted_at = quiet_since;
             }
-        } else if quiet_since.elapsed() < SPIN {
+        } else if quiet_since.elapsed() < spin {
             std::hint::spin_loop();
         } else {
             accept = match worker.sleep(listen_fd, NAP_MS) {
@@ -279,6 +279,7 @@ pub fn serve(
                 }
             };
             quiet_since = Instant::now();
+            spin = spinning.limit();
         }
         if accept {
             port.accept_all();

@@ -19,7 +19,8 @@
 //! before, so it cannot wait forever). When no task is runnable the executor:
 //!
 //! 1. progresses every source for up to [`SPIN`] (a reply on loopback or RDMA often comes
-//!    within it, and blocking and waking cost two system calls and a context switch);
+//!    within it, and blocking and waking cost two system calls and a context switch) — or not
+//!    at all while the thread keeps being preempted ([`super::spin`]);
 //! 2. then arms every source and blocks in `poll(2)` on their descriptors for at most
 //!    [`NAP`]; a source that cannot be armed (events already pending) ends the wait at once;
 //! 3. after a nap that timed out, tells every source ([`WaitSource::napped`]), so that tasks
@@ -43,12 +44,10 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
+use super::spin::SpinPolicy;
 use super::timer;
 
-/// How long a thread whose tasks all wait progresses its sources before it blocks: a few
-/// round trips of a fast fabric (a loopback message round trip through a memory node takes
-/// 10–25 µs; an RDMA READ 2–3 µs), far below a scheduler's time slice.
-pub const SPIN: Duration = Duration::from_micros(20);
+pub use super::spin::SPIN;
 
 /// The longest a blocked thread sleeps before its tasks look at their deadlines again.
 pub const NAP: Duration = Duration::from_millis(5);
@@ -71,6 +70,8 @@ thread_local! {
     static SOURCES: RefCell<Vec<Weak<dyn WaitSource>>> = const { RefCell::new(Vec::new()) };
     /// Tasks waiting for a descriptor to be readable ([`readable`]).
     static READERS: RefCell<Vec<(RawFd, Waker)>> = const { RefCell::new(Vec::new()) };
+    /// How long this thread spins before it blocks ([`super::spin`]).
+    static SPINNING: Cell<SpinPolicy> = const { Cell::new(SpinPolicy::new()) };
     /// The buffers a wait uses, kept between waits so that waiting allocates nothing.
     static SCRATCH: Cell<Scratch> = const { Cell::new((Vec::new(), Vec::new())) };
 }
@@ -266,6 +267,12 @@ fn wait_on(
 ) {
     // Readers are looked at once a wait, so that busy sources cannot hold them back.
     poll_readers(fds);
+    let spin = SPINNING.with(|p| {
+        let mut policy = p.get();
+        let spin = policy.limit();
+        p.set(policy);
+        spin
+    });
     let mut quiet_since = Instant::now();
     // Ends when a task is woken: by a source's progress, from another thread, or after a nap.
     loop {
@@ -277,7 +284,7 @@ fn wait_on(
         let readers = READERS.with(|r| r.borrow().len());
         // A pause due within a spin is waited out spinning: a sleep that short would end a
         // timer slack (50 µs by default) late.
-        if next.is_some_and(|due| due.saturating_duration_since(Instant::now()) < SPIN) {
+        if next.is_some_and(|due| due.saturating_duration_since(Instant::now()) < spin) {
             for s in sources {
                 s.progress();
             }
@@ -301,7 +308,7 @@ fn wait_on(
             quiet_since = Instant::now();
             continue;
         }
-        if quiet_since.elapsed() < SPIN {
+        if quiet_since.elapsed() < spin {
             std::hint::spin_loop();
             continue;
         }

@@ -6,6 +6,7 @@
 //! never calls into this module: benchmarks, tests, transports and the CLI do.
 
 pub mod block;
+pub mod spin;
 pub mod timer;
 
 pub use block::block_on;
