@@ -99,6 +99,9 @@ pub struct RunOutcome {
     pub crashed: Vec<usize>,
     /// Tasks dropped when the deadline passed or nothing could ever wake them.
     pub stuck: Vec<usize>,
+    /// Whether the run ended because virtual time passed the deadline (rather than because
+    /// every task finished or crashed, or nothing left could ever be woken).
+    pub deadline_passed: bool,
     /// Virtual time at the end of the run, in ns.
     pub end_ns: u64,
 }
@@ -264,7 +267,22 @@ impl Sim {
         tasks: impl IntoIterator<Item = Task<'a>>,
         deadline_ns: u64,
     ) -> RunOutcome {
-        let deadline = deadline_ns.saturating_mul(PS_PER_NS);
+        self.run_until_with(tasks, |_| deadline_ns)
+    }
+
+    /// Runs `tasks` until all finish or crash, or virtual time passes a deadline that
+    /// `deadline` may move: it is asked for the first one at the start and again each time
+    /// virtual time passes the last one it gave (with the time then, in ns), so a caller can
+    /// extend the run while it still makes progress. A deadline that virtual time has already
+    /// passed ends the run; tasks left then are dropped and reported as stuck. `deadline` must
+    /// not run anything on this `Sim` (it is asked from inside the run).
+    pub fn run_until_with<'a>(
+        &self,
+        tasks: impl IntoIterator<Item = Task<'a>>,
+        mut deadline: impl FnMut(u64) -> u64,
+    ) -> RunOutcome {
+        let first = deadline(self.now_ns());
+        let mut deadline_ps = first.saturating_mul(PS_PER_NS);
         let mut exec = Executor::new(tasks.into_iter().collect());
         let mut out = RunOutcome::default();
         loop {
@@ -283,8 +301,15 @@ impl Sim {
                 break;
             }
             let mut w = self.shared.world.borrow_mut();
-            let past_deadline = w.now > deadline;
-            if past_deadline || !w.step(&self.shared.regions, &self.shared.services) {
+            if w.now > deadline_ps {
+                // Asked with the world released: the caller may look at anything but the sim.
+                let now_ns = w.now / PS_PER_NS;
+                drop(w);
+                deadline_ps = deadline(now_ns).saturating_mul(PS_PER_NS);
+                w = self.shared.world.borrow_mut();
+            }
+            out.deadline_passed = w.now > deadline_ps;
+            if out.deadline_passed || !w.step(&self.shared.regions, &self.shared.services) {
                 drop(w);
                 out.stuck = exec.drop_all();
                 break;
@@ -293,7 +318,7 @@ impl Sim {
         drop(exec);
         // Let verbs already on the wire land (zero-wait writes, crashed clients' verbs).
         let mut w = self.shared.world.borrow_mut();
-        while w.has_events() && w.now <= deadline {
+        while w.has_events() && w.now <= deadline_ps {
             w.step(&self.shared.regions, &self.shared.services);
         }
         out.end_ns = w.now / PS_PER_NS;

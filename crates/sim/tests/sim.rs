@@ -360,6 +360,54 @@ fn deadline_reports_stuck_tasks() {
     assert!(out.end_ns >= 100_000);
 }
 
+/// A deadline that moves with progress: 200 FAAs in a row take far longer than a 10 µs
+/// window, but each completes within it, so the run goes on to the end, where a fixed deadline
+/// of one window leaves the task stuck; a task that spins on a lock nobody releases makes no
+/// progress and ends one window after it started.
+#[test]
+fn a_deadline_can_follow_progress() {
+    const WINDOW: u64 = 10_000;
+    // The same 200 FAAs under a fixed deadline of one window, then under a moving one.
+    for moving in [false, true] {
+        let s = sim(9, NetParams::chime_testbed());
+        let w = alloc(&s, 64);
+        let c = s.client_on_own_thread(0);
+        let start = s.now_ns();
+        let progress = Cell::new(start);
+        let out = s.run_until_with(
+            [Box::pin(async {
+                for _ in 0..200 {
+                    c.faa(w, 1).await.unwrap();
+                    progress.set(s.now_ns());
+                }
+            }) as Task],
+            |_| if moving { progress.get() } else { start } + WINDOW,
+        );
+        if moving {
+            assert!(!out.deadline_passed && out.finished == [0], "{out:?}");
+            assert!(out.end_ns > start + 10 * WINDOW, "{out:?}");
+        } else {
+            assert!(out.deadline_passed && out.stuck == [0], "{out:?}");
+        }
+    }
+    let s = sim(9, NetParams::chime_testbed());
+    let lock = alloc(&s, 64);
+    s.region(0).unwrap().write(lock.offset(), &1u64.to_le_bytes());
+    let c = s.client_on_own_thread(0);
+    let start = s.now_ns();
+    let mut asked = 0;
+    let out = s.run_until_with(
+        [Box::pin(async { while c.cas(lock, 0, 1).await.unwrap() != 0 {} }) as Task],
+        |_| {
+            asked += 1;
+            start + WINDOW
+        },
+    );
+    assert!(out.deadline_passed && out.stuck == [0], "{out:?}");
+    assert!(out.end_ns >= start + WINDOW && out.end_ns < start + 2 * WINDOW, "{out:?}");
+    assert_eq!(asked, 2, "asked at the start and once when time passed the deadline");
+}
+
 #[test]
 fn zero_wait_writes_complete_before_flush_returns() {
     let s = sim(10, NetParams::stress());
