@@ -378,6 +378,46 @@ fn bench_refuses_bad_input() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// A run that is slow is not stuck: clients that still complete operations keep it going past
+/// what a fixed deadline allowed (200 ms of virtual time, which failed these as deadlocks).
+#[test]
+fn check_tells_slow_from_stuck() {
+    let out = dmindex(&[
+        "check",
+        "--index",
+        "dolphin",
+        "--seeds",
+        "8",
+        "--first-seed",
+        "1",
+        "--crash-every",
+        "1000000",
+        "--clients",
+        "24",
+        "--ops",
+        "150",
+        "--keys",
+        "256",
+        "--value-size",
+        "32",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("8 seeds linearizable: 28800 of 28800 operations checked"), "{text}");
+    let args = ["--clients", "24", "--ops", "100", "--keys", "256", "--value-size", "32"];
+    let out = dmindex(&[&["check", "--index", "ref", "--seed", "1"][..], &args[..]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The replayed seed says how long its run phase lasted.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ms: f64 = text
+        .split(" ms of virtual time")
+        .next()
+        .and_then(|t| t.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no run time in {text}"));
+    assert!(ms > 200.0, "{text}");
+}
+
 #[test]
 fn check_passes_seeds_and_replays_one() {
     let out = dmindex(&["check", "--index", "ref", "--seeds", "3"]);

@@ -8,9 +8,15 @@
 //!
 //! ## Liveness and coverage
 //!
-//! A client still running at the virtual deadline is *stuck*. With no crash in the run nothing
-//! can explain that, so the seed fails (a deadlock or livelock is a bug). After a crash it is
-//! reported as stuck behind the crash: a crashed client may have left a lock held, and until
+//! Progress, not a fixed deadline, is judged: the run phase goes on while some client completed
+//! an operation within the last window of virtual time ([`CheckConfig::window_ns`]), up to a
+//! bound derived from the work asked for ([`CheckConfig::work_bound_ns`]). A client still
+//! running when it ends that completed nothing in the last window (or that nothing left could
+//! wake) is *stuck*; one still completing operations when the bound passes is slow, and the seed
+//! fails saying the bound could not be met — not as a deadlock, and not by counting slow
+//! clients as stuck behind a crash. With no crash in the run nothing can explain a stuck
+//! client, so the seed fails (a deadlock or livelock is a bug). After a crash it is reported as
+//! stuck behind the crash: a crashed client may have left a lock held, and until
 //! client-crash recovery exists that lock stays held. The simulator names such locks (a word a
 //! crashed client's last changing atomic set and nobody changed since) and the clients whose
 //! latest atomic targeted one are counted as spinning on a lock a crashed client holds; the
@@ -69,8 +75,12 @@ pub struct CheckConfig {
     /// it posts, as a descheduled or slow client does, then goes on (0: never).
     pub stall_max_ns: u64,
     pub preset: String,
-    /// Virtual-time budget of the run phase, ns.
-    pub deadline_ns: u64,
+    /// Virtual time, ns, in which no client completes an operation after which the clients
+    /// still running count as stuck: progress, not a fixed deadline, is what is judged.
+    pub progress_window_ns: u64,
+    /// Virtual-time bound of the run phase, ns, that progress cannot extend it past (`None`:
+    /// [`CheckConfig::work_bound_ns`], derived from the work asked for).
+    pub bound_ns: Option<u64>,
     pub index_options: Vec<(String, String)>,
     /// Use exactly these keys (8-byte big-endian integers, non-zero) instead of `1 ..= keys`.
     pub key_list: Vec<u64>,
@@ -99,7 +109,8 @@ impl Default for CheckConfig {
             delays: true,
             stall_max_ns: 0,
             preset: "stress".into(),
-            deadline_ns: 200_000_000,
+            progress_window_ns: 200_000_000,
+            bound_ns: None,
             index_options: Vec::new(),
             key_list: Vec::new(),
             long_keys: false,
@@ -124,6 +135,8 @@ pub struct SeedReport {
     pub stuck: usize,
     /// Of those, clients spinning on a word a crashed client set and left set (a lock it held).
     pub stuck_on_held_lock: usize,
+    /// Virtual time the run phase lasted, ns.
+    pub run_ns: u64,
     /// The memory node that crashed, and when (ns after the run phase began).
     pub memory_node_crash: Option<(u16, u64)>,
     /// Whether the crashed node was rebuilt (its rebuild finished before the deadline).
@@ -137,12 +150,14 @@ impl fmt::Display for SeedReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "seed {}: {} of {} operations checked on {} keys, {} clients crashed, {} stuck \
-             behind a crash ({} spinning on a lock a crashed client holds), trace {:016x}",
+            "seed {}: {} of {} operations checked on {} keys in {} of virtual time, {} clients \
+             crashed, {} stuck behind a crash ({} spinning on a lock a crashed client holds), \
+             trace {:016x}",
             self.seed,
             self.completed,
             self.requested,
             self.stats.keys,
+            ms(self.run_ns),
             self.crashed,
             self.stuck,
             self.stuck_on_held_lock,
@@ -236,7 +251,38 @@ impl fmt::Display for Summary {
     }
 }
 
+/// Virtual time the bound of a run allows each operation, ns, as if every client's operations
+/// ran one after another: 1 ms, tens of times what an operation takes on the `stress` fabric
+/// even when it waits behind others for a lock. A run that still has not finished by then is
+/// too slow to check, whatever the reason, and says so.
+pub const OP_BUDGET_NS: u64 = 1_000_000;
+
 impl CheckConfig {
+    /// The progress window, stretched to outlast the longest stall: a client stalled while it
+    /// holds a lock holds up every client behind it, and it may stall again when it goes on.
+    pub fn window_ns(&self) -> u64 {
+        self.progress_window_ns.max(self.stall_max_ns.saturating_mul(4))
+    }
+
+    /// The run phase's bound derived from the work asked for: [`OP_BUDGET_NS`] per operation
+    /// plus a tenth of the longest stall (an operation posts about ten verbs, each stalling one
+    /// time in 500), as if the operations ran one after another; after the memory-node crash
+    /// and restart, if any; plus one progress window.
+    pub fn work_bound_ns(&self) -> u64 {
+        let per_op = OP_BUDGET_NS.saturating_add(self.stall_max_ns / 10);
+        let ops = (self.clients as u64).saturating_mul(self.ops_per_client);
+        ops.saturating_mul(per_op)
+            .saturating_add(self.memory_node_crash_ns)
+            .saturating_add(self.memory_node_restart_ns)
+            .saturating_add(self.window_ns())
+    }
+
+    /// The run phase's bound: [`CheckConfig::bound_ns`] if set, else
+    /// [`CheckConfig::work_bound_ns`].
+    pub fn run_bound_ns(&self) -> u64 {
+        self.bound_ns.unwrap_or_else(|| self.work_bound_ns())
+    }
+
     fn universe(&self) -> u64 {
         if self.key_list.is_empty() {
             self.keys
@@ -376,21 +422,33 @@ where
                 .map_err(anyhow::Error::msg)?;
         }
     }
+    let restart_at = memory_node_crash
+        .filter(|_| cfg.memory_node_restart_ns > 0)
+        .map(|(node, after)| (node, start + after + cfg.memory_node_restart_ns));
+    // When each task (the clients, then the rebuilding client if any) last made progress: its
+    // latest completed operation, or the instant it may start to (a rebuild waits for the
+    // restart).
+    let progress: Vec<Cell<u64>> = (0..cfg.clients)
+        .map(|_| start)
+        .chain(restart_at.map(|(_, at)| at))
+        .map(Cell::new)
+        .collect();
     let rebuilt = Cell::new(false);
-    let repair = memory_node_crash.filter(|_| cfg.memory_node_restart_ns > 0).map(|(node, _)| {
+    let repair = restart_at.map(|(node, _)| {
         let (idx, errors, rebuilt) = (&handles[0], &errors, &rebuilt);
-        let c = sim.client_on_own_thread(0);
+        let (c, progress, now) = (sim.client_on_own_thread(0), &progress[cfg.clients], &now);
         Box::pin(async move {
             c.await_restart(node).await;
             match idx.recover_memory_node(&c, node).await {
                 Ok(()) => rebuilt.set(true),
                 Err(e) => errors.borrow_mut().push((false, format!("rebuilding node {node}: {e}"))),
             }
+            progress.set(now());
         }) as Task
     });
     let tasks = clients.iter().zip(seeds).enumerate().map(|(i, (c, s))| {
-        let (idx, history, errors, now, completed) =
-            (&handles[i % cns as usize], &history, &errors, &now, &completed);
+        let (idx, history, errors, now, completed, progress) =
+            (&handles[i % cns as usize], &history, &errors, &now, &completed, &progress[i]);
         Box::pin(async move {
             let rec = Recorder {
                 now,
@@ -424,11 +482,16 @@ where
                     return;
                 }
                 completed.set(completed.get() + 1);
+                progress.set(now());
             }
         }) as Task
     });
     let repairing = repair.is_some();
-    let out = sim.run_until(tasks.chain(repair), start + cfg.deadline_ns);
+    // The run goes on while some task made progress within the last window, up to the bound.
+    let (window, bound) = (cfg.window_ns(), start.saturating_add(cfg.run_bound_ns()));
+    let latest = || progress.iter().map(Cell::get).max().unwrap_or(start);
+    let out =
+        sim.run_until_with(tasks.chain(repair), |_| latest().saturating_add(window).min(bound));
     let errors = errors.into_inner();
     if let Some((_, e)) = errors.iter().find(|(unrunnable, _)| *unrunnable) {
         return Err(unfit(format!("the index cannot hold this workload: {e}")));
@@ -436,13 +499,42 @@ where
     if let Some((_, e)) = errors.into_iter().next() {
         bail!("an operation failed: {e}");
     }
-    if !out.stuck.is_empty() && out.crashed.is_empty() {
+    // A task left at the end is stuck if it made no progress within the last window, or if
+    // the run ended before its deadline (nothing left could ever wake it); else it was still
+    // going when the bound stopped it: slow, not stuck.
+    let slow = out
+        .stuck
+        .iter()
+        .filter(|&&t| out.deadline_passed && progress[t].get().saturating_add(window) >= out.end_ns)
+        .count();
+    if slow > 0 {
+        let basis = match cfg.bound_ns {
+            Some(_) => String::new(),
+            None => {
+                format!(" ({} per operation, as if they ran one after another)", ms(OP_BUDGET_NS))
+            }
+        };
         bail!(
-            "{} of {} clients are stuck at the deadline ({} ms of virtual time) and no client \
-             crashed: a deadlock or livelock",
+            "the run phase reached its bound of {} of virtual time with {slow} of {} clients \
+             still completing operations ({} of {} operations done): too slow to finish within \
+             the bound{basis}, not a deadlock",
+            ms(cfg.run_bound_ns()),
+            cfg.clients,
+            completed.get(),
+            cfg.clients as u64 * cfg.ops_per_client,
+        );
+    }
+    if !out.stuck.is_empty() && out.crashed.is_empty() {
+        let why = match out.deadline_passed {
+            true => format!("no client completed an operation in the last {}", ms(window)),
+            false => "nothing left in the run could wake them".to_string(),
+        };
+        bail!(
+            "{} of {} clients are stuck {} into the run phase: {why}, and no client crashed: a \
+             deadlock or livelock",
             out.stuck.len(),
             cfg.clients,
-            cfg.deadline_ns / 1_000_000
+            ms(out.end_ns.saturating_sub(start))
         );
     }
     if cfg.memory_node_restart_ns > 0 {
@@ -466,10 +558,8 @@ where
     let stuck_on_held_lock = out
         .stuck
         .iter()
-        .filter(|&&t| {
-            let id = clients[t].transport().id();
-            held.iter().any(|h| h.waiters.contains(&id))
-        })
+        .filter_map(|&t| clients.get(t).map(|c| c.transport().id()))
+        .filter(|id| held.iter().any(|h| h.waiters.contains(id)))
         .count();
     match history.check() {
         Ok(stats) => Ok(SeedReport {
@@ -480,6 +570,7 @@ where
             crashed: out.crashed.len(),
             stuck: out.stuck.len(),
             stuck_on_held_lock,
+            run_ns: out.end_ns.saturating_sub(start),
             memory_node_crash,
             rebuilt: rebuilt.get(),
             rebuild_crashed: repairing && out.crashed.contains(&cfg.clients),
@@ -487,6 +578,11 @@ where
         }),
         Err(v) => bail!("history is not linearizable: {v}"),
     }
+}
+
+/// `ns` as milliseconds, for messages.
+fn ms(ns: u64) -> String {
+    format!("{:.1} ms", ns as f64 / 1e6)
 }
 
 /// Least share of requested operations a suite must check, unless every seed crashes clients.

@@ -1,6 +1,6 @@
 //! The conformance kit itself: a correct index passes, a racy one is caught, a stuck client with
-//! no crash to explain it fails the seed, runs replay by seed, and an index that spins on garbage
-//! or takes it for data fails the garbage test.
+//! no crash to explain it fails the seed while a slow one does not, runs replay by seed, and an
+//! index that spins on garbage or takes it for data fails the garbage test.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -187,6 +187,107 @@ fn a_client_stuck_without_a_crash_fails_the_seed() {
     let e = check_seed::<Leaky, PointOnly>(&cfg, 1).expect_err("a leaked lock must be caught");
     let msg = format!("{e:#}");
     assert!(msg.contains("stuck") && msg.contains("deadlock or livelock"), "{msg}");
+}
+
+/// The reference index where a delete of key 1 first waits for a word that nobody ever writes,
+/// READing it again and again: its client never completes another operation, while clients
+/// that never delete key 1 finish theirs.
+struct Waiting(LockedShards);
+
+impl<T: Transport> PointIndex<T> for Waiting {
+    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        Ok(Waiting(<LockedShards as PointIndex<T>>::create(c, config, cn).await?))
+    }
+    async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        Ok(Waiting(<LockedShards as PointIndex<T>>::open(c, config, cn).await?))
+    }
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        self.0.search_into(c, key, out).await
+    }
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        self.0.insert(c, key, value).await
+    }
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        self.0.update(c, key, value).await
+    }
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        if key == 1u64.to_be_bytes() {
+            let mut word = [0u8; 8];
+            while word == [0; 8] {
+                c.read(layout::root_slot(7), &mut word).await?;
+            }
+        }
+        self.0.delete(c, key).await
+    }
+}
+
+/// Clients that finish do not hide those that wait for ever: once no client has completed an
+/// operation for a window, the seed fails as a deadlock, naming how many are stuck.
+#[test]
+fn clients_waiting_for_ever_fail_the_seed_while_others_finish() {
+    let cfg = CheckConfig { keys: 4, crashes: Crashes::Never, ..CheckConfig::default() };
+    let mut partial = 0;
+    for seed in 0..8 {
+        let e = check_seed::<Waiting, PointOnly>(&cfg, seed).expect_err("a client waits for ever");
+        let msg = format!("{e:#}");
+        let stuck: usize = msg.split(' ').next().and_then(|n| n.parse().ok()).expect(&msg);
+        assert!(
+            msg.contains(&format!("{stuck} of 12 clients are stuck"))
+                && msg.contains("no client completed an operation in the last 200.0 ms")
+                && msg.contains("deadlock or livelock"),
+            "seed {seed}: {msg}"
+        );
+        partial += usize::from(stuck < 12);
+    }
+    assert!(partial > 0, "in 8 seeds every client deleted key 1: nobody finished");
+}
+
+/// The reference index at 24 clients × 100 operations on 256 keys with 32-byte values: a run
+/// phase lasts 300 to 450 ms of virtual time, past the fixed 200 ms deadline that used to call
+/// such runs deadlocks (or, after a crash, count their clients as stuck behind it), and clients
+/// complete operations throughout. Slow is not stuck: every seed passes, and in a crash seed
+/// (4) no slow client is counted as stuck behind the crash.
+fn slow_cfg() -> CheckConfig {
+    CheckConfig {
+        clients: 24,
+        ops_per_client: 100,
+        keys: 256,
+        value_size: 32,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_slow_run_is_not_stuck() {
+    let cfg = slow_cfg();
+    for seed in [1, 4] {
+        let r = check_seed::<LockedShards, Ordered>(&cfg, seed).expect("slow is not stuck");
+        assert!(r.run_ns > 200_000_000, "seed {seed}: {r}");
+        assert_eq!(r.stuck, 0, "seed {seed}: {r}");
+        assert_eq!(r.crashed > 0, seed == 4, "seed {seed}: {r}");
+        if r.crashed == 0 {
+            assert_eq!(r.completed, r.requested, "seed {seed}: {r}");
+        }
+    }
+}
+
+/// The same seeds with the run's bound held at the old 200 ms: the clients are still completing
+/// operations when it passes, and the seed fails saying so — neither as a deadlock nor, in the
+/// crash seed, by counting the slow clients as stuck behind the crash.
+#[test]
+fn a_bound_the_run_cannot_meet_is_reported_as_such() {
+    let cfg = CheckConfig { bound_ns: Some(200_000_000), ..slow_cfg() };
+    for seed in [1, 4] {
+        let e = check_seed::<LockedShards, Ordered>(&cfg, seed).expect_err("the bound is short");
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("reached its bound of 200.0 ms of virtual time")
+                && msg.contains("still completing operations")
+                && msg.contains("not a deadlock")
+                && !msg.contains("are stuck"),
+            "seed {seed}: {msg}"
+        );
+    }
 }
 
 /// An index that acknowledges deletes without deleting: the model test must catch it.

@@ -1,7 +1,7 @@
 //! Dolphin under the simulator (torn reads, delays, crashes, every history checked, scans
 //! included) and on real threads, through the conformance kit.
 
-use dmindex_conformance::{on_local_threads, suite, CheckConfig, Crashes};
+use dmindex_conformance::{check_seed, on_local_threads, suite, CheckConfig, Crashes};
 use dmindex_dolphin::Dolphin;
 use dmindex_index::{IndexConfig, Ordered};
 
@@ -64,6 +64,29 @@ fn line_wide_values() {
 fn multi_line_values() {
     let cfg = CheckConfig { value_size: 100, index_options: slots("6"), ..CheckConfig::default() };
     suite::<Dolphin, Ordered>("dolphin_multi_line_values", &cfg, 0..80);
+}
+
+/// 24 clients × 150 operations on 256 keys with 32-byte values, no crashes: run phases of
+/// 210–225 ms of virtual time, past the fixed 200 ms deadline that once failed them as
+/// deadlocks. The clients complete operations throughout, so every seed passes with every
+/// operation checked.
+#[test]
+fn long_runs_are_slow_not_stuck() {
+    let cfg = CheckConfig {
+        clients: 24,
+        ops_per_client: 150,
+        keys: 256,
+        value_size: 32,
+        crashes: Crashes::Never,
+        ..CheckConfig::default()
+    };
+    let mut longest = 0;
+    for seed in 1..9 {
+        let r = check_seed::<Dolphin, Ordered>(&cfg, seed).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!((r.completed, r.stuck), (r.requested, 0), "{r}");
+        longest = longest.max(r.run_ns);
+    }
+    assert!(longest > 200_000_000, "no run phase outlasted 200 ms: {longest} ns");
 }
 
 #[test]

@@ -19,10 +19,14 @@
 //! [`BOUND`] = 2²⁰ failures in a row. Each failure costs at least one round trip, so 2²⁰ of
 //! them take more than a second at RDMA's 1–2 µs: a torn READ needs a WRITE landing during it,
 //! and a node under rewrite is whole again within the writer's next round trips, so no
-//! legitimate contention comes near it. The simulator's checks make the argument exact: a run's
-//! clients have 200 ms of virtual time, and the fastest preset's round trip is 1 µs (`stress`:
-//! 500 ns each way), so a client fails at most 200 000 validations in a run — five times below
-//! the bound — even one stuck for the whole run re-reading a node a crashed writer left behind.
+//! legitimate contention comes near it. The simulator's checks make the argument exact: a
+//! run's virtual time is bounded by the work asked for (`dmindex check`: 1 ms per operation
+//! plus a 200 ms window, 920 ms at the defaults, and a run ends once no client completes an
+//! operation for 200 ms), and the fastest preset's round trip is 1 µs (`stress`: 500 ns each
+//! way), so at the defaults a client fails fewer than 920 000 validations in a run — below the
+//! bound — even one stuck for the whole run re-reading a node a crashed writer left behind. A
+//! check with enough work to go on for more than a second after a crash, while other clients
+//! still complete operations, can see such a client reach the bound and report `Corrupt`.
 //! The count is per loop, not per node: a loop that fails on two garbage nodes in turn (two
 //! buckets, a restart between two levels) must end too, and a loop's guard is dropped when it
 //! ends, so an operation that validates a node and moves on starts the next loop from zero.
