@@ -806,6 +806,20 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
     let v = json(&out);
     assert_eq!(v["load_throughput_ops"], 0.0, "an attached run loads nothing");
     assert_eq!(v["per_op"][0]["not_found"], 0, "and finds the keys the first run loaded");
+    // Its history lacks the writes of the process that loaded (and updated) the keys: --check
+    // starts each key from a value it does not know, and the correct index passes.
+    let out = Command::new(bin)
+        .env("UCX_TLS", "tcp")
+        .args(["bench", "--transport", "ucx", "--attach", "--memnode", &list, "--token-file"])
+        .arg(&token)
+        .args(["--items", "3000", "--ops", "2000", "--workload", "a", "--check", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    assert_eq!(v["check"]["unknown_start"], true, "{}", v["check"]);
+    assert!(v["check"]["violation"].is_null(), "{}", v["check"]);
+    assert!(v["check"]["keys"].as_u64().unwrap() > 100, "{}", v["check"]);
     // Clients killed mid-run (SIGKILL) at different points: a CHIME client attached to the
     // loaded index, then fabric-bench clients in the middle of their verbs. Over TCP the
     // memnodes execute those verbs (as messages), so each death leaves replies that cannot be

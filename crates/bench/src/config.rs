@@ -229,7 +229,9 @@ pub struct Output {
     pub timeline_us: Option<u64>,
     /// Record every operation and check the history for linearizability at the end, after
     /// reading every key once more (exit 1 if it is not linearizable; --transport local or ucx,
-    /// small runs).
+    /// small runs). With --attach each key starts from a value the check does not know (the
+    /// loading process wrote it): some one starting value must explain what the run saw, which
+    /// holds only if no other process writes meanwhile.
     #[arg(long)]
     pub check: bool,
     /// Also report the share of reads whose key their compute node read before in the run (for

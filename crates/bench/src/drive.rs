@@ -325,7 +325,7 @@ where
     let run = phase("run", plan.ops, false)?;
     let run_seconds = wall.elapsed().as_secs_f64();
     run.failed()?;
-    let check = history.map(|h| final_check(h, &handles[0], &setup, &now));
+    let check = history.map(|h| final_check(h, &handles[0], &setup, &now, cfg.cluster.attach));
     let lf = run_tasks([handles[0].load_factor(&setup)]).remove(0)?;
     let remote_bytes = remote_bytes();
     let recovery =
@@ -349,12 +349,16 @@ where
 }
 
 /// After the run: reads every key the history names once more (recorded, so a write that was
-/// acknowledged and then lost shows), then checks the history.
+/// acknowledged and then lost shows), then checks the history. An attached run's history lacks
+/// the writes of the process that loaded the index (and of any that ran before), so each key
+/// starts in a state the check does not know ([`History::check_from_unknown_start`]): what this
+/// run did to a key must still be explained by some one state it began in.
 fn final_check<T: dmindex_fabric::Transport, I: PointIndex<T>>(
     history: &History,
     idx: &I,
     c: &Client<T>,
     now: &dyn Fn() -> u64,
+    attached: bool,
 ) -> Checked {
     let rec = Recorder { now, history: Some(history), client: u32::MAX, value_size: 0 };
     let mut out = Vec::new();
@@ -362,11 +366,21 @@ fn final_check<T: dmindex_fabric::Transport, I: PointIndex<T>>(
         // A read that fails stays pending in the history; the check still runs.
         let _ = run_tasks([rec.search_into(idx, c, &key, &mut out)]);
     }
-    match history.check() {
-        Ok(s) => Checked { ops: s.ops, pending: s.pending, keys: s.keys, violation: None },
-        Err(v) => {
-            Checked { ops: history.len(), violation: Some(v.to_string()), ..Checked::default() }
+    let verdict = match attached {
+        true => history.check_from_unknown_start(),
+        false => history.check(),
+    };
+    let unknown_start = attached;
+    match verdict {
+        Ok(s) => {
+            Checked { ops: s.ops, pending: s.pending, keys: s.keys, unknown_start, violation: None }
         }
+        Err(v) => Checked {
+            ops: history.len(),
+            unknown_start,
+            violation: Some(v.to_string()),
+            ..Checked::default()
+        },
     }
 }
 

@@ -55,6 +55,9 @@ pub struct Checked {
     pub pending: usize,
     /// Keys checked.
     pub keys: usize,
+    /// Whether each key began in a state the check did not know: an attached run, whose
+    /// history lacks the writes of the process that loaded the index.
+    pub unknown_start: bool,
     /// The violation found, if the history is not linearizable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub violation: Option<String>,

@@ -179,12 +179,18 @@ impl BenchReport {
             s += &r.table();
         }
         if let Some(c) = &self.check {
+            let start = match c.unknown_start {
+                true => "; each key from a value unknown to this attached run",
+                false => "",
+            };
             s += &match &c.violation {
                 None => format!(
-                    "history: linearizable ({} operations, {} never answered, {} keys)\n",
+                    "history: linearizable ({} operations, {} never answered, {} keys{start})\n",
                     c.ops, c.pending, c.keys
                 ),
-                Some(v) => format!("history: NOT linearizable ({} operations): {v}\n", c.ops),
+                Some(v) => {
+                    format!("history: NOT linearizable ({} operations{start}): {v}\n", c.ops)
+                }
             };
         }
         s

@@ -21,6 +21,16 @@
 //! instant after its invocation — or never. Such pending writes may be linearized anywhere after
 //! their invocation or left out; pending reads constrain nothing.
 //!
+//! ## A map that was not empty
+//!
+//! [`History::check`] starts every key absent. A process that attaches to an index another
+//! process loaded records a history whose keys held values before it began, written by
+//! operations it never saw: [`History::check_from_unknown_start`] starts each key in a state the
+//! check does not know — absent or any value — and accepts the history if some start explains
+//! it. It still catches a key that changes with no write of the history to change it (two reads
+//! in turn that disagree, a value that comes back after a delete), as long as no other process
+//! writes while the history is recorded.
+//!
 //! ## Scans
 //!
 //! A completed scan from `f` returning pairs `R` (at most `n`) covers `[f, last key of R]` if it
@@ -188,8 +198,27 @@ impl History {
     /// Checks the history; see the crate docs.
     pub fn check(&self) -> Result<CheckStats, Violation> {
         let entries = self.entries.lock().expect("history lock").clone();
-        check_entries(&entries)
+        check_entries(&entries, Start::Empty)
     }
+
+    /// Checks the history of a map that held something already when it began, written by
+    /// nobody this history knows (another process loaded it): each key starts in some state
+    /// unknown to the check — absent, or any value — that stays until an operation of the
+    /// history changes it. Sound as long as only this history's operations write while it is
+    /// recorded: two reads that see different values with no write between them still fail.
+    pub fn check_from_unknown_start(&self) -> Result<CheckStats, Violation> {
+        let entries = self.entries.lock().expect("history lock").clone();
+        check_entries(&entries, Start::Unknown)
+    }
+}
+
+/// What each key holds before the history begins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    /// Nothing: the map begins empty.
+    Empty,
+    /// Some state the history does not say: absent or any value.
+    Unknown,
 }
 
 /// A per-key operation.
@@ -241,7 +270,7 @@ impl KCall {
     }
 }
 
-fn check_entries(entries: &[Entry]) -> Result<CheckStats, Violation> {
+fn check_entries(entries: &[Entry], start: Start) -> Result<CheckStats, Violation> {
     let mut values: HashMap<Vec<u8>, u32> = HashMap::new();
     let mut intern = |v: &[u8]| {
         let n = values.len() as u32;
@@ -296,6 +325,15 @@ fn check_entries(entries: &[Entry]) -> Result<CheckStats, Violation> {
             pending,
             desc: i,
         });
+    }
+    // Keys that only a scan returned held them before the history began, if it began with
+    // unknown contents: they are checked as every other key.
+    if start == Start::Unknown {
+        for (.., result) in &scans {
+            for (k, _) in result.iter() {
+                per_key.entry(k.clone()).or_default();
+            }
+        }
     }
     // Scans become reads of every key in the range they cover.
     let keys: Vec<Vec<u8>> = per_key.keys().cloned().collect();
@@ -356,7 +394,7 @@ fn check_entries(entries: &[Entry]) -> Result<CheckStats, Violation> {
     }
     stats.keys = per_key.len();
     for (key, ops) in per_key {
-        match check_key(ops, 50_000_000) {
+        match check_key(ops, start, 50_000_000) {
             Ok(steps) => stats.steps += steps,
             Err((reason, ops)) => {
                 return Err(Violation {
@@ -414,7 +452,7 @@ const UNSEEN: u32 = u32::MAX;
 
 /// Wing–Gong with memoisation over one key; returns the steps taken.
 #[allow(clippy::type_complexity)]
-fn check_key(mut ops: Vec<KOp>, budget: u64) -> Result<u64, (String, Vec<KOp>)> {
+fn check_key(mut ops: Vec<KOp>, start: Start, budget: u64) -> Result<u64, (String, Vec<KOp>)> {
     // Values no read returned are told apart by nothing: every result depends on them only
     // through the key's presence. Writing them as one value lets the memo merge the orders of
     // such writes (concurrent upserts of a hot key otherwise multiply the states by their
@@ -443,8 +481,17 @@ fn check_key(mut ops: Vec<KOp>, budget: u64) -> Result<u64, (String, Vec<KOp>)> 
     let is_lin = |l: &Lin, i: u32| i < l.prefix || l.extra.binary_search(&i).is_ok();
     // Memo keys are small (a few integers): a fast hash pays off on millions of inserts.
     let mut seen: rustc_hash::FxHashSet<Lin> = rustc_hash::FxHashSet::default();
-    let start = Lin { prefix: 0, extra: vec![], pend: vec![], state: None };
-    let mut stack = vec![start];
+    // The states the key may start in: absent; or, when unknown, also any value — one that
+    // some read returned, or one that none did (all alike, as for writes above).
+    let first = |state| Lin { prefix: 0, extra: vec![], pend: vec![], state };
+    let mut stack = Vec::new();
+    if start == Start::Unknown {
+        let mut values: Vec<u32> = observed.iter().copied().chain([UNSEEN]).collect();
+        values.sort_unstable();
+        stack.extend(values.into_iter().map(|v| first(Some(v))));
+    }
+    // Last, so tried first.
+    stack.push(first(None));
     let mut steps = 0u64;
     let mut deepest = 0u32;
     while let Some(l) = stack.pop() {
@@ -807,9 +854,107 @@ mod tests {
         assert!(yes > 300 && no > 300, "both verdicts are exercised: {yes} / {no}");
     }
 
+    /// The search from an unknown start against brute force from every start: absent, each
+    /// value the histories write, and one they never write.
+    #[test]
+    fn an_unknown_start_agrees_with_brute_force() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let starts = [None, Some(v(0)), Some(v(1)), Some(v(2)), Some(v(9))];
+        let (mut yes, mut no, mut only_unknown) = (0, 0, 0);
+        for _ in 0..3000 {
+            let n = 1 + rnd(5) as usize;
+            let mut recs: Vec<Rec> = Vec::new();
+            for c in 0..n {
+                let t0 = rnd(12);
+                let t1 = t0 + 1 + rnd(8);
+                let (call, out) = match rnd(5) {
+                    0 | 1 => (
+                        get(1),
+                        Outcome::Found(match rnd(4) {
+                            0 => None,
+                            // A value no operation here writes: only the start can hold it.
+                            1 => Some(v(9)),
+                            _ => Some(v(rnd(3) as u8)),
+                        }),
+                    ),
+                    2 => (ins(1, rnd(3) as u8), Outcome::Done),
+                    3 => (
+                        Invocation::Update { key: k(1), value: v(rnd(3) as u8) },
+                        Outcome::Existed(rnd(2) == 0),
+                    ),
+                    _ => (Invocation::Delete { key: k(1) }, Outcome::Existed(rnd(2) == 0)),
+                };
+                let ret = (rnd(6) != 0).then_some((t1, out));
+                recs.push((c as u32, call, t0, ret));
+            }
+            let fast = h(recs.clone()).check_from_unknown_start().is_ok();
+            let slow = starts.iter().any(|s| brute_from(&recs, s));
+            assert_eq!(fast, slow, "{recs:?}");
+            match (slow, brute(&recs)) {
+                (true, true) => yes += 1,
+                (true, false) => only_unknown += 1,
+                (false, _) => no += 1,
+            }
+        }
+        assert!(
+            yes > 300 && no > 300 && only_unknown > 300,
+            "every verdict is exercised: {yes} / {no} / {only_unknown}"
+        );
+    }
+
+    /// What an unknown start allows and what it still catches.
+    #[test]
+    fn an_unknown_start_is_fixed_until_written() {
+        // A value nobody here wrote, read first: another process's, from before.
+        let theirs = vec![
+            (1, get(1), 0, Some((10, found(7)))),
+            (0, ins(1, 1), 20, Some((30, Outcome::Done))),
+            (1, get(1), 40, Some((50, found(1)))),
+        ];
+        assert!(h(theirs.clone()).check().is_err(), "an empty start holds nothing");
+        h(theirs).check_from_unknown_start().unwrap();
+        // ... but the start is one state: two values, one after the other, with no write
+        // between, are not explained by any.
+        let flips =
+            vec![(1, get(1), 0, Some((10, found(7)))), (2, get(1), 20, Some((30, found(8))))];
+        assert!(h(flips).check_from_unknown_start().is_err());
+        // A start that was present, then deleted, stays deleted.
+        let gone = vec![
+            (0, Invocation::Delete { key: k(1) }, 0, Some((10, Outcome::Existed(true)))),
+            (1, get(1), 20, Some((30, found(7)))),
+        ];
+        assert!(h(gone).check_from_unknown_start().is_err());
+        // A key only a scan returned is a key of the start, checked like any other.
+        let scan = |t0, r: Vec<(u8, u8)>| {
+            let pairs = r.into_iter().map(|(a, b)| (k(a), v(b))).collect();
+            (
+                9,
+                Invocation::Scan { from: k(0), count: 10 },
+                t0,
+                Some((t0 + 5, Outcome::Scanned(pairs))),
+            )
+        };
+        let listed = vec![scan(0, vec![(4, 4)]), scan(10, vec![(4, 4)])];
+        assert!(h(listed.clone()).check().unwrap_err().reason.contains("never inserted"));
+        h(listed).check_from_unknown_start().unwrap();
+        let vanished = vec![scan(0, vec![(4, 4)]), scan(10, vec![])];
+        assert!(h(vanished).check_from_unknown_start().is_err(), "key 4 vanished unwritten");
+    }
+
     /// Linearizable by brute force: some order of the completed operations and some of the
     /// pending ones, consistent with real time, explains every completed result.
     fn brute(recs: &[Rec]) -> bool {
+        brute_from(recs, &None)
+    }
+
+    /// [`brute`] from `start` as the key's state before the history.
+    fn brute_from(recs: &[Rec], start: &Option<Vec<u8>>) -> bool {
         let n = recs.len();
         (0u32..1 << n).any(|mask| {
             let chosen: Vec<usize> = (0..n)
@@ -819,7 +964,7 @@ mod tests {
             if chosen.iter().any(|&i| recs[i].3.is_none() && mask & (1 << i) == 0) {
                 return false;
             }
-            permutations(&chosen).iter().any(|order| explains(recs, order))
+            permutations(&chosen).iter().any(|order| explains(recs, order, start))
         })
     }
 
@@ -839,14 +984,14 @@ mod tests {
         out
     }
 
-    fn explains(recs: &[Rec], order: &[usize]) -> bool {
+    fn explains(recs: &[Rec], order: &[usize], start: &Option<Vec<u8>>) -> bool {
         let ret = |i: usize| recs[i].3.as_ref().map_or(u64::MAX, |r| r.0);
         for (a, &i) in order.iter().enumerate() {
             if order[a + 1..].iter().any(|&j| ret(j) < recs[i].2) {
                 return false;
             }
         }
-        let mut state: Option<Vec<u8>> = None;
+        let mut state: Option<Vec<u8>> = start.clone();
         for &i in order {
             let out = recs[i].3.as_ref().map(|r| &r.1);
             match (&recs[i].1, out) {
