@@ -55,6 +55,17 @@ fn one() -> u64 {
     1
 }
 
+/// `x` as written for a person: 0.99 as `0.99`, but 1e308 as `1e308` rather than its 309
+/// digits (and 1e-300 likewise).
+fn short(x: f64) -> String {
+    let plain = x.to_string();
+    if plain.len() <= 12 {
+        plain
+    } else {
+        format!("{x:e}")
+    }
+}
+
 fn default_theta() -> f64 {
     ZIPFIAN_CONSTANT
 }
@@ -145,10 +156,10 @@ impl WorkloadSpec {
     /// `zipfianconstant` (θ = 1 divides by zero in Gray's formula).
     pub fn with_theta(mut self, theta: f64) -> Result<WorkloadSpec, String> {
         if !(theta > 0.0 && theta < 1.0) {
-            return Err(format!("zipfian skew {theta} is outside (0, 1)"));
+            return Err(format!("zipfian skew {} is outside (0, 1)", short(theta)));
         }
         self.theta = theta;
-        self.name = format!("{}+theta{theta}", self.name);
+        self.name = format!("{}+theta{}", self.name, short(theta));
         Ok(self)
     }
 
@@ -636,6 +647,12 @@ mod tests {
             let e = WorkloadSpec::named("a").unwrap().with_theta(bad).unwrap_err();
             assert!(e.contains("outside (0, 1)"), "{e}");
         }
+        // Extremes are echoed short, not digit by digit.
+        let e = WorkloadSpec::named("a").unwrap().with_theta(1e308).unwrap_err();
+        assert_eq!(e, "zipfian skew 1e308 is outside (0, 1)");
+        let tiny = WorkloadSpec::named("a").unwrap().with_theta(1e-300).unwrap();
+        assert_eq!(tiny.name, "a+theta1e-300");
+        assert_eq!(WorkloadSpec::named("a").unwrap().with_theta(0.9).unwrap().name, "a+theta0.9");
     }
 
     #[test]
