@@ -121,10 +121,16 @@ pub fn check_plan(
             "--mn-crash-us needs --mns 2 or more (node 0 holds the root table and never crashes)"
         );
     }
-    limits::count("--clients", a.clients, 4096)?;
-    limits::count("--ops", a.ops.min(usize::MAX as u64) as usize, 1 << 20)?;
-    limits::count("--keys", a.keys.min(usize::MAX as u64) as usize, 1 << 32)?;
-    limits::count("--value-size", a.value_size, 4096)?;
+    limits::count("--clients", a.clients, limits::MAX_CHECK_CLIENTS)?;
+    limits::count_u64("--ops", a.ops, limits::MAX_CHECK_OPS)?;
+    limits::total("--ops", a.ops, a.clients as u64, limits::MAX_CHECK_HISTORY)?;
+    limits::count("--value-size", a.value_size, limits::MAX_VALUE_SIZE)?;
+    let pair = (if a.long_keys { 11 } else { 8 }) + a.value_size as u64;
+    let memory = a.mns as u64 * dmindex_conformance::linearizable::NODE_BYTES;
+    let node_mib = dmindex_conformance::linearizable::NODE_BYTES >> 20;
+    let memory_is = format!("a check runs on (--mns × {node_mib} MiB)");
+    limits::pairs_fit("--keys", a.keys, pair, memory, &memory_is)?;
+    limits::count_u64("--keys", a.keys, memory / pair)?;
     dmindex_sim::NetParams::preset(&a.preset).map_err(anyhow::Error::msg)?;
     let cfg = CheckConfig {
         clients: a.clients,

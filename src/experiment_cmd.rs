@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::bail;
 use dmindex_bench::experiment::{run_experiment, NeedsTraces, NeedsUcx, Paper, Scale};
+use dmindex_bench::limits;
 use dmindex_catalog::papers::{resolve, PAPERS};
 
 #[derive(clap::Args, Debug)]
@@ -165,6 +166,16 @@ fn scale_of(paper: &Paper, args: &Args) -> anyhow::Result<Scale> {
     }
     if s.clients.is_empty() || s.clients.contains(&0) || s.peak_clients == 0 {
         bail!("client counts must be positive");
+    }
+    // `bench`'s bounds, before any run starts (each run checks its own again): the counts
+    // whatever the paper's placement, since some papers give clients per CN, others in all.
+    limits::at_most("--items", s.items, limits::MAX_OPS)?;
+    limits::at_most("--ops", s.ops, limits::MAX_OPS)?;
+    limits::count("--cns", s.cns as usize, limits::MAX_CNS as usize)?;
+    limits::count("--coroutines", s.coroutines, limits::MAX_TASKS)?;
+    for &clients in s.clients.iter().chain([&s.peak_clients]) {
+        let what = "client tasks (--clients or --peak-clients × --coroutines)";
+        limits::count(what, clients.saturating_mul(s.coroutines), limits::MAX_TASKS)?;
     }
     Ok(s)
 }

@@ -95,6 +95,8 @@ pub fn validate(args: &Args) -> anyhow::Result<()> {
     }
     for &t in &args.threads {
         crate::limits::threads_and_tasks(t, args.tasks)?;
+        let tasks = (t * args.tasks) as u64;
+        crate::limits::total("--ops", args.ops, tasks, crate::limits::MAX_OPS)?;
     }
     if args.threads.len() > 64 {
         bail!("--threads lists {} counts; at most 64 rows of each verb", args.threads.len());

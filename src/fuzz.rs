@@ -6,7 +6,9 @@
 use clap::FromArgMatches;
 use proptest::prelude::*;
 
-use crate::{bench_cmd, experiment_cmd, fabric_bench, sim_bench, Cli, Command};
+use crate::{
+    bench_cmd, experiment_cmd, fabric_bench, memnode_cmd, perf_cmd, sim_bench, Cli, Command,
+};
 
 /// Flags of every command (each command refuses the others').
 const FLAGS: &[&str] = &[
@@ -134,7 +136,8 @@ const VALUES: &[&str] = &[
     "a,load",
 ];
 
-const COMMANDS: &[&str] = &["bench", "check", "fabric-bench", "sim-bench", "experiment"];
+const COMMANDS: &[&str] =
+    &["bench", "check", "fabric-bench", "sim-bench", "experiment", "perf", "memnode"];
 
 /// A command's own flags, as its parser declares them.
 fn flags_of(cmd: &str) -> Vec<String> {
@@ -171,6 +174,8 @@ fn plan(argv: &[String]) {
         Command::FabricBench(a) => drop(fabric_bench::validate(&a)),
         Command::SimBench(a) => drop(sim_bench::validate(&a)),
         Command::Experiment(a) => drop(experiment_cmd::plan(&a)),
+        Command::Perf(a) => drop(perf_cmd::validate(&a)),
+        Command::Memnode(a) => drop(memnode_cmd::validate(&a)),
         _ => {}
     }
 }

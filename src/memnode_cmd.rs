@@ -47,15 +47,28 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{s}' is not a positive size (e.g. 1073741824, 512m, 4g)"))
 }
 
+/// Everything `memnode` checks of its flags before it serves (or finds it cannot: a build
+/// without UCX).
+pub fn validate(a: &Args) -> anyhow::Result<()> {
+    crate::limits::count("--cores", a.cores, crate::limits::MAX_THREADS)?;
+    if let Some(machine) = crate::limits::machine_bytes().filter(|&m| a.size > m) {
+        anyhow::bail!(
+            "--size {}: a pool of {} GiB is more than this machine's {} GiB of memory",
+            a.size,
+            a.size >> 30,
+            machine >> 30
+        );
+    }
+    Ok(())
+}
+
 #[cfg(feature = "ucx")]
 pub fn run(a: &Args) -> anyhow::Result<()> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
+    validate(a)?;
     let token = dmindex_ucx::proto::read_token_file(&a.token_file).map_err(anyhow::Error::msg)?;
-    if a.cores == 0 {
-        anyhow::bail!("--cores must be positive");
-    }
     let stop = Arc::new(AtomicBool::new(false));
     let s = Arc::clone(&stop);
     let id = a.id;
@@ -91,7 +104,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
 }
 
 #[cfg(not(feature = "ucx"))]
-pub fn run(_: &Args) -> anyhow::Result<()> {
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    validate(a)?;
     anyhow::bail!(dmindex_ucx::NOT_BUILT)
 }
 

@@ -56,10 +56,19 @@ struct Row {
     bytes_written_per_op: f64,
 }
 
-pub fn run(a: &Args) -> anyhow::Result<()> {
+/// Everything `perf` checks before it runs (each of its runs is a `bench` run, which checks
+/// the rest).
+pub fn validate(a: &Args) -> anyhow::Result<()> {
     if a.items == 0 || a.ops == 0 || a.threads == 0 {
         bail!("--items, --ops and --threads must be positive");
     }
+    crate::limits::at_most("--items", a.items, crate::limits::MAX_OPS)?;
+    crate::limits::at_most("--ops", a.ops, crate::limits::MAX_OPS)?;
+    crate::limits::threads_and_tasks(a.threads, 1)
+}
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    validate(a)?;
     let fabric = LocalFabric::new(LocalConfig {
         node_size: (a.threads as u64 * SPAN * 2).max(64 << 20),
         chunk_size: 1 << 20,

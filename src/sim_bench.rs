@@ -59,6 +59,7 @@ pub fn validate(args: &Args) -> anyhow::Result<NetParams> {
     crate::limits::count("--cns", args.cns as usize, crate::limits::MAX_CNS as usize)?;
     let tasks = (args.cns as usize).saturating_mul(args.clients);
     crate::limits::count("client tasks (--cns × --clients)", tasks, crate::limits::MAX_TASKS)?;
+    crate::limits::total("--verbs", args.verbs, tasks as u64, crate::limits::MAX_OPS)?;
     let mut net = NetParams::preset(&args.preset).map_err(anyhow::Error::msg)?;
     for o in &args.overrides {
         net.set(o).map_err(anyhow::Error::msg)?;

@@ -323,7 +323,7 @@ fn bench_refuses_bad_input() {
         (&["sim-bench", "--bytes", "524289"][..], "--bytes 524289 is more than 524288"),
         (&["sim-bench", "--cns", "65535"][..], "--cns 65535"),
         (&["bench", "--ops", "1000000000000"][..], "--ops 1000000000000: drawing"),
-        (&["bench", "--stream-ops", "1000000000000", "--ops", "2000000000000"][..], "--stream-ops"),
+        (&["bench", "--stream-ops", "1000000000000", "--ops", "1099511627776"][..], "--stream-ops"),
         (&["bench", "--stream-ops", "0"][..], "--stream-ops must be positive"),
         (&["bench", "--stream-ops", "1", "--ops", "10"][..], "fewer than the run's 2 client tasks"),
         (&["bench", "--key-reuse", "--workload", "d"][..], "--key-reuse draws the run's streams"),
@@ -344,6 +344,55 @@ fn bench_refuses_bad_input() {
         (
             &["bench", "--index", "chime", "--option", "hotspot_mb=17592186044416"][..],
             "0..=16777216",
+        ),
+        // One set of bounds for every command (crates/bench/src/limits.rs): counts no run could
+        // hold or finish are refused before anything runs, naming the flag.
+        (
+            &["check", "--keys", "100000000", "--seeds", "1"][..],
+            "--keys 100000000: 100000000 keys and values of 16 bytes take 1.5 GiB, more than the \
+             64.0 MiB of memory nodes a check runs on",
+        ),
+        (
+            &["check", "--clients", "4096", "--ops", "1048576"][..],
+            "--ops 1048576 for each of 4096 client tasks is not in 1..=4194304 in all",
+        ),
+        (&["experiment", "chime/ycsb", "--cns", "65535"][..], "--cns 65535 is not in 1..=1024"),
+        (
+            &["experiment", "chime/ycsb", "--peak-clients", "70000"][..],
+            "client tasks (--clients or --peak-clients × --coroutines) 140000 is not in",
+        ),
+        (
+            &["experiment", "chime/ycsb", "--items", "18446744073709551615"][..],
+            "--items 18446744073709551615 is more than 1099511627776",
+        ),
+        (
+            &["bench", "--items", "18446744073709551615"][..],
+            "--items 18446744073709551615 is more than 1099511627776",
+        ),
+        (
+            &["bench", "--items", "1000000000"][..],
+            "--items 1000000000: 1000000000 keys and values of 16 bytes take 14.9 GiB, more than \
+             the 4.0 GiB of memory nodes (--mns × --mn-gb)",
+        ),
+        (
+            &["bench", "--transport", "sim", "--ops", "18446744073709551615"][..],
+            "--ops 18446744073709551615 is more than 1099511627776",
+        ),
+        (
+            &["sim-bench", "--verbs", "18446744073709551615"][..],
+            "--verbs 18446744073709551615 for each of 640 client tasks is not in \
+             1..=1099511627776 in all",
+        ),
+        (
+            &["fabric-bench", "--ops", "18446744073709551615"][..],
+            "--ops 18446744073709551615 for each of 1 client tasks",
+        ),
+        (&["perf", "--threads", "5000"][..], "client threads 5000 is not in 1..=1024"),
+        (&["perf", "--ops", "18446744073709551615"][..], "--ops 18446744073709551615 is more"),
+        (&["bench", "--zipf-theta", "1e308"][..], "--zipf-theta: zipfian skew 1e308 is outside"),
+        (
+            &["memnode", "--listen", "127.0.0.1:0", "--size", "1000000g", "--token-file", "t"][..],
+            "is more than this machine's",
         ),
         // check: a configuration is not a violation (exit 2, not "seed 0 failed"), and seeds
         // do not wrap.
@@ -376,6 +425,9 @@ fn bench_refuses_bad_input() {
     }
     let out = dmindex(&["bench", "--transport", "tcp"]);
     assert_eq!(out.status.code(), Some(2));
+    // An absurd number is echoed short, not as its 309 digits.
+    let out = dmindex(&["bench", "--zipf-theta", "1e308"]);
+    assert!(out.stderr.len() < 120, "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// A run that is slow is not stuck: clients that still complete operations keep it going past

@@ -131,9 +131,7 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     if let (Some(_), Some(flag)) = (&cfg.workload.trace, streams::draw_ahead_flag(cfg)) {
         bail!("{flag} works on the run's generated streams; a --trace run has none");
     }
-    if cfg.keys.value_size == 0 || cfg.keys.value_size > 4096 {
-        bail!("--value-size must be in 1..=4096, got {}", cfg.keys.value_size);
-    }
+    limits::count("--value-size", cfg.keys.value_size, limits::MAX_VALUE_SIZE)?;
     let mut spec = WorkloadSpec::named(&cfg.workload.name).map_err(anyhow::Error::msg)?;
     if let Some(m) = &cfg.workload.mix {
         spec = spec.with_mix(m).map_err(anyhow::Error::msg).context("--mix")?;
@@ -209,6 +207,16 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     };
     let items = load.as_ref().map_or(items, |l| l.len() as u64);
     let ops = cfg.workload.ops.unwrap_or_else(|| trace.as_ref().map_or(items, |t| t.len() as u64));
+    limits::at_most("--items", items, limits::MAX_OPS)?;
+    limits::at_most("--ops", ops, limits::MAX_OPS)?;
+    if cfg.cluster.transport != TransportKind::Ucx || cfg.cluster.spawn_memnodes {
+        // Memory nodes of a size this run sets: the keys and values loaded must fit in them.
+        let memory = cfg.cluster.mn_bytes().saturating_mul(cfg.cluster.memory_nodes() as u64);
+        // YCSB's own keys vary in length: counted at 8 bytes, the least they take.
+        let key = if cfg.keys.ycsb_keys { 8 } else { format.max_key_len() };
+        let pair = (key + cfg.keys.value_size) as u64;
+        limits::pairs_fit("--items", items, pair, memory, "(--mns × --mn-gb)")?;
+    }
     if cfg.workload.stream_ops == Some(0) {
         bail!("--stream-ops must be positive");
     }

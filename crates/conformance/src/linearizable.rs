@@ -30,6 +30,7 @@ use std::fmt;
 use std::ops::Range;
 
 use dmindex_check::{CheckStats, History};
+use dmindex_fabric::FabricError;
 use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -58,6 +59,9 @@ impl Crashes {
         }
     }
 }
+
+/// Bytes of each simulated memory node a check runs on.
+pub const NODE_BYTES: u64 = 64 << 20;
 
 /// The share of awaited posts a client stalls before, when stalls are on: one in 500.
 pub const STALL_PROB: f64 = 0.002;
@@ -354,7 +358,7 @@ where
     let sim = Sim::with_services(
         SimConfig {
             memory_nodes: cfg.memory_nodes,
-            node_size: 64 << 20,
+            node_size: NODE_BYTES,
             chunk_size: 1 << 20,
             ..SimConfig::new(seed, net)
         },
@@ -387,12 +391,23 @@ where
         client: u32::MAX,
         value_size: cfg.value_size,
     };
-    sim.block_on(async {
+    let preload = sim.block_on(async {
         for k in (0..cfg.universe()).step_by(2) {
             rec.insert(&handles[0], &loader, &cfg.key(k), &rec.value(k)).await?;
         }
         Ok::<(), IndexError>(())
-    })?;
+    });
+    match preload {
+        // Fault-free, from one client: memory that runs out here is too little for the keys.
+        Err(e @ IndexError::Fabric(FabricError::OutOfMemory { .. })) => {
+            return Err(unfit(format!(
+                "the index cannot hold this workload: preloading {} of {} keys: {e}",
+                cfg.universe().div_ceil(2),
+                cfg.universe()
+            )));
+        }
+        r => r?,
+    }
 
     let crashes = cfg.crashes.on(seed);
     sim.set_faults(Faults {

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dmindex_conformance::{
-    check_seed, garbage_test, model_test, suite, CheckConfig, Crashes, GarbageConfig, Garble,
-    ModelConfig, Op,
+    check_seed, garbage_test, model_test, not_runnable, suite, CheckConfig, Crashes, GarbageConfig,
+    Garble, ModelConfig, Op,
 };
 use dmindex_fabric::{layout, Client, GlobalAddr, Transport};
 use dmindex_index::{
@@ -288,6 +288,47 @@ fn a_bound_the_run_cannot_meet_is_reported_as_such() {
             "seed {seed}: {msg}"
         );
     }
+}
+
+/// The reference index whose inserts each take 1 MiB of remote memory more and never use it:
+/// a few dozen fill a check's memory node.
+struct Hoarder(LockedShards);
+
+impl<T: Transport> PointIndex<T> for Hoarder {
+    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        Ok(Hoarder(<LockedShards as PointIndex<T>>::create(c, config, cn).await?))
+    }
+    async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        Ok(Hoarder(<LockedShards as PointIndex<T>>::open(c, config, cn).await?))
+    }
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        self.0.search_into(c, key, out).await
+    }
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        c.alloc(1 << 20, 64).await?;
+        self.0.insert(c, key, value).await
+    }
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        self.0.update(c, key, value).await
+    }
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        self.0.delete(c, key).await
+    }
+}
+
+/// Memory that runs out in the fault-free preload says the index cannot hold the workload (a
+/// configuration `dmindex check` refuses with exit 2), not that a seed failed.
+#[test]
+fn memory_too_small_for_the_preload_is_not_a_failing_seed() {
+    let cfg = CheckConfig { keys: 200, crashes: Crashes::Never, ..CheckConfig::default() };
+    let e = check_seed::<Hoarder, PointOnly>(&cfg, 0).expect_err("100 MiB in a 64 MiB node");
+    let msg = format!("{e:#}");
+    assert!(not_runnable(&e), "{msg}");
+    assert!(
+        msg.contains("the index cannot hold this workload: preloading 100 of 200 keys")
+            && msg.contains("out of memory"),
+        "{msg}"
+    );
 }
 
 /// An index that acknowledges deletes without deleting: the model test must catch it.
