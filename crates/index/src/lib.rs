@@ -37,6 +37,9 @@ use dmindex_fabric::service::Service;
 use dmindex_fabric::{Client, FabricError, NodeId, ServiceId, Services, Transport};
 
 pub mod recorded;
+pub mod scan_buf;
+
+pub use scan_buf::ScanBuf;
 
 /// What can go wrong in an index operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
