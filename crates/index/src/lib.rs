@@ -18,6 +18,10 @@
 //! | `scan(from, n)` | — | up to n pairs with key ≥ from, ascending |
 //! | `scan_range(lo, hi)` | — | every pair with lo ≤ key < hi, ascending |
 //!
+//! Scans come in two forms: into a caller's [`ScanBuf`] (`scan_into`, `scan_range_into`: the
+//! hot path, which every ordered index implements and which allocates nothing per pair once the
+//! buffer has grown), and as owned pairs (`scan`, `scan_range`: a convenience on top).
+//!
 //! A scan is linearizable per key: each returned pair was the key's value at some instant during
 //! the scan, and each key in the scanned range it did not return was absent at some such instant.
 //!
@@ -248,21 +252,91 @@ pub trait PointIndex<T: Transport>: Sized {
 }
 
 /// An ordered index: point operations and scans.
+///
+/// An index implements the buffer forms ([`RangeIndex::scan_into`], and
+/// [`RangeIndex::scan_range_into`] when it can stop at the range's end directly); the owned
+/// forms are defaults on top of them. (For now either `scan_into` or `scan` will do.)
 #[allow(async_fn_in_trait)]
 pub trait RangeIndex<T: Transport>: PointIndex<T> {
-    /// Appends to `out` up to `count` pairs with key ≥ `from`, in ascending key order.
+    /// Up to `count` pairs with key ≥ `from`, in ascending key order, into `out` (cleared
+    /// first). The hot path: a caller that reuses `out` allocates nothing per pair; an index
+    /// keeps its other working memory per client (a pool), not per call, so that a warm scan
+    /// allocates nothing at all where the design allows.
+    ///
+    /// Until every index implements it, the default copies [`RangeIndex::scan`]'s owned pairs;
+    /// an index must implement one of the two.
+    async fn scan_into(
+        &self,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        out.clear();
+        let mut pairs = Vec::new();
+        self.scan(c, from, count, &mut pairs).await?;
+        for (k, v) in &pairs {
+            out.push(k, v);
+        }
+        Ok(())
+    }
+
+    /// Every pair with `lo` ≤ key < `hi`, in ascending key order, into `out` (cleared first).
+    ///
+    /// The default walks [`RangeIndex::scan_into`] in chunks from successive keys (a chunk
+    /// buffer per call); indexes override it when they can stop at the range's end directly.
+    async fn scan_range_into(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        const CHUNK: usize = 64;
+        out.clear();
+        if lo >= hi {
+            return Ok(());
+        }
+        // Each chunk starts at the last key returned (a key the index accepts, unlike a made-up
+        // successor, which may be longer than its longest key) and skips it.
+        let mut chunk = ScanBuf::new();
+        self.scan_into(c, lo, CHUNK, &mut chunk).await?;
+        loop {
+            let done = chunk.len() < CHUNK;
+            for (k, v) in chunk.iter() {
+                if out.last_key().is_some_and(|l| k <= l) {
+                    continue;
+                }
+                if k >= hi {
+                    return Ok(());
+                }
+                out.push(k, v);
+            }
+            match out.last_key() {
+                Some(l) if !done => self.scan_into(c, l, CHUNK, &mut chunk).await?,
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Appends to `out` up to `count` pairs with key ≥ `from`, in ascending key order: owned
+    /// pairs made from [`RangeIndex::scan_into`]'s (two allocations a pair).
     async fn scan(
         &self,
         c: &Client<T>,
         from: &[u8],
         count: usize,
         out: &mut Vec<Pair>,
-    ) -> IndexResult<()>;
+    ) -> IndexResult<()> {
+        // Room for a typical scan's 8-byte keys and values: fewer regrowths on the way.
+        let mut buf = ScanBuf::with_capacity(count.min(128), 8, 8);
+        self.scan_into(c, from, count, &mut buf).await?;
+        buf.extend_pairs(out);
+        Ok(())
+    }
 
-    /// Appends to `out` every pair with `lo` ≤ key < `hi`, in ascending key order.
-    ///
-    /// The default walks [`RangeIndex::scan`] in chunks from successive keys; indexes override
-    /// it when they can stop at the range's end directly.
+    /// Appends to `out` every pair with `lo` ≤ key < `hi`, in ascending key order: owned pairs
+    /// made from [`RangeIndex::scan_range_into`]'s.
     async fn scan_range(
         &self,
         c: &Client<T>,
@@ -270,31 +344,10 @@ pub trait RangeIndex<T: Transport>: PointIndex<T> {
         hi: &[u8],
         out: &mut Vec<Pair>,
     ) -> IndexResult<()> {
-        const CHUNK: usize = 64;
-        // Each chunk starts at the last key returned (a key the index accepts, unlike a made-up
-        // successor, which may be longer than its longest key) and skips it.
-        let mut from = lo.to_vec();
-        let mut last: Option<Vec<u8>> = None;
-        let mut chunk = Vec::with_capacity(CHUNK);
-        loop {
-            chunk.clear();
-            self.scan(c, &from, CHUNK, &mut chunk).await?;
-            let done = chunk.len() < CHUNK;
-            for (k, v) in chunk.drain(..) {
-                if last.as_deref().is_some_and(|l| k.as_slice() <= l) {
-                    continue;
-                }
-                if k.as_slice() >= hi {
-                    return Ok(());
-                }
-                last = Some(k.clone());
-                out.push((k, v));
-            }
-            match &last {
-                Some(l) if !done => from.clone_from(l),
-                _ => return Ok(()),
-            }
-        }
+        let mut buf = ScanBuf::new();
+        self.scan_range_into(c, lo, hi, &mut buf).await?;
+        buf.extend_pairs(out);
+        Ok(())
     }
 }
 
@@ -305,6 +358,24 @@ pub trait RangeIndex<T: Transport>: PointIndex<T> {
 pub trait Scans<T: Transport, I: PointIndex<T>> {
     /// The kind this access stands for.
     const KIND: IndexKind;
+
+    /// [`RangeIndex::scan_into`], or `Unsupported`.
+    async fn scan_into(
+        idx: &I,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut ScanBuf,
+    ) -> IndexResult<()>;
+
+    /// [`RangeIndex::scan_range_into`], or `Unsupported`.
+    async fn scan_range_into(
+        idx: &I,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut ScanBuf,
+    ) -> IndexResult<()>;
 
     /// [`RangeIndex::scan`], or `Unsupported`.
     async fn scan(
@@ -334,6 +405,26 @@ pub struct PointOnly;
 impl<T: Transport, I: RangeIndex<T>> Scans<T, I> for Ordered {
     const KIND: IndexKind = IndexKind::Ordered;
 
+    async fn scan_into(
+        idx: &I,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        idx.scan_into(c, from, count, out).await
+    }
+
+    async fn scan_range_into(
+        idx: &I,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        idx.scan_range_into(c, lo, hi, out).await
+    }
+
     async fn scan(
         idx: &I,
         c: &Client<T>,
@@ -357,6 +448,26 @@ impl<T: Transport, I: RangeIndex<T>> Scans<T, I> for Ordered {
 
 impl<T: Transport, I: PointIndex<T>> Scans<T, I> for PointOnly {
     const KIND: IndexKind = IndexKind::Point;
+
+    async fn scan_into(
+        _: &I,
+        _: &Client<T>,
+        _: &[u8],
+        _: usize,
+        _: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        Err(IndexError::Unsupported("scan on a point index".into()))
+    }
+
+    async fn scan_range_into(
+        _: &I,
+        _: &Client<T>,
+        _: &[u8],
+        _: &[u8],
+        _: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        Err(IndexError::Unsupported("range scan on a point index".into()))
+    }
 
     async fn scan(_: &I, _: &Client<T>, _: &[u8], _: usize, _: &mut Vec<Pair>) -> IndexResult<()> {
         Err(IndexError::Unsupported("scan on a point index".into()))

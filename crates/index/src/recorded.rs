@@ -10,7 +10,7 @@ use dmindex_check::{History, Invocation, OpId, Outcome};
 use dmindex_fabric::{Client, Transport};
 use futures::future::Either;
 
-use crate::{IndexResult, PointIndex, Scans};
+use crate::{IndexResult, PointIndex, ScanBuf, Scans};
 
 /// Who is calling and where the calls are recorded.
 pub struct Recorder<'a> {
@@ -148,7 +148,41 @@ impl Recorder<'_> {
         }
     }
 
-    /// Recorded scan of up to `count` pairs from `from`; returns how many came back.
+    /// Recorded scan of up to `count` pairs from `from` into `out` ([`Scans::scan_into`]);
+    /// returns how many came back. The harness's scan: with `out` reused, nothing is allocated
+    /// here unless a history is kept (which takes owned pairs).
+    pub async fn scan_into<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
+        &self,
+        idx: &I,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut ScanBuf,
+    ) -> IndexResult<usize> {
+        let id = self.invoke(|| Invocation::Scan { from: from.to_vec(), count });
+        S::scan_into(idx, c, from, count, out).await?;
+        self.complete(id, || Outcome::Scanned(out.to_pairs()));
+        Ok(out.len())
+    }
+
+    /// Recorded range scan of [lo, hi) into `out` ([`Scans::scan_range_into`]); returns how
+    /// many pairs came back.
+    pub async fn scan_range_into<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
+        &self,
+        idx: &I,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut ScanBuf,
+    ) -> IndexResult<usize> {
+        let id = self.invoke(|| Invocation::ScanRange { lo: lo.to_vec(), hi: hi.to_vec() });
+        S::scan_range_into(idx, c, lo, hi, out).await?;
+        self.complete(id, || Outcome::Scanned(out.to_pairs()));
+        Ok(out.len())
+    }
+
+    /// Recorded scan of up to `count` pairs from `from`, as owned pairs ([`Scans::scan`]);
+    /// returns how many came back.
     pub async fn scan<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
         &self,
         idx: &I,
@@ -165,7 +199,7 @@ impl Recorder<'_> {
         Ok(n)
     }
 
-    /// Recorded range scan of [lo, hi); returns how many pairs came back.
+    /// Recorded range scan of [lo, hi), as owned pairs; returns how many pairs came back.
     pub async fn scan_range<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
         &self,
         idx: &I,

@@ -77,7 +77,7 @@ use futures::future::Either;
 use smallvec::SmallVec;
 
 use dmindex_index::{
-    IndexConfig, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex,
+    IndexConfig, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex, ScanBuf,
 };
 
 use crate::hash::hash_bytes;
@@ -628,6 +628,26 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
 
 /// Scans pass through: RDWC combines point operations only.
 impl<T: Transport, I: RangeIndex<T>> RangeIndex<T> for Rdwc<I> {
+    async fn scan_into(
+        &self,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        self.inner.scan_into(c, from, count, out).await
+    }
+
+    async fn scan_range_into(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        self.inner.scan_range_into(c, lo, hi, out).await
+    }
+
     async fn scan(
         &self,
         c: &Client<T>,

@@ -332,6 +332,28 @@ impl<T: Transport> PointIndex<T> for Replicated {
 }
 
 impl<T: Transport> RangeIndex<T> for Replicated {
+    async fn scan_into(
+        &self,
+        _: &Client<T>,
+        _: &[u8],
+        _: usize,
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        out.clear();
+        out.push(b"scan_into", b"");
+        Ok(())
+    }
+    async fn scan_range_into(
+        &self,
+        _: &Client<T>,
+        _: &[u8],
+        _: &[u8],
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        out.clear();
+        out.push(b"range_into", b"");
+        Ok(())
+    }
     async fn scan(
         &self,
         _: &Client<T>,
@@ -381,8 +403,13 @@ fn wrapping_an_index_changes_none_of_its_answers() {
             let mut out = Vec::new();
             RangeIndex::<L>::scan(&w, &c, b"a", 1, &mut out).await.unwrap();
             RangeIndex::<L>::scan_range(&w, &c, b"a", b"z", &mut out).await.unwrap();
+            let mut buf = ScanBuf::new();
+            RangeIndex::<L>::scan_into(&w, &c, b"a", 1, &mut buf).await.unwrap();
+            out.push((buf.key(0).to_vec(), Vec::new()));
+            RangeIndex::<L>::scan_range_into(&w, &c, b"a", b"z", &mut buf).await.unwrap();
+            out.push((buf.key(0).to_vec(), Vec::new()));
             let keys: Vec<&[u8]> = out.iter().map(|(k, _)| k.as_slice()).collect();
-            assert_eq!(keys, [b"scan".as_slice(), b"range"]);
+            assert_eq!(keys, [b"scan".as_slice(), b"range", b"scan_into", b"range_into"]);
         });
         let s = PointIndex::<L>::stats(&w);
         let want = stub_stats();
