@@ -12,7 +12,8 @@
 //! ```
 //!
 //! [`post_per_node`] is for independent verbs spread over memory nodes (a scan's items or
-//! leaves): per node, in node order, doorbells of at most [`MAX_BATCH`] verbs.
+//! leaves): per node, in node order, doorbells of at most [`MAX_BATCH`] verbs;
+//! [`read_per_node`] does the same for READs into one buffer without a vector of verbs.
 //!
 //! The shapes the designs use: several ranges of one node READ at once (a neighbourhood that
 //! wraps around, a header with it), several whole nodes READ at once (a scan), and the pieces a
@@ -26,8 +27,9 @@
 //! [`crate::lock`]) what the earlier ones wrote.
 
 use dmindex_fabric::verbs::MAX_BATCH;
-use dmindex_fabric::{BatchOp, Client, Transport};
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
+use smallvec::SmallVec;
 
 /// Posts `ops` in order: one verb alone, several to one memory node as one doorbell batch,
 /// otherwise one verb at a time.
@@ -63,8 +65,39 @@ pub async fn post_per_node<T: Transport>(
     Ok(())
 }
 
+/// READs pieces laid end to end in `buf`, each of the length `pieces` gives with its address, as
+/// [`post_per_node`] would (per memory node in node order, doorbells of at most [`MAX_BATCH`]),
+/// but a doorbell's verbs are gathered on the stack: nothing is allocated (a scan's items).
+pub async fn read_per_node<T: Transport>(
+    c: &Client<T>,
+    pieces: &[(GlobalAddr, usize)],
+    buf: &mut [u8],
+) -> IndexResult<()> {
+    let mut node = pieces.iter().map(|p| p.0.node()).min();
+    while let Some(n) = node {
+        let mut rest = &mut *buf;
+        let mut ops = SmallVec::<[BatchOp<'_>; MAX_BATCH]>::new();
+        for &(addr, len) in pieces {
+            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            rest = tail;
+            if addr.node() != n {
+                continue;
+            }
+            ops.push(BatchOp::Read { addr, buf: piece });
+            if ops.len() == MAX_BATCH {
+                post(c, &mut ops).await?;
+                ops.clear();
+            }
+        }
+        post(c, &mut ops).await?;
+        node = pieces.iter().map(|p| p.0.node()).filter(|&m| m > n).min();
+    }
+    Ok(())
+}
+
 /// [`post`] for verbs built on the fly: one verb is posted as it comes, several are gathered
-/// first (the batch needs them side by side).
+/// first (the batch needs them side by side), on the stack up to [`MAX_BATCH`] of them (a
+/// scan's leaves: no allocation per doorbell).
 pub async fn post_iter<'a, T: Transport>(
     c: &Client<T>,
     ops: impl IntoIterator<Item = BatchOp<'a>>,
@@ -72,7 +105,9 @@ pub async fn post_iter<'a, T: Transport>(
     let mut ops = ops.into_iter();
     let Some(first) = ops.next() else { return Ok(()) };
     let Some(second) = ops.next() else { return post(c, &mut [first]).await };
-    let mut all = vec![first, second];
+    let mut all = SmallVec::<[BatchOp<'a>; MAX_BATCH]>::new();
+    all.push(first);
+    all.push(second);
     all.extend(ops);
     post(c, &mut all).await
 }
@@ -175,6 +210,19 @@ mod tests {
             for (i, b) in bufs.iter().enumerate() {
                 assert_eq!(*b, [i as u8; 8], "read {i}");
             }
+            // The same READs of pieces of one buffer (of 1 to 8 bytes each), without verbs.
+            let pieces: Vec<_> = addrs.iter().enumerate().map(|(i, &a)| (a, 1 + i % 8)).collect();
+            let mut buf = vec![0u8; pieces.iter().map(|p| p.1).sum()];
+            let (rt, batches) = (c.counts().round_trips, c.counts().batches);
+            read_per_node(&c, &pieces, &mut buf).await.unwrap();
+            let n = c.counts();
+            assert_eq!((n.round_trips - rt, n.batches - batches), (3, 3));
+            let mut at = 0;
+            for (i, &(_, len)) in pieces.iter().enumerate() {
+                assert_eq!(buf[at..at + len], vec![i as u8; len], "piece {i}");
+                at += len;
+            }
+            read_per_node(&c, &[], &mut []).await.unwrap();
         }]);
     }
 }
