@@ -25,6 +25,8 @@
 //!   Lengths beyond the configured maxima are [`IndexError::Corrupt`] (the pointer was not to a
 //!   block), checked by the one parser every read goes through.
 
+use std::ops::Range;
+
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 
@@ -160,16 +162,31 @@ impl Blocks {
 
     /// Reads the block at `a`: one READ of up to [`GUESS`] bytes, a second only if longer.
     pub async fn read<T: Transport>(&self, c: &Client<T>, a: GlobalAddr) -> IndexResult<Block> {
-        let mut b = c.read_vec(a, self.first_read()).await?;
-        let (klen, vlen) = self.lengths(a, &b)?;
+        let mut b = Vec::new();
+        let (key, value) = self.read_into(c, a, &mut b).await?;
+        Ok(Block { key: b[key].to_vec(), value: b[value].to_vec() })
+    }
+
+    /// Reads the block at `a` into `buf` (cleared first; the whole block, header included) and
+    /// returns where in it its key and its value are: the READs of [`Blocks::read`], nothing
+    /// allocated once `buf` has grown (a scan's blocks, one after another into one buffer).
+    pub async fn read_into<T: Transport>(
+        &self,
+        c: &Client<T>,
+        a: GlobalAddr,
+        buf: &mut Vec<u8>,
+    ) -> IndexResult<(Range<usize>, Range<usize>)> {
+        let guess = self.first_read();
+        buf.clear();
+        buf.resize(guess, 0);
+        c.read(a, buf).await?;
+        let (klen, vlen) = self.lengths(a, buf)?;
         let total = HEADER + klen + vlen;
-        if total > b.len() {
-            b.extend(c.read_vec(a.add(b.len() as u64), total - b.len()).await?);
+        if total > guess {
+            buf.resize(total, 0);
+            c.read(a.add(guess as u64), &mut buf[guess..]).await?;
         }
-        Ok(Block {
-            key: b[HEADER..HEADER + klen].to_vec(),
-            value: b[HEADER + klen..total].to_vec(),
-        })
+        Ok((HEADER..HEADER + klen, HEADER + klen..total))
     }
 
     /// The value of the block at `a` if it holds `key` (search paths): the same READs as

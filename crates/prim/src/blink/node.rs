@@ -188,13 +188,17 @@ impl Internal {
 
     /// Children in key order with their expected siblings, from the one covering `k`.
     pub fn children_from(&self, k: u64) -> Vec<GlobalAddr> {
+        self.children_from_iter(k).collect()
+    }
+
+    /// [`Internal::children_from`] without collecting them (a scan copies them into a vector
+    /// it reuses).
+    pub fn children_from_iter(&self, k: u64) -> impl Iterator<Item = GlobalAddr> + '_ {
         let idx = self.rank(k);
-        let mut out = Vec::new();
-        if idx == 0 {
-            out.push(self.leftmost);
-        }
-        out.extend(self.routes.children_from(idx.saturating_sub(1)));
-        out
+        (idx == 0)
+            .then_some(self.leftmost)
+            .into_iter()
+            .chain(self.routes.children_from(idx.saturating_sub(1)))
     }
 
     /// The node with its version bumped (a node write).
