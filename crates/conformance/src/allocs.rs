@@ -6,14 +6,14 @@
 //! assert its own. Each kind of operation runs
 //! over the same keys on a loaded index, one client on the in-process fabric; the counts are
 //! averages (splits and other structure changes are amortized over the operations that cause
-//! them).
+//! them). [`per_scan`] counts a scan's, into a reused [`ScanBuf`] and as owned pairs.
 
 use dmindex_fabric::alloc_count::allocations;
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 
-use dmindex_index::{IndexConfig, PointIndex};
+use dmindex_index::{IndexConfig, PointIndex, RangeIndex, ScanBuf};
 
 /// Allocations per operation of each kind, averaged.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -101,6 +101,64 @@ pub fn per_op<I: PointIndex<LocalTransport>>(
         }
         a.delete = per(b);
         a
+    }])
+    .remove(0)
+}
+
+/// Allocations per scan of `len` pairs, averaged over scans from each key number of `starts`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ScanAllocs {
+    /// [`RangeIndex::scan_into`] one buffer, reused (after one warm-up scan into it).
+    pub into: f64,
+    /// [`RangeIndex::scan`] into a fresh vector of owned pairs.
+    pub owned: f64,
+}
+
+/// Loads keys `key(0..n)` (values `value(i)`) into a fresh index `I`, scans `len` pairs once
+/// into a [`ScanBuf`] to warm it (and the index's per-client state) up, then counts the
+/// allocations of a scan of `len` pairs from each key number of `starts`: into that buffer,
+/// then as owned pairs. Every scan must return `len` pairs (`key` must be increasing and the
+/// starts at least `len` keys from the end); the buffer's must be the owned ones.
+pub fn per_scan<I: RangeIndex<LocalTransport>>(
+    cfg: &IndexConfig,
+    n: u64,
+    key: impl Fn(u64) -> Vec<u8>,
+    value: impl Fn(u64) -> Vec<u8>,
+    len: usize,
+    starts: &[u64],
+) -> ScanAllocs {
+    let f = LocalFabric::new(LocalConfig { node_size: 1 << 30, ..Default::default() })
+        .expect("a local fabric");
+    let c = f.client(0).expect("a client");
+    let keys: Vec<Vec<u8>> = (0..n).map(&key).collect();
+    let froms: Vec<Vec<u8>> = starts.iter().map(|&x| key(x)).collect();
+    run_tasks([async {
+        let t = I::create(&c, cfg, 0).await.expect("create");
+        for (i, k) in keys.iter().enumerate() {
+            t.insert(&c, k, &value(i as u64)).await.expect("load");
+        }
+        let mut buf = ScanBuf::new();
+        t.scan_into(&c, &keys[0], len, &mut buf).await.expect("warm-up scan");
+        assert_eq!(buf.len(), len, "the warm-up scan returns {len} pairs");
+        let per = |before: u64| (allocations() - before) as f64 / froms.len().max(1) as f64;
+        let b = allocations();
+        for from in &froms {
+            t.scan_into(&c, from, len, &mut buf).await.expect("scan_into");
+            assert_eq!(buf.len(), len, "a scan into the buffer returns {len} pairs");
+        }
+        let into = per(b);
+        let mut owned = Vec::new();
+        let mut total = 0;
+        let b = allocations();
+        for from in &froms {
+            owned = Vec::new();
+            t.scan(&c, from, len, &mut owned).await.expect("scan");
+            total += owned.len();
+        }
+        let owned_per = per(b);
+        assert_eq!(total, len * froms.len(), "an owned scan returns {len} pairs");
+        assert_eq!(owned, buf.to_pairs(), "the buffer holds the owned scan's pairs");
+        ScanAllocs { into, owned: owned_per }
     }])
     .remove(0)
 }

@@ -36,7 +36,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use dmindex_index::recorded::Recorder;
-use dmindex_index::{mn_services, IndexConfig, IndexError, IndexKind, PointIndex, Scans};
+use dmindex_index::{mn_services, IndexConfig, IndexError, IndexKind, PointIndex, ScanBuf, Scans};
 
 /// Which seeds crash clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -472,6 +472,8 @@ where
                 value_size: cfg.value_size,
             };
             let mut rng = ChaCha8Rng::seed_from_u64(s);
+            // One scan buffer per client, reused, as the harness keeps it.
+            let mut buf = ScanBuf::new();
             for seq in 0..cfg.ops_per_client {
                 let r = rng.next_u64();
                 let k = cfg.key((r >> 8) % cfg.universe());
@@ -484,12 +486,12 @@ where
                     (70..=79, _) => rec.delete(idx, c, &k).await.map(drop),
                     (80..=89, true) => {
                         let n = 1 + (r >> 40) as usize % 12;
-                        rec.scan::<_, _, S>(idx, c, &k, n).await.map(drop)
+                        rec.scan_into::<_, _, S>(idx, c, &k, n, &mut buf).await.map(drop)
                     }
                     _ => {
                         // A range over the next few keys of the universe (in its key order).
                         let hi = cfg.key((r >> 8) % cfg.universe() + 1 + (r >> 40) % 16);
-                        rec.scan_range::<_, _, S>(idx, c, &k, &hi).await.map(drop)
+                        rec.scan_range_into::<_, _, S>(idx, c, &k, &hi, &mut buf).await.map(drop)
                     }
                 };
                 if let Err(e) = res {

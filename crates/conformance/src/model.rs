@@ -1,6 +1,8 @@
 //! The model test: random sequences of every operation an index offers, from one client, checked
 //! step by step against `BTreeMap` (ordered indexes) or `HashMap` (point indexes), then once more
-//! through a fresh handle on another compute node with a cold cache.
+//! through a fresh handle on another compute node with a cold cache. Every scan runs twice, as
+//! owned pairs and into one [`ScanBuf`] the whole run reuses (scans of every size, so the buffer
+//! is refilled both shorter and longer than it was).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -10,7 +12,7 @@ use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-use dmindex_index::{mn_services, IndexConfig, IndexKind, IndexStats, PointIndex, Scans};
+use dmindex_index::{mn_services, IndexConfig, IndexKind, IndexStats, PointIndex, ScanBuf, Scans};
 
 /// One step of a model run; keys are numbers in `1..=keys`, mapped to bytes by
 /// [`ModelConfig::key`].
@@ -180,6 +182,7 @@ where
     let val = |v| (cfg.value)(v, vlen);
     run_tasks([async {
         let t = I::create(&c, &cfg.index, 0).await.expect("create");
+        let mut buf = ScanBuf::new();
         let mut model = match S::KIND {
             IndexKind::Ordered => Model::Ordered(BTreeMap::new()),
             IndexKind::Point => Model::Point(HashMap::new()),
@@ -218,6 +221,8 @@ where
                         .map(|(a, b)| (a.clone(), b.clone()))
                         .collect();
                     assert_eq!(out, want, "scan from {x} × {n}");
+                    S::scan_into(&t, &c, &k(x), n as usize, &mut buf).await.unwrap();
+                    assert_eq!(buf.to_pairs(), want, "scan into a reused buffer from {x} × {n}");
                 }
                 Step::ScanRange(a, b) => {
                     let (lo, hi) = (k(a), k(b));
@@ -234,6 +239,8 @@ where
                         Vec::new()
                     };
                     assert_eq!(out, want, "scan [{a}, {b})");
+                    S::scan_range_into(&t, &c, &lo, &hi, &mut buf).await.unwrap();
+                    assert_eq!(buf.to_pairs(), want, "scan into a reused buffer [{a}, {b})");
                 }
             }
             if cfg.search_again {
@@ -257,6 +264,11 @@ where
                 let mut all = Vec::new();
                 S::scan(&other, &c, first, usize::MAX, &mut all).await.unwrap();
                 assert_eq!(all, m.clone().into_iter().collect::<Vec<_>>(), "full scan");
+                S::scan_into(&other, &c, first, usize::MAX, &mut buf).await.unwrap();
+                assert_eq!(buf.to_pairs(), all, "full scan into the reused buffer");
+                // Then a short one into the same buffer: only its pairs are left.
+                S::scan_into(&other, &c, first, 1, &mut buf).await.unwrap();
+                assert_eq!(buf.to_pairs(), all[..1], "one pair into the reused buffer");
             }
         }
     }]);

@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
 use dmindex_index::recorded::Recorder;
-use dmindex_index::{mn_services, IndexConfig, IndexKind, PointIndex, Scans};
+use dmindex_index::{mn_services, IndexConfig, IndexKind, PointIndex, ScanBuf, Scans};
 
 /// `rounds` runs of 2 CNs × 4 coroutines × 600 operations over 64 keys on `cfg`; panics with the
 /// round and the violation when a history is not linearizable.
@@ -50,6 +50,7 @@ where
                     value_size: cfg.max_value,
                 };
                 let mut rng = ChaCha8Rng::seed_from_u64(round * 100 + (t * 4 + task) as u64);
+                let mut buf = ScanBuf::new();
                 for seq in 0..600u64 {
                     let r = rng.next_u64();
                     let k = (1 + (r >> 8) % 64).to_be_bytes();
@@ -61,7 +62,7 @@ where
                         (8, _) => drop(rec.delete(idx, &c, &k).await.unwrap()),
                         _ => {
                             let n = 1 + (r >> 40) as usize % 8;
-                            rec.scan::<_, _, S>(idx, &c, &k, n).await.unwrap();
+                            rec.scan_into::<_, _, S>(idx, &c, &k, n, &mut buf).await.unwrap();
                         }
                     }
                 }
