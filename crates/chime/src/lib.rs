@@ -80,6 +80,7 @@ pub mod hotspot;
 pub mod layout;
 pub mod leaf;
 pub mod neighbourhood;
+mod range;
 pub mod read_plan;
 mod shape;
 pub mod sorted;
@@ -91,11 +92,9 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
-use dmindex_index::{
-    IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
-};
+use dmindex_index::{IndexConfig, IndexError, IndexResult, IndexStats, PointIndex};
 use dmindex_prim::blink::Blink;
-use dmindex_prim::kv_block::{Block, Blocks};
+use dmindex_prim::kv_block::Blocks;
 use dmindex_prim::pool::Pool;
 use dmindex_prim::root::RootSlot;
 
@@ -189,6 +188,7 @@ impl<V> ChimeIndex<V> {
                 ),
                 hotspots: shape.speculative.then(|| hotspot::Hotspots::new(hotspot, leaf)),
                 bufs: Pool::new(tree::LEAF_BUFS),
+                scans: Pool::new(tree::SCAN_SCRATCH),
                 splits: AtomicU64::new(0),
                 moves_right: AtomicU64::new(0),
                 keys_at_split: AtomicU64::new(0),
@@ -234,19 +234,6 @@ impl<V> ChimeIndex<V> {
         }
         let key = if self.shape.long_keys() { key } else { &[] };
         Ok(self.tree.blocks.write(c, key, v).await?.raw().to_le_bytes())
-    }
-
-    /// The block behind a slot (immutable once published).
-    async fn block<T: Transport>(&self, c: &Client<T>, slot: [u8; 8]) -> IndexResult<Block> {
-        self.tree.blocks.read(c, GlobalAddr::from_raw(u64::from_le_bytes(slot))).await
-    }
-
-    /// The value a slot stands for.
-    async fn value_from<T: Transport>(&self, c: &Client<T>, slot: [u8; 8]) -> IndexResult<Vec<u8>> {
-        if !self.shape.indirect() {
-            return Ok(slot[..self.shape.value_len].to_vec());
-        }
-        Ok(self.block(c, slot).await?.value)
     }
 
     fn value_of(&self, v: &[u8]) -> IndexResult<[u8; 8]> {
@@ -357,79 +344,5 @@ impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
 
     async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
         Ok(Some(self.tree.load_factor(c).await?))
-    }
-}
-
-impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
-    async fn scan(
-        &self,
-        c: &Client<T>,
-        from: &[u8],
-        count: usize,
-        out: &mut Vec<Pair>,
-    ) -> IndexResult<()> {
-        if from.len() > self.shape.key_len {
-            return Err(IndexError::KeyTooLong { len: from.len(), max: self.shape.key_len });
-        }
-        let start = prefix_of(from).max(1);
-        let mut pairs = Vec::new();
-        if !self.shape.long_keys() {
-            self.tree.scan(c, start, count, false, None, &mut pairs).await?;
-            for (k, slot) in pairs {
-                out.push((k.to_be_bytes().to_vec(), self.value_from(c, slot).await?));
-            }
-            return Ok(());
-        }
-        // Keys sharing a prefix stay in one leaf and come back as whole groups; up to H of
-        // them may sort before `from`, so ask for that many more, then order by full key.
-        let extra = self.tree.leaf.prefix_run();
-        self.tree.scan(c, start, count.saturating_add(extra), true, None, &mut pairs).await?;
-        let mut full = Vec::with_capacity(pairs.len());
-        for (_, slot) in pairs {
-            let b = self.block(c, slot).await?;
-            if b.key.as_slice() >= from {
-                full.push((b.key, b.value));
-            }
-        }
-        full.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        out.extend(full.into_iter().take(count));
-        Ok(())
-    }
-
-    async fn scan_range(
-        &self,
-        c: &Client<T>,
-        lo: &[u8],
-        hi: &[u8],
-        out: &mut Vec<Pair>,
-    ) -> IndexResult<()> {
-        for k in [lo, hi] {
-            if k.len() > self.shape.key_len {
-                return Err(IndexError::KeyTooLong { len: k.len(), max: self.shape.key_len });
-            }
-        }
-        if lo >= hi {
-            return Ok(());
-        }
-        // Leaves are walked up to the group of hi's prefix; full keys settle the ends.
-        let (start, until) = (prefix_of(lo).max(1), prefix_of(hi));
-        let long = self.shape.long_keys();
-        let mut pairs = Vec::new();
-        self.tree.scan(c, start, usize::MAX, long, Some(until), &mut pairs).await?;
-        let mut found = Vec::with_capacity(pairs.len());
-        for (k, slot) in pairs {
-            let (key, value) = if long {
-                let b = self.block(c, slot).await?;
-                (b.key, b.value)
-            } else {
-                (k.to_be_bytes().to_vec(), self.value_from(c, slot).await?)
-            };
-            if key.as_slice() >= lo && key.as_slice() < hi {
-                found.push((key, value));
-            }
-        }
-        found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        out.extend(found);
-        Ok(())
     }
 }

@@ -40,6 +40,7 @@ use crate::view::SlotValue;
 
 pub(crate) use descent::Where;
 pub(crate) use leaf_io::LockedLeaf;
+pub(crate) use scan::ScanScratch;
 
 /// The tree's remote shape and CN-side state.
 pub(crate) struct Tree {
@@ -64,6 +65,8 @@ pub(crate) struct Tree {
     pub whole_plan: ReadPlan,
     /// Leaf buffers for READs, reused across operations (see `Tree::leaf_buf`).
     pub bufs: Pool<LeafBuf>,
+    /// Scans' working vectors, reused across scans ([`ScanScratch`]).
+    pub scans: Pool<ScanScratch>,
     /// Leaf splits by this CN.
     pub splits: AtomicU64,
     /// Moves right along the leaf chain (half splits crossed, [`Tree::walk_on`]).
@@ -74,6 +77,9 @@ pub(crate) struct Tree {
 
 /// Leaf buffers each compute node's pool keeps (more operations in flight allocate).
 pub(crate) const LEAF_BUFS: usize = 256;
+
+/// Scans' working vectors each compute node's pool keeps.
+pub(crate) const SCAN_SCRATCH: usize = 64;
 
 /// How an operation recognises its key among entries whose 8-byte key field matches.
 #[derive(Clone, Copy, Debug)]

@@ -3,8 +3,7 @@
 //! leaf counts once its versions agree and no hop is in flight in it (every home's hop bitmap
 //! matches its neighbourhood). The load factor walks the same chain.
 
-use std::collections::VecDeque;
-
+use arrayvec::ArrayVec;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
@@ -17,6 +16,25 @@ use super::Tree;
 use crate::leaf::SLACK;
 use crate::view::LeafView;
 
+/// Most leaves a scan READs in one doorbell.
+const BATCH: usize = 4;
+
+/// Most pairs a scan makes room for before it starts.
+const MOST_RESERVED: usize = 4096;
+
+/// A scan's working vectors, kept in a per-compute-node pool ([`Tree::scans`]) so that a warm
+/// scan allocates nothing.
+#[derive(Default)]
+pub(crate) struct ScanScratch {
+    /// (8-byte key, value slot) pairs the leaves gave, in key order.
+    pub pairs: Vec<(u64, [u8; 8])>,
+    /// The leaves the cached parent names after the first, not yet read (from `next_ahead`).
+    ahead: Vec<GlobalAddr>,
+    next_ahead: usize,
+    /// One block's bytes (indirect values, long keys).
+    pub block: Vec<u8>,
+}
+
 impl Tree {
     /// READs whole leaves (one doorbell when they share a memory node, else one READ each) into
     /// pooled buffers, re-reading each until it validates and no hop is in flight in it.
@@ -24,9 +42,9 @@ impl Tree {
         &self,
         c: &Client<T>,
         leaves: &[GlobalAddr],
-    ) -> IndexResult<Vec<PooledLeaf<'_>>> {
+    ) -> IndexResult<ArrayVec<PooledLeaf<'_>, BATCH>> {
         let plan = &self.whole_plan;
-        let mut bufs: Vec<PooledLeaf<'_>> = leaves
+        let mut bufs: ArrayVec<PooledLeaf<'_>, BATCH> = leaves
             .iter()
             .map(|_| {
                 let mut b = self.leaf_buf(c);
@@ -63,8 +81,10 @@ impl Tree {
         Ok(bufs)
     }
 
-    /// Up to `count` pairs with key ≥ `from`, ascending: whole leaves along the sibling chain,
-    /// several per doorbell when the parent names the next ones.
+    /// Up to `count` pairs with key ≥ `from`, ascending, into `s.pairs` (cleared first): whole
+    /// leaves along the sibling chain, several per doorbell when the parent names the next
+    /// ones. With `whole_groups`, a group of equal 8-byte keys is never cut; with `until`, the
+    /// scan ends at the first leaf holding a key beyond it.
     pub(crate) async fn scan<T: Transport>(
         &self,
         c: &Client<T>,
@@ -72,70 +92,54 @@ impl Tree {
         count: usize,
         whole_groups: bool,
         until: Option<u64>,
-        out: &mut Vec<(u64, [u8; 8])>,
+        s: &mut ScanScratch,
     ) -> IndexResult<()> {
+        s.pairs.clear();
+        s.ahead.clear();
+        s.next_ahead = 0;
         if count == 0 {
             return Ok(());
         }
+        // Room for the most a scan of `count` holds at once (a whole last leaf before it is
+        // cut) and for a parent's children, so that the vectors' first scan of a size grows
+        // them for every later one (capped for a huge count: those grow as pairs come).
+        s.pairs.reserve(count.min(MOST_RESERVED) + self.leaf.span);
+        s.ahead.reserve(self.blink.inner.span + 1);
         let loc = self.blink.locate(c, from).await?;
-        let mut ahead: VecDeque<GlobalAddr> = loc
-            .parent
-            .and_then(|p| {
-                let children = |n: &Cached<Internal>| {
-                    (n.addr == p).then(|| n.node.children_from(from).into_iter().skip(1).collect())
-                };
-                self.blink.cache.with(1, &from, children).flatten()
-            })
-            .unwrap_or_default();
+        if let Some(p) = loc.parent {
+            let ahead = &mut s.ahead;
+            let children = |n: &Cached<Internal>| {
+                if n.addr == p {
+                    ahead.extend(n.node.children_from_iter(from).skip(1));
+                }
+            };
+            self.blink.cache.with(1, &from, children);
+        }
         let mut cur = loc.leaf;
-        let start = out.len();
         loop {
-            let mut batch = vec![cur];
-            let need = (count - (out.len() - start)).div_ceil(self.leaf.span / 2).clamp(1, 4);
+            let mut batch = ArrayVec::<GlobalAddr, BATCH>::new();
+            batch.push(cur);
+            let need = (count - s.pairs.len()).div_ceil(self.leaf.span / 2).clamp(1, BATCH);
             while batch.len() < need {
-                match ahead.pop_front() {
-                    Some(a) if a.node() == cur.node() => batch.push(a),
+                match s.ahead.get(s.next_ahead) {
+                    Some(&a) if a.node() == cur.node() => {
+                        batch.push(a);
+                        s.next_ahead += 1;
+                    }
                     _ => break,
                 }
             }
             let leaves = self.read_leaves(c, &batch).await?;
             let mut next = GlobalAddr::NULL;
             for (i, leaf) in leaves.iter().enumerate() {
-                let mut pairs: Vec<(u64, [u8; 8])> = (0..self.leaf.span)
-                    .map(|j| (leaf.key(j), leaf.value(j)))
-                    .filter(|&(x, _)| x != 0 && x >= from)
-                    .collect();
-                pairs.sort_unstable_by_key(|p| p.0);
-                let stop = match until {
-                    // A range scan ends at the first leaf holding a key beyond the range: every
-                    // later leaf holds only larger keys.
-                    Some(u) => {
-                        let beyond = pairs.iter().any(|p| p.0 > u);
-                        out.extend(pairs.into_iter().filter(|p| p.0 <= u));
-                        beyond
-                    }
-                    None => {
-                        let mut cut = false;
-                        for p in pairs {
-                            // With long keys, never cut a group of equal prefixes: the caller
-                            // orders them by full key.
-                            let full = out.len() - start >= count;
-                            if full && !(whole_groups && out.last().is_some_and(|l| l.0 == p.0)) {
-                                cut = true;
-                                break;
-                            }
-                            out.push(p);
-                        }
-                        cut || out.len() - start >= count
-                    }
-                };
-                if stop {
+                if self.take_leaf(leaf, from, count, whole_groups, until, &mut s.pairs) {
                     return Ok(());
                 }
                 let (sib, _) = leaf.meta().expect("whole leaf");
                 next = sib;
                 if batch.get(i + 1) != Some(&sib) {
-                    ahead.clear();
+                    s.ahead.clear();
+                    s.next_ahead = 0;
                     break;
                 }
             }
@@ -143,6 +147,47 @@ impl Tree {
                 return Ok(());
             }
             cur = next;
+        }
+    }
+
+    /// Appends a leaf's pairs with key ≥ `from` to `out` in key order, as far as the scan
+    /// takes them (see [`Tree::scan`]); whether the scan is done.
+    fn take_leaf(
+        &self,
+        leaf: &PooledLeaf<'_>,
+        from: u64,
+        count: usize,
+        whole_groups: bool,
+        until: Option<u64>,
+        out: &mut Vec<(u64, [u8; 8])>,
+    ) -> bool {
+        let start = out.len();
+        out.extend(
+            (0..self.leaf.span)
+                .map(|j| (leaf.key(j), leaf.value(j)))
+                .filter(|&(x, _)| x != 0 && x >= from),
+        );
+        out[start..].sort_unstable_by_key(|p| p.0);
+        match until {
+            // A range scan ends at the first leaf holding a key beyond the range: every later
+            // leaf holds only larger keys.
+            Some(u) => {
+                let keep = start + out[start..].partition_point(|p| p.0 <= u);
+                let beyond = keep < out.len();
+                out.truncate(keep);
+                beyond
+            }
+            None => {
+                // With long keys, never cut a group of equal prefixes: the caller orders them
+                // by full key.
+                let cut = (start.max(count)..out.len())
+                    .find(|&i| !(whole_groups && i > 0 && out[i - 1].0 == out[i].0));
+                if let Some(i) = cut {
+                    out.truncate(i);
+                    return true;
+                }
+                out.len() >= count
+            }
         }
     }
 

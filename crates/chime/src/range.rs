@@ -1,0 +1,108 @@
+//! CHIME's scans ([`RangeIndex`]): the tree's walk over whole leaves gives 8-byte keys and
+//! value slots in key order ([`Tree::scan`](crate::tree::Tree)); here they become keys and
+//! values in the caller's [`ScanBuf`], through the blocks the slots point to when values are
+//! indirect or keys long. The working vectors come from a per-compute-node pool and the pairs
+//! go straight into the caller's buffer, so a warm scan allocates nothing.
+
+use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_index::{IndexError, IndexResult, RangeIndex, ScanBuf};
+
+use crate::tree::ScanScratch;
+use crate::{prefix_of, ChimeIndex, Variant};
+
+impl<V> ChimeIndex<V> {
+    /// Refuses a bound longer than the tree's keys.
+    fn check_bound(&self, key: &[u8]) -> IndexResult<()> {
+        match key.len() > self.shape.key_len {
+            true => Err(IndexError::KeyTooLong { len: key.len(), max: self.shape.key_len }),
+            false => Ok(()),
+        }
+    }
+
+    /// Appends the pairs the tree's walk left in `s.pairs` to `out` with their full keys and
+    /// values, those whose key `keep` accepts (a range's ends; long keys are learnt from their
+    /// blocks first).
+    async fn put<T: Transport>(
+        &self,
+        c: &Client<T>,
+        s: &mut ScanScratch,
+        out: &mut ScanBuf,
+        keep: impl Fn(&[u8]) -> bool,
+    ) -> IndexResult<()> {
+        let ScanScratch { pairs, block, .. } = s;
+        let blocks = &self.tree.blocks;
+        for &(k, slot) in pairs.iter() {
+            let at = GlobalAddr::from_raw(u64::from_le_bytes(slot));
+            if self.shape.long_keys() {
+                let (key, value) = blocks.read_into(c, at, block).await?;
+                if keep(&block[key.clone()]) {
+                    out.push(&block[key], &block[value]);
+                }
+                continue;
+            }
+            let key = k.to_be_bytes();
+            if !keep(&key) {
+                continue;
+            }
+            if self.shape.indirect() {
+                blocks.value_into(c, at, None, block).await?;
+                out.push(&key, block);
+            } else {
+                out.push(&key, &slot[..self.shape.value_len]);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
+    async fn scan_into(
+        &self,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        out.clear();
+        self.check_bound(from)?;
+        let start = prefix_of(from).max(1);
+        let mut s = self.tree.scans.get(c, ScanScratch::default);
+        if !self.shape.long_keys() {
+            self.tree.scan(c, start, count, false, None, &mut s).await?;
+            return self.put(c, &mut s, out, |_| true).await;
+        }
+        // Keys sharing a prefix stay in one leaf and come back as whole groups; up to H of
+        // them may sort before `from`, so ask for that many more, then order by full key.
+        let extra = self.tree.leaf.prefix_run();
+        self.tree.scan(c, start, count.saturating_add(extra), true, None, &mut s).await?;
+        self.put(c, &mut s, out, |k| k >= from).await?;
+        out.sort_from(0);
+        out.truncate(count);
+        Ok(())
+    }
+
+    async fn scan_range_into(
+        &self,
+        c: &Client<T>,
+        lo: &[u8],
+        hi: &[u8],
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        out.clear();
+        self.check_bound(lo)?;
+        self.check_bound(hi)?;
+        if lo >= hi {
+            return Ok(());
+        }
+        // Leaves are walked up to the group of hi's prefix; full keys settle the ends.
+        let (start, until) = (prefix_of(lo).max(1), prefix_of(hi));
+        let long = self.shape.long_keys();
+        let mut s = self.tree.scans.get(c, ScanScratch::default);
+        self.tree.scan(c, start, usize::MAX, long, Some(until), &mut s).await?;
+        self.put(c, &mut s, out, |k| k >= lo && k < hi).await?;
+        if long {
+            out.sort_from(0);
+        }
+        Ok(())
+    }
+}
