@@ -103,7 +103,7 @@ use std::sync::atomic::AtomicU64;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
-    IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
+    IndexConfig, IndexError, IndexResult, IndexStats, PointIndex, RangeIndex, ScanBuf,
 };
 use dmindex_prim::counter::{bump, get, LeafFill, Striped};
 use dmindex_prim::key;
@@ -167,6 +167,8 @@ pub struct Dolphin {
     polls: u32,
     cache: RadixCache,
     bufs: Pool<Vec<u8>>,
+    /// Scans' working vectors ([`scan::ScanScratch`]).
+    scans: Pool<scan::ScanScratch>,
     counters: Counters,
 }
 
@@ -204,6 +206,7 @@ impl Dolphin {
             polls,
             cache: RadixCache::new(config.cache_bytes),
             bufs: Pool::new(256),
+            scans: Pool::new(64),
             counters: Counters::default(),
         }
     }
@@ -307,26 +310,28 @@ impl<T: Transport> PointIndex<T> for Dolphin {
 }
 
 impl<T: Transport> RangeIndex<T> for Dolphin {
-    async fn scan(
+    async fn scan_into(
         &self,
         c: &Client<T>,
         from: &[u8],
         count: usize,
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
+        out.clear();
         match key::scan_from(from)? {
             Some(lo) => self.scan_keys(c, lo, u64::MAX, count, out).await,
             None => Ok(()),
         }
     }
 
-    async fn scan_range(
+    async fn scan_range_into(
         &self,
         c: &Client<T>,
         lo: &[u8],
         hi: &[u8],
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
+        out.clear();
         let Some((lo, end)) = key::range(lo, hi) else { return Ok(()) };
         self.scan_keys(c, lo, end, usize::MAX, out).await
     }

@@ -30,10 +30,12 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
+use arrayvec::ArrayVec;
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
-use dmindex_index::{IndexError, IndexResult, Pair};
+use dmindex_index::{IndexError, IndexResult, ScanBuf};
 use dmindex_prim::attempts::Attempts;
+use dmindex_prim::doorbell;
 use dmindex_prim::pool::Pooled;
 use dmindex_prim::radix::node::slot_addr;
 use dmindex_prim::radix::node::Lookup;
@@ -42,6 +44,16 @@ use dmindex_prim::radix::{At, Link, NodeImage, Partial, Slot};
 
 use crate::leaf::{prefix, LeafImage, Refused};
 use crate::{bump, sync, Dolphin, ROOT_KIND, SPECIAL_DEPTH};
+
+/// A scan's working vectors, kept in a per-compute-node pool (`Dolphin::scans`) so that a warm
+/// scan allocates nothing.
+#[derive(Default)]
+pub(crate) struct ScanScratch {
+    /// A special node's leaves: (partial key byte, address), by byte.
+    leaves: Vec<(u8, GlobalAddr)>,
+    /// A leaf's live pairs in the scan's range: (key, slot), by key.
+    live: Vec<(u64, usize)>,
+}
 
 /// A special node as a scan uses it.
 struct Special {
@@ -75,8 +87,10 @@ impl Dolphin {
         from: u64,
         end: u64,
         count: usize,
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
+        out.clear();
+        let mut scratch = self.scans.get(c, ScanScratch::default);
         let mut left = count;
         let mut cur = from;
         while left > 0 && cur <= end {
@@ -90,7 +104,8 @@ impl Dolphin {
             // The special node's image read again: its leaves did not cover the scan.
             let mut refreshes = Attempts::new();
             loop {
-                match self.scan_special(c, &sp, &mut cur, end, &mut left, out).await? {
+                let at = (&mut cur, end, &mut left);
+                match self.scan_special(c, &sp, at, &mut scratch, out).await? {
                     Leaves::Done => return Ok(()),
                     Leaves::Next => break,
                     Leaves::Gap(at) => {
@@ -203,25 +218,24 @@ impl Dolphin {
     }
 
     /// Scans the leaves `sp` names from `*cur` on (advancing it), appending pairs up to `*left`
-    /// and `end`.
+    /// and `end` (`at` is `(cur, end, left)`).
     async fn scan_special<T: Transport>(
         &self,
         c: &Client<T>,
         sp: &Special,
-        cur: &mut u64,
-        end: u64,
-        left: &mut usize,
-        out: &mut Vec<Pair>,
+        at: (&mut u64, u64, &mut usize),
+        scratch: &mut ScanScratch,
+        out: &mut ScanBuf,
     ) -> IndexResult<Leaves> {
-        let mut leaves: Vec<(u8, GlobalAddr)> = sp
-            .img
-            .live_sorted()
-            .into_iter()
-            .filter_map(|s| match (s.partial(), s.child()) {
-                (Partial::Byte(b), Some(Child::Leaf { addr, .. })) => Some((b, addr)),
+        let (cur, end, left) = at;
+        let ScanScratch { leaves, live } = scratch;
+        leaves.clear();
+        leaves.extend(sp.img.slots().iter().map(|s| s.thawed()).filter_map(|s| {
+            match (s.is_empty() || s.is_tombstone(), s.partial(), s.child()) {
+                (false, Partial::Byte(b), Some(Child::Leaf { addr, .. })) => Some((b, addr)),
                 _ => None,
-            })
-            .collect();
+            }
+        }));
         leaves.sort_unstable_by_key(|l| l.0);
         let Some(mut first) = leaves.iter().rposition(|l| l.0 <= *cur as u8) else {
             return Ok(Leaves::Gap(*cur));
@@ -229,8 +243,8 @@ impl Dolphin {
         let shape = &self.shape;
         while first < leaves.len() {
             let want = self.counters.leaf_fill.leaves_for(*left, shape.slots / 2, MAX_BATCH);
-            let batch = &leaves[first..(first + want).min(leaves.len())];
-            let mut bufs: Vec<_> = batch.iter().map(|_| self.leaf_buf(c)).collect();
+            let batch = &leaves[first..(first + want.clamp(1, MAX_BATCH)).min(leaves.len())];
+            let mut bufs: ArrayVec<_, MAX_BATCH> = batch.iter().map(|_| self.leaf_buf(c)).collect();
             self.read_leaves(c, batch, &mut bufs).await?;
             bump(&self.counters.scan_rounds);
             for (&(_, addr), buf) in batch.iter().zip(bufs.iter_mut()) {
@@ -255,17 +269,15 @@ impl Dolphin {
                     return Ok(Leaves::Gap(*cur));
                 }
                 let top = img.hi().min(end);
-                let mut live: Vec<(u64, usize)> =
-                    img.live().filter(|&(k, _)| k >= *cur && k <= top).collect();
+                live.clear();
+                live.extend(img.live().filter(|&(k, _)| k >= *cur && k <= top));
                 live.sort_unstable_by_key(|&(k, _)| k);
                 self.counters.leaf_fill.saw(img.live().count());
-                for (k, j) in live {
+                for &(k, j) in live.iter() {
                     if *left == 0 {
                         return Ok(Leaves::Done);
                     }
-                    let mut value = Vec::with_capacity(shape.value);
-                    img.value_into(j, &mut value);
-                    out.push((k.to_be_bytes().to_vec(), value));
+                    out.push_with(&k.to_be_bytes(), |v| img.value_into(j, v));
                     *left -= 1;
                 }
                 if *left == 0 || top == end {
@@ -282,8 +294,8 @@ impl Dolphin {
         Ok(Leaves::Gap(*cur))
     }
 
-    /// READs the leaves `batch` names into `bufs`: one doorbell per memory node (one in all
-    /// when they share their special node's, as splits place them).
+    /// READs the leaves `batch` names into `bufs`: one doorbell when they share a memory node
+    /// (as splits place them: their special node's), else one READ after another.
     async fn read_leaves<T: Transport>(
         &self,
         c: &Client<T>,
@@ -291,19 +303,10 @@ impl Dolphin {
         bufs: &mut [Pooled<'_, Vec<u8>>],
     ) -> IndexResult<()> {
         let bytes = self.shape.bytes;
-        let node = batch[0].1.node();
-        if batch.iter().all(|l| l.1.node() == node) {
-            let mut ops: Vec<BatchOp<'_>> = batch
-                .iter()
-                .zip(bufs.iter_mut())
-                .map(|(l, b)| BatchOp::Read { addr: l.1, buf: &mut b[..bytes] })
-                .collect();
-            c.batch(&mut ops).await?;
-        } else {
-            for (l, b) in batch.iter().zip(bufs.iter_mut()) {
-                c.read(l.1, &mut b[..bytes]).await?;
-            }
-        }
-        Ok(())
+        let reads = batch
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(l, b)| BatchOp::Read { addr: l.1, buf: &mut b[..bytes] });
+        doorbell::post_iter(c, reads).await
     }
 }
