@@ -59,10 +59,11 @@ use std::sync::atomic::AtomicU64;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{
-    IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
+    IndexConfig, IndexError, IndexResult, IndexStats, PointIndex, RangeIndex, ScanBuf,
 };
 use dmindex_prim::counter::{bump, get, Striped};
 use dmindex_prim::options::Options;
+use dmindex_prim::pool::Pool;
 use dmindex_prim::radix::header::MAX_DEPTH;
 use dmindex_prim::radix::slot::MAX_NODES;
 use dmindex_prim::radix::{DescentCounters, Header, Kind, NodeImage, RadixCache, Tree};
@@ -115,6 +116,8 @@ pub struct SmartIndex<V> {
     cache: RadixCache,
     config: IndexConfig,
     counters: Counters,
+    /// Scans' working vectors ([`scan::ScanScratch`]).
+    scans: Pool<scan::ScanScratch>,
     variant: PhantomData<fn() -> V>,
 }
 
@@ -163,6 +166,7 @@ impl<V: Variant> SmartIndex<V> {
             cache: RadixCache::new(budget),
             config: config.clone(),
             counters: Counters::default(),
+            scans: Pool::new(64),
             variant: PhantomData,
         }
     }
@@ -242,25 +246,26 @@ impl<T: Transport, V: Variant> PointIndex<T> for SmartIndex<V> {
 }
 
 impl<T: Transport, V: Variant> RangeIndex<T> for SmartIndex<V> {
-    async fn scan(
+    async fn scan_into(
         &self,
         c: &Client<T>,
         from: &[u8],
         count: usize,
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
         if from.len() > self.config.max_key {
+            out.clear();
             return Err(IndexError::KeyTooLong { len: from.len(), max: self.config.max_key });
         }
         self.scan_keys(c, from, None, count, out).await
     }
 
-    async fn scan_range(
+    async fn scan_range_into(
         &self,
         c: &Client<T>,
         lo: &[u8],
         hi: &[u8],
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
         self.scan_keys(c, lo, Some(hi), usize::MAX, out).await
     }
