@@ -69,7 +69,7 @@ use std::sync::atomic::AtomicU64;
 
 use dmindex_fabric::{Client, Transport};
 use dmindex_index::{
-    IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
+    IndexConfig, IndexError, IndexResult, IndexStats, PointIndex, RangeIndex, ScanBuf,
 };
 use dmindex_prim::blink::{root_word, Blink};
 use dmindex_prim::counter::{get, LeafFill};
@@ -128,6 +128,8 @@ pub struct Marlin {
     blink: Blink,
     items: Blocks,
     bufs: Pool<Vec<u8>>,
+    /// Scans' working vectors ([`scan::ScanScratch`]).
+    scans: Pool<scan::ScanScratch>,
     counters: Counters,
 }
 
@@ -172,6 +174,7 @@ impl Marlin {
             ),
             items: Blocks::new(KEY_BYTES, config.max_value).aligned(8),
             bufs: Pool::new(LEAF_BUFS),
+            scans: Pool::new(64),
             counters: Counters::default(),
         })
     }
@@ -258,26 +261,28 @@ impl<T: Transport> PointIndex<T> for Marlin {
 }
 
 impl<T: Transport> RangeIndex<T> for Marlin {
-    async fn scan(
+    async fn scan_into(
         &self,
         c: &Client<T>,
         from: &[u8],
         count: usize,
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
+        out.clear();
         match key::scan_from(from)? {
             Some(lo) => self.scan_keys(c, lo, u64::MAX, count, out).await,
             None => Ok(()),
         }
     }
 
-    async fn scan_range(
+    async fn scan_range_into(
         &self,
         c: &Client<T>,
         lo: &[u8],
         hi: &[u8],
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
+        out.clear();
         let Some((lo, end)) = key::range(lo, hi) else { return Ok(()) };
         self.scan_keys(c, lo, end, usize::MAX, out).await
     }

@@ -23,12 +23,13 @@
 //! `[lo, hi]` is covered exactly once, since consecutive images cover adjacent ranges.
 
 use dmindex_fabric::verbs::MAX_BATCH;
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
-use dmindex_index::{IndexError, IndexResult, Pair};
+use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_index::{IndexError, IndexResult, ScanBuf};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::Internal;
 use dmindex_prim::counter::{add, bump};
 use dmindex_prim::doorbell;
+use dmindex_prim::node_cache::Cached;
 
 use crate::leaf::{Judge, LeafImage, Refused};
 use crate::write;
@@ -37,14 +38,37 @@ use crate::Marlin;
 /// Most leaves one round READs (one doorbell when they share a memory node).
 const MAX_LEAVES: usize = MAX_BATCH;
 
+/// Most pairs a scan makes room for before it starts.
+const MOST_RESERVED: usize = 4096;
+
+/// A scan's working vectors, kept in a per-compute-node pool (`Marlin::scans`) so that a warm
+/// scan allocates nothing.
+#[derive(Default)]
+pub(crate) struct ScanScratch {
+    /// The keys in range with their items, in key order.
+    pairs: Vec<(u64, GlobalAddr)>,
+    /// A round's leaves, or the items to READ, with their lengths.
+    reads: Vec<(GlobalAddr, usize)>,
+    /// What those READs return, end to end.
+    bytes: Vec<u8>,
+    /// A value longer than the first READ of its item.
+    value: Vec<u8>,
+}
+
 impl Marlin {
     /// The children of cached parent `p` from the one covering `next`, while they may hold keys
-    /// up to `hi`, at most `n`.
-    fn children(p: &Internal, next: u64, hi: u64, n: usize) -> Vec<GlobalAddr> {
+    /// up to `hi`, at most `n`, appended to `out` as leaves of `len` bytes to READ.
+    fn children(
+        p: &Internal,
+        next: u64,
+        hi: u64,
+        n: usize,
+        len: usize,
+        out: &mut Vec<(GlobalAddr, usize)>,
+    ) {
         let idx = p.rank(next);
-        let mut out = Vec::with_capacity(n);
         if idx == 0 {
-            out.push(p.leftmost);
+            out.push((p.leftmost, len));
         }
         let pivots = p.routes.pivots();
         for (j, child) in p.routes.children_from(idx.saturating_sub(1)).enumerate() {
@@ -52,51 +76,58 @@ impl Marlin {
             if out.len() >= n || (!out.is_empty() && pivots[i] > hi) {
                 break;
             }
-            out.push(child);
+            out.push((child, len));
         }
-        out
     }
 
-    /// Appends the keys in `[lo, hi]`, at most `count`, with their values, in key order.
+    /// The keys in `[lo, hi]`, at most `count`, with their values, in key order, into `out`
+    /// (cleared first).
     pub(crate) async fn scan_keys<T: Transport>(
         &self,
         c: &Client<T>,
         lo: u64,
         hi: u64,
         count: usize,
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
+        out.clear();
         if count == 0 || lo > hi {
             return Ok(());
         }
-        let mut pairs: Vec<(u64, GlobalAddr)> = Vec::new();
+        let mut scratch = self.scans.get(c, ScanScratch::default);
+        let ScanScratch { pairs, reads, bytes, .. } = &mut *scratch;
+        pairs.clear();
+        // Room for the most a scan of `count` holds at once (a whole last leaf before it is
+        // cut), so that the first scan of a size grows it for every later one (capped for a
+        // huge count: those grow as pairs come).
+        pairs.reserve(count.min(MOST_RESERVED) + self.shape.span);
         let mut next = lo;
         // Where the next round starts when no cached parent names the leaves: a leaf to READ.
         let mut follow: Option<GlobalAddr> = None;
-        let mut bufs: Vec<u8> = Vec::new();
-        let bytes = self.shape.bytes;
+        let len = self.shape.bytes;
         // Rounds started again: leaves whose fences did not take the scan on.
         let mut refreshes = Attempts::new();
         'rounds: loop {
             bump(&self.counters.scan_rounds);
             let left = count.saturating_sub(pairs.len());
             let want = self.counters.leaf_fill.leaves_for(left, self.shape.span / 2, MAX_LEAVES);
-            let leaves = match follow.take() {
-                Some(a) => vec![a],
-                None => match self
-                    .blink
-                    .cache
-                    .with(1, &next, |p| Self::children(&p.node, next, hi, want))
-                {
-                    Some(leaves) => leaves,
-                    None => vec![self.blink.locate(c, next).await?.leaf],
-                },
-            };
-            bufs.resize(leaves.len() * bytes, 0);
-            self.read_leaves(c, &leaves, &mut bufs).await?;
+            reads.clear();
+            match follow.take() {
+                Some(a) => reads.push((a, len)),
+                None => {
+                    let named =
+                        |p: &Cached<Internal>| Self::children(&p.node, next, hi, want, len, reads);
+                    if self.blink.cache.with(1, &next, named).is_none() {
+                        reads.push((self.blink.locate(c, next).await?.leaf, len));
+                    }
+                }
+            }
+            bytes.clear();
+            bytes.resize(reads.len() * len, 0);
+            doorbell::read_per_node(c, reads, bytes).await?;
             let mut last: Option<GlobalAddr> = None;
-            for (i, &leaf) in leaves.iter().enumerate() {
-                let buf = &mut bufs[i * bytes..(i + 1) * bytes];
+            for (i, &(leaf, _)) in reads.iter().enumerate() {
+                let buf = &mut bytes[i * len..(i + 1) * len];
                 let img = match LeafImage::verify(&self.shape, buf) {
                     Ok(()) => LeafImage::verified(&self.shape, buf),
                     Err(Refused::Torn) => {
@@ -148,60 +179,40 @@ impl Marlin {
                 )));
             }
         }
-        self.read_items(c, &pairs, out).await
+        self.read_items(c, &mut scratch, out).await
     }
 
-    /// READs `leaves` into `bufs` (a leaf each): one doorbell per memory node.
-    async fn read_leaves<T: Transport>(
-        &self,
-        c: &Client<T>,
-        leaves: &[GlobalAddr],
-        bufs: &mut [u8],
-    ) -> IndexResult<()> {
-        let mut ops: Vec<BatchOp<'_>> = leaves
-            .iter()
-            .zip(bufs.chunks_mut(self.shape.bytes))
-            .map(|(&addr, buf)| BatchOp::Read { addr, buf })
-            .collect();
-        doorbell::post_per_node(c, &mut ops).await?;
-        Ok(())
-    }
-
-    /// The values of `pairs` into `out`: item READs, [`MAX_BATCH`] to a doorbell per memory
-    /// node.
+    /// The values of the scratch's pairs into `out`: item READs, [`MAX_BATCH`] to a doorbell
+    /// per memory node.
     async fn read_items<T: Transport>(
         &self,
         c: &Client<T>,
-        pairs: &[(u64, GlobalAddr)],
-        out: &mut Vec<Pair>,
+        scratch: &mut ScanScratch,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
+        let ScanScratch { pairs, reads, bytes, value } = scratch;
         let len = self.items.first_read();
-        let mut raw = vec![0u8; pairs.len() * len];
-        let mut ops: Vec<BatchOp<'_>> = pairs
-            .iter()
-            .zip(raw.chunks_mut(len))
-            .map(|(p, buf)| BatchOp::Read { addr: p.1, buf })
-            .collect();
-        doorbell::post_per_node(c, &mut ops).await?;
-        drop(ops);
+        reads.clear();
+        reads.extend(pairs.iter().map(|&(_, item)| (item, len)));
+        bytes.clear();
+        bytes.resize(pairs.len() * len, 0);
+        doorbell::read_per_node(c, reads, bytes).await?;
         add(&self.counters.scan_items, pairs.len() as u64);
-        for (&(k, item), b) in pairs.iter().zip(raw.chunks(len)) {
+        for (&(k, item), b) in pairs.iter().zip(bytes.chunks(len)) {
             let key = k.to_be_bytes();
-            let value = match self.items.parse(item, b)? {
-                Some((ik, v)) if ik == key => v.to_vec(),
+            match self.items.parse(item, b)? {
+                Some((ik, v)) if ik == key => out.push(&key, v),
                 Some(_) => {
                     return Err(IndexError::Corrupt(format!("item {item} holds another key")))
                 }
                 None => {
                     // A value longer than the first READ: the rest by itself.
-                    let mut v = Vec::new();
-                    if !self.items.value_into(c, item, Some(&key), &mut v).await? {
+                    if !self.items.value_into(c, item, Some(&key), value).await? {
                         return Err(IndexError::Corrupt(format!("item {item} holds another key")));
                     }
-                    v
+                    out.push(&key, value);
                 }
-            };
-            out.push((key.to_vec(), value));
+            }
         }
         Ok(())
     }
