@@ -13,7 +13,7 @@ use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 
-use dmindex_index::{IndexConfig, PointIndex, RangeIndex, ScanBuf};
+use dmindex_index::{mn_services, IndexConfig, PointIndex, RangeIndex, ScanBuf};
 
 /// Allocations per operation of each kind, averaged.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -127,8 +127,12 @@ pub fn per_scan<I: RangeIndex<LocalTransport>>(
     len: usize,
     starts: &[u64],
 ) -> ScanAllocs {
-    let f = LocalFabric::new(LocalConfig { node_size: 1 << 30, ..Default::default() })
-        .expect("a local fabric");
+    let services = mn_services(4, I::SERVICES).expect("index services");
+    let f = LocalFabric::with_services(
+        LocalConfig { node_size: 1 << 30, ..Default::default() },
+        services,
+    )
+    .expect("a local fabric");
     let c = f.client(0).expect("a client");
     let keys: Vec<Vec<u8>> = (0..n).map(&key).collect();
     let froms: Vec<Vec<u8>> = starts.iter().map(|&x| key(x)).collect();
