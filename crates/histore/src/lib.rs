@@ -66,12 +66,13 @@ use std::sync::{Arc, Mutex};
 use dmindex_fabric::service::Service;
 use dmindex_fabric::{Client, GlobalAddr, NodeId, ServiceId, Transport};
 use dmindex_index::{
-    IndexConfig, IndexError, IndexResult, IndexStats, MnService, Pair, PointIndex, RangeIndex,
+    IndexConfig, IndexError, IndexResult, IndexStats, MnService, PointIndex, RangeIndex, ScanBuf,
 };
 use dmindex_prim::counter::{get, Striped};
 use dmindex_prim::hash::hash_bytes;
 use dmindex_prim::kv_block::{self, Blocks};
 use dmindex_prim::options::{Opt, Options};
+use dmindex_prim::pool::Pool;
 use dmindex_prim::root::{Magic, RootSlot};
 use dmindex_prim::view::View;
 use smallvec::SmallVec;
@@ -170,6 +171,8 @@ pub struct Store<const MODE: u8> {
     /// Key and value limits ([`IndexConfig::check_kv`]).
     config: IndexConfig,
     counters: Counters,
+    /// Scans' working vectors ([`read::ScanScratch`]).
+    scans: Pool<read::ScanScratch>,
 }
 
 /// HiStore: hash table on the primary, skiplists on both backups.
@@ -382,6 +385,7 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
             items: Blocks::new(config.max_key, config.max_value),
             config: config.clone(),
             counters: Counters::default(),
+            scans: Pool::new(64),
         })
     }
 
@@ -445,27 +449,29 @@ impl<T: Transport, const MODE: u8> PointIndex<T> for Store<MODE> {
 }
 
 impl<T: Transport, const MODE: u8> RangeIndex<T> for Store<MODE> {
-    async fn scan(
+    async fn scan_into(
         &self,
         c: &Client<T>,
         from: &[u8],
         count: usize,
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
         if count == 0 {
+            out.clear();
             return Ok(());
         }
         self.scan_between(c, from, None, count, out).await
     }
 
-    async fn scan_range(
+    async fn scan_range_into(
         &self,
         c: &Client<T>,
         lo: &[u8],
         hi: &[u8],
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
         if lo >= hi {
+            out.clear();
             return Ok(());
         }
         self.scan_between(c, lo, Some(hi), usize::MAX, out).await

@@ -3,10 +3,11 @@
 //! after it read ([`crate::route`] and `dmindex_prim::view` say why), each one attempt in one
 //! view that either answers or says how it missed.
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
-use dmindex_index::{IndexError, IndexResult, Pair};
+use dmindex_index::{IndexError, IndexResult, ScanBuf};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::doorbell;
 use dmindex_prim::kv_block;
@@ -202,49 +203,55 @@ impl<const MODE: u8> Store<MODE> {
 
     /// SCAN: one request per group to a skiplist replica, then the items, a doorbell per node
     /// (with the view words, which validate the replies); retried whole if a group missed.
+    /// Into `out` (cleared first), with the working vectors from the handle's pool: nothing is
+    /// allocated per pair (each request's reply is the fabric's).
     pub(crate) async fn scan_between<T: Transport>(
         &self,
         c: &Client<T>,
         lo: &[u8],
         hi: Option<&[u8]>,
         count: usize,
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
+        out.clear();
         if !self.mode.scans() {
             return Err(IndexError::Unsupported(format!("scan on {:?}", self.mode)));
         }
         self.counters.scans.fetch_add(1, Ordering::Relaxed);
-        let start = out.len();
+        let mut scratch = self.scans.get(c, ScanScratch::default);
         let mut tries = 0;
         loop {
             let groups: SmallVec<[View; 4]> =
                 (0..self.desc.groups.len()).map(|g| self.view(g)).collect();
-            match self.scan_in(c, lo, hi, count, &groups, out).await {
+            match self.scan_in(c, (lo, hi, count), &groups, &mut scratch, out).await {
                 Ok(()) => return Ok(()),
                 Err((g, miss)) => {
-                    out.truncate(start);
+                    out.clear();
                     self.recover(c, g, groups[g], miss, &mut tries).await?;
                 }
             }
         }
     }
 
-    /// One attempt of a SCAN in views `views`; on a miss, the group that missed.
+    /// One attempt of a SCAN of `(lo, hi, count)` in views `views`; on a miss, the group that
+    /// missed.
     async fn scan_in<T: Transport>(
         &self,
         c: &Client<T>,
-        lo: &[u8],
-        hi: Option<&[u8]>,
-        count: usize,
+        (lo, hi, count): (&[u8], Option<&[u8]>, usize),
         views: &[View],
-        out: &mut Vec<Pair>,
+        scratch: &mut ScanScratch,
+        out: &mut ScanBuf,
     ) -> Result<(), (usize, Miss)> {
         let corrupt =
             |g: usize, e| (g, Miss::Fatal(IndexError::Corrupt(format!("SCAN reply: {e:?}"))));
-        let mut found: Vec<(Vec<u8>, Slot)> = Vec::new();
+        let ScanScratch { request, keys, found, reads, bytes } = scratch;
+        keys.clear();
+        found.clear();
         for (group, &v) in views.iter().enumerate() {
             let r = self.pick(group, v).map_err(|m| (group, m))?;
-            let mut m = Vec::with_capacity(proto::HEAD + 8 + lo.len() + hi.map_or(0, |h| h.len()));
+            let m = &mut *request;
+            m.clear();
             m.head(self.head(proto::SCAN, r, group, v.epoch));
             m.u32(count.min(u32::MAX as usize) as u32);
             m.key(lo);
@@ -256,12 +263,12 @@ impl<const MODE: u8> Store<MODE> {
                 None => m.u8(0),
             }
             let reply = c
-                .call(self.desc.groups[group].nodes[r], SERVICE, &m)
+                .call(self.desc.groups[group].nodes[r], SERVICE, m)
                 .await
                 .map_err(|e| (group, e.into()))?;
             let mut rd = status(&reply).map_err(|m| (group, m))?;
             for _ in 0..rd.u32().map_err(|e| corrupt(group, e))? {
-                let k = rd.key().map_err(|e| corrupt(group, e))?.to_vec();
+                let k = rd.key().map_err(|e| corrupt(group, e))?;
                 let s =
                     Slot::decode(rd.u64().map_err(|e| corrupt(group, e))?).ok_or_else(|| {
                         (
@@ -269,42 +276,53 @@ impl<const MODE: u8> Store<MODE> {
                             Miss::Fatal(IndexError::Corrupt("SCAN returned an empty slot".into())),
                         )
                     })?;
-                found.push((k, s));
+                found.push((keys.len()..keys.len() + k.len(), s));
+                keys.extend_from_slice(k);
             }
         }
         if views.len() > 1 {
-            found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            found.sort_unstable_by(|a, b| keys[a.0.clone()].cmp(&keys[b.0.clone()]));
             found.truncate(count);
         }
         self.counters.scan_items.fetch_add(found.len() as u64, Ordering::Relaxed);
-        let mut bufs: Vec<Vec<u8>> =
-            found.iter().map(|(_, s)| vec![0u8; self.item_len(*s)]).collect();
         let checks = if self.validates() { views.len() } else { 0 };
-        let mut words = vec![[0u8; 8]; checks];
-        let mut ops: Vec<BatchOp<'_>> = found
-            .iter()
-            .zip(bufs.iter_mut())
-            .map(|((_, s), buf)| BatchOp::Read { addr: s.item, buf })
-            .collect();
-        for (g, w) in words.iter_mut().enumerate() {
-            ops.push(BatchOp::Read { addr: self.view_word(g).at, buf: w });
+        reads.clear();
+        reads.extend(found.iter().map(|(_, s)| (s.item, self.item_len(*s))));
+        let items: usize = reads.iter().map(|r| r.1).sum();
+        reads.extend((0..checks).map(|g| (self.view_word(g).at, 8)));
+        bytes.clear();
+        bytes.resize(items + 8 * checks, 0);
+        doorbell::read_per_node(c, reads, bytes).await.map_err(|e| (0, e.into()))?;
+        for (g, w) in bytes[items..].chunks_exact(8).enumerate() {
+            self.still(views[g], w.try_into().expect("8 bytes")).map_err(|m| (g, m))?;
         }
-        doorbell::post_per_node(c, &mut ops).await.map_err(|e| (0, e.into()))?;
-        drop(ops);
-        for (g, w) in words.iter().enumerate() {
-            self.still(views[g], w).map_err(|m| (g, m))?;
-        }
-        for ((k, s), buf) in found.into_iter().zip(bufs) {
+        let mut at = 0;
+        for ((k, s), &(_, len)) in found.iter().zip(reads.iter()) {
+            let (k, buf) = (&keys[k.clone()], &bytes[at..at + len]);
+            at += len;
             let fatal = |m: String| (0, Miss::Fatal(IndexError::Corrupt(m)));
-            let Some((key, value)) = self.items.parse(s.item, &buf).map_err(|e| (0, e.into()))?
+            let Some((key, value)) = self.items.parse(s.item, buf).map_err(|e| (0, e.into()))?
             else {
                 return Err(fatal(format!("item at {} is longer than its slot", s.item)));
             };
             if key != k {
                 return Err(fatal(format!("item at {} does not hold its key", s.item)));
             }
-            out.push((k, value.to_vec()));
+            out.push(k, value);
         }
         Ok(())
     }
+}
+
+/// A SCAN's working vectors, kept in a per-compute-node pool (`Store::scans`).
+#[derive(Default)]
+pub(crate) struct ScanScratch {
+    /// The request being sent.
+    request: Vec<u8>,
+    /// The keys the replies named, end to end, and for each where it is with its slot.
+    keys: Vec<u8>,
+    found: Vec<(Range<usize>, Slot)>,
+    /// The items' READs (then the view words'), and what they return, end to end.
+    reads: Vec<(GlobalAddr, usize)>,
+    bytes: Vec<u8>,
 }

@@ -527,17 +527,20 @@ impl Replica {
             .map(|p| self.at_cut(ctx, p, &cut))
             .collect::<Result<Vec<_>, _>>()?;
         let structures: Vec<&Structure> = parts.iter().map(|st| &st.structure).collect();
-        let mut pairs = Vec::new();
-        merged_range(ctx, &structures, lo, hi, count, &mut pairs).ok_or_else(|| {
+        // The pairs go straight into the reply, their number in front once known; room for
+        // `count` keys as long as `lo` (an estimate: keys are not all one length).
+        out.reserve(4 + count.min(1 << 12) * (2 + lo.len() + 8));
+        let (at, mut n) = (out.len(), 0u32);
+        out.u32(0);
+        let emit = |k: &[u8], w| {
+            out.key(k);
+            out.u64(w);
+            n += 1;
+        };
+        merged_range(ctx, &structures, lo, hi, count, emit).ok_or_else(|| {
             Refused::Bad(ServiceError::BadRequest("SCAN on a hash-table replica".into()))
         })?;
-        drop(parts);
-        out.reserve(4 + pairs.iter().map(|(k, _)| k.len() + 10).sum::<usize>());
-        out.u32(pairs.len() as u32);
-        for (k, w) in &pairs {
-            out.key(k);
-            out.u64(*w);
-        }
+        out[at..at + 4].copy_from_slice(&n.to_le_bytes());
         Ok(())
     }
 

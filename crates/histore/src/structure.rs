@@ -190,7 +190,7 @@ impl Structure {
     }
 }
 
-/// Appends to `out` up to `count` more pairs (key, slot word) with `lo` ≤ key < `hi` from the
+/// Gives `emit` up to `count` pairs (key, slot word) with `lo` ≤ key < `hi` from the
 /// skiplists `parts` (whose keys are disjoint), ascending: a merge that walks each skiplist only
 /// as far as its pairs are taken, so a SCAN of `count` pairs over `P` partitions walks `count`
 /// pairs and `P` seeks, not `P · count` pairs. `None` if a part is a hash table.
@@ -200,7 +200,7 @@ pub fn merged_range(
     lo: &[u8],
     hi: Option<&[u8]>,
     count: usize,
-    out: &mut Vec<(Box<[u8]>, u64)>,
+    mut emit: impl FnMut(&[u8], u64),
 ) -> Option<()> {
     let from = (std::ops::Bound::Included(lo), std::ops::Bound::Unbounded);
     // Per part: its walk, the pair at its head, what each pair walked costs.
@@ -228,7 +228,7 @@ pub fn merged_range(
             break;
         }
         ctx.charge(*item_ns);
-        out.push((e.key().clone(), e.value().load(Ordering::Relaxed)));
+        emit(e.key(), e.value().load(Ordering::Relaxed));
         *head = walk.next();
     }
     Some(())
@@ -334,8 +334,9 @@ mod tests {
         let mut pairs = s.pairs(&ctx);
         pairs.sort();
         assert_eq!(pairs, want);
-        let mut walked = Vec::new();
-        merged_range(&ctx, &[&s], b"", None, usize::MAX, &mut walked).unwrap();
+        let mut walked: Vec<(Box<[u8]>, u64)> = Vec::new();
+        merged_range(&ctx, &[&s], b"", None, usize::MAX, |k: &[u8], v| walked.push((k.into(), v)))
+            .unwrap();
         assert_eq!(walked, want);
     }
 }
