@@ -11,7 +11,7 @@ use dmindex_conformance::{
 };
 use dmindex_fabric::{layout, Client, GlobalAddr, Transport};
 use dmindex_index::{
-    IndexConfig, IndexError, IndexResult, Ordered, Pair, PointIndex, PointOnly, RangeIndex,
+    IndexConfig, IndexError, IndexResult, Ordered, PointIndex, PointOnly, RangeIndex, ScanBuf,
 };
 use dmindex_reference::LockedShards;
 
@@ -110,13 +110,14 @@ impl<T: Transport> PointIndex<T> for Racy {
 }
 
 impl<T: Transport> RangeIndex<T> for Racy {
-    async fn scan(
+    async fn scan_into(
         &self,
         c: &Client<T>,
         from: &[u8],
         count: usize,
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
+        out.clear();
         let start = u64::from_be_bytes(
             from.try_into().map_err(|_| IndexError::InvalidKey("8 bytes".into()))?,
         );
@@ -126,7 +127,7 @@ impl<T: Transport> RangeIndex<T> for Racy {
             }
             let kb = k.to_be_bytes();
             if let Some(v) = self.search(c, &kb).await? {
-                out.push((kb.to_vec(), v));
+                out.push(&kb, &v);
             }
         }
         Ok(())

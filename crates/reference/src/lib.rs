@@ -36,7 +36,7 @@
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{
-    IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex,
+    IndexConfig, IndexError, IndexResult, IndexStats, Pair, PointIndex, RangeIndex, ScanBuf,
 };
 use dmindex_prim::doorbell;
 use dmindex_prim::lock::{self, Held};
@@ -311,23 +311,22 @@ impl<T: Transport> PointIndex<T> for LockedShards {
 }
 
 impl<T: Transport> RangeIndex<T> for LockedShards {
-    async fn scan(
+    async fn scan_into(
         &self,
         c: &Client<T>,
         from: &[u8],
         count: usize,
-        out: &mut Vec<Pair>,
+        out: &mut ScanBuf,
     ) -> IndexResult<()> {
+        out.clear();
         self.config.check_kv(from, None)?;
-        let mut taken = 0;
         let mut shard = self.shard_of(from);
-        while taken < count && shard < (1 << self.shard_bits) {
+        while out.len() < count && shard < (1 << self.shard_bits) {
             let (held, s) = self.lock_and_read(c, shard).await?;
             held.unlock_with(c, 0).await?;
             let start = Self::find(&s.entries, from).unwrap_or_else(|i| i);
-            for pair in s.entries.into_iter().skip(start).take(count - taken) {
-                out.push(pair);
-                taken += 1;
+            for (k, v) in s.entries.iter().skip(start).take(count - out.len()) {
+                out.push(k, v);
             }
             shard += 1;
         }
