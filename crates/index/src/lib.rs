@@ -255,31 +255,20 @@ pub trait PointIndex<T: Transport>: Sized {
 ///
 /// An index implements the buffer forms ([`RangeIndex::scan_into`], and
 /// [`RangeIndex::scan_range_into`] when it can stop at the range's end directly); the owned
-/// forms are defaults on top of them. (For now either `scan_into` or `scan` will do.)
+/// forms are defaults on top of them.
 #[allow(async_fn_in_trait)]
 pub trait RangeIndex<T: Transport>: PointIndex<T> {
     /// Up to `count` pairs with key ≥ `from`, in ascending key order, into `out` (cleared
     /// first). The hot path: a caller that reuses `out` allocates nothing per pair; an index
     /// keeps its other working memory per client (a pool), not per call, so that a warm scan
     /// allocates nothing at all where the design allows.
-    ///
-    /// Until every index implements it, the default copies [`RangeIndex::scan`]'s owned pairs;
-    /// an index must implement one of the two.
     async fn scan_into(
         &self,
         c: &Client<T>,
         from: &[u8],
         count: usize,
         out: &mut ScanBuf,
-    ) -> IndexResult<()> {
-        out.clear();
-        let mut pairs = Vec::new();
-        self.scan(c, from, count, &mut pairs).await?;
-        for (k, v) in &pairs {
-            out.push(k, v);
-        }
-        Ok(())
-    }
+    ) -> IndexResult<()>;
 
     /// Every pair with `lo` ≤ key < `hi`, in ascending key order, into `out` (cleared first).
     ///
