@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use dmindex_fabric::{Client, OpCost, Transport};
 use dmindex_index::recorded::Recorder;
-use dmindex_index::{IndexError, IndexResult, PointIndex, Scans};
+use dmindex_index::{IndexError, IndexResult, PointIndex, ScanBuf, Scans};
 use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind, PlannedOp};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -220,7 +220,8 @@ const PROGRESS_BATCH: u64 = 1024;
 
 /// Runs one operation; returns whether it found its key (a search that hit, an update or delete
 /// of a present key, a scan that returned pairs; an insert always counts as found).
-/// `value` is a buffer values are made in and read into (reused across a client's operations).
+/// `value` is a buffer values are made in and read into, `scan` one scans fill (both reused
+/// across a client's operations, so neither allocates once grown).
 pub async fn run_op<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     idx: &I,
     c: &Client<T>,
@@ -228,6 +229,7 @@ pub async fn run_op<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     op: &Op,
     seq: u64,
     value: &mut Vec<u8>,
+    scan: &mut ScanBuf,
 ) -> IndexResult<bool> {
     match op.kind {
         OpKind::Read => rec.search_into(idx, c, &op.key, value).await,
@@ -235,7 +237,9 @@ pub async fn run_op<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
         OpKind::Insert => {
             rec.insert(idx, c, &op.key, rec.value_into(seq, value)).await.map(|()| true)
         }
-        OpKind::Scan => rec.scan::<T, I, S>(idx, c, &op.key, op.scan_len).await.map(|n| n > 0),
+        OpKind::Scan => {
+            rec.scan_into::<T, I, S>(idx, c, &op.key, op.scan_len, scan).await.map(|n| n > 0)
+        }
         OpKind::Delete => rec.delete(idx, c, &op.key).await,
         OpKind::ReadModifyWrite => {
             let hit = rec.search_into(idx, c, &op.key, value).await?;
@@ -285,13 +289,14 @@ pub async fn run_client<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
 ) {
     let mut done = 0;
     let mut counter = WindowCount::default();
-    let (mut op, mut value) = (Op::default(), Vec::new());
+    let (mut op, mut value, mut scan) = (Op::default(), Vec::new(), ScanBuf::new());
     let mut tally = Tally::new(c);
     for seq in 0..ops {
         source.next_into(&mut op);
         tally.switch(op.kind, c, env);
         let t0 = env.times(op.kind).map(|w| (env.now(), w));
-        let r = run_op::<T, I, S>(idx, c, &env.rec, &op, (1 << 39) | seq, &mut value).await;
+        let seq = (1 << 39) | seq;
+        let r = run_op::<T, I, S>(idx, c, &env.rec, &op, seq, &mut value, &mut scan).await;
         if r.is_ok() {
             source.acknowledge(&op);
         }
