@@ -12,6 +12,8 @@ use crate::Shared;
 #[derive(Debug, Default)]
 pub(crate) struct Pause {
     done: bool,
+    /// Its future was dropped before the pause ended: the slot is freed when it ends.
+    abandoned: bool,
     waker: Option<Waker>,
 }
 
@@ -20,8 +22,6 @@ pub(crate) struct Pause {
 pub(crate) struct Pauses {
     slots: Vec<Pause>,
     free: Vec<u32>,
-    /// Slots whose future was dropped before the pause ended: freed when it ends.
-    abandoned: Vec<u32>,
 }
 
 impl Pauses {
@@ -41,12 +41,11 @@ impl Pauses {
 
     /// The pause in slot `i` is over: wake its client.
     pub(crate) fn end(&mut self, i: u32) {
-        if let Some(at) = self.abandoned.iter().position(|&a| a == i) {
-            self.abandoned.swap_remove(at);
+        let p = &mut self.slots[i as usize];
+        if p.abandoned {
             self.free.push(i);
             return;
         }
-        let p = &mut self.slots[i as usize];
         p.done = true;
         if let Some(w) = p.waker.take() {
             w.wake();
@@ -84,11 +83,12 @@ impl Drop for PauseWait<'_> {
         if !self.taken {
             let mut w = self.shared.world.borrow_mut();
             let pauses = &mut w.pauses;
-            if pauses.slots[self.slot as usize].done {
+            let p = &mut pauses.slots[self.slot as usize];
+            if p.done {
                 pauses.free.push(self.slot);
             } else {
-                pauses.slots[self.slot as usize].waker = None;
-                pauses.abandoned.push(self.slot);
+                p.waker = None;
+                p.abandoned = true;
             }
         }
     }
