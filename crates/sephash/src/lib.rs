@@ -66,8 +66,7 @@ struct Counters {
     merges: AtomicU64,
     splits: AtomicU64,
     resize_bytes: AtomicU64,
-    retries: AtomicU64,
-    /// `retries` by reason ([`Retry`]), in its order.
+    /// Retries by reason ([`Retry`]), in its order; the handle's retries are their sum.
     retry_reasons: [AtomicU64; Retry::ALL.len()],
     /// Bumped by every search: striped ([`Striped`]).
     searches: Striped,
@@ -84,7 +83,7 @@ struct Counters {
 
 use dmindex_prim::counter::{add as bump, Striped};
 
-/// Why an operation starts over (counted in `retries` and by reason).
+/// Why an operation starts over (counted by reason; the handle's retries are the sum).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Retry {
     /// The segment's meta changed around the READ of its slots or MainSegment (an append, a
@@ -113,7 +112,6 @@ impl Retry {
 impl Counters {
     /// Counts one retry for `why`.
     fn retry(&self, why: Retry) {
-        bump(&self.retries, 1);
         bump(&self.retry_reasons[why as usize], 1);
     }
 }
@@ -221,7 +219,7 @@ impl<T: Transport> PointIndex<T> for SepHash {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         IndexStats {
             cache_bytes: self.cache.bytes(),
-            retries: g(&k.retries),
+            retries: k.retry_reasons.iter().map(g).sum(),
             extra: vec![
                 ("merges", g(&k.merges)),
                 ("splits", g(&k.splits)),
