@@ -18,7 +18,7 @@
 //! [`can_sleep`] says this executor drives the thread (under another executor it yields as
 //! before, so it cannot wait forever). When no task is runnable the executor:
 //!
-//! 1. progresses every source for up to [`SPIN`] (a reply on loopback or RDMA often comes
+//! 1. progresses every source for up to [`SPIN`](super::spin::SPIN) (a reply on loopback or RDMA often comes
 //!    within it, and blocking and waking cost two system calls and a context switch) — or not
 //!    at all while the thread keeps being preempted ([`super::spin`]);
 //! 2. then arms every source and blocks in `poll(2)` on their descriptors for at most
@@ -46,8 +46,6 @@ use std::time::{Duration, Instant};
 
 use super::spin::SpinPolicy;
 use super::timer;
-
-pub use super::spin::SPIN;
 
 /// The longest a blocked thread sleeps before its tasks look at their deadlines again.
 pub const NAP: Duration = Duration::from_millis(5);
