@@ -343,6 +343,20 @@ impl<T: Transport> Client<T> {
         self.transport.pause(ns).await
     }
 
+    /// Reports compute-side CPU work the index did since its last verb ([`crate::work`]):
+    /// counted in [`VerbCounts`] and charged by a simulated fabric. Cheap: two cell updates.
+    #[inline]
+    pub fn compute(&self, work: crate::Work, count: u64) {
+        let c = match work {
+            crate::Work::CacheLookup => &self.stats.cache_lookups,
+            crate::Work::KeyCompare => &self.stats.keys_compared,
+            crate::Work::KeyHash => &self.stats.keys_hashed,
+            crate::Work::BytesScanned => &self.stats.bytes_scanned,
+        };
+        bump(c, count);
+        self.transport.compute(work, count)
+    }
+
     /// A monitor's wait for memory node `node` to restart: reconnects (a heartbeat each round
     /// trip) until the node stops answering, then until it answers again, and returns connected
     /// to the new incarnation. Returns only once the node has gone down and come back.

@@ -45,6 +45,7 @@ pub mod service;
 pub mod stats;
 pub mod verbs;
 pub mod words;
+pub mod work;
 mod zeroed;
 
 pub use addr::{GlobalAddr, NodeId};
@@ -54,3 +55,4 @@ pub use local::{LocalConfig, LocalFabric};
 pub use service::{ServiceId, Services};
 pub use stats::{ClientStats, OpCost, VerbCounts};
 pub use verbs::{AtomicOp, BatchOp, ClusterInfo, Transport};
+pub use work::Work;

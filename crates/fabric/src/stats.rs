@@ -54,6 +54,18 @@ pub struct VerbCounts {
     /// not verbs, nothing on the network.
     #[serde(default)]
     pub pauses: u64,
+    /// Compute-side cache lookups the index reported ([`crate::Work::CacheLookup`]).
+    #[serde(default)]
+    pub cache_lookups: u64,
+    /// Keys compared ([`crate::Work::KeyCompare`]).
+    #[serde(default)]
+    pub keys_compared: u64,
+    /// Keys hashed ([`crate::Work::KeyHash`]).
+    #[serde(default)]
+    pub keys_hashed: u64,
+    /// Bytes decoded or checked after READs ([`crate::Work::BytesScanned`]).
+    #[serde(default)]
+    pub bytes_scanned: u64,
 }
 
 impl VerbCounts {
@@ -104,7 +116,11 @@ fieldwise!(
     bytes_read,
     bytes_written,
     bytes_allocated,
-    pauses
+    pauses,
+    cache_lookups,
+    keys_compared,
+    keys_hashed,
+    bytes_scanned
 );
 
 impl AddAssign for VerbCounts {
@@ -136,6 +152,10 @@ pub struct ClientStats {
     pub(crate) bytes_written: Cell<u64>,
     pub(crate) bytes_allocated: Cell<u64>,
     pub(crate) pauses: Cell<u64>,
+    pub(crate) cache_lookups: Cell<u64>,
+    pub(crate) keys_compared: Cell<u64>,
+    pub(crate) keys_hashed: Cell<u64>,
+    pub(crate) bytes_scanned: Cell<u64>,
 }
 
 /// What the harness charges each operation: round trips and bytes each way (the per-kind

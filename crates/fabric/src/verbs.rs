@@ -201,6 +201,9 @@ pub trait Transport {
     fn pause(&self, ns: u64) -> impl Future<Output = ()> {
         crate::exec::sleep(std::time::Duration::from_nanos(ns))
     }
+    /// Compute-side CPU work the index did ([`crate::work`]): on a real fabric its time has
+    /// already passed, so nothing happens; a simulated fabric charges it to the client's core.
+    fn compute(&self, _work: crate::Work, _count: u64) {}
 }
 
 #[cfg(test)]
