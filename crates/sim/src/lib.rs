@@ -50,9 +50,11 @@
 pub mod config;
 mod cores;
 mod executor;
+mod link;
 mod pause;
 mod peers;
 pub mod phases;
+pub mod presets;
 pub mod report;
 pub mod seeds;
 mod transport;

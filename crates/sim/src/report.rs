@@ -52,8 +52,8 @@ fn util(nic: &Nic, name: String, elapsed_ps: u64) -> NicUtilisation {
         nic: name,
         messages: nic.msgs,
         engine: f(nic.engine_busy_ps),
-        tx: f(nic.tx_busy_ps),
-        rx: f(nic.rx_busy_ps),
+        tx: f(nic.tx.busy_ps),
+        rx: f(nic.rx.busy_ps),
     }
 }
 

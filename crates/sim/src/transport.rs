@@ -84,13 +84,14 @@ impl SimTransport {
         if w.crash_here(self.client) {
             return None;
         }
-        let ready = w.post_cpu(self.client) + w.stall_ps();
+        let ready = w.post_cpu(self.client, 1) + w.stall_ps();
         Some(w.post(ready, self.client, kind, addr, buf, false))
     }
 
     async fn run(&self, kind: OpKind, addr: GlobalAddr, buf: Vec<u8>) -> u32 {
         let Some(op) = self.post(kind, addr, buf) else { crashed().await };
         OpWait { shared: &self.shared, op, taken: false }.await;
+        self.shared.world.borrow_mut().poll_cpu(self.client);
         op
     }
 
@@ -172,7 +173,7 @@ impl Transport for SimTransport {
         // A zero-wait write cannot crash the client here (it is not awaited); the crash check
         // happens at the client's next awaited verb.
         let mut w = self.shared.world.borrow_mut();
-        let ready = w.post_cpu(self.client);
+        let ready = w.post_cpu(self.client, 1);
         w.post(ready, self.client, OpKind::Write, addr, b, true);
         Ok(())
     }
@@ -212,7 +213,7 @@ impl Transport for SimTransport {
         }
         let ids = {
             let mut w = self.shared.world.borrow_mut();
-            let ready = w.post_cpu(self.client) + w.stall_ps();
+            let ready = w.post_cpu(self.client, ops.len() as u64) + w.stall_ps();
             let mut ids = [0u32; dmindex_fabric::verbs::MAX_BATCH];
             for (slot, op) in ids.iter_mut().zip(ops.iter()) {
                 *slot = match op {
@@ -248,7 +249,17 @@ impl Transport for SimTransport {
                 result = Err(e);
             }
         }
+        // Only the batch's last work request is signalled: one completion to poll.
+        self.shared.world.borrow_mut().poll_cpu(self.client);
         result
+    }
+
+    fn compute(&self, work: dmindex_fabric::Work, count: u64) {
+        if self.direct() {
+            // Fast-forward: no time passes.
+            return;
+        }
+        self.shared.world.borrow_mut().work_cpu(self.client, work, count);
     }
 
     async fn pause(&self, ns: u64) {
@@ -256,7 +267,7 @@ impl Transport for SimTransport {
             // Fast-forward: no time passes.
             return;
         }
-        let slot = self.shared.world.borrow_mut().pause(ns * PS_PER_NS);
+        let slot = self.shared.world.borrow_mut().pause(self.client, ns * PS_PER_NS);
         PauseWait { shared: &self.shared, slot, taken: false }.await
     }
 

@@ -3,29 +3,41 @@
 //! # A verb's life
 //!
 //! ```text
-//!  client thread      CN NIC                wire           MN NIC                         wire     CN NIC
-//!  post (post_ns) ──▶ engine (1/nic_mops) ─▶ tx link ──▶ one way ──▶ engine ─▶ data phase ──▶ one way ──▶ rx link ─▶ complete
-//!                                                     (+ jitter,        READ: lines sampled at random instants
-//!                                                      + fault delay)        over the response's wire time
-//!                                                                      WRITE: lines land in address order over
-//!                                                                             the request's wire time
-//!                                                                      atomic: one instant at the atomic unit
-//!                                                                      request: queued for an MN core, served
-//!                                                                               at one instant ([`crate::peers`])
+//!  client core            CN NIC              wire                MN NIC
+//!  doorbell + post ──▶ engine (1/nic_mops) ─▶ tx link ─▶ one way ─▶ its QP free? ─▶ engine (1/read_mops,
+//!  (one doorbell per      request packets                (+ jitter,  else it waits,    1/write_mops,
+//!   batch)                 (payload + headers             + delay)    holding nothing   1/atomic_mops)
+//!                           per MTU packet)                                                 │
+//!                                                                                             ▼
+//!  poll (one per   ◀── rx link ◀── one way ◀── READ:   DMA up the PCIe in TLPs ∥ response packets on the tx link;
+//!  completion)                                          each line sampled at a random instant of that interval
+//!                                                WRITE:  request packets off the rx link ∥ DMA down the PCIe;
+//!                                                        lines land in address order over that interval
+//!                                                atomic: one instant, ≥ same_addr_atomic_ns after the last on its word
+//!                                                request: queued for an MN core, served at one instant
+//!                                                         ([`crate::peers`])
 //! ```
 //!
-//! Every queue is a FIFO server whose next free instant is kept as a number: engines charge one
-//! message time per verb, links charge bytes over bandwidth (payload + `header_bytes`), the
-//! atomic unit charges one atomic time and each 8-byte word can take one atomic per
-//! `same_addr_atomic_ns`. Verbs from one client to one memory node arrive and start in the order
-//! they were posted (an RC queue pair), whatever the jitter.
+//! Every queue is a FIFO server whose next free instant is kept as a number: engines charge
+//! their kind's time per verb, links and PCIe charge bytes over bandwidth (payload plus headers
+//! per packet or TLP), and each 8-byte word takes one atomic per `same_addr_atomic_ns`. A
+//! memory node's NIC schedules connections independently: a verb that must wait for its own
+//! queue pair's previous verb (a doorbell's second READ, a READ behind the same client's
+//! zero-wait WRITE) waits in that queue pair and takes the engine only once it may start, so it
+//! holds up no other connection. Verbs from one client to one memory node still arrive, start
+//! and take effect in the order they were posted (an RC queue pair), whatever the jitter.
+//!
+//! A client's CPU is a core of its compute node, shared with the other threads placed on that
+//! core: it rings a doorbell and builds a work request per verb (one doorbell per batch), polls
+//! one completion per awaited verb or batch, and does the index's own work as the index reports
+//! it ([`dmindex_fabric::Work`]). The next post waits for all of it.
 //!
 //! Time is kept in picoseconds so that sub-nanosecond service times add up exactly; the public
 //! API speaks nanoseconds.
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::task::Waker;
 
 use dmindex_fabric::memory::{Region, CACHE_LINE};
@@ -35,8 +47,9 @@ use hdrhistogram::Histogram;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 
-use crate::config::{Faults, NetParams};
+use crate::config::{rate_ps, Faults, NetParams};
 use crate::cores::Cores;
+use crate::link::Link;
 use crate::pause::Pauses;
 use crate::peers::Servers;
 use crate::phases::Phases;
@@ -136,19 +149,21 @@ enum Lost {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Nic {
     engine_free: u64,
-    tx_free: u64,
-    rx_free: u64,
-    atomic_free: u64,
+    pub(crate) tx: Link,
+    pub(crate) rx: Link,
+    /// A memory node's PCIe: DMA reads towards the NIC, DMA writes towards memory; the TLPs of
+    /// concurrent DMAs interleave as packets do on a link.
+    pub(crate) pcie_up: Link,
+    pub(crate) pcie_down: Link,
     pub(crate) engine_busy_ps: u64,
-    pub(crate) tx_busy_ps: u64,
-    pub(crate) rx_busy_ps: u64,
     pub(crate) msgs: u64,
 }
 
 #[derive(Debug)]
 pub(crate) struct ClientState {
     cn: u16,
-    thread: usize,
+    /// The core of its compute node this client's thread runs on.
+    core: usize,
     /// Per memory node: latest arrival and latest data-phase end of this client's verbs.
     last_arrival: Vec<u64>,
     qp_free: Vec<u64>,
@@ -181,7 +196,14 @@ pub(crate) struct World {
     pub(crate) rng: ChaCha8Rng,
     pub(crate) net: NetParams,
     pub(crate) faults: Faults,
+    /// A compute node's NIC: per message sent.
     msg_ps: u64,
+    /// One full packet on a link, one full TLP on a memory node's PCIe.
+    packet_ps: u64,
+    tlp_ps: u64,
+    /// A memory node's NIC: per READ, WRITE and atomic served.
+    read_ps: u64,
+    write_ps: u64,
     atomic_ps: u64,
     pub(crate) cn_nics: Vec<Nic>,
     pub(crate) mn_nics: Vec<Nic>,
@@ -195,7 +217,14 @@ pub(crate) struct World {
     free_ops: Vec<u32>,
     buf_pool: Vec<Vec<u8>>,
     pub(crate) clients: Vec<ClientState>,
-    thread_cpu_free: Vec<u64>,
+    /// Per client thread (compute node, thread number): its core.
+    threads: BTreeMap<(u16, usize), usize>,
+    /// Per compute node, the client threads placed on it.
+    threads_per_cn: Vec<usize>,
+    /// The next thread number of a client on a thread of its own.
+    own_threads: usize,
+    /// Per compute node, per core: the instant the core is free of client work.
+    cpu_free: Vec<Vec<u64>>,
     pub(crate) trace_hash: u64,
     pub(crate) crash_current: bool,
     pub(crate) crashes: u32,
@@ -224,7 +253,11 @@ impl World {
             events: BinaryHeap::new(),
             rng: ChaCha8Rng::seed_from_u64(seed),
             msg_ps: net.msg_ps(),
-            atomic_ps: net.atomic_ps(),
+            packet_ps: net.wire_ps(net.mtu_bytes + net.header_bytes),
+            tlp_ps: net.pcie_ps(net.pcie_payload_bytes),
+            read_ps: rate_ps(net.read_mops),
+            write_ps: rate_ps(net.write_mops),
+            atomic_ps: rate_ps(net.atomic_mops),
             cores: RefCell::new(Cores::new(memory_nodes, net.mn_cores, net.mn_workers)),
             core_queues: vec![VecDeque::new(); memory_nodes as usize],
             frees: RefCell::new(Vec::new()),
@@ -237,7 +270,10 @@ impl World {
             free_ops: Vec::new(),
             buf_pool: Vec::new(),
             clients: Vec::new(),
-            thread_cpu_free: Vec::new(),
+            threads: BTreeMap::new(),
+            own_threads: 0,
+            threads_per_cn: Vec::new(),
+            cpu_free: Vec::new(),
             trace_hash: 0xCBF2_9CE4_8422_2325,
             crash_current: false,
             crashes: 0,
@@ -271,15 +307,34 @@ impl World {
     pub(crate) fn add_client(&mut self, cn: u16, thread: Option<usize>) -> u32 {
         if self.cn_nics.len() <= cn as usize {
             self.cn_nics.resize(cn as usize + 1, Nic::default());
+            self.cpu_free.resize(cn as usize + 1, Vec::new());
+            self.threads_per_cn.resize(cn as usize + 1, 0);
         }
-        let thread = thread.unwrap_or(self.thread_cpu_free.len());
-        if self.thread_cpu_free.len() <= thread {
-            self.thread_cpu_free.resize(thread + 1, 0);
-        }
+        let thread = thread.unwrap_or_else(|| {
+            // Numbers no shared thread uses.
+            self.own_threads += 1;
+            usize::MAX - self.own_threads
+        });
+        // Threads take their node's cores in turn, and share them once there are more threads
+        // than cores.
+        let core = match self.threads.get(&(cn, thread)) {
+            Some(&core) => core,
+            None => {
+                let n = &mut self.threads_per_cn[cn as usize];
+                let core = if self.net.cn_cores == 0 { *n } else { *n % self.net.cn_cores };
+                *n += 1;
+                let cores = &mut self.cpu_free[cn as usize];
+                if cores.len() <= core {
+                    cores.resize(core + 1, 0);
+                }
+                self.threads.insert((cn, thread), core);
+                core
+            }
+        };
         let nodes = self.mn_nics.len();
         self.clients.push(ClientState {
             cn,
-            thread,
+            core,
             last_arrival: vec![0; nodes],
             qp_free: vec![0; nodes],
             outstanding: 0,
@@ -373,13 +428,41 @@ impl World {
         }
     }
 
-    /// Charges the client thread's CPU for posting; returns when the post is done.
-    pub(crate) fn post_cpu(&mut self, client: u32) -> u64 {
-        let t = self.clients[client as usize].thread;
-        let start = self.now.max(self.thread_cpu_free[t]);
-        let done = start + self.net.post_ns * PS_PER_NS;
-        self.thread_cpu_free[t] = done;
+    /// Charges `ps` of CPU to the client's core from now (or from when the core frees up);
+    /// returns when that work is done. The client's next post waits for it.
+    pub(crate) fn charge_cpu(&mut self, client: u32, ps: u64) -> u64 {
+        let c = &self.clients[client as usize];
+        let free = &mut self.cpu_free[c.cn as usize][c.core];
+        let done = self.now.max(*free) + ps;
+        *free = done;
         done
+    }
+
+    /// Charges the CPU for posting `wqes` work requests with one doorbell; returns when the
+    /// post is done.
+    pub(crate) fn post_cpu(&mut self, client: u32, wqes: u64) -> u64 {
+        let ps = (self.net.doorbell_ns + wqes * self.net.post_ns) * PS_PER_NS;
+        self.charge_cpu(client, ps)
+    }
+
+    /// Charges the CPU for polling one completion.
+    pub(crate) fn poll_cpu(&mut self, client: u32) {
+        self.charge_cpu(client, self.net.poll_ns * PS_PER_NS);
+    }
+
+    /// Charges the CPU for `count` units of an index's own work ([`dmindex_fabric::Work`]).
+    pub(crate) fn work_cpu(&mut self, client: u32, work: dmindex_fabric::Work, count: u64) {
+        use dmindex_fabric::Work;
+        let ns = match work {
+            Work::CacheLookup => self.net.cache_lookup_ns,
+            Work::KeyCompare => self.net.key_compare_ns,
+            Work::KeyHash => self.net.key_hash_ns,
+            Work::BytesScanned => self.net.byte_scanned_ns,
+        };
+        let ps = NetParams::cpu_ps(ns, count);
+        if ps > 0 {
+            self.charge_cpu(client, ps);
+        }
     }
 
     /// How long the client stalls before a post it waits for (ps; 0 mostly).
@@ -401,14 +484,13 @@ impl World {
         buf: Vec<u8>,
         detached: bool,
     ) -> u32 {
-        let req_bytes = self.net.header_bytes
-            + match kind {
-                OpKind::Write | OpKind::Rpc(_) => buf.len() as u64,
-                OpKind::Atomic(AtomicOp::MaskedCas { .. }) => 32,
-                OpKind::Atomic(AtomicOp::Cas { .. }) => 16,
-                OpKind::Atomic(AtomicOp::Faa { .. }) => 8,
-                OpKind::Read | OpKind::Connect => 0,
-            };
+        let req_bytes = self.net.wire_bytes(match kind {
+            OpKind::Write | OpKind::Rpc(_) => buf.len() as u64,
+            OpKind::Atomic(AtomicOp::MaskedCas { .. }) => 32,
+            OpKind::Atomic(AtomicOp::Cas { .. }) => 16,
+            OpKind::Atomic(AtomicOp::Faa { .. }) => 8,
+            OpKind::Read | OpKind::Connect => 0,
+        });
         let op = self.new_op(kind, addr, client, buf);
         self.ops[op as usize].detached = detached;
         if detached {
@@ -416,16 +498,15 @@ impl World {
         }
         let (cn, node) = (self.clients[client as usize].cn, addr.node() as usize);
         let msg_ps = self.msg_ps;
-        let wire = self.net.wire_ps(req_bytes);
+        let (wire, packet) = (self.net.wire_ps(req_bytes), self.packet_ps);
+        let packets = self.net.packets(req_bytes);
         let nic = &mut self.cn_nics[cn as usize];
         let es = ready.max(nic.engine_free);
         nic.engine_free = es + msg_ps;
         nic.engine_busy_ps += msg_ps;
         nic.msgs += 1;
-        let ts = nic.engine_free.max(nic.tx_free);
-        nic.tx_free = ts + wire;
-        nic.tx_busy_ps += wire;
-        let mut arrive = ts + wire + self.net.one_way_ns * PS_PER_NS;
+        let sent = nic.tx.send(nic.engine_free, wire, packets, packet);
+        let mut arrive = sent + self.net.one_way_ns * PS_PER_NS;
         arrive += self.uniform(self.net.jitter_ns) * PS_PER_NS;
         if self.chance(self.faults.delay_prob) {
             arrive += self.uniform(self.faults.delay_max_ns) * PS_PER_NS;
@@ -501,17 +582,18 @@ impl World {
             EventKind::Reply => {
                 // The reply (empty if the request failed: the request itself was taken).
                 let len = self.ops[ev.op as usize].buf.len() as u64;
-                let bytes = self.net.header_bytes + len.max(64);
-                self.respond(ev.op, self.now, bytes);
+                self.respond(ev.op, self.now, len);
             }
         }
         true
     }
 
-    /// Starts a pause of `ps` from now; returns its slot ([`crate::pause`]).
-    pub(crate) fn pause(&mut self, ps: u64) -> u32 {
+    /// Starts a pause of `ps` for `client` from when its thread's CPU work is done; returns its
+    /// slot ([`crate::pause`]).
+    pub(crate) fn pause(&mut self, client: u32, ps: u64) -> u32 {
         let slot = self.pauses.start();
-        self.schedule(self.now + ps, EventKind::Wake, slot, 0);
+        let from = self.charge_cpu(client, 0);
+        self.schedule(from + ps, EventKind::Wake, slot, 0);
         slot
     }
 
@@ -561,6 +643,13 @@ impl World {
             (op.kind, op.addr, op.client, op.buf.len())
         };
         let node = addr.node() as usize;
+        let qp_free = self.clients[client as usize].qp_free[node];
+        if qp_free > self.now {
+            // Its queue pair still serves the client's previous verb: the request waits in
+            // its own queue, holding no engine and no link other connections could use.
+            self.schedule(qp_free, EventKind::Arrive, i, 0);
+            return;
+        }
         if self.now >= self.dead_at[node] {
             return self.time_out(i, Lost::Crashed);
         }
@@ -577,34 +666,51 @@ impl World {
         } else {
             0
         };
-        let (msg_ps, atomic_ps, header) = (self.msg_ps, self.atomic_ps, self.net.header_bytes);
-        let qp_free = self.clients[client as usize].qp_free[node];
+        let engine_ps = match kind {
+            OpKind::Read | OpKind::Connect | OpKind::Rpc(_) => self.read_ps,
+            OpKind::Write => self.write_ps,
+            OpKind::Atomic(_) => self.atomic_ps,
+        };
         let nic = &mut self.mn_nics[node];
-        let s = self.now.max(nic.engine_free).max(qp_free);
-        nic.engine_free = s + msg_ps;
-        nic.engine_busy_ps += msg_ps;
+        let s = self.now.max(nic.engine_free);
+        nic.engine_free = s + engine_ps;
+        nic.engine_busy_ps += engine_ps;
         nic.msgs += 1;
         let (end, resp_bytes) = match kind {
             OpKind::Read => {
-                let wire = self.net.wire_ps(len as u64 + header);
+                // DMA from memory in TLPs, the response's packets out on the link; the
+                // response is done when both are.
+                let (wire, dma) = (
+                    self.net.wire_ps(self.net.wire_bytes(len as u64)),
+                    self.net.pcie_ps(len as u64),
+                );
+                let (packets, packet) = (self.net.packets(len as u64), self.packet_ps);
+                let (tlps, tlp) = (self.net.tlps(len as u64), self.tlp_ps);
                 let nic = &mut self.mn_nics[node];
-                let ts = s.max(nic.tx_free);
-                nic.tx_free = ts + wire;
-                nic.tx_busy_ps += wire;
-                let end = ts + wire + stretch;
+                let fetched = nic.pcie_up.send(s, dma, tlps, tlp);
+                let end = nic.tx.send(s, wire, packets, packet).max(fetched) + stretch;
                 for line in 0..Self::lines_of(addr, len) {
                     let t = s + self.uniform(end - s);
                     self.schedule(t, EventKind::Sample, i, line);
                 }
-                (end, len as u64 + header)
+                (end, len as u64)
             }
             OpKind::Write => {
-                let wire = self.net.wire_ps(len as u64 + header);
+                let (wire, dma) = (
+                    self.net.wire_ps(self.net.wire_bytes(len as u64)),
+                    self.net.pcie_ps(len as u64),
+                );
+                // The request's packets came in over the receiving link on their way here
+                // (its wire time ending at arrival, behind any backlog). Its lines land in
+                // address order over one wire time of the message from its start, or over its
+                // DMA if the PCIe is slower: the window a READ can see it half written in.
+                let (packets, packet) = (self.net.packets(len as u64), self.packet_ps);
                 let nic = &mut self.mn_nics[node];
-                let rs = s.max(nic.rx_free);
-                nic.rx_free = rs + wire;
-                nic.rx_busy_ps += wire;
-                let end = rs + wire + stretch;
+                let received = nic.rx.send(self.now.saturating_sub(wire), wire, packets, packet);
+                let rs = s.max(received.saturating_sub(wire));
+                let (tlps, tlp) = (self.net.tlps(len as u64), self.tlp_ps);
+                let stored = self.mn_nics[node].pcie_down.send(rs, dma, tlps, tlp);
+                let end = (rs + wire).max(stored) + stretch;
                 let n = Self::lines_of(addr, len) as u64;
                 if n == 1 {
                     self.schedule(end, EventKind::Land, i, 0);
@@ -614,7 +720,7 @@ impl World {
                         self.schedule(t, EventKind::Land, i, line as u32);
                     }
                 }
-                (end, header)
+                (end, 0)
             }
             OpKind::Atomic(_) => {
                 let slot = ((addr.raw() >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize
@@ -623,15 +729,14 @@ impl World {
                     (a, t) if a == addr.raw() => t,
                     _ => 0,
                 };
-                let nic = &mut self.mn_nics[node];
-                let at = (s + stretch).max(nic.atomic_free).max(word_free);
-                nic.atomic_free = at + atomic_ps;
+                // Atomics on one word are serialised; the engine time covers the rest.
+                let at = (s + stretch).max(word_free);
                 self.atomic_words[slot] =
                     (addr.raw(), at + self.net.same_addr_atomic_ns * PS_PER_NS);
                 self.schedule(at, EventKind::Atomic, i, 0);
-                (at + atomic_ps, header + 8)
+                (at + engine_ps, 8)
             }
-            OpKind::Connect => (s + msg_ps, header),
+            OpKind::Connect => (s + engine_ps, 0),
             OpKind::Rpc(_) => {
                 // The request joins the node's core queue; its reply is sent once served.
                 self.clients[client as usize].qp_free[node] = s + stretch;
@@ -700,15 +805,16 @@ impl World {
         self.schedule(at, EventKind::Complete, i, 0);
     }
 
-    /// Sends op `i`'s response, which leaves its memory node at `end` carrying `resp_bytes`.
-    fn respond(&mut self, i: u32, end: u64, resp_bytes: u64) {
+    /// Sends op `i`'s response, which leaves its memory node at `end` carrying `payload`
+    /// bytes.
+    fn respond(&mut self, i: u32, end: u64, payload: u64) {
         let cn = self.clients[self.ops[i as usize].client as usize].cn as usize;
         let back = end + (self.net.one_way_ns + self.uniform(self.net.jitter_ns)) * PS_PER_NS;
-        let wire = self.net.wire_ps(resp_bytes);
+        let wire = self.net.wire_ps(self.net.wire_bytes(payload));
+        let (packets, packet) = (self.net.packets(payload), self.packet_ps);
+        // Cut through: the response's bytes cross the receiving link as they arrive.
         let nic = &mut self.cn_nics[cn];
-        let done = back.max(nic.rx_free + wire);
-        nic.rx_free = done;
-        nic.rx_busy_ps += wire;
+        let done = nic.rx.send(back.saturating_sub(wire), wire, packets, packet).max(back);
         self.schedule(done, EventKind::Complete, i, 0);
     }
 
