@@ -108,7 +108,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             out => out?,
         };
         let n = format!("{}/{}", paper.name, e.name);
-        println!("{n}: {} runs in {:.1} s", out.runs.len(), t.elapsed().as_secs_f64());
+        let points = match out.points.len() {
+            0 => String::new(),
+            n => format!(", {n} microbenchmark points"),
+        };
+        println!("{n}: {} runs{points} in {:.1} s", out.runs.len(), t.elapsed().as_secs_f64());
         for f in &out.files {
             println!("  wrote {}", f.display());
         }

@@ -123,6 +123,29 @@ pub struct Run {
     pub report: BenchReport,
 }
 
+/// A value an experiment measured outside a bench run (a verb microbenchmark), next to the
+/// published value it is checked against.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    /// The chart line it belongs to.
+    pub series: String,
+    pub x: f64,
+    /// What the model gave.
+    pub model: f64,
+    pub unit: String,
+    /// The published value, if there is one.
+    pub published: Option<f64>,
+    /// Where the published value comes from.
+    pub source: String,
+}
+
+impl Point {
+    /// The model's error against the published value, as a fraction of it.
+    pub fn error(&self) -> Option<f64> {
+        self.published.map(|p| (self.model - p) / p)
+    }
+}
+
 /// What an experiment wrote.
 #[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
@@ -132,6 +155,8 @@ pub struct Outcome {
     pub scale: Scale,
     pub seconds: f64,
     pub runs: Vec<Run>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub points: Vec<Point>,
     #[serde(skip)]
     pub files: Vec<PathBuf>,
 }
@@ -143,6 +168,7 @@ pub type Runner<'a> = &'a dyn Fn(&BenchConfig) -> anyhow::Result<BenchReport>;
 pub struct Session<'a> {
     pub scale: &'a Scale,
     pub runs: Vec<Run>,
+    pub points: Vec<Point>,
     charts: Vec<(String, Chart)>,
     name: &'a str,
     testbed: &'a str,
@@ -233,6 +259,28 @@ impl<'a> Session<'a> {
         Ok(self.runs.last_mut().expect("just pushed"))
     }
 
+    /// The fabric of preset `name` with the scale's `--set` overrides.
+    pub fn net(&self, name: &str) -> anyhow::Result<dmindex_sim::NetParams> {
+        let mut net = dmindex_sim::NetParams::preset(name).map_err(anyhow::Error::msg)?;
+        for o in &self.scale.overrides {
+            net.set(o).map_err(anyhow::Error::msg)?;
+        }
+        Ok(net)
+    }
+
+    /// Records `point`, logging it with its error against the published value.
+    pub fn point(&mut self, point: Point) {
+        let against = match (point.published, point.error()) {
+            (Some(p), Some(e)) => format!(" (published {p}, {:+.1} %)", e * 100.0),
+            _ => String::new(),
+        };
+        (self.log)(&format!(
+            "{}: {} x={}: {:.3} {}{against}",
+            self.name, point.series, point.x, point.model, point.unit
+        ));
+        self.points.push(point);
+    }
+
     /// A session outside [`run_experiment`], for testing what a paper's bodies configure.
     pub fn for_test(
         scale: &'a Scale,
@@ -240,7 +288,16 @@ impl<'a> Session<'a> {
         runner: Runner<'a>,
         log: &'a mut dyn FnMut(&str),
     ) -> Session<'a> {
-        Session { scale, runs: Vec::new(), charts: Vec::new(), name: "test", testbed, runner, log }
+        Session {
+            scale,
+            runs: Vec::new(),
+            points: Vec::new(),
+            charts: Vec::new(),
+            name: "test",
+            testbed,
+            runner,
+            log,
+        }
     }
 
     /// Adds a chart, written as `<file>.svg`.
@@ -318,6 +375,7 @@ pub fn run_experiment(
     let mut s = Session {
         scale,
         runs: Vec::new(),
+        points: Vec::new(),
         charts: Vec::new(),
         name,
         testbed: paper.testbed,
@@ -325,7 +383,7 @@ pub fn run_experiment(
         log: &mut log,
     };
     (e.body)(&mut s)?;
-    let Session { runs, charts, .. } = s;
+    let Session { runs, points, charts, .. } = s;
     let mut outcome = Outcome {
         paper: paper.name.into(),
         experiment: name.into(),
@@ -333,6 +391,7 @@ pub fn run_experiment(
         scale: scale.clone(),
         seconds: start.elapsed().as_secs_f64(),
         runs,
+        points,
         files: Vec::new(),
     };
     let json = out.join(format!("{name}.json"));

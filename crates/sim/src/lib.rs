@@ -51,6 +51,7 @@ pub mod config;
 mod cores;
 mod executor;
 mod link;
+pub mod microbench;
 mod pause;
 mod peers;
 pub mod phases;

@@ -22,8 +22,9 @@
 //! |---|---|---|
 //! | `read_mops`, `nic_mops` | 111 | 8-byte READs plateau at 111.2 M/s with 96 threads × 8 in flight (Fig. 3a, per-thread doorbells; the same plateau at 48 × 24 and 60 × 16, Fig. 13b). One compute node drives it, so it bounds both the requester's and the responder's rate from below; no separate responder figure was found |
 //! | `write_mops` | 90.6 | 8-byte WRITEs plateau at 90.6 M/s the same way (Fig. 3b): READs and WRITEs are not served at one rate |
-//! | `post_ns + doorbell_ns + poll_ns` | 296 | one thread with 8 in flight runs 1.81 M READs/s (4.42 µs per round of 8) and twelve threads with 1 in flight 5.10 M/s (2.35 µs per round): 8c + R = 4.42 µs and c + R = 2.35 µs give c = 296 ns of CPU per verb and R = 2.05 µs of round trip outside the CPU. The split of c is *assumed*: 60 ns to build a work request, 140 ns to ring its doorbell (an uncached MMIO write, the part doorbell batching saves), 96 ns to poll its completion |
-//! | `one_way_ns` | 1000 | R = 2.05 µs less the model's own queues at idle (two NIC engines, wire time of two small packets, PCIe): about 1 µs each way, switch and NIC pipelines and the responder's DMA latency included |
+//! | `doorbell_ns + post_ns` | 296 | one thread with 8 in flight runs 1.81 M READs/s (4.42 µs per round of 8) and twelve threads with 1 in flight 5.10 M/s (2.35 µs per round). A round posts its verbs one after another and then waits for the last: 8p + R = 4.42 µs and p + R = 2.35 µs give p = 296 ns of CPU to post a verb and R = 2.05 µs from the last post to its completion polled. The split of p is *assumed*: 60 ns to build a work request, 236 ns to ring its doorbell (an uncached MMIO write, the part a doorbell batch saves) |
+//! | `poll_ns` | 100 | *assumed*: inside R, not separable in these runs; it matters only when a core is shared |
+//! | `one_way_ns` | 950 | R less the poll and the model's own queues at idle (two NIC engines, wire time of two small packets, PCIe): about 0.95 µs each way, switch and NIC pipelines and the responder's DMA latency included |
 //! | `same_addr_atomic_ns` | 490 | atomics on one word in host memory: 2.04 M CAS/s on a ConnectX-6 (a microbenchmark published with public DM code, weakly sourced; its 8.65 M/s on the NIC's on-chip memory matches the ≈ 4× gap Sherman (SIGMOD '22) reports between the two) |
 //! | `atomic_mops` | 40 | *assumed*: no measurement of atomics on distinct words for ConnectX-5/6 was found. The SepHash paper says CAS has a lower ceiling than READ and WRITE (§5.6.3). Its effect is reported with the SepHash figures |
 //!
@@ -99,7 +100,7 @@ impl NetParams {
     /// The ConnectX-6 of the SMART microbenchmarks on InfiniBand at `gbps` (module docs).
     fn connectx(gbps: f64) -> NetParams {
         NetParams {
-            one_way_ns: 1000,
+            one_way_ns: 950,
             jitter_ns: 40,
             link_gbps: gbps,
             mtu_bytes: 4096,
@@ -113,8 +114,8 @@ impl NetParams {
             pcie_tlp_bytes: 24,
             pcie_payload_bytes: 256,
             post_ns: 60,
-            doorbell_ns: 140,
-            poll_ns: 96,
+            doorbell_ns: 236,
+            poll_ns: 100,
             cn_cores: 0,
             cache_lookup_ns: CACHE_LOOKUP_NS,
             key_compare_ns: KEY_COMPARE_NS,

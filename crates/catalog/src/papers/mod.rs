@@ -4,11 +4,13 @@ mod chime;
 mod dolphin;
 mod histore;
 mod sephash;
+mod testbed;
 
 use dmindex_bench::experiment::{Experiment, Paper};
 
 /// Every paper whose figures `dmindex experiment` reproduces.
-pub static PAPERS: &[&Paper] = &[&chime::PAPER, &sephash::PAPER, &dolphin::PAPER, &histore::PAPER];
+pub static PAPERS: &[&Paper] =
+    &[&chime::PAPER, &sephash::PAPER, &dolphin::PAPER, &histore::PAPER, &testbed::PAPER];
 
 /// The paper called `name`; the error names the known ones.
 pub fn paper(name: &str) -> anyhow::Result<&'static Paper> {
