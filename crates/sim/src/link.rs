@@ -3,15 +3,21 @@
 //! A NIC cuts a message into MTU-sized packets and the packets of messages on different
 //! connections take turns on the wire (round robin), so a small response queued behind long ones
 //! waits for one packet of each, not for all of them. The model keeps, per direction, when the
-//! bytes already accepted will have left (the backlog) and when each message still on the wire
-//! finishes. A new message of `k` packets finishes after its own wire time plus, from each of
-//! the `n` messages still on the wire, at most `k` packets — and never later than behind the
-//! whole backlog: `at + wire + min(backlog, n · k · packet)`. Equal messages so come out in
-//! arrival order at the link's bandwidth (the backlog bounds them), and a short one overtakes
-//! long ones. The backlog grows by the whole message either way, so the link never carries more
-//! than its bandwidth over time. (Messages already on the wire are not pushed back by a
-//! newcomer's packets: each can finish up to one packet time per newcomer early — the price of
-//! one number and one heap entry per message instead of an event per packet.)
+//! bytes already accepted will have left (the backlog), the part of it that long (multi-packet)
+//! messages hold, and when each long message still on the wire finishes. A new message of `k`
+//! packets waits for the short messages ahead of it (one packet each: round robin is FIFO
+//! among them) and for at most `k` packets of each long one:
+//!
+//! ```text
+//! done = at + wire + min(backlog, short backlog + min(long backlog, n_long · k · packet))
+//! ```
+//!
+//! Equal messages so come out in arrival order at the link's bandwidth, and a short one
+//! overtakes long ones. The backlog grows by the whole message either way, so the link never
+//! carries more than its bandwidth over time. (Messages already on the wire are not pushed back
+//! by a newcomer's packets: each can finish up to one packet time per newcomer early — the price
+//! of a few numbers per link, and a heap entry per long message only, instead of an event per
+//! packet.)
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -21,8 +27,10 @@ use std::collections::BinaryHeap;
 pub(crate) struct Link {
     /// When the bytes accepted so far will have left.
     free: u64,
-    /// When each message still on the wire finishes.
-    on_wire: BinaryHeap<Reverse<u64>>,
+    /// When the bytes of long messages accepted so far would have left on their own.
+    long_free: u64,
+    /// When each long message still on the wire finishes.
+    long_on_wire: BinaryHeap<Reverse<u64>>,
     /// Time spent carrying bytes (for utilisation).
     pub(crate) busy_ps: u64,
 }
@@ -31,15 +39,23 @@ impl Link {
     /// Sends a message of `wire` picoseconds in `packets` packets, ready at `at`, where one
     /// full packet takes `packet_ps`; returns when its last packet has left.
     pub(crate) fn send(&mut self, at: u64, wire: u64, packets: u64, packet_ps: u64) -> u64 {
-        while self.on_wire.peek().is_some_and(|&Reverse(t)| t <= at) {
-            self.on_wire.pop();
-        }
         let backlog = self.free.saturating_sub(at);
-        let others = self.on_wire.len() as u64;
         self.free = self.free.max(at) + wire;
         self.busy_ps += wire;
-        let done = at + wire + backlog.min(others * packets * packet_ps);
-        self.on_wire.push(Reverse(done));
+        if self.long_on_wire.is_empty() && packets == 1 {
+            // The common case: nothing long on the wire, so round robin is FIFO.
+            return at + wire + backlog;
+        }
+        while self.long_on_wire.peek().is_some_and(|&Reverse(t)| t <= at) {
+            self.long_on_wire.pop();
+        }
+        let long = self.long_free.saturating_sub(at).min(backlog);
+        let long_wait = long.min(self.long_on_wire.len() as u64 * packets * packet_ps);
+        let done = at + wire + (backlog - long) + long_wait;
+        if packets > 1 {
+            self.long_free = self.long_free.max(at) + wire;
+            self.long_on_wire.push(Reverse(done));
+        }
         done
     }
 }
