@@ -24,6 +24,15 @@
 //! A service that needs more CPU than a plain request says so with [`MnContext::charge`], which
 //! the simulator adds to the core's busy time and to the reply's delay (others ignore it); work
 //! charged inside [`MnContext::after_reply`] keeps the core busy without delaying the reply.
+//!
+//! # Batches
+//!
+//! A service may take several of its requests at once ([`Service::batch_limit`],
+//! [`Service::handle_batch`]): the simulator's core, when it frees up, takes every queued
+//! request of that service up to the limit, so that requests that arrived together share work
+//! (HiStore's group commit ships a batch of writes in one message per backup). The in-process
+//! transport and the UCX memnode server serve one request at a time, each a batch of one; the
+//! default `handle_batch` answers a batch one request after the other.
 
 use std::cell::Cell;
 use std::fmt;
@@ -218,6 +227,22 @@ pub trait Service: Send + Sync {
     /// Memory node `node` came back after a crash with empty memory: forget whatever this
     /// service kept for it (a restarted server process starts with nothing).
     fn restarted(&self, _node: NodeId) {}
+    /// Most requests of this service that a core takes from its node's queue at once
+    /// ([`Service::handle_batch`]); 1 (the default): one at a time.
+    fn batch_limit(&self) -> usize {
+        1
+    }
+    /// Answers requests that waited together for a core, one reply each, in order. Their
+    /// replies leave together, when the whole batch is done. The default answers them one
+    /// after the other; a service overrides it to share work among them (HiStore's primary
+    /// ships the log entries of a batch of writes in one message per backup).
+    fn handle_batch(
+        &self,
+        ctx: &MnContext<'_>,
+        requests: &[&[u8]],
+    ) -> Vec<Result<Vec<u8>, ServiceError>> {
+        requests.iter().map(|r| self.handle(ctx, r)).collect()
+    }
 }
 
 /// The services a memory node runs and the cores it runs them on.
@@ -283,6 +308,29 @@ impl Services {
         for s in self.table.iter().flatten() {
             s.restarted(node);
         }
+    }
+
+    /// Most queued requests of service `id` one core takes at once ([`Service::batch_limit`]);
+    /// 1 for an unknown service.
+    pub fn batch_limit(&self, id: ServiceId) -> usize {
+        self.get(id).map_or(1, |s| s.batch_limit().max(1))
+    }
+
+    /// Runs requests that waited together on the calling thread ([`Service::handle_batch`]);
+    /// one answer each, in order (the caller accounts for MN cores).
+    pub fn dispatch_batch(
+        &self,
+        ctx: &MnContext<'_>,
+        id: ServiceId,
+        requests: &[&[u8]],
+    ) -> Vec<Result<Vec<u8>, FabricError>> {
+        let Some(service) = self.get(id) else {
+            let err = FabricError::UnknownService { node: ctx.node, service: id };
+            return requests.iter().map(|_| Err(err.clone())).collect();
+        };
+        let replies = service.handle_batch(ctx, requests);
+        assert_eq!(replies.len(), requests.len(), "service {id} answered a batch short");
+        replies.into_iter().map(|r| r.map_err(|e| e.into_fabric(ctx.node, id))).collect()
     }
 
     /// Runs one request on the calling thread (the caller accounts for MN cores).
@@ -425,6 +473,39 @@ mod tests {
         let ctx = MnContext::new(0, &r);
         assert_eq!(s.dispatch(&ctx, ServiceId(16), b"hi").unwrap(), b"hi");
         assert!(format!("{s:?}").contains("16:echo"));
+    }
+
+    /// A batch is answered request by request by default, in order, one reply each; an unknown
+    /// service refuses every request of a batch.
+    #[test]
+    fn a_batch_is_answered_in_order_one_reply_each() {
+        struct Echo;
+        impl Service for Echo {
+            fn name(&self) -> &str {
+                "echo"
+            }
+            fn handle(&self, ctx: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
+                ctx.charge(5);
+                match r {
+                    [] => Err(ServiceError::Failed("empty".into())),
+                    _ => Ok(vec![r[0], r.len() as u8]),
+                }
+            }
+        }
+        let mut s = Services::new(1);
+        s.register(ServiceId(16), Arc::new(Echo)).unwrap();
+        assert_eq!((s.batch_limit(ServiceId(16)), s.batch_limit(ServiceId(99))), (1, 1));
+        let r = node(layout::MIN_REGION);
+        let ctx = MnContext::new(0, &r);
+        let out = s.dispatch_batch(&ctx, ServiceId(16), &[b"ab", b"", b"c"]);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0], Ok(b"a\x02".to_vec()));
+        assert!(out[1].as_ref().unwrap_err().to_string().contains("empty"), "{out:?}");
+        assert_eq!(out[2], Ok(b"c\x01".to_vec()));
+        assert_eq!(ctx.charged_ns(), 15, "each request charged its own work");
+        let out = s.dispatch_batch(&ctx, ServiceId(99), &[b"x", b"y"]);
+        let unknown = FabricError::UnknownService { node: 0, service: ServiceId(99) };
+        assert_eq!(out, vec![Err(unknown.clone()), Err(unknown)]);
     }
 
     /// A service reaching another node through in-process peers sees that node's memory; with

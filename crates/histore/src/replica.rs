@@ -146,6 +146,31 @@ pub(crate) struct Serving {
     pub(crate) learned: Option<u32>,
 }
 
+/// A WRITE after its first step on the primary ([`Replica::log_write`]).
+pub enum Logged {
+    /// A retried write whose first attempt was applied: its answer.
+    Answered(bool),
+    /// Logged, waiting for its group commit.
+    Waiting(Waiting),
+}
+
+/// A logged WRITE waiting for its group commit.
+#[derive(Clone, Copy, Debug)]
+pub struct Waiting {
+    view: View,
+    p: usize,
+    writer: u64,
+    seq: u32,
+    pos: u64,
+}
+
+impl Waiting {
+    /// Its partition.
+    pub fn partition(&self) -> usize {
+        self.p
+    }
+}
+
 /// One replica.
 pub struct Replica {
     pub setup: Setup,
@@ -278,6 +303,18 @@ impl Replica {
 
     /// WRITE on the primary: log, ship, apply, answer whether the key existed.
     pub fn write(&self, ctx: &MnContext<'_>, epoch: u32, e: Entry) -> Result<bool, Refused> {
+        match self.log_write(ctx, epoch, e)? {
+            Logged::Answered(existed) => Ok(existed),
+            Logged::Waiting(w) => {
+                self.commit(ctx, &w)?;
+                self.written(&w)
+            }
+        }
+    }
+
+    /// A WRITE's first step on the primary: the entry appended to its partition's log (a
+    /// retried write already logged is not appended again; one already applied is answered).
+    pub fn log_write(&self, ctx: &MnContext<'_>, epoch: u32, e: Entry) -> Result<Logged, Refused> {
         let view = self.leading(epoch)?;
         let place = self.setup.place(&e.key);
         let p = place.partition;
@@ -290,26 +327,36 @@ impl Replica {
             return Err(ServiceError::BadRequest("slot word does not match the key".into()).into());
         }
         let (writer, seq) = (e.writer, e.seq);
-        let pos = {
-            let mut st = self.lock(p);
-            match st.writers.get(&writer) {
-                Some(w) if w.seq == seq => match w.existed {
-                    Some(existed) => return Ok(existed),
-                    None => w.pos,
-                },
-                _ => {
-                    ctx.charge(cpu::LOG_NS);
-                    st.append(e)
-                }
+        let mut st = self.lock(p);
+        let pos = match st.writers.get(&writer) {
+            Some(w) if w.seq == seq => match w.existed {
+                Some(existed) => return Ok(Logged::Answered(existed)),
+                None => w.pos,
+            },
+            _ => {
+                ctx.charge(cpu::LOG_NS);
+                st.append(e)
             }
         };
-        let _lead = self.parts[p].lead.lock().expect("leader lock");
-        if self.lock(p).applied < pos {
-            self.replicate(ctx, view, p)?;
+        Ok(Logged::Waiting(Waiting { view, p, writer, seq, pos }))
+    }
+
+    /// A logged WRITE's group commit: the partition's leader turn, which ships and applies
+    /// every entry logged so far unless an earlier turn already applied this one. Writes logged
+    /// together and committed one after the other share the first one's turn.
+    pub fn commit(&self, ctx: &MnContext<'_>, w: &Waiting) -> Result<(), Refused> {
+        let _lead = self.parts[w.p].lead.lock().expect("leader lock");
+        if self.lock(w.p).applied < w.pos {
+            self.replicate(ctx, w.view, w.p)?;
         }
-        let st = self.lock(p);
-        match st.writers.get(&writer) {
-            Some(w) if w.seq == seq => w.existed.ok_or(Refused::Stale),
+        Ok(())
+    }
+
+    /// A committed WRITE's answer: whether its key existed.
+    pub fn written(&self, w: &Waiting) -> Result<bool, Refused> {
+        let st = self.lock(w.p);
+        match st.writers.get(&w.writer) {
+            Some(x) if x.seq == w.seq => x.existed.ok_or(Refused::Stale),
             // The writer went on without this answer (it retried elsewhere).
             _ => Err(Refused::Stale),
         }

@@ -14,7 +14,7 @@ use crate::mode::Mode;
 use dmindex_prim::view::View;
 
 use crate::proto::{self, Head, Put, Reader};
-use crate::replica::{Refused, Replica, Setup};
+use crate::replica::{Logged, Refused, Replica, Setup, Waiting, MAX_SHIP};
 use crate::structure::TableAt;
 
 type ReplicaKey = (NodeId, u16, u16, u8);
@@ -194,21 +194,92 @@ impl Service for Server {
             }
             op => return Err(ServiceError::BadRequest(format!("op {op}"))),
         };
-        match done {
-            Ok(()) => Ok(out),
-            Err(Refused::Stale) => Ok(vec![proto::STALE]),
-            Err(Refused::Down(node)) => {
-                let mut out = vec![proto::DOWN];
-                out.u16(node);
-                Ok(out)
+        answer(done, out)
+    }
+
+    /// The most writes one core takes at once: as many as one SHIP carries.
+    fn batch_limit(&self) -> usize {
+        MAX_SHIP as usize
+    }
+
+    /// Requests that waited together: WRITEs are logged first, all of them, then committed,
+    /// so that one leader turn per partition ships the whole batch to the backups (the
+    /// paper's log synchronization in a batch); every other request is answered as alone.
+    fn handle_batch(
+        &self,
+        ctx: &MnContext<'_>,
+        requests: &[&[u8]],
+    ) -> Vec<Result<Vec<u8>, ServiceError>> {
+        let mut answers = Vec::with_capacity(requests.len());
+        let mut waiting = Vec::new();
+        for (i, request) in requests.iter().enumerate() {
+            match self.log_if_write(ctx, request) {
+                Step::Waiting(rep, w) => {
+                    waiting.push((i, rep, w));
+                    answers.push(Ok(Vec::new()));
+                }
+                Step::Answer(a) => answers.push(a),
+                Step::Alone => answers.push(self.handle(ctx, request)),
             }
-            Err(Refused::Unfit(node)) => {
-                let mut out = vec![proto::UNFIT];
-                out.u16(node);
-                Ok(out)
-            }
-            Err(Refused::Bad(e)) => Err(e),
         }
+        for (i, rep, w) in &waiting {
+            let mut out = vec![proto::DONE];
+            let done = rep.commit(ctx, w).and_then(|()| rep.written(w));
+            answers[*i] = answer(done.map(|existed| out.u8(existed as u8)), out);
+        }
+        answers
+    }
+}
+
+/// What a batch does first with one of its requests.
+enum Step {
+    /// A WRITE logged, waiting for its group commit.
+    Waiting(Arc<Replica>, Waiting),
+    /// Answered already.
+    Answer(Result<Vec<u8>, ServiceError>),
+    /// Anything else: answered as alone.
+    Alone,
+}
+
+impl Server {
+    /// A request's first step in a batch: a WRITE is logged ([`Replica::log_write`]).
+    fn log_if_write(&self, ctx: &MnContext<'_>, request: &[u8]) -> Step {
+        let mut r = Reader::new(request);
+        let h = match r.head() {
+            Ok(h) if h.op == proto::WRITE => h,
+            _ => return Step::Alone,
+        };
+        let Ok(rep) = self.replica(ctx.node, h) else {
+            return Step::Alone;
+        };
+        let e = match r.entry().and_then(|e| r.end().map(|()| e)) {
+            Ok(e) => e,
+            Err(e) => return Step::Answer(Err(e)),
+        };
+        match rep.log_write(ctx, h.epoch, e) {
+            Ok(Logged::Waiting(w)) => Step::Waiting(rep, w),
+            Ok(Logged::Answered(existed)) => Step::Answer(Ok(vec![proto::DONE, existed as u8])),
+            Err(refused) => Step::Answer(answer(Err(refused), Vec::new())),
+        }
+    }
+}
+
+/// A request's reply: `out` if it was done, else its status.
+fn answer(done: Result<(), Refused>, out: Vec<u8>) -> Result<Vec<u8>, ServiceError> {
+    match done {
+        Ok(()) => Ok(out),
+        Err(Refused::Stale) => Ok(vec![proto::STALE]),
+        Err(Refused::Down(node)) => {
+            let mut out = vec![proto::DOWN];
+            out.u16(node);
+            Ok(out)
+        }
+        Err(Refused::Unfit(node)) => {
+            let mut out = vec![proto::UNFIT];
+            out.u16(node);
+            Ok(out)
+        }
+        Err(Refused::Bad(e)) => Err(e),
     }
 }
 

@@ -6,8 +6,11 @@
 //! that reaches the node takes a free core at once or waits in the FIFO; a core that frees up
 //! takes the FIFO's head. A request's service runs at the instant it starts (its memory effects
 //! and the state its service keeps happen then) and keeps the core busy for `rpc_ns` plus
-//! whatever CPU the service charged ([`MnContext::charge`]); its reply leaves when that CPU
-//! time (and any wait on peers) is over. CPU charged for work after the reply
+//! whatever CPU the service charged ([`MnContext::charge`]) plus its waits on its own calls to
+//! peers; its reply leaves when all that is over. A service's code calls its peers and waits for
+//! their answers, so the thread that runs it is held while it waits, as a blocking handler's
+//! thread is: a design that hands the wait to another thread runs that part on another node's
+//! or a worker's time, not inside the request. CPU charged for work after the reply
 //! ([`MnContext::after_reply`]) goes to the node's `mn_workers` worker cores, the one that frees
 //! up first (its backlog delays no request: the paper's asynchronous worker threads), or, with
 //! no workers, keeps the request's own core busy longer; either way it does not delay the reply.
@@ -36,7 +39,14 @@
 //! before it starts. The call costs one way there, the peer's queueing and
 //! CPU, and one way back; calls in one `call_all` run in parallel, successive ones in sequence.
 //! The reply to the client leaves when the service's own CPU time and its waits on peers are
-//! both over. Running the peer's service at the caller's instant rather than at its arrival is
+//! both over, and the core is busy until then.
+//!
+//! # Batches
+//!
+//! A service that takes batches ([`dmindex_fabric::service::Service::batch_limit`]) is served
+//! by [`Servers::serve_batch`]: requests that waited together in the node's FIFO run on one
+//! core at one instant, their `rpc_ns` each plus what the batch charged and waited, and every
+//! reply leaves when the batch is done. Running the peer's service at the caller's instant rather than at its arrival is
 //! the model's one shortcut: effects land up to one one-way delay early, which no client can
 //! observe (it learns of them only through the caller's reply, which comes later).
 
@@ -60,6 +70,14 @@ pub(crate) struct Served {
     /// When, after its start, the reply leaves (CPU and waits on peers).
     pub(crate) done_ps: u64,
     /// The CPU time before the reply (the rest of `done_ps` is waits on peers).
+    pub(crate) cpu_ps: u64,
+}
+
+/// What serving a batch of requests together cost: every reply leaves at `done_ps`.
+#[cfg_attr(not(test), allow(dead_code))] // the world's core queue takes batches next (docs/sim.md)
+pub(crate) struct ServedBatch {
+    pub(crate) replies: Vec<Result<Vec<u8>, FabricError>>,
+    pub(crate) done_ps: u64,
     pub(crate) cpu_ps: u64,
 }
 
@@ -88,13 +106,53 @@ impl Servers<'_> {
         service: ServiceId,
         request: &[u8],
     ) -> Served {
+        let (reply, done_ps, cpu_ps) =
+            self.run(now, node, core, 1, |ctx| self.services.dispatch(ctx, service, request));
+        Served { reply, done_ps, cpu_ps }
+    }
+
+    /// Runs `requests`, which waited together in `node`'s queue, at `now` on core `core`, as
+    /// one batch ([`dmindex_fabric::service::Service::handle_batch`]): the core is busy for
+    /// each request's `rpc_ns`, all they charged and their waits on peers, and every reply
+    /// leaves when the batch is done.
+    #[cfg_attr(not(test), allow(dead_code))] // see `ServedBatch`
+    pub(crate) fn serve_batch(
+        &self,
+        now: u64,
+        node: NodeId,
+        core: usize,
+        service: ServiceId,
+        requests: &[&[u8]],
+    ) -> ServedBatch {
+        let n = requests.len() as u64;
+        let (replies, done_ps, cpu_ps) = self
+            .run(now, node, core, n, |ctx| self.services.dispatch_batch(ctx, service, requests));
+        ServedBatch { replies, done_ps, cpu_ps }
+    }
+
+    /// Runs `dispatch` for `n` requests on `node` at `now` on `core`, which stays busy until
+    /// the replies leave (the CPU and every wait on peers: the thread that waits for its
+    /// peers' answers is held, as a blocking RPC handler is) and then for the work left for
+    /// after the reply, unless worker cores take that. What `dispatch` answered, when after
+    /// `now` the replies leave, and the CPU part of that.
+    fn run<R>(
+        &self,
+        now: u64,
+        node: NodeId,
+        core: usize,
+        n: u64,
+        dispatch: impl FnOnce(&MnContext<'_>) -> R,
+    ) -> (R, u64, u64) {
         let peers = SimPeers { servers: self, node, clock: Cell::new(now) };
         let ctx = MnContext::new(node, &self.regions[node as usize]).with_peers(&peers);
-        let reply = self.services.dispatch(&ctx, service, request);
-        let cpu_ps = self.rpc_ps.saturating_add(ctx.charged_ns().saturating_mul(PS_PER_NS));
+        let reply = dispatch(&ctx);
+        let rpc_ps = self.rpc_ps.saturating_mul(n);
+        let cpu_ps = rpc_ps.saturating_add(ctx.charged_ns().saturating_mul(PS_PER_NS));
         let after_ps = ctx.charged_after_reply_ns().saturating_mul(PS_PER_NS);
+        let waited = peers.clock.get() - now;
+        let done_ps = cpu_ps.saturating_add(waited);
         let mut cores = self.cores.borrow_mut();
-        let mut free = now.saturating_add(cpu_ps);
+        let mut free = now.saturating_add(done_ps);
         cores.occupy(node as usize, core, now, free);
         if after_ps > 0 {
             // The request core frees up when its own work (and any left on it) is done.
@@ -102,8 +160,7 @@ impl Servers<'_> {
         }
         drop(cores);
         self.frees.borrow_mut().push((free, node, core as u32));
-        let waited = peers.clock.get() - now;
-        Served { reply, done_ps: cpu_ps + waited, cpu_ps }
+        (reply, done_ps, cpu_ps)
     }
 }
 
@@ -164,5 +221,100 @@ impl Peers for SimPeers<'_> {
             return calls.iter().map(|_| Err(crashed(self.node))).collect();
         }
         replies
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use dmindex_fabric::layout;
+    use dmindex_fabric::service::{Service, ServiceError};
+
+    use super::*;
+
+    const LOG: ServiceId = ServiceId(16);
+
+    /// On node 0, a log that ships a batch of requests to nodes 1 and 2 in one message each
+    /// and answers each request with itself; on the others, a 1 µs append that counts messages.
+    #[derive(Default)]
+    struct Log {
+        messages: [AtomicU64; 3],
+    }
+
+    impl Service for Log {
+        fn name(&self) -> &str {
+            "log"
+        }
+        fn batch_limit(&self) -> usize {
+            64
+        }
+        fn handle(&self, ctx: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
+            self.handle_batch(ctx, &[r]).pop().expect("one answer")
+        }
+        fn handle_batch(
+            &self,
+            ctx: &MnContext<'_>,
+            requests: &[&[u8]],
+        ) -> Vec<Result<Vec<u8>, ServiceError>> {
+            self.messages[ctx.node as usize].fetch_add(1, Ordering::Relaxed);
+            if ctx.node != 0 {
+                ctx.charge(1000);
+                return requests.iter().map(|_| Ok(Vec::new())).collect();
+            }
+            let body = requests.concat();
+            for r in ctx.peers.call_all(LOG, &[(1, &body), (2, &body)]) {
+                r.expect("both backups answer");
+            }
+            requests.iter().map(|r| Ok(r.to_vec())).collect()
+        }
+    }
+
+    /// A batch of eight requests ships once to each backup, its replies leave together after
+    /// eight requests' CPU and one round trip to the backups, and its one core is busy all
+    /// that time, waits included.
+    #[test]
+    fn a_batch_ships_once_and_holds_its_core_through_the_wait() {
+        let log = Arc::new(Log::default());
+        let mut services = Services::new(1);
+        services.register(LOG, log.clone()).unwrap();
+        let regions: Vec<Region> = (0..3)
+            .map(|n| {
+                let r = Region::new(layout::MIN_REGION);
+                layout::format(&r, n);
+                r
+            })
+            .collect();
+        let cores = RefCell::new(Cores::new(3, 1, 0));
+        let frees = RefCell::new(Vec::new());
+        let (rpc, one_way) = (100 * PS_PER_NS, 1000 * PS_PER_NS);
+        let s = Servers {
+            services: &services,
+            regions: &regions,
+            cores: &cores,
+            frees: &frees,
+            rpc_ps: rpc,
+            one_way_ps: one_way,
+            dead_at: &[u64::MAX; 3],
+            timeout_ps: 100_000 * PS_PER_NS,
+        };
+        let requests: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 3]).collect();
+        let refs: Vec<&[u8]> = requests.iter().map(|r| &r[..]).collect();
+        let b = s.serve_batch(0, 0, 0, LOG, &refs);
+        let shipped: Vec<u64> = log.messages.iter().map(|m| m.load(Ordering::Relaxed)).collect();
+        assert_eq!(shipped, [1, 1, 1], "one message to each backup for the whole batch");
+        assert_eq!(b.replies.len(), 8);
+        assert_eq!(b.replies[5].as_ref().unwrap(), &vec![5u8; 3]);
+        let trip = 2 * one_way + rpc + 1000 * PS_PER_NS;
+        assert_eq!((b.cpu_ps, b.done_ps), (8 * rpc, 8 * rpc + trip));
+        let mut c = cores.borrow_mut();
+        assert_eq!(c.free_at(0, 8 * rpc + 1), None, "held while it waits on the backups");
+        assert_eq!(c.free_at(0, b.done_ps), Some(0));
+        assert!(frees.borrow().contains(&(b.done_ps, 0, 0)));
+        drop(c);
+        let one = s.serve(b.done_ps, 0, 0, LOG, b"x");
+        assert_eq!((one.reply.unwrap(), one.done_ps), (b"x".to_vec(), rpc + trip));
+        assert_eq!(log.messages[1].load(Ordering::Relaxed), 2);
     }
 }

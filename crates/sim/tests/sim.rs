@@ -596,13 +596,42 @@ fn phases_split_requests_into_queue_cpu_peers_and_wire() {
     let peer = 2 * net.one_way_ns + net.rpc_ns;
     assert_eq!((p[0].requests, p[1].requests), (2, 0));
     assert_eq!(p[0].cpu_ns, 2 * cpu);
-    // Posted one post after the first, the second waits out the rest of its CPU.
-    let queue = cpu - net.doorbell_ns - net.post_ns;
+    // Posted one post after the first, the second waits out the rest of the first: its CPU
+    // and its wait on the peer, which holds the core.
+    let queue = cpu + peer - net.doorbell_ns - net.post_ns;
     assert!(p[0].queue_ns.abs_diff(queue) <= 5, "the second waits out the first: {p:?}");
     assert!(p[0].peer_ns.abs_diff(2 * peer) <= 5, "{p:?}");
     // The two overlapping waits of one client count once: the whole exchange.
     assert!(p[0].wait_ns.abs_diff(took) <= 5, "{} vs {took}", p[0].wait_ns);
     assert_eq!(p[1].wait_ns, 0);
+}
+
+/// A request's core is busy while it waits on its peers: two requests that each wait 10 µs on
+/// a peer, sent together to a one-core node, take two waits, not one; with two cores, one.
+#[test]
+fn a_core_is_held_while_its_request_waits_on_a_peer() {
+    let mut net = NetParams::chime_testbed();
+    net.jitter_ns = 0;
+    net.one_way_ns = 5_000;
+    let peer = 2 * net.one_way_ns + net.rpc_ns;
+    assert!(peer >= 10_000);
+    let both = |net: &NetParams| {
+        let s = relay_sim(net);
+        let c = s.client_on_own_thread(0);
+        let t0 = s.now_ns();
+        s.block_on(async {
+            let (a, b) = futures::join!(c.call(0, RELAY, &[0, 1]), c.call(0, RELAY, &[0, 1]));
+            (a.unwrap(), b.unwrap())
+        });
+        s.now_ns() - t0
+    };
+    net.mn_cores = 1;
+    let one_core = both(&net);
+    let trip = 2 * net.one_way_ns;
+    assert!(one_core >= trip + 2 * (net.rpc_ns + peer), "{one_core} ns: the core was let go");
+    net.mn_cores = 2;
+    let two_cores = both(&net);
+    assert!(two_cores < trip + net.rpc_ns + peer + 1_000, "{two_cores} ns: one wait each");
 }
 
 /// Charged CPU is core time, before or after the reply: the request rate falls to

@@ -1,0 +1,118 @@
+//! Group commit over a batch: writes that waited together for a core are logged first and then
+//! shipped to each backup in one SHIP, and each is answered as if alone.
+
+use std::cell::Cell;
+
+use dmindex_fabric::layout;
+use dmindex_fabric::memory::Region;
+use dmindex_fabric::service::{MnContext, Peers, Service};
+use dmindex_fabric::{FabricError, GlobalAddr, NodeId, ServiceId};
+use dmindex_histore::layout::{Place, Slot};
+use dmindex_histore::mode::Mode;
+use dmindex_histore::proto::{self, Head, Kind, Put};
+use dmindex_histore::replica::Setup;
+use dmindex_histore::server::{setup_request, Server};
+use dmindex_prim::hash::hash_bytes;
+
+/// Every replica on node 0; counts the SHIPs the primary sends.
+struct Counting<'a> {
+    server: &'a Server,
+    memory: &'a Region,
+    ships: Cell<u32>,
+}
+
+impl Peers for Counting<'_> {
+    fn call_all(
+        &self,
+        service: ServiceId,
+        calls: &[(NodeId, &[u8])],
+    ) -> Vec<Result<Vec<u8>, FabricError>> {
+        calls
+            .iter()
+            .map(|&(node, request)| {
+                if request[0] == proto::SHIP {
+                    self.ships.set(self.ships.get() + 1);
+                }
+                let ctx = MnContext::new(node, self.memory).with_peers(self);
+                self.server.handle(&ctx, request).map_err(|e| e.into_fabric(node, service))
+            })
+            .collect()
+    }
+}
+
+const PARTITIONS: u8 = 2;
+
+/// A store of `mode` at root slot `store`, its three replicas on node 0.
+fn store(peers: &Counting<'_>, store: u16, mode: Mode) {
+    let setup = Setup {
+        mode,
+        store,
+        group: 0,
+        replica: 0,
+        groups: 1,
+        partitions: PARTITIONS,
+        nodes: [0, 0, 0],
+        buckets: 64,
+    };
+    for replica in 0..3 {
+        let m = setup_request(&Setup { replica, ..setup });
+        peers.call(0, dmindex_histore::SERVICE, &m).unwrap();
+    }
+}
+
+/// WRITE of key `k` by writer `k` (its `seq`-th write) to the primary of `store`.
+fn write(store: u16, k: u32, seq: u32) -> Vec<u8> {
+    let key = format!("key-{k}").into_bytes();
+    let place = Place::of(hash_bytes(&key), 1, PARTITIONS as usize, 64);
+    let word = Slot::new(place.signature, GlobalAddr::new(0, 1 << 20), 64).word();
+    let mut w = Vec::new();
+    w.head(Head { op: proto::WRITE, replica: 0, group: 0, store, epoch: 1 });
+    w.entry_of(Kind::Upsert, k as u64, seq, &key, word);
+    w
+}
+
+fn partition(k: u32) -> usize {
+    let key = format!("key-{k}").into_bytes();
+    Place::of(hash_bytes(&key), 1, PARTITIONS as usize, 64).partition
+}
+
+#[test]
+fn writes_that_wait_together_ship_once_per_backup_and_partition() {
+    const N: u32 = 16;
+    let region = Region::new(8 << 20);
+    layout::format(&region, 0);
+    let server = Server::default();
+    let peers = Counting { server: &server, memory: &region, ships: Cell::new(0) };
+    let parts = (0..N).map(partition).collect::<std::collections::BTreeSet<_>>().len() as u32;
+    assert_eq!(parts, PARTITIONS as u32, "the keys fall in both partitions");
+    for (s, mode) in [(3, Mode::HiStore), (4, Mode::AllSkiplist)] {
+        store(&peers, s, mode);
+        let ctx = MnContext::new(0, &region).with_peers(&peers);
+        let requests: Vec<Vec<u8>> = (0..N).map(|k| write(s, k, 1)).collect();
+        let refs: Vec<&[u8]> = requests.iter().map(|r| &r[..]).collect();
+        peers.ships.set(0);
+        let replies = server.handle_batch(&ctx, &refs);
+        assert_eq!(peers.ships.get(), 2 * parts, "{mode:?}: one SHIP per backup and partition");
+        assert!(replies.iter().all(|r| r.as_deref() == Ok(&[proto::DONE, 0][..])), "{replies:?}");
+        let primary = server.replica(0, Head { op: 0, replica: 0, group: 0, store: s, epoch: 1 });
+        assert_eq!(primary.unwrap().keys(), N as usize, "{mode:?}: every write applied");
+        // The same writes again, as a batch with a retry of the last: they find their keys,
+        // and the retry is answered from the first attempt without being logged again.
+        let mut again: Vec<Vec<u8>> = (0..N).map(|k| write(s, k, 2)).collect();
+        again.push(write(s, N - 1, 2));
+        let refs: Vec<&[u8]> = again.iter().map(|r| &r[..]).collect();
+        peers.ships.set(0);
+        let replies = server.handle_batch(&ctx, &refs);
+        assert_eq!(peers.ships.get(), 2 * parts);
+        assert!(replies.iter().all(|r| r.as_deref() == Ok(&[proto::DONE, 1][..])), "{replies:?}");
+        let backup = server.replica(0, Head { op: 0, replica: 1, group: 0, store: s, epoch: 1 });
+        assert_eq!(backup.unwrap().logged(), 2 * N as u64, "the retry was logged once");
+        // One at a time, each write ships on its own.
+        peers.ships.set(0);
+        for k in 0..4 {
+            let reply = server.handle(&ctx, &write(s, k, 3)).unwrap();
+            assert_eq!(reply, [proto::DONE, 1]);
+        }
+        assert_eq!(peers.ships.get(), 2 * 4);
+    }
+}
