@@ -30,7 +30,8 @@
 //! A service may take several of its requests at once ([`Service::batch_limit`],
 //! [`Service::handle_batch`]): the simulator's core, when it frees up, takes every queued
 //! request of that service up to the limit, so that requests that arrived together share work
-//! (HiStore's group commit ships a batch of writes in one message per backup). The in-process
+//! (HiStore's group commit ships a batch of writes in one message per backup); it takes only
+//! requests of the same [`Service::batch_key`]. The in-process
 //! transport and the UCX memnode server serve one request at a time, each a batch of one; the
 //! default `handle_batch` answers a batch one request after the other.
 
@@ -232,6 +233,12 @@ pub trait Service: Send + Sync {
     fn batch_limit(&self) -> usize {
         1
     }
+    /// Which batch `request` may join: a core takes together only queued requests of the same
+    /// key (HiStore's: the log a write goes to, so that each core ships one log's entries as
+    /// the paper's worker threads do). `None` (the default): served alone.
+    fn batch_key(&self, _request: &[u8]) -> Option<u64> {
+        None
+    }
     /// Answers requests that waited together for a core, one reply each, in order. Their
     /// replies leave together, when the whole batch is done. The default answers them one
     /// after the other; a service overrides it to share work among them (HiStore's primary
@@ -314,6 +321,11 @@ impl Services {
     /// 1 for an unknown service.
     pub fn batch_limit(&self, id: ServiceId) -> usize {
         self.get(id).map_or(1, |s| s.batch_limit().max(1))
+    }
+
+    /// Which batch `request` to service `id` may join ([`Service::batch_key`]); `None`: alone.
+    pub fn batch_key(&self, id: ServiceId, request: &[u8]) -> Option<u64> {
+        self.get(id).and_then(|s| s.batch_key(request))
     }
 
     /// Runs requests that waited together on the calling thread ([`Service::handle_batch`]);
@@ -495,6 +507,7 @@ mod tests {
         let mut s = Services::new(1);
         s.register(ServiceId(16), Arc::new(Echo)).unwrap();
         assert_eq!((s.batch_limit(ServiceId(16)), s.batch_limit(ServiceId(99))), (1, 1));
+        assert_eq!(s.batch_key(ServiceId(16), b"x"), None, "alone by default");
         let r = node(layout::MIN_REGION);
         let ctx = MnContext::new(0, &r);
         let out = s.dispatch_batch(&ctx, ServiceId(16), &[b"ab", b"", b"c"]);

@@ -197,6 +197,21 @@ impl Service for Server {
         answer(done, out)
     }
 
+    /// A WRITE's log (its replica and partition): a core takes together the writes queued for
+    /// one log, the entries one worker thread of the paper ships in a batch. Other requests
+    /// are served alone.
+    fn batch_key(&self, request: &[u8]) -> Option<u64> {
+        let mut r = Reader::new(request);
+        let h = r.head().ok().filter(|h| h.op == proto::WRITE)?;
+        let node = self.replicas.read().expect("replica map");
+        // The replica's node is not in the request; every node's replica of a store has the
+        // same shape, so any one of them places the key.
+        let rep = node.iter().find(|(k, _)| (k.1, k.2, k.3) == (h.store, h.group, h.replica))?.1;
+        let key = r.entry().ok()?.key;
+        let p = rep.setup.place(&key).partition as u64;
+        Some((h.store as u64) << 40 | (h.group as u64) << 24 | (h.replica as u64) << 16 | p)
+    }
+
     /// The most writes one core takes at once: as many as one SHIP carries.
     fn batch_limit(&self) -> usize {
         MAX_SHIP as usize

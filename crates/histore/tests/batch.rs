@@ -89,6 +89,17 @@ fn writes_that_wait_together_ship_once_per_backup_and_partition() {
         store(&peers, s, mode);
         let ctx = MnContext::new(0, &region).with_peers(&peers);
         let requests: Vec<Vec<u8>> = (0..N).map(|k| write(s, k, 1)).collect();
+        // A core takes together the writes of one log: one key per partition, none for reads.
+        for a in 0..N as usize {
+            for b in 0..N as usize {
+                let (ka, kb) = (server.batch_key(&requests[a]), server.batch_key(&requests[b]));
+                assert!(ka.is_some() && kb.is_some());
+                assert_eq!(ka == kb, partition(a as u32) == partition(b as u32), "{a}, {b}");
+            }
+        }
+        let mut ping = Vec::new();
+        ping.head(Head { op: proto::PING, replica: 0, group: 0, store: s, epoch: 1 });
+        assert_eq!(server.batch_key(&ping), None);
         let refs: Vec<&[u8]> = requests.iter().map(|r| &r[..]).collect();
         peers.ships.set(0);
         let replies = server.handle_batch(&ctx, &refs);
