@@ -74,7 +74,6 @@ pub(crate) struct Served {
 }
 
 /// What serving a batch of requests together cost: every reply leaves at `done_ps`.
-#[cfg_attr(not(test), allow(dead_code))] // the world's core queue takes batches next (docs/sim.md)
 pub(crate) struct ServedBatch {
     pub(crate) replies: Vec<Result<Vec<u8>, FabricError>>,
     pub(crate) done_ps: u64,
@@ -115,7 +114,6 @@ impl Servers<'_> {
     /// one batch ([`dmindex_fabric::service::Service::handle_batch`]): the core is busy for
     /// each request's `rpc_ns`, all they charged and their waits on peers, and every reply
     /// leaves when the batch is done.
-    #[cfg_attr(not(test), allow(dead_code))] // see `ServedBatch`
     pub(crate) fn serve_batch(
         &self,
         now: u64,

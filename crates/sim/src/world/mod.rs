@@ -51,8 +51,10 @@ use crate::config::{rate_ps, Faults, NetParams};
 use crate::cores::Cores;
 use crate::link::Link;
 use crate::pause::Pauses;
-use crate::peers::Servers;
 use crate::phases::Phases;
+
+mod cpu;
+mod serve;
 
 pub(crate) const PS_PER_NS: u64 = 1000;
 /// How long a client (or a peer) waits on a crashed memory node before its verb or request fails:
@@ -131,6 +133,8 @@ pub(crate) struct Op {
     posted_at: u64,
     /// A request: when it reached its memory node's core queue.
     arrived: u64,
+    /// A request: the batch it may join in its node's queue (`Service::batch_key`).
+    batch_key: Option<u64>,
     /// The incarnation of its memory node it reached: effects scheduled for an earlier
     /// incarnation are dropped when the node has restarted since.
     incarnation: u32,
@@ -390,6 +394,7 @@ impl World {
             waker: None,
             posted_at: self.now,
             arrived: 0,
+            batch_key: None,
             incarnation: 0,
         };
         match self.free_ops.pop() {
@@ -425,43 +430,6 @@ impl World {
         } else {
             self.ops[i as usize].abandoned = true;
             self.ops[i as usize].waker = None;
-        }
-    }
-
-    /// Charges `ps` of CPU to the client's core from now (or from when the core frees up);
-    /// returns when that work is done. The client's next post waits for it.
-    pub(crate) fn charge_cpu(&mut self, client: u32, ps: u64) -> u64 {
-        let c = &self.clients[client as usize];
-        let free = &mut self.cpu_free[c.cn as usize][c.core];
-        let done = self.now.max(*free) + ps;
-        *free = done;
-        done
-    }
-
-    /// Charges the CPU for posting `wqes` work requests with one doorbell; returns when the
-    /// post is done.
-    pub(crate) fn post_cpu(&mut self, client: u32, wqes: u64) -> u64 {
-        let ps = (self.net.doorbell_ns + wqes * self.net.post_ns) * PS_PER_NS;
-        self.charge_cpu(client, ps)
-    }
-
-    /// Charges the CPU for polling one completion.
-    pub(crate) fn poll_cpu(&mut self, client: u32) {
-        self.charge_cpu(client, self.net.poll_ns * PS_PER_NS);
-    }
-
-    /// Charges the CPU for `count` units of an index's own work ([`dmindex_fabric::Work`]).
-    pub(crate) fn work_cpu(&mut self, client: u32, work: dmindex_fabric::Work, count: u64) {
-        use dmindex_fabric::Work;
-        let ns = match work {
-            Work::CacheLookup => self.net.cache_lookup_ns,
-            Work::KeyCompare => self.net.key_compare_ns,
-            Work::KeyHash => self.net.key_hash_ns,
-            Work::BytesScanned => self.net.byte_scanned_ns,
-        };
-        let ps = NetParams::cpu_ps(ns, count);
-        if ps > 0 {
-            self.charge_cpu(client, ps);
         }
     }
 
@@ -549,33 +517,8 @@ impl World {
                     c.last_set = Some((addr, new));
                 }
             }
-            EventKind::Rpc => {
-                self.ops[ev.op as usize].arrived = self.now;
-                let node = self.ops[ev.op as usize].addr.node() as usize;
-                if self.now >= self.dead_at[node] {
-                    self.time_out(ev.op, Lost::Crashed);
-                    return true;
-                }
-                let free = self.cores.borrow_mut().free_at(node, self.now);
-                match free {
-                    Some(core) => self.start_rpc(ev.op, core, regions, services),
-                    None => self.core_queues[node].push_back(ev.op),
-                }
-            }
-            EventKind::CoreFree => {
-                let node = ev.op as usize;
-                if self.now >= self.dead_at[node] {
-                    while let Some(i) = self.core_queues[node].pop_front() {
-                        self.time_out(i, Lost::Crashed);
-                    }
-                } else if !self.core_queues[node].is_empty() {
-                    let free = self.cores.borrow_mut().free_at(node, self.now);
-                    if let Some(core) = free {
-                        let i = self.core_queues[node].pop_front().expect("non-empty");
-                        self.start_rpc(i, core, regions, services);
-                    }
-                }
-            }
+            EventKind::Rpc => self.request_arrives(ev.op, regions, services),
+            EventKind::CoreFree => self.core_frees(ev.op as usize, regions, services),
             EventKind::Complete => self.complete(ev.op),
             EventKind::Restart => self.restart(ev.op as usize, regions, services),
             EventKind::Wake => self.pauses.end(ev.op),
@@ -746,48 +689,6 @@ impl World {
         };
         self.clients[client as usize].qp_free[node] = end;
         self.respond(i, end, resp_bytes);
-    }
-
-    /// Serves request `i` on `core` now and sends its reply.
-    fn start_rpc(&mut self, i: u32, core: usize, regions: &[Region], services: &Services) {
-        let op = &mut self.ops[i as usize];
-        let OpKind::Rpc(service) = op.kind else { unreachable!("rpc event on non-rpc") };
-        let node = op.addr.node();
-        let request = std::mem::take(&mut op.buf);
-        let servers = Servers {
-            services,
-            regions,
-            cores: &self.cores,
-            frees: &self.frees,
-            rpc_ps: self.net.rpc_ns * PS_PER_NS,
-            one_way_ps: self.net.one_way_ns * PS_PER_NS,
-            dead_at: &self.dead_at,
-            timeout_ps: MN_TIMEOUT_NS * PS_PER_NS,
-        };
-        let arrived = op.arrived;
-        let served = servers.serve(self.now, node, core, service, &request);
-        self.trace_hash = mix(self.trace_hash, served.done_ps);
-        let peer = served.done_ps - served.cpu_ps;
-        self.phases.served(node as usize, self.now - arrived, served.cpu_ps, peer);
-        let frees = std::mem::take(&mut *self.frees.borrow_mut());
-        for (t, n, c) in frees {
-            self.schedule(t, EventKind::CoreFree, n as u32, c);
-        }
-        if self.now + served.done_ps >= self.dead_at[node as usize] {
-            // The node crashed before its reply left: what it did stays done, the reply is lost.
-            return self.time_out(i, Lost::Crashed);
-        }
-        let op = &mut self.ops[i as usize];
-        match served.reply {
-            Ok(reply) => {
-                self.trace_hash = mix(self.trace_hash, reply.len() as u64);
-                op.buf = reply;
-            }
-            Err(e) => op.result = Err(e),
-        }
-        // The reply goes on the wire when it leaves, not now: a request that waits on peers
-        // must not hold the client's receive link ahead of replies that leave before it.
-        self.schedule(self.now + served.done_ps, EventKind::Reply, i, 0);
     }
 
     /// Fails op `i`, which its memory node will never answer, once its client's wait runs out.
