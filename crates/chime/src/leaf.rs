@@ -301,14 +301,21 @@ impl LeafBuf {
 
     /// Sorted leaf: the slot of `key`, or where it would go (keys packed from slot 0).
     pub fn sorted_search(&self, key: u64) -> Result<usize, usize> {
+        self.sorted_search_compares(key).0
+    }
+
+    /// [`LeafBuf::sorted_search`] and the keys it compared (one per bisection step, the step
+    /// that finds the key included).
+    pub fn sorted_search_compares(&self, key: u64) -> (Result<usize, usize>, u64) {
         // Keys are packed from slot 0 and empty entries (key 0) follow, so over the whole span
         // 0 sorts after every key: one binary search, no count first.
-        let (mut lo, mut hi) = (0, self.l.span);
+        let (mut lo, mut hi, mut compared) = (0, self.l.span, 0);
         while lo < hi {
             let mid = (lo + hi) / 2;
             let m = self.key(mid);
+            compared += 1;
             if m == key {
-                return Ok(mid);
+                return (Ok(mid), compared);
             }
             if m != 0 && m < key {
                 lo = mid + 1;
@@ -316,7 +323,7 @@ impl LeafBuf {
                 hi = mid;
             }
         }
-        Err(lo)
+        (Err(lo), compared)
     }
 
     /// Sorted leaf: how many keys it holds (they are packed from slot 0).

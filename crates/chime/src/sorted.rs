@@ -18,7 +18,7 @@
 //! sees two node-level versions and retries. A full leaf splits at its median; the new sibling
 //! is written before the old leaf points to it.
 
-use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
 
@@ -38,7 +38,9 @@ impl Tree {
         k: u64,
         full: &[u8],
     ) -> IndexResult<Option<usize>> {
-        self.resolve_long(c, buf, 0..buf.sorted_len(), k, full).await
+        let n = buf.sorted_len();
+        c.compute(Work::KeyCompare, n as u64);
+        self.resolve_long(c, buf, 0..n, k, full).await
     }
 
     /// Search: READ the whole leaf, validate, binary search.
@@ -50,7 +52,7 @@ impl Tree {
     ) -> IndexResult<Option<SlotValue>> {
         let mut restarts = Attempts::new();
         'outer: loop {
-            let loc = match self.blink.cached(k) {
+            let loc = match self.blink.cached(c, k) {
                 Some(loc) => loc,
                 None => self.blink.descend(c, k).await?,
             };
@@ -58,7 +60,7 @@ impl Tree {
             loop {
                 let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 let found = match probe {
-                    Probe::Exact => buf.sorted_search(k).ok(),
+                    Probe::Exact => self.sorted_find(c, &buf, k),
                     Probe::Full(full) => self.sorted_resolve(c, &buf, k, full).await?,
                 };
                 if let Some(i) = found {
@@ -98,14 +100,16 @@ impl Tree {
             Err(next) => return Ok(next),
         };
         let found = match probe {
-            Probe::Exact => buf.sorted_search(k).ok(),
+            Probe::Exact => self.sorted_find(c, &buf, k),
             Probe::Full(full) => self.sorted_resolve(c, &buf, k, full).await?,
         };
         if let Some(i) = found {
             self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
             return Ok(Attempt::Done);
         }
-        let at = buf.sorted_search(k).unwrap_or_else(|i| i);
+        let (at, compared) = buf.sorted_search_compares(k);
+        let at = at.unwrap_or_else(|i| i);
+        c.compute(Work::KeyCompare, compared);
         if buf.sorted_len() < s {
             buf.sorted_insert(at, k, v);
             self.rewrite_sorted_leaf(c, leaf, &mut buf).await?;
@@ -201,7 +205,7 @@ impl Tree {
     ) -> IndexResult<bool> {
         let mut restarts = Attempts::new();
         'outer: loop {
-            let loc = match self.blink.cached(k) {
+            let loc = match self.blink.cached(c, k) {
                 Some(loc) => loc,
                 None => self.blink.descend(c, k).await?,
             };
@@ -210,7 +214,7 @@ impl Tree {
                 let leaf = self.lock_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 let found = match probe {
-                    Probe::Exact => buf.sorted_search(k).ok(),
+                    Probe::Exact => self.sorted_find(c, &buf, k),
                     Probe::Full(full) => self.sorted_resolve(c, &buf, k, full).await?,
                 };
                 if let Some(i) = found {

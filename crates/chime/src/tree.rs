@@ -24,7 +24,7 @@ mod smo;
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
 
-use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::{root_word, Blink, Located};
@@ -36,7 +36,7 @@ use crate::hotspot::Hotspots;
 use crate::layout::{LeafLayout, LockWord};
 use crate::leaf::LeafBuf;
 use crate::read_plan::ReadPlan;
-use crate::view::SlotValue;
+use crate::view::{home, LeafView, SlotValue};
 
 pub(crate) use descent::Where;
 pub(crate) use leaf_io::LockedLeaf;
@@ -112,6 +112,42 @@ pub(crate) struct Insert<'p> {
 }
 
 impl Tree {
+    /// The home slot of `k` in this tree's leaves, its hash reported to `c`.
+    #[inline]
+    pub(crate) fn home_of<T: Transport>(&self, c: &Client<T>, k: u64) -> usize {
+        c.compute(Work::KeyHash, 1);
+        home(k, self.leaf.span)
+    }
+
+    /// `view.find(h, k)` ([`LeafView::find`]), the keys it compared reported to `c`: those
+    /// from the home to the hit, or the whole neighbourhood on a miss.
+    #[inline]
+    pub(crate) fn find_near<T: Transport>(
+        &self,
+        c: &Client<T>,
+        view: &impl LeafView,
+        h: usize,
+        k: u64,
+    ) -> Option<usize> {
+        let found = view.find(h, k);
+        let compared = found.map_or(self.leaf.h, |i| self.leaf.dist(h, i) + 1);
+        c.compute(Work::KeyCompare, compared as u64);
+        found
+    }
+
+    /// A sorted leaf's binary search for `k` in `buf` (whole), the keys it compared reported.
+    #[inline]
+    pub(crate) fn sorted_find<T: Transport>(
+        &self,
+        c: &Client<T>,
+        buf: &LeafBuf,
+        k: u64,
+    ) -> Option<usize> {
+        let (found, compared) = buf.sorted_search_compares(k);
+        c.compute(Work::KeyCompare, compared);
+        found.ok()
+    }
+
     /// Counts one retry (a validation that failed, a lock found taken, a move right).
     fn retry(&self) {
         self.blink.retry();
@@ -173,7 +209,7 @@ impl Tree {
     ) -> IndexResult<()> {
         let mut restarts = Attempts::new();
         'outer: loop {
-            let loc = match self.blink.cached(k) {
+            let loc = match self.blink.cached(c, k) {
                 Some(loc) => loc,
                 None => self.blink.descend(c, k).await?,
             };

@@ -26,6 +26,7 @@
 //! | [`blink`] | B-link internal nodes: layout, CN cache, root word, descent, separator insertion |
 //! | [`radix`] | adaptive radix inner nodes: header, CAS'd child slots, type switch, CN radix cache |
 //! | [`view`] | epoch-fenced membership of a replica set in one remote word: change, fence, validate |
+//! | [`work`] | counting the compute-side work a primitive does (key compares of a bisection) for the client |
 
 pub mod attempts;
 pub mod backoff;
@@ -47,3 +48,4 @@ pub mod root;
 pub mod spear;
 pub mod version;
 pub mod view;
+pub mod work;

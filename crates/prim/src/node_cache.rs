@@ -184,15 +184,21 @@ impl<N: CachedNode> NodeCache<N> {
     }
 
     /// `f` of the cached node covering `k` at the lowest level from `from` up that has one,
-    /// under the read lock as in [`NodeCache::with`].
+    /// under the read lock as in [`NodeCache::with`], and how many levels were probed (each a
+    /// lookup of its own, for [`dmindex_fabric::Work::CacheLookup`]).
     pub fn deepest_with<R>(
         &self,
         from: u8,
         k: &N::Key,
         f: impl FnOnce(&Cached<N>) -> R,
-    ) -> Option<R> {
+    ) -> (Option<R>, u64) {
         let g = self.inner.read().expect("cache lock");
-        (from..g.levels.len() as u8).find_map(|lv| g.find(lv, k)).map(f)
+        let mut probes = 0;
+        let hit = (from..g.levels.len() as u8).find_map(|lv| {
+            probes += 1;
+            g.find(lv, k)
+        });
+        (hit.map(f), probes)
     }
 
     /// Caches (or refreshes) the node at `addr`, evicting the oldest past the budget.
@@ -284,10 +290,14 @@ mod tests {
             (Some(128), Some(192), None, Some(64))
         );
         let deepest = |from, k: &str| c.deepest_with(from, &k.as_bytes().to_vec(), |n| n.addr);
-        assert_eq!(deepest(1, "p").unwrap().offset(), 192);
-        assert_eq!(deepest(2, "p").unwrap().offset(), 64);
-        assert_eq!(deepest(1, "x").unwrap().offset(), 64);
-        assert_eq!(deepest(3, "x"), None);
+        let at_deepest =
+            |(hit, probes): (Option<GlobalAddr>, u64)| (hit.map(|a| a.offset()), probes);
+        // Each level tried is one probe: a hit at the first, a miss below a hit, no level left.
+        assert_eq!(at_deepest(deepest(1, "p")), (Some(192), 1));
+        assert_eq!(at_deepest(deepest(2, "p")), (Some(64), 1));
+        assert_eq!(at_deepest(deepest(1, "x")), (Some(64), 2));
+        assert_eq!(at_deepest(deepest(0, "x")), (Some(64), 3));
+        assert_eq!(at_deepest(deepest(3, "x")), (None, 0));
         // A refreshed node replaces the copy without counting twice.
         c.insert(GlobalAddr::new(0, 192), node(1, "m", "u"));
         assert_eq!((c.bytes(), at(1, "t")), (300, Some(192)));

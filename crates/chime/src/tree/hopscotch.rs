@@ -15,7 +15,7 @@ use crate::layout::LockWord;
 use crate::leaf::{home, Hop};
 use crate::neighbourhood::Neighbourhood;
 use crate::view::{wrap, LeafView, SlotValue};
-use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 
@@ -33,9 +33,9 @@ macro_rules! validate_or_update {
             Err(e) => Err(e),
             Ok(Err(next)) => Ok(Validated::Ended(next)),
             Ok(Ok(leaf)) => {
-                let (k, h) = (ins.k, home(ins.k, tree.leaf.span));
+                let (k, h) = (ins.k, tree.home_of(c, ins.k));
                 let found = match ins.probe {
-                    Probe::Exact => Ok(view.find(h, k)),
+                    Probe::Exact => Ok(tree.find_near(c, &*view, h, k)),
                     Probe::Full(full) => tree.resolve(c, &*view, h, k, full).await,
                 };
                 match found {
@@ -71,6 +71,7 @@ impl Tree {
         full: &[u8],
     ) -> IndexResult<Option<usize>> {
         let span = self.leaf.span;
+        c.compute(Work::KeyCompare, self.leaf.h as u64);
         self.resolve_long(c, buf, (0..self.leaf.h).map(|d| wrap(h + d, span)), k, full).await
     }
 
@@ -87,11 +88,19 @@ impl Tree {
         k: u64,
         nb: &mut Neighbourhood<'t>,
     ) -> IndexResult<Option<SlotValue>> {
+        // Each probe of the hotspot buffer (the lookup, then the hit's touch or the miss's
+        // forget) is one cache lookup; the entry READ is one key compared.
+        c.compute(Work::CacheLookup, 1);
         let Some(slot) = hs.best(leaf, h, k) else {
             return Ok(None);
         };
         hs.attempts.bump(c.ordinal());
-        if self.read_entry(c, leaf, slot, nb).await? && nb.key(slot) == k {
+        let read = self.read_entry(c, leaf, slot, nb).await?;
+        c.compute(Work::CacheLookup, 1);
+        if read && {
+            c.compute(Work::KeyCompare, 1);
+            nb.key(slot) == k
+        } {
             hs.hits.bump(c.ordinal());
             hs.touch(leaf, h, slot, k);
             return Ok(Some(SlotValue(nb.value(slot))));
@@ -107,13 +116,12 @@ impl Tree {
         k: u64,
         probe: Probe<'_>,
     ) -> IndexResult<Option<SlotValue>> {
-        let s = self.leaf.span;
-        let h = home(k, s);
+        let h = self.home_of(c, k);
         let mut buf = self.neighbourhood(h);
         // Restarts, and READs that caught a hop in flight.
         let mut attempts = Attempts::new();
         'outer: loop {
-            let loc = match self.blink.cached(k) {
+            let loc = match self.blink.cached(c, k) {
                 Some(loc) => loc,
                 None => self.blink.descend(c, k).await?,
             };
@@ -129,15 +137,18 @@ impl Tree {
             loop {
                 await_neighbourhood!(self, c, cur, h, buf)?;
                 let found = match probe {
-                    Probe::Exact => buf.find(h, k),
+                    Probe::Exact => self.find_near(c, &buf, h, k),
                     Probe::Full(full) => self.resolve(c, &buf, h, k, full).await?,
                 };
                 if let Some(i) = found {
                     if let Some(hs) = &self.hotspots {
+                        c.compute(Work::CacheLookup, 1);
                         hs.touch(cur, h, i, k);
                     }
                     return Ok(Some(SlotValue(buf.value(i))));
                 }
+                // The hop bitmap is rebuilt by hashing every key of the neighbourhood.
+                c.compute(Work::KeyHash, self.leaf.h as u64);
                 if buf.status(h) != buf.bitmap(h) {
                     // A hop is in flight: what we read is an intermediate state.
                     attempts.failed(cur, "leaf hop bitmap")?;
@@ -174,7 +185,7 @@ impl Tree {
     ) -> IndexResult<Attempt> {
         let s = self.leaf.span;
         let Insert { k, v, .. } = *ins;
-        let h = home(k, s);
+        let h = self.home_of(c, k);
         let leaf = self.lock_hopscotch_leaf(c, cur).await?;
         let lw = leaf.lw;
         let (lo, n) = self.leaf.insert_read(h, lw.full);
@@ -279,12 +290,11 @@ impl Tree {
         v: Option<[u8; 8]>,
         probe: Probe<'_>,
     ) -> IndexResult<bool> {
-        let s = self.leaf.span;
-        let h = home(k, s);
+        let h = self.home_of(c, k);
         let mut buf = self.neighbourhood(h);
         let mut restarts = Attempts::new();
         'outer: loop {
-            let loc = match self.blink.cached(k) {
+            let loc = match self.blink.cached(c, k) {
                 Some(loc) => loc,
                 None => self.blink.descend(c, k).await?,
             };
@@ -293,11 +303,12 @@ impl Tree {
                 let leaf = self.lock_hopscotch_leaf(c, cur).await?;
                 await_neighbourhood!(self, c, cur, h, buf)?;
                 let found = match probe {
-                    Probe::Exact => buf.find(h, k),
+                    Probe::Exact => self.find_near(c, &buf, h, k),
                     Probe::Full(full) => self.resolve(c, &buf, h, k, full).await?,
                 };
                 if let Some(i) = found {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
+                        c.compute(Work::CacheLookup, 1);
                         hs.touch(cur, h, i, k);
                     }
                     match v {

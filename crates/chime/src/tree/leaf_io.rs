@@ -5,7 +5,7 @@
 //! in the same doorbell.
 
 use arrayvec::ArrayVec;
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::write_split;
@@ -66,6 +66,8 @@ macro_rules! await_window {
             if let Err(e) = read {
                 break Err(e);
             }
+            // Absorbing checks every line's version and copies the window out of the READ.
+            c.compute(dmindex_fabric::Work::BytesScanned, plan.raw_len as u64);
             if $nb.absorb().is_ok() && $nb.validate().is_ok() {
                 break Ok(());
             }
@@ -159,6 +161,7 @@ impl Tree {
         let total = lens.clone().map(|(_, n)| n).sum();
         at_least(&mut raw, total);
         let posted = read_pieces(c, leaf, lens, &mut raw[..total]).await;
+        c.compute(Work::BytesScanned, total as u64);
         let mut ok = posted.is_ok();
         let mut at = 0;
         for &(d0, d1) in ranges {
@@ -208,6 +211,7 @@ impl Tree {
             let mut raw = std::mem::take(&mut buf.raw);
             at_least(&mut raw, plan.raw_len + SLACK);
             let read = c.read(leaf, &mut raw[..plan.raw_len]).await;
+            c.compute(Work::BytesScanned, plan.raw_len as u64);
             let whole = &raw[..plan.raw_len + SLACK];
             let ok =
                 read.is_ok() && buf.absorb_whole(whole, plan).is_ok() && buf.validate().is_ok();
@@ -240,6 +244,7 @@ impl Tree {
         nb.reset(&self.entry_plans[slot]);
         let pieces = nb.plan().reads.iter().map(|&(p0, n)| (p0 as usize, n as usize));
         read_pieces(c, leaf, pieces, nb.raw_mut()).await?;
+        c.compute(Work::BytesScanned, nb.plan().raw_len as u64);
         Ok(nb.absorb().is_ok())
     }
 

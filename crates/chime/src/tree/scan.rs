@@ -4,12 +4,13 @@
 //! matches its neighbourhood). The load factor walks the same chain.
 
 use arrayvec::ArrayVec;
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::Internal;
 use dmindex_prim::doorbell;
 use dmindex_prim::node_cache::Cached;
+use dmindex_prim::work::bisect_compares;
 
 use super::leaf_io::{at_least, PooledLeaf};
 use super::Tree;
@@ -57,6 +58,7 @@ impl Tree {
             .zip(bufs.iter_mut())
             .map(|(a, b)| BatchOp::Read { addr: *a, buf: &mut b.raw[..plan.raw_len] });
         doorbell::post_iter(c, reads).await?;
+        c.compute(Work::BytesScanned, (plan.raw_len * leaves.len()) as u64);
         for (a, b) in leaves.iter().zip(bufs.iter_mut()) {
             let raw = std::mem::take(&mut b.raw);
             let whole = &raw[..plan.raw_len + SLACK];
@@ -113,6 +115,7 @@ impl Tree {
                     ahead.extend(n.node.children_from_iter(from).skip(1));
                 }
             };
+            c.compute(Work::CacheLookup, 1);
             self.blink.cache.with(1, &from, children);
         }
         let mut cur = loc.leaf;
@@ -132,7 +135,7 @@ impl Tree {
             let leaves = self.read_leaves(c, &batch).await?;
             let mut next = GlobalAddr::NULL;
             for (i, leaf) in leaves.iter().enumerate() {
-                if self.take_leaf(leaf, from, count, whole_groups, until, &mut s.pairs) {
+                if self.take_leaf(c, leaf, from, count, whole_groups, until, &mut s.pairs) {
                     return Ok(());
                 }
                 let (sib, _) = leaf.meta().expect("whole leaf");
@@ -152,8 +155,10 @@ impl Tree {
 
     /// Appends a leaf's pairs with key ≥ `from` to `out` in key order, as far as the scan
     /// takes them (see [`Tree::scan`]); whether the scan is done.
-    fn take_leaf(
+    #[allow(clippy::too_many_arguments)]
+    fn take_leaf<T: Transport>(
         &self,
+        c: &Client<T>,
         leaf: &PooledLeaf<'_>,
         from: u64,
         count: usize,
@@ -168,6 +173,12 @@ impl Tree {
                 .filter(|&(x, _)| x != 0 && x >= from),
         );
         out[start..].sort_unstable_by_key(|p| p.0);
+        // Every slot's key against the start, then the sort's comparisons (about n·log₂ n of
+        // the n kept: the count a comparison sort needs, the standard one's exact count is not
+        // observable without a counting comparator on the hot path).
+        let n = out.len() - start;
+        let sorted = n as u64 * bisect_compares(n).saturating_sub(1);
+        c.compute(Work::KeyCompare, self.leaf.span as u64 + sorted);
         match until {
             // A range scan ends at the first leaf holding a key beyond the range: every later
             // leaf holds only larger keys.

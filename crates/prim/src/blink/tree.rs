@@ -31,6 +31,7 @@ use crate::attempts::Attempts;
 use crate::doorbell;
 use crate::lock::{Held, LocalLocks};
 use crate::root::RootSlot;
+use crate::work::{bisect_compares, Work};
 
 /// Root word in the root-table slot: height (levels, 1 = the root is a leaf) in the top byte,
 /// then the root's memory node (8 bits) and offset (48 bits).
@@ -147,6 +148,8 @@ impl Blink {
         let mut attempts = Attempts::new();
         loop {
             c.read(addr, &mut b).await?;
+            // Decoding walks the whole node: every line's version, every entry copied out.
+            c.compute(Work::BytesScanned, b.len() as u64);
             if let Ok(n) = Internal::decode(&self.inner, &b) {
                 if n.level == 0 {
                     return Err(IndexError::Corrupt(format!(
@@ -162,9 +165,11 @@ impl Blink {
 
     /// The leaf for `k` through its cached parent, if the cache has one: [`Blink::locate`]
     /// without a round trip. A hot path calls this first and awaits [`Blink::descend`] only when
-    /// it misses, so that a hit makes no future (`docs/perf.md`, eleventh round).
+    /// it misses, so that a hit makes no future (`docs/perf.md`, eleventh round). One cache
+    /// lookup, hit or miss, reported to `c`.
     #[inline]
-    pub fn cached(&self, k: u64) -> Option<Located> {
+    pub fn cached<T: Transport>(&self, c: &Client<T>, k: u64) -> Option<Located> {
+        c.compute(Work::CacheLookup, 1);
         self.cache.with(1, &k, |p| {
             let (leaf, expected) = p.node.child_for(k);
             Located { leaf, expected, cached: Some((p.node.low, p.addr)), parent: Some(p.addr) }
@@ -174,7 +179,7 @@ impl Blink {
     /// Finds the leaf for `k`: the cached parent if any, else a remote traversal from the deepest
     /// cached node above (or the root).
     pub async fn locate<T: Transport>(&self, c: &Client<T>, k: u64) -> IndexResult<Located> {
-        match self.cached(k) {
+        match self.cached(c, k) {
             Some(loc) => Ok(loc),
             None => self.descend(c, k).await,
         }
@@ -183,7 +188,9 @@ impl Blink {
     /// The leaf for `k` by a remote traversal from the deepest cached node above level 1 (or
     /// the root): [`Blink::locate`] once [`Blink::cached`] has missed.
     pub async fn descend<T: Transport>(&self, c: &Client<T>, k: u64) -> IndexResult<Located> {
-        let mut from_cache = self.cache.deepest_with(2, &k, |n| n.node.child_for(k).0);
+        let (from_cache, probes) = self.cache.deepest_with(2, &k, |n| n.node.child_for(k).0);
+        c.compute(Work::CacheLookup, probes);
+        let mut from_cache = from_cache;
         // Restarts and moves right: fences that do not hold the key.
         let mut attempts = Attempts::new();
         'restart: loop {
@@ -215,6 +222,7 @@ impl Blink {
                     continue 'restart;
                 }
                 let (child, expected) = n.child_for(k);
+                c.compute(Work::KeyCompare, bisect_compares(n.routes.len()));
                 if n.level == 1 {
                     return Ok(Located { leaf: child, expected, cached: None, parent: Some(addr) });
                 }
@@ -361,6 +369,7 @@ impl Blink {
                 return Ok(Ok(addr));
             } else {
                 addr = n.child_for(key).0;
+                c.compute(Work::KeyCompare, bisect_compares(n.routes.len()));
             }
         }
     }

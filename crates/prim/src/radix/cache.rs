@@ -54,6 +54,9 @@ pub struct Walk {
     /// How `node` was reached: its parent, the parent's slot address and word, the parent's
     /// depth (`None` at the root).
     pub link: Option<CachedLink>,
+    /// Copies looked up in the map on the way, the miss that ended the walk included: each
+    /// is one [`dmindex_fabric::Work::CacheLookup`] (SMART pays one per level a key descends).
+    pub probes: u64,
 }
 
 /// A parent-to-child link as a cached copy has it.
@@ -147,10 +150,11 @@ impl RadixCache {
         floor_depth: Option<usize>,
     ) -> Walk {
         let g = self.inner.read().expect("radix cache");
-        let mut w = Walk { node: root, kind, copy: None, slot: None, link: None };
+        let mut w = Walk { node: root, kind, copy: None, slot: None, link: None, probes: 0 };
         // The copy is cloned out once, where the walk stops: an `Arc` clone per level would
         // write the hot upper copies' counts from every client thread.
         loop {
+            w.probes += 1;
             let Some(copy) = g.nodes.get(&w.node) else { return w };
             let h = copy.header;
             if h.mismatch(key, 0).is_some() {
@@ -207,12 +211,14 @@ mod tests {
         assert_eq!(c.bytes(), 2 * 17);
         let w = c.walk(root, Kind::N4, b"abc");
         assert_eq!((w.node, w.link.map(|l| l.slot)), (mid, Some(root.add(16))));
+        // The root's copy and mid's: the leaf is not looked up.
+        assert_eq!(w.probes, 2);
         assert_eq!(w.slot.map(|s| s.1.addr()), Some(Some(leaf)));
         // The key leaves mid's prefix: the walk stops before trusting mid's copy.
         let w = c.walk(root, Kind::N4, b"aXc");
         assert_eq!((w.node, w.copy, w.slot), (mid, None, None));
         let w = c.walk(root, Kind::N4, b"b");
-        assert_eq!((w.node, w.slot), (root, None));
+        assert_eq!((w.node, w.slot, w.probes), (root, None, 1));
         assert!(w.copy.is_some());
         // A third node evicts the root's copy (oldest first).
         c.insert(leaf, node(0, b"", &[Slot::leaf(Partial::Byte(1), leaf, 64)]));

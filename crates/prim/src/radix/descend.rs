@@ -28,6 +28,7 @@ use super::slot::Child;
 use super::{switch, Header, Kind, NodeImage, Partial, RadixCache, Slot};
 use crate::attempts::Attempts;
 use crate::counter::{bump, get};
+use crate::work::Work;
 
 /// The parent slot through which a node was reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +110,8 @@ impl Tree<'_> {
         let mut buf = [0u8; Kind::N256.bytes()];
         let buf = &mut buf[..kind.bytes()];
         c.read(addr, buf).await?;
+        // Decoding copies every slot word out of the READ.
+        c.compute(Work::BytesScanned, buf.len() as u64);
         NodeImage::decode(buf, kind)
             .ok_or_else(|| IndexError::Corrupt(format!("no radix node of {kind:?} at {addr:?}")))
     }
@@ -152,6 +155,7 @@ impl Tree<'_> {
         'restart: loop {
             let (mut node, mut kind, mut link, mut trusted, mut parent) = if use_cache {
                 let w = self.cache.walk_with(self.root, self.root_kind, key, self.floor_depth);
+                c.compute(Work::CacheLookup, w.probes);
                 let link = w.link.map(|l| Link { slot: l.slot, word: l.word, depth: l.depth });
                 (w.node, w.kind, link, w.link.is_none(), w.link.map(|l| l.parent))
             } else {
@@ -195,6 +199,12 @@ impl Tree<'_> {
                 }
                 let depth = img.header.depth as usize;
                 let look = self.slot_for(&img, key);
+                let hit = match look {
+                    Lookup::Found(i, _) => Some(i),
+                    Lookup::Absent(_) => None,
+                };
+                let floor = self.floor_depth == Some(depth);
+                c.compute(Work::KeyCompare, img.slots_compared(hit, floor));
                 if let Lookup::Found(i, s) = look {
                     if let (Some(Child::Inner { addr, kind: k }), false) =
                         (s.child(), s.is_tombstone())

@@ -155,6 +155,20 @@ impl NodeImage {
         }
     }
 
+    /// Slots compared by a lookup that found slot `found` (or none): one index entry if the
+    /// image is indexed, else the slots [`NodeImage::find`] scanned, eight at a time, up to the
+    /// hit (all of them on a miss or a floor lookup, which scans every slot).
+    pub fn slots_compared(&self, found: Option<usize>, floor: bool) -> u64 {
+        if self.by_partial.get().is_some() {
+            return 1;
+        }
+        let n = self.slots.len();
+        match found {
+            Some(i) if !floor => n.min((i / 8 + 1) * 8) as u64,
+            _ => n as u64,
+        }
+    }
+
     /// Its slots, in node order.
     pub fn slots(&self) -> &[Slot] {
         &self.slots
