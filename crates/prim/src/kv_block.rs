@@ -27,7 +27,7 @@
 
 use std::ops::Range;
 
-use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 
 /// Bytes before the key: key length u32 LE, value length u32 LE.
@@ -217,12 +217,15 @@ impl Blocks {
         c.read(a, &mut head[..guess]).await?;
         let (klen, vlen) = self.lengths(a, &head)?;
         let probe = |k: &[u8]| key.is_none_or(|key| key == k);
+        // The block's header and key are checked, its value copied out: at most what came back.
+        let total = HEADER + klen + vlen;
+        c.compute(Work::BytesScanned, total.min(guess) as u64);
+        c.compute(Work::KeyCompare, u64::from(key.is_some()));
         if key.is_some_and(|key| klen != key.len())
             || (HEADER + klen <= guess && !probe(&head[HEADER..HEADER + klen]))
         {
             return Ok(false);
         }
-        let total = HEADER + klen + vlen;
         if total <= guess {
             out.extend_from_slice(&head[HEADER + klen..total]);
             return Ok(true);
@@ -232,6 +235,7 @@ impl Blocks {
         out.extend_from_slice(&head[..guess]);
         out.resize(total, 0);
         c.read(a.add(guess as u64), &mut out[guess..]).await?;
+        c.compute(Work::BytesScanned, (total - guess) as u64);
         if !probe(&out[HEADER..HEADER + klen]) {
             out.clear();
             return Ok(false);
@@ -264,6 +268,8 @@ impl Blocks {
         let n = HEADER + key.len();
         let mut b = smallvec::SmallVec::<[u8; GUESS]>::from_elem(0, n);
         c.read(a, &mut b).await?;
+        c.compute(Work::BytesScanned, n as u64);
+        c.compute(Work::KeyCompare, 1);
         let (klen, _) = self.lengths(a, &b)?;
         Ok(klen == key.len() && &b[HEADER..] == key)
     }

@@ -27,7 +27,7 @@
 //! absent key is reported without writing (linearised at the read). A CAS lost to another
 //! client's entry whose fingerprints match the key starts over. 3 round trips.
 
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::backoff::Backoff;
@@ -57,6 +57,7 @@ impl SepHash {
         kind: Kind,
     ) -> IndexResult<bool> {
         let kh = KeyHash::of(key);
+        c.compute(Work::KeyHash, 1);
         let n = self.shape.cur.n;
         let mut block: Option<GlobalAddr> = None;
         let mut slots: SlotWords = SmallVec::new();

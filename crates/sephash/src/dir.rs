@@ -2,7 +2,7 @@
 
 use arrayvec::ArrayVec;
 use dmindex_fabric::verbs::MAX_BATCH;
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::doorbell;
@@ -55,6 +55,8 @@ impl SepHash {
         let mut dir_read = false;
         let mut attempts = Attempts::new();
         loop {
+            // The directory cache, then the segment's FPTable: a lookup each.
+            c.compute(Work::CacheLookup, 1);
             let Some(seg) = self.cache.locate(kh.h) else {
                 if dir_read {
                     return Err(IndexError::Corrupt(format!(
@@ -66,6 +68,7 @@ impl SepHash {
                 dir_read = true;
                 continue;
             };
+            c.compute(Work::CacheLookup, 1);
             if let Some((mut main, offset)) = self.cache.main_range(seg, kh.fp()) {
                 if !self.shape.fptable {
                     (main.lo, main.hi) = (0, main.entries);

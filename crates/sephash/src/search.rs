@@ -19,7 +19,7 @@
 //! repeat within 2^20 merges of its segment, so an unchanged meta proves that the slots and `M`
 //! were the segment's content together at that READ. Blocks are immutable once published.
 
-use dmindex_fabric::{BatchOp, Client, Transport};
+use dmindex_fabric::{BatchOp, Client, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use smallvec::SmallVec;
@@ -43,6 +43,7 @@ impl SepHash {
     ) -> IndexResult<bool> {
         out.clear();
         let kh = KeyHash::of(key);
+        c.compute(Work::KeyHash, 1);
         let positions = self.shape.cur.positions;
         self.counters.searches.bump(c.ordinal());
         let mut slots: SlotWords = SmallVec::new();
@@ -89,6 +90,13 @@ impl SepHash {
                 self.refresh_main(c, t.seg, meta).await?;
                 continue;
             }
+            // The metas and filter byte checked; every MainSegment entry of the predicted range
+            // decoded and its fingerprint compared.
+            let filtered = if positions > 0 { filter.len() } else { 0 };
+            let fenced = if main.is_empty() { 0 } else { after.len() };
+            let scanned = filtered + head.len() + main.len() + fenced;
+            c.compute(Work::BytesScanned, scanned as u64);
+            c.compute(Work::KeyCompare, (main.len() / 8) as u64);
             let run: SmallVec<[Entry; 8]> =
                 decode_entries(&main).filter(|&e| kh.matches(e)).collect();
             // The CurSegment's candidates, newest first.
@@ -110,8 +118,13 @@ impl SepHash {
                     self.counters.retry(Retry::MetaMoved);
                     continue;
                 }
-                let taken = decode_entries(&slots).take_while(|&e| meta.holds(e));
-                cur.extend(taken.filter(|&e| kh.matches(e)));
+                let mut taken = 0;
+                let held = decode_entries(&slots).take_while(|&e| meta.holds(e));
+                cur.extend(held.inspect(|_| taken += 1).filter(|&e| kh.matches(e)));
+                // The slots READ and the meta after them; each slot taken in this phase
+                // decoded, its fingerprint compared.
+                c.compute(Work::BytesScanned, (slots.len() + after.len()) as u64);
+                c.compute(Work::KeyCompare, taken);
                 cur.reverse();
             }
             for e in cur.iter().chain(run.iter()) {
