@@ -391,6 +391,19 @@ impl<'b> LeafImage<'b> {
         (0..self.shape.slots).find(|&j| self.key(j) == key)
     }
 
+    /// [`LeafImage::find`], the keys it compared reported to `c` (cells are unsorted: every
+    /// one up to the key's, or all of them).
+    pub fn find_reported<T: dmindex_fabric::Transport>(
+        &self,
+        c: &dmindex_fabric::Client<T>,
+        key: u64,
+    ) -> Option<usize> {
+        let found = self.find(key);
+        let compared = found.map_or(self.shape.slots, |j| j + 1);
+        c.compute(dmindex_fabric::Work::KeyCompare, compared as u64);
+        found
+    }
+
     /// The first free slot at or after `from`.
     pub fn free_from(&self, from: usize) -> Option<usize> {
         (from..self.shape.slots).find(|&j| self.key(j) == 0)

@@ -23,7 +23,7 @@
 //! old leaf (the next epoch, `hi` lowered), turns the inserted key live if it moved, and releases
 //! both leaves, all in one doorbell: the new leaf is on the old one's memory node.
 
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::radix::node::Lookup;
@@ -33,7 +33,7 @@ use dmindex_prim::spear::{Born, Claimed, Held};
 
 use crate::leaf::{Judge, LINE, LO, SPEAR};
 use crate::smo::{self, Frame, Pairs, Smo, SplitImages};
-use crate::sync::{self, search_image, Write};
+use crate::sync::{self, search_image_reported, Write};
 use crate::{bump, Dolphin, ROOT_KIND, SPECIAL_DEPTH};
 
 /// Where a key's leaf is.
@@ -55,6 +55,7 @@ impl Dolphin {
     pub(crate) async fn route<T: Transport>(&self, c: &Client<T>, key: u64) -> IndexResult<Route> {
         let kb = key.to_be_bytes();
         let w = self.cache.walk_with(self.root, ROOT_KIND, &kb, Some(SPECIAL_DEPTH));
+        c.compute(Work::CacheLookup, w.probes);
         if let (Some(copy), Some((_, s))) = (&w.copy, w.slot) {
             if let (SPECIAL_DEPTH, Some(Child::Leaf { addr, .. })) =
                 (copy.header.depth as usize, s.child())
@@ -102,7 +103,7 @@ impl Dolphin {
             };
             let img = sync::read(c, &self.shape, leaf, &mut buf, &self.counters.sync).await?;
             match img.judge(key) {
-                Judge::Here => match search_image(&img, key, out) {
+                Judge::Here => match search_image_reported(c, &img, key, out) {
                     Some(found) => return Ok(found),
                     None => {
                         attempts.failed(leaf, "leaf's multi-line cell")?;

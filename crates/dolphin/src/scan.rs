@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use arrayvec::ArrayVec;
 use dmindex_fabric::verbs::MAX_BATCH;
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult, ScanBuf};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::doorbell;
@@ -138,6 +138,7 @@ impl Dolphin {
     ) -> IndexResult<Option<Special>> {
         let kb = key.to_be_bytes();
         let w = self.cache.walk_with(self.root, ROOT_KIND, &kb, Some(SPECIAL_DEPTH));
+        c.compute(Work::CacheLookup, w.probes);
         if let Some(copy) = &w.copy {
             if copy.header.depth as usize == SPECIAL_DEPTH {
                 let img = Arc::clone(copy);
@@ -247,6 +248,7 @@ impl Dolphin {
             let mut bufs: ArrayVec<_, MAX_BATCH> = batch.iter().map(|_| self.leaf_buf(c)).collect();
             self.read_leaves(c, batch, &mut bufs).await?;
             bump(&self.counters.scan_rounds);
+            c.compute(Work::BytesScanned, (batch.len() * shape.bytes) as u64);
             for (&(_, addr), buf) in batch.iter().zip(bufs.iter_mut()) {
                 match LeafImage::verify(shape, buf) {
                     Ok(()) if LeafImage::verified(shape, buf).live_whole() => {}

@@ -34,7 +34,7 @@
 //!   a concurrent FAA.
 //! * Zeroed memory never checks: the tag and `nv >= 1` are required.
 
-use dmindex_fabric::GlobalAddr;
+use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::hash::hash_u64;
 
@@ -242,6 +242,14 @@ impl<'b> LeafImage<'b> {
     /// The entry holding `key` (at most one per epoch).
     pub fn find(&self, key: u64) -> Option<usize> {
         (0..self.shape.span).find(|&i| self.key(i) == key)
+    }
+
+    /// [`LeafImage::find`], the keys it compared reported to `c` (entries are unsorted: every
+    /// one up to the key's, or all of them).
+    pub fn find_reported<T: Transport>(&self, c: &Client<T>, key: u64) -> Option<usize> {
+        let found = self.find(key);
+        c.compute(Work::KeyCompare, found.map_or(self.shape.span, |j| j + 1) as u64);
+        found
     }
 
     /// The free entries in `key`'s probe order ([`Shape::probe`]).

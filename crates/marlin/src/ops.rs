@@ -67,7 +67,7 @@ impl Marlin {
             loop {
                 let img = write::read(c, &self.shape, cur, &mut buf, &self.counters.write).await?;
                 let item = match img.judge(key) {
-                    Judge::Here => img.find(key).and_then(|j| img.ptr(j).item()),
+                    Judge::Here => img.find_reported(c, key).and_then(|j| img.ptr(j).item()),
                     j => match self.next(c, &loc, j, &mut moves).await? {
                         Next::Leaf(a) => {
                             cur = a;

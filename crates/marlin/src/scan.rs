@@ -23,7 +23,7 @@
 //! `[lo, hi]` is covered exactly once, since consecutive images cover adjacent ranges.
 
 use dmindex_fabric::verbs::MAX_BATCH;
-use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult, ScanBuf};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::Internal;
@@ -117,6 +117,7 @@ impl Marlin {
                 None => {
                     let named =
                         |p: &Cached<Internal>| Self::children(&p.node, next, hi, want, len, reads);
+                    c.compute(Work::CacheLookup, 1);
                     if self.blink.cache.with(1, &next, named).is_none() {
                         reads.push((self.blink.locate(c, next).await?.leaf, len));
                     }
@@ -150,6 +151,7 @@ impl Marlin {
                         refreshes.failed(leaf, "leaf fences")?;
                         bump(&self.counters.scan_refreshes);
                         if i == 0 {
+                            c.compute(Work::CacheLookup, 1);
                             let cached = self.blink.cache.with(1, &next, |p| (p.node.low, p.addr));
                             if let Some((low, addr)) = cached {
                                 self.blink.cache.invalidate(1, &low, addr);

@@ -39,7 +39,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::counter::bump;
@@ -90,6 +90,8 @@ pub async fn read<'b, T: Transport>(
     let mut attempts = Attempts::new();
     loop {
         c.read(leaf, &mut buf[..shape.bytes]).await?;
+        // Every entry's epoch is checked against the leaf's.
+        c.compute(Work::BytesScanned, shape.bytes as u64);
         match LeafImage::verify(shape, buf) {
             Ok(()) => return Ok(LeafImage::verified(shape, buf)),
             Err(Refused::Torn) => bump(&counters.torn_reads),
@@ -112,7 +114,9 @@ async fn enter<'b, T: Transport, R>(
     let word = leaf.add(SPEAR as u64);
     let entered =
         spear::enter_checked(c, word, leaf, &mut buf[..shape.bytes], check, || not_a_leaf(leaf));
-    let Some((held, img)) = entered.await? else {
+    let entered = entered.await?;
+    c.compute(Work::BytesScanned, shape.bytes as u64);
+    let Some((held, img)) = entered else {
         bump(&counters.claimed);
         return Ok(Err(Write::Again));
     };
@@ -157,11 +161,13 @@ impl Writer<'_> {
             Err(w) => return Ok(w),
         };
         let nv = img.nv();
-        if let Some(j) = img.find(key) {
+        if let Some(j) = img.find_reported(c, key) {
             self.replace(c, leaf, &img, j, key, value).await?;
             held.leave_now(c).await?;
             return Ok(Write::Done(()));
         }
+        // The key's probe order starts at its hash.
+        c.compute(Work::KeyHash, 1);
         let mut free = img.free_for(key);
         let Some(mut j) = free.next() else { return Ok(Write::Full(held)) };
         let item = self.post_item(c, leaf, key, value).await?;
@@ -204,7 +210,7 @@ impl Writer<'_> {
             Ok(entered) => entered,
             Err(w) => return Ok(w),
         };
-        let found = img.find(key).filter(|&j| img.ptr(j).item().is_some());
+        let found = img.find_reported(c, key).filter(|&j| img.ptr(j).item().is_some());
         if let Some(j) = found {
             self.replace(c, leaf, &img, j, key, value).await?;
         }
@@ -245,7 +251,7 @@ impl Writer<'_> {
                     Ok(entered) => entered,
                     Err(w) => return Ok(w),
                 };
-            let Some(j) = img.find(key).filter(|&j| img.ptr(j).item().is_some()) else {
+            let Some(j) = img.find_reported(c, key).filter(|&j| img.ptr(j).item().is_some()) else {
                 held.leave_now(c).await?;
                 return Ok(Write::Done(false));
             };

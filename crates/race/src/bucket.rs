@@ -4,7 +4,7 @@
 //! images of different buckets may be of different instants.
 
 use arrayvec::ArrayVec;
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::doorbell;
 
@@ -146,6 +146,11 @@ impl Race {
             }
         }
         debug_assert!(buckets.windows(2).all(|w| w[0].idx < w[1].idx), "segment order");
+        // Every bucket line READ is decoded, and each of its slots' fingerprints is then
+        // checked once against the key's ([`Snap::candidates`]).
+        let slots: usize = buckets.iter().map(|b| b.slots.len()).sum();
+        c.compute(Work::BytesScanned, buckets.len() as u64 * BUCKET);
+        c.compute(Work::KeyCompare, slots as u64);
         Ok(())
     }
 

@@ -65,7 +65,7 @@
 //! WRITE, bucket READ, CAS, re-read, commit CAS = 5. Upserts, updates and deletes cost what
 //! RACE's do and never clear duplicates.
 
-use dmindex_fabric::{Client, GlobalAddr, Transport};
+use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::kv_block;
@@ -105,6 +105,7 @@ impl Race {
         reads: &mut u64,
         snap: &mut Snap,
     ) -> IndexResult<()> {
+        c.compute(Work::CacheLookup, 1);
         let mut entry = self.cached(h.h1);
         let mut attempts = Attempts::new();
         loop {
@@ -128,6 +129,8 @@ impl Race {
     ) -> IndexResult<bool> {
         out.clear();
         let h = Hashes::of(key);
+        // RACE's two hash functions, one per bucket choice.
+        c.compute(Work::KeyHash, 2);
         let (mut reads, mut snap) = (0, Snap::default());
         self.locate(c, &h, &mut reads, &mut snap).await?;
         self.counters.searches.bump(c.ordinal());
@@ -155,6 +158,8 @@ impl Race {
         value: &[u8],
     ) -> IndexResult<()> {
         let h = Hashes::of(key);
+        // RACE's two hash functions, one per bucket choice.
+        c.compute(Work::KeyHash, 2);
         // Written and awaited before any CAS publishes it: the block may be on another memory
         // node than the segment.
         let block = self.blocks.write(c, key, value).await?;
@@ -317,6 +322,8 @@ impl Race {
         value: &[u8],
     ) -> IndexResult<bool> {
         let h = Hashes::of(key);
+        // RACE's two hash functions, one per bucket choice.
+        c.compute(Work::KeyHash, 2);
         let mut word = 0;
         let (mut reads, mut snap) = (0, Snap::default());
         loop {
@@ -345,6 +352,8 @@ impl Race {
         key: &[u8],
     ) -> IndexResult<bool> {
         let h = Hashes::of(key);
+        // RACE's two hash functions, one per bucket choice.
+        c.compute(Work::KeyHash, 2);
         let (mut reads, mut snap) = (0, Snap::default());
         loop {
             self.locate(c, &h, &mut reads, &mut snap).await?;

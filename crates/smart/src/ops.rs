@@ -1,6 +1,6 @@
 //! Search, insert, update and delete.
 
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::radix::header::MAX_PREFIX;
@@ -51,6 +51,8 @@ impl<V: Variant> SmartIndex<V> {
         let mut attempts = Attempts::new();
         loop {
             c.read(addr, &mut buf[..len]).await?;
+            // The checksum walks the leaf's body; its header is decoded.
+            c.compute(Work::BytesScanned, len as u64);
             if LeafView::decode(&buf[..len]).is_ok() {
                 break;
             }
@@ -122,6 +124,7 @@ impl<V: Variant> SmartIndex<V> {
     ) -> IndexResult<Option<Item>> {
         // Fast path: a leaf slot in the deepest cached copy.
         let w = self.cache.walk(self.root, ROOT_KIND, key);
+        c.compute(Work::CacheLookup, w.probes);
         if let Some((i, s)) = w.slot {
             if !s.is_frozen() && !s.is_tombstone() && matches!(s.child(), Some(Child::Leaf { .. }))
             {

@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 use std::ops::Range;
 
 use dmindex_fabric::verbs::MAX_BATCH;
-use dmindex_fabric::{BatchOp, Client, Transport};
+use dmindex_fabric::{BatchOp, Client, Transport, Work};
 use dmindex_index::{IndexResult, ScanBuf};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::doorbell;
@@ -219,6 +219,7 @@ impl<V: Variant> SmartIndex<V> {
         for s in slots {
             let buf = &bytes[at..at + len(s)];
             at += len(s);
+            c.compute(Work::BytesScanned, buf.len() as u64);
             let mut state = match LeafView::decode(buf) {
                 Ok(v) => match v.status.state() {
                     State::Moved(t) => State::Moved(t),

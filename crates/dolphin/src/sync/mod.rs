@@ -45,7 +45,7 @@
 //! A key occupies at most one slot per leaf epoch (the crate docs explain why), so the cell a
 //! reader finds for a key is that key's only cell in the leaf.
 
-use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::spear::{self, Held};
@@ -95,6 +95,8 @@ pub async fn read<'b, T: Transport>(
     let mut attempts = Attempts::new();
     loop {
         c.read(leaf, &mut buf[..shape.bytes]).await?;
+        // Every line's epoch and every cell's meta word are checked.
+        c.compute(Work::BytesScanned, shape.bytes as u64);
         match LeafImage::verify(shape, buf) {
             Ok(()) => return Ok(LeafImage::verified(shape, buf)),
             Err(Refused::Torn) => bump(&counters.torn_reads),
@@ -126,7 +128,22 @@ pub async fn read_whole<T: Transport>(
 /// The value of `key` in the leaf image, if live there; `None` when its multi-line cell was
 /// mid-write (READ again).
 pub fn search_image(img: &LeafImage<'_>, key: u64, out: &mut Vec<u8>) -> Option<bool> {
-    match img.find(key) {
+    value_at(img, img.find(key), out)
+}
+
+/// [`search_image`], the keys it compared reported to `c`.
+pub fn search_image_reported<T: Transport>(
+    c: &Client<T>,
+    img: &LeafImage<'_>,
+    key: u64,
+    out: &mut Vec<u8>,
+) -> Option<bool> {
+    value_at(img, img.find_reported(c, key), out)
+}
+
+/// The value in slot `found` of the image into `out`, as [`search_image`] answers.
+fn value_at(img: &LeafImage<'_>, found: Option<usize>, out: &mut Vec<u8>) -> Option<bool> {
+    match found {
         Some(j) if img.meta(j).state() == Some(State::Live) => {
             if !img.cell_whole(j) {
                 return None;
@@ -213,7 +230,9 @@ async fn enter<'b, T: Transport, R>(
     let word = leaf.add(SPEAR as u64);
     let entered =
         spear::enter_checked(c, word, leaf, &mut buf[..shape.bytes], check, || refused(leaf));
-    let Some((held, img)) = entered.await? else {
+    let entered = entered.await?;
+    c.compute(Work::BytesScanned, shape.bytes as u64);
+    let Some((held, img)) = entered else {
         bump(&counters.claimed);
         return Ok(Err(Write::Again));
     };
@@ -238,7 +257,7 @@ pub async fn upsert<T: Transport>(
         Err(w) => return Ok(w),
     };
     let nv = img.nv();
-    let mut slot = img.find(key);
+    let mut slot = img.find_reported(c, key);
     let mut from = 0;
     while slot.is_none() {
         let Some(j) = img.free_from(from) else { return Ok(Write::Full(held)) };
@@ -288,7 +307,7 @@ pub async fn update<T: Transport>(
         Ok(entered) => entered,
         Err(w) => return Ok(w),
     };
-    match img.find(key) {
+    match img.find_reported(c, key) {
         Some(j) if img.meta(j).state() == Some(State::Live) && shape.multi_line() => {
             match lock_cell(c, shape, leaf, j, img.meta(j), true).await? {
                 Locked::Held(was) => {
@@ -331,7 +350,9 @@ pub async fn delete<T: Transport>(
             Ok(entered) => entered,
             Err(w) => return Ok(w),
         };
-        let Some(j) = img.find(key).filter(|&j| img.meta(j).state() == Some(State::Live)) else {
+        let Some(j) =
+            img.find_reported(c, key).filter(|&j| img.meta(j).state() == Some(State::Live))
+        else {
             held.leave_now(c).await?;
             return Ok(Write::Done(false));
         };
