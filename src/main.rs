@@ -6,6 +6,7 @@ use clap::{CommandFactory, FromArgMatches, Subcommand};
 use dmindex_bench::limits;
 
 mod bench_cmd;
+mod cpu_costs;
 mod experiment_cmd;
 mod fabric_bench;
 #[cfg(test)]
@@ -40,6 +41,9 @@ enum Command {
     Memnode(memnode_cmd::Args),
     /// Measure the cost of each verb on the in-process (local) transport.
     FabricBench(fabric_bench::Args),
+    /// Nanoseconds per unit of each compute-side primitive an index reports (cache lookup, key
+    /// compare, key hash, byte scanned), measured with the indexes' own code on this machine.
+    CpuCosts(cpu_costs::Args),
     /// Nanoseconds per operation per thread of every index's operations on the in-process
     /// fabric, next to the verb floor.
     Perf(perf_cmd::Args),
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
         }
         Command::Memnode(args) => memnode_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::FabricBench(args) => fabric_bench::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::CpuCosts(args) => cpu_costs::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Perf(args) => perf_cmd::run(&args).map(|()| ExitCode::SUCCESS),
         Command::SimBench(args) => sim_bench::run(&args).map(|()| ExitCode::SUCCESS),
     };
