@@ -82,15 +82,16 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     if a.ops == 0 || a.runs == 0 || a.cache_entries == 0 {
         bail!("--ops, --runs and --cache-entries must be positive");
     }
-    let mut costs = Vec::new();
-    costs.push(node_cache(a));
-    costs.push(radix_cache(a));
-    costs.push(hotspot(a));
-    costs.push(sorted_leaf(a));
-    costs.push(hash(a, "hash_bytes_8", Some("key_hash"), |k| hash_bytes(&k.to_be_bytes())));
-    costs.push(hash(a, "hash_u64", None, hash_u64));
-    costs.push(internal_decode(a));
-    costs.push(leaf_checksum(a));
+    let costs = vec![
+        node_cache(a),
+        radix_cache(a),
+        hotspot(a),
+        sorted_leaf(a),
+        hash(a, "hash_bytes_8", Some("key_hash"), |k| hash_bytes(&k.to_be_bytes())),
+        hash(a, "hash_u64", None, hash_u64),
+        internal_decode(a),
+        leaf_checksum(a),
+    ];
     let report = Report {
         cpu: cpu_model(),
         ops: a.ops,

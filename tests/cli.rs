@@ -24,6 +24,24 @@ fn fabric_bench_prints_json_rows() {
 }
 
 #[test]
+fn cpu_costs_prints_every_kind_charged_once() {
+    let args = ["cpu-costs", "--ops", "20000", "--runs", "3", "--cache-entries", "2000", "--json"];
+    let out = dmindex(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let costs = v["costs"].as_array().unwrap();
+    let charged: Vec<&str> = costs.iter().filter_map(|c| c["charged_as"].as_str()).collect();
+    assert_eq!(charged, ["cache_lookup", "key_compare", "key_hash", "byte_scanned"]);
+    for c in costs {
+        assert_eq!(c["runs"].as_array().unwrap().len(), 3, "{c}");
+        assert!(c["ns_per_unit"].as_f64().unwrap() > 0.0, "{c}");
+    }
+    let out = dmindex(&["cpu-costs", "--runs", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be positive"));
+}
+
+#[test]
 fn bad_flags_exit_2_with_a_message() {
     let out = dmindex(&["fabric-bench", "--threads", "0"]);
     assert_eq!(out.status.code(), Some(2));

@@ -27,10 +27,11 @@ mod tests {
             let keys: Vec<usize> = (0..n).collect();
             for probe in [0, n / 3, n] {
                 let compared = std::cell::Cell::new(0u64);
-                keys.partition_point(|&k| {
+                let at = keys.partition_point(|&k| {
                     compared.set(compared.get() + 1);
                     k < probe
                 });
+                assert_eq!(at, probe.min(n));
                 assert_eq!(compared.get(), bisect_compares(n), "n {n} probe {probe}");
             }
         }
