@@ -237,7 +237,7 @@ fn radix_cache(a: &Args) -> Cost {
         })
         .collect();
     let root = addr(0, 0);
-    timed(a, "radix_cache_copy", None, "copy looked up", || {
+    timed(a, "radix_cache_copy", Some("radix_step"), "copy looked up", || {
         let mut probes = 0;
         for k in &walks {
             let w = cache.walk(root, Kind::N16, black_box(&k[..depth]));
@@ -259,7 +259,7 @@ fn hotspot(a: &Args) -> Cost {
         hs.touch(leaf_of(x), home, (home + i % 8) % LEAF_SPAN, x | 1);
     }
     let ks = keys(a.ops, u64::MAX, 3);
-    timed(a, "hotspot_buffer", None, "probe", || {
+    timed(a, "hotspot_buffer", Some("table_probe"), "probe", || {
         for &x in &ks {
             let home = (x >> 32) as usize % LEAF_SPAN;
             black_box(hs.best(leaf_of(x), home, black_box(x | 1)));

@@ -55,7 +55,7 @@ impl Dolphin {
     pub(crate) async fn route<T: Transport>(&self, c: &Client<T>, key: u64) -> IndexResult<Route> {
         let kb = key.to_be_bytes();
         let w = self.cache.walk_with(self.root, ROOT_KIND, &kb, Some(SPECIAL_DEPTH));
-        c.compute(Work::CacheLookup, w.probes);
+        c.compute(Work::RadixStep, w.probes);
         if let (Some(copy), Some((_, s))) = (&w.copy, w.slot) {
             if let (SPECIAL_DEPTH, Some(Child::Leaf { addr, .. })) =
                 (copy.header.depth as usize, s.child())

@@ -138,7 +138,7 @@ impl Dolphin {
     ) -> IndexResult<Option<Special>> {
         let kb = key.to_be_bytes();
         let w = self.cache.walk_with(self.root, ROOT_KIND, &kb, Some(SPECIAL_DEPTH));
-        c.compute(Work::CacheLookup, w.probes);
+        c.compute(Work::RadixStep, w.probes);
         if let Some(copy) = &w.copy {
             if copy.header.depth as usize == SPECIAL_DEPTH {
                 let img = Arc::clone(copy);

@@ -349,6 +349,8 @@ impl<T: Transport> Client<T> {
     pub fn compute(&self, work: crate::Work, count: u64) {
         let c = match work {
             crate::Work::CacheLookup => &self.stats.cache_lookups,
+            crate::Work::RadixStep => &self.stats.radix_steps,
+            crate::Work::TableProbe => &self.stats.table_probes,
             crate::Work::KeyCompare => &self.stats.keys_compared,
             crate::Work::KeyHash => &self.stats.keys_hashed,
             crate::Work::BytesScanned => &self.stats.bytes_scanned,

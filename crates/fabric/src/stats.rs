@@ -57,6 +57,12 @@ pub struct VerbCounts {
     /// Compute-side cache lookups the index reported ([`crate::Work::CacheLookup`]).
     #[serde(default)]
     pub cache_lookups: u64,
+    /// Radix-cache copies looked up ([`crate::Work::RadixStep`]).
+    #[serde(default)]
+    pub radix_steps: u64,
+    /// Directly indexed tables probed ([`crate::Work::TableProbe`]).
+    #[serde(default)]
+    pub table_probes: u64,
     /// Keys compared ([`crate::Work::KeyCompare`]).
     #[serde(default)]
     pub keys_compared: u64,
@@ -118,6 +124,8 @@ fieldwise!(
     bytes_allocated,
     pauses,
     cache_lookups,
+    radix_steps,
+    table_probes,
     keys_compared,
     keys_hashed,
     bytes_scanned
@@ -153,6 +161,8 @@ pub struct ClientStats {
     pub(crate) bytes_allocated: Cell<u64>,
     pub(crate) pauses: Cell<u64>,
     pub(crate) cache_lookups: Cell<u64>,
+    pub(crate) radix_steps: Cell<u64>,
+    pub(crate) table_probes: Cell<u64>,
     pub(crate) keys_compared: Cell<u64>,
     pub(crate) keys_hashed: Cell<u64>,
     pub(crate) bytes_scanned: Cell<u64>,

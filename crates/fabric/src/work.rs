@@ -15,9 +15,15 @@ use serde::{Deserialize, Serialize};
 /// One kind of compute-side CPU work, charged per unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Work {
-    /// One lookup in a compute-side cache (an index cache, a hotspot buffer, a directory
-    /// cache): a probe of an in-memory map or tree, including its misses.
+    /// One lookup in a compute-side index cache (B-link internal nodes): a probe of an
+    /// in-memory map of nodes and the routing inside the node found, including its misses.
     CacheLookup,
+    /// One cached radix-node copy looked up in a radix cache walk (SMART, Dolphin): a walk
+    /// pays one per level it descends in the cache.
+    RadixStep,
+    /// One probe of a directly indexed table (a hotspot buffer's set, a hash index's directory
+    /// or FPTable cache): a hash to a slot and the entries there.
+    TableProbe,
     /// One key compared with another (a slot of a leaf, an entry of a bucket or neighbourhood).
     KeyCompare,
     /// One key hashed (bucket, fingerprint, placement).
@@ -28,13 +34,21 @@ pub enum Work {
 
 impl Work {
     /// Every kind.
-    pub const ALL: [Work; 4] =
-        [Work::CacheLookup, Work::KeyCompare, Work::KeyHash, Work::BytesScanned];
+    pub const ALL: [Work; 6] = [
+        Work::CacheLookup,
+        Work::RadixStep,
+        Work::TableProbe,
+        Work::KeyCompare,
+        Work::KeyHash,
+        Work::BytesScanned,
+    ];
 
     /// A short name for reports and parameters.
     pub fn name(self) -> &'static str {
         match self {
             Work::CacheLookup => "cache_lookup",
+            Work::RadixStep => "radix_step",
+            Work::TableProbe => "table_probe",
             Work::KeyCompare => "key_compare",
             Work::KeyHash => "key_hash",
             Work::BytesScanned => "byte_scanned",

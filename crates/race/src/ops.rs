@@ -105,7 +105,7 @@ impl Race {
         reads: &mut u64,
         snap: &mut Snap,
     ) -> IndexResult<()> {
-        c.compute(Work::CacheLookup, 1);
+        c.compute(Work::TableProbe, 1);
         let mut entry = self.cached(h.h1);
         let mut attempts = Attempts::new();
         loop {

@@ -55,8 +55,8 @@ impl SepHash {
         let mut dir_read = false;
         let mut attempts = Attempts::new();
         loop {
-            // The directory cache, then the segment's FPTable: a lookup each.
-            c.compute(Work::CacheLookup, 1);
+            // The directory cache, then the segment's FPTable: a table probe each.
+            c.compute(Work::TableProbe, 1);
             let Some(seg) = self.cache.locate(kh.h) else {
                 if dir_read {
                     return Err(IndexError::Corrupt(format!(
@@ -68,7 +68,7 @@ impl SepHash {
                 dir_read = true;
                 continue;
             };
-            c.compute(Work::CacheLookup, 1);
+            c.compute(Work::TableProbe, 1);
             if let Some((mut main, offset)) = self.cache.main_range(seg, kh.fp()) {
                 if !self.shape.fptable {
                     (main.lo, main.hi) = (0, main.entries);

@@ -11,7 +11,7 @@ use dmindex_sephash::SepHash;
 const N: u64 = 3000;
 
 #[test]
-fn a_search_reports_one_hash_and_two_cache_lookups() {
+fn a_search_reports_one_hash_and_two_table_probes() {
     let f = LocalFabric::new(LocalConfig::default()).unwrap();
     let c = f.client(0).unwrap();
     run_tasks([async {
@@ -27,7 +27,7 @@ fn a_search_reports_one_hash_and_two_cache_lookups() {
             let got = idx.search(&c, &k.to_be_bytes()).await.unwrap();
             let d = c.counts() - before;
             assert_eq!(got.is_some(), k < N);
-            assert_eq!((d.keys_hashed, d.cache_lookups), (1, 2), "key {k}: {d:?}");
+            assert_eq!((d.keys_hashed, d.table_probes), (1, 2), "key {k}: {d:?}");
             // The block that holds a present key had its key compared, at the least.
             assert!(k >= N || d.keys_compared >= 1, "key {k}: {d:?}");
             assert!(d.bytes_scanned > 0 && d.bytes_scanned <= d.bytes_read, "key {k}: {d:?}");

@@ -50,6 +50,10 @@ pub struct NetParams {
     pub cn_cores: usize,
     /// Client CPU time of one compute-side cache lookup (`Work::CacheLookup`).
     pub cache_lookup_ns: f64,
+    /// Client CPU time of one radix-cache copy looked up (`Work::RadixStep`).
+    pub radix_step_ns: f64,
+    /// Client CPU time of one probe of a directly indexed table (`Work::TableProbe`).
+    pub table_probe_ns: f64,
     /// Client CPU time of one key compared (`Work::KeyCompare`).
     pub key_compare_ns: f64,
     /// Client CPU time of one key hashed (`Work::KeyHash`).
@@ -82,7 +86,7 @@ impl NetParams {
     }
 
     /// Every parameter by name, in [`RANGES`] order.
-    fn fields(&mut self) -> [(&'static str, Field<'_>); 24] {
+    fn fields(&mut self) -> [(&'static str, Field<'_>); 26] {
         use Field::{Count, Int, Real};
         [
             ("one_way_ns", Int(&mut self.one_way_ns)),
@@ -103,6 +107,8 @@ impl NetParams {
             ("poll_ns", Int(&mut self.poll_ns)),
             ("cn_cores", Count(&mut self.cn_cores)),
             ("cache_lookup_ns", Real(&mut self.cache_lookup_ns)),
+            ("radix_step_ns", Real(&mut self.radix_step_ns)),
+            ("table_probe_ns", Real(&mut self.table_probe_ns)),
             ("key_compare_ns", Real(&mut self.key_compare_ns)),
             ("key_hash_ns", Real(&mut self.key_hash_ns)),
             ("byte_scanned_ns", Real(&mut self.byte_scanned_ns)),
@@ -220,7 +226,7 @@ pub(crate) fn rate_ps(mops: f64) -> u64 {
 /// slow WAN to a fabric far faster than today's, and narrow enough that no run's virtual time
 /// (picoseconds in a `u64`: 213 days) can overflow — the slowest verb at these bounds takes
 /// about a second.
-pub const RANGES: [(&str, f64, f64, &str); 24] = [
+pub const RANGES: [(&str, f64, f64, &str); 26] = [
     ("one_way_ns", 0.0, 1e9, "ns one way"),
     ("jitter_ns", 0.0, 1e9, "ns"),
     ("link_gbps", 1e-3, 1e4, "Gbit/s per link"),
@@ -239,6 +245,8 @@ pub const RANGES: [(&str, f64, f64, &str); 24] = [
     ("poll_ns", 0.0, 1e9, "ns of CPU per completion"),
     ("cn_cores", 0.0, 1e6, "cores per compute node (0: one per thread)"),
     ("cache_lookup_ns", 0.0, 1e6, "ns of CPU per cache lookup"),
+    ("radix_step_ns", 0.0, 1e6, "ns of CPU per radix-cache copy looked up"),
+    ("table_probe_ns", 0.0, 1e6, "ns of CPU per table probe"),
     ("key_compare_ns", 0.0, 1e6, "ns of CPU per key compared"),
     ("key_hash_ns", 0.0, 1e6, "ns of CPU per key hashed"),
     ("byte_scanned_ns", 0.0, 1e3, "ns of CPU per byte scanned"),

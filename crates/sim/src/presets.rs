@@ -96,6 +96,15 @@ pub(crate) fn named(name: &str) -> Option<NetParams> {
 pub const CACHE_LOOKUP_NS: f64 = 250.0;
 /// One cache lookup in a cache of ≈ 400 k nodes (the Dolphin paper's).
 pub const LARGE_CACHE_LOOKUP_NS: f64 = 880.0;
+/// One radix-cache copy looked up, in a cache of ≈ 25 k copies (101–124 ns).
+pub const RADIX_STEP_NS: f64 = 110.0;
+/// One radix-cache copy looked up in a cache of the Dolphin paper's size (≈ 400 k: 336 ns).
+pub const LARGE_RADIX_STEP_NS: f64 = 336.0;
+/// One probe of a directly indexed table (CHIME's hotspot buffer at its size beside a
+/// 25 k-node cache: 95–97 ns).
+pub const TABLE_PROBE_NS: f64 = 96.0;
+/// One table probe beside caches of the Dolphin paper's size (140 ns).
+pub const LARGE_TABLE_PROBE_NS: f64 = 140.0;
 /// One key compared in a sorted leaf.
 pub const KEY_COMPARE_NS: f64 = 8.0;
 /// One 8-byte key hashed.
@@ -125,6 +134,8 @@ impl NetParams {
             poll_ns: 100,
             cn_cores: 0,
             cache_lookup_ns: CACHE_LOOKUP_NS,
+            radix_step_ns: RADIX_STEP_NS,
+            table_probe_ns: TABLE_PROBE_NS,
             key_compare_ns: KEY_COMPARE_NS,
             key_hash_ns: KEY_HASH_NS,
             byte_scanned_ns: BYTE_SCANNED_NS,
@@ -156,6 +167,8 @@ impl NetParams {
         NetParams {
             cn_cores: 20,
             cache_lookup_ns: LARGE_CACHE_LOOKUP_NS,
+            radix_step_ns: LARGE_RADIX_STEP_NS,
+            table_probe_ns: LARGE_TABLE_PROBE_NS,
             ..NetParams::sephash_testbed()
         }
     }
@@ -194,6 +207,8 @@ impl NetParams {
             poll_ns: 0,
             cn_cores: 0,
             cache_lookup_ns: 0.0,
+            radix_step_ns: 0.0,
+            table_probe_ns: 0.0,
             key_compare_ns: 0.0,
             key_hash_ns: 0.0,
             byte_scanned_ns: 0.0,

@@ -124,7 +124,7 @@ impl<V: Variant> SmartIndex<V> {
     ) -> IndexResult<Option<Item>> {
         // Fast path: a leaf slot in the deepest cached copy.
         let w = self.cache.walk(self.root, ROOT_KIND, key);
-        c.compute(Work::CacheLookup, w.probes);
+        c.compute(Work::RadixStep, w.probes);
         if let Some((i, s)) = w.slot {
             if !s.is_frozen() && !s.is_tombstone() && matches!(s.child(), Some(Child::Leaf { .. }))
             {

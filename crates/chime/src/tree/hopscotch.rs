@@ -89,14 +89,14 @@ impl Tree {
         nb: &mut Neighbourhood<'t>,
     ) -> IndexResult<Option<SlotValue>> {
         // Each probe of the hotspot buffer (the lookup, then the hit's touch or the miss's
-        // forget) is one cache lookup; the entry READ is one key compared.
-        c.compute(Work::CacheLookup, 1);
+        // forget) is one table probe; the entry READ is one key compared.
+        c.compute(Work::TableProbe, 1);
         let Some(slot) = hs.best(leaf, h, k) else {
             return Ok(None);
         };
         hs.attempts.bump(c.ordinal());
         let read = self.read_entry(c, leaf, slot, nb).await?;
-        c.compute(Work::CacheLookup, 1);
+        c.compute(Work::TableProbe, 1);
         if read && {
             c.compute(Work::KeyCompare, 1);
             nb.key(slot) == k
@@ -142,7 +142,7 @@ impl Tree {
                 };
                 if let Some(i) = found {
                     if let Some(hs) = &self.hotspots {
-                        c.compute(Work::CacheLookup, 1);
+                        c.compute(Work::TableProbe, 1);
                         hs.touch(cur, h, i, k);
                     }
                     return Ok(Some(SlotValue(buf.value(i))));
@@ -308,7 +308,7 @@ impl Tree {
                 };
                 if let Some(i) = found {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
-                        c.compute(Work::CacheLookup, 1);
+                        c.compute(Work::TableProbe, 1);
                         hs.touch(cur, h, i, k);
                     }
                     match v {

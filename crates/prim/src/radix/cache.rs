@@ -55,7 +55,7 @@ pub struct Walk {
     /// depth (`None` at the root).
     pub link: Option<CachedLink>,
     /// Copies looked up in the map on the way, the miss that ended the walk included: each
-    /// is one [`dmindex_fabric::Work::CacheLookup`] (SMART pays one per level a key descends).
+    /// is one [`dmindex_fabric::Work::RadixStep`] (SMART pays one per level a key descends).
     pub probes: u64,
 }
 

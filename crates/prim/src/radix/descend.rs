@@ -155,7 +155,7 @@ impl Tree<'_> {
         'restart: loop {
             let (mut node, mut kind, mut link, mut trusted, mut parent) = if use_cache {
                 let w = self.cache.walk_with(self.root, self.root_kind, key, self.floor_depth);
-                c.compute(Work::CacheLookup, w.probes);
+                c.compute(Work::RadixStep, w.probes);
                 let link = w.link.map(|l| Link { slot: l.slot, word: l.word, depth: l.depth });
                 (w.node, w.kind, link, w.link.is_none(), w.link.map(|l| l.parent))
             } else {

@@ -33,6 +33,8 @@ impl World {
         use dmindex_fabric::Work;
         let ns = match work {
             Work::CacheLookup => self.net.cache_lookup_ns,
+            Work::RadixStep => self.net.radix_step_ns,
+            Work::TableProbe => self.net.table_probe_ns,
             Work::KeyCompare => self.net.key_compare_ns,
             Work::KeyHash => self.net.key_hash_ns,
             Work::BytesScanned => self.net.byte_scanned_ns,
