@@ -26,7 +26,7 @@ use dmindex_chime::hotspot::Hotspots;
 use dmindex_chime::layout::{LeafKind, LeafLayout};
 use dmindex_chime::leaf::LeafBuf;
 use dmindex_chime::view::LeafView;
-use dmindex_fabric::GlobalAddr;
+use dmindex_fabric::{GlobalAddr, Work};
 use dmindex_index::IndexConfig;
 use dmindex_prim::blink::{Internal, InternalLayout, NodeCache, Routes};
 use dmindex_prim::hash::{hash_bytes, hash_u64, mix64};
@@ -87,7 +87,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         radix_cache(a),
         hotspot(a),
         sorted_leaf(a),
-        hash(a, "hash_bytes_8", Some("key_hash"), |k| hash_bytes(&k.to_be_bytes())),
+        hash(a, "hash_bytes_8", Some(Work::KeyHash.name()), |k| hash_bytes(&k.to_be_bytes())),
         hash(a, "hash_u64", None, hash_u64),
         internal_decode(a),
         leaf_checksum(a),
@@ -182,7 +182,7 @@ fn node_cache(a: &Args) -> Cost {
         cache.insert(GlobalAddr::new(1, (i + 1) * 4096), node);
     }
     let ks = keys(a.ops, a.cache_entries * WIDTH, 1);
-    timed(a, "blink_node_cache", Some("cache_lookup"), "lookup", || {
+    timed(a, "blink_node_cache", Some(Work::CacheLookup.name()), "lookup", || {
         for &k in &ks {
             black_box(cache.with(1, &black_box(k), |p| p.node.child_for(k).0));
         }
@@ -237,7 +237,7 @@ fn radix_cache(a: &Args) -> Cost {
         })
         .collect();
     let root = addr(0, 0);
-    timed(a, "radix_cache_copy", Some("radix_step"), "copy looked up", || {
+    timed(a, "radix_cache_copy", Some(Work::RadixStep.name()), "copy looked up", || {
         let mut probes = 0;
         for k in &walks {
             let w = cache.walk(root, Kind::N16, black_box(&k[..depth]));
@@ -259,7 +259,7 @@ fn hotspot(a: &Args) -> Cost {
         hs.touch(leaf_of(x), home, (home + i % 8) % LEAF_SPAN, x | 1);
     }
     let ks = keys(a.ops, u64::MAX, 3);
-    timed(a, "hotspot_buffer", Some("table_probe"), "probe", || {
+    timed(a, "hotspot_buffer", Some(Work::TableProbe.name()), "probe", || {
         for &x in &ks {
             let home = (x >> 32) as usize % LEAF_SPAN;
             black_box(hs.best(leaf_of(x), home, black_box(x | 1)));
@@ -284,7 +284,7 @@ fn sorted_leaf(a: &Args) -> Cost {
         .collect();
     let total = (LEAVES * LEAF_SPAN) as u64;
     let ks = keys(a.ops / 6, total, 4);
-    timed(a, "sorted_leaf_search", Some("key_compare"), "key compared", || {
+    timed(a, "sorted_leaf_search", Some(Work::KeyCompare.name()), "key compared", || {
         let mut compared = 0;
         for &x in &ks {
             let leaf = &leaves[(x / LEAF_SPAN as u64) as usize];
@@ -331,7 +331,7 @@ fn internal_decode(a: &Args) -> Cost {
         })
         .collect();
     let n = (a.ops / l.physical() as u64).max(1);
-    timed(a, "internal_node_decode", Some("byte_scanned"), "byte", || {
+    timed(a, "internal_node_decode", Some(Work::BytesScanned.name()), "byte", || {
         for i in 0..n {
             let img = &images[(i % images.len() as u64) as usize];
             black_box(Internal::decode(&l, black_box(img)).is_ok());

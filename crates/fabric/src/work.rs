@@ -33,16 +33,6 @@ pub enum Work {
 }
 
 impl Work {
-    /// Every kind.
-    pub const ALL: [Work; 6] = [
-        Work::CacheLookup,
-        Work::RadixStep,
-        Work::TableProbe,
-        Work::KeyCompare,
-        Work::KeyHash,
-        Work::BytesScanned,
-    ];
-
     /// A short name for reports and parameters.
     pub fn name(self) -> &'static str {
         match self {
