@@ -28,6 +28,10 @@
 //! | `same_addr_atomic_ns` | 490 | atomics on one word in host memory: 2.04 M CAS/s on a ConnectX-6 (a microbenchmark published with public DM code, weakly sourced; its 8.65 M/s on the NIC's on-chip memory matches the ≈ 4× gap Sherman (SIGMOD '22) reports between the two) |
 //! | `atomic_mops` | 40 | *assumed*: no measurement of atomics on distinct words for ConnectX-5/6 was found. The SepHash paper says CAS has a lower ceiling than READ and WRITE (§5.6.3). Its effect is reported with the SepHash figures |
 //!
+//! | `rpc_ns` | 1500 | *assumed*: one two-sided request served by a memory node's single wimpy core (the CHIME and SepHash papers limit the MN to one core and give no per-request figure). It prices only chunk allocation there, never an index operation; HiStore's servers use eRPC's measured 100 ns instead |
+//! | `mn_cores` | 1 | the papers' memory nodes: "1 CPU core" (CHIME §5), "limited to a single CPU core" (SepHash §5.1) |
+//! | `jitter_ns` | 40 | not a hardware figure: a uniform 0–40 ns one-way noise so that seeds explore different interleavings; it moves an idle round trip by 20 ns on average |
+//!
 //! PCIe (Neugebauer et al., "Understanding PCIe performance for end host networking",
 //! SIGCOMM '18, and the PCIe specification): 24 bytes of framing, DLL and header per TLP with a
 //! 64-bit address (`pcie_tlp_bytes`), 256-byte max payload as ConnectX-5/6 hosts configure it
