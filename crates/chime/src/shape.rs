@@ -52,6 +52,9 @@ const OPTIONS: Options = Options {
         Opt::number("internal_span", &[], 4..=1024),
         // At most 16 TiB: a larger budget would wrap its byte count.
         Opt::number("hotspot_mb", &[], 0..=1 << 24),
+        // The same in KiB, for a buffer scaled down with the items (30 MB at 60 M items is
+        // 100 KiB at 200 k).
+        Opt::number("hotspot_kb", &[], 0..=1 << 34),
         Opt::flag(FACTORS[0], &[]),
         Opt::flag(FACTORS[1], &["vacancy"]),
         Opt::flag(FACTORS[2], &["replication"]),
@@ -82,8 +85,9 @@ impl ChimeShape {
                 "span" => shape.span = n,
                 "h" => shape.h = n,
                 "internal_span" => shape.internal_span = n,
-                "hotspot_mb" => {
-                    shape.hotspot_bytes = Some(n as u64 * MIB);
+                "hotspot_mb" | "hotspot_kb" => {
+                    let unit = if name == "hotspot_mb" { MIB } else { 1024 };
+                    shape.hotspot_bytes = Some(n as u64 * unit);
                     f[4] = Some(f[4].unwrap_or(true) && n > 0);
                 }
                 factor => {

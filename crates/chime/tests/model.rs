@@ -353,6 +353,12 @@ fn bad_options_are_refused_naming_them() {
     assert!(shape(&[("hotspot_mb", "1")]).speculative);
     assert!(!shape(&[("speculative", "0"), ("hotspot_mb", "1")]).speculative);
     assert!(shape(&[("hotspot_mb", "0"), ("speculative", "1")]).speculative);
+    // hotspot_kb sizes it in KiB (a buffer scaled down with the items), with the same rule.
+    let kb = shape(&[("hotspot_kb", "100")]);
+    assert!(kb.speculative);
+    assert_eq!(kb.hotspot_bytes, Some(100 << 10));
+    assert_eq!(shape(&[("hotspot_mb", "3"), ("hotspot_kb", "7")]).hotspot_bytes, Some(7 << 10));
+    assert!(!shape(&[("hotspot_kb", "0")]).speculative);
 }
 
 /// Running out of remote memory mid-split is an error, and leaves every node unlocked: the
