@@ -85,6 +85,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             for e in p.experiments {
                 println!("  {:<22} {}", format!("{}/{}", p.name, e.name), e.figure);
             }
+            if !p.lines.is_empty() {
+                println!("  the systems as the paper ran them:");
+                for row in p.lines_table().lines() {
+                    println!("  {row}");
+                }
+            }
         }
         return Ok(());
     }

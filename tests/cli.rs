@@ -644,6 +644,8 @@ fn experiment_writes_json_and_svg_and_refuses_unknown_names() {
     for name in ["load-factor", "ycsb", "factors", "speculative", "span", "hotspot"] {
         assert!(list.contains(name), "{list}");
     }
+    // Which variant each figure ran is listed with its options.
+    assert!(list.contains("| CHIME | `chime` | `speculative=1`, `hotspot_kb` = 30720"), "{list}");
     let dir = std::env::temp_dir().join(format!("dmindex-exp-{}", std::process::id()));
     let d = dir.to_str().unwrap();
     let out = dmindex(&[

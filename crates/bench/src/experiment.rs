@@ -27,7 +27,51 @@ pub struct Paper {
     pub scale: fn() -> Scale,
     /// What `Scale::clients` and `Scale::cns` mean in this paper's sweeps (for `--list`).
     pub clients_mean: &'static str,
+    /// Items the paper loads: what [`Line::scaled`] options are given for.
+    pub items: u64,
+    /// The systems its figures compare, each as the paper ran it.
+    pub lines: &'static [Line],
     pub experiments: &'static [Experiment],
+}
+
+/// One system of a paper's figures, as the paper ran it: the catalog index and the options
+/// that make it the paper's variant. Experiments build their runs from these
+/// ([`Session::as_paper`]), so which variant a figure measured is data, printed by
+/// `dmindex experiment --list` and in each paper's docs page ([`Paper::lines_table`]).
+pub struct Line {
+    /// The paper's name for it, as its legends say.
+    pub label: &'static str,
+    /// The catalog index.
+    pub index: &'static str,
+    /// Options as the paper ran it (`--option name=value`).
+    pub options: &'static [(&'static str, &'static str)],
+    /// An option the paper sets for its own item count, as (name, value at [`Paper::items`]):
+    /// a run gets the value times its items over the paper's, rounded, at least 1, so that it
+    /// covers the same share of the keys (CHIME's hotspot buffer).
+    pub scaled: Option<(&'static str, f64)>,
+    /// Why this variant, in one sentence.
+    pub why: &'static str,
+}
+
+impl Line {
+    /// Its options for a run of `items` items on a paper of `paper_items`.
+    pub fn options_at(&self, items: u64, paper_items: u64) -> Vec<(String, String)> {
+        let mut o = opts(self.options);
+        if let Some((k, v)) = self.scaled {
+            let n = (v * items as f64 / paper_items as f64).round().max(1.0) as u64;
+            o.push((k.to_string(), n.to_string()));
+        }
+        o
+    }
+}
+
+/// `n` as the papers write counts: 60 M, 200 k.
+fn count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{} M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{} k", n / 1_000),
+        n => n.to_string(),
+    }
 }
 
 impl Paper {
@@ -41,6 +85,20 @@ impl Paper {
                 known.join(", ")
             )
         })
+    }
+
+    /// The Markdown table of its lines, as each paper's docs page shows it.
+    pub fn lines_table(&self) -> String {
+        let mut t = String::from("| line | index | options | why |\n|---|---|---|---|\n");
+        for l in self.lines {
+            let mut o: Vec<String> = l.options.iter().map(|(k, v)| format!("`{k}={v}`")).collect();
+            if let Some((k, v)) = l.scaled {
+                o.push(format!("`{k}` = {v} at {} items, scaled by items", count(self.items)));
+            }
+            let o = if o.is_empty() { "—".to_string() } else { o.join(", ") };
+            t.push_str(&format!("| {} | `{}` | {o} | {} |\n", l.label, l.index, l.why));
+        }
+        t
     }
 }
 
@@ -172,6 +230,8 @@ pub struct Session<'a> {
     charts: Vec<(String, Chart)>,
     name: &'a str,
     testbed: &'a str,
+    /// The paper's lines and item count, for [`Session::as_paper`].
+    lines: (&'a [Line], u64),
     runner: Runner<'a>,
     log: &'a mut dyn FnMut(&str),
 }
@@ -208,6 +268,19 @@ impl<'a> Session<'a> {
             (scale.items, Some(scale.ops), scale.seed, scale.fast_load);
         // YCSB E scans dense integer keys (as the papers' traces).
         c.keys.ordered = workload == "e";
+        c
+    }
+
+    /// [`Session::base`] for `index` as the paper ran it: the options of the paper's line for
+    /// that index, scaled options at this scale's items. An index the paper's table does not
+    /// have is a bug of the table (its tests run every experiment's configurations).
+    pub fn as_paper(&self, index: &str, workload: &str) -> BenchConfig {
+        let (lines, paper_items) = self.lines;
+        let Some(l) = lines.iter().find(|l| l.index == index) else {
+            panic!("the paper's table has no line for index '{index}'");
+        };
+        let mut c = self.base(index, workload);
+        c.index.options = l.options_at(self.scale.items, paper_items);
         c
     }
 
@@ -284,7 +357,7 @@ impl<'a> Session<'a> {
     /// A session outside [`run_experiment`], for testing what a paper's bodies configure.
     pub fn for_test(
         scale: &'a Scale,
-        testbed: &'a str,
+        paper: &'a Paper,
         runner: Runner<'a>,
         log: &'a mut dyn FnMut(&str),
     ) -> Session<'a> {
@@ -294,7 +367,8 @@ impl<'a> Session<'a> {
             points: Vec::new(),
             charts: Vec::new(),
             name: "test",
-            testbed,
+            testbed: paper.testbed,
+            lines: (paper.lines, paper.items),
             runner,
             log,
         }
@@ -379,6 +453,7 @@ pub fn run_experiment(
         charts: Vec::new(),
         name,
         testbed: paper.testbed,
+        lines: (paper.lines, paper.items),
         runner,
         log: &mut log,
     };

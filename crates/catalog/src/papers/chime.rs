@@ -8,7 +8,8 @@
 //! fraction caches the same fraction of its inner nodes ([`smart_cache`]).
 
 use dmindex_bench::experiment::{
-    cache_mb, chart, curves, lines, mops, opts, reads, stat, Experiment, Paper, Run, Scale, Session,
+    cache_mb, chart, curves, lines, mops, opts, reads, stat, Experiment, Line, Paper, Run, Scale,
+    Session,
 };
 use dmindex_bench::{BenchConfig, BenchReport};
 
@@ -18,6 +19,39 @@ pub static PAPER: Paper = Paper {
     testbed: "chime-testbed",
     scale: Scale::default,
     clients_mean: "clients per CN on each of --cns CNs",
+    items: 60_000_000,
+    lines: &[
+        Line {
+            label: "CHIME",
+            index: "chime",
+            options: &[("speculative", "1")],
+            scaled: Some(("hotspot_kb", 30.0 * 1024.0)),
+            why: "the paper's Fig. 12 CHIME: speculative reads on, its scripts' 30 MB hotspot \
+                  buffer (of 100 MB cache) at 60 M items, here the same share of the keys",
+        },
+        Line {
+            label: "Sherman",
+            index: "sherman",
+            options: &[],
+            scaled: None,
+            why: "CHIME's enhanced Sherman (per-entry internal-node cache, RDWC), the one its \
+                  figures measure",
+        },
+        Line {
+            label: "SMART",
+            index: "smart",
+            options: &[],
+            scaled: None,
+            why: "radix cache within the CN budget, scaled by items (its need grows with them)",
+        },
+        Line {
+            label: "SMART-Opt",
+            index: "smart-opt",
+            options: &[],
+            scaled: None,
+            why: "SMART with an unlimited radix cache, the paper's upper bound",
+        },
+    ],
     experiments: &[
         Experiment {
             name: "load-factor",
@@ -76,10 +110,11 @@ fn smart_cache(s: &Session<'_>, paper_mb: f64) -> f64 {
     paper_mb * s.scale.items as f64 / PAPER_ITEMS
 }
 
-/// A run of `index` whose cache budget stands for `paper_mb` at 60 M items (SMART's; CHIME's
-/// and Sherman's caches fit either way at both scales, so they keep the paper's budget).
+/// A run of `index` as the paper ran it ([`PAPER`]'s lines) whose cache budget stands for
+/// `paper_mb` at 60 M items (SMART's; CHIME's and Sherman's caches fit either way at both
+/// scales, so they keep the paper's budget).
 fn with_cache(s: &Session<'_>, index: &str, workload: &str, paper_mb: f64) -> BenchConfig {
-    let mut c = s.base(index, workload);
+    let mut c = s.as_paper(index, workload);
     if index.starts_with("smart") {
         c.cluster.cache_mb = smart_cache(s, paper_mb);
     } else {
@@ -181,12 +216,21 @@ fn cache(s: &mut Session<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The hotspot buffer `paper_mb` MB stands for at 60 M items, in KiB at this scale's items.
+fn hotspot_kb(s: &Session<'_>, paper_mb: f64) -> String {
+    ((paper_mb * 1024.0 * s.scale.items as f64 / PAPER_ITEMS).round() as u64).to_string()
+}
+
 fn factors(s: &mut Session<'_>) -> anyhow::Result<()> {
     let steps = staircase();
     for w in s.workloads(&WORKLOADS) {
         for (i, (label, o)) in steps.iter().enumerate() {
-            let mut c = s.base("sherman", w);
-            c.index.options = o.clone();
+            let mut c = s.as_paper("sherman", w);
+            c.index.options.extend(o.iter().cloned());
+            // Speculative reads with the paper's 30 MB buffer, as the paper's CHIME line.
+            if o.iter().any(|(k, v)| k == "speculative" && v == "1") {
+                c.index.options.push(("hotspot_kb".into(), hotspot_kb(s, 30.0)));
+            }
             let line = format!("YCSB {}", w.to_uppercase());
             // One line per workload across the steps.
             let run = s.go(&format!("{line} {label}"), i as f64, c)?;
@@ -206,9 +250,9 @@ fn speculative(s: &mut Session<'_>) -> anyhow::Result<()> {
     cl.extend([96, 128].into_iter().filter(|c| !s.scale.clients.contains(c)));
     for (series, spec) in [("CHIME without SR", "0"), ("CHIME", "1")] {
         for &n in &cl {
-            let mut c = s.base("chime", "c");
+            let mut c = s.as_paper("chime", "c");
             c.cluster.clients = n;
-            c.index.options = opts(&[("speculative", spec)]);
+            c.index.options.push(("speculative".into(), spec.into()));
             s.go(series, n as f64, c)?;
         }
     }
@@ -223,8 +267,8 @@ fn speculative(s: &mut Session<'_>) -> anyhow::Result<()> {
 fn span(s: &mut Session<'_>) -> anyhow::Result<()> {
     for index in ["chime", "sherman"] {
         for span in [16usize, 32, 64, 128, 256] {
-            let mut c = s.base(index, "c");
-            c.index.options = opts(&[("span", &span.to_string())]);
+            let mut c = s.as_paper(index, "c");
+            c.index.options.push(("span".into(), span.to_string()));
             s.go(index, span as f64, c)?;
         }
     }
@@ -249,8 +293,8 @@ fn span(s: &mut Session<'_>) -> anyhow::Result<()> {
 
 fn neighbourhood(s: &mut Session<'_>) -> anyhow::Result<()> {
     for h in [2usize, 4, 8, 16] {
-        let mut c = s.base("chime", "c");
-        c.index.options = opts(&[("h", &h.to_string())]);
+        let mut c = s.as_paper("chime", "c");
+        c.index.options.push(("h".into(), h.to_string()));
         s.go("chime", h as f64, c)?;
     }
     let (tput, cache, lf) =
@@ -272,8 +316,9 @@ fn neighbourhood(s: &mut Session<'_>) -> anyhow::Result<()> {
 
 fn hotspot(s: &mut Session<'_>) -> anyhow::Result<()> {
     for mb in [0u64, 10, 30, 50] {
-        let mut c = s.base("chime", "c");
-        c.index.options = opts(&[("hotspot_mb", &mb.to_string())]);
+        let mut c = s.as_paper("chime", "c");
+        // The paper's MB at 60 M items, as the same share of the keys here.
+        c.index.options.push(("hotspot_kb".into(), hotspot_kb(s, mb as f64)));
         c.output.key_reuse = true;
         s.go("chime", mb as f64, c)?;
     }
@@ -369,9 +414,23 @@ mod tests {
         let scale = Scale { items: 600_000, ..Scale::default() };
         let mut log = |_: &str| {};
         let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-        let s = Session::for_test(&scale, "chime-testbed", &runner, &mut log);
+        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
         assert!((with_cache(&s, "smart", "c", 100.0).cluster.cache_mb - 1.0).abs() < 1e-9);
         assert!((with_cache(&s, "smart-opt", "c", 600.0).cluster.cache_mb - 6.0).abs() < 1e-9);
         assert_eq!(with_cache(&s, "chime", "c", 100.0).cluster.cache_mb, 100.0);
+    }
+
+    /// Fig. 12's CHIME is the paper's: speculative reads with its 30 MB buffer at 60 M items,
+    /// scaled to the same share of the keys (600 k items: 307 KiB); Sherman has no options.
+    #[test]
+    fn the_paper_s_chime_has_speculative_reads_and_a_scaled_buffer() {
+        let scale = Scale { items: 600_000, ..Scale::default() };
+        let mut log = |_: &str| {};
+        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
+        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+        let chime = with_cache(&s, "chime", "c", 100.0).index.options;
+        assert_eq!(chime, opts(&[("speculative", "1"), ("hotspot_kb", "307")]));
+        assert!(with_cache(&s, "sherman", "c", 100.0).index.options.is_empty());
+        assert_eq!(hotspot_kb(&s, 30.0), "307");
     }
 }

@@ -9,7 +9,9 @@
 //! ([`budget`]), so each index
 //! keeps the same fraction of what it would cache at the paper's scale.
 
-use dmindex_bench::experiment::{cache_mb, chart, lines, mops, Experiment, Paper, Scale, Session};
+use dmindex_bench::experiment::{
+    cache_mb, chart, lines, mops, Experiment, Line, Paper, Scale, Session,
+};
 use dmindex_bench::{BenchConfig, BenchReport};
 
 pub static PAPER: Paper = Paper {
@@ -18,6 +20,45 @@ pub static PAPER: Paper = Paper {
     testbed: "dolphin-testbed",
     scale,
     clients_mean: "client threads per CN (the paper: 18 on each of 4 CNs)",
+    items: 512_000_000,
+    lines: &[
+        Line {
+            label: "Dolphin",
+            index: "dolphin",
+            options: &[],
+            scaled: None,
+            why: "the paper's Dolphin: radix inner nodes, B+ leaves, Spear, MS-RNIC writes",
+        },
+        Line {
+            label: "Sherman",
+            index: "sherman",
+            options: &[],
+            scaled: None,
+            why: "Sherman with CHIME's per-entry internal-node cache (the paper's original \
+                  Sherman caches whole 1 KB internal pages)",
+        },
+        Line {
+            label: "Marlin",
+            index: "marlin",
+            options: &[],
+            scaled: None,
+            why: "the paper's B-link baseline, unsorted {key, item pointer} leaves",
+        },
+        Line {
+            label: "SMART",
+            index: "smart",
+            options: &[],
+            scaled: None,
+            why: "radix cache within the paper's budgets, scaled by items",
+        },
+        Line {
+            label: "SMART-Opt",
+            index: "smart-opt",
+            options: &[],
+            scaled: None,
+            why: "SMART with an unlimited radix cache, for Table II's cache need",
+        },
+    ],
     experiments: &[
         Experiment {
             name: "rtt",
@@ -85,7 +126,7 @@ fn budget(s: &Session<'_>, paper_mb: f64) -> f64 {
 /// A run of `index` on `workload` as the paper runs it: folded keys, 4 memory nodes, the
 /// paper's 2000 MB cache (scaled) unless a figure says otherwise.
 fn base(s: &Session<'_>, index: &str, workload: &str) -> BenchConfig {
-    let mut c = s.base(index, workload);
+    let mut c = s.as_paper(index, workload);
     (c.keys.ordered, c.keys.folded) = (false, true);
     c.cluster.memory_nodes = Some(MEMORY_NODES);
     c.cluster.cache_mb = budget(s, 2000.0);
@@ -297,7 +338,7 @@ mod tests {
         let scale = scale();
         let mut log = |_: &str| {};
         let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { anyhow::bail!("not run") };
-        let s = Session::for_test(&scale, "dolphin-testbed", &runner, &mut log);
+        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
         let c = base(&s, "dolphin", "a");
         assert_eq!(
             (c.cluster.cns, c.cluster.clients, c.cluster.memory_nodes(), c.keys.folded),
@@ -329,7 +370,7 @@ mod tests {
             anyhow::bail!("not run")
         };
         // No directory: the typed error that `all` skips on.
-        let mut s = Session::for_test(&scale, "dolphin-testbed", &runner, &mut log);
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
         let e = twitter(&mut s).unwrap_err();
         assert!(e.downcast_ref::<dmindex_bench::experiment::NeedsTraces>().is_some(), "{e}");
         assert!(e.to_string().contains("--traces DIR"), "{e}");
@@ -338,11 +379,11 @@ mod tests {
         std::fs::write(dir.join("cluster9.sort.zst"), "").unwrap();
         std::fs::write(dir.join("cluster90"), "0,k,1,1,1,get,0\n").unwrap();
         scale.traces = Some(dir.clone());
-        let mut s = Session::for_test(&scale, "dolphin-testbed", &runner, &mut log);
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
         let e = twitter(&mut s).unwrap_err().to_string();
         assert!(e.contains("no decompressed file named cluster9"), "{e}");
         std::fs::write(dir.join("cluster9.csv"), "0,k,1,1,1,get,0\n").unwrap();
-        let mut s = Session::for_test(&scale, "dolphin-testbed", &runner, &mut log);
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
         assert!(format!("{:#}", twitter(&mut s).unwrap_err()).contains("not run"));
         let first = seen.borrow().last().cloned().unwrap();
         assert_eq!(first, ("dolphin".into(), Some(dir.join("cluster8.sort")), true, true));

@@ -11,7 +11,7 @@
 //! table or skiplist, at the CPU cost per pair that HiStore's services charge
 //! (`dmindex_histore::cpu`); the rebuild's real time on this machine is charted beside it.
 
-use dmindex_bench::experiment::{chart, lines, mops, Experiment, Paper, Run, Scale, Session};
+use dmindex_bench::experiment::{chart, lines, mops, Experiment, Line, Paper, Run, Scale, Session};
 use dmindex_bench::plot::Series;
 use dmindex_bench::BenchConfig;
 
@@ -21,6 +21,44 @@ pub static PAPER: Paper = Paper {
     testbed: "histore-testbed",
     scale,
     clients_mean: "client threads on the one client machine",
+    items: 100_000_000,
+    lines: &[
+        Line {
+            label: "HiStore",
+            index: "histore",
+            options: &[],
+            scaled: None,
+            why: "hash table on the primary, skiplists on two backups, batched log sync",
+        },
+        Line {
+            label: "All-Hashtable",
+            index: "all-hashtable",
+            options: &[],
+            scaled: None,
+            why: "three hash tables per group, no scans",
+        },
+        Line {
+            label: "All-Skiplist",
+            index: "all-skiplist",
+            options: &[],
+            scaled: None,
+            why: "three skiplists per group",
+        },
+        Line {
+            label: "Single-Hashtable",
+            index: "single-hashtable",
+            options: &[],
+            scaled: None,
+            why: "one unreplicated hash table",
+        },
+        Line {
+            label: "Single-Skiplist",
+            index: "single-skiplist",
+            options: &[],
+            scaled: None,
+            why: "one unreplicated skiplist",
+        },
+    ],
     experiments: &[
         Experiment {
             name: "basic",
@@ -85,7 +123,7 @@ fn base(s: &Session<'_>, index: &str, mix: &str) -> BenchConfig {
 
 /// A run of YCSB `workload` on `index` with the paper's placement and item sizes.
 fn testbed(s: &Session<'_>, index: &str, workload: &str) -> BenchConfig {
-    let mut c = s.base(index, workload);
+    let mut c = s.as_paper(index, workload);
     c.cluster.memory_nodes = Some(4);
     c.keys.size = 16;
     c.keys.value_size = 32;
@@ -439,7 +477,7 @@ mod tests {
         let scale = Scale { memnode_exe: None, ..scale() };
         let mut log = |_: &str| {};
         let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> { crate::bench(c) };
-        let mut s = Session::for_test(&scale, "histore-testbed", &runner, &mut log);
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
         let e = ucx_timeline(&mut s).unwrap_err();
         assert!(e.downcast_ref::<dmindex_bench::experiment::NeedsUcx>().is_some(), "{e}");
         assert!(s.runs.is_empty());
@@ -451,7 +489,7 @@ mod tests {
             Scale { items: 3000, ops: 2000, clients: vec![2, 8], peak_clients: 4, ..scale() };
         let mut log = |_: &str| {};
         let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> { crate::bench(c) };
-        let mut s = Session::for_test(&scale, "histore-testbed", &runner, &mut log);
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
         basic(&mut s).unwrap();
         assert_eq!(s.runs.len(), (5 + 5 + 3) * 2, "SCAN on the three schemes with skiplists");
         assert!(s.runs.iter().all(|r| r.report.latency_us.mean > 0.0));
@@ -481,7 +519,7 @@ mod tests {
         s.runs.clear();
         let scale = Scale { workloads: vec!["a".into(), "e".into()], ..scale };
         let mut log = |_: &str| {};
-        let mut s = Session::for_test(&scale, "histore-testbed", &runner, &mut log);
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
         ycsb(&mut s).unwrap();
         assert_eq!(s.runs.len(), 3 + 2, "no YCSB E on all-hashtable");
         assert!(s.runs.iter().all(|r| r.report.clients == PEAK));
@@ -496,7 +534,7 @@ mod tests {
         let scale = Scale { items: 3000, ops: 3000, peak_clients: 4, ..scale() };
         let mut log = |_: &str| {};
         let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> { crate::bench(c) };
-        let mut s = Session::for_test(&scale, "histore-testbed", &runner, &mut log);
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
         recovery(&mut s).unwrap();
         assert_eq!(s.runs.len(), 6);
         for r in &s.runs {

@@ -61,6 +61,28 @@ pub fn resolve(
 mod tests {
     use super::*;
 
+    /// Each paper's docs page shows its lines (which variant of each system its figures ran,
+    /// with what options) exactly as the catalog's table has them.
+    #[test]
+    fn each_docs_page_names_the_variants_its_figures_ran() {
+        let pages = [
+            ("chime", include_str!("../../../../docs/reproduce.md")),
+            ("sephash", include_str!("../../../../docs/reproduce-sephash.md")),
+            ("dolphin", include_str!("../../../../docs/reproduce-dolphin.md")),
+            ("histore", include_str!("../../../../docs/reproduce-histore.md")),
+        ];
+        for (name, page) in pages {
+            let p = paper(name).unwrap();
+            assert!(!p.lines.is_empty(), "{name} has no lines");
+            let table = p.lines_table();
+            assert!(
+                page.contains(&table),
+                "the {name} docs page lacks its lines table (`dmindex experiment --list \
+                 --paper {name}` prints it):\n{table}"
+            );
+        }
+    }
+
     #[test]
     fn specs_resolve_or_name_what_is_wrong() {
         assert_eq!(resolve("chime/ycsb", None).unwrap().len(), 1);

@@ -11,7 +11,7 @@
 //! paper's 100 M keys).
 
 use dmindex_bench::experiment::{
-    cache_mb, chart, lines, mops, opts, stat, Experiment, Paper, Run, Scale, Session,
+    cache_mb, chart, lines, mops, opts, stat, Experiment, Line, Paper, Run, Scale, Session,
 };
 use dmindex_bench::plot::Series;
 use dmindex_bench::{BenchConfig, BenchReport};
@@ -22,6 +22,24 @@ pub static PAPER: Paper = Paper {
     testbed: "sephash-testbed",
     scale,
     clients_mean: "client threads in total, 16 per CN up to --cns CNs",
+    items: 100_000_000,
+    lines: &[
+        Line {
+            label: "SepHash",
+            index: "sephash",
+            options: &[],
+            scaled: None,
+            why: "the paper's SepHash (1 KB CurSegment, 8-slot window, FPTable, filter)",
+        },
+        Line {
+            label: "RACE",
+            index: "race",
+            options: &[],
+            scaled: None,
+            why: "RACE as its own paper describes it (a lock per segment, lock-free reads): \
+                  stronger than the RACE the SepHash paper measured",
+        },
+    ],
     experiments: &[
         Experiment {
             name: "insert",
@@ -97,7 +115,7 @@ const INDEXES: [&str; 2] = ["sephash", "race"];
 /// A run of `index` on `workload` with `threads` client threads placed as the paper places
 /// them, 16-byte keys and 32-byte values.
 fn base(s: &Session<'_>, index: &str, workload: &str, threads: usize) -> BenchConfig {
-    let mut c = s.base(index, workload);
+    let mut c = s.as_paper(index, workload);
     let cns = threads.div_ceil(PER_CN).clamp(1, s.scale.cns as usize);
     c.cluster.cns = cns as u16;
     c.cluster.clients = threads.div_ceil(cns);
@@ -418,7 +436,7 @@ mod tests {
         let scale = scale();
         let mut log = |_: &str| {};
         let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-        let s = Session::for_test(&scale, "sephash-testbed", &runner, &mut log);
+        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
         let at = |t| {
             let c = base(&s, "sephash", "c", t);
             (c.cluster.cns, c.cluster.clients, c.keys.size, c.keys.value_size)

@@ -15,6 +15,8 @@ pub static PAPER: Paper = Paper {
     testbed: "smart-bench",
     scale: Scale::default,
     clients_mean: "(not used: each microbenchmark sets its own threads)",
+    items: 1,
+    lines: &[],
     experiments: &[Experiment {
         name: "verbs",
         figure: "verb throughput and latency against threads, depth and size; atomics on one \
@@ -171,7 +173,7 @@ mod tests {
                 anyhow::bail!("no index runs here")
             };
         let mut log = |_: &str| {};
-        let mut s = Session::for_test(&scale, "smart-bench", &runner, &mut log);
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
         verbs(&mut s).unwrap();
         let known_misses = ["READ 8 B, 96 threads"];
         for p in &s.points {
