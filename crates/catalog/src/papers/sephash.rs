@@ -125,13 +125,20 @@ fn base(s: &Session<'_>, index: &str, workload: &str, threads: usize) -> BenchCo
     c
 }
 
-/// Inserts of new keys only, as many as the index holds: a doubling takes every segment through
-/// one split and its share of merges, the cycle a growth from empty repeats (a shorter window
-/// would catch the segments either between splits or all splitting at once, since uniform
-/// hashing keeps them in step).
+/// Doublings an insert run grows the index through.
+const DOUBLINGS: u32 = 4;
+
+/// Inserts of new keys only, growing the index from `items / 16` to `items` keys: four
+/// doublings, the paper's growth from empty in miniature. A doubling takes every segment
+/// through one split and its share of merges, and uniform hashing keeps the segments in step,
+/// so a window shorter than a doubling catches them between splits or all splitting at once;
+/// and one SepHash split in four (when the 4 depth bits stored in an entry are used up) must
+/// re-read every key's block, so fewer than four doublings over- or under-weight it.
 fn inserts(s: &Session<'_>, index: &str, threads: usize) -> BenchConfig {
     let mut c = base(s, index, "load", threads);
-    c.workload.ops = Some(s.scale.items.max(s.scale.ops));
+    let fill = (s.scale.items >> DOUBLINGS).max(1);
+    c.workload.items = fill;
+    c.workload.ops = Some(s.scale.items - fill);
     c
 }
 
@@ -446,5 +453,19 @@ mod tests {
         assert_eq!(at(32), (2, 16, 16, 32));
         assert_eq!(at(128), (8, 16, 16, 32));
         assert_eq!(searches(&s, "race", 4).workload.distribution.as_deref(), Some("uniform"));
+    }
+
+    /// An insert run grows the index through four doublings, from items / 16 to items.
+    #[test]
+    fn inserts_span_four_doublings() {
+        let scale = scale();
+        let mut log = |_: &str| {};
+        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
+        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+        let c = inserts(&s, "sephash", 128);
+        let (fill, ops) = (c.workload.items, c.workload.ops.unwrap());
+        assert_eq!(fill + ops, scale.items);
+        assert_eq!((fill + ops) / fill, 1 << DOUBLINGS);
+        assert_eq!(c.workload.name, "load");
     }
 }
