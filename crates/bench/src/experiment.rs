@@ -275,12 +275,19 @@ impl<'a> Session<'a> {
     /// that index, scaled options at this scale's items. An index the paper's table does not
     /// have is a bug of the table (its tests run every experiment's configurations).
     pub fn as_paper(&self, index: &str, workload: &str) -> BenchConfig {
+        self.as_paper_at(index, workload, self.scale.items)
+    }
+
+    /// [`Session::as_paper`] loading `items` items (a figure whose deciding quantity needs more
+    /// than the scale's), its scaled options scaled to them.
+    pub fn as_paper_at(&self, index: &str, workload: &str, items: u64) -> BenchConfig {
         let (lines, paper_items) = self.lines;
         let Some(l) = lines.iter().find(|l| l.index == index) else {
             panic!("the paper's table has no line for index '{index}'");
         };
         let mut c = self.base(index, workload);
-        c.index.options = l.options_at(self.scale.items, paper_items);
+        c.workload.items = items;
+        c.index.options = l.options_at(items, paper_items);
         c
     }
 

@@ -105,18 +105,36 @@ pub static PAPER: Paper = Paper {
 /// Items the paper loads (60 M); budgets in its MB are scaled by items / this.
 const PAPER_ITEMS: f64 = 60e6;
 
-/// The radix-cache budget standing for `paper_mb` MB at the paper's 60 M items.
-fn smart_cache(s: &Session<'_>, paper_mb: f64) -> f64 {
-    paper_mb * s.scale.items as f64 / PAPER_ITEMS
+/// The radix-cache budget standing for `paper_mb` MB at the paper's 60 M items, for a run of
+/// `items` items.
+fn smart_cache(items: u64, paper_mb: f64) -> f64 {
+    paper_mb * items as f64 / PAPER_ITEMS
 }
+
+/// Items Fig. 12's YCSB A–E runs load (or the scale's, if more). What decides SMART's line is
+/// its radix tree's depth and cache need per item: at 200 k items its tree is one level
+/// shallower than at the paper's 60 M and needs 4–5 B of cache per item; at 2 M it needs
+/// 9.7 B, as at scale (CHIME's and Sherman's costs do not depend on the item count).
+const YCSB_ITEMS: u64 = 2_000_000;
 
 /// A run of `index` as the paper ran it ([`PAPER`]'s lines) whose cache budget stands for
 /// `paper_mb` at 60 M items (SMART's; CHIME's and Sherman's caches fit either way at both
 /// scales, so they keep the paper's budget).
 fn with_cache(s: &Session<'_>, index: &str, workload: &str, paper_mb: f64) -> BenchConfig {
-    let mut c = s.as_paper(index, workload);
+    with_cache_at(s, index, workload, paper_mb, s.scale.items)
+}
+
+/// [`with_cache`] for a run loading `items` items.
+fn with_cache_at(
+    s: &Session<'_>,
+    index: &str,
+    workload: &str,
+    paper_mb: f64,
+    items: u64,
+) -> BenchConfig {
+    let mut c = s.as_paper_at(index, workload, items);
     if index.starts_with("smart") {
-        c.cluster.cache_mb = smart_cache(s, paper_mb);
+        c.cluster.cache_mb = smart_cache(items, paper_mb);
     } else {
         c.cluster.cache_mb = paper_mb;
     }
@@ -181,9 +199,13 @@ fn load_factor(s: &mut Session<'_>) -> anyhow::Result<()> {
 fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
     for w in s.workloads(&WORKLOADS) {
         let first = s.runs.len();
+        // LOAD times the load itself, from empty, at the scale's items; the others run on
+        // YCSB_ITEMS filled by fast-forward.
+        let items = if w == "load" { s.scale.items } else { s.scale.items.max(YCSB_ITEMS) };
         for index in ["chime", "sherman", "smart", "smart-opt"] {
             for cl in s.scale.clients.clone() {
-                let mut c = with_cache(s, index, w, 100.0);
+                let mut c = with_cache_at(s, index, w, 100.0, items);
+                c.workload.fast_load |= w != "load";
                 c.cluster.clients = cl;
                 s.go(&format!("{index} {w}"), cl as f64, c)?;
             }
@@ -432,5 +454,32 @@ mod tests {
         assert_eq!(chime, opts(&[("speculative", "1"), ("hotspot_kb", "307")]));
         assert!(with_cache(&s, "sherman", "c", 100.0).index.options.is_empty());
         assert_eq!(hotspot_kb(&s, 30.0), "307");
+    }
+
+    /// The first run Fig. 12 configures for `workload` at the default scale.
+    fn first_ycsb_run(workload: &str) -> BenchConfig {
+        let scale = Scale { workloads: vec![workload.into()], ..Scale::default() };
+        let seen = std::cell::RefCell::new(None);
+        let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> {
+            seen.borrow_mut().get_or_insert_with(|| c.clone());
+            anyhow::bail!("recorded")
+        };
+        let mut log = |_: &str| {};
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+        assert!(ycsb(&mut s).is_err(), "the recording runner stops the body");
+        seen.into_inner().expect("Fig. 12 ran something")
+    }
+
+    /// Fig. 12 runs YCSB A–E on 2 M items filled by fast-forward (SMART's depth and cache need
+    /// per item as at scale, its budget and CHIME's buffer scaled to them), LOAD from empty.
+    #[test]
+    fn ycsb_runs_at_the_scale_that_decides_smart() {
+        let c = first_ycsb_run("c");
+        assert_eq!((c.index.name.as_str(), c.workload.items), ("chime", YCSB_ITEMS));
+        assert!(c.workload.fast_load);
+        assert!(c.index.options.contains(&("hotspot_kb".into(), "1024".into())));
+        let load = first_ycsb_run("load");
+        assert_eq!(load.workload.items, Scale::default().items);
+        assert!(!load.workload.fast_load);
     }
 }
