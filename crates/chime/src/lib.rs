@@ -73,8 +73,23 @@
 //! of up to 4 leaves. A split adds the whole-leaf READ, one doorbell writing the new sibling then
 //! the old leaf (which unlocks it), and the separator's insertion into the parent.
 //!
+//! ## Scans
+//!
+//! CHIME's scans are **fine-grained** (§4.4; option `fine_grained_scan`, with `greedy_scan`):
+//! from the cached parents they know each leaf's range, READ whole the leaves the scan covers
+//! entirely and, of a leaf it covers in part, only the neighbourhoods of the integer keys it
+//! wants there, merged into READs of up to half a leaf; one doorbell for up to 4 leaves
+//! (`tree::fine_scan` has why the result is right). The paper's scans are integer ranges over
+//! dense keys; a scan of `n` pairs from `k` here plans `[k, k + n)`, trims only leaves whose range
+//! could be dense, and finds any missing pairs by whole leaves from `k + n` on. Sherman, the
+//! factor staircase and long keys read whole leaves: along the sibling chain, several per
+//! doorbell when the cached parent names the next ones. The reference's scans also try
+//! speculative single-entry READs for hot keys; ours do not (speculative reads are off by
+//! default).
+//!
 //! scan_range [lo, hi) walks leaves the same way as scan and stops at the first leaf holding a
-//! key beyond the range (later leaves hold only larger keys).
+//! key beyond the range (later leaves hold only larger keys); a fine-grained one plans exactly
+//! [lo, hi).
 
 pub mod hotspot;
 pub mod layout;
@@ -101,7 +116,9 @@ use dmindex_prim::root::RootSlot;
 use crate::layout::{key_at, LeafLayout};
 use crate::read_plan::ReadPlan;
 use crate::shape::MAGIC;
-pub use crate::shape::{factors_on, ChimeShape, FACTORS, MAX_INDIRECT};
+pub use crate::shape::{
+    factors_on, ChimeShape, FACTORS, FINE_GRAINED_SCAN, GREEDY_SCAN, MAX_INDIRECT,
+};
 use crate::tree::{Probe, Tree};
 use crate::view::SlotValue;
 
@@ -172,6 +189,11 @@ impl<V> ChimeIndex<V> {
                 plans: if hop { ReadPlan::every_home(&leaf) } else { Box::new([]) },
                 insert_plans: if hop { ReadPlan::every_insert(&leaf) } else { Box::new([]) },
                 whole_plan: ReadPlan::whole(&leaf),
+                // Half a leaf's bytes, in entries (the reference's greedy READ size).
+                greedy_slots: match shape.greedy_scan {
+                    true => leaf.physical() / 2 / leaf.entry_len,
+                    false => 0,
+                },
                 entry_plans: if hop && shape.speculative {
                     ReadPlan::every_entry(&leaf)
                 } else {

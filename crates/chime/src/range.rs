@@ -1,5 +1,7 @@
-//! CHIME's scans ([`RangeIndex`]): the tree's walk over whole leaves gives 8-byte keys and
-//! value slots in key order ([`Tree::scan`](crate::tree::Tree)); here they become keys and
+//! CHIME's scans ([`RangeIndex`]): the tree's fine-grained READs (8-byte keys, CHIME's
+//! default: `tree::fine_scan`, which says why what they return is right) or its walk over
+//! whole leaves (Sherman, the factor staircase, long keys; and a fine-grained scan's rest when
+//! keys are not dense) give 8-byte keys and value slots in key order; here they become keys and
 //! values in the caller's [`ScanBuf`], through the blocks the slots point to when values are
 //! indirect or keys long. The working vectors come from a per-compute-node pool and the pairs
 //! go straight into the caller's buffer, so a warm scan allocates nothing.
@@ -7,7 +9,7 @@
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult, RangeIndex, ScanBuf};
 
-use crate::tree::ScanScratch;
+use crate::tree::{ScanScratch, Trimmed, MOST_RESERVED};
 use crate::{prefix_of, ChimeIndex, Variant};
 
 impl<V> ChimeIndex<V> {
@@ -67,6 +69,20 @@ impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
         self.check_bound(from)?;
         let start = prefix_of(from).max(1);
         let mut s = self.tree.scans.get(c, ScanScratch::default);
+        if self.shape.fine_grained_scan && !self.shape.long_keys() && count > 0 {
+            // The keys [start, start + count) if dense; whole leaves for the rest if not.
+            s.pairs.clear();
+            s.pairs.reserve(count.min(MOST_RESERVED));
+            let end = start.saturating_add(count as u64 - 1);
+            let on = match self.tree.scan_fine(c, start, end, true, &mut s).await? {
+                Trimmed::Done => end.checked_add(1),
+                Trimmed::From(pos) => Some(pos),
+            };
+            if let Some(pos) = on.filter(|_| s.pairs.len() < count) {
+                self.tree.scan_on(c, pos, count, false, None, &mut s).await?;
+            }
+            return self.put(c, &mut s, out, |_| true).await;
+        }
         if !self.shape.long_keys() {
             self.tree.scan(c, start, count, false, None, &mut s).await?;
             return self.put(c, &mut s, out, |_| true).await;
@@ -98,6 +114,15 @@ impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
         let (start, until) = (prefix_of(lo).max(1), prefix_of(hi));
         let long = self.shape.long_keys();
         let mut s = self.tree.scans.get(c, ScanScratch::default);
+        if self.shape.fine_grained_scan && !long {
+            // 8-byte keys: [lo, hi) is [start, until - 1] as integers.
+            s.pairs.clear();
+            let Some(end) = until.checked_sub(1).filter(|&e| e >= start) else { return Ok(()) };
+            if let Trimmed::From(pos) = self.tree.scan_fine(c, start, end, false, &mut s).await? {
+                self.tree.scan_on(c, pos, usize::MAX, false, Some(until), &mut s).await?;
+            }
+            return self.put(c, &mut s, out, |k| k >= lo && k < hi).await;
+        }
         self.tree.scan(c, start, usize::MAX, long, Some(until), &mut s).await?;
         self.put(c, &mut s, out, |k| k >= lo && k < hi).await?;
         if long {

@@ -29,11 +29,24 @@ pub struct ChimeShape {
     pub speculative: bool,
     /// Bytes of the hotspot buffer (default 30 % of the cache budget, as the paper's 30 of 100 MB).
     pub hotspot_bytes: Option<u64>,
+    /// Scans READ only the entries their keys' neighbourhoods hold in leaves they cover in
+    /// part (the paper's §4.4; CN-side, on for CHIME, off for Sherman and the staircase) …
+    pub fine_grained_scan: bool,
+    /// … merging a leaf's nearby neighbourhoods into READs of up to half a leaf (greedy).
+    pub greedy_scan: bool,
 }
 
 /// The ablation options, in the order the paper adds them to Sherman.
 pub const FACTORS: [&str; 5] =
     ["hopscotch", "vacancy_piggyback", "metadata_replication", "sibling_validation", "speculative"];
+
+/// Scans READ only what their keys' neighbourhoods need ([`ChimeShape::fine_grained_scan`]).
+/// Not one of the [`FACTORS`]: the paper's factor analysis (Fig. 15) runs without it, and its
+/// CHIME (Fig. 12) with it.
+pub const FINE_GRAINED_SCAN: &str = "fine_grained_scan";
+
+/// Fine-grained scans merge nearby READs of a leaf ([`ChimeShape::greedy_scan`]).
+pub const GREEDY_SCAN: &str = "greedy_scan";
 
 /// Options for step `k` of the paper's factor staircase (Fig. 15): Sherman with the first `k`
 /// [`FACTORS`] turned on, `with` added after them.
@@ -60,6 +73,8 @@ const OPTIONS: Options = Options {
         Opt::flag(FACTORS[2], &["replication"]),
         Opt::flag(FACTORS[3], &["sbv"]),
         Opt::flag(FACTORS[4], &[]),
+        Opt::flag(FINE_GRAINED_SCAN, &[]),
+        Opt::flag(GREEDY_SCAN, &[]),
     ],
 };
 
@@ -76,10 +91,13 @@ impl ChimeShape {
             vacancy: true,
             speculative: false,
             hotspot_bytes: None,
+            fine_grained_scan: false,
+            greedy_scan: false,
         };
         // Factors as given; the unset ones follow the index (all on for chime except
         // speculative reads, all off for sherman and whenever the leaf is sorted).
         let mut f: [Option<bool>; 5] = [None; 5];
+        let (mut fine, mut greedy) = (None, None);
         for (name, n) in OPTIONS.parse(&cfg.extra)?.iter() {
             match name {
                 "span" => shape.span = n,
@@ -90,6 +108,8 @@ impl ChimeShape {
                     shape.hotspot_bytes = Some(n as u64 * unit);
                     f[4] = Some(f[4].unwrap_or(true) && n > 0);
                 }
+                FINE_GRAINED_SCAN => fine = Some(n == 1),
+                GREEDY_SCAN => greedy = Some(n == 1),
                 factor => {
                     let i = FACTORS.iter().position(|&x| x == factor).expect("declared");
                     f[i] = Some(n == 1);
@@ -113,6 +133,15 @@ impl ChimeShape {
         };
         shape.vacancy = f[1].unwrap_or(default);
         shape.speculative = f[4].unwrap_or(false);
+        // Fine-grained scans READ neighbourhoods: hopscotch leaves only. Unset, they follow the
+        // index (on for chime, off for sherman and its staircase).
+        if !hopscotch && (fine == Some(true) || greedy == Some(true)) {
+            return Err(IndexError::Config(format!(
+                "{FINE_GRAINED_SCAN} and {GREEDY_SCAN} need hopscotch leaves (a sorted leaf is read whole)"
+            )));
+        }
+        shape.fine_grained_scan = fine.unwrap_or(default);
+        shape.greedy_scan = shape.fine_grained_scan && greedy.unwrap_or(true);
         if !(8..=255).contains(&cfg.max_key) {
             return Err(IndexError::Config(format!(
                 "CHIME keys are up to 8..=255 bytes long (got --key-size {})",

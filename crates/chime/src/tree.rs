@@ -11,11 +11,14 @@
 //! * `hopscotch` — search, insert by hop, update and delete in a hopscotch leaf;
 //! * `smo` — leaf and internal splits: half split first, then the separator goes up (how a
 //!   leaf's entries divide is [`crate::split`]);
-//! * `scan` — whole leaves along the sibling chain.
+//! * `scan` — whole leaves along the sibling chain;
+//! * `fine_scan` — CHIME's scans: whole leaves only where the scan covers them, else the
+//!   neighbourhoods of the keys it wants.
 //!
 //! Sherman's sorted leaf has its own paths in [`crate::sorted`].
 
 mod descent;
+mod fine_scan;
 mod hopscotch;
 mod leaf_io;
 mod scan;
@@ -39,8 +42,9 @@ use crate::read_plan::ReadPlan;
 use crate::view::{home, LeafView, SlotValue};
 
 pub(crate) use descent::Where;
+pub(crate) use fine_scan::Trimmed;
 pub(crate) use leaf_io::LockedLeaf;
-pub(crate) use scan::ScanScratch;
+pub(crate) use scan::{ScanScratch, MOST_RESERVED};
 
 /// The tree's remote shape and CN-side state.
 pub(crate) struct Tree {
@@ -63,6 +67,9 @@ pub(crate) struct Tree {
     pub insert_plans: Box<[Option<ReadPlan>]>,
     /// The read plan of a whole leaf (scans, splits, sorted leaves).
     pub whole_plan: ReadPlan,
+    /// Fine-grained scans: how many slots one READ may span when it takes two runs of wanted
+    /// slots and the gap between them (greedy; 0: never across a gap).
+    pub greedy_slots: usize,
     /// Leaf buffers for READs, reused across operations (see `Tree::leaf_buf`).
     pub bufs: Pool<LeafBuf>,
     /// Scans' working vectors, reused across scans ([`ScanScratch`]).

@@ -12,6 +12,7 @@ use dmindex_prim::doorbell;
 use dmindex_prim::node_cache::Cached;
 use dmindex_prim::work::bisect_compares;
 
+use super::fine_scan::Trim;
 use super::leaf_io::{at_least, PooledLeaf};
 use super::Tree;
 use crate::leaf::SLACK;
@@ -21,7 +22,7 @@ use crate::view::LeafView;
 const BATCH: usize = 4;
 
 /// Most pairs a scan makes room for before it starts.
-const MOST_RESERVED: usize = 4096;
+pub(crate) const MOST_RESERVED: usize = 4096;
 
 /// A scan's working vectors, kept in a per-compute-node pool ([`Tree::scans`]) so that a warm
 /// scan allocates nothing.
@@ -34,6 +35,12 @@ pub(crate) struct ScanScratch {
     next_ahead: usize,
     /// One block's bytes (indirect values, long keys).
     pub block: Vec<u8>,
+    /// A fine-grained scan's round ([`super::fine_scan`]): its leaves, their runs of slots to
+    /// READ, the home of each key they want, and the slots a leaf's neighbourhoods cover.
+    pub(super) trims: Vec<Trim>,
+    pub(super) runs: Vec<(usize, usize)>,
+    pub(super) homes: Vec<u16>,
+    pub(super) marks: Vec<bool>,
 }
 
 impl Tree {
@@ -97,9 +104,23 @@ impl Tree {
         s: &mut ScanScratch,
     ) -> IndexResult<()> {
         s.pairs.clear();
+        self.scan_on(c, from, count, whole_groups, until, s).await
+    }
+
+    /// [`Tree::scan`] after the pairs already in `s.pairs` (all below `from`), up to `count`
+    /// pairs in all.
+    pub(crate) async fn scan_on<T: Transport>(
+        &self,
+        c: &Client<T>,
+        from: u64,
+        count: usize,
+        whole_groups: bool,
+        until: Option<u64>,
+        s: &mut ScanScratch,
+    ) -> IndexResult<()> {
         s.ahead.clear();
         s.next_ahead = 0;
-        if count == 0 {
+        if count <= s.pairs.len() {
             return Ok(());
         }
         // Room for the most a scan of `count` holds at once (a whole last leaf before it is
