@@ -165,11 +165,72 @@ pub struct Workload {
     /// (YCSB workloads without inserts or "latest"; 16 B per operation drawn).
     #[arg(long)]
     pub stream_ops: Option<u64>,
+    /// Measure only a middle part of the run phase, as fractions of its operations, e.g.
+    /// 0.4:0.8 for the papers' seconds 4 to 8 of 10: it opens when the run's completed
+    /// operations reach FROM × --ops and closes at TO × --ops, and every run-phase figure
+    /// (throughput, latencies, round trips and bytes, the index's counters) is of what it
+    /// holds. With --stream-ops, the window sees a warm cache.
+    #[arg(long, value_name = "FROM:TO", value_parser = parse_window)]
+    pub window: Option<Window>,
     /// Fill memory by fast-forward (--transport sim): the load phase inserts through the index
     /// with verbs acting at once, outside the fabric model, and is not timed. For paper-scale
     /// runs of a workload; the load throughput is then not measured.
     #[arg(long)]
     pub fast_load: bool,
+}
+
+/// The part of the run phase a report measures (`--window`): from the moment the run's
+/// completed operations reach `from` × its operations until they reach `to` × them.
+///
+/// The marks count operations, not seconds, so that one definition holds on virtual and real
+/// time alike and costs one shared counter: the client whose completion reaches a mark notes
+/// the time and reads the indexes' counters there. Each client's operations that start while
+/// the window is open are measured (with their verbs, split between two operations); the
+/// throughput is the completions between the marks over the time between them.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Window {
+    from: f64,
+    to: f64,
+}
+
+impl Window {
+    /// The window from `from` to `to`, fractions of the run phase with `0 ≤ from < to ≤ 1`.
+    pub fn new(from: f64, to: f64) -> Result<Window, String> {
+        let fraction = |x: f64| x.is_finite() && (0.0..=1.0).contains(&x);
+        if !fraction(from) || !fraction(to) {
+            return Err(format!(
+                "{from:?}:{to:?} is not a window of the run phase (fractions from 0 to 1)"
+            ));
+        }
+        if from >= to {
+            return Err(format!("{from:?}:{to:?} is empty: FROM must be below TO"));
+        }
+        Ok(Window { from, to })
+    }
+
+    pub fn from(&self) -> f64 {
+        self.from
+    }
+
+    pub fn to(&self) -> f64 {
+        self.to
+    }
+
+    /// The completed-operation counts at which the window opens and closes, in a run phase of
+    /// `ops` operations.
+    pub fn marks(&self, ops: u64) -> (u64, u64) {
+        let at = |x: f64| ((x * ops as f64).round() as u64).min(ops);
+        (at(self.from), at(self.to))
+    }
+}
+
+/// `FROM:TO`, fractions of the run phase.
+fn parse_window(s: &str) -> Result<Window, String> {
+    let (from, to) = s.split_once(':').ok_or_else(|| format!("'{s}' is not FROM:TO"))?;
+    let number = |x: &str| {
+        x.trim().parse::<f64>().map_err(|_| format!("'{s}' is not FROM:TO (fractions from 0 to 1)"))
+    };
+    Window::new(number(from)?, number(to)?)
 }
 
 /// The keys and values the workload generates.
@@ -572,5 +633,31 @@ mod tests {
         }
         assert!(parse(&["--transport", "tcp"]).is_err());
         assert!(parse(&["--folded", "--ordered"]).is_err());
+    }
+
+    /// `--window FROM:TO` takes fractions of the run phase, FROM below TO; its marks are the
+    /// completed operations at those fractions.
+    #[test]
+    fn a_window_is_two_fractions_in_order() {
+        let c = parse(&["--window", "0.4:0.8"]).expect("parses");
+        let w = c.workload.window.expect("a window");
+        assert_eq!((w.from(), w.to()), (0.4, 0.8));
+        assert_eq!(w.marks(1000), (400, 800));
+        assert_eq!(w.marks(3), (1, 2));
+        assert_eq!(Window::new(0.0, 1.0).expect("all of it").marks(7), (0, 7));
+        assert!(parse(&[]).expect("parses").workload.window.is_none());
+        for (arg, msg) in [
+            ("0.8:0.4", "0.8:0.4 is empty: FROM must be below TO"),
+            ("0.5:0.5", "FROM must be below TO"),
+            ("0.5:1.5", "0.5:1.5 is not a window of the run phase (fractions from 0 to 1)"),
+            ("-0.1:0.5", "not a window"),
+            ("NaN:0.5", "not a window"),
+            ("1e308:2e308", "1e308:inf is not a window"),
+            ("0.4", "'0.4' is not FROM:TO"),
+            ("a:b", "'a:b' is not FROM:TO"),
+        ] {
+            let e = parse(&[&format!("--window={arg}")]).expect_err(arg).to_string();
+            assert!(e.contains(msg), "{arg}: {e}");
+        }
     }
 }

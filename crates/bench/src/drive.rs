@@ -13,14 +13,14 @@ use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::memory::Pages;
 use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric, VerbCounts};
 use dmindex_index::recorded::Recorder;
-use dmindex_index::{PointIndex, Scans};
+use dmindex_index::{IndexStats, PointIndex, Scans};
 use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
 use dmindex_ycsb::Shared;
 
 use crate::clock::WallClock;
 use crate::fault::{inject, monitor, NodeControl, RunClock};
-use crate::report::{summarise, Finished, Phase};
-use crate::runner::{BusyWindow, ClientMetrics, OpSource, TaskEnv, Timing};
+use crate::report::{summarise, Finished, Phase, PhaseWindow};
+use crate::runner::{BusyWindow, ClientMetrics, MeasureWindow, OpSource, TaskEnv, Timing};
 use crate::streams;
 use crate::{
     chunk_size, client_phase, index_config, progress_bar, services, BenchConfig, BenchReport,
@@ -67,11 +67,13 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     let shared = Shared::new(plan.spec.clone(), plan.format, plan.items, plan.ops);
 
     let recovery = RefCell::new(None);
+    let snapshot = || handles.iter().map(PointIndex::<SimTransport>::stats).collect();
     let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
         let bar = progress_bar(cfg, total, name);
         // The simulation runs on this one thread: one set of histograms for every task.
         let metrics = RefCell::new(ClientMetrics::default());
         let (t0, v0) = (sim.now_ns(), clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>());
+        let measure = measure_window(cfg, plan, load, &snapshot, t0);
         if !load {
             let mut m = metrics.borrow_mut();
             (m.timeline_from, m.timeline_ns) = (t0, cfg.output.timeline_ns());
@@ -106,8 +108,8 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
             }) as Task
         });
         let tasks = clients.iter().enumerate().map(|(i, (cn, c))| {
-            let (idx, bar, metrics, now, shared) =
-                (&handles[*cn as usize], &bar, &metrics, &now, &shared);
+            let (idx, bar, metrics, now, shared, measure) =
+                (&handles[*cn as usize], &bar, &metrics, &now, &shared, measure.as_ref());
             Box::pin(async move {
                 let rec = Recorder {
                     now,
@@ -115,7 +117,7 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
                     client: i as u32,
                     value_size: cfg.keys.value_size,
                 };
-                let env = TaskEnv { rec, progress: bar, metrics, timing: Timing::Every };
+                let env = TaskEnv { rec, progress: bar, metrics, timing: Timing::Every, measure };
                 let phase = (i, n);
                 // Generated as it goes (no virtual time), unless a shorter stream is replayed.
                 let source = (!load && plan.stream < plan.ops)
@@ -131,7 +133,8 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
         }
         let metrics = metrics.into_inner();
         let counts = clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>() - v0;
-        Ok(Phase { metrics, ns: sim.now_ns() - t0, busy_ns: 0, counts })
+        let window = finish_window(cfg, measure, (t0, sim.now_ns()));
+        Ok(Phase { metrics, ns: sim.now_ns() - t0, busy_ns: 0, counts, window })
     };
     sim.set_direct(cfg.workload.fast_load);
     let load = phase("load", plan.items, true);
@@ -241,6 +244,9 @@ where
             (m.timeline_from, m.timeline_ns) = (t0, timeline);
             RefCell::new(m)
         };
+        let snapshot = || handles.iter().map(I::stats).collect();
+        let measure_owned = measure_window(cfg, plan, load, &snapshot, t0);
+        let measure = measure_owned.as_ref();
         let stop = AtomicBool::new(false);
         // Real time: throughput over the part of the phase in which every client is busy.
         let window = BusyWindow::default();
@@ -279,8 +285,13 @@ where
                         client: i as u32,
                         value_size: cfg.keys.value_size,
                     };
-                    let env =
-                        TaskEnv { rec, progress: bar, metrics: &metrics, timing: Timing::Sampled };
+                    let env = TaskEnv {
+                        rec,
+                        progress: bar,
+                        metrics: &metrics,
+                        timing: Timing::Sampled,
+                        measure,
+                    };
                     let phase = (i, n);
                     client_phase::<_, _, S>(
                         plan, shared, idx, &c, &env, phase, load, source, window,
@@ -306,7 +317,8 @@ where
         }
         let busy_ns =
             window.and_then(BusyWindow::closed_at).map_or(0, |end| end.saturating_sub(t0));
-        Ok(Phase { metrics, ns, busy_ns, counts })
+        let window = finish_window(cfg, measure_owned, (t0, t0 + ns));
+        Ok(Phase { metrics, ns, busy_ns, counts, window })
     };
     // An attached process opens what another loaded: it loads nothing.
     let load = match cfg.cluster.attach {
@@ -315,6 +327,7 @@ where
             ns: 0,
             busy_ns: 0,
             counts: VerbCounts::default(),
+            window: None,
         },
         false => phase("load", plan.items, true)?,
     };
@@ -346,6 +359,30 @@ where
             check,
         },
     )
+}
+
+/// The run phase's [`MeasureWindow`] (`--window`), starting at `t0`; none in the load phase.
+fn measure_window<'a>(
+    cfg: &BenchConfig,
+    plan: &Plan,
+    load: bool,
+    snapshot: &'a (dyn Fn() -> Vec<IndexStats> + Sync),
+    t0: u64,
+) -> Option<MeasureWindow<'a>> {
+    let w = cfg.workload.window.filter(|_| !load)?;
+    Some(MeasureWindow::new(w.marks(plan.ops), snapshot, t0))
+}
+
+/// What `measure` measured, at the end of its phase (`now`).
+fn finish_window(
+    cfg: &BenchConfig,
+    measure: Option<MeasureWindow<'_>>,
+    (t0, now): (u64, u64),
+) -> Option<PhaseWindow> {
+    let (window, measure) = (cfg.workload.window?, measure?);
+    let marks = measure.marks();
+    let (opened, closed) = measure.finish(now);
+    Some(PhaseWindow { window, marks, t0, opened, closed })
 }
 
 /// After the run: reads every key the history names once more (recorded, so a write that was

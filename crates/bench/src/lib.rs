@@ -22,10 +22,11 @@ pub mod runner;
 mod streams;
 
 pub use config::{
-    BenchConfig, Cluster, Faults, IndexChoice, Keys, Output, TransportKind, Workload, DEFAULT_INDEX,
+    BenchConfig, Cluster, Faults, IndexChoice, Keys, Output, TransportKind, Window, Workload,
+    DEFAULT_INDEX,
 };
 pub use fault::{Checked, MnFault, Recovery, Timeline};
-pub use report::{BenchReport, Latency, OpBreakdown};
+pub use report::{BenchReport, Latency, MeasuredWindow, OpBreakdown};
 pub use streams::machine_bytes;
 
 use std::sync::Arc;
@@ -227,6 +228,17 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
             "--stream-ops {stream} is fewer than the run's {tasks} client tasks: each replays its \
              own share of the stream, so each needs at least one operation"
         );
+    }
+    if let Some(w) = cfg.workload.window {
+        let (open, close) = w.marks(ops);
+        if open >= close {
+            bail!(
+                "--window {}:{} holds no operation of a run phase of {ops}: widen it or run more \
+                 --ops",
+                w.from(),
+                w.to()
+            );
+        }
     }
     let plan = Plan { format, spec, trace, load, items, ops, stream, seed: cfg.workload.seed };
     streams::check_planned(cfg, &plan, machine_bytes())?;

@@ -2,12 +2,12 @@
 
 use anyhow::bail;
 use dmindex_fabric::{Transport, VerbCounts};
-use dmindex_index::PointIndex;
+use dmindex_index::{IndexStats, PointIndex};
 use dmindex_ycsb::OpKind;
 use serde::Serialize;
 
-use crate::runner::{self, ClientMetrics};
-use crate::{BenchConfig, Plan, TransportKind};
+use crate::runner::{self, ClientMetrics, Mark};
+use crate::{BenchConfig, Plan, TransportKind, Window};
 
 /// Latency percentiles in µs.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -36,6 +36,22 @@ pub struct OpBreakdown {
     pub bytes_written_per_op: f64,
 }
 
+/// The part of the run phase a report measured (`--window`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct MeasuredWindow {
+    /// Where it opened and closed, as fractions of the run phase's operations.
+    pub from: f64,
+    pub to: f64,
+    /// Completed operations of the run phase when it opened and closed.
+    pub opened_at_op: u64,
+    pub closed_at_op: u64,
+    /// Operations of the whole run phase.
+    pub phase_ops: u64,
+    /// When it opened and closed, in seconds from the run phase's start (virtual time on sim).
+    pub opened_s: f64,
+    pub closed_s: f64,
+}
+
 /// What one `bench` run measured. Field names are stable: scripts depend on them.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct BenchReport {
@@ -44,6 +60,7 @@ pub struct BenchReport {
     pub preset: Option<String>,
     pub workload: String,
     pub items: u64,
+    /// Run-phase operations measured: all of them, or those started inside the `window`.
     pub ops: u64,
     pub cns: u16,
     pub clients: usize,
@@ -54,8 +71,14 @@ pub struct BenchReport {
     /// Whether the load phase ran by fast-forward (untimed, `--fast-load`).
     #[serde(default)]
     pub load_fast_forward: bool,
-    /// Run phase operations per second (real time on local, virtual on sim).
+    /// Run phase operations per second (real time on local, virtual on sim); with a `window`,
+    /// the completions between its marks over the time between them.
     pub throughput_ops: f64,
+    /// The part of the run phase every run-phase figure is of (`--window`): throughput,
+    /// latencies, per-operation verbs and bytes, the index's counters and retries (its levels,
+    /// such as the cache in use, at the window's close). Absent: the whole run phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<MeasuredWindow>,
     pub latency_us: Latency,
     pub round_trips_per_op: f64,
     pub verbs_per_op: f64,
@@ -110,6 +133,20 @@ impl BenchReport {
             self.clients,
             self.coroutines
         );
+        if let Some(w) = &self.window {
+            s += &format!(
+                "window {}:{} of the run phase: operations {} to {} of {} completed, {:.3} s to \
+                 {:.3} s; the run figures are of the {} operations started inside it\n",
+                w.from,
+                w.to,
+                w.opened_at_op,
+                w.closed_at_op,
+                w.phase_ops,
+                w.opened_s,
+                w.closed_s,
+                self.ops
+            );
+        }
         let load = if self.load_fast_forward {
             "load untimed (fast-forward)".to_string()
         } else {
@@ -209,6 +246,67 @@ pub(crate) struct Phase {
     /// Length of the phase's busy window (0: measured over the whole phase).
     pub(crate) busy_ns: u64,
     pub(crate) counts: VerbCounts,
+    /// The measured part of the phase (`--window`).
+    pub(crate) window: Option<PhaseWindow>,
+}
+
+/// A phase's [`runner::MeasureWindow`] once the phase is over.
+pub(crate) struct PhaseWindow {
+    pub(crate) window: Window,
+    /// Completed operations at which it opened and closed.
+    pub(crate) marks: (u64, u64),
+    /// When the phase started, on the clock the marks were read on.
+    pub(crate) t0: u64,
+    pub(crate) opened: Mark,
+    pub(crate) closed: Mark,
+}
+
+impl PhaseWindow {
+    /// Completions between the marks per second of the time between them.
+    fn throughput(&self) -> f64 {
+        let (open, close) = self.marks;
+        match self.closed.ns.saturating_sub(self.opened.ns) {
+            0 => 0.0,
+            ns => (close - open) as f64 * 1e9 / ns as f64,
+        }
+    }
+
+    fn report(&self, phase_ops: u64) -> MeasuredWindow {
+        let s = |m: &Mark| m.ns.saturating_sub(self.t0) as f64 / 1e9;
+        MeasuredWindow {
+            from: self.window.from(),
+            to: self.window.to(),
+            opened_at_op: self.marks.0,
+            closed_at_op: self.marks.1,
+            phase_ops,
+            opened_s: s(&self.opened),
+            closed_s: s(&self.closed),
+        }
+    }
+
+    /// Each compute node's counters over the window: the increase of each count, the value of
+    /// each of `levels` (and of the cache in use) at its close.
+    fn stats(&self, levels: &[&str]) -> Vec<IndexStats> {
+        let opened = self.opened.stats.iter();
+        let pairs = self.closed.stats.iter().zip(opened);
+        pairs
+            .map(|(close, open)| IndexStats {
+                cache_bytes: close.cache_bytes,
+                retries: close.retries.saturating_sub(open.retries),
+                extra: close
+                    .extra
+                    .iter()
+                    .map(|&(k, v)| {
+                        let before = open.extra.iter().find(|(o, _)| *o == k).map_or(0, |o| o.1);
+                        match levels.contains(&k) {
+                            true => (k, v),
+                            false => (k, v.saturating_sub(before)),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
 }
 
 impl Phase {
@@ -270,7 +368,12 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         all.add(h).expect("same bounds");
     }
     let per = |x: u64| if ops == 0 { 0.0 } else { x as f64 / ops as f64 };
-    let c = run.counts;
+    // With a window, the verbs of the operations it measured (each client's, split at the
+    // operation where it entered and the one where it left).
+    let c = match &run.window {
+        Some(_) => m.window_counts,
+        None => run.counts,
+    };
     let per_op = OpKind::ALL
         .iter()
         .enumerate()
@@ -291,7 +394,10 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         })
         .collect();
     let load_ops: u64 = load.metrics.counts.iter().sum();
-    let stats: Vec<_> = handles.iter().map(|h| h.stats()).collect();
+    let stats: Vec<_> = match &run.window {
+        Some(w) => w.stats(I::LEVELS),
+        None => handles.iter().map(|h| h.stats()).collect(),
+    };
     Ok(BenchReport {
         index: cfg.index.name.clone(),
         transport: cfg.cluster.transport,
@@ -309,7 +415,8 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         seed: cfg.workload.seed,
         load_fast_forward: cfg.workload.fast_load,
         load_throughput_ops: load.throughput(load_ops),
-        throughput_ops: run.throughput(ops),
+        throughput_ops: run.window.as_ref().map_or_else(|| run.throughput(ops), |w| w.throughput()),
+        window: run.window.as_ref().map(|w| w.report(plan.ops)),
         latency_us: latency(&all),
         round_trips_per_op: per(c.round_trips),
         verbs_per_op: per(c.verbs()),

@@ -2,11 +2,11 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use dmindex_fabric::{Client, OpCost, Transport};
+use dmindex_fabric::{Client, OpCost, Transport, VerbCounts};
 use dmindex_index::recorded::Recorder;
-use dmindex_index::{IndexError, IndexResult, PointIndex, ScanBuf, Scans};
+use dmindex_index::{IndexError, IndexResult, IndexStats, PointIndex, ScanBuf, Scans};
 use dmindex_ycsb::{ClientStream, KeyFormat, Op, OpKind, PlannedOp};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -75,6 +75,8 @@ pub struct ClientMetrics {
     pub first_error: Option<IndexError>,
     /// Operations completed in the phase's [`BusyWindow`], summed over clients.
     pub busy_ops: u64,
+    /// Every verb of the operations inside the [`MeasureWindow`], when there is one.
+    pub window_counts: VerbCounts,
     /// Completions per interval of `timeline_ns` from `timeline_from` (0: not kept).
     pub timeline: Vec<u64>,
     pub timeline_from: u64,
@@ -92,6 +94,7 @@ impl Default for ClientMetrics {
             failures: 0,
             first_error: None,
             busy_ops: 0,
+            window_counts: VerbCounts::default(),
             timeline: Vec::new(),
             timeline_from: 0,
             timeline_ns: 0,
@@ -121,6 +124,7 @@ impl ClientMetrics {
         }
         self.failures += o.failures;
         self.busy_ops += o.busy_ops;
+        self.window_counts += o.window_counts;
         if self.timeline.len() < o.timeline.len() {
             self.timeline.resize(o.timeline.len(), 0);
         }
@@ -155,6 +159,8 @@ pub struct TaskEnv<'a> {
     pub metrics: &'a RefCell<ClientMetrics>,
     /// Which operations' latencies are measured.
     pub timing: Timing,
+    /// The part of the run phase that is measured (`--window`; none: all of it).
+    pub measure: Option<&'a MeasureWindow<'a>>,
 }
 
 /// Which operations a client times: two readings of the clock and a histogram entry each.
@@ -268,7 +274,7 @@ pub async fn load_client<T: Transport, I: PointIndex<T>>(
         let v = env.rec.value_into(seq, &mut value);
         let r = env.rec.insert(idx, c, &key, v).await.map(|()| true);
         seq += 1;
-        if !record(OpKind::Insert, r, t0, env, &mut done) {
+        if !record(OpKind::Insert, r, t0, env, &mut done, true) {
             break;
         }
         counter.completed(done, window, env);
@@ -291,20 +297,32 @@ pub async fn run_client<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
     let mut counter = WindowCount::default();
     let (mut op, mut value, mut scan) = (Op::default(), Vec::new(), ScanBuf::new());
     let mut tally = Tally::new(c);
+    let mut split = Split::new(env.measure.map_or(Part::Inside, MeasureWindow::part_now), c);
+    tally.count(split.part == Part::Inside, c, env);
+    // With a timeline every completion is timed, measured or not.
+    let timeline = env.metrics.borrow().timeline_ns > 0;
     for seq in 0..ops {
         source.next_into(&mut op);
         tally.switch(op.kind, c, env);
-        let t0 = env.times(op.kind).map(|w| (env.now(), w));
+        let inside = split.part == Part::Inside;
+        let t0 = match inside || timeline {
+            true => env.times(op.kind).map(|w| (env.now(), w)),
+            false => None,
+        };
         let seq = (1 << 39) | seq;
         let r = run_op::<T, I, S>(idx, c, &env.rec, &op, seq, &mut value, &mut scan).await;
         if r.is_ok() {
             source.acknowledge(&op);
         }
-        if !record(op.kind, r, t0, env, &mut done) {
+        if !record(op.kind, r, t0, env, &mut done, inside) {
             break;
         }
         counter.completed(done, window, env);
+        if let Some(w) = env.measure {
+            split.next(w.completed(env), &mut tally, c, env);
+        }
     }
+    split.next(Part::After, &mut tally, c, env);
     tally.close(c, env);
     counter.finish(done, window, env);
     env.progress.inc(done % PROGRESS_BATCH);
@@ -317,29 +335,50 @@ pub async fn run_client<T: Transport, I: PointIndex<T>, S: Scans<T, I>>(
 /// much of it a load of two counters at once that the CPU could not forward from the two
 /// stores that had just bumped them. The verbs of an operation that failed (its client stops)
 /// are charged too.
+///
+/// Outside a [`MeasureWindow`] nothing is charged, and the statistics are not read.
 struct Tally {
     kind: OpKind,
     since: OpCost,
+    /// Whether the client's operations are measured (inside the window, or no window).
+    counting: bool,
 }
 
 impl Tally {
     fn new<T: Transport>(c: &Client<T>) -> Tally {
-        Tally { kind: OpKind::Read, since: c.stats().cost() }
+        Tally { kind: OpKind::Read, since: c.stats().cost(), counting: true }
     }
 
     /// The client's next operation is of `kind`.
     #[inline]
     fn switch<T: Transport>(&mut self, kind: OpKind, c: &Client<T>, env: &TaskEnv<'_>) {
         if kind != self.kind {
+            if self.counting {
+                let now = c.stats().cost();
+                env.metrics.borrow_mut().verbs[self.kind as usize] += now - self.since;
+                self.since = now;
+            }
+            self.kind = kind;
+        }
+    }
+
+    /// Between two operations: the client's next ones are measured if `counting`. Charges what
+    /// the measured ones so far took.
+    fn count<T: Transport>(&mut self, counting: bool, c: &Client<T>, env: &TaskEnv<'_>) {
+        if counting != self.counting {
             let now = c.stats().cost();
-            env.metrics.borrow_mut().verbs[self.kind as usize] += now - self.since;
-            (self.kind, self.since) = (kind, now);
+            if self.counting {
+                env.metrics.borrow_mut().verbs[self.kind as usize] += now - self.since;
+            }
+            (self.since, self.counting) = (now, counting);
         }
     }
 
     /// The client is done: charges what its last kind took since the last reading.
     fn close<T: Transport>(self, c: &Client<T>, env: &TaskEnv<'_>) {
-        env.metrics.borrow_mut().verbs[self.kind as usize] += c.stats().cost() - self.since;
+        if self.counting {
+            env.metrics.borrow_mut().verbs[self.kind as usize] += c.stats().cost() - self.since;
+        }
     }
 }
 
@@ -411,14 +450,166 @@ impl BusyWindow {
     }
 }
 
+/// The measured part of a run phase (`--window`, [`crate::Window`]): it opens when the phase's
+/// completed operations, counted by every client on one shared counter, reach `open_at`, and
+/// closes when they reach `close_at`. The client whose completion reaches a mark notes the time
+/// and the indexes' counters ([`MeasureWindow::snapshot`]), so that what the indexes counted
+/// inside the window is the difference of the two readings.
+///
+/// A client's operation is measured if the window was open when it started (the client learns
+/// it from the counter its previous completion bumped, so reading it costs nothing more): its
+/// count, latency and verbs. Operations started while the window was open can complete after
+/// it closed, and ones started before it opened inside it, so each client measures to within
+/// one operation of what completed between the marks.
+pub struct MeasureWindow<'a> {
+    /// Run-phase operations completed so far, by every client.
+    done: AtomicU64,
+    open_at: u64,
+    close_at: u64,
+    /// Reads the counters of every compute node's index handle.
+    snapshot: &'a (dyn Fn() -> Vec<IndexStats> + Sync),
+    /// When the window opened and closed, on the recorder's clock, and the counters then:
+    /// each written once, by the client that reached the mark (not per operation).
+    opened: Mutex<Option<Mark>>,
+    closed: Mutex<Option<Mark>>,
+}
+
+/// The time and the indexes' counters when a [`MeasureWindow`] opened or closed.
+#[derive(Clone, Debug)]
+pub struct Mark {
+    pub ns: u64,
+    pub stats: Vec<IndexStats>,
+}
+
+/// Where a client's next operation falls against the [`MeasureWindow`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Before,
+    Inside,
+    After,
+}
+
+impl<'a> MeasureWindow<'a> {
+    /// A window between completed-operation counts `open_at` and `close_at` of a phase that
+    /// starts `now` (it is open from the start if `open_at` is 0); `snapshot` reads the
+    /// indexes' counters.
+    pub fn new(
+        (open_at, close_at): (u64, u64),
+        snapshot: &'a (dyn Fn() -> Vec<IndexStats> + Sync),
+        now: u64,
+    ) -> MeasureWindow<'a> {
+        let w = MeasureWindow {
+            done: AtomicU64::new(0),
+            open_at,
+            close_at,
+            snapshot,
+            opened: Mutex::new(None),
+            closed: Mutex::new(None),
+        };
+        if open_at == 0 {
+            w.mark(&w.opened, now);
+        }
+        w
+    }
+
+    fn part(&self, done: u64) -> Part {
+        match done {
+            d if d < self.open_at => Part::Before,
+            d if d < self.close_at => Part::Inside,
+            _ => Part::After,
+        }
+    }
+
+    /// Where an operation starting now falls.
+    pub fn part_now(&self) -> Part {
+        self.part(self.done.load(Ordering::Relaxed))
+    }
+
+    /// A client completed an operation: counts it, marks the window if it reached a mark, and
+    /// returns where the client's next operation falls.
+    #[inline]
+    pub fn completed(&self, env: &TaskEnv<'_>) -> Part {
+        // Relaxed: the count decides only which operations are measured, and each mark is
+        // reached by exactly one completion whatever the order.
+        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        if done == self.open_at {
+            self.mark(&self.opened, env.now());
+        }
+        if done == self.close_at {
+            self.mark(&self.closed, env.now());
+        }
+        self.part(done)
+    }
+
+    fn mark(&self, at: &Mutex<Option<Mark>>, ns: u64) {
+        let stats = (self.snapshot)();
+        let mut at = at.lock().unwrap_or_else(|e| e.into_inner());
+        at.get_or_insert(Mark { ns, stats });
+    }
+
+    /// The completed-operation counts at which the window opens and closes.
+    pub fn marks(&self) -> (u64, u64) {
+        (self.open_at, self.close_at)
+    }
+
+    /// The phase is over at `now`: the window's opening and closing marks (a mark no completion
+    /// reached, as when a client failed, is taken now).
+    pub fn finish(self, now: u64) -> (Mark, Mark) {
+        let take = |m: &Mutex<Option<Mark>>| m.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let opened = take(&self.opened);
+        let closed = take(&self.closed);
+        let now = || Mark { ns: now, stats: (self.snapshot)() };
+        let opened = opened.unwrap_or_else(now);
+        (opened, closed.unwrap_or_else(now))
+    }
+}
+
+/// One client's side of the [`MeasureWindow`]: where its next operation falls, and its verbs
+/// when it entered the window.
+struct Split {
+    part: Part,
+    entered: VerbCounts,
+}
+
+impl Split {
+    fn new<T: Transport>(part: Part, c: &Client<T>) -> Split {
+        let entered = if part == Part::Inside { c.counts() } else { VerbCounts::default() };
+        Split { part, entered }
+    }
+
+    /// The client's next operation falls in `part`: on entering or leaving the window, splits
+    /// its verbs there.
+    #[inline]
+    fn next<T: Transport>(
+        &mut self,
+        part: Part,
+        tally: &mut Tally,
+        c: &Client<T>,
+        env: &TaskEnv<'_>,
+    ) {
+        if part == self.part {
+            return;
+        }
+        tally.count(part == Part::Inside, c, env);
+        if part == Part::Inside {
+            self.entered = c.counts();
+        } else if self.part == Part::Inside {
+            env.metrics.borrow_mut().window_counts += c.counts() - self.entered;
+        }
+        self.part = part;
+    }
+}
+
 /// Records one operation's outcome, with its latency if it was timed from `t0` (and the weight
-/// of its sample); `false` if it failed (a failed client stops).
+/// of its sample), into the phase's figures if `measured` (else only into the timeline);
+/// `false` if it failed (a failed client stops).
 fn record(
     kind: OpKind,
     r: IndexResult<bool>,
     t0: Option<(u64, u64)>,
     env: &TaskEnv<'_>,
     done: &mut u64,
+    measured: bool,
 ) -> bool {
     let mut m = env.metrics.borrow_mut();
     let ok = match r {
@@ -434,7 +625,9 @@ fn record(
                 }
                 (now - t0, weight)
             });
-            m.record(kind, found, timed);
+            if measured {
+                m.record(kind, found, timed);
+            }
             true
         }
         Err(e) => {
@@ -490,6 +683,7 @@ mod tests {
             progress: &bar,
             metrics: &metrics,
             timing: Timing::Sampled,
+            measure: None,
         };
         for n in 0..10_000 {
             metrics.borrow_mut().counts[OpKind::Read as usize] = n;

@@ -1,14 +1,16 @@
 //! The harness: it refuses what an index cannot do before anything runs, and installs the
 //! memory-node services an index declares.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dmindex_bench::{run, BenchConfig, TransportKind};
+use dmindex_bench::{run, BenchConfig, TransportKind, Window};
 use dmindex_fabric::service::{MnContext, Service, ServiceError};
 use dmindex_fabric::{Client, ServiceId, Transport};
-use dmindex_index::{IndexConfig, IndexResult, MnService, Ordered, PointIndex, PointOnly};
+use dmindex_index::{
+    IndexConfig, IndexResult, IndexStats, MnService, Ordered, PointIndex, PointOnly,
+};
 use dmindex_reference::LockedShards;
 
 #[test]
@@ -298,4 +300,119 @@ fn a_corrupt_index_is_the_runs_error() {
             "{transport:?}: {msg}"
         );
     }
+}
+
+/// The reference index, counting its searches: as a count (the increase over a window is
+/// reported) and as a level (its value at the window's close is), and as retries.
+struct Counting {
+    inner: LockedShards,
+    searches: AtomicU64,
+}
+
+impl<T: Transport> PointIndex<T> for Counting {
+    const LEVELS: &'static [&'static str] = &["searches_so_far"];
+
+    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        let inner = <LockedShards as PointIndex<T>>::create(c, config, cn).await?;
+        Ok(Counting { inner, searches: AtomicU64::new(0) })
+    }
+    async fn open(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
+        let inner = <LockedShards as PointIndex<T>>::open(c, config, cn).await?;
+        Ok(Counting { inner, searches: AtomicU64::new(0) })
+    }
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        let found = self.inner.search_into(c, key, out).await;
+        self.searches.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        self.inner.insert(c, key, value).await
+    }
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        self.inner.update(c, key, value).await
+    }
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        self.inner.delete(c, key).await
+    }
+    fn stats(&self) -> IndexStats {
+        let n = self.searches.load(Ordering::Relaxed);
+        IndexStats {
+            cache_bytes: 0,
+            retries: n,
+            extra: vec![("searches", n), ("searches_so_far", n)],
+        }
+    }
+}
+
+/// `--window FROM:TO` measures the operations each client starts while the run's completed
+/// operations are between FROM × and TO × the run's: within one operation per client task of
+/// (TO − FROM) × the run's, every figure of the report theirs. The index's counts are their
+/// increase over the window and its levels their value at the close; verbs are split at the
+/// same operations for the kinds and for the whole; a workload that is the same throughout
+/// costs the same per operation inside the window as over the whole run.
+#[test]
+fn a_window_measures_the_operations_started_inside_it() {
+    for transport in [TransportKind::Local, TransportKind::Sim] {
+        let mut cfg = BenchConfig::of("counting", "a");
+        (cfg.cluster.transport, cfg.cluster.clients, cfg.cluster.coroutines) = (transport, 2, 2);
+        (cfg.workload.items, cfg.workload.ops) = (2000, Some(8000));
+        cfg.workload.distribution = Some("uniform".into());
+        let whole = run::<Counting, PointOnly>(&cfg).expect("runs");
+        assert!(whole.window.is_none());
+        cfg.workload.window = Some(Window::new(0.25, 0.75).expect("a window"));
+        let r = run::<Counting, PointOnly>(&cfg).expect("runs");
+        let tasks = cfg.tasks();
+        let w = r.window.as_ref().expect("the window is reported");
+        assert_eq!((w.opened_at_op, w.closed_at_op, w.phase_ops), (2000, 6000, 8000));
+        assert!(0.0 < w.opened_s && w.opened_s < w.closed_s, "{transport:?}: {w:?}");
+        assert!(r.ops.abs_diff(4000) <= tasks, "{transport:?}: {} measured", r.ops);
+        let counted: u64 = r.per_op.iter().map(|o| o.count).sum();
+        assert_eq!(counted, r.ops, "{transport:?}: the kinds' counts are the window's");
+        let reads = r.per_op.iter().find(|o| o.op == "read").expect("reads").count;
+        // Counted when each search completes: those of the window, to within one a task.
+        let searches = r.index_stats["searches"];
+        assert!(searches.abs_diff(reads) <= tasks, "{transport:?}: {searches} for {reads}");
+        assert_eq!(r.retries, searches, "{transport:?}: retries are a count");
+        let level = r.index_stats["searches_so_far"];
+        assert!(level > searches + 500, "{transport:?}: a level is its value at the close");
+        assert_eq!(whole.index_stats["searches"], whole.index_stats["searches_so_far"]);
+        // Every verb of the measured operations is charged to their kinds.
+        let by_kind: f64 = r.per_op.iter().map(|o| o.round_trips_per_op * o.count as f64).sum();
+        let all = r.round_trips_per_op * r.ops as f64;
+        assert!((by_kind - all).abs() < 1e-9 * all, "{transport:?}: {by_kind} against {all}");
+        for (x, y, what) in [
+            (r.round_trips_per_op, whole.round_trips_per_op, "round trips"),
+            (r.bytes_read_per_op, whole.bytes_read_per_op, "bytes read"),
+            (r.bytes_written_per_op, whole.bytes_written_per_op, "bytes written"),
+        ] {
+            assert!((x / y - 1.0).abs() < 0.05, "{transport:?}: {what} {x} in the window, {y}");
+        }
+        assert!(r.latency_us.p50 > 0.0 && r.throughput_ops > 0.0, "{transport:?}");
+        if transport == TransportKind::Sim {
+            // Virtual time, nothing else running: the same rate throughout.
+            let ratio = r.throughput_ops / whole.throughput_ops;
+            assert!((ratio - 1.0).abs() < 0.1, "{transport:?}: {ratio}");
+        }
+        let table = r.table();
+        assert!(table.contains("window 0.25:0.75 of the run phase"), "{table}");
+    }
+}
+
+/// On virtual time a window over the whole run phase is the whole run: every operation, at
+/// the same rate (the phase ends with its last completion), with the same verbs; only the
+/// index's counts leave out the load phase's.
+#[test]
+fn a_window_over_the_whole_run_is_the_run() {
+    let mut cfg = BenchConfig::of("counting", "a");
+    (cfg.cluster.transport, cfg.cluster.clients) = (TransportKind::Sim, 3);
+    (cfg.workload.items, cfg.workload.ops) = (500, Some(3000));
+    let whole = run::<Counting, PointOnly>(&cfg).expect("runs");
+    cfg.workload.window = Some(Window::new(0.0, 1.0).expect("a window"));
+    let r = run::<Counting, PointOnly>(&cfg).expect("runs");
+    assert_eq!(r.ops, whole.ops);
+    assert_eq!(r.per_op, whole.per_op);
+    assert_eq!(r.round_trips_per_op, whole.round_trips_per_op);
+    assert_eq!(r.cas_failures_per_op, whole.cas_failures_per_op);
+    assert!((r.throughput_ops / whole.throughput_ops - 1.0).abs() < 1e-9);
+    assert_eq!(r.window.as_ref().map(|w| (w.opened_at_op, w.opened_s)), Some((0, 0.0)));
 }

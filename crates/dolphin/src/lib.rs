@@ -281,6 +281,8 @@ impl<T: Transport> PointIndex<T> for Dolphin {
         self.delete_key(c, key::word(key, "dolphin")?).await
     }
 
+    const LEVELS: &'static [&'static str] = &["cached_nodes"];
+
     fn stats(&self) -> IndexStats {
         let n = &self.counters;
         IndexStats {

@@ -231,6 +231,11 @@ pub trait PointIndex<T: Transport>: Sized {
     /// Removes `key`; returns whether it was present.
     async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool>;
 
+    /// Of the names in [`IndexStats::extra`], those that are levels (how much of something there
+    /// is now, such as cached nodes) rather than counts of events: a report measured over part
+    /// of a run gives a level's value at the part's end, and the others' increase over it.
+    const LEVELS: &'static [&'static str] = &[];
+
     /// CN-side counters.
     fn stats(&self) -> IndexStats {
         IndexStats::default()

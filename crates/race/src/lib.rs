@@ -215,6 +215,8 @@ impl<T: Transport> PointIndex<T> for Race {
         self.delete_key(c, key).await
     }
 
+    const LEVELS: &'static [&'static str] = &["directory_depth"];
+
     fn stats(&self) -> IndexStats {
         let n = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);

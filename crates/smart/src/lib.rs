@@ -224,6 +224,8 @@ impl<T: Transport, V: Variant> PointIndex<T> for SmartIndex<V> {
         self.delete_key(c, key).await
     }
 
+    const LEVELS: &'static [&'static str] = &["cached_nodes"];
+
     fn stats(&self) -> IndexStats {
         let n = &self.counters;
         IndexStats {
