@@ -298,7 +298,7 @@ pub struct Output {
     /// Also report the share of reads whose key their compute node read before in the run (for
     /// YCSB C, the hit-ratio ceiling of a per-node cache such as CHIME's hotspot buffer), from
     /// the run's streams drawn again: a few seconds per 10 M operations (workloads without
-    /// inserts or "latest"; not with --trace).
+    /// inserts or "latest"; not with --trace). With --window, of the reads inside it.
     #[arg(long)]
     pub key_reuse: bool,
     /// Show progress bars on standard error (the command line sets it on a terminal).

@@ -13,7 +13,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::plot::{Chart, Series};
-use crate::{BenchConfig, BenchReport, TransportKind};
+use crate::{BenchConfig, BenchReport, TransportKind, Window};
 
 /// A paper whose figures can be reproduced.
 pub struct Paper {
@@ -291,6 +291,17 @@ impl<'a> Session<'a> {
         c
     }
 
+    /// `cfg` measured as the papers measure, warm and steady: each client replays its share
+    /// of a stream of `ops / replays` operations `replays` times over the run's `ops`
+    /// ([`crate::Workload::stream_ops`]), and only `window` of the run is measured
+    /// ([`crate::Workload::window`]; [`PAPER_WINDOW`] for CHIME's seconds 4 to 8 of 10).
+    pub fn warm(&self, mut cfg: BenchConfig, replays: u64, window: Window) -> BenchConfig {
+        let ops = cfg.workload.ops.unwrap_or(cfg.workload.items);
+        cfg.workload.stream_ops = Some(ops.div_ceil(replays.max(1)).max(1));
+        cfg.workload.window = Some(window);
+        cfg
+    }
+
     /// The trace file in the `--traces` directory named `prefix` or `prefix.…` (e.g. `cluster8`,
     /// `cluster8.sort`, `cluster8.csv`, not `cluster80`), compressed files left aside.
     /// [`NeedsTraces`] when no directory was given.
@@ -385,6 +396,15 @@ impl<'a> Session<'a> {
     pub fn chart(&mut self, file: &str, chart: Chart) {
         self.charts.push((file.into(), chart));
     }
+}
+
+/// The part of a run the papers measure: CHIME's runs replay each client's trace for 10 s and
+/// count seconds 4 to 8, so 0.4 to 0.8 of the run's operations at a steady rate.
+pub const PAPER_WINDOW: (f64, f64) = (0.4, 0.8);
+
+/// [`PAPER_WINDOW`] as a [`Window`].
+pub fn paper_window() -> Window {
+    Window::new(PAPER_WINDOW.0, PAPER_WINDOW.1).expect("0.4 is below 0.8")
 }
 
 /// `name=value` pairs from string slices.
@@ -486,4 +506,71 @@ pub fn run_experiment(
         outcome.files.push(p);
     }
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A paper with one line, whose option is scaled by items.
+    static TEST_PAPER: Paper = Paper {
+        name: "test",
+        title: "a test paper",
+        testbed: "chime-testbed",
+        scale: Scale::default,
+        clients_mean: "clients per CN",
+        items: 1_000_000,
+        lines: &[Line {
+            label: "X",
+            index: "chime",
+            options: &[("speculative", "1")],
+            scaled: Some(("hotspot_kb", 1000.0)),
+            why: "a test line",
+        }],
+        experiments: &[],
+    };
+
+    /// A run as the paper ran it has its line's options, the scaled one scaled by items (at
+    /// least 1), and the table shows both; an index with no line is a bug of the table.
+    #[test]
+    fn as_paper_applies_the_line_s_options_scaled_by_items() {
+        let scale = Scale { items: 200_000, ..Scale::default() };
+        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { anyhow::bail!("no runs") };
+        let mut log = |_: &str| {};
+        let s = Session::for_test(&scale, &TEST_PAPER, &runner, &mut log);
+        let c = s.as_paper("chime", "c");
+        assert_eq!(c.index.options, opts(&[("speculative", "1"), ("hotspot_kb", "200")]));
+        assert_eq!(c.workload.items, 200_000);
+        let tiny = s.as_paper_at("chime", "c", 10);
+        assert_eq!(tiny.index.options[1], ("hotspot_kb".into(), "1".into()), "at least 1");
+        let t = TEST_PAPER.lines_table();
+        assert!(
+            t.contains("| X | `chime` | `speculative=1`, `hotspot_kb` = 1000 at 1 M items"),
+            "{t}"
+        );
+        let as_sherman = std::panic::AssertUnwindSafe(|| s.as_paper("sherman", "c"));
+        let missing = std::panic::catch_unwind(as_sherman);
+        assert!(missing.is_err(), "no line for sherman");
+    }
+
+    /// A warm configuration replays a stream of its share of the operations and measures the
+    /// papers' window, and the harness accepts it as it stands.
+    #[test]
+    fn a_warm_config_replays_a_stream_and_measures_a_window() {
+        let scale = Scale::default();
+        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { anyhow::bail!("no runs") };
+        let mut log = |_: &str| {};
+        let s = Session::for_test(&scale, &TEST_PAPER, &runner, &mut log);
+        let cold = s.base("chime", "c");
+        assert_eq!((cold.workload.stream_ops, cold.workload.window), (None, None));
+        let c = s.warm(cold, 5, paper_window());
+        assert_eq!(c.workload.stream_ops, Some(scale.ops / 5));
+        let w = c.workload.window.expect("a window");
+        assert_eq!((w.from(), w.to()), PAPER_WINDOW);
+        crate::check_config(&c).expect("a run the harness takes");
+        // A stream is never empty, however many replays are asked for.
+        let mut tiny = s.base("chime", "c");
+        tiny.workload.ops = Some(3);
+        assert_eq!(s.warm(tiny, 10, paper_window()).workload.stream_ops, Some(1));
+    }
 }

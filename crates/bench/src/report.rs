@@ -95,8 +95,9 @@ pub struct BenchReport {
     #[serde(default)]
     pub index_bytes: u64,
     pub load_factor: Option<f64>,
-    /// Of the run's reads, the share whose key their compute node had read before in the run:
-    /// the ceiling of a per-node cache's hit ratio (`--key-reuse`).
+    /// Of the run's reads (with a `window`, those inside it), the share whose key their compute
+    /// node had read before in the run: the ceiling of a per-node cache's hit ratio
+    /// (`--key-reuse`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_reuse: Option<f64>,
     /// Index-specific counters summed over compute nodes (e.g. leaf splits).
@@ -430,7 +431,8 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         load_factor,
         key_reuse: if cfg.output.key_reuse {
             let per_cn = cfg.cluster.clients * cfg.cluster.coroutines;
-            crate::reuse::key_reuse(plan, cfg.cluster.cns as usize * per_cn, per_cn)
+            let window = cfg.workload.window;
+            crate::reuse::key_reuse(plan, cfg.cluster.cns as usize * per_cn, per_cn, window)
         } else {
             None
         },
