@@ -348,6 +348,12 @@ fn bench_refuses_bad_input() {
         (&["bench", "--key-reuse", "--workload", "d"][..], "--key-reuse draws the run's streams"),
         (&["bench", "--stream-ops", "10", "--workload", "d"][..], "without inserts or \"latest\""),
         (&["bench", "--key-reuse", "--trace", "x"][..], "a --trace run has none"),
+        // A measured window is two fractions of the run phase, in order, holding an operation.
+        (&["bench", "--window", "0.8:0.4"][..], "0.8:0.4 is empty: FROM must be below TO"),
+        (&["bench", "--window", "0.5:1.5"][..], "is not a window of the run phase (fractions"),
+        (&["bench", "--window=-1:0.5"][..], "-1.0:0.5 is not a window"),
+        (&["bench", "--window", "half"][..], "'half' is not FROM:TO"),
+        (&["bench", "--ops", "4", "--window", "0.3:0.35"][..], "holds no operation of a run"),
         // Simulator parameters stay in a physical range.
         (&["bench", "--transport", "sim", "--set", "atomic_mops=1e-12"][..], "outside 0.001..="),
         (
@@ -553,6 +559,30 @@ fn bench_replays_a_shorter_stream_and_reports_key_reuse() {
         // 800 operations replayed ten times: nine in ten reads at least repeat a key.
         let (a, b) = (once["key_reuse"].as_f64().unwrap(), cycled["key_reuse"].as_f64().unwrap());
         assert!(b >= 0.9 && b > a, "{transport}: {a} once, {b} cycled");
+    }
+}
+
+/// `--window` measures a middle part of the run phase, and the report says which, in JSON and
+/// in the table.
+#[test]
+fn bench_measures_a_window_and_says_so() {
+    for transport in ["local", "sim"] {
+        let args = ["bench", "--transport", transport, "--ops", "4000", "--window", "0.25:0.75"];
+        let v = json(&dmindex(&[&args[..], &["--json"]].concat()));
+        let w = &v["window"];
+        assert_eq!((w["from"].as_f64(), w["to"].as_f64()), (Some(0.25), Some(0.75)));
+        let at = |k: &str| w[k].as_u64();
+        assert_eq!((at("opened_at_op"), at("closed_at_op")), (Some(1000), Some(3000)));
+        assert_eq!(at("phase_ops"), Some(4000));
+        assert!(w["closed_s"].as_f64() > w["opened_s"].as_f64(), "{transport}: {w}");
+        // Two client tasks: each measures to within one operation of its half.
+        let ops = v["ops"].as_u64().expect("ops");
+        assert!(ops.abs_diff(2000) <= 2, "{transport}: {ops} measured");
+        let out = dmindex(&args);
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(table.contains("window 0.25:0.75 of the run phase: operations 1000 to 3000"));
+        let plain = json(&dmindex(&["bench", "--transport", transport, "--ops", "400", "--json"]));
+        assert!(plain.get("window").is_none(), "{transport}: no window unless asked");
     }
 }
 
