@@ -134,6 +134,10 @@ const VALUES: &[&str] = &[
     "1,2",
     "0,0",
     "a,load",
+    "0.4:0.8",
+    "0:1",
+    "1:0.5",
+    "0.5:NaN",
 ];
 
 const COMMANDS: &[&str] =
