@@ -4,7 +4,8 @@
 //!
 //! An index declares its options once, as an [`Options`] table: each [`Opt`] has a name, the
 //! aliases it also answers to, and a type — a number in a range ([`Opt::number`]) or a flag
-//! written `0` or `1` ([`Opt::flag`]).
+//! written `0` or `1` ([`Opt::flag`]) or one of a few words ([`Opt::choice`], parsed as the
+//! word's position in its list).
 //!
 //! # Parsing
 //!
@@ -16,6 +17,7 @@
 //! | a number that is not one | `option <name>=<value>: not a number` |
 //! | a number out of range | `option <name>=<value>: must be in <lo>..=<hi>` |
 //! | a flag that is not 0 or 1 | `option <name>=<value>: use 0 or 1` |
+//! | a word not in a choice's list | `option <name>=<value>: use <word> or <word>` |
 //!
 //! What comes back ([`Parsed`]) names each option by its declared name, aliases resolved, in the
 //! order given, so an index may let later options override earlier ones or fold them in order.
@@ -33,6 +35,9 @@ pub enum Kind {
     Number(RangeInclusive<usize>),
     /// `0` or `1`.
     Flag,
+    /// One of these words; its value is the word's position (the first is the default an
+    /// index documents).
+    Choice(&'static [&'static str]),
 }
 
 /// One declared option.
@@ -59,6 +64,15 @@ impl Opt {
         Opt { name, aliases, kind: Kind::Flag }
     }
 
+    /// One of `words`, parsed as its position in the list.
+    pub const fn choice(
+        name: &'static str,
+        aliases: &'static [&'static str],
+        words: &'static [&'static str],
+    ) -> Opt {
+        Opt { name, aliases, kind: Kind::Choice(words) }
+    }
+
     fn answers_to(&self, name: &str) -> bool {
         self.name == name || self.aliases.contains(&name)
     }
@@ -71,6 +85,10 @@ impl Opt {
             Kind::Flag => match n {
                 Ok(n @ (0 | 1)) => Ok(n),
                 _ => Err(bad("use 0 or 1")),
+            },
+            Kind::Choice(words) => match words.iter().position(|w| *w == v) {
+                Some(i) => Ok(i),
+                None => Err(bad(&format!("use {}", words.join(" or ")))),
             },
             Kind::Number(range) => {
                 let n = n.map_err(|_| bad("not a number"))?;
@@ -159,6 +177,7 @@ mod tests {
             Opt::number("span", &[], 0..=usize::MAX),
             Opt::number("fanout", &["f"], 4..=1024),
             Opt::flag("fast", &["quick"]),
+            Opt::choice("mode", &[], &["plain", "fancy"]),
         ],
     };
 
@@ -176,11 +195,17 @@ mod tests {
     #[test]
     fn values_come_back_in_order_by_declared_name() {
         let p = OPTS
-            .parse(&extra(&[("f", "8"), ("quick", "1"), ("fanout", "16"), ("span", "0")]))
+            .parse(&extra(&[
+                ("f", "8"),
+                ("quick", "1"),
+                ("fanout", "16"),
+                ("span", "0"),
+                ("mode", "fancy"),
+            ]))
             .unwrap();
         assert_eq!(
             p.iter().collect::<Vec<_>>(),
-            [("fanout", 8), ("fast", 1), ("fanout", 16), ("span", 0)]
+            [("fanout", 8), ("fast", 1), ("fanout", 16), ("span", 0), ("mode", 1)]
         );
         assert_eq!(
             (p.number("fanout"), p.flag("fast"), p.flag("nope")),
@@ -190,11 +215,15 @@ mod tests {
 
     #[test]
     fn errors_name_the_option_and_the_known_ones() {
-        assert_eq!(err(&[("nope", "1")]), "unknown TEST option 'nope' (known: span, fanout, fast)");
+        assert_eq!(
+            err(&[("nope", "1")]),
+            "unknown TEST option 'nope' (known: span, fanout, fast, mode)"
+        );
         assert_eq!(err(&[("f", "x")]), "option f=x: not a number");
         assert_eq!(err(&[("fanout", "3")]), "option fanout=3: must be in 4..=1024");
         assert_eq!(err(&[("fast", "2")]), "option fast=2: use 0 or 1");
         assert_eq!(err(&[("quick", "yes")]), "option quick=yes: use 0 or 1");
+        assert_eq!(err(&[("mode", "1")]), "option mode=1: use plain or fancy");
     }
 
     #[test]
