@@ -31,6 +31,13 @@
 //! in turn that disagree, a value that comes back after a delete), as long as no other process
 //! writes while the history is recorded.
 //!
+//! ## Blind writes
+//!
+//! An index may offer blind updates and deletes (an option; the SepHash paper's): the recorder
+//! records a blind update as the insert it is, and a blind delete completed with
+//! [`Outcome::Done`] rather than [`Outcome::Existed`]: it removes the key whether or not it was
+//! there, and its result constrains nothing.
+//!
 //! ## Scans
 //!
 //! A completed scan from `f` returning pairs `R` (at most `n`) covers `[f, last key of R]` if it
@@ -75,7 +82,8 @@ pub enum Invocation {
 pub enum Outcome {
     /// A search's result.
     Found(Option<Vec<u8>>),
-    /// An insert completed.
+    /// An insert completed; or a blind delete, which cannot tell whether the key existed
+    /// (`dmindex_index::PointIndex::blind_writes`).
     Done,
     /// An update's or delete's result: whether the key existed.
     Existed(bool),
@@ -303,6 +311,8 @@ fn check_entries(entries: &[Entry], start: Start) -> Result<CheckStats, Violatio
             (Invocation::Delete { key }, o) => {
                 let r = match o {
                     Some(Outcome::Existed(b)) => Some(*b),
+                    // A blind delete: it took effect, whether the key existed is not known.
+                    Some(Outcome::Done) => None,
                     None => None,
                     Some(other) => return Err(mismatch(e, other)),
                 };
@@ -657,6 +667,31 @@ mod tests {
         ]);
         let s = ok.check().unwrap();
         assert_eq!((s.ops, s.keys, s.pending), (8, 1, 0));
+    }
+
+    /// A blind delete (done, not whether the key existed) of a present or an absent key is
+    /// fine, and the key is absent after it; the same deletes claiming the key existed are not
+    /// linearizable, and neither is a read of the old value after a blind delete.
+    #[test]
+    fn blind_deletes_remove_whatever_was_there() {
+        let del = || Invocation::Delete { key: k(1) };
+        let run = |done: fn(Outcome) -> Outcome| {
+            h(vec![
+                (0, ins(1, 1), 0, Some((10, Outcome::Done))),
+                (0, del(), 40, Some((50, done(Outcome::Existed(true))))),
+                (0, del(), 60, Some((70, done(Outcome::Existed(true))))),
+                (1, get(1), 80, Some((90, Outcome::Found(None)))),
+            ])
+        };
+        let s = run(|_| Outcome::Done).check().unwrap();
+        assert_eq!((s.ops, s.pending), (4, 0));
+        assert!(run(|o| o).check().is_err(), "a delete that claims an absent key existed");
+        let lost = h(vec![
+            (0, ins(1, 1), 0, Some((10, Outcome::Done))),
+            (0, del(), 20, Some((30, Outcome::Done))),
+            (1, get(1), 40, Some((50, found(1)))),
+        ]);
+        assert!(lost.check().is_err(), "a blind delete that did not remove the key");
     }
 
     #[test]

@@ -22,6 +22,12 @@
 //! hot path, which every ordered index implements and which allocates nothing per pair once the
 //! buffer has grown), and as owned pairs (`scan`, `scan_range`: a convenience on top).
 //!
+//! An index may offer **blind writes** as an option ([`PointIndex::blind_writes`]: SepHash's
+//! `update=upsert`, the paper's own updates): then `update(k, v)` sets k ↦ v whether or not k
+//! existed (an upsert) and `delete(k)` removes k if it exists, and neither can tell whether k
+//! existed; both return `true`, and the checker and the conformance kit hold them to exactly
+//! that instead of the rows above.
+//!
 //! A scan is linearizable per key: each returned pair was the key's value at some instant during
 //! the scan, and each key in the scanned range it did not return was absent at some such instant.
 //!
@@ -235,6 +241,14 @@ pub trait PointIndex<T: Transport>: Sized {
     /// is now, such as cached nodes) rather than counts of events: a report measured over part
     /// of a run gives a level's value at the part's end, and the others' increase over it.
     const LEVELS: &'static [&'static str] = &[];
+
+    /// Whether `update` and `delete` are blind (an option of the index): an update sets the key
+    /// whether or not it existed, a delete removes it if present, and both return `true`
+    /// without knowing whether it existed. Recorded histories and the model test then check
+    /// them as exactly that (see the crate's semantics table).
+    fn blind_writes(&self) -> bool {
+        false
+    }
 
     /// CN-side counters.
     fn stats(&self) -> IndexStats {

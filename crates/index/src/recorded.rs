@@ -106,7 +106,9 @@ impl Recorder<'_> {
         self.around(|| idx.insert(c, key, value), invocation, |_| Outcome::Done)
     }
 
-    /// Recorded update; without a history the index's own future.
+    /// Recorded update; without a history the index's own future. A blind update
+    /// ([`PointIndex::blind_writes`]) is recorded as what it is, an insert (so also when it
+    /// never returns).
     pub fn update<'s, T: Transport, I: PointIndex<T>>(
         &'s self,
         idx: &'s I,
@@ -114,11 +116,17 @@ impl Recorder<'_> {
         key: &'s [u8],
         value: &'s [u8],
     ) -> impl Future<Output = IndexResult<bool>> + 's {
-        let invocation = || Invocation::Update { key: key.to_vec(), value: value.to_vec() };
-        self.around(|| idx.update(c, key, value), invocation, |&r| Outcome::Existed(r))
+        let blind = idx.blind_writes();
+        let invocation = move || match blind {
+            true => Invocation::Insert { key: key.to_vec(), value: value.to_vec() },
+            false => Invocation::Update { key: key.to_vec(), value: value.to_vec() },
+        };
+        let outcome = move |&r: &bool| if blind { Outcome::Done } else { Outcome::Existed(r) };
+        self.around(|| idx.update(c, key, value), invocation, outcome)
     }
 
-    /// Recorded delete; without a history the index's own future.
+    /// Recorded delete; without a history the index's own future. A blind delete is recorded
+    /// as done: the key is absent after it, whether or not it was there.
     pub fn delete<'s, T: Transport, I: PointIndex<T>>(
         &'s self,
         idx: &'s I,
@@ -126,7 +134,9 @@ impl Recorder<'_> {
         key: &'s [u8],
     ) -> impl Future<Output = IndexResult<bool>> + 's {
         let invocation = || Invocation::Delete { key: key.to_vec() };
-        self.around(|| idx.delete(c, key), invocation, |&r| Outcome::Existed(r))
+        let blind = idx.blind_writes();
+        let outcome = move |&r: &bool| if blind { Outcome::Done } else { Outcome::Existed(r) };
+        self.around(|| idx.delete(c, key), invocation, outcome)
     }
 
     /// The future `op` makes, recorded as `invocation` and completed with `outcome` of its

@@ -602,6 +602,10 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
         self.inner.delete(c, key).await
     }
 
+    fn blind_writes(&self) -> bool {
+        self.inner.blind_writes()
+    }
+
     fn stats(&self) -> IndexStats {
         let mut s = self.inner.stats();
         if let Some(t) = &self.table {
