@@ -38,12 +38,21 @@ pub struct MainRange {
     /// Entries `[lo, hi)` hold every entry of the fingerprint asked for.
     pub lo: u32,
     pub hi: u32,
+    /// Entries `[wlo, whi)`, inside `[lo, hi)`, are the ones a search reads first
+    /// ([`fptable::window`]).
+    pub wlo: u32,
+    pub whi: u32,
 }
 
 impl MainRange {
     /// Where entry `lo` lies, the MainSegment being on `node`.
     pub fn range_addr(&self, node: u16) -> GlobalAddr {
-        GlobalAddr::new(node, self.main + self.entries_at).add(8 * self.lo as u64)
+        self.entry_addr(node, self.lo)
+    }
+
+    /// Where entry `i` lies, the MainSegment being on `node`.
+    pub fn entry_addr(&self, node: u16, i: u32) -> GlobalAddr {
+        GlobalAddr::new(node, self.main + self.entries_at).add(8 * i as u64)
     }
 }
 
@@ -63,8 +72,9 @@ pub struct Cache {
 }
 
 impl Cache {
-    /// The CurSegment a key with hash `h` belongs to, as far as this node knows.
-    pub fn locate(&self, h: u64) -> Option<GlobalAddr> {
+    /// The CurSegment a key with hash `h` belongs to, as far as this node knows, and its
+    /// suffix (a segment is entered at its own suffix only, and entries never change).
+    pub fn locate(&self, h: u64) -> Option<(GlobalAddr, u64)> {
         let g = self.inner.read().expect("cache lock");
         if g.dir.is_empty() {
             return None;
@@ -72,7 +82,7 @@ impl Cache {
         let mut i = (h as usize) & (g.dir.len() - 1);
         loop {
             if g.dir[i] != 0 {
-                return Some(GlobalAddr::from_raw(g.dir[i]));
+                return Some((GlobalAddr::from_raw(g.dir[i]), i as u64));
             }
             if i == 0 {
                 return None;
@@ -100,6 +110,7 @@ impl Cache {
         let g = self.inner.read().expect("cache lock");
         let v = g.segs.get(&seg.raw())?;
         let (lo, hi) = fptable::range(&v.points, v.header.entries, fp);
+        let (wlo, whi) = fptable::window(&v.points, v.header.entries, fp);
         let r = MainRange {
             id: v.main,
             main: crate::layout::Meta(v.main).main(),
@@ -107,6 +118,8 @@ impl Cache {
             entries_at: v.header.entries_at(),
             lo,
             hi,
+            wlo,
+            whi,
         };
         Some((r, v.offset.load(Ordering::Relaxed)))
     }
@@ -150,11 +163,12 @@ mod tests {
         }
         c.learn_entry(4 + 2, 206); // segment with suffix 0b110 (depth 3)
         c.learn_entry(16 + 6, 322); // and its child 0b10110 (depth 5)
-        assert_eq!(c.locate(0b0110).map(|a| a.raw()), Some(206));
-        assert_eq!(c.locate(0b1_0110).map(|a| a.raw()), Some(322));
-        assert_eq!(c.locate(0b0_1110).map(|a| a.raw()), Some(206), "index 14 unknown: use 6");
-        assert_eq!(c.locate(0b1_0010).map(|a| a.raw()), Some(102), "18 -> 2");
-        assert_eq!(c.locate(u64::MAX).map(|a| a.raw()), Some(103));
+        let at = |h| c.locate(h).map(|(a, suffix)| (a.raw(), suffix));
+        assert_eq!(at(0b0110), Some((206, 6)));
+        assert_eq!(at(0b1_0110), Some((322, 22)));
+        assert_eq!(at(0b0_1110), Some((206, 6)), "index 14 unknown: use 6");
+        assert_eq!(at(0b1_0010), Some((102, 2)), "18 -> 2");
+        assert_eq!(at(u64::MAX), Some((103, 3)));
         assert_eq!(c.bytes(), 6 * 8);
     }
 }

@@ -18,6 +18,8 @@ const POINTS_GUESS: usize = 64;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Target {
     pub seg: GlobalAddr,
+    /// The segment's suffix: the directory index it was found at.
+    pub suffix: u64,
     pub main: MainRange,
     /// Slot this node's clients append from.
     pub offset: u32,
@@ -57,7 +59,7 @@ impl SepHash {
         loop {
             // The directory cache, then the segment's FPTable: a table probe each.
             c.compute(Work::TableProbe, 1);
-            let Some(seg) = self.cache.locate(kh.h) else {
+            let Some((seg, suffix)) = self.cache.locate(kh.h) else {
                 if dir_read {
                     return Err(IndexError::Corrupt(format!(
                         "no directory entry for hash {:#x}",
@@ -73,7 +75,10 @@ impl SepHash {
                 if !self.shape.fptable {
                     (main.lo, main.hi) = (0, main.entries);
                 }
-                return Ok(Target { seg, main, offset });
+                if !self.shape.fptable || self.shape.search_range {
+                    (main.wlo, main.whi) = (main.lo, main.hi);
+                }
+                return Ok(Target { seg, suffix, main, offset });
             }
             let meta = Meta(c.read_word(seg).await?);
             if !self.refresh_main(c, seg, meta).await? {

@@ -25,7 +25,10 @@
 //!                                                        (0: none)
 //! +8        suffix (u64): the low `local depth` hash bits every key here has; never changes
 //! +16       slot[0..n]   (8 B each, CAS'd): entries, appended in slot order
-//! +16 + 8n  filter[0..positions] (1 B each): 1 = an entry with this (fp, fp2) position may be here
+//! +F        filter line[0..L], F = 16 + 8n rounded up to 64, L = ⌈positions / 56⌉, 64 B each:
+//!             +0   tag (u64): the meta this generation opened with (never closed)
+//!             +8   position[56·j .. 56·j + 56] (1 B each): 1 = an entry with this (fp, fp2)
+//!                  position may be in this generation's slots
 //! ```
 //!
 //! A slot is free when its sign differs from the meta's, so flipping the meta's sign empties the
@@ -36,7 +39,12 @@
 //!
 //! Each filter position is a whole byte so that setting one is a plain WRITE that cannot undo a
 //! neighbour's (RDMA has no remote OR; the paper's bit per position would lose bits to
-//! concurrent read-modify-writes).
+//! concurrent read-modify-writes). Each 64-B line of the filter starts with a copy of the meta
+//! its generation opened with, written whole with the line's cleared positions: a READ of one
+//! line is a snapshot of one instant (the fabric's unit), so a search gets a position and the
+//! generation it belongs to in one READ of 9 to 64 bytes, and needs the meta word only when it
+//! reads the slots. Positions are written by appends (byte 1) and cleared only by rewriting the
+//! whole line with the next generation's tag, while the segment is closed.
 //!
 //! # Entry (a CurSegment slot or a MainSegment element)
 //!
@@ -238,12 +246,19 @@ impl KeyHash {
     }
 }
 
+/// Bytes of a filter line (the fabric's snapshot unit).
+pub const LINE: u64 = 64;
+/// Bytes before a filter line's positions: the generation's tag.
+pub const TAG: u64 = 8;
+/// Filter positions per line.
+pub const PER_LINE: usize = (LINE - TAG) as usize;
+
 /// Where a CurSegment's parts are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CurLayout {
     /// Slots.
     pub n: usize,
-    /// Filter positions (a power of two).
+    /// Filter positions (a power of two, or 0: no filter).
     pub positions: usize,
 }
 
@@ -252,13 +267,37 @@ impl CurLayout {
     pub fn slot(&self, i: usize) -> u64 {
         CUR_HEADER + 8 * i as u64
     }
+    /// Offset of the first filter line (line-aligned: segments are 64-B aligned).
+    pub fn filter_lines(&self) -> u64 {
+        (CUR_HEADER + 8 * self.n as u64).next_multiple_of(LINE)
+    }
+    /// Filter lines.
+    pub fn lines(&self) -> usize {
+        self.positions.div_ceil(PER_LINE)
+    }
+    /// Offset of the line holding filter position `p` (its tag).
+    pub fn line(&self, p: usize) -> u64 {
+        self.filter_lines() + LINE * (p / PER_LINE) as u64
+    }
     /// Offset of filter position `p`.
     pub fn filter(&self, p: usize) -> u64 {
-        CUR_HEADER + 8 * self.n as u64 + p as u64
+        self.line(p) + TAG + (p % PER_LINE) as u64
     }
     /// Bytes of the whole segment, filter included.
     pub fn bytes(&self) -> u64 {
-        CUR_HEADER + 8 * self.n as u64 + self.positions as u64
+        if self.positions == 0 {
+            return CUR_HEADER + 8 * self.n as u64;
+        }
+        self.filter_lines() + LINE * self.lines() as u64
+    }
+    /// The filter of a generation that opened with `tag`: every line tagged, every position
+    /// clear.
+    pub fn encode_filter(&self, tag: Meta, out: &mut Vec<u8>) {
+        out.clear();
+        for _ in 0..self.lines() {
+            out.extend_from_slice(&tag.0.to_le_bytes());
+            out.resize(out.len() + PER_LINE, 0);
+        }
     }
 }
 
@@ -383,8 +422,36 @@ mod tests {
     #[test]
     fn cur_segment_offsets_are_pinned() {
         let l = CurLayout { n: 126, positions: 1024 };
-        assert_eq!((l.slot(0), l.slot(125), l.filter(0), l.filter(1023)), (16, 1016, 1024, 2047));
-        assert_eq!(l.bytes(), 2048);
+        assert_eq!((l.slot(0), l.slot(125), l.filter_lines(), l.lines()), (16, 1016, 1024, 19));
+        // Position p: line p / 56, byte 8 + p % 56 of it.
+        assert_eq!((l.line(0), l.filter(0), l.filter(55)), (1024, 1032, 1087));
+        assert_eq!((l.line(56), l.filter(56)), (1088, 1096));
+        assert_eq!((l.line(1023), l.filter(1023)), (1024 + 18 * 64, 1024 + 18 * 64 + 8 + 15));
+        assert_eq!(l.bytes(), 1024 + 19 * 64);
+        // Every position shares its 64-B line with its tag, and lines are line-aligned even
+        // when the slots end mid-line.
+        let odd = CurLayout { n: 23, positions: 64 };
+        assert_eq!((odd.filter_lines(), odd.lines(), odd.bytes()), (256, 2, 384));
+        for l in [l, odd] {
+            for p in 0..l.positions {
+                assert_eq!(l.line(p) % 64, 0);
+                assert_eq!(l.filter(p) / 64, l.line(p) / 64, "position {p}");
+            }
+        }
+        assert_eq!(CurLayout { n: 8, positions: 0 }.bytes(), 80);
+    }
+
+    #[test]
+    fn filter_lines_are_pinned() {
+        let l = CurLayout { n: 8, positions: 64 };
+        let tag = Meta::new(true, false, 5, 3, 64 * 7);
+        let mut b = vec![9; 3];
+        l.encode_filter(tag, &mut b);
+        assert_eq!(b.len(), 128);
+        for line in b.chunks_exact(64) {
+            assert_eq!(line[..8], tag.0.to_le_bytes());
+            assert!(line[8..].iter().all(|&x| x == 0));
+        }
     }
 
     #[test]

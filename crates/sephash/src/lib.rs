@@ -27,10 +27,12 @@
 //!
 //! ## Search (§4.4)
 //!
-//! One doorbell READ of the key's filter position, the meta, and the MainSegment range the
-//! cached FPTable predicts ([`fptable`]); the CurSegment is read only when the filter position
-//! is set (or a merge holds the segment), then the candidates' blocks. 2 round trips in the
-//! common case.
+//! One doorbell READs the key's run in the MainSegment as the cached FPTable predicts it, plus a
+//! margin ([`fptable::window`]), then the key's filter line: its position and, in the same 64-B
+//! line, a tag naming the generation it belongs to ([`layout`]). Then the candidates' blocks:
+//! 2 round trips and 3 verbs in the common case. The slots are READ only when the position is
+//! set, and the rest of the run only when it spills over the window, in one more doorbell with
+//! the meta.
 //!
 //! ## Correctness
 //!
@@ -72,6 +74,8 @@ struct Counters {
     searches: Striped,
     search_segment_reads: Striped,
     cur_reads: Striped,
+    /// Searches whose window missed part of the key's run (a re-read).
+    search_spills: Striped,
     dir_refreshes: AtomicU64,
     fptable_refreshes: AtomicU64,
     /// Waits for a closed segment to reopen, and the READs of its meta they made.
@@ -171,19 +175,18 @@ impl<T: Transport> PointIndex<T> for SepHash {
         let segments = 1u64 << shape.depth;
         let mut entries = Vec::with_capacity(8 * (segments as usize + 1));
         entries.extend_from_slice(&(shape.depth as u64).to_le_bytes());
+        let idx = SepHash::new(shape, dir);
+        let open = Meta::new(true, false, shape.depth, 0, 0);
         for i in 0..segments {
             let node = (i % info.nodes() as u64) as u16;
             let seg = c.alloc_on(node, shape.cur.bytes(), 64).await?;
-            let mut head = [0u8; 16];
-            head[..8].copy_from_slice(&Meta::new(true, false, shape.depth, 0, 0).0.to_le_bytes());
-            head[8..].copy_from_slice(&i.to_le_bytes());
-            c.write(seg, &head).await?;
+            idx.write_head(c, seg, open, open, i).await?;
             entries.extend_from_slice(&seg.raw().to_le_bytes());
         }
         c.write(dir, &entries).await?;
         root.claim(c, dir.raw()).await?;
         root.publish(c, &shape::MAGIC, shape.word()).await?;
-        Ok(SepHash::new(shape, dir))
+        Ok(idx)
     }
 
     async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
@@ -227,6 +230,7 @@ impl<T: Transport> PointIndex<T> for SepHash {
                 ("searches", k.searches.get()),
                 ("search_segment_reads", k.search_segment_reads.get()),
                 ("search_cur_reads", k.cur_reads.get()),
+                ("search_spills", k.search_spills.get()),
                 ("dir_refreshes", g(&k.dir_refreshes)),
                 ("fptable_refreshes", g(&k.fptable_refreshes)),
                 ("closed_waits", g(&k.closed_waits)),

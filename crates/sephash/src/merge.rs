@@ -8,9 +8,11 @@
 //! one entry have their keys READ from their blocks (doorbells per memory node). Per key the
 //! newest entry wins (a later slot over an earlier one, any slot over `M`); a tombstone
 //! removes its key. The survivors, sorted by fingerprint, become a fresh MainSegment `M'`
-//! (record points in its header), and one doorbell WRITEs `M'`, clears the filter and writes
-//! the meta open with `M'` and the sign flipped, which empties the CurSegment at once. Readers
-//! see either the closed meta with `M` and the full slots, or the open meta with `M'`.
+//! (record points in its header), WRITTEN and awaited; then one doorbell rewrites the filter
+//! lines (tagged with the new meta, positions clear) and writes the meta open with `M'` and the
+//! sign flipped, which empties the CurSegment at once. Readers of the meta see either the closed
+//! meta with `M` and the full slots, or the open meta with `M'`; a search, which reads a filter
+//! line's tag instead, may see the new tag a little earlier, when `M'` is complete already.
 //!
 //! # Split
 //!
@@ -20,9 +22,11 @@
 //! in the new round's bits. Then, in this order, each step awaited (they may be on different
 //! memory nodes):
 //!
-//! 1. the new segment B (suffix + 2^l, depth l + 1) and its MainSegment, B *closed*;
+//! 1. the new segment B (suffix + 2^l, depth l + 1) and its MainSegment, B *closed*, its filter
+//!    lines tagged with the meta it will open with;
 //! 2. B's directory entry (and the global depth, by CAS, if it grew);
-//! 3. the old segment A: its MainSegment, the filter cleared, the meta open with depth l + 1;
+//! 3. the old segment A: its MainSegment, the filter lines rewritten, the meta open with depth
+//!    l + 1;
 //! 4. B's meta open.
 //!
 //! Until 3, clients reaching A read the old content (A closed); from 2, clients reaching B read
@@ -253,9 +257,10 @@ impl SepHash {
         }
     }
 
-    /// Clears `seg`'s filter, then writes its meta `open`: one doorbell. Without the paper's
-    /// entry layout (no sign bit) a merge must also rewrite every slot to empty it: that WRITE
-    /// is charged (of the slots' own bytes, so that correctness still rests on the sign).
+    /// Rewrites `seg`'s filter lines, cleared and tagged `open`, then writes its meta `open`:
+    /// one doorbell. Without the paper's entry layout (no sign bit) a merge must also rewrite
+    /// every slot to empty it: that WRITE is charged (of the slots' own bytes, so that
+    /// correctness still rests on the sign).
     async fn reopen<T: Transport>(
         &self,
         c: &Client<T>,
@@ -263,16 +268,43 @@ impl SepHash {
         open: Meta,
         slots: &[u8],
     ) -> IndexResult<()> {
-        let zeros = vec![0u8; self.shape.cur.positions];
+        let mut lines = Vec::new();
+        self.shape.cur.encode_filter(open, &mut lines);
         let meta = open.0.to_le_bytes();
         let mut ops = Vec::with_capacity(3);
         if !self.shape.entry_layout {
             ops.push(BatchOp::Write { addr: seg.add(self.shape.cur.slot(0)), data: slots });
         }
-        if !zeros.is_empty() {
-            ops.push(BatchOp::Write { addr: seg.add(self.shape.cur.filter(0)), data: &zeros });
+        if !lines.is_empty() {
+            let at = seg.add(self.shape.cur.filter_lines());
+            ops.push(BatchOp::Write { addr: at, data: &lines });
         }
         ops.push(BatchOp::Write { addr: seg, data: &meta });
+        c.batch(&mut ops).await?;
+        Ok(())
+    }
+
+    /// Writes a new segment's filter lines tagged `open`, then its meta `meta` (open or
+    /// closed) and `suffix`: one doorbell, before anything names the segment.
+    pub(crate) async fn write_head<T: Transport>(
+        &self,
+        c: &Client<T>,
+        seg: GlobalAddr,
+        meta: Meta,
+        open: Meta,
+        suffix: u64,
+    ) -> IndexResult<()> {
+        let mut lines = Vec::new();
+        self.shape.cur.encode_filter(open, &mut lines);
+        let mut head = [0u8; 16];
+        head[..8].copy_from_slice(&meta.0.to_le_bytes());
+        head[8..].copy_from_slice(&suffix.to_le_bytes());
+        let mut ops = Vec::with_capacity(2);
+        if !lines.is_empty() {
+            let at = seg.add(self.shape.cur.filter_lines());
+            ops.push(BatchOp::Write { addr: at, data: &lines });
+        }
+        ops.push(BatchOp::Write { addr: seg, data: &head });
         c.batch(&mut ops).await?;
         Ok(())
     }
@@ -311,10 +343,8 @@ impl SepHash {
         let mut buf = Vec::new();
         // 1. B and its MainSegment, B closed.
         let (mb, hb, pb) = self.write_main(c, b_node, &b, &mut buf).await?;
-        let mut head = [0u8; 16];
-        head[..8].copy_from_slice(&Meta::new(true, true, l + 1, 0, mb).0.to_le_bytes());
-        head[8..].copy_from_slice(&b_suffix.to_le_bytes());
-        c.write(b_seg, &head).await?;
+        let b_open = Meta::new(true, false, l + 1, 0, mb);
+        self.write_head(c, b_seg, b_open.close(), b_open, b_suffix).await?;
         // 2. B's directory entry, then the global depth if it grew.
         c.write(self.dir_entry(b_suffix), &b_seg.raw().to_le_bytes()).await?;
         let mut gd = c.read_word(self.dir).await?;
@@ -330,7 +360,6 @@ impl SepHash {
         let a_open = Meta::new(!closed.sign(), false, l + 1, closed.next_edition(), ma);
         self.reopen(c, seg, a_open, slots).await?;
         // 4. B open.
-        let b_open = Meta::new(true, false, l + 1, 0, mb);
         c.write(b_seg, &b_open.0.to_le_bytes()).await?;
         self.cache.learn_entry(b_suffix as usize, b_seg.raw());
         self.cache.learn_main(seg, a_open.main_id(), ha, &pa);

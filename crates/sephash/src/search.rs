@@ -1,30 +1,60 @@
-//! Search: the filter position, the meta and the predicted MainSegment range in one doorbell;
-//! the CurSegment only when the filter says the key may be there.
+//! Search: the predicted MainSegment run and the key's filter line in one doorbell; the slots,
+//! and the rest of the run when it spills over the window, in a second one only when needed.
+//!
+//! # The common case: 2 READs, then the block
+//!
+//! One doorbell READs the window the cached FPTable predicts for the key's fingerprint
+//! ([`crate::fptable::window`]), then the key's filter line from its tag to the key's position
+//! (9 to 64 bytes; [`crate::layout`]). Doorbell verbs execute in order, and a READ of part of one
+//! 64-B line is a snapshot of one instant `t_f`. The tag names the generation `G` the filter
+//! line belongs to: its MainSegment `M_G`, depth, sign. Then the candidates' blocks are READ.
 //!
 //! # Why it is linearizable
 //!
-//! The doorbell READs the filter position (at `t_f`), then the meta (at `t_m`), then the
-//! MainSegment range; doorbell verbs execute in order. Filter positions are set before the CAS
-//! that takes a slot (same memory node, so they land first) and cleared only while a merge
-//! holds the segment closed. Say the meta at `t_m` is open with MainSegment `M`:
+//! *The tag.* A merge writes the MainSegment `M_G` (awaited), then one doorbell rewrites every
+//! filter line (tag `G`, positions clear) and then writes the meta open as `G`; a merge of `G`
+//! closes the meta first (CAS) and only then rewrites the lines for `G + 1`. A split's new
+//! segment is written with its lines tagged and its MainSegment in place before the directory
+//! names it. So while a line shows tag `G`, the meta is closed `G − 1` with `M_G` complete, open
+//! `G`, or closed `G`, and `M_G` is current or about to be.
 //!
-//! * if that open phase had begun by `t_f`, every entry taken in it had its position set
-//!   before `t_f` or was taken after `t_f`; an unset position means the key had no entry in the
-//!   CurSegment at `t_f`, and its value then was `M`'s (linearised at `t_f`);
-//! * otherwise the phase began at some `t_o` in `(t_f, t_m]`, when the CurSegment was empty and
-//!   `M` held everything: `M`'s answer is right at `t_o`.
+//! *The position.* An append sets its position (a byte WRITE) after the READ that saw `G` open
+//! and before its CAS, on the same connection, so it lands before the entry; positions of a
+//! `G` line are cleared only by rewriting the line for `G + 1`. So a clear position in a line
+//! tagged `G` at `t_f` proves that no slot of generation `G` with the key's position was taken
+//! by `t_f`. At `t_f` the key's value was then `M_G`'s: if the meta was open or closed `G`, the
+//! slots held only `G`'s entries; if it was still closed `G − 1`, the slots held `G − 1`'s, all
+//! merged into `M_G`, and nothing could be appended. The search is linearised at `t_f`.
 //!
-//! When the position is set (or the meta is closed: a merge holds the segment and may have
-//! cleared the filter), the CurSegment's slots are READ and the meta after them; a meta does not
-//! repeat within 2^20 merges of its segment, so an unchanged meta proves that the slots and `M`
-//! were the segment's content together at that READ. Blocks are immutable once published.
+//! *The MainSegment.* Its memory is reused once it is replaced, so the READ of the window
+//! (before `t_f`) must be proven to have read `M_G`. The cache learnt `M_G` from a meta or tag
+//! naming it, at some `t_0` before the READ; the tag names it again at `t_f`; editions only
+//! move forward and do not repeat within 2^20 merges, so `M_G` was current (or complete and
+//! about to be) throughout `[t_0, t_f]`, and not yet freed. A tag that names another
+//! MainSegment, or a depth and suffix that exclude the key, is refreshed and the search
+//! retried.
+//!
+//! # The second doorbell: the slots, a spill
+//!
+//! When the position is set (or there is no filter) the search READs the slots, and when the
+//! window may miss entries of the key's (fp, fp2) (its first entry sorts at or after the key's,
+//! or its last at or before: [`crate::fptable::spill`]) it READs the rest of the range on that
+//! side, all in one doorbell, and last the meta word. A meta naming `M_G` (open or closed `G`)
+//! proves the generation did not end in between: throughout, taken slots of `G` were a prefix
+//! growing one CAS at a time (slots of `G − 1` read as free under `G`'s sign), so the slots
+//! taken as read, `[0, j)`, were exactly the taken ones at some instant of the READ, and the
+//! key's newest entry among them and `M_G` was its value then; and `M_G`, immutable while
+//! current, was still in its memory. The search is linearised at that instant. A meta that
+//! moved on starts the search over. Without a filter, the first doorbell READs the meta and
+//! suffix in place of the line and the slots are always READ.
 
 use dmindex_fabric::{BatchOp, Client, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use smallvec::SmallVec;
 
-use crate::layout::{decode_entries, Entry, KeyHash, Meta};
+use crate::fptable;
+use crate::layout::{decode_entries, Entry, KeyHash, Meta, LINE, PER_LINE, TAG};
 use crate::{Retry, SepHash};
 
 /// Entries read inline without a heap buffer.
@@ -45,88 +75,112 @@ impl SepHash {
         let kh = KeyHash::of(key);
         c.compute(Work::KeyHash, 1);
         let positions = self.shape.cur.positions;
+        // The sort key of the key's MainSegment entries.
+        let fps = (kh.fp() as u16) << 8 | kh.fp2() as u16;
         self.counters.searches.bump(c.ordinal());
         let mut slots: SlotWords = SmallVec::new();
-        // Metas that did not own the key or changed during the READs, MainSegments not cached.
+        // Tags and metas that did not own the key or moved on, MainSegments not cached.
         let mut attempts = Attempts::new();
         loop {
             let t = self.target(c, kh).await?;
-            let node = t.seg.node();
-            let mut filter = [1u8; 1];
-            let mut head = [0u8; 16];
-            let mut after = [0u8; 8];
-            let mut main: Words = SmallVec::from_elem(0, 8 * (t.main.hi - t.main.lo) as usize);
+            let (node, m) = (t.seg.node(), t.main);
+            // The key's filter line from its tag to its position; without a filter, the meta
+            // and the suffix.
+            let mut line = [0u8; LINE as usize];
+            let (line_at, line_len) = if positions > 0 {
+                let p = kh.filter(positions);
+                (t.seg.add(self.shape.cur.line(p)), TAG as usize + p % PER_LINE + 1)
+            } else {
+                (t.seg, 16)
+            };
+            let mut window: Words = SmallVec::from_elem(0, 8 * (m.whi - m.wlo) as usize);
             {
-                let mut ops: SmallVec<[BatchOp<'_>; 4]> = SmallVec::new();
-                if positions > 0 {
-                    let at = t.seg.add(self.shape.cur.filter(kh.filter(positions)));
-                    ops.push(BatchOp::Read { addr: at, buf: &mut filter });
+                let mut ops: SmallVec<[BatchOp<'_>; 2]> = SmallVec::new();
+                if !window.is_empty() {
+                    ops.push(BatchOp::Read { addr: m.entry_addr(node, m.wlo), buf: &mut window });
                 }
-                ops.push(BatchOp::Read { addr: t.seg, buf: &mut head });
-                if !main.is_empty() {
-                    ops.push(BatchOp::Read { addr: t.main.range_addr(node), buf: &mut main });
-                    // A MainSegment's memory is reused once replaced: the meta after it proves
-                    // it was still the current one.
-                    ops.push(BatchOp::Read { addr: t.seg, buf: &mut after });
-                }
+                // Last: the tag naming the MainSegment proves the window was read from it.
+                ops.push(BatchOp::Read { addr: line_at, buf: &mut line[..line_len] });
                 c.batch(&mut ops).await?;
             }
             self.counters.search_segment_reads.bump(c.ordinal());
-            let meta = Meta(word(&head, 0));
-            if !meta.owns(word(&head, 8), kh.h) {
-                attempts.failed(t.seg, "segment meta's depth and suffix")?;
+            let tag = Meta(word(&line, 0));
+            if !tag.owns(t.suffix, kh.h) {
+                attempts.failed(t.seg, "filter tag's depth")?;
                 self.counters.retry(Retry::ForeignSegment);
                 self.refresh_dir(c, kh).await?;
                 continue;
             }
-            if !main.is_empty() && word(&after, 0) != meta.0 {
-                attempts.failed(t.seg, "segment meta around a MainSegment READ")?;
-                self.counters.retry(Retry::MetaMoved);
-                continue;
-            }
-            if meta.main_id() != t.main.id {
-                attempts.failed(t.seg, "segment meta's MainSegment")?;
+            if tag.main_id() != m.id {
+                attempts.failed(t.seg, "filter tag's MainSegment")?;
                 self.counters.retry(Retry::StaleMain);
-                self.refresh_main(c, t.seg, meta).await?;
+                self.refresh_main(c, t.seg, tag).await?;
                 continue;
             }
-            // The metas and filter byte checked; every MainSegment entry of the predicted range
-            // decoded and its fingerprint compared.
-            let filtered = if positions > 0 { filter.len() } else { 0 };
-            let fenced = if main.is_empty() { 0 } else { after.len() };
-            let scanned = filtered + head.len() + main.len() + fenced;
-            c.compute(Work::BytesScanned, scanned as u64);
-            c.compute(Work::KeyCompare, (main.len() / 8) as u64);
-            let run: SmallVec<[Entry; 8]> =
-                decode_entries(&main).filter(|&e| kh.matches(e)).collect();
+            let in_cur = positions == 0 || line[line_len - 1] != 0;
+            let entry_at = |i: usize| Entry(word(&window, 8 * i)).fps();
+            let n_window = window.len() / 8;
+            let ends = (n_window > 0).then(|| (entry_at(0), entry_at(n_window - 1)));
+            let (before, after) = fptable::spill((m.wlo, m.whi), (m.lo, m.hi), ends, fps);
+            // The line READ and the window's entries decoded and compared.
+            c.compute(Work::BytesScanned, (line_len + window.len()) as u64);
+            c.compute(Work::KeyCompare, n_window as u64);
+            let mut pre: Words = SmallVec::new();
+            let mut post: Words = SmallVec::new();
             // The CurSegment's candidates, newest first.
             let mut cur: SmallVec<[Entry; 4]> = SmallVec::new();
-            if filter[0] != 0 || meta.closed() {
-                self.counters.cur_reads.bump(c.ordinal());
+            if in_cur || before || after {
                 self.counters.search_segment_reads.bump(c.ordinal());
-                let n = self.shape.cur.n;
+                if before || after {
+                    self.counters.search_spills.bump(c.ordinal());
+                }
+                if before {
+                    pre.resize(8 * (m.wlo - m.lo) as usize, 0);
+                }
+                if after {
+                    post.resize(8 * (m.hi - m.whi) as usize, 0);
+                }
                 slots.clear();
-                slots.resize(8 * n, 0);
-                let mut after = [0u8; 8];
-                c.batch(&mut [
-                    BatchOp::Read { addr: t.seg.add(self.shape.cur.slot(0)), buf: &mut slots },
-                    BatchOp::Read { addr: t.seg, buf: &mut after },
-                ])
-                .await?;
-                if word(&after, 0) != meta.0 {
-                    attempts.failed(t.seg, "segment meta around a CurSegment READ")?;
+                if in_cur {
+                    self.counters.cur_reads.bump(c.ordinal());
+                    slots.resize(8 * self.shape.cur.n, 0);
+                }
+                let mut fence = [0u8; 8];
+                {
+                    let mut ops: SmallVec<[BatchOp<'_>; 4]> = SmallVec::new();
+                    if !pre.is_empty() {
+                        ops.push(BatchOp::Read { addr: m.entry_addr(node, m.lo), buf: &mut pre });
+                    }
+                    if !post.is_empty() {
+                        ops.push(BatchOp::Read { addr: m.entry_addr(node, m.whi), buf: &mut post });
+                    }
+                    if !slots.is_empty() {
+                        let at = t.seg.add(self.shape.cur.slot(0));
+                        ops.push(BatchOp::Read { addr: at, buf: &mut slots });
+                    }
+                    // Last: a meta still naming the tag's MainSegment proves the generation
+                    // had not ended (see the module doc).
+                    ops.push(BatchOp::Read { addr: t.seg, buf: &mut fence });
+                    c.batch(&mut ops).await?;
+                }
+                if Meta(word(&fence, 0)).main_id() != tag.main_id() {
+                    attempts.failed(t.seg, "segment meta after a second READ")?;
                     self.counters.retry(Retry::MetaMoved);
                     continue;
                 }
                 let mut taken = 0;
-                let held = decode_entries(&slots).take_while(|&e| meta.holds(e));
+                let held = decode_entries(&slots).take_while(|&e| tag.holds(e));
                 cur.extend(held.inspect(|_| taken += 1).filter(|&e| kh.matches(e)));
-                // The slots READ and the meta after them; each slot taken in this phase
-                // decoded, its fingerprint compared.
-                c.compute(Work::BytesScanned, (slots.len() + after.len()) as u64);
-                c.compute(Work::KeyCompare, taken);
                 cur.reverse();
+                // The READs and the meta after them; each taken slot and re-read entry decoded
+                // and compared.
+                let read = pre.len() + post.len() + slots.len() + fence.len();
+                c.compute(Work::BytesScanned, read as u64);
+                c.compute(Work::KeyCompare, taken + ((pre.len() + post.len()) / 8) as u64);
             }
+            let main = [&pre[..], &window[..], &post[..]];
+            let run = main.iter().flat_map(|w| decode_entries(w)).filter(|&e| kh.matches(e));
+            let run: SmallVec<[Entry; 8]> = run.collect();
             for e in cur.iter().chain(run.iter()) {
                 if self.blocks.value_into(c, e.block(), Some(key), out).await? {
                     if e.tombstone() {

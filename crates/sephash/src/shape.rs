@@ -26,6 +26,7 @@ const OPTIONS: Options = Options {
         Opt::flag("fptable", &[]),
         Opt::flag("entry_layout", &["resize_entry"]),
         Opt::flag("zero_wait", &[]),
+        Opt::choice("search", &[], &["run", "range"]),
     ],
 };
 
@@ -37,7 +38,10 @@ const OPTIONS: Options = Options {
 /// searches read the range the FPTable predicts; 0: the whole MainSegment), and the ablations of
 /// the paper's Fig. 19a: `entry_layout` (0: splits read every key's block instead of using the
 /// stored depth bits, and merges rewrite every slot to empty it) and `zero_wait` (0: the block
-/// and filter WRITEs are awaited).
+/// and filter WRITEs are awaited). One choice is the compute node's alone (not recorded in
+/// the descriptor): `search` (`run`, the default: the predicted
+/// run plus a third of the average run on each side, re-read on a spill; `range`: the whole
+/// tolerance on each side, never a spill).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub cur: CurLayout,
@@ -48,6 +52,8 @@ pub struct Shape {
     pub fptable: bool,
     pub entry_layout: bool,
     pub zero_wait: bool,
+    /// Searches read the FPTable's whole tolerance range (`search=range`).
+    pub search_range: bool,
     pub max_key: usize,
     pub max_value: usize,
 }
@@ -64,6 +70,7 @@ impl Shape {
             fptable: true,
             entry_layout: true,
             zero_wait: true,
+            search_range: false,
             max_key: cfg.max_key,
             max_value: cfg.max_value,
         };
@@ -78,6 +85,7 @@ impl Shape {
                 "fptable" => s.fptable = n == 1,
                 "entry_layout" => s.entry_layout = n == 1,
                 "zero_wait" => s.zero_wait = n == 1,
+                "search" => s.search_range = n == 1,
                 _ => unreachable!("declared options only"),
             }
         }
@@ -149,5 +157,9 @@ mod tests {
         assert_eq!(e(&[("filter", "100")]), "option filter=100: must be 0 or a power of two");
         assert_eq!(e(&[("depth", "9"), ("max_depth", "8")]), "depth=9 exceeds max_depth=8");
         assert!(e(&[("nope", "1")]).starts_with("unknown SepHash option 'nope'"));
+        assert_eq!(e(&[("search", "all")]), "option search=all: use run or range");
+        let s = Shape::from_config(&cfg(&[("search", "range")])).unwrap();
+        assert!(s.search_range);
+        assert_eq!(s.word(), Shape::from_config(&cfg(&[])).unwrap().word(), "CN-side choices");
     }
 }
