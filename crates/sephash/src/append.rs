@@ -26,6 +26,15 @@
 //! appended and nothing merged since the read: the state decided is the state at the CAS. An
 //! absent key is reported without writing (linearised at the read). A CAS lost to another
 //! client's entry whose fingerprints match the key starts over. 3 round trips.
+//!
+//! # Blind updates and deletes (`update=upsert`)
+//!
+//! The paper's: an update is an insert of the new value and a delete an insert of a tombstone,
+//! 2 round trips, linearised at the CAS like an insert. The newest entry of a key is its last
+//! slot (searches scan the taken slots newest first) and merges keep it (entries are sorted by
+//! fingerprints and age, a slot newer than the one before it and than any MainSegment entry), so
+//! a search never returns a superseded copy. An update of an absent key inserts it; a tombstone
+//! for an absent key is dropped by the next merge.
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
@@ -46,6 +55,8 @@ pub(crate) enum Kind {
     Update,
     /// Remove if present (a tombstone).
     Delete,
+    /// Remove, present or not: a tombstone appended blind (`update=upsert`).
+    Tombstone,
 }
 
 impl SepHash {
@@ -68,7 +79,7 @@ impl SepHash {
         'op: loop {
             let t = self.target(c, kh).await?;
             let node = t.seg.node();
-            let conditional = kind != Kind::Upsert;
+            let conditional = matches!(kind, Kind::Update | Kind::Delete);
             let offset = (t.offset as usize).min(n);
             let from = if conditional { 0 } else { offset.saturating_sub(1) };
             let to = (offset.max(from) + self.shape.window).min(n);
@@ -167,7 +178,7 @@ impl SepHash {
                 kh.dep(meta.depth()),
                 kh.fp(),
                 kh.fp2(),
-                kind == Kind::Delete,
+                matches!(kind, Kind::Delete | Kind::Tombstone),
                 at,
             );
             if self.shape.cur.positions > 0 {

@@ -23,7 +23,10 @@
 //! slot only, so taken slots are always a prefix and a key's newest entry is its last one.
 //! Update and delete append too (a tombstone for delete), but they must say whether the key
 //! existed: they read the whole prefix and the MainSegment range with the meta, and the CAS of
-//! the next slot succeeds only if nothing was appended since — 3 round trips.
+//! the next slot succeeds only if nothing was appended since — 3 round trips. With
+//! `update=upsert` they are the paper's blind appends instead, as cheap as an insert: an update
+//! of an absent key inserts it, and neither says whether the key existed (both return `true`;
+//! [`PointIndex::blind_writes`]).
 //!
 //! ## Search (§4.4)
 //!
@@ -209,12 +212,19 @@ impl<T: Transport> PointIndex<T> for SepHash {
 
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
         self.check_key(key, Some(value))?;
-        self.append(c, key, value, append::Kind::Update).await
+        let kind = if self.shape.upsert { append::Kind::Upsert } else { append::Kind::Update };
+        self.append(c, key, value, kind).await
     }
 
     async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
         self.check_key(key, None)?;
-        self.append(c, key, &[], append::Kind::Delete).await
+        let kind = if self.shape.upsert { append::Kind::Tombstone } else { append::Kind::Delete };
+        self.append(c, key, &[], kind).await
+    }
+
+    /// With `update=upsert`, updates and deletes are the paper's blind appends.
+    fn blind_writes(&self) -> bool {
+        self.shape.upsert
     }
 
     fn stats(&self) -> IndexStats {

@@ -43,3 +43,36 @@ fn real_threads() {
     let cfg = IndexConfig { extra: opts(TINY), ..IndexConfig::default() };
     on_local_threads::<SepHash, PointOnly>(&cfg, 30);
 }
+
+/// Blind updates and deletes (`update=upsert`, checked as upserts and unconditional deletes)
+/// while merges and splits run and clients crash.
+#[test]
+fn blind_updates_with_crashes() {
+    let mut extra = TINY.to_vec();
+    extra.push(("update", "upsert"));
+    let cfg = CheckConfig { index_options: opts(&extra), keys: 120, ..CheckConfig::default() };
+    suite::<SepHash, PointOnly>("blind_updates_with_crashes", &cfg, 0..80);
+}
+
+/// Blind updates on a hot key space: every search must see the newest append of its key.
+#[test]
+fn blind_updates_hot_keys() {
+    let mut extra = TINY.to_vec();
+    extra.push(("update", "upsert"));
+    let cfg = CheckConfig {
+        index_options: opts(&extra),
+        keys: 12,
+        crashes: Crashes::Never,
+        ..CheckConfig::default()
+    };
+    suite::<SepHash, PointOnly>("blind_updates_hot_keys", &cfg, 0..60);
+}
+
+/// Blind updates on real threads.
+#[test]
+fn blind_updates_on_real_threads() {
+    let mut extra = TINY.to_vec();
+    extra.push(("update", "upsert"));
+    let cfg = IndexConfig { extra: opts(&extra), ..IndexConfig::default() };
+    on_local_threads::<SepHash, PointOnly>(&cfg, 20);
+}

@@ -98,3 +98,24 @@ fn whole_ranges_and_small_filters() {
         model_test::<SepHash, PointOnly>(&m);
     }
 }
+
+/// The paper's blind updates (`update=upsert`): an update of an absent key inserts it, a
+/// delete appends a tombstone whether or not the key is there; merges and splits keep the newest
+/// version of each key and drop tombstones.
+#[test]
+fn blind_updates_merge_and_split() {
+    let mut m = cfg(
+        &[
+            ("cur", "80"),
+            ("main_ratio", "2"),
+            ("depth", "1"),
+            ("max_depth", "8"),
+            ("window", "3"),
+            ("update", "upsert"),
+        ],
+        200,
+        48,
+    );
+    m.after = Some(merged_and_split);
+    model_test::<SepHash, PointOnly>(&m);
+}
