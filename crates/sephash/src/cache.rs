@@ -104,13 +104,14 @@ impl Cache {
         g.dir[i] = raw;
     }
 
-    /// The cached MainSegment of `seg` and the range of fingerprint `fp` in it, with the
-    /// offset to append from; `None` if the segment's MainSegment is not cached.
-    pub fn main_range(&self, seg: GlobalAddr, fp: u8) -> Option<(MainRange, u32)> {
+    /// The cached MainSegment of `seg`, the range of fingerprint `fp` in it and the window a
+    /// search for (`fp`, `fp2`) reads first, with the offset to append from; `None` if the
+    /// segment's MainSegment is not cached.
+    pub fn main_range(&self, seg: GlobalAddr, fp: u8, fp2: u8) -> Option<(MainRange, u32)> {
         let g = self.inner.read().expect("cache lock");
         let v = g.segs.get(&seg.raw())?;
         let (lo, hi) = fptable::range(&v.points, v.header.entries, fp);
-        let (wlo, whi) = fptable::window(&v.points, v.header.entries, fp);
+        let (wlo, whi) = fptable::window(&v.points, v.header.entries, fp, fp2);
         let r = MainRange {
             id: v.main,
             main: crate::layout::Meta(v.main).main(),

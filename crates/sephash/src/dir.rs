@@ -71,7 +71,7 @@ impl SepHash {
                 continue;
             };
             c.compute(Work::TableProbe, 1);
-            if let Some((mut main, offset)) = self.cache.main_range(seg, kh.fp()) {
+            if let Some((mut main, offset)) = self.cache.main_range(seg, kh.fp(), kh.fp2()) {
                 if !self.shape.fptable {
                     (main.lo, main.hi) = (0, main.entries);
                 }

@@ -30,12 +30,12 @@
 //!
 //! ## Search (§4.4)
 //!
-//! One doorbell READs the key's run in the MainSegment as the cached FPTable predicts it, plus a
-//! margin ([`fptable::window`]), then the key's filter line: its position and, in the same 64-B
+//! One doorbell READs a window of the MainSegment, about one average run wide, centred where the
+//! cached FPTable predicts the key's (fp, fp2) ([`fptable::window`]), then the key's filter line: its position and, in the same 64-B
 //! line, a tag naming the generation it belongs to ([`layout`]). Then the candidates' blocks:
 //! 2 round trips and 3 verbs in the common case. The slots are READ only when the position is
-//! set, and the rest of the run only when it spills over the window, in one more doorbell with
-//! the meta.
+//! set, and the rest of the fingerprint's range only when the key's entries may spill over the
+//! window, in one more doorbell with the meta.
 //!
 //! ## Correctness
 //!

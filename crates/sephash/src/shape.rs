@@ -42,9 +42,9 @@ const OPTIONS: Options = Options {
 /// and filter WRITEs are awaited). Two choices are the compute node's alone (not recorded in
 /// the descriptor): `update` (`checked`, the default: update and delete say whether the key
 /// existed, 3 round trips; `upsert`: the paper's blind appends, 2 round trips, see
-/// [`dmindex_index::PointIndex::blind_writes`]) and `search` (`run`, the default: the predicted
-/// run plus a third of the average run on each side, re-read on a spill; `range`: the whole
-/// tolerance on each side, never a spill).
+/// [`dmindex_index::PointIndex::blind_writes`]) and `search` (`run`, the default: a window one
+/// average run wide where the key's entries are predicted, re-read on a spill; `range`: the
+/// fingerprint's whole predicted run with the tolerance on each side, never a spill).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub cur: CurLayout,

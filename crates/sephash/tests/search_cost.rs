@@ -23,8 +23,8 @@ fn key(k: u64) -> [u8; 16] {
 /// 60 000 16-byte keys with 32-byte values at the paper's shape (MainSegments of 2 k to 8 k
 /// entries, as in the benchmarks), then searches of present keys: on average at most 3.25 verbs
 /// (2 READs in one doorbell and the block, plus the slots on a set filter position, a spill or
-/// a fingerprint collision now and then) and 450 bytes; and never more than the two doorbells
-/// and the blocks of the key's candidates.
+/// a fingerprint collision now and then) and 350 bytes (3.23 and 306 when written; the range
+/// read with the filter byte and two metas apart took 5.2 verbs).
 #[test]
 fn a_warm_search_reads_about_three_verbs_and_400_bytes() {
     const N: u64 = 60_000;
@@ -52,15 +52,17 @@ fn a_warm_search_reads_about_three_verbs_and_400_bytes() {
         let (verbs, bytes) = (d.verbs() as f64 / searches as f64, d.bytes_read / searches);
         let spilled = stat(&idx, "search_spills") - spills;
         assert!(verbs <= 3.25, "{verbs:.3} verbs per search: {d:?}");
-        assert!(bytes <= 450, "{bytes} B per search: {d:?}");
+        assert!(bytes <= 350, "{bytes} B per search: {d:?}");
         assert!(spilled * 20 <= searches, "{spilled} spills in {searches} searches");
         assert_eq!(d.writes + d.cas, 0, "searches write nothing");
     }]);
 }
 
 /// One MainSegment of 2 268 entries whose fingerprints are spread so that the FPTable predicts
-/// some run's start `tol` entries late (the record points allow that error): a key at the very
-/// start of that run lies before the search's window, and is found through the re-read.
+/// some run's start late (the record points allow an error of up to half the average run), and
+/// whose key with fp2 = 128 is that run's first entry (the others' fp2 are larger): the search's
+/// window, centred half-way along the predicted run, starts after it, and the key is found
+/// through the re-read.
 #[test]
 fn a_key_before_the_predicted_window_is_found_by_a_spill() {
     // Fingerprint counts: 8 each below 128, 10 up to 220, 9 above: E = 18 merges of 126.
@@ -80,9 +82,9 @@ fn a_key_before_the_predicted_window_is_found_by_a_spill() {
     fptable::build(fps.iter().copied(), e, &mut points);
     let start = |x: u8| fps.partition_point(|&f| f < x) as u32;
     let x = (0..=255u8)
-        .find(|&x| start(x) < fptable::window(&points, e, x).0)
+        .find(|&x| start(x) < fptable::window(&points, e, x, 128).0)
         .expect("a run predicted late");
-    // Keys by fingerprint; the target is fingerprint x's first entry (fp2 = 0).
+    // Keys by fingerprint; the target is fingerprint x's first entry.
     let mut keys = Vec::with_capacity(e as usize);
     let mut target = None;
     let mut have = [0usize; 256];
@@ -92,11 +94,13 @@ fn a_key_before_the_predicted_window_is_found_by_a_spill() {
         }
         let h = KeyHash::of(&key(k));
         let fp = h.fp() as usize;
-        if h.fp() == x && h.fp2() == 0 && target.is_none() {
+        if h.fp() == x && h.fp2() == 128 && target.is_none() {
             target = Some(k);
             keys.push(k);
             have[fp] += 1;
-        } else if have[fp] < count(fp) - (fp == x as usize && target.is_none()) as usize {
+        } else if (h.fp() != x || h.fp2() > 128)
+            && have[fp] < count(fp) - (h.fp() == x && target.is_none()) as usize
+        {
             keys.push(k);
             have[fp] += 1;
         }
