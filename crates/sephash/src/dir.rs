@@ -75,7 +75,7 @@ impl SepHash {
                 if !self.shape.fptable {
                     (main.lo, main.hi) = (0, main.entries);
                 }
-                if !self.shape.fptable || self.shape.search_range {
+                if !self.shape.fptable {
                     (main.wlo, main.whi) = (main.lo, main.hi);
                 }
                 return Ok(Target { seg, suffix, main, offset });

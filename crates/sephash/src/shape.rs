@@ -27,7 +27,6 @@ const OPTIONS: Options = Options {
         Opt::flag("entry_layout", &["resize_entry"]),
         Opt::flag("zero_wait", &[]),
         Opt::choice("update", &[], &["checked", "upsert"]),
-        Opt::choice("search", &[], &["run", "range"]),
     ],
 };
 
@@ -39,12 +38,10 @@ const OPTIONS: Options = Options {
 /// searches read the range the FPTable predicts; 0: the whole MainSegment), and the ablations of
 /// the paper's Fig. 19a: `entry_layout` (0: splits read every key's block instead of using the
 /// stored depth bits, and merges rewrite every slot to empty it) and `zero_wait` (0: the block
-/// and filter WRITEs are awaited). Two choices are the compute node's alone (not recorded in
+/// and filter WRITEs are awaited). One choice is the compute node's alone (not recorded in
 /// the descriptor): `update` (`checked`, the default: update and delete say whether the key
 /// existed, 3 round trips; `upsert`: the paper's blind appends, 2 round trips, see
-/// [`dmindex_index::PointIndex::blind_writes`]) and `search` (`run`, the default: a window one
-/// average run wide where the key's entries are predicted, re-read on a spill; `range`: the
-/// fingerprint's whole predicted run with the tolerance on each side, never a spill).
+/// [`dmindex_index::PointIndex::blind_writes`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub cur: CurLayout,
@@ -57,8 +54,6 @@ pub struct Shape {
     pub zero_wait: bool,
     /// Updates and deletes are blind appends (`update=upsert`).
     pub upsert: bool,
-    /// Searches read the FPTable's whole tolerance range (`search=range`).
-    pub search_range: bool,
     pub max_key: usize,
     pub max_value: usize,
 }
@@ -76,7 +71,6 @@ impl Shape {
             entry_layout: true,
             zero_wait: true,
             upsert: false,
-            search_range: false,
             max_key: cfg.max_key,
             max_value: cfg.max_value,
         };
@@ -92,7 +86,6 @@ impl Shape {
                 "entry_layout" => s.entry_layout = n == 1,
                 "zero_wait" => s.zero_wait = n == 1,
                 "update" => s.upsert = n == 1,
-                "search" => s.search_range = n == 1,
                 _ => unreachable!("declared options only"),
             }
         }
@@ -164,10 +157,9 @@ mod tests {
         assert_eq!(e(&[("filter", "100")]), "option filter=100: must be 0 or a power of two");
         assert_eq!(e(&[("depth", "9"), ("max_depth", "8")]), "depth=9 exceeds max_depth=8");
         assert!(e(&[("nope", "1")]).starts_with("unknown SepHash option 'nope'"));
-        assert_eq!(e(&[("search", "all")]), "option search=all: use run or range");
         assert_eq!(e(&[("update", "blind")]), "option update=blind: use checked or upsert");
-        let s = Shape::from_config(&cfg(&[("update", "upsert"), ("search", "range")])).unwrap();
-        assert!(s.upsert && s.search_range);
+        let s = Shape::from_config(&cfg(&[("update", "upsert")])).unwrap();
+        assert!(s.upsert);
         assert_eq!(s.word(), Shape::from_config(&cfg(&[])).unwrap().word(), "CN-side choices");
     }
 }

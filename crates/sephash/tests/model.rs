@@ -84,13 +84,12 @@ fn paper_shape() {
     model_test::<SepHash, PointOnly>(&cfg(&[], 400, 16));
 }
 
-/// Searches that read the FPTable's whole tolerance range (`search=range`), and filters of
-/// two lines and of one partial line (positions in both, the tag at each line's start).
+/// Filters of two lines and of one partial line (positions in both, the tag at each line's
+/// start).
 #[test]
-fn whole_ranges_and_small_filters() {
+fn small_filters() {
     for extra in [
-        &[("cur", "80"), ("main_ratio", "2"), ("depth", "1"), ("search", "range")][..],
-        &[("cur", "80"), ("main_ratio", "2"), ("depth", "1"), ("filter", "64")],
+        &[("cur", "80"), ("main_ratio", "2"), ("depth", "1"), ("filter", "64")][..],
         &[("cur", "200"), ("main_ratio", "2"), ("depth", "1"), ("filter", "32")],
     ] {
         let mut m = cfg(extra, 150, 16);
