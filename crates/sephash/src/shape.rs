@@ -7,8 +7,9 @@ use dmindex_prim::root::Magic;
 
 use crate::layout::{CurLayout, CUR_HEADER};
 
-/// The descriptor's magic (top 8 bits).
-pub const MAGIC: Magic = Magic { name: "SepHash index", value: 0x5E, bits: 8 };
+/// The descriptor's magic (top 8 bits). 0x5F since the filter lines carry a tag (the layout
+/// of 0x5E, without tags, is not readable by this code: an index it made is refused).
+pub const MAGIC: Magic = Magic { name: "SepHash index", value: 0x5F, bits: 8 };
 
 /// Longest key (bytes) and value the descriptor can record.
 pub const MAX_KEY: usize = 255;
