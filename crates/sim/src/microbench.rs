@@ -36,6 +36,20 @@ pub struct VerbBench {
     pub rounds: usize,
     /// Every verb to one 8-byte word (atomics on one address).
     pub one_word: bool,
+    /// A metadata READ each verb comes with (CHIME Fig. 4a/4b: a vacancy bitmap or a leaf
+    /// header next to the data); `mops` still counts the verbs it accompanies.
+    pub meta: Option<Meta>,
+}
+
+/// A READ of metadata that goes with each verb of a [`VerbBench`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// Bytes read, just before the verb's own bytes.
+    pub bytes: usize,
+    /// The verb waits for it (its address or size depends on what it says: a vacancy bitmap
+    /// before a hop range); otherwise both are posted together (a leaf header beside a
+    /// neighbourhood).
+    pub first: bool,
 }
 
 /// What a microbenchmark measured.
@@ -53,7 +67,8 @@ pub fn run(net: &NetParams, bench: &VerbBench) -> Result<Measured, String> {
     if clients == 0 || bench.depth == 0 || bench.rounds == 0 {
         return Err("a microbenchmark needs clients, depth and rounds".into());
     }
-    let span = (bench.bytes.max(8) as u64).next_multiple_of(64);
+    let meta_len = bench.meta.map_or(0, |m| m.bytes.next_multiple_of(8));
+    let span = ((meta_len + bench.bytes.max(8)) as u64).next_multiple_of(64);
     let region = span * (clients * bench.depth) as u64;
     let sim = Sim::new(SimConfig {
         node_size: (region + (64 << 20)).next_power_of_two(),
@@ -76,15 +91,32 @@ pub fn run(net: &NetParams, bench: &VerbBench) -> Result<Measured, String> {
                     let at = if bench.one_word { base } else { base.add(slot * span) };
                     let payload = &payload;
                     async move {
-                        let r = match bench.verb {
-                            Verb::Read => {
-                                let mut buf = vec![0u8; bench.bytes];
-                                c.read(at, &mut buf).await
+                        // The metadata first in the slot, the verb's bytes after it.
+                        let (meta_at, at) = (at, at.add(meta_len as u64));
+                        let meta = async {
+                            if let Some(m) = bench.meta {
+                                let mut buf = vec![0u8; m.bytes];
+                                c.read(meta_at, &mut buf).await.expect("metadata READ");
                             }
-                            Verb::Write => c.write(at, payload).await,
-                            Verb::Cas => {
-                                c.atomic(at, AtomicOp::Cas { expected: 0, new: 0 }).await.map(drop)
+                        };
+                        let verb = async {
+                            match bench.verb {
+                                Verb::Read => {
+                                    let mut buf = vec![0u8; bench.bytes];
+                                    c.read(at, &mut buf).await
+                                }
+                                Verb::Write => c.write(at, payload).await,
+                                Verb::Cas => c
+                                    .atomic(at, AtomicOp::Cas { expected: 0, new: 0 })
+                                    .await
+                                    .map(drop),
                             }
+                        };
+                        let r = if bench.meta.is_some_and(|m| m.first) {
+                            meta.await;
+                            verb.await
+                        } else {
+                            futures::join!(meta, verb).1
                         };
                         r.expect("microbenchmark verb")
                     }

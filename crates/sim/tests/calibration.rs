@@ -12,7 +12,7 @@ use dmindex_sim::microbench::{run, Verb, VerbBench};
 use dmindex_sim::NetParams;
 
 fn point(verb: Verb, threads: usize, depth: usize) -> VerbBench {
-    VerbBench { verb, bytes: 8, cns: 1, threads, depth, rounds: 30, one_word: false }
+    VerbBench { verb, bytes: 8, cns: 1, threads, depth, rounds: 30, one_word: false, meta: None }
 }
 
 fn within(what: &str, got: f64, published: f64) {
@@ -81,4 +81,19 @@ fn chime_fig_4c_held_out() {
     // 8-byte keys, the 640 connections' READs ran at about 70 % of the 96-connection rate the
     // SMART data shows; the model has no connection-cache cost (`docs/sim.md`).
     assert!((1.3..2.5).contains(&(one / eight)), "{one:.1} / {eight:.1}");
+}
+
+/// CHIME Fig. 4a/4b's extra access: at one idle client a metadata READ the verb waits for
+/// costs a second round trip; one posted beside it costs almost nothing.
+#[test]
+fn a_metadata_read_first_costs_a_round_trip_beside_it_little() {
+    use dmindex_sim::microbench::Meta;
+    let net = NetParams::chime_testbed();
+    let b = VerbBench { bytes: 152, ..point(Verb::Read, 1, 1) };
+    let round = |meta| run(&net, &VerbBench { meta, ..b.clone() }).unwrap().round_ns;
+    let alone = round(None);
+    let first = round(Some(Meta { bytes: 8, first: true }));
+    let beside = round(Some(Meta { bytes: 26, first: false }));
+    assert!((1.8..2.2).contains(&(first / alone)), "{first:.0} ns against {alone:.0} ns");
+    assert!((1.0..1.3).contains(&(beside / alone)), "{beside:.0} ns against {alone:.0} ns");
 }

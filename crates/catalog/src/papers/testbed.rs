@@ -35,7 +35,7 @@ const WRITE_THREADS: [(usize, f64); 7] =
 const READ_DEPTH: [(usize, f64); 3] = [(1, 33.0), (4, 81.6), (8, 111.0)];
 
 fn bench(verb: Verb, bytes: usize, cns: u16, threads: usize, depth: usize) -> VerbBench {
-    VerbBench { verb, bytes, cns, threads, depth, rounds: 30, one_word: false }
+    VerbBench { verb, bytes, cns, threads, depth, rounds: 30, one_word: false, meta: None }
 }
 
 /// Runs `b` on `preset` and records it as point `x` of `series`.
