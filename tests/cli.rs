@@ -671,7 +671,9 @@ fn experiment_writes_json_and_svg_and_refuses_unknown_names() {
     let out = dmindex(&["experiment", "--list"]);
     assert!(out.status.success());
     let list = String::from_utf8_lossy(&out.stdout);
-    for name in ["load-factor", "ycsb", "factors", "speculative", "span", "hotspot"] {
+    let names = ["load-factor", "ycsb", "factors", "speculative", "span", "hotspot", "skew"];
+    let sensitivity = ["value-size", "variable", "amplification", "metadata-reads", "sibling"];
+    for name in names.into_iter().chain(sensitivity) {
         assert!(list.contains(name), "{list}");
     }
     // Which variant each figure ran is listed with its options.

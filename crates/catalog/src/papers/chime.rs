@@ -13,6 +13,9 @@ use dmindex_bench::experiment::{
 };
 use dmindex_bench::{BenchConfig, BenchReport};
 
+#[path = "chime_sensitivity.rs"]
+mod sensitivity;
+
 pub static PAPER: Paper = Paper {
     name: "chime",
     title: "CHIME: A Cache-Efficient and High-Performance Hybrid Index on Disaggregated Memory (SOSP '24)",
@@ -50,6 +53,14 @@ pub static PAPER: Paper = Paper {
             options: &[],
             scaled: None,
             why: "SMART with an unlimited radix cache, the paper's upper bound",
+        },
+        Line {
+            label: "Marlin",
+            index: "marlin",
+            options: &[],
+            scaled: None,
+            why: "Fig. 13's variable-length B+ tree: unsorted {key, item pointer} leaves, \
+                  every item out of place",
         },
     ],
     experiments: &[
@@ -98,6 +109,36 @@ pub static PAPER: Paper = Paper {
             name: "smart-cache",
             figure: "Fig. 18b: SMART throughput vs cache budget (YCSB C), CHIME for reference",
             body: smart_cache_sweep,
+        },
+        Experiment {
+            name: "skew",
+            figure: "Fig. 18a: 50 % search + 50 % update vs zipfian skew, CHIME, Sherman, SMART",
+            body: sensitivity::skew,
+        },
+        Experiment {
+            name: "value-size",
+            figure: "Fig. 18c/d: YCSB C vs value size (CHIME, Sherman: indirect above 8 B)",
+            body: sensitivity::value_size,
+        },
+        Experiment {
+            name: "variable",
+            figure: "Fig. 13: variable-length items, YCSB A-E, CHIME-Indirect, Marlin, SMART",
+            body: sensitivity::variable,
+        },
+        Experiment {
+            name: "amplification",
+            figure: "Fig. 3a: cache consumption vs read amplification, Sherman spans and SMART",
+            body: sensitivity::amplification,
+        },
+        Experiment {
+            name: "metadata-reads",
+            figure: "Fig. 4a/b: READs with an extra vacancy-bitmap or leaf-metadata access",
+            body: sensitivity::metadata_accesses,
+        },
+        Experiment {
+            name: "sibling",
+            figure: "Fig. 16: metadata replica bytes per leaf vs key size, with and without SV",
+            body: sensitivity::sibling,
         },
     ],
 };

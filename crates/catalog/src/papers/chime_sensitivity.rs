@@ -1,0 +1,407 @@
+//! CHIME (SOSP '24): the figures beyond the main comparison that the simulator can speak to —
+//! workload skew (Fig. 18a), value size (Fig. 18c/d), variable-length items (Fig. 13), cache
+//! against read amplification (Fig. 3a), the extra metadata accesses CHIME removes (Fig. 4a/b)
+//! and the replica bytes sibling-based validation saves (Fig. 16). What none of them can run
+//! (ROLEX, SMART-RCU, CHIME's inline values longer than 8 bytes) is listed in
+//! `docs/reproduce.md`.
+
+use dmindex_bench::experiment::{cache_mb, chart, lines, mops, Point, Session};
+use dmindex_bench::plot::Series;
+use dmindex_chime::layout::{LeafKind, LeafLayout, ENTRY, REPLICA_FENCED};
+use dmindex_sim::microbench::{run, Meta, Verb, VerbBench};
+
+use super::{with_cache, PAPER};
+
+/// Clients per CN of the sensitivity analysis: twice the factor analysis' (the paper's §5.4
+/// runs 640 clients where §5.3 runs 320).
+fn sensitivity_clients(s: &Session<'_>) -> usize {
+    2 * s.scale.peak_clients
+}
+
+/// The paper's legend for `index` (its line's label).
+fn label(index: &str) -> &'static str {
+    PAPER.lines.iter().find(|l| l.index == index).map_or("?", |l| l.label)
+}
+
+/// The zipfian skews of Fig. 18a.
+const THETAS: [f64; 6] = [0.5, 0.6, 0.7, 0.8, 0.9, 0.99];
+
+/// Fig. 18a: 50 % search + 50 % update (YCSB A's mix) as the zipfian skew grows. RDWC
+/// combines more of the hot keys' writes the more skewed they are.
+pub(super) fn skew(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for index in ["chime", "sherman", "smart"] {
+        for theta in THETAS {
+            let mut c = with_cache(s, index, "a", 100.0);
+            c.workload.zipf_theta = Some(theta);
+            c.cluster.clients = sensitivity_clients(s);
+            s.go(label(index), theta, c)?;
+        }
+    }
+    let tput = lines(&s.runs, mops);
+    s.chart(
+        "skew",
+        chart("Skew, 50 % search + 50 % update", "zipfian θ", "throughput (Mops/s)", tput),
+    );
+    Ok(())
+}
+
+/// The value sizes of Fig. 18c/d.
+const VALUE_SIZES: [usize; 4] = [8, 32, 128, 512];
+
+/// Fig. 18c/d: YCSB C as values grow. CHIME and Sherman keep an 8-byte value in the leaf and
+/// any longer one in a block behind an 8-byte pointer (`ChimeShape::indirect`), so from 8 to
+/// 512 bytes their lines are Fig. 18d's indirect values; SMART's leaf holds the value itself
+/// (Fig. 18c's SMART).
+pub(super) fn value_size(s: &mut Session<'_>) -> anyhow::Result<()> {
+    for index in ["chime", "sherman", "smart"] {
+        for v in VALUE_SIZES {
+            let mut c = with_cache(s, index, "c", 100.0);
+            c.keys.value_size = v;
+            c.cluster.clients = sensitivity_clients(s);
+            s.go(label(index), v as f64, c)?;
+        }
+    }
+    let (tput, read) = (lines(&s.runs, mops), lines(&s.runs, |r| r.bytes_read_per_op));
+    s.chart(
+        "value-size",
+        chart("Value size, YCSB C", "value size (B)", "throughput (Mops/s)", tput),
+    );
+    s.chart(
+        "value-size-bytes-read",
+        chart("Value size: bytes read", "value size (B)", "bytes read per operation", read),
+    );
+    Ok(())
+}
+
+/// Fig. 13's values: the shortest CHIME keeps behind a pointer (8 bytes stay in the leaf).
+const VARIABLE_VALUE: usize = 16;
+
+/// Fig. 13: YCSB A–E with variable-length items at the factor analysis' clients (320 in the
+/// paper). CHIME with its values in blocks (CHIME-Indirect), Marlin (items always out of
+/// place), and SMART, whose leaf holds the item (standing in for SMART-RCU, which this
+/// workspace lacks).
+pub(super) fn variable(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let workloads = s.workloads(&["a", "b", "c", "d", "e"]);
+    for (i, w) in workloads.iter().enumerate() {
+        for index in ["chime", "marlin", "smart"] {
+            let mut c = with_cache(s, index, w, 100.0);
+            c.keys.value_size = VARIABLE_VALUE;
+            let series = if index == "chime" { "CHIME-Indirect" } else { label(index) };
+            s.go(series, i as f64, c)?;
+        }
+    }
+    let names: Vec<String> =
+        workloads.iter().map(|w| format!("YCSB {}", w.to_uppercase())).collect();
+    let (tput, p99) = (lines(&s.runs, mops), lines(&s.runs, |r| r.latency_us.p99));
+    let mut ch = chart("Variable-length items", "workload", "throughput (Mops/s)", tput);
+    ch.x_names.clone_from(&names);
+    s.chart("variable-throughput", ch);
+    let mut ch = chart("Variable-length items", "workload", "P99 latency (us)", p99);
+    ch.x_names = names;
+    s.chart("variable-p99", ch);
+    Ok(())
+}
+
+/// Fig. 3a: cache each CN needs (all internal nodes cached) against the read amplification
+/// factor, entries read per search: a B+ tree's leaf span (Sherman) or 1 (SMART, one item per
+/// leaf). ROLEX is not built.
+pub(super) fn amplification(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let sufficient = |s: &Session<'_>, index: &str| {
+        let mut c = s.as_paper(index, "c");
+        c.workload.ops = Some(1000);
+        c.cluster.clients = 4;
+        // Enough cache to hold every internal node (as `chime/cache`).
+        c.cluster.cache_mb = 4096.0;
+        c
+    };
+    for span in [16usize, 32, 64, 128, 256] {
+        let mut c = sufficient(s, "sherman");
+        c.index.options.push(("span".into(), span.to_string()));
+        s.go("Sherman", span as f64, c)?;
+    }
+    let c = sufficient(s, "smart-opt");
+    s.go("SMART", 1.0, c)?;
+    s.chart(
+        "amplification",
+        chart(
+            "Cache against read amplification",
+            "amplification factor (entries read per search)",
+            "cache per CN (MB)",
+            lines(&s.runs, cache_mb),
+        ),
+    );
+    Ok(())
+}
+
+/// Clients per CN along Fig. 4a/b's microbenchmark.
+const MICRO_CLIENTS: [usize; 4] = [4, 16, 32, 64];
+
+/// Fig. 4a/b: continuous READs of the data alone against the data plus a metadata READ, on
+/// the testbed model (`dmindex_sim::microbench`), 8-byte keys and values. 4a: a hop range (one
+/// neighbourhood, H = 8 entries) after the 8-byte lock word holding the vacancy bitmap (the
+/// range depends on it: the READs are in turn). 4b: a neighbourhood beside the leaf's fenced
+/// header (independent: posted together, as CHIME without metadata replication does).
+pub(super) fn metadata_accesses(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let leaf = LeafLayout::new(64, 8).map_err(anyhow::Error::msg)?;
+    let data = leaf.h * ENTRY;
+    let figures = [
+        ("Fig. 4a", "hop range", "vacancy bitmap + hop range", Meta { bytes: 8, first: true }),
+        (
+            "Fig. 4b",
+            "neighbourhood",
+            "leaf meta + neighbourhood",
+            Meta { bytes: REPLICA_FENCED, first: false },
+        ),
+    ];
+    let net = s.net(PAPER.testbed)?;
+    for (figure, alone, with, meta) in figures {
+        let mut worst: f64 = 0.0;
+        for clients in MICRO_CLIENTS {
+            let b = VerbBench {
+                verb: Verb::Read,
+                bytes: data,
+                cns: s.scale.cns,
+                threads: clients,
+                depth: s.scale.coroutines,
+                rounds: 10,
+                one_word: false,
+                meta: None,
+            };
+            let mut m = [0.0; 2];
+            for (k, (series, meta)) in [(alone, None), (with, Some(meta))].into_iter().enumerate() {
+                m[k] =
+                    run(&net, &VerbBench { meta, ..b.clone() }).map_err(anyhow::Error::msg)?.mops;
+                s.point(Point {
+                    series: format!("{figure} {series}"),
+                    x: clients as f64,
+                    model: m[k],
+                    unit: "M reads/s".into(),
+                    published: None,
+                    source: "(model only)".into(),
+                });
+            }
+            worst = worst.max(m[0] / m[1]);
+        }
+        s.point(Point {
+            series: format!("{figure}, largest slowdown of the extra access"),
+            x: 0.0,
+            model: worst,
+            unit: "×".into(),
+            published: Some(1.8),
+            source: "CHIME (SOSP '24) §3.2.2: up to 1.8× (4a), 1.8× at 8-byte items (4b)".into(),
+        });
+    }
+    for (file, figure) in [("metadata-vacancy", "Fig. 4a"), ("metadata-leaf-meta", "Fig. 4b")] {
+        let series = points_of(&s.points, figure, "M reads/s");
+        let title = format!("{figure}: extra metadata READ (per CN)");
+        s.chart(file, chart(&title, "clients per CN", "M reads/s", series));
+    }
+    Ok(())
+}
+
+/// Key sizes of Fig. 16.
+const KEY_SIZES: [usize; 6] = [8, 16, 32, 64, 128, 256];
+
+/// Metadata replica bytes of one CHIME leaf (span 64, H = 8) with `key` bytes per key:
+/// (fence keys, sibling-based validation). A fenced replica adds a low and a high key to the
+/// sibling-validated one; this workspace's leaves hold 8-byte keys (longer keys live in
+/// blocks), so at 8 bytes these are its layouts' sizes and above they follow the paper's
+/// 2 · key size per replica (§4.2.3).
+fn replica_bytes(key: usize) -> anyhow::Result<(usize, usize)> {
+    let sv = LeafLayout::new(64, 8).map_err(anyhow::Error::msg)?;
+    let fenced = LeafKind { fenced: true, ..LeafKind::CHIME };
+    let fenced = LeafLayout::with_kind(64, 8, fenced).map_err(anyhow::Error::msg)?;
+    let fences = fenced.meta_len - sv.meta_len;
+    let per = sv.meta_len + fences / dmindex_chime::layout::KEY * key;
+    Ok((fenced.groups() * per, sv.groups() * sv.meta_len))
+}
+
+/// Fig. 16: metadata replica bytes per leaf as keys grow, with fence keys and with
+/// sibling-based validation. Structural: computed from the leaf layouts, no run.
+pub(super) fn sibling(s: &mut Session<'_>) -> anyhow::Result<()> {
+    const SOURCE: &str = "CHIME (SOSP '24) §5.3: the saving grows from 1.4× to 8.6×";
+    for key in KEY_SIZES {
+        let (fenced, sv) = replica_bytes(key)?;
+        for (series, bytes) in [("fence keys", fenced), ("sibling-based validation", sv)] {
+            s.point(Point {
+                series: format!("replicas per leaf, {series}"),
+                x: key as f64,
+                model: bytes as f64,
+                unit: "B".into(),
+                published: None,
+                source: "(layout)".into(),
+            });
+        }
+        let published = match key {
+            8 => Some(1.4),
+            256 => Some(8.6),
+            _ => None,
+        };
+        s.point(Point {
+            series: "saving of sibling-based validation".into(),
+            x: key as f64,
+            model: fenced as f64 / sv as f64,
+            unit: "×".into(),
+            published,
+            source: if published.is_some() { SOURCE.into() } else { "(layout)".into() },
+        });
+    }
+    let series = points_of(&s.points, "replicas per leaf", "B");
+    s.chart(
+        "sibling",
+        chart("Metadata replicas per leaf (span 64, H 8)", "key size (B)", "bytes", series),
+    );
+    Ok(())
+}
+
+/// Lines of the points whose series contains `filter` and whose unit is `unit`.
+fn points_of(points: &[Point], filter: &str, unit: &str) -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    for p in points.iter().filter(|p| p.series.contains(filter) && p.unit == unit) {
+        match out.iter_mut().find(|s| s.name == p.series) {
+            Some(s) => s.points.push((p.x, p.model)),
+            None => out.push(Series { name: p.series.clone(), points: vec![(p.x, p.model)] }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmindex_bench::experiment::{Run, Scale};
+    use dmindex_bench::{BenchConfig, BenchReport};
+    use std::cell::RefCell;
+
+    /// The report of the run of `series` at `x`.
+    fn at(runs: &[Run], series: &str, x: f64) -> BenchReport {
+        runs.iter().find(|r| r.series == series && r.x == x).expect("run").report.clone()
+    }
+
+    fn tiny() -> Scale {
+        Scale {
+            items: 2000,
+            ops: 1000,
+            cns: 2,
+            clients: vec![2],
+            peak_clients: 2,
+            coroutines: 1,
+            ..Scale::default()
+        }
+    }
+
+    /// Runs `body` at a tiny scale for real, handing back every configuration and the runs.
+    fn configs(body: fn(&mut Session<'_>) -> anyhow::Result<()>) -> (Vec<BenchConfig>, Vec<Run>) {
+        let scale = tiny();
+        let seen = RefCell::new(Vec::new());
+        let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> {
+            seen.borrow_mut().push(c.clone());
+            crate::bench(c)
+        };
+        let mut log = |_: &str| {};
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+        body(&mut s).unwrap();
+        let runs = s.runs;
+        (seen.into_inner(), runs)
+    }
+
+    /// Fig. 18a: the three systems as the paper ran them at twice the factor analysis'
+    /// clients, over every θ, on YCSB A's 50/50 mix.
+    #[test]
+    fn skew_sweeps_theta_over_the_paper_s_systems() {
+        let (cs, runs) = configs(skew);
+        assert_eq!(cs.len(), 3 * THETAS.len());
+        for (i, c) in cs.iter().enumerate() {
+            assert_eq!(c.workload.zipf_theta, Some(THETAS[i % THETAS.len()]));
+            assert_eq!((c.workload.name.as_str(), c.cluster.clients), ("a", 4));
+        }
+        assert_eq!(cs[0].index.options, PAPER.lines[0].options_at(2000, PAPER.items));
+        assert_eq!((cs[6].index.name.as_str(), cs[12].index.name.as_str()), ("sherman", "smart"));
+        assert!(cs[12].cluster.cache_mb < 1.0, "SMART's budget scaled by items");
+        let updates = |r: &BenchReport| r.per_op.iter().any(|o| o.op == "update" && o.count > 0);
+        assert!(runs.iter().all(|r| updates(&r.report)));
+    }
+
+    /// Fig. 18c/d: longer values put CHIME's values in blocks (one more READ per search)
+    /// and make SMART's leaves longer; every search still finds its key.
+    #[test]
+    fn value_size_reads_more_bytes_for_longer_values() {
+        let (cs, runs) = configs(value_size);
+        assert_eq!(cs.len(), 3 * VALUE_SIZES.len());
+        assert!(cs.iter().all(|c| c.workload.name == "c"));
+        assert_eq!(cs.iter().map(|c| c.keys.value_size).take(4).collect::<Vec<_>>(), VALUE_SIZES);
+        for series in ["CHIME", "Sherman", "SMART"] {
+            let (short, long) = (at(&runs, series, 8.0), at(&runs, series, 512.0));
+            assert!(
+                long.bytes_read_per_op > short.bytes_read_per_op + 400.0,
+                "{series}: {} then {} bytes",
+                short.bytes_read_per_op,
+                long.bytes_read_per_op
+            );
+        }
+        let (inline, indirect) = (at(&runs, "CHIME", 8.0), at(&runs, "CHIME", 32.0));
+        assert!(indirect.round_trips_per_op > inline.round_trips_per_op + 0.5);
+    }
+
+    /// Fig. 13: CHIME-Indirect, Marlin and SMART on A–E, values behind pointers.
+    #[test]
+    fn variable_runs_three_systems_on_a_to_e() {
+        let (cs, runs) = configs(variable);
+        assert_eq!(cs.len(), 3 * 5);
+        assert!(cs.iter().all(|c| c.keys.value_size == VARIABLE_VALUE && c.cluster.clients == 2));
+        let names: Vec<&str> = cs[..3].iter().map(|c| c.index.name.as_str()).collect();
+        assert_eq!(names, ["chime", "marlin", "smart"]);
+        assert_eq!(cs[14].workload.name, "e");
+        assert!(cs[14].keys.ordered, "YCSB E scans dense keys");
+        assert_eq!(runs[0].series, "CHIME-Indirect");
+    }
+
+    /// Fig. 3a: Sherman's cache falls as its span (read amplification) grows; SMART, reading
+    /// one item, needs more cache than any of them.
+    #[test]
+    fn amplification_trades_cache_for_span() {
+        let (cs, runs) = configs(amplification);
+        assert_eq!(cs.len(), 6);
+        assert!(cs.iter().all(|c| c.cluster.cache_mb == 4096.0));
+        assert_eq!(cs[5].index.name, "smart-opt");
+        let cache: Vec<f64> = runs.iter().map(|r| cache_mb(&r.report)).collect();
+        assert!(cache[0] > cache[4], "span 16 against 256: {cache:?}");
+        assert!(cache[5] > cache[0], "SMART against Sherman at span 16: {cache:?}");
+    }
+
+    /// Fig. 4a/b: the extra access never helps, the vacancy bitmap READ (in turn) costs
+    /// most at few clients, and both have the published value beside their worst slowdown.
+    #[test]
+    fn an_extra_metadata_read_slows_reads_down() {
+        let scale = Scale { cns: 2, ..tiny() };
+        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
+        let mut log = |_: &str| {};
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+        metadata_accesses(&mut s).unwrap();
+        let get = |series: &str, x: f64| {
+            s.points.iter().find(|p| p.series == series && p.x == x).expect(series).model
+        };
+        let (alone, with) =
+            (get("Fig. 4a hop range", 4.0), get("Fig. 4a vacancy bitmap + hop range", 4.0));
+        assert!(alone / with > 1.6, "{alone} against {with}");
+        let worst: Vec<&Point> = s.points.iter().filter(|p| p.published.is_some()).collect();
+        assert_eq!(worst.len(), 2);
+        assert!(worst.iter().all(|p| p.model >= 1.0), "{worst:?}");
+    }
+
+    /// Fig. 16: at 8-byte keys the sizes are the layouts' (26- against 10-byte replicas,
+    /// 8 of them); the saving grows with the key.
+    #[test]
+    fn sibling_validation_saves_more_as_keys_grow() {
+        assert_eq!(replica_bytes(8).unwrap(), (8 * 26, 8 * 10));
+        assert_eq!(replica_bytes(256).unwrap(), (8 * (10 + 512), 8 * 10));
+        let scale = tiny();
+        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
+        let mut log = |_: &str| {};
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+        sibling(&mut s).unwrap();
+        let saving: Vec<f64> = s.points.iter().filter(|p| p.unit == "×").map(|p| p.model).collect();
+        assert_eq!(saving.len(), KEY_SIZES.len());
+        assert!(saving.windows(2).all(|w| w[1] > w[0]), "{saving:?}");
+    }
+}
