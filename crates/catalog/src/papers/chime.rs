@@ -190,7 +190,7 @@ const REPLAYS: u64 = 5;
 /// share of `ops` operations is replayed [`REPLAYS`] times and the middle 0.4 to 0.8 of the
 /// run measured (two passes warm the buffer: `tests/window.rs`). Workloads with inserts (LOAD,
 /// D, E) cannot replay a stream (a replayed insert is an update) and run one cold pass.
-fn warm(s: &Session<'_>, mut c: BenchConfig) -> BenchConfig {
+pub(super) fn warm(s: &Session<'_>, mut c: BenchConfig) -> BenchConfig {
     if !["a", "b", "c"].contains(&c.workload.name.as_str()) {
         return c;
     }

@@ -10,7 +10,7 @@ use dmindex_bench::plot::Series;
 use dmindex_chime::layout::{LeafKind, LeafLayout, ENTRY, REPLICA_FENCED};
 use dmindex_sim::microbench::{run, Meta, Verb, VerbBench};
 
-use super::{with_cache, PAPER};
+use super::{warm, with_cache, PAPER};
 
 /// Clients per CN of the sensitivity analysis: twice the factor analysis' (the paper's §5.4
 /// runs 640 clients where §5.3 runs 320).
@@ -34,7 +34,7 @@ pub(super) fn skew(s: &mut Session<'_>) -> anyhow::Result<()> {
             let mut c = with_cache(s, index, "a", 100.0);
             c.workload.zipf_theta = Some(theta);
             c.cluster.clients = sensitivity_clients(s);
-            s.go(label(index), theta, c)?;
+            s.go(label(index), theta, warm(s, c))?;
         }
     }
     let tput = lines(&s.runs, mops);
@@ -58,7 +58,7 @@ pub(super) fn value_size(s: &mut Session<'_>) -> anyhow::Result<()> {
             let mut c = with_cache(s, index, "c", 100.0);
             c.keys.value_size = v;
             c.cluster.clients = sensitivity_clients(s);
-            s.go(label(index), v as f64, c)?;
+            s.go(label(index), v as f64, warm(s, c))?;
         }
     }
     let (tput, read) = (lines(&s.runs, mops), lines(&s.runs, |r| r.bytes_read_per_op));
@@ -87,7 +87,7 @@ pub(super) fn variable(s: &mut Session<'_>) -> anyhow::Result<()> {
             let mut c = with_cache(s, index, w, 100.0);
             c.keys.value_size = VARIABLE_VALUE;
             let series = if index == "chime" { "CHIME-Indirect" } else { label(index) };
-            s.go(series, i as f64, c)?;
+            s.go(series, i as f64, warm(s, c))?;
         }
     }
     let names: Vec<String> =
@@ -117,10 +117,10 @@ pub(super) fn amplification(s: &mut Session<'_>) -> anyhow::Result<()> {
     for span in [16usize, 32, 64, 128, 256] {
         let mut c = sufficient(s, "sherman");
         c.index.options.push(("span".into(), span.to_string()));
-        s.go("Sherman", span as f64, c)?;
+        s.go("Sherman", span as f64, warm(s, c))?;
     }
     let c = sufficient(s, "smart-opt");
-    s.go("SMART", 1.0, c)?;
+    s.go("SMART", 1.0, warm(s, c))?;
     s.chart(
         "amplification",
         chart(
