@@ -134,6 +134,12 @@ pub static INDEXES: &[IndexEntry] = &[
         PointOnly
     ),
     index!(
+        "race-sephash",
+        "RACE as the SepHash authors ran it: one table-wide split lock, whole-directory re-reads, one-by-one moves",
+        dmindex_race::RaceSepHash,
+        PointOnly
+    ),
+    index!(
         "smart",
         "SMART (OSDI '23): adaptive radix tree, lock-free inner nodes, one item per leaf",
         dmindex_smart::Smart,

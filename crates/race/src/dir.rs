@@ -13,7 +13,8 @@
 //! depth alone, and released by the WRITE of the new header word. Under it the splitter doubles
 //! the directory when the split segment was at the global depth (READ entries `0..2^G`, WRITE
 //! them at `2^G..2^(G+1)`), rewrites every entry aliasing the two halves, and last WRITEs the new
-//! global depth with the lock clear. Entries are 8-B aligned words, so a client reading one while
+//! global depth with the lock clear. (`race-sephash` has its own directory and refresh:
+//! [`crate::global`].) Entries are 8-B aligned words, so a client reading one while
 //! it is rewritten sees the old or the new entry, both of which lead it to a segment whose
 //! headers it then checks. All directory verbs go to the directory's memory node, in order.
 
@@ -22,17 +23,23 @@ use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::doorbell;
 
 use crate::layout::{self, dir_entry, dir_entry_addr, Hashes, Shape, DIR_HEADER, LOCK};
-use crate::{bump, Race};
+use crate::{bump, global, Race, Resize};
 
-/// Builds the directory at global depth `depth` with its segments; returns its address.
+/// Builds the directory at global depth `depth` with its segments, in `resize`'s layout;
+/// returns its address.
 pub(crate) async fn create<T: Transport>(
     c: &Client<T>,
     shape: &Shape,
     depth: u32,
+    resize: Resize,
 ) -> IndexResult<GlobalAddr> {
-    let dir = c.alloc(DIR_HEADER + (8u64 << shape.max_depth), 64).await?;
+    let entry_bytes = match resize {
+        Resize::SegmentLock => 8,
+        Resize::GlobalLock => layout::GLOBAL_ENTRY,
+    };
+    let dir = c.alloc(DIR_HEADER + (entry_bytes << shape.max_depth), 64).await?;
     let seg_bytes = layout::segment_bytes(shape.groups);
-    let mut entries = Vec::with_capacity(8 << depth);
+    let mut entries = Vec::with_capacity((entry_bytes as usize) << depth);
     let mut image = vec![0u8; seg_bytes as usize];
     for i in 0..1u64 << depth {
         let seg = c.alloc(seg_bytes, 64).await?;
@@ -41,15 +48,28 @@ pub(crate) async fn create<T: Transport>(
             image[at..at + 8].copy_from_slice(&layout::header(depth, i).to_le_bytes());
         }
         c.write(seg, &image).await?;
-        entries.extend_from_slice(&dir_entry(seg, depth).to_le_bytes());
+        match resize {
+            Resize::SegmentLock => entries.extend_from_slice(&dir_entry(seg, depth).to_le_bytes()),
+            Resize::GlobalLock => {
+                entries.extend_from_slice(&layout::global_entry(false, seg, depth))
+            }
+        }
     }
-    c.write(dir_entry_addr(dir, 0), &entries).await?;
-    c.write(dir, &(depth as u64).to_le_bytes()).await?;
+    match resize {
+        Resize::SegmentLock => {
+            c.write(dir_entry_addr(dir, 0), &entries).await?;
+            c.write(dir, &(depth as u64).to_le_bytes()).await?;
+        }
+        Resize::GlobalLock => {
+            c.write(layout::global_entry_addr(dir, 0), &entries).await?;
+            c.write(dir.add(layout::GLOBAL_DEPTH_WORD), &(depth as u64).to_le_bytes()).await?;
+        }
+    }
     Ok(dir)
 }
 
 /// The global depth in a header word, checked against the largest.
-fn global_depth(word: u64, max_depth: usize) -> IndexResult<u32> {
+pub(crate) fn global_depth(word: u64, max_depth: usize) -> IndexResult<u32> {
     let g = (word & 0xFF) as u32;
     if g as usize > max_depth {
         return Err(IndexError::Corrupt(format!("directory header {word:#x}")));
@@ -57,15 +77,25 @@ fn global_depth(word: u64, max_depth: usize) -> IndexResult<u32> {
     Ok(g)
 }
 
-/// READs the whole directory (a new handle's cache).
+/// READs the whole directory (a new handle's cache), as 8-B entry words.
 pub(crate) async fn load<T: Transport>(
     c: &Client<T>,
     dir: GlobalAddr,
     max_depth: usize,
+    resize: Resize,
 ) -> IndexResult<Vec<u64>> {
-    let g = global_depth(c.read_word(dir).await?, max_depth)?;
-    let raw = c.read_vec(dir_entry_addr(dir, 0), 8 << g).await?;
-    Ok(words(&raw))
+    match resize {
+        Resize::SegmentLock => {
+            let g = global_depth(c.read_word(dir).await?, max_depth)?;
+            let raw = c.read_vec(dir_entry_addr(dir, 0), 8 << g).await?;
+            Ok(words(&raw))
+        }
+        Resize::GlobalLock => {
+            let mut out = Vec::new();
+            global::read_directory(c, dir, max_depth, &mut out).await?;
+            Ok(out)
+        }
+    }
 }
 
 fn words(raw: &[u8]) -> Vec<u64> {
@@ -79,9 +109,15 @@ impl Race {
         cache[(h1 & (cache.len() as u64 - 1)) as usize]
     }
 
-    /// READs the global depth and the entry of `h1`, and puts it in the cache (2 round trips).
+    /// The entry of `h1` READ afresh into the cache, by the table's policy: `race` READs the
+    /// global depth and the one entry (2 round trips), `race-sephash` the whole directory
+    /// ([`Race::reread_directory`]).
     pub(crate) async fn refresh<T: Transport>(&self, c: &Client<T>, h1: u64) -> IndexResult<u64> {
+        if self.resize == Resize::GlobalLock {
+            return self.reread_directory(c, h1).await;
+        }
         bump(&self.counters.refreshes, 1);
+        bump(&self.counters.refresh_bytes, 16);
         let g = global_depth(c.read_word(self.dir).await?, self.shape.max_depth)?;
         let i = h1 & layout::low_mask(g);
         let entry = c.read_word(dir_entry_addr(self.dir, i)).await?;
@@ -145,7 +181,7 @@ impl Race {
 
     /// Every segment the directory names, once each, in address order.
     async fn segments<T: Transport>(&self, c: &Client<T>) -> IndexResult<Vec<GlobalAddr>> {
-        let entries = load(c, self.dir, self.shape.max_depth).await?;
+        let entries = load(c, self.dir, self.shape.max_depth, self.resize).await?;
         let mut segs: Vec<GlobalAddr> =
             entries.iter().map(|&e| layout::dir_entry_parts(e).0).collect();
         segs.sort_unstable();

@@ -75,11 +75,36 @@
 //! directory copies entries without caring which are locked; entries and the global depth are
 //! written only under the directory lock.
 //!
+//! # `race-sephash`: the directory of the SepHash authors' RACE (64-B aligned)
+//!
+//! ```text
+//! +0     lock word u64: 0 free, 1 held (the one split lock of the whole table)
+//! +8     global depth u64
+//! +16    zero (rest of the line)
+//! +64    entry 0, entry 1, ... entry 2^max_depth - 1    (24 B each, 8-B aligned)
+//!
+//! entry (24 B):
+//! +0     split flag u64: 1 while the segment it names is moving entries (set and cleared under
+//!        the lock word)
+//! +8     segment GlobalAddr u64 (64-B aligned)
+//! +16    local depth u64
+//! ```
+//!
+//! 24-B entries straddle cache lines (entries 2 and 5 of every 8), so a READ outside the lock
+//! may pair one entry's words from different instants; each word is 8-B aligned, so each is some
+//! value it held. The cache built from such a READ is a hint like any other: bucket headers
+//! decide. Under the lock word no one else writes entries, so the splitter's READs are whole.
+//!
+//! A segment of this variant uses its meta word as a *moving* mark (bit 63, WRITTEN by the
+//! splitter while it holds the lock word and cleared when its entries are moved); the new
+//! segment's buckets are born *closed*: header `depth | (suffix | 2^31) << 32`, which no key
+//! matches (suffixes are below `2^max_depth` ≤ `2^24`), until the splitter opens each one.
+//!
 //! # Root slot and descriptor (root table on memory node 0)
 //!
 //! ```text
 //! slot N      the directory's GlobalAddr
-//! slot N + 1  descriptor: magic 0x5243 ("RC") in bits 48..63 | shape:
+//! slot N + 1  descriptor: magic 0x5243 ("RC"; 0x5253, "RS", for race-sephash) in bits 48..63 | shape:
 //!             groups (bits 0..10) | max depth (11..15) | max key (16..28) | max value (29..41)
 //! ```
 
@@ -114,6 +139,42 @@ pub const MAX_GROUPS: usize = 1024;
 
 /// The descriptor's magic.
 pub const MAGIC: Magic = Magic { name: "RACE hash table", value: 0x5243, bits: 16 };
+
+/// The descriptor's magic of `race-sephash` (its directory differs).
+pub const SEPHASH_MAGIC: Magic =
+    Magic { name: "RACE hash table (SepHash authors' resize)", value: 0x5253, bits: 16 };
+
+/// Bytes of a `race-sephash` directory entry (split flag, segment, local depth).
+pub const GLOBAL_ENTRY: u64 = 24;
+/// Offset of the global depth word in a `race-sephash` directory (the lock word is at 0).
+pub const GLOBAL_DEPTH_WORD: u64 = 8;
+/// The suffix bit of a closed bucket header: no key matches it.
+pub const CLOSED: u64 = 1 << 31;
+
+/// Address of `race-sephash` directory entry `i`.
+pub const fn global_entry_addr(dir: GlobalAddr, i: u64) -> GlobalAddr {
+    dir.add(DIR_HEADER + GLOBAL_ENTRY * i)
+}
+
+/// A `race-sephash` directory entry's bytes.
+pub fn global_entry(split: bool, seg: GlobalAddr, depth: u32) -> [u8; GLOBAL_ENTRY as usize] {
+    let mut e = [0u8; GLOBAL_ENTRY as usize];
+    e[..8].copy_from_slice(&u64::from(split).to_le_bytes());
+    e[8..16].copy_from_slice(&seg.raw().to_le_bytes());
+    e[16..].copy_from_slice(&u64::from(depth).to_le_bytes());
+    e
+}
+
+/// (split flag word, segment word, local depth word) of a `race-sephash` directory entry.
+pub fn global_entry_parts(e: &[u8]) -> (u64, u64, u64) {
+    let w = |i: usize| u64::from_le_bytes(e[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    (w(0), w(1), w(2))
+}
+
+/// A closed bucket header: the new segment's buckets before the splitter opens them.
+pub const fn closed_header(depth: u32, suffix: u64) -> u64 {
+    header(depth, suffix | CLOSED)
+}
 
 /// A segment's byte size.
 pub const fn segment_bytes(groups: usize) -> u64 {
@@ -337,6 +398,38 @@ mod tests {
         let shape = Shape { groups: 64, max_depth: 20, max_key: 16, max_value: 32 };
         assert_eq!(shape.bits(), 64 | 20 << 11 | 16 << 16 | 32 << 29);
         assert_eq!(MAGIC.word(shape.bits()) >> 48, 0x5243);
+    }
+
+    #[test]
+    fn sephash_directory_bytes_are_pinned() {
+        let seg = GlobalAddr::new(2, 0x4000);
+        let e = global_entry(true, seg, 9);
+        assert_eq!(
+            e,
+            [
+                1, 0, 0, 0, 0, 0, 0, 0, // split flag
+                0x00, 0x40, 0, 0, 0, 0, 0x02, 0x00, // segment: offset 0x4000 on node 2
+                9, 0, 0, 0, 0, 0, 0, 0, // local depth
+            ]
+        );
+        assert_eq!(global_entry_parts(&e), (1, seg.raw(), 9));
+        assert_eq!(global_entry_parts(&global_entry(false, seg, 3)).0, 0);
+        let dir = GlobalAddr::new(0, 0x10000);
+        assert_eq!(global_entry_addr(dir, 0), GlobalAddr::new(0, 0x10000 + 64));
+        assert_eq!(global_entry_addr(dir, 5), GlobalAddr::new(0, 0x10000 + 64 + 120));
+        assert_eq!(dir.add(GLOBAL_DEPTH_WORD), GlobalAddr::new(0, 0x10008));
+        assert_eq!(SEPHASH_MAGIC.word(0) >> 48, 0x5253);
+        // A closed header matches no key, at any depth a table can have.
+        let closed = closed_header(6, 0b10_1101);
+        assert_eq!(closed.to_le_bytes(), [6, 0, 0, 0, 0x2D, 0, 0, 0x80]);
+        for k in 0..2000u64 {
+            let h = Hashes::of(&k.to_be_bytes());
+            for depth in [0, 1, 6, MAX_DEPTH as u32] {
+                let suffix = h.h1 & low_mask(depth);
+                assert!(h.matches(header(depth, suffix)));
+                assert!(!h.matches(closed_header(depth, suffix)));
+            }
+        }
     }
 
     #[test]

@@ -50,6 +50,15 @@
 //! when needed), clear the moved slots and unlock. Searches never wait: a frozen entry beside an
 //! old header is still the key's value. See [`split`] for the argument.
 //!
+//! ## `race-sephash`: RACE as the SepHash authors ran it
+//!
+//! [`RaceSepHash`] is this table with another resize policy ([`Resize::GlobalLock`]): the one
+//! the SepHash paper's RACE numbers were measured with. Search, insert, update and delete are
+//! the code above; what differs is the split (one lock word for the whole table, entries moved
+//! one by one with a CAS each) and the directory refresh (the whole directory, 24 B an entry,
+//! re-read on every split-lock failure and every depth mismatch an insert sees). See
+//! [`global`] for the protocol and `docs/race.md` for why it exists.
+//!
 //! A client that crashes mid-split leaves the segment locked and its moving entries frozen: later
 //! splits of that segment, and updates and deletes of its moving keys, wait forever (there are no
 //! lock leases yet). A crash never loses an acknowledged write: nothing is cleared from the old
@@ -68,6 +77,7 @@ pub mod layout;
 
 mod bucket;
 mod dir;
+pub mod global;
 mod ops;
 mod split;
 
@@ -83,6 +93,22 @@ pub const OPTIONS: Options = Options {
     ],
 };
 
+/// The options `race-sephash` reads (RACE's).
+pub const SEPHASH_OPTIONS: Options = Options { what: "race-sephash", known: OPTIONS.known };
+
+/// How a table grows: what `race` and `race-sephash` do differently. Everything else (bucket
+/// layout, search, insert, update, delete) is shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resize {
+    /// `race`: a split lock per segment, entries frozen and copied in one WRITE, the directory
+    /// published under its own short lock; a stale cache entry is refreshed alone (2 words).
+    SegmentLock,
+    /// `race-sephash`: the SepHash authors' RACE ([`global`]): one lock word for the whole
+    /// table, 24-B directory entries with a split flag, entries moved one CAS at a time, and
+    /// the whole directory re-read on every refresh.
+    GlobalLock,
+}
+
 /// Initial global depth (the reference code's).
 pub const DEFAULT_DEPTH: usize = 4;
 /// Largest global depth (the reference code's).
@@ -93,6 +119,10 @@ pub const DEFAULT_GROUPS: usize = 64;
 /// Counters of one compute node's handle.
 #[derive(Debug, Default)]
 struct Counters {
+    /// Splits begun: every lock CAS a split tries, failed or not (SepHash's Table 1 counts
+    /// these as resizes).
+    split_attempts: AtomicU64,
+    /// Splits done.
     splits: AtomicU64,
     moved: AtomicU64,
     retries: AtomicU64,
@@ -102,6 +132,8 @@ struct Counters {
     searches: Striped,
     search_buckets: Striped,
     refreshes: AtomicU64,
+    /// Bytes READ by directory refreshes (the global depth and the entries).
+    refresh_bytes: AtomicU64,
 }
 
 use dmindex_prim::counter::{add as bump, Striped};
@@ -113,14 +145,32 @@ pub struct Race {
     shape: Shape,
     blocks: Blocks,
     config: IndexConfig,
-    /// The directory cache: `2^depth` entries as last read.
+    /// The directory cache: `2^depth` entries as last read, each in the 8-B form of
+    /// [`layout::dir_entry`] whatever the remote layout.
     cache: RwLock<Vec<u64>>,
     counters: Counters,
+    resize: Resize,
+}
+
+/// `race-sephash`: RACE with the SepHash authors' resize ([`Resize::GlobalLock`], [`global`]).
+/// The same table code as [`Race`]; only splits and directory refreshes differ.
+#[derive(Debug)]
+pub struct RaceSepHash(Race);
+
+impl RaceSepHash {
+    /// The table handle (audits such as [`Race::slots_holding`]).
+    pub fn table(&self) -> &Race {
+        &self.0
+    }
 }
 
 /// Shape and initial depth from the configuration.
-fn parse(config: &IndexConfig) -> IndexResult<(Shape, usize)> {
-    let p = OPTIONS.parse(&config.extra)?;
+fn parse(config: &IndexConfig, resize: Resize) -> IndexResult<(Shape, usize)> {
+    let options = match resize {
+        Resize::SegmentLock => &OPTIONS,
+        Resize::GlobalLock => &SEPHASH_OPTIONS,
+    };
+    let p = options.parse(&config.extra)?;
     let depth = p.number("depth").unwrap_or(DEFAULT_DEPTH);
     let max_depth = p.number("max_depth").unwrap_or(DEFAULT_MAX_DEPTH.max(depth));
     let groups = p.number("groups").unwrap_or(DEFAULT_GROUPS);
@@ -165,26 +215,44 @@ impl Race {
     fn segment_bytes(&self) -> u64 {
         layout::segment_bytes(self.shape.groups)
     }
-}
 
-impl<T: Transport> PointIndex<T> for Race {
-    async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
-        let (shape, depth) = parse(config)?;
-        check_nodes(c)?;
-        let root = RootSlot::with_descriptor(config.root_slot)?;
-        let dir = dir::create(c, &shape, depth as u32).await?;
-        root.claim(c, dir.raw()).await?;
-        root.publish(c, &layout::MAGIC, shape.bits()).await?;
-        Self::open(c, config, cn).await
+    /// The resize policy this handle's table was built with.
+    pub fn resize(&self) -> Resize {
+        self.resize
     }
 
-    async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        let (shape, _) = parse(config)?;
+    fn magic(resize: Resize) -> &'static dmindex_prim::root::Magic {
+        match resize {
+            Resize::SegmentLock => &layout::MAGIC,
+            Resize::GlobalLock => &layout::SEPHASH_MAGIC,
+        }
+    }
+
+    async fn create_with<T: Transport>(
+        c: &Client<T>,
+        config: &IndexConfig,
+        resize: Resize,
+    ) -> IndexResult<Self> {
+        let (shape, depth) = parse(config, resize)?;
         check_nodes(c)?;
         let root = RootSlot::with_descriptor(config.root_slot)?;
-        root.check(c, &layout::MAGIC, shape.bits()).await?;
+        let dir = dir::create(c, &shape, depth as u32, resize).await?;
+        root.claim(c, dir.raw()).await?;
+        root.publish(c, Self::magic(resize), shape.bits()).await?;
+        Self::open_with(c, config, resize).await
+    }
+
+    async fn open_with<T: Transport>(
+        c: &Client<T>,
+        config: &IndexConfig,
+        resize: Resize,
+    ) -> IndexResult<Self> {
+        let (shape, _) = parse(config, resize)?;
+        check_nodes(c)?;
+        let root = RootSlot::with_descriptor(config.root_slot)?;
+        root.check(c, Self::magic(resize), shape.bits()).await?;
         let dir = GlobalAddr::from_raw(root.load(c).await?);
-        let entries = dir::load(c, dir, shape.max_depth).await?;
+        let entries = dir::load(c, dir, shape.max_depth, resize).await?;
         Ok(Race {
             dir,
             shape,
@@ -192,7 +260,49 @@ impl<T: Transport> PointIndex<T> for Race {
             config: config.clone(),
             cache: RwLock::new(entries),
             counters: Counters::default(),
+            resize,
         })
+    }
+
+    fn table_stats(&self) -> IndexStats {
+        let n = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let depth = self.cache.read().expect("directory cache").len().trailing_zeros() as u64;
+        let entry = match self.resize {
+            Resize::SegmentLock => 8,
+            Resize::GlobalLock => layout::GLOBAL_ENTRY,
+        };
+        IndexStats {
+            cache_bytes: entry << depth,
+            retries: get(&n.retries),
+            extra: vec![
+                ("splits", get(&n.splits)),
+                // Lock CASes splits tried, failed ones included (SepHash's Table 1 "resizes").
+                ("split_attempts", get(&n.split_attempts)),
+                ("split_moved_entries", get(&n.moved)),
+                // Inserts that placed an entry, found the key present and took theirs back.
+                ("insert_withdrawals", get(&n.withdrawn)),
+                // Other inserts' tentative entries aborted (racing inserts of one absent key).
+                ("tentative_aborts", get(&n.aborted)),
+                ("directory_refreshes", get(&n.refreshes)),
+                ("directory_refresh_bytes", get(&n.refresh_bytes)),
+                // Combined buckets read per search = the second over the first.
+                ("searches", n.searches.get()),
+                ("search_combined_buckets_read", n.search_buckets.get()),
+                // The global depth this handle has seen (the harness sums it over compute nodes).
+                ("directory_depth", depth),
+            ],
+        }
+    }
+}
+
+impl<T: Transport> PointIndex<T> for Race {
+    async fn create(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        Self::create_with(c, config, Resize::SegmentLock).await
+    }
+
+    async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        Self::open_with(c, config, Resize::SegmentLock).await
     }
 
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
@@ -218,31 +328,46 @@ impl<T: Transport> PointIndex<T> for Race {
     const LEVELS: &'static [&'static str] = &["directory_depth"];
 
     fn stats(&self) -> IndexStats {
-        let n = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let depth = self.cache.read().expect("directory cache").len().trailing_zeros() as u64;
-        IndexStats {
-            cache_bytes: 8 << depth,
-            retries: get(&n.retries),
-            extra: vec![
-                ("splits", get(&n.splits)),
-                ("split_moved_entries", get(&n.moved)),
-                // Inserts that placed an entry, found the key present and took theirs back.
-                ("insert_withdrawals", get(&n.withdrawn)),
-                // Other inserts' tentative entries aborted (racing inserts of one absent key).
-                ("tentative_aborts", get(&n.aborted)),
-                ("directory_refreshes", get(&n.refreshes)),
-                // Combined buckets read per search = the second over the first.
-                ("searches", n.searches.get()),
-                ("search_combined_buckets_read", n.search_buckets.get()),
-                // The global depth this handle has seen (the harness sums it over compute nodes).
-                ("directory_depth", depth),
-            ],
-        }
+        self.table_stats()
     }
 
     async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
         let (used, slots) = self.count_slots(c).await?;
         Ok(Some(if slots == 0 { 0.0 } else { used as f64 / slots as f64 }))
+    }
+}
+
+/// Every item forwarded to the shared table code; only `create` and `open` name the policy.
+impl<T: Transport> PointIndex<T> for RaceSepHash {
+    async fn create(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        Ok(RaceSepHash(Race::create_with(c, config, Resize::GlobalLock).await?))
+    }
+
+    async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
+        Ok(RaceSepHash(Race::open_with(c, config, Resize::GlobalLock).await?))
+    }
+
+    async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
+        self.0.search_into(c, key, out).await
+    }
+
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        self.0.insert(c, key, value).await
+    }
+
+    async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
+        self.0.update(c, key, value).await
+    }
+
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        self.0.delete(c, key).await
+    }
+
+    fn stats(&self) -> IndexStats {
+        self.0.table_stats()
+    }
+
+    async fn load_factor(&self, c: &Client<T>) -> IndexResult<Option<f64>> {
+        self.0.load_factor(c).await
     }
 }

@@ -72,7 +72,7 @@ use dmindex_prim::kv_block;
 
 use crate::bucket::{At, Copy, Snap};
 use crate::layout::{self, dir_entry_parts, is_frozen, is_tentative, Hashes, FROZEN, TENTATIVE};
-use crate::{bump, Race};
+use crate::{bump, Race, Resize};
 
 /// Re-reads an insert waits on an unchanged lower tentative entry before aborting it.
 pub const PATIENCE: u32 = 64;
@@ -98,20 +98,30 @@ impl Race {
     /// The key's buckets in the segment whose headers all match it, into `snap`: the cached entry
     /// first, the directory re-read on a mismatch. Counts the snapshots read in `reads`. Headers
     /// that never match (garbage in a bucket) end in a corrupt index ([`Attempts`]).
+    ///
+    /// For an insert into `race-sephash` a header must also carry the cached entry's local
+    /// depth, as the SepHash authors' insert checks: a depth mismatch re-reads the directory
+    /// even when the key still belongs to the bucket.
     pub(crate) async fn locate<T: Transport>(
         &self,
         c: &Client<T>,
         h: &Hashes,
+        insert: bool,
         reads: &mut u64,
         snap: &mut Snap,
     ) -> IndexResult<()> {
         c.compute(Work::TableProbe, 1);
+        let depth_check = insert && self.resize == Resize::GlobalLock;
         let mut entry = self.cached(h.h1);
         let mut attempts = Attempts::new();
         loop {
-            self.read_snap(c, dir_entry_parts(entry).0, h, snap).await?;
+            let (seg, depth) = dir_entry_parts(entry);
+            self.read_snap(c, seg, h, snap).await?;
             *reads += 1;
-            if snap.matches(h) {
+            if snap.matches(h)
+                && (!depth_check
+                    || snap.buckets.iter().all(|b| layout::header_parts(b.header).0 == depth))
+            {
                 return Ok(());
             }
             attempts.failed(snap.seg, "bucket headers")?;
@@ -132,7 +142,7 @@ impl Race {
         // RACE's two hash functions, one per bucket choice.
         c.compute(Work::KeyHash, 2);
         let (mut reads, mut snap) = (0, Snap::default());
-        self.locate(c, &h, &mut reads, &mut snap).await?;
+        self.locate(c, &h, false, &mut reads, &mut snap).await?;
         self.counters.searches.bump(c.ordinal());
         self.counters.search_buckets.add(c.ordinal(), 2 * reads);
         for cand in snap.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
@@ -167,7 +177,7 @@ impl Race {
         let tentative = word | TENTATIVE;
         let (mut reads, mut snap, mut re) = (0, Snap::default(), Snap::default());
         'fresh: loop {
-            self.locate(c, &h, &mut reads, &mut snap).await?;
+            self.locate(c, &h, true, &mut reads, &mut snap).await?;
             match self.committed(c, &snap, key, &h).await? {
                 // Present: an upsert of its committed entry.
                 (Some(live), _) => {
@@ -235,7 +245,7 @@ impl Race {
                 }
                 // Moved (frozen, or already cleared after the move) or aborted: follow the key
                 // (ours, if still there, is at the same position).
-                self.locate(c, &h, &mut reads, &mut re).await?;
+                self.locate(c, &h, true, &mut reads, &mut re).await?;
                 seg = re.seg;
             }
         }
@@ -327,7 +337,7 @@ impl Race {
         let mut word = 0;
         let (mut reads, mut snap) = (0, Snap::default());
         loop {
-            self.locate(c, &h, &mut reads, &mut snap).await?;
+            self.locate(c, &h, false, &mut reads, &mut snap).await?;
             match self.committed(c, &snap, key, &h).await? {
                 (None, false) => return Ok(false),
                 (Some(live), _) => {
@@ -356,7 +366,7 @@ impl Race {
         c.compute(Work::KeyHash, 2);
         let (mut reads, mut snap) = (0, Snap::default());
         loop {
-            self.locate(c, &h, &mut reads, &mut snap).await?;
+            self.locate(c, &h, false, &mut reads, &mut snap).await?;
             match self.committed(c, &snap, key, &h).await? {
                 (None, false) => return Ok(false),
                 (Some(live), _) => {

@@ -56,7 +56,7 @@ use dmindex_prim::doorbell;
 
 use crate::bucket::Snap;
 use crate::layout::{self, is_frozen, low_mask, Hashes, FROZEN, LOCK, SLOTS};
-use crate::{bump, Race};
+use crate::{bump, Race, Resize};
 
 /// Slot `k` (bucket `k / 7`, slot `k % 7`) of a segment image.
 fn slot_at(image: &[u8], k: usize) -> u64 {
@@ -101,7 +101,11 @@ impl Race {
                 self.shape.max_depth
             )));
         }
+        if self.resize == Resize::GlobalLock {
+            return self.split_global(c, snap, h, depth).await;
+        }
         let seg = snap.seg;
+        bump(&self.counters.split_attempts, 1);
         if c.cas(seg, 0, LOCK).await? != 0 {
             bump(&self.counters.retries, 1);
             return Ok(());
