@@ -4,9 +4,12 @@
 
 use std::cell::Cell;
 
-use dmindex_conformance::{model_test, on_local_threads, suite, CheckConfig, Crashes, ModelConfig};
+use dmindex_conformance::{
+    garbage_test, model_test, on_local_threads, suite, CheckConfig, Crashes, GarbageConfig,
+    ModelConfig,
+};
 use dmindex_fabric::Client;
-use dmindex_index::{mn_services, IndexConfig, IndexStats, PointIndex, PointOnly};
+use dmindex_index::{mn_services, IndexConfig, IndexKind, IndexStats, PointIndex, PointOnly};
 use dmindex_race::RaceSepHash;
 use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
 
@@ -84,6 +87,29 @@ fn long_keys_and_values() {
         ..CheckConfig::default()
     };
     suite::<RaceSepHash, PointOnly>("race_sephash_long_keys", &cfg, 0..100);
+}
+
+/// Clients stall for up to 5 ms before a verb and then go on in a table whose splits moved on
+/// meanwhile: an insert stalled between its bucket READ and its CAS lands in a bucket the
+/// splitter has switched (an orphan, or a write the emptying CAS must carry over).
+#[test]
+fn stalled_clients_during_moves() {
+    let cfg = CheckConfig {
+        index_options: opts(1, 0),
+        keys: 60,
+        stall_max_ns: 5_000_000,
+        crashes: Crashes::Never,
+        ..CheckConfig::default()
+    };
+    suite::<RaceSepHash, PointOnly>("race_sephash_stalls", &cfg, 0..100);
+}
+
+/// Garbage over the nodes an operation READs (directory entries included): every operation
+/// reports a corrupt index instead of spinning.
+#[test]
+fn reports_garbage_as_corrupt() {
+    let cfg = GarbageConfig::new(IndexConfig::default(), IndexKind::Point);
+    garbage_test::<RaceSepHash, PointOnly>(&cfg);
 }
 
 #[test]
