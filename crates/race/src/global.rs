@@ -57,7 +57,9 @@
 //! * **N is born closed and opened bucket by bucket** after S's bucket at the same index is
 //!   moved. A key's N buckets (its two combined buckets) are all open only after all its S
 //!   buckets have been switched and emptied of its entry, so nobody reads or writes a moving
-//!   key in N before its entry is there, and a key is never live in both segments.
+//!   key in N before its entry is there, and a key is never live in both segments. A client
+//!   that meets a closed bucket has the right directory entry: it re-reads the bucket, not the
+//!   directory (the authors' clients would have inserted there without a re-read either).
 //! * **Switch before READ**: S's bucket b is switched before it is READ, so that READ (one
 //!   line, one instant) shows every entry placed before the switch. From the switch on, no
 //!   image shows a moving key beside a matching header, so the moving keys are unreadable from
@@ -80,8 +82,8 @@
 //! Costs of the closing, in round trips per split: 2 for the *moving* mark, 1 for the last N
 //! bucket's opening (the others ride in the next switch's doorbell), 1 READ of the global depth
 //! before clearing the flags (the authors clear from their cache, plus a margin). What it costs
-//! inserts: keys of N wait for their buckets to open instead of inserting into N at once, each
-//! wait a whole-directory re-read.
+//! operations: keys of N wait for their buckets to open instead of inserting into N at once,
+//! re-reading their buckets (one doorbell each time) meanwhile.
 //!
 //! # A crash
 //!

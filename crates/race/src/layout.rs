@@ -176,6 +176,11 @@ pub const fn closed_header(depth: u32, suffix: u64) -> u64 {
     header(depth, suffix | CLOSED)
 }
 
+/// Whether a bucket header is closed (only `race-sephash` writes such headers).
+pub const fn is_closed(header: u64) -> bool {
+    header_parts(header).1 & CLOSED != 0
+}
+
 /// A segment's byte size.
 pub const fn segment_bytes(groups: usize) -> u64 {
     SEG_META + 3 * BUCKET * groups as u64
@@ -422,6 +427,7 @@ mod tests {
         // A closed header matches no key, at any depth a table can have.
         let closed = closed_header(6, 0b10_1101);
         assert_eq!(closed.to_le_bytes(), [6, 0, 0, 0, 0x2D, 0, 0, 0x80]);
+        assert!(is_closed(closed) && !is_closed(header(6, 0b10_1101)));
         for k in 0..2000u64 {
             let h = Hashes::of(&k.to_be_bytes());
             for depth in [0, 1, 6, MAX_DEPTH as u32] {

@@ -126,6 +126,11 @@ impl Race {
             }
             attempts.failed(snap.seg, "bucket headers")?;
             bump(&self.counters.retries, 1);
+            if snap.buckets.iter().any(|b| layout::is_closed(b.header)) {
+                // A race-sephash split is moving entries into this segment: the directory is
+                // right, the bucket opens once its entries are in; re-read the bucket only.
+                continue;
+            }
             entry = self.refresh(c, h.h1).await?;
         }
     }
