@@ -363,6 +363,8 @@ impl<T: Transport> PointIndex<T> for RaceSepHash {
         self.0.delete(c, key).await
     }
 
+    const LEVELS: &'static [&'static str] = <Race as PointIndex<T>>::LEVELS;
+
     fn stats(&self) -> IndexStats {
         self.0.table_stats()
     }
