@@ -1,55 +1,38 @@
 //! RACE under the simulator (torn reads, delays, crashes, every history checked) and on real
 //! threads, through the conformance kit, on shapes that split all the time.
 
+mod common;
+
+use common::opts;
 use dmindex_conformance::{on_local_threads, suite, CheckConfig, Crashes};
 use dmindex_index::{IndexConfig, PointOnly};
 use dmindex_race::Race;
-
-fn opts(groups: usize, depth: usize) -> Vec<(String, String)> {
-    vec![("groups".into(), groups.to_string()), ("depth".into(), depth.to_string())]
-}
 
 /// One-group segments (21 slots, all of them a key's) from a one-segment directory: the 48 hot
 /// keys split segments and double the directory while other clients read, write and crash.
 #[test]
 fn splits_race_every_operation_with_crashes() {
-    let cfg = CheckConfig { index_options: opts(1, 0), ..CheckConfig::default() };
-    suite::<Race, PointOnly>("race_splits_with_crashes", &cfg, 0..400);
+    common::splits_with_crashes::<Race>("race_splits_with_crashes", 0..400);
 }
 
 /// More keys than one-group segments hold at depth 2, and more clients, no crashes: every
 /// client must finish.
 #[test]
 fn many_keys_many_clients() {
-    let cfg = CheckConfig {
-        index_options: opts(1, 2),
-        keys: 160,
-        clients: 16,
-        ops_per_client: 80,
-        crashes: Crashes::Never,
-        ..CheckConfig::default()
-    };
-    suite::<Race, PointOnly>("race_many_keys", &cfg, 0..100);
+    common::many_keys_many_clients::<Race>("race_many_keys", 0..100);
 }
 
 /// Longer keys and values in blocks of two cache lines.
 #[test]
 fn long_keys_and_values() {
-    let cfg = CheckConfig {
-        index_options: opts(2, 0),
-        long_keys: true,
-        value_size: 80,
-        ..CheckConfig::default()
-    };
-    suite::<Race, PointOnly>("race_long_keys", &cfg, 0..150);
+    common::long_keys_and_values::<Race>("race_long_keys", 0..150);
 }
 
 /// Hundreds of keys in one-group segments with crashes: dozens of splits per seed, and crashes
 /// inside them (clients behind a crashed splitter are reported stuck, not failed).
 #[test]
 fn many_splits_with_crashes() {
-    let cfg = CheckConfig { index_options: opts(1, 0), keys: 300, ..CheckConfig::default() };
-    suite::<Race, PointOnly>("race_many_splits_with_crashes", &cfg, 0..200);
+    common::many_splits_with_crashes::<Race>("race_many_splits_with_crashes", 0..200);
 }
 
 /// Two keys, twelve clients, no splits: inserts, deletes and updates of one key race all the

@@ -2,8 +2,11 @@
 //! split all the time, a model against a `HashMap`, and a storm of inserts racing one-by-one
 //! moves under the simulator, checked in remote memory afterwards.
 
+mod common;
+
 use std::cell::Cell;
 
+use common::opts;
 use dmindex_conformance::{
     garbage_test, model_test, on_local_threads, suite, CheckConfig, Crashes, GarbageConfig,
     ModelConfig,
@@ -12,10 +15,6 @@ use dmindex_fabric::Client;
 use dmindex_index::{mn_services, IndexConfig, IndexKind, IndexStats, PointIndex, PointOnly};
 use dmindex_race::RaceSepHash;
 use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
-
-fn opts(groups: usize, depth: usize) -> Vec<(String, String)> {
-    vec![("groups".into(), groups.to_string()), ("depth".into(), depth.to_string())]
-}
 
 fn get(s: &IndexStats, name: &str) -> u64 {
     s.extra.iter().find(|(k, _)| *k == name).map(|&(_, v)| v).unwrap()
@@ -52,41 +51,28 @@ fn model_default_shape() {
 /// every operation, with crashes (clients behind a crashed splitter are reported stuck).
 #[test]
 fn splits_race_every_operation_with_crashes() {
-    let cfg = CheckConfig { index_options: opts(1, 0), ..CheckConfig::default() };
-    suite::<RaceSepHash, PointOnly>("race_sephash_splits_with_crashes", &cfg, 0..300);
+    common::splits_with_crashes::<RaceSepHash>("race_sephash_splits_with_crashes", 0..300);
 }
 
 /// More keys and clients, no crashes: every client must finish.
 #[test]
 fn many_keys_many_clients() {
-    let cfg = CheckConfig {
-        index_options: opts(1, 2),
-        keys: 160,
-        clients: 16,
-        ops_per_client: 80,
-        crashes: Crashes::Never,
-        ..CheckConfig::default()
-    };
-    suite::<RaceSepHash, PointOnly>("race_sephash_many_keys", &cfg, 0..100);
+    common::many_keys_many_clients::<RaceSepHash>("race_sephash_many_keys", 0..100);
 }
 
 /// Hundreds of keys with crashes: dozens of splits per seed, crashes inside them.
 #[test]
 fn many_splits_with_crashes() {
-    let cfg = CheckConfig { index_options: opts(1, 0), keys: 300, ..CheckConfig::default() };
-    suite::<RaceSepHash, PointOnly>("race_sephash_many_splits_with_crashes", &cfg, 0..150);
+    common::many_splits_with_crashes::<RaceSepHash>(
+        "race_sephash_many_splits_with_crashes",
+        0..150,
+    );
 }
 
 /// Longer keys and values in blocks of two cache lines.
 #[test]
 fn long_keys_and_values() {
-    let cfg = CheckConfig {
-        index_options: opts(2, 0),
-        long_keys: true,
-        value_size: 80,
-        ..CheckConfig::default()
-    };
-    suite::<RaceSepHash, PointOnly>("race_sephash_long_keys", &cfg, 0..100);
+    common::long_keys_and_values::<RaceSepHash>("race_sephash_long_keys", 0..100);
 }
 
 /// Clients stall for up to 5 ms before a verb and then go on in a table whose splits moved on
