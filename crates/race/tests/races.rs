@@ -2,19 +2,13 @@
 //! racing inserts of one absent key, and splits under a storm of concurrent inserts. Each test
 //! looks at remote memory afterwards, not only at what the operations returned.
 
-use std::cell::Cell;
+mod common;
 
+use common::sim;
 use dmindex_fabric::Client;
-use dmindex_index::{mn_services, IndexConfig, PointIndex};
+use dmindex_index::{IndexConfig, PointIndex};
 use dmindex_race::Race;
-use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
-
-fn sim(seed: u64) -> Sim {
-    let net = NetParams::preset("stress").unwrap();
-    let services = mn_services(net.mn_cores, &[]).unwrap();
-    let cfg = SimConfig { node_size: 64 << 20, chunk_size: 1 << 20, ..SimConfig::new(seed, net) };
-    Sim::with_services(cfg, services).unwrap()
-}
+use dmindex_sim::{Faults, Sim, SimTransport, Task};
 
 fn config() -> IndexConfig {
     IndexConfig {
@@ -109,24 +103,7 @@ fn splits_under_concurrent_inserts_lose_nothing() {
         let sim = sim(seed);
         let (clients, handles) = setup(&sim, 16);
         sim.set_faults(faults());
-        let done = Cell::new(0);
-        let tasks = clients.iter().enumerate().map(|(i, c)| {
-            let (idx, done) = (&handles[i % 3], &done);
-            Box::pin(async move {
-                for n in 0..50u64 {
-                    let k = (1 + i as u64 + 16 * n).to_be_bytes();
-                    idx.insert(c, &k, &k).await.unwrap();
-                    // Read back a key another client inserted earlier (may be racing a split).
-                    if n > 0 {
-                        let other = (1 + (i as u64 + 1) % 16 + 16 * (n - 1)).to_be_bytes();
-                        let _ = idx.search(c, &other).await.unwrap();
-                    }
-                }
-                done.set(done.get() + 1);
-            }) as Task
-        });
-        let out = sim.run_until(tasks, sim.now_ns() + 5_000_000_000);
-        assert!(out.stuck.is_empty() && done.get() == 16, "seed {seed}: {out:?}");
+        common::insert_storm(&sim, &clients, &handles, seed, 5_000_000_000);
         let splits: u64 = handles.iter().map(|h| stat(h, "splits")).sum();
         assert!(splits >= 16, "seed {seed}: only {splits} splits for 800 keys");
         sim.set_faults(Faults::default());

@@ -4,17 +4,15 @@
 
 mod common;
 
-use std::cell::Cell;
-
-use common::opts;
+use common::{opts, sim};
 use dmindex_conformance::{
     garbage_test, model_test, on_local_threads, suite, CheckConfig, Crashes, GarbageConfig,
     ModelConfig,
 };
 use dmindex_fabric::Client;
-use dmindex_index::{mn_services, IndexConfig, IndexKind, IndexStats, PointIndex, PointOnly};
+use dmindex_index::{IndexConfig, IndexKind, IndexStats, PointIndex, PointOnly};
 use dmindex_race::RaceSepHash;
-use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
+use dmindex_sim::{Faults, SimTransport};
 
 fn get(s: &IndexStats, name: &str) -> u64 {
     s.extra.iter().find(|(k, _)| *k == name).map(|&(_, v)| v).unwrap()
@@ -104,13 +102,6 @@ fn real_threads() {
     on_local_threads::<RaceSepHash, PointOnly>(&cfg, 10);
 }
 
-fn sim(seed: u64) -> Sim {
-    let net = NetParams::preset("stress").unwrap();
-    let services = mn_services(net.mn_cores, &[]).unwrap();
-    let cfg = SimConfig { node_size: 64 << 20, chunk_size: 1 << 20, ..SimConfig::new(seed, net) };
-    Sim::with_services(cfg, services).unwrap()
-}
-
 /// Sixteen clients on three compute nodes insert 50 distinct keys each into one-group segments
 /// from a one-segment directory, each reading back another's key: hundreds of splits whose
 /// moves race inserts, failed lock attempts and whole-directory re-reads. Afterwards every key
@@ -133,23 +124,7 @@ fn one_by_one_moves_under_concurrent_inserts_lose_nothing() {
         let clients: Vec<Client<SimTransport>> =
             (0..16).map(|i| sim.client_on_own_thread((i % 3) as u16)).collect();
         sim.set_faults(Faults::delays());
-        let done = Cell::new(0);
-        let tasks = clients.iter().enumerate().map(|(i, c)| {
-            let (idx, done) = (&handles[i % 3], &done);
-            Box::pin(async move {
-                for n in 0..50u64 {
-                    let k = (1 + i as u64 + 16 * n).to_be_bytes();
-                    idx.insert(c, &k, &k).await.unwrap();
-                    if n > 0 {
-                        let other = (1 + (i as u64 + 1) % 16 + 16 * (n - 1)).to_be_bytes();
-                        let _ = idx.search(c, &other).await.unwrap();
-                    }
-                }
-                done.set(done.get() + 1);
-            }) as Task
-        });
-        let out = sim.run_until(tasks, sim.now_ns() + 20_000_000_000);
-        assert!(out.stuck.is_empty() && done.get() == 16, "seed {seed}: {out:?}");
+        common::insert_storm(&sim, &clients, &handles, seed, 20_000_000_000);
         let total = |name| {
             handles
                 .iter()
