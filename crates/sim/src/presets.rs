@@ -27,7 +27,6 @@
 //! | `one_way_ns` | 950 | R less the poll and the model's own queues at idle (two NIC engines, wire time of two small packets, PCIe): about 0.95 µs each way, switch and NIC pipelines and the responder's DMA latency included |
 //! | `same_addr_atomic_ns` | 490 | atomics on one word in host memory: 2.04 M CAS/s on a ConnectX-6 (a microbenchmark published with public DM code, weakly sourced; its 8.65 M/s on the NIC's on-chip memory matches the ≈ 4× gap Sherman (SIGMOD '22) reports between the two) |
 //! | `atomic_mops` | 40 | *assumed*: no measurement of atomics on distinct words for ConnectX-5/6 was found. The SepHash paper says CAS has a lower ceiling than READ and WRITE (§5.6.3). Its effect is reported with the SepHash figures |
-//!
 //! | `rpc_ns` | 1500 | *assumed*: one two-sided request served by a memory node's single wimpy core (the CHIME and SepHash papers limit the MN to one core and give no per-request figure). It prices only chunk allocation there, never an index operation; HiStore's servers use eRPC's measured 100 ns instead |
 //! | `mn_cores` | 1 | the papers' memory nodes: "1 CPU core" (CHIME §5), "limited to a single CPU core" (SepHash §5.1) |
 //! | `jitter_ns` | 40 | not a hardware figure: a uniform 0–40 ns one-way noise so that seeds explore different interleavings; it moves an idle round trip by 20 ns on average |
@@ -57,8 +56,8 @@
 //!
 //! Cores are physical cores: more client threads than cores share them.
 //!
-//! The compute-side costs of an index's own work (`cache_lookup_ns`, `key_compare_ns`,
-//! `key_hash_ns`, `byte_scanned_ns`) are measured on this machine with the indexes' own code
+//! The compute-side costs of an index's own work (`cache_lookup_ns`, `radix_step_ns`,
+//! `table_probe_ns`, `key_compare_ns`, `key_hash_ns`, `byte_scanned_ns`) are measured on this machine with the indexes' own code
 //! ([`CACHE_LOOKUP_NS`] and the constants after it; `docs/sim.md`); a paper's Xeon of
 //! 2016–2021 is taken as this machine's equal.
 
