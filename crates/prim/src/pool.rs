@@ -51,6 +51,12 @@ impl<B> Pool<B> {
     }
 }
 
+impl<B> std::fmt::Debug for Pool<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("idle", &self.idle()).finish()
+    }
+}
+
 /// A buffer borrowed from a [`Pool`].
 pub struct Pooled<'p, B> {
     buf: Option<Box<B>>,

@@ -119,9 +119,13 @@ async fn read_raw<T: Transport>(
     c: &Client<T>,
     dir: GlobalAddr,
     max_depth: usize,
-) -> IndexResult<Vec<u8>> {
+    raw: &mut Vec<u8>,
+) -> IndexResult<()> {
     let g = depth_of(c.read_word(dir.add(GLOBAL_DEPTH_WORD)).await?, max_depth)?;
-    Ok(c.read_vec(global_entry_addr(dir, 0), (GLOBAL_ENTRY as usize) << g).await?)
+    raw.clear();
+    raw.resize((GLOBAL_ENTRY as usize) << g, 0);
+    c.read(global_entry_addr(dir, 0), raw).await?;
+    Ok(())
 }
 
 /// The 8-B cache words of the 24-B entries `raw` into `out` (replaced); `out` is untouched when
@@ -150,20 +154,22 @@ pub(crate) async fn read_directory<T: Transport>(
     max_depth: usize,
     out: &mut Vec<u64>,
 ) -> IndexResult<()> {
-    let raw = read_raw(c, dir, max_depth).await?;
+    let mut raw = Vec::new();
+    read_raw(c, dir, max_depth, &mut raw).await?;
     parse(&raw, max_depth, out)
 }
 
 impl Race {
     /// The SepHash authors' directory refresh: READ the global depth and every entry, replace
-    /// the cache with them; the entry of `h1`. One allocation for the READ's buffer, per
-    /// refresh (a refresh moves `24 × 2^depth` bytes; the buffer is not what costs).
+    /// the cache with them; the entry of `h1`. The READ lands in the client's pooled buffer:
+    /// under contention every failed split lock refreshes, so this is a hot path.
     pub(crate) async fn reread_directory<T: Transport>(
         &self,
         c: &Client<T>,
         h1: u64,
     ) -> IndexResult<u64> {
-        let raw = read_raw(c, self.dir, self.shape.max_depth).await?;
+        let mut raw = self.directory_reads.get(c, Vec::new);
+        read_raw(c, self.dir, self.shape.max_depth, &mut raw).await?;
         self.install(c, &raw, h1)
     }
 
@@ -226,7 +232,8 @@ impl Race {
             image[at..at + 8].copy_from_slice(&closed);
         }
         c.write(new, &image).await?;
-        let raw = read_raw(c, dir, self.shape.max_depth).await?;
+        let mut raw = Vec::new();
+        read_raw(c, dir, self.shape.max_depth, &mut raw).await?;
         self.install(c, &raw, h.h1)?;
         c.write(old, &LOCK.to_le_bytes()).await?;
         let (e_old, e_new) =

@@ -71,6 +71,7 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexConfig, IndexError, IndexResult, IndexStats, PointIndex};
 use dmindex_prim::kv_block::{self, Blocks};
 use dmindex_prim::options::{Opt, Options};
+use dmindex_prim::pool::Pool;
 use dmindex_prim::root::RootSlot;
 
 pub mod layout;
@@ -150,6 +151,9 @@ pub struct Race {
     cache: RwLock<Vec<u64>>,
     counters: Counters,
     resize: Resize,
+    /// `race-sephash`'s whole-directory READs ([`global`]): reused, one kept per pool shard
+    /// (a directory at the paper's depth 18 is 6 MB).
+    directory_reads: Pool<Vec<u8>>,
 }
 
 /// `race-sephash`: RACE with the SepHash authors' resize ([`Resize::GlobalLock`], [`global`]).
@@ -260,6 +264,7 @@ impl Race {
             config: config.clone(),
             cache: RwLock::new(entries),
             counters: Counters::default(),
+            directory_reads: Pool::new(dmindex_prim::pool::SHARDS),
             resize,
         })
     }
