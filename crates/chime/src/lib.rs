@@ -207,6 +207,7 @@ impl<V> ChimeIndex<V> {
                     shape.internal_span,
                     RootSlot::with_descriptor(cfg.root_slot)?,
                     cfg.cache_bytes.saturating_sub(hotspot),
+                    shape.cache_charge,
                 ),
                 hotspots: shape.speculative.then(|| hotspot::Hotspots::new(hotspot, leaf)),
                 bufs: Pool::new(tree::LEAF_BUFS),

@@ -3,6 +3,7 @@
 //! next to the root word ([`dmindex_prim::root`]).
 
 use dmindex_index::{IndexConfig, IndexError, IndexResult};
+use dmindex_prim::blink::Accounting;
 use dmindex_prim::options::{Opt, Options};
 use dmindex_prim::root::Magic;
 
@@ -34,6 +35,9 @@ pub struct ChimeShape {
     pub fine_grained_scan: bool,
     /// … merging a leaf's nearby neighbourhoods into READs of up to half a leaf (greedy).
     pub greedy_scan: bool,
+    /// How the CN cache charges an internal node (`cache_charge=entry|page`; CN-side):
+    /// per entry, as the CHIME paper counts its enhanced Sherman, by default.
+    pub cache_charge: Accounting,
 }
 
 /// The ablation options, in the order the paper adds them to Sherman.
@@ -75,6 +79,7 @@ const OPTIONS: Options = Options {
         Opt::flag(FACTORS[4], &[]),
         Opt::flag(FINE_GRAINED_SCAN, &[]),
         Opt::flag(GREEDY_SCAN, &[]),
+        Opt::choice("cache_charge", &[], Accounting::WORDS),
     ],
 };
 
@@ -93,6 +98,7 @@ impl ChimeShape {
             hotspot_bytes: None,
             fine_grained_scan: false,
             greedy_scan: false,
+            cache_charge: Accounting::PerEntry,
         };
         // Factors as given; the unset ones follow the index (all on for chime except
         // speculative reads, all off for sherman and whenever the leaf is sorted).
@@ -110,6 +116,7 @@ impl ChimeShape {
                 }
                 FINE_GRAINED_SCAN => fine = Some(n == 1),
                 GREEDY_SCAN => greedy = Some(n == 1),
+                "cache_charge" => shape.cache_charge = Accounting::from_choice(n),
                 factor => {
                     let i = FACTORS.iter().position(|&x| x == factor).expect("declared");
                     f[i] = Some(n == 1);

@@ -71,7 +71,7 @@ use dmindex_fabric::{Client, Transport};
 use dmindex_index::{
     IndexConfig, IndexError, IndexResult, IndexStats, PointIndex, RangeIndex, ScanBuf,
 };
-use dmindex_prim::blink::{root_word, Blink};
+use dmindex_prim::blink::{root_word, Accounting, Blink};
 use dmindex_prim::counter::{get, LeafFill};
 use dmindex_prim::key;
 use dmindex_prim::kv_block::Blocks;
@@ -85,14 +85,16 @@ use crate::write::{WriteCounters, Writer};
 /// The descriptor's magic ("MR").
 pub const MAGIC: Magic = Magic { name: "marlin", value: 0x4D52, bits: 16 };
 
-/// Marlin's options: entries per leaf and per internal node, and how long an SMO waits for
-/// operations in flight.
+/// Marlin's options: entries per leaf and per internal node, how long an SMO waits for
+/// operations in flight, and how the CN cache charges an internal node (CN-side; per entry by
+/// default, `page` as the Dolphin paper counts Marlin's cache).
 pub const OPTIONS: Options = Options {
     what: "marlin",
     known: &[
         Opt::number("span", &["leaf_span"], 4..=leaf::MAX_SPAN),
         Opt::number("internal_span", &[], 4..=1024),
         Opt::number("drain_polls", &[], 1..=1_000_000),
+        Opt::choice("cache_charge", &[], Accounting::WORDS),
     ],
 };
 
@@ -133,11 +135,16 @@ pub struct Marlin {
     counters: Counters,
 }
 
-/// The leaf shape, internal span and drain polls `config` asks for, checked.
-fn configure<T: Transport>(
-    c: &Client<T>,
-    config: &IndexConfig,
-) -> IndexResult<(Shape, usize, u32)> {
+/// What `config` asks for, checked.
+struct Config {
+    shape: Shape,
+    internal: usize,
+    polls: u32,
+    accounting: Accounting,
+}
+
+/// The leaf shape, internal span, drain polls and cache accounting `config` asks for, checked.
+fn configure<T: Transport>(c: &Client<T>, config: &IndexConfig) -> IndexResult<Config> {
     let opts = OPTIONS.parse(&config.extra)?;
     if config.max_key != KEY_BYTES {
         return Err(IndexError::Config(format!(
@@ -154,7 +161,9 @@ fn configure<T: Transport>(
     let shape = Shape::new(opts.number("span").unwrap_or(leaf::DEFAULT_SPAN))?;
     let internal = opts.number("internal_span").unwrap_or(DEFAULT_INTERNAL_SPAN);
     let polls = opts.number("drain_polls").unwrap_or(DEFAULT_DRAIN_POLLS) as u32;
-    Ok((shape, internal, polls))
+    let accounting =
+        opts.number("cache_charge").map_or(Accounting::PerEntry, Accounting::from_choice);
+    Ok(Config { shape, internal, polls, accounting })
 }
 
 /// What the descriptor pins: leaf and internal spans.
@@ -163,7 +172,8 @@ fn shape_bits(shape: &Shape, internal: usize) -> u64 {
 }
 
 impl Marlin {
-    fn new(shape: Shape, internal: usize, polls: u32, config: &IndexConfig) -> IndexResult<Marlin> {
+    fn new(conf: Config, config: &IndexConfig) -> IndexResult<Marlin> {
+        let Config { shape, internal, polls, accounting } = conf;
         Ok(Marlin {
             shape,
             polls,
@@ -171,6 +181,7 @@ impl Marlin {
                 internal,
                 RootSlot::with_descriptor(config.root_slot)?,
                 config.cache_bytes,
+                accounting,
             ),
             items: Blocks::new(KEY_BYTES, config.max_value).aligned(8),
             bufs: Pool::new(LEAF_BUFS),
@@ -199,7 +210,7 @@ impl Marlin {
 
 impl<T: Transport> PointIndex<T> for Marlin {
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
-        let (shape, internal, _) = configure(c, config)?;
+        let Config { shape, internal, .. } = configure(c, config)?;
         let slot = RootSlot::with_descriptor(config.root_slot)?;
         let root = c.alloc(shape.bytes as u64, 64).await?;
         let mut img = Vec::new();
@@ -211,10 +222,10 @@ impl<T: Transport> PointIndex<T> for Marlin {
     }
 
     async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        let (shape, internal, polls) = configure(c, config)?;
+        let conf = configure(c, config)?;
         let slot = RootSlot::with_descriptor(config.root_slot)?;
-        slot.check(c, &MAGIC, shape_bits(&shape, internal)).await?;
-        Marlin::new(shape, internal, polls, config)
+        slot.check(c, &MAGIC, shape_bits(&conf.shape, conf.internal)).await?;
+        Marlin::new(conf, config)
     }
 
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {

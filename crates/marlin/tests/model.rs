@@ -60,3 +60,21 @@ fn values_of_any_length_up_to_the_maximum() {
         |v, max| (0..(v as usize * 7) % (max + 1)).map(|i| v.wrapping_add(i as u8)).collect();
     model_test::<Marlin, Ordered>(&cfg);
 }
+
+#[test]
+fn a_page_charged_cache_counts_whole_internal_pages() {
+    // The Dolphin paper counts Marlin's (Sherman's) cache in whole internal pages.
+    let index = with(
+        &[("span", "4"), ("internal_span", "4"), ("cache_charge", "page")],
+        IndexConfig { cache_bytes: u64::MAX, ..IndexConfig::default() },
+    );
+    let mut cfg = ModelConfig::new(index, 300, 24);
+    cfg.after = Some(|s, items| {
+        let page = dmindex_prim::blink::InternalLayout { span: 4 }.alloc() as u64;
+        assert_eq!(s.cache_bytes % page, 0, "{} bytes in {page}-byte pages", s.cache_bytes);
+        if items > 40 {
+            assert!(s.cache_bytes >= page, "{s:?}");
+        }
+    });
+    model_test::<Marlin, Ordered>(&cfg);
+}

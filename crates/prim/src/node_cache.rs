@@ -21,8 +21,11 @@
 //!
 //! # Budget
 //!
-//! A node costs [`CachedNode::cache_cost`] bytes. Inserting past the budget evicts the oldest
-//! insertions first (FIFO; refreshing a node keeps its place). A budget of 0 caches nothing.
+//! A node costs [`CachedNode::cache_cost`] bytes (its entries, as CHIME's enhanced Sherman
+//! counts them), or a fixed page per node ([`Charge::Page`]: the original Sherman and Marlin
+//! cache whole internal pages, the accounting of the Dolphin paper). Inserting past the budget
+//! evicts the oldest insertions first (FIFO; refreshing a node keeps its place). A budget of 0
+//! caches nothing.
 //!
 //! # Staleness
 //!
@@ -157,19 +160,42 @@ impl<N: CachedNode> Levels<N> {
     }
 }
 
+/// What a cached node costs against the budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Charge {
+    /// [`CachedNode::cache_cost`]: the node's header and the entries it holds.
+    Entries,
+    /// This many bytes a node, whatever it holds: a whole internal page.
+    Page(u64),
+}
+
 /// A compute node's cache of nodes of type `N`, with a byte budget and FIFO eviction.
 pub struct NodeCache<N: CachedNode> {
     /// Sharded by thread: a read takes only its thread's shard, so lookups on different
     /// threads write no common cache line; inserts and invalidations take every shard.
     inner: ShardedLock<Levels<N>>,
     budget: u64,
+    charge: Charge,
 }
 
 impl<N: CachedNode> NodeCache<N> {
-    /// An empty cache of at most `budget` bytes.
+    /// An empty cache of at most `budget` bytes, each node charged its entries.
     pub fn new(budget: u64) -> NodeCache<N> {
+        NodeCache::charged(budget, Charge::Entries)
+    }
+
+    /// An empty cache of at most `budget` bytes, each node charged as `charge` says.
+    pub fn charged(budget: u64, charge: Charge) -> NodeCache<N> {
         let empty = Levels { levels: Vec::new(), fifo: VecDeque::new(), bytes: 0 };
-        NodeCache { inner: ShardedLock::new(empty), budget }
+        NodeCache { inner: ShardedLock::new(empty), budget, charge }
+    }
+
+    /// What `node` costs against the budget.
+    fn cost(&self, node: &N) -> u64 {
+        match self.charge {
+            Charge::Entries => node.cache_cost(),
+            Charge::Page(bytes) => bytes,
+        }
     }
 
     /// Bytes in use.
@@ -207,7 +233,7 @@ impl<N: CachedNode> NodeCache<N> {
             return;
         }
         let mut g = self.inner.write().expect("cache lock");
-        let (level, low, cost) = (node.level() as usize, node.low().clone(), node.cache_cost());
+        let (level, low, cost) = (node.level() as usize, node.low().clone(), self.cost(&node));
         if g.levels.len() <= level {
             g.levels.resize_with(level + 1, Level::default);
         }
@@ -215,7 +241,7 @@ impl<N: CachedNode> NodeCache<N> {
         let i = lv.place(&low);
         let old = lv.nodes[i].replace(Cached { addr, node });
         match old {
-            Some(o) => g.bytes -= o.node.cache_cost(),
+            Some(o) => g.bytes -= self.cost(&o.node),
             None => g.fifo.push_back((level as u8, low, addr)),
         }
         g.bytes += cost;
@@ -223,7 +249,7 @@ impl<N: CachedNode> NodeCache<N> {
             let Some((lv, lo, _)) = g.fifo.pop_front() else { break };
             let level = &mut g.levels[lv as usize];
             if let Some(o) = level.at(&lo).and_then(|i| level.nodes[i].take()) {
-                g.bytes -= o.node.cache_cost();
+                g.bytes -= self.cost(&o.node);
             }
         }
     }
@@ -235,7 +261,7 @@ impl<N: CachedNode> NodeCache<N> {
         let Some(i) = lv.at(low) else { return };
         if lv.nodes[i].as_ref().is_some_and(|c| c.addr == addr) {
             let o = lv.nodes[i].take().expect("present");
-            g.bytes -= o.node.cache_cost();
+            g.bytes -= self.cost(&o.node);
         }
     }
 }
@@ -301,6 +327,22 @@ mod tests {
         // A refreshed node replaces the copy without counting twice.
         c.insert(GlobalAddr::new(0, 192), node(1, "m", "u"));
         assert_eq!((c.bytes(), at(1, "t")), (300, Some(192)));
+    }
+
+    #[test]
+    fn a_page_charge_counts_every_node_as_a_page() {
+        // Each test node holds 100 bytes of entries; charged as 120-byte pages.
+        let c = NodeCache::charged(250, Charge::Page(120));
+        c.insert(GlobalAddr::new(0, 64), node(1, "a", "b"));
+        c.insert(GlobalAddr::new(0, 128), node(1, "b", "c"));
+        assert_eq!(c.bytes(), 240);
+        c.insert(GlobalAddr::new(0, 128), node(1, "b", "d"));
+        assert_eq!(c.bytes(), 240, "a refresh replaces its page");
+        c.insert(GlobalAddr::new(0, 192), node(1, "d", "e"));
+        let cached = |k: &str| c.with(1, &k.as_bytes().to_vec(), |_| ()).is_some();
+        assert_eq!((c.bytes(), cached("a"), cached("d")), (240, false, true));
+        c.invalidate(1, &b"d".to_vec(), GlobalAddr::new(0, 192));
+        assert_eq!(c.bytes(), 120);
     }
 
     #[test]

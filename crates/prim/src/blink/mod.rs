@@ -17,4 +17,4 @@ pub mod tree;
 
 pub use layout::InternalLayout;
 pub use node::{Internal, NodeCache, Routes};
-pub use tree::{parse_root, root_word, write_split, Blink, Located};
+pub use tree::{parse_root, root_word, write_split, Accounting, Blink, Located};

@@ -30,6 +30,7 @@ use super::node::{Internal, NodeCache, Routes};
 use crate::attempts::Attempts;
 use crate::doorbell;
 use crate::lock::{Held, LocalLocks};
+use crate::node_cache::Charge;
 use crate::root::RootSlot;
 use crate::work::{bisect_compares, Work};
 
@@ -59,6 +60,29 @@ pub struct Located {
 /// Moves right between checks of the root word, on a walk from a leaf reached with no parent.
 const RECHECK_MOVES: u32 = 8;
 
+/// How a compute node's cache is charged for an internal node it holds. The papers differ:
+/// CHIME's enhanced Sherman counts the entries a node holds; the original Sherman and Marlin,
+/// as the Dolphin paper counts them, cache whole internal pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Accounting {
+    #[default]
+    PerEntry,
+    PerPage,
+}
+
+impl Accounting {
+    /// The option's words, in [`Accounting`]'s order (`cache_charge=entry|page`).
+    pub const WORDS: &'static [&'static str] = &["entry", "page"];
+
+    /// The accounting named by the option's word at `i` of [`Accounting::WORDS`].
+    pub fn from_choice(i: usize) -> Accounting {
+        match i {
+            0 => Accounting::PerEntry,
+            _ => Accounting::PerPage,
+        }
+    }
+}
+
 /// A B-link tree's internal levels and the CN-side state that goes with them.
 pub struct Blink {
     pub inner: InternalLayout,
@@ -74,12 +98,17 @@ pub struct Blink {
 
 impl Blink {
     /// The internal levels of the tree whose root word is in `root`, with span `span` and a
-    /// node cache of `cache_bytes`.
-    pub fn new(span: usize, root: RootSlot, cache_bytes: u64) -> Blink {
+    /// node cache of `cache_bytes`, charged as `accounting` says.
+    pub fn new(span: usize, root: RootSlot, cache_bytes: u64, accounting: Accounting) -> Blink {
+        let inner = InternalLayout { span };
+        let charge = match accounting {
+            Accounting::PerEntry => Charge::Entries,
+            Accounting::PerPage => Charge::Page(inner.alloc() as u64),
+        };
         Blink {
-            inner: InternalLayout { span },
+            inner,
             root,
-            cache: NodeCache::new(cache_bytes),
+            cache: NodeCache::charged(cache_bytes, charge),
             locks: LocalLocks::default(),
             retries: AtomicU64::new(0),
         }
