@@ -32,17 +32,18 @@ pub static PAPER: Paper = Paper {
         Line {
             label: "Sherman",
             index: "sherman",
-            options: &[],
+            options: &[("cache_charge", "page")],
             scaled: None,
-            why: "Sherman with CHIME's per-entry internal-node cache (the paper's original \
-                  Sherman caches whole 1 KB internal pages)",
+            why: "the original Sherman's cache, as the paper counts it: whole 1 KB internal \
+                  pages (CHIME's enhanced Sherman counts entries)",
         },
         Line {
             label: "Marlin",
             index: "marlin",
-            options: &[],
+            options: &[("cache_charge", "page")],
             scaled: None,
-            why: "the paper's B-link baseline, unsorted {key, item pointer} leaves",
+            why: "the paper's B-link baseline, unsorted {key, item pointer} leaves; Sherman's \
+                  cache of whole internal pages",
         },
         Line {
             label: "SMART",
