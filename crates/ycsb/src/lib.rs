@@ -14,6 +14,7 @@
 pub mod generators;
 pub mod trace;
 pub mod twitter;
+pub mod twitter_standin;
 pub mod workload;
 
 pub use workload::{

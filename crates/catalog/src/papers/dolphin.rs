@@ -92,6 +92,12 @@ pub static PAPER: Paper = Paper {
             figure: "Fig. 9: Twitter cache traces cluster8 and cluster9 (needs --traces DIR)",
             body: twitter,
         },
+        Experiment {
+            name: "twitter-standin",
+            figure: "Fig. 9 stand-in: synthetic traces with cluster8's and cluster9's published \
+                     op mix, skew and key count (not the traces)",
+            body: twitter_standin,
+        },
     ],
 };
 
@@ -330,6 +336,43 @@ fn twitter(s: &mut Session<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Fig. 9 without the traces: for each cluster a synthetic trace made from the statistics
+/// Twitter published for it ([`dmindex_ycsb::twitter_standin`]: op mix, Zipf α, distinct keys
+/// from the working set, capped at the scale's items), replayed exactly as a real trace is. A
+/// stand-in, labelled so on the chart; `twitter` replays the real traces.
+fn twitter_standin(s: &mut Session<'_>) -> anyhow::Result<()> {
+    use dmindex_ycsb::twitter_standin::{write, CLUSTERS};
+    let dir = std::env::temp_dir().join(format!("dmindex-twitter-standin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut files = Vec::new();
+    for stats in &CLUSTERS {
+        let path = dir.join(format!("{}-standin.csv", stats.name));
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        let keys = stats.keys().min(s.scale.items);
+        write(stats, keys, s.scale.ops, s.scale.seed, &mut out)?;
+        std::io::Write::flush(&mut out)?;
+        files.push(path);
+    }
+    let ran = (|| {
+        for index in INDEXES {
+            for (i, file) in files.iter().enumerate() {
+                let mut c = base(s, index, "c");
+                (c.workload.trace, c.workload.trace_warm) = (Some(file.clone()), true);
+                s.go(index, i as f64, c)?;
+            }
+        }
+        anyhow::Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    ran?;
+    let title = "Twitter stand-ins (published statistics, not the traces)";
+    let mut ch = chart(title, "stand-in", "Mops/s", lines(&s.runs, mops));
+    ch.x_names =
+        vec!["cluster8 stand-in (write-heavy)".into(), "cluster9 stand-in (read-only)".into()];
+    s.chart("twitter-standin", ch);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,5 +432,31 @@ mod tests {
         let first = seen.borrow().last().cloned().unwrap();
         assert_eq!(first, ("dolphin".into(), Some(dir.join("cluster8.sort")), true, true));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+    #[test]
+    fn twitter_standin_replays_a_synthetic_trace_of_each_cluster() {
+        let scale = Scale { items: 2_000, ops: 3_000, ..scale() };
+        let mut log = |_: &str| {};
+        let seen = std::cell::RefCell::new(Vec::new());
+        let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> {
+            let file = c.workload.trace.clone().expect("a trace");
+            let text = std::fs::read_to_string(&file)?;
+            // Every request line plus the header comment.
+            assert_eq!(text.lines().count(), 3_001, "{}", file.display());
+            let ops = dmindex_ycsb::trace::read(
+                &file,
+                dmindex_ycsb::KeyFormat::new(8, false).map_err(anyhow::Error::msg)?,
+            )?;
+            let reads = ops.iter().filter(|o| o.kind == dmindex_ycsb::OpKind::Read).count();
+            seen.borrow_mut().push((c.index.name.clone(), c.workload.trace_warm, reads, file));
+            anyhow::bail!("not run")
+        };
+        let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+        assert!(format!("{:#}", twitter_standin(&mut s).unwrap_err()).contains("not run"));
+        let (index, warm, reads, file) = seen.borrow()[0].clone();
+        assert_eq!((index.as_str(), warm), ("dolphin", true));
+        // cluster8's published mix: half gets.
+        assert!((1_350..1_650).contains(&reads), "{reads} reads of 3 000");
+        assert!(!file.exists(), "the stand-ins are removed after the runs");
     }
 }
