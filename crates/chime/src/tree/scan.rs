@@ -1,7 +1,11 @@
 //! Scans: whole leaves READ along the sibling chain, several per doorbell when the cached
 //! parent names the next ones and they share a memory node ([`dmindex_prim::doorbell`]). A
 //! leaf counts once its versions agree and no hop is in flight in it (every home's hop bitmap
-//! matches its neighbourhood). The load factor walks the same chain.
+//! matches its neighbourhood). The first leaf, when a cached parent named it, must still hold
+//! the scan's start (its sibling or fences, as a search checks): else the parent is dropped
+//! and the scan descends again, so a stale parent costs one scan one extra descent rather than
+//! every later scan from its range a walk along the chain. The load factor walks the same
+//! chain.
 
 use arrayvec::ArrayVec;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
@@ -14,7 +18,7 @@ use dmindex_prim::work::bisect_compares;
 
 use super::fine_scan::Trim;
 use super::leaf_io::{at_least, PooledLeaf};
-use super::Tree;
+use super::{Tree, Where};
 use crate::leaf::SLACK;
 use crate::view::LeafView;
 
@@ -118,8 +122,8 @@ impl Tree {
         until: Option<u64>,
         s: &mut ScanScratch,
     ) -> IndexResult<()> {
+        // Emptied before the reservation below, which counts from the length.
         s.ahead.clear();
-        s.next_ahead = 0;
         if count <= s.pairs.len() {
             return Ok(());
         }
@@ -128,49 +132,68 @@ impl Tree {
         // them for every later one (capped for a huge count: those grow as pairs come).
         s.pairs.reserve(count.min(MOST_RESERVED) + self.leaf.span);
         s.ahead.reserve(self.blink.inner.span + 1);
-        let loc = self.blink.locate(c, from).await?;
-        if let Some(p) = loc.parent {
-            let ahead = &mut s.ahead;
-            let children = |n: &Cached<Internal>| {
-                if n.addr == p {
-                    ahead.extend(n.node.children_from_iter(from).skip(1));
-                }
-            };
-            c.compute(Work::CacheLookup, 1);
-            self.blink.cache.with(1, &from, children);
-        }
-        let mut cur = loc.leaf;
-        loop {
-            let mut batch = ArrayVec::<GlobalAddr, BATCH>::new();
-            batch.push(cur);
-            let need = (count - s.pairs.len()).div_ceil(self.leaf.span / 2).clamp(1, BATCH);
-            while batch.len() < need {
-                match s.ahead.get(s.next_ahead) {
-                    Some(&a) if a.node() == cur.node() => {
-                        batch.push(a);
-                        s.next_ahead += 1;
+        // Descents again after a stale cached parent: each drops the parent it came from.
+        let mut restarts = Attempts::new();
+        'locate: loop {
+            s.ahead.clear();
+            s.next_ahead = 0;
+            let loc = self.blink.locate(c, from).await?;
+            if let Some(p) = loc.parent {
+                let ahead = &mut s.ahead;
+                let children = |n: &Cached<Internal>| {
+                    if n.addr == p {
+                        ahead.extend(n.node.children_from_iter(from).skip(1));
                     }
-                    _ => break,
-                }
+                };
+                c.compute(Work::CacheLookup, 1);
+                self.blink.cache.with(1, &from, children);
             }
-            let leaves = self.read_leaves(c, &batch).await?;
-            let mut next = GlobalAddr::NULL;
-            for (i, leaf) in leaves.iter().enumerate() {
-                if self.take_leaf(c, leaf, from, count, whole_groups, until, &mut s.pairs) {
+            // The first leaf, if its parent came from the cache, is validated as a point
+            // search's is (sibling or fences). A stale parent names a leaf that has split
+            // since: the chain from it reaches `from` too, but only past every leaf split off
+            // it, and the parent would stay cached for every later scan from here to walk.
+            let mut check = loc.cached.is_some();
+            let mut cur = loc.leaf;
+            loop {
+                let mut batch = ArrayVec::<GlobalAddr, BATCH>::new();
+                batch.push(cur);
+                let need = (count - s.pairs.len()).div_ceil(self.leaf.span / 2).clamp(1, BATCH);
+                while batch.len() < need {
+                    match s.ahead.get(s.next_ahead) {
+                        Some(&a) if a.node() == cur.node() => {
+                            batch.push(a);
+                            s.next_ahead += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                let leaves = self.read_leaves(c, &batch).await?;
+                if check {
+                    check = false;
+                    if matches!(self.judge(&loc, &*leaves[0], from), Where::Stale) {
+                        self.blink.invalidate(&loc);
+                        restarts.failed(loc.leaf, "scan's first leaf under a cached parent")?;
+                        continue 'locate;
+                    }
+                }
+                let mut next = GlobalAddr::NULL;
+                for (i, leaf) in leaves.iter().enumerate() {
+                    if self.take_leaf(c, leaf, from, count, whole_groups, until, &mut s.pairs) {
+                        return Ok(());
+                    }
+                    let (sib, _) = leaf.meta().expect("whole leaf");
+                    next = sib;
+                    if batch.get(i + 1) != Some(&sib) {
+                        s.ahead.clear();
+                        s.next_ahead = 0;
+                        break;
+                    }
+                }
+                if next.is_null() {
                     return Ok(());
                 }
-                let (sib, _) = leaf.meta().expect("whole leaf");
-                next = sib;
-                if batch.get(i + 1) != Some(&sib) {
-                    s.ahead.clear();
-                    s.next_ahead = 0;
-                    break;
-                }
+                cur = next;
             }
-            if next.is_null() {
-                return Ok(());
-            }
-            cur = next;
         }
     }
 
