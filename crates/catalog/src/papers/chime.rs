@@ -258,9 +258,11 @@ fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
     for w in s.workloads(&WORKLOADS) {
         let first = s.runs.len();
         // LOAD times the load itself, from empty, at the scale's items; A-D run on YCSB_ITEMS
-        // filled by fast-forward. E loads as LOAD does: after a fast-forward fill of 200 k
-        // items, E's scans at 640 clients took 8.6 round trips and 12.7 KB, not 1.04 and
-        // 2.8 KB (cause not isolated; at 20 k items and 16 clients both fills scan alike).
+        // filled by fast-forward. E loads as LOAD does: a fast-forward fill runs the clients'
+        // shares one after another, and with E's ordered keys leaves the leaves emptier (load
+        // factor 0.47 vs 0.52 for CHIME, 0.51 vs 0.60 for Sherman at 200 k items). Its scans'
+        // 8.6 round trips after one were scans walking past stale cached parents, since fixed
+        // (`docs/reproduce.md`).
         let timed = w == "load" || w == "e";
         let items = if timed { s.scale.items } else { s.scale.items.max(YCSB_ITEMS) };
         for index in ["chime", "sherman", "smart", "smart-opt"] {
