@@ -1,0 +1,131 @@
+//! Training: models, leaves and leaf tables for a sorted run of pairs, written out of place
+//! (nothing written here is reachable until a directory naming it is published).
+//!
+//! Keys are cut into segments by the PLA ([`crate::pla`]); each segment becomes a model whose
+//! leaves hold `fill` keys each, in key order, so position `p` of the segment is in leaf
+//! `p / fill`. Leaf `i`'s fence is its first key, and leaf 0's is the model's `low` (the first
+//! model's is the `low` of the range being trained, the others' their first key): the fences
+//! partition the model's keys, for good, among its leaves' chains.
+
+use dmindex_fabric::{Client, GlobalAddr, NodeId, Transport};
+use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::hash::mix64;
+
+use crate::layout::{self, DirEntry, LeafLayout, BASE, TABLE_HEADER};
+use crate::pla;
+use crate::shape::Shape;
+use crate::Rolex;
+
+/// A key and its 8-byte value slot.
+pub type Pair = (u64, [u8; 8]);
+
+/// The memory node a model starting at `low` goes to.
+pub fn node_for<T: Transport>(c: &Client<T>, low: u64) -> NodeId {
+    (mix64(low) % u64::from(c.info().nodes().max(1))) as NodeId
+}
+
+/// Writes the models, leaves and leaf tables of `pairs` (sorted by key, distinct, every key at
+/// least `low`), the first model starting at `low`; returns their directory entries.
+pub async fn build<T: Transport>(
+    c: &Client<T>,
+    shape: &Shape,
+    low: u64,
+    pairs: &[Pair],
+) -> IndexResult<Vec<DirEntry>> {
+    let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+    let mut segs = pla::segments(&keys, shape.eps);
+    if segs.is_empty() {
+        segs.push(pla::Segment { start: 0, len: 0, slope: 0.0, intercept: 0.0 });
+    }
+    let mut out = Vec::with_capacity(segs.len());
+    for (i, s) in segs.iter().enumerate() {
+        let run = &pairs[s.start..s.start + s.len];
+        let seg_low = if i == 0 { low } else { run[0].0 };
+        let anchor = run.first().map_or(seg_low, |p| p.0);
+        let node = node_for(c, seg_low);
+        let (table, leaves) = write_model(c, shape, node, seg_low, run).await?;
+        out.push(DirEntry {
+            low: seg_low,
+            anchor,
+            slope: s.slope,
+            intercept: s.intercept,
+            table,
+            leaves,
+            per_leaf: shape.fill as u16,
+        });
+    }
+    Ok(out)
+}
+
+/// Writes one model's leaves (one WRITE of the leaf array) and leaf table on `node`.
+async fn write_model<T: Transport>(
+    c: &Client<T>,
+    shape: &Shape,
+    node: NodeId,
+    low: u64,
+    run: &[Pair],
+) -> IndexResult<(GlobalAddr, u32)> {
+    let l: LeafLayout = shape.layout();
+    let n = run.len().div_ceil(shape.fill).max(1);
+    let base = c.alloc_on(node, (n * l.stride) as u64, 64).await?;
+    let mut img = vec![0u8; n * l.stride];
+    let (mut d, mut enc) = (vec![0u8; l.decoded], Vec::with_capacity(l.data));
+    let mut table = vec![0u8; TABLE_HEADER as usize + 8 * n];
+    for i in 0..n {
+        let part = run.get(i * shape.fill..run.len().min((i + 1) * shape.fill)).unwrap_or(&[]);
+        let fence = if i == 0 { low } else { part[0].0 };
+        layout::init(&l, BASE, fence, &mut d);
+        for (j, &(k, v)) in part.iter().enumerate() {
+            layout::insert_at(&mut d, j, k, v);
+        }
+        layout::encode(&l, &d, &mut enc);
+        img[i * l.stride..i * l.stride + l.data].copy_from_slice(&enc);
+        let at = TABLE_HEADER as usize + 8 * i;
+        table[at..at + 8].copy_from_slice(&base.add((i * l.stride) as u64).raw().to_le_bytes());
+    }
+    c.write(base, &img).await?;
+    let t = c.alloc_on(node, table.len() as u64, 64).await?;
+    c.write(t, &table).await?;
+    Ok((t, n as u32))
+}
+
+/// Writes a directory of `entries` on memory node 0; returns its root word.
+pub async fn write_dir<T: Transport>(c: &Client<T>, entries: &[DirEntry]) -> IndexResult<u64> {
+    let mut b = Vec::with_capacity(entries.len() * layout::DIR_ENTRY);
+    for e in entries {
+        e.encode(&mut b);
+    }
+    let at = c.alloc_on(0, b.len() as u64, 64).await?;
+    c.write(at, &b).await?;
+    Ok(layout::root_word(at, entries.len()))
+}
+
+impl Rolex {
+    /// Bulk-loads `pairs` (sorted, distinct, non-zero keys; values of the index's value
+    /// length) into an index fresh from `create`, before any other handle reads it: trains
+    /// models on them and publishes their directory in place of the empty one.
+    pub async fn bulk_load<T: Transport>(
+        &self,
+        c: &Client<T>,
+        pairs: &[(u64, Vec<u8>)],
+    ) -> IndexResult<()> {
+        let sorted = pairs.windows(2).all(|w| w[0].0 < w[1].0);
+        if !sorted || pairs.first().is_some_and(|p| p.0 == 0) {
+            return Err(IndexError::InvalidKey(
+                "bulk keys must be sorted, distinct, non-zero".into(),
+            ));
+        }
+        let mut slots = Vec::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            slots.push((*k, self.slot_of(c, v).await?));
+        }
+        let dir = self.cache.current();
+        let entries = build(c, &self.shape, 0, &slots).await?;
+        let root = write_dir(c, &entries).await?;
+        if c.cas(self.root.addr(), dir.root, root).await? != dir.root {
+            return Err(IndexError::Config("bulk_load needs an index fresh from create".into()));
+        }
+        self.cache.refresh(c).await?;
+        Ok(())
+    }
+}

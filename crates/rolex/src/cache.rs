@@ -1,0 +1,164 @@
+//! The compute node's cache: the directory of models and, per model, its leaf table (fetched on
+//! first use) and the first synonym leaf of each base leaf as last seen (a hint that lets a
+//! READ of a base leaf and its synonym share one doorbell).
+//!
+//! The cache is never validated on its own: a model that was retrained has every leaf retired
+//! before anyone can tell, so an operation that READs a retired leaf refreshes the directory
+//! ([`Cache::refresh`]: one READ of the root word, one of the directory) and starts over.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use dmindex_fabric::{Client, GlobalAddr, NodeId, Transport};
+use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::root::RootSlot;
+
+use crate::layout::{parse_root, DirEntry, DIR_ENTRY, TABLE_HEADER};
+
+/// A model's leaf table as cached.
+pub struct Table {
+    /// Base leaf addresses.
+    pub leaves: Box<[GlobalAddr]>,
+    /// Per base leaf, its first synonym leaf as last seen (raw address; 0 = none seen).
+    pub hints: Box<[AtomicU64]>,
+}
+
+/// One model of a cached directory.
+pub struct Model {
+    pub e: DirEntry,
+    /// Shared by every directory this compute node caches that still holds the model.
+    pub table: Arc<OnceLock<Table>>,
+}
+
+impl Model {
+    /// The memory node of the model's leaves.
+    pub fn node(&self) -> NodeId {
+        self.e.table.node()
+    }
+
+    /// The base leaves `[lo, hi]` whose chains may hold `k` (crate docs: the range argument).
+    pub fn range(&self, k: u64, eps: u64) -> (usize, usize) {
+        let e = &self.e;
+        let p = crate::pla::predict(e.anchor, e.slope, e.intercept, k);
+        let per = e.per_leaf as f64;
+        let last = e.leaves as usize - 1;
+        let leaf = |pos: f64| ((pos / per).floor().max(0.0) as usize).min(last);
+        let (lo, hi) = (leaf(p - eps as f64 - 1.0), leaf(p + eps as f64 + 1.0));
+        (lo, hi)
+    }
+}
+
+/// A directory as cached: the root word it was read under and its models by `low`.
+pub struct Dir {
+    pub root: u64,
+    pub models: Box<[Model]>,
+}
+
+impl Dir {
+    /// The model covering `k`: the last whose `low` is at most `k` (the first's is 0).
+    pub fn find(&self, k: u64) -> usize {
+        self.models.partition_point(|m| m.e.low <= k).saturating_sub(1)
+    }
+
+    /// The position of the model whose leaf table is `table`.
+    pub fn position(&self, table: GlobalAddr) -> Option<usize> {
+        self.models.iter().position(|m| m.e.table == table)
+    }
+}
+
+/// The compute node's cache.
+pub struct Cache {
+    dir: RwLock<Arc<Dir>>,
+    root: RootSlot,
+    /// Directory READs after the first.
+    pub refreshes: AtomicU64,
+}
+
+impl Cache {
+    /// A cache holding `dir`, read from `root`.
+    pub fn new(root: RootSlot, dir: Dir) -> Cache {
+        Cache { dir: RwLock::new(Arc::new(dir)), root, refreshes: AtomicU64::new(0) }
+    }
+
+    /// The directory as cached now.
+    pub fn current(&self) -> Arc<Dir> {
+        self.dir.read().expect("no panics under the lock").clone()
+    }
+
+    /// READs the root word and, if it names another directory than the cached one, that
+    /// directory, which is cached and returned.
+    pub async fn refresh<T: Transport>(&self, c: &Client<T>) -> IndexResult<Arc<Dir>> {
+        let root = self.root.load(c).await?;
+        let old = self.current();
+        if root == old.root {
+            return Ok(old);
+        }
+        self.refreshes.fetch_add(1, Ordering::Relaxed);
+        let dir = Arc::new(read_dir(c, root, Some(&old)).await?);
+        *self.dir.write().expect("no panics under the lock") = dir.clone();
+        Ok(dir)
+    }
+
+    /// The leaf table of `m`, READ on first use.
+    pub async fn table<'m, T: Transport>(
+        &self,
+        c: &Client<T>,
+        m: &'m Model,
+    ) -> IndexResult<&'m Table> {
+        if let Some(t) = m.table.get() {
+            return Ok(t);
+        }
+        let n = m.e.leaves as usize;
+        let mut b = vec![0u8; n * 8];
+        c.read(m.e.table.add(TABLE_HEADER), &mut b).await?;
+        let leaves: Box<[GlobalAddr]> = b
+            .chunks_exact(8)
+            .map(|w| GlobalAddr::from_raw(u64::from_le_bytes(w.try_into().expect("8 bytes"))))
+            .collect();
+        if leaves.iter().any(|a| a.is_null() || a.node() != m.node() || !a.is_aligned(64)) {
+            return Err(IndexError::Corrupt(format!("leaf table at {} names no leaf", m.e.table)));
+        }
+        let hints = (0..n).map(|_| AtomicU64::new(0)).collect();
+        Ok(m.table.get_or_init(|| Table { leaves, hints }))
+    }
+
+    /// Bytes cached: 48 per model, and 16 per base leaf of each fetched leaf table (its address
+    /// and its synonym hint).
+    pub fn bytes(&self) -> u64 {
+        let dir = self.current();
+        dir.models
+            .iter()
+            .map(|m| DIR_ENTRY as u64 + m.table.get().map_or(0, |t| 16 * t.leaves.len() as u64))
+            .sum()
+    }
+}
+
+/// READs the directory root word `root` names; models still in `old` keep their cached tables.
+pub async fn read_dir<T: Transport>(
+    c: &Client<T>,
+    root: u64,
+    old: Option<&Dir>,
+) -> IndexResult<Dir> {
+    let (at, n) = parse_root(root);
+    let corrupt = || IndexError::Corrupt(format!("no rolex directory at {at} ({n} models)"));
+    if n == 0 {
+        return Err(corrupt());
+    }
+    let mut b = vec![0u8; n * DIR_ENTRY];
+    c.read(at, &mut b).await?;
+    let mut models = Vec::with_capacity(n);
+    for chunk in b.chunks_exact(DIR_ENTRY) {
+        let Some(e) = DirEntry::decode(chunk) else { return Err(corrupt()) };
+        let sorted = models.last().is_none_or(|m: &Model| m.e.low < e.low);
+        if !sorted || (models.is_empty() && e.low != 0) {
+            return Err(corrupt());
+        }
+        // The same model has the same `low`: found by bisection, not a scan.
+        let table = match old.map(|o| &o.models[o.find(e.low)]) {
+            Some(m) if m.e == e => m.table.clone(),
+            _ => Arc::new(OnceLock::new()),
+        };
+        models.push(Model { e, table });
+    }
+    Ok(Dir { root, models: models.into_boxed_slice() })
+}

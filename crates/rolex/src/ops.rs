@@ -1,0 +1,305 @@
+//! Point operations: the lock-free READ of a key's chain, and writes under the base leaf's lock.
+//!
+//! # Reading a chain
+//!
+//! The model predicts base leaves `[lo, hi]`; one doorbell READs them, each followed by its
+//! first synonym leaf when the cache knows it. The key's leaf is the last base whose fence is
+//! at most the key; its chain is followed by `next` pointers, a READ for each synonym the
+//! doorbell did not bring. A key is in at most one leaf of its chain at any instant and never
+//! moves between leaves (a delete and a later insert are two operations), and chains only grow
+//! at the tail, so a chain READ leaf after leaf in order (one doorbell executes in order on its
+//! memory node, and a model's leaves are all on one node) sees the key where it is at the instant
+//! it READs that leaf, or sees it absent at an instant in between (the crate docs give the
+//! argument).
+//!
+//! # Staleness
+//!
+//! A leaf whose lock word says RETIRED belongs to a replaced model: the directory is refreshed
+//! and the operation starts over. A base leaf whose word says RETIRING is being retrained: what
+//! was read is current unless the retrain was published, so one READ of the root word decides.
+
+use std::sync::atomic::Ordering;
+
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
+use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::attempts::Attempts;
+use dmindex_prim::doorbell::{self, read_per_node};
+use dmindex_prim::lock::unlocked;
+
+use crate::cache::{Dir, Table};
+use crate::layout::{self, Refused, BASE, RETIRED, RETIRING, SYNONYM};
+use crate::Rolex;
+
+/// Working memory of one operation, pooled per compute node.
+#[derive(Default)]
+pub struct Scratch {
+    /// Leaves READ, in order.
+    pub addrs: Vec<GlobalAddr>,
+    pieces: Vec<(GlobalAddr, usize)>,
+    phys: Vec<u8>,
+    /// Decoded leaves, one per address.
+    pub dec: Vec<u8>,
+    /// Lock words, one per address.
+    pub words: Vec<u64>,
+    /// Encoded leaf data being written.
+    pub enc: Vec<u8>,
+    /// The chain being worked on: indices into `addrs`.
+    pub chain: Vec<usize>,
+}
+
+/// Longest chain followed before the pointers are taken for garbage (a cycle).
+const MAX_CHAIN: usize = 1 << 16;
+
+/// How a pass over a key's chain ended.
+pub enum Pass<R> {
+    /// The model was replaced: refresh the directory and start over.
+    Stale,
+    Done(R),
+}
+
+/// A point write.
+#[derive(Clone, Copy, Debug)]
+pub enum Op {
+    Update([u8; 8]),
+}
+
+impl Scratch {
+    pub fn leaf(&self, decoded: usize, i: usize) -> &[u8] {
+        &self.dec[i * decoded..(i + 1) * decoded]
+    }
+
+    pub fn leaf_mut(&mut self, decoded: usize, i: usize) -> &mut [u8] {
+        &mut self.dec[i * decoded..(i + 1) * decoded]
+    }
+}
+
+impl Rolex {
+    /// READs `s.addrs[from..]` (per memory node, doorbells in order) and decodes them, again
+    /// while any is torn.
+    pub(crate) async fn read_from<T: Transport>(
+        &self,
+        c: &Client<T>,
+        s: &mut Scratch,
+        from: usize,
+        attempts: &mut Attempts,
+    ) -> IndexResult<()> {
+        let l = &self.layout;
+        let n = s.addrs.len();
+        s.dec.resize(n * l.decoded, 0);
+        s.words.resize(n, 0);
+        // Ends when every leaf decodes, or past the bound on failed validations.
+        loop {
+            s.pieces.clear();
+            s.pieces.extend(s.addrs[from..].iter().map(|&a| (a, l.read_len)));
+            s.phys.resize((n - from) * l.read_len, 0);
+            read_per_node(c, &s.pieces, &mut s.phys).await?;
+            c.compute(Work::BytesScanned, ((n - from) * l.read_len) as u64);
+            let mut torn = None;
+            for i in from..n {
+                let phys = &s.phys[(i - from) * l.read_len..(i - from + 1) * l.read_len];
+                match layout::decode(l, phys, &mut s.dec[i * l.decoded..(i + 1) * l.decoded]) {
+                    Ok(w) => s.words[i] = w,
+                    Err(Refused::Torn) => {
+                        torn = Some(s.addrs[i]);
+                        break;
+                    }
+                    Err(Refused::NotALeaf) => {
+                        return Err(IndexError::Corrupt(format!("no rolex leaf at {}", s.addrs[i])))
+                    }
+                }
+            }
+            let Some(at) = torn else { return Ok(()) };
+            crate::bump(&self.counters.torn_reads);
+            attempts.failed(at, "leaf versions")?;
+        }
+    }
+
+    /// Pushes base leaves `[lo, hi]` of `t`, each followed by its hinted first synonym if
+    /// `hints`.
+    fn push_bases(&self, s: &mut Scratch, t: &Table, lo: usize, hi: usize, hints: bool) {
+        s.addrs.clear();
+        for i in lo..=hi {
+            s.addrs.push(t.leaves[i]);
+            match t.hints[i].load(Ordering::Relaxed) {
+                h if hints && h != 0 => s.addrs.push(GlobalAddr::from_raw(h)),
+                _ => {}
+            }
+        }
+    }
+
+    /// The index in `s.addrs` of the base leaf whose chain holds `k`, and its leaf number.
+    fn target(&self, s: &Scratch, lo: usize, k: u64) -> IndexResult<(usize, usize)> {
+        let d = self.layout.decoded;
+        let mut found = None;
+        let mut leaf = lo;
+        for i in 0..s.addrs.len() {
+            let img = s.leaf(d, i);
+            if layout::kind(img) != BASE {
+                continue;
+            }
+            if layout::fence(img) > k {
+                break;
+            }
+            found = Some((i, leaf));
+            leaf += 1;
+        }
+        found.ok_or_else(|| {
+            IndexError::Corrupt(format!("the model predicted leaves above key {k:#x}"))
+        })
+    }
+
+    /// Follows the chain from base `b` into `s.chain`, READing the synonyms the doorbell did
+    /// not bring; `Stale` if one is retired (and `retired_ok` is false: under the base's lock
+    /// none can be).
+    pub(crate) async fn walk<T: Transport>(
+        &self,
+        c: &Client<T>,
+        s: &mut Scratch,
+        b: usize,
+        attempts: &mut Attempts,
+    ) -> IndexResult<Pass<()>> {
+        let d = self.layout.decoded;
+        s.chain.clear();
+        s.chain.push(b);
+        let mut cur = b;
+        // Ends at the chain's tail; a chain longer than MAX_CHAIN is a cycle of garbage.
+        while let Some(next) = layout::next(s.leaf(d, cur)) {
+            if s.chain.len() >= MAX_CHAIN {
+                return Err(IndexError::Corrupt(format!(
+                    "synonym chain from {} loops",
+                    s.addrs[b]
+                )));
+            }
+            cur = match s.addrs[cur + 1..].iter().position(|&a| a == next) {
+                Some(i) => cur + 1 + i,
+                None => {
+                    s.addrs.push(next);
+                    let at = s.addrs.len() - 1;
+                    self.read_from(c, s, at, attempts).await?;
+                    at
+                }
+            };
+            if layout::kind(s.leaf(d, cur)) != SYNONYM {
+                return Err(IndexError::Corrupt(format!("{next} is not a synonym leaf")));
+            }
+            if s.words[cur] & RETIRED != 0 {
+                return Ok(Pass::Stale);
+            }
+            s.chain.push(cur);
+        }
+        Ok(Pass::Done(()))
+    }
+
+    /// The chain leaf and slot holding `k`, if any.
+    fn find_in_chain(&self, s: &Scratch, k: u64) -> Option<(usize, usize)> {
+        let d = self.layout.decoded;
+        s.chain.iter().find_map(|&i| layout::find(s.leaf(d, i), k).ok().map(|slot| (i, slot)))
+    }
+
+    /// One lock-free pass of a search for `k` under `dir`: its value slot, if present.
+    pub(crate) async fn look<T: Transport>(
+        &self,
+        c: &Client<T>,
+        dir: &Dir,
+        k: u64,
+        s: &mut Scratch,
+        attempts: &mut Attempts,
+    ) -> IndexResult<Pass<Option<[u8; 8]>>> {
+        let m = &dir.models[dir.find(k)];
+        let t = self.cache.table(c, m).await?;
+        let (lo, hi) = m.range(k, self.shape.eps);
+        self.push_bases(s, t, lo, hi, true);
+        self.read_from(c, s, 0, attempts).await?;
+        if s.words.iter().any(|w| w & RETIRED != 0) {
+            return Ok(Pass::Stale);
+        }
+        let (b, leaf) = self.target(s, lo, k)?;
+        if let Pass::Stale = self.walk(c, s, b, attempts).await? {
+            return Ok(Pass::Stale);
+        }
+        let next = layout::next(s.leaf(self.layout.decoded, b)).map_or(0, |a| a.raw());
+        t.hints[leaf].store(next, Ordering::Relaxed);
+        c.compute(Work::KeyCompare, s.chain.len() as u64 * 4);
+        let found = self
+            .find_in_chain(s, k)
+            .map(|(i, slot)| layout::value(s.leaf(self.layout.decoded, i), slot));
+        if s.words[b] & RETIRING != 0 && self.root_moved(c, dir).await? {
+            return Ok(Pass::Stale);
+        }
+        Ok(Pass::Done(found))
+    }
+
+    /// Whether the root word names another directory than `dir` (a retrain was published).
+    pub(crate) async fn root_moved<T: Transport>(
+        &self,
+        c: &Client<T>,
+        dir: &Dir,
+    ) -> IndexResult<bool> {
+        crate::bump(&self.counters.retiring_checks);
+        Ok(self.root.load(c).await? != dir.root)
+    }
+
+    /// One pass of write `op` on `k` under `dir`: READ the predicted bases, lock the key's
+    /// base leaf, READ its chain again, change one leaf and unlock in one doorbell. Whether the
+    /// key existed.
+    pub(crate) async fn write_pass<T: Transport>(
+        &self,
+        c: &Client<T>,
+        dir: &Dir,
+        k: u64,
+        op: Op,
+        s: &mut Scratch,
+        attempts: &mut Attempts,
+    ) -> IndexResult<Pass<bool>> {
+        let d = self.layout.decoded;
+        let m = &dir.models[dir.find(k)];
+        let t = self.cache.table(c, m).await?;
+        let (lo, hi) = m.range(k, self.shape.eps);
+        self.push_bases(s, t, lo, hi, false);
+        self.read_from(c, s, 0, attempts).await?;
+        if s.words.iter().any(|w| w & RETIRED != 0) {
+            return Ok(Pass::Stale);
+        }
+        let (b, leaf) = self.target(s, lo, k)?;
+        let base = s.addrs[b];
+        let held = self
+            .locks
+            .acquire(c, self.layout.lock_addr(base), || crate::bump(&self.counters.lock_retries))
+            .await?;
+        if held.word() & RETIRED != 0 {
+            // Retired while we waited: the model is stale (the word stays retired).
+            let w = held.word();
+            held.unlock_with(c, w).await?;
+            return Ok(Pass::Stale);
+        }
+        // Under the lock the chain cannot change: READ it again (the first READ may be old).
+        self.push_bases(s, t, leaf, leaf, true);
+        self.read_from(c, s, 0, attempts).await?;
+        if let Pass::Stale = self.walk(c, s, 0, attempts).await? {
+            return Err(IndexError::Corrupt(format!("a retired synonym under locked {base}")));
+        }
+        let next = layout::next(s.leaf(d, 0)).map_or(0, |a| a.raw());
+        t.hints[leaf].store(next, Ordering::Relaxed);
+        let found = self.find_in_chain(s, k);
+        let (i, existed) = match (op, found) {
+            (Op::Update(v), Some((i, slot))) => {
+                layout::set_value(s.leaf_mut(d, i), slot, v);
+                (i, true)
+            }
+            (Op::Update(_), None) => {
+                let w = held.word();
+                held.unlock_with(c, w).await?;
+                return Ok(Pass::Done(false));
+            }
+        };
+        layout::bump(s.leaf_mut(d, i));
+        layout::encode(&self.layout, &s.dec[i * d..(i + 1) * d], &mut s.enc);
+        let unlock = unlocked(held.word()).to_le_bytes();
+        let mut ops = [
+            BatchOp::Write { addr: s.addrs[i], data: &s.enc },
+            BatchOp::Write { addr: self.layout.lock_addr(base), data: &unlock },
+        ];
+        held.released_by(doorbell::post(c, &mut ops).await)?;
+        Ok(Pass::Done(existed))
+    }
+}

@@ -1,0 +1,78 @@
+//! Searches and updates over bulk-trained models: every key found with its value, absent keys
+//! between, below and above them not found, updates seen by a second handle.
+
+use dmindex_fabric::exec::run_tasks;
+use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+use dmindex_index::{IndexConfig, PointIndex};
+use dmindex_rolex::Rolex;
+
+fn cfg(opts: &[(&str, &str)]) -> IndexConfig {
+    let extra = opts.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    IndexConfig { extra, ..IndexConfig::default() }
+}
+
+/// Scattered keys in clusters (many models), sorted and distinct, all even.
+fn keys(n: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = (1..=n)
+        .map(|i| {
+            let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            (((h >> 61) << 58) | ((h >> 20) % (1 << 30))) & !1
+        })
+        .filter(|&k| k > 2)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+#[test]
+fn bulk_trained_search_and_update() {
+    for opts in [&[][..], &[("span", "4"), ("epsilon", "2"), ("fill", "3")][..]] {
+        let f =
+            LocalFabric::new(LocalConfig { memory_nodes: 2, ..LocalConfig::default() }).unwrap();
+        let c = f.client(0).unwrap();
+        let ks = keys(5000);
+        run_tasks([async {
+            let idx = Rolex::create(&c, &cfg(opts), 0).await.unwrap();
+            let pairs: Vec<_> = ks.iter().map(|&k| (k, k.to_le_bytes().to_vec())).collect();
+            idx.bulk_load(&c, &pairs).await.unwrap();
+            assert!(idx.models() >= 8, "eight clusters need eight models: {}", idx.models());
+            for &k in &ks {
+                let got = idx.search(&c, &k.to_be_bytes()).await.unwrap();
+                assert_eq!(got, Some(k.to_le_bytes().to_vec()), "key {k:#x}");
+                for absent in [k - 1, k + 1] {
+                    assert_eq!(idx.search(&c, &absent.to_be_bytes()).await.unwrap(), None);
+                }
+            }
+            assert_eq!(idx.search(&c, &u64::MAX.to_be_bytes()).await.unwrap(), None);
+            assert_eq!(idx.search(&c, &1u64.to_be_bytes()).await.unwrap(), None);
+            for &k in ks.iter().step_by(7) {
+                assert!(idx.update(&c, &k.to_be_bytes(), &[9; 8]).await.unwrap());
+                assert!(!idx.update(&c, &(k + 1).to_be_bytes(), &[9; 8]).await.unwrap());
+            }
+            let other = Rolex::open(&c, &cfg(opts), 1).await.unwrap();
+            for (i, &k) in ks.iter().enumerate() {
+                let want = if i % 7 == 0 { vec![9; 8] } else { k.to_le_bytes().to_vec() };
+                assert_eq!(other.search(&c, &k.to_be_bytes()).await.unwrap(), Some(want));
+            }
+        }]);
+    }
+}
+
+#[test]
+fn refusals() {
+    let f = LocalFabric::new(LocalConfig::default()).unwrap();
+    let c = f.client(0).unwrap();
+    run_tasks([async {
+        let idx = Rolex::create(&c, &cfg(&[]), 0).await.unwrap();
+        assert!(idx.search(&c, b"short").await.is_err());
+        assert!(idx.search(&c, &[0; 8]).await.is_err(), "key 0 is reserved");
+        assert!(idx.update(&c, &5u64.to_be_bytes(), &[1; 3]).await.is_err(), "value length");
+        let e = Rolex::create(&c, &cfg(&[]), 0).await.err().unwrap();
+        assert!(e.to_string().contains("already in use"), "{e}");
+        let other = IndexConfig { root_slot: 8, ..cfg(&[]) };
+        assert!(Rolex::open(&c, &other, 0).await.is_err(), "an empty slot");
+        let long = IndexConfig { max_key: 16, ..cfg(&[]) };
+        assert!(Rolex::open(&c, &long, 0).await.is_err());
+    }]);
+}
