@@ -37,34 +37,57 @@
 //! ## Synchronisation
 //!
 //! * **Searches** take no lock: they READ the predicted leaves, pick the key's base leaf by the
-//!   fences, follow its chain (synonym leaves come with inserts, in the next step) and look in
-//!   each leaf. A value found in a leaf was the key's value at that leaf's READ.
-//! * **Updates** lock the key's base leaf (masked CAS; the CN-local lock table first), READ it
-//!   again, change the value and WRITE the leaf followed by the unlocking word in one doorbell.
+//!   fences, follow its chain and look in each leaf. A key is in at most one leaf of its chain
+//!   and never moves inside it; chains only grow at the tail (a new synonym leaf is written
+//!   before the pointer to it, in one doorbell). So a value found in a leaf was the key's value
+//!   at that leaf's READ, and a key found nowhere was absent at some instant among the READs
+//!   of its chain: were it present throughout, it would have been in one leaf throughout (a move
+//!   is a delete then an insert, with an instant of absence between), and that leaf's READ saw it.
+//! * **Writes** lock the key's base leaf (masked CAS; the CN-local lock table first), READ its
+//!   chain again, change one leaf and WRITE it followed by the unlocking word in one doorbell. An
+//!   insert goes to the first leaf of the chain with room; a full chain gets a new synonym leaf;
+//!   a delete leaves an empty synonym leaf linked (its room is reused).
 //!
-//! Inserts, deletes, scans and retraining are the next steps; until then an index is loaded
-//! with [`Rolex::bulk_load`], which trains models on a sorted key set.
+//! ## Retraining
 //!
-//! ## Operations and round trips (models and leaf table cached)
+//! Not yet: models are trained once, by [`Rolex::bulk_load`], and an index created empty and
+//! loaded by inserts keeps its one model, whose chains grow. Retraining is the next step.
+//!
+//! ## Operations and round trips (models and leaf table cached, no synonym to follow)
 //!
 //! | operation | round trips | verbs |
 //! |---|---|---|
-//! | search | 1 | doorbell: READ the predicted leaves |
-//! | update | 4 | READ predicted leaves; masked CAS lock; READ leaf; `[WRITE leaf, WRITE unlock]` |
-//! | absent update | 4 | the same, the last WRITE only the unlock |
+//! | search | 1 | doorbell: READ the predicted leaves (+ hinted synonyms) |
+//! | insert, update, delete | 4 | READ predicted leaves; masked CAS lock; READ chain; `[WRITE leaf, WRITE unlock]` |
+//! | absent update/delete | 4 | the same, the last WRITE only the unlock |
+//! | insert growing a chain | 4 | the last doorbell `[WRITE new synonym, WRITE tail, WRITE unlock]` |
+//! | scan | 1 per 4 base leaves | doorbell of base leaves + hinted synonyms |
+//!
+//! A synonym not yet hinted costs a READ each.
+//!
+//! ## Where we differ from the paper and its codes
+//!
+//! * The leaf table holds base leaves only; chains are linked from the leaves' headers, and the
+//!   compute node keeps each base's first synonym as a hint (ROLEX's entries carry a synonym
+//!   index into a per-model synonym table of 128 leaves, which then fills up).
+//! * Keys never move between the leaves of a chain (the original code moves the upper half of a
+//!   full leaf into its synonym); empty synonym leaves stay linked.
 
 pub mod build;
 pub mod cache;
 pub mod layout;
 pub mod ops;
 pub mod pla;
+mod scan;
 pub mod shape;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
-use dmindex_index::{IndexConfig, IndexError, IndexResult, IndexStats, PointIndex};
+use dmindex_index::{
+    IndexConfig, IndexError, IndexResult, IndexStats, PointIndex, RangeIndex, ScanBuf,
+};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::key;
 use dmindex_prim::kv_block::Blocks;
@@ -80,6 +103,7 @@ pub use crate::shape::{Shape, OPTIONS};
 /// A compute node's counters.
 #[derive(Debug, Default)]
 pub struct Counters {
+    pub synonyms: AtomicU64,
     pub torn_reads: AtomicU64,
     pub lock_retries: AtomicU64,
     pub retiring_checks: AtomicU64,
@@ -178,6 +202,24 @@ impl Rolex {
         Ok(())
     }
 
+    /// Appends pair `(k, v)` to a scan's output.
+    async fn push_pair<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+        v: [u8; 8],
+        tmp: &mut Vec<u8>,
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        if self.shape.indirect() {
+            self.value_into(c, v, tmp).await?;
+            out.push(&k.to_be_bytes(), tmp);
+        } else {
+            out.push(&k.to_be_bytes(), &v[..self.shape.value_len]);
+        }
+        Ok(())
+    }
+
     /// The directory to use after `dir` proved stale: refreshed. Unchanged, it is a leaf
     /// retired under the directory that replaced its model, which only garbage can show.
     async fn restale<T: Transport>(
@@ -251,9 +293,10 @@ impl<T: Transport> PointIndex<T> for Rolex {
         }
     }
 
-    async fn insert(&self, _c: &Client<T>, key: &[u8], _value: &[u8]) -> IndexResult<()> {
-        Self::key_of(key)?;
-        Err(IndexError::Unsupported("rolex inserts are not built yet (bulk_load)".into()))
+    async fn insert(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<()> {
+        let k = Self::key_of(key)?;
+        let v = self.slot_of(c, value).await?;
+        self.write(c, k, Op::Insert(v)).await.map(drop)
     }
 
     async fn update(&self, c: &Client<T>, key: &[u8], value: &[u8]) -> IndexResult<bool> {
@@ -262,9 +305,9 @@ impl<T: Transport> PointIndex<T> for Rolex {
         self.write(c, k, Op::Update(v)).await
     }
 
-    async fn delete(&self, _c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
-        Self::key_of(key)?;
-        Err(IndexError::Unsupported("rolex deletes are not built yet".into()))
+    async fn delete(&self, c: &Client<T>, key: &[u8]) -> IndexResult<bool> {
+        let k = Self::key_of(key)?;
+        self.write(c, k, Op::Delete).await
     }
 
     const LEVELS: &'static [&'static str] = &["models"];
@@ -276,11 +319,24 @@ impl<T: Transport> PointIndex<T> for Rolex {
             cache_bytes: self.cache.bytes(),
             retries: get(&n.torn_reads) + get(&n.lock_retries),
             extra: vec![
+                ("synonym_leaves", get(&n.synonyms)),
                 ("directory_refreshes", get(&self.cache.refreshes)),
                 ("retiring_checks", get(&n.retiring_checks)),
                 ("torn_reads", get(&n.torn_reads)),
                 ("models", self.models() as u64),
             ],
         }
+    }
+}
+
+impl<T: Transport> RangeIndex<T> for Rolex {
+    async fn scan_into(
+        &self,
+        c: &Client<T>,
+        from: &[u8],
+        count: usize,
+        out: &mut ScanBuf,
+    ) -> IndexResult<()> {
+        self.scan_chains(c, from, count, out).await
     }
 }

@@ -26,6 +26,7 @@ use dmindex_prim::attempts::Attempts;
 use dmindex_prim::doorbell::{self, read_per_node};
 use dmindex_prim::lock::unlocked;
 
+use crate::build::Pair;
 use crate::cache::{Dir, Table};
 use crate::layout::{self, Refused, BASE, RETIRED, RETIRING, SYNONYM};
 use crate::Rolex;
@@ -41,10 +42,17 @@ pub struct Scratch {
     pub dec: Vec<u8>,
     /// Lock words, one per address.
     pub words: Vec<u64>,
-    /// Encoded leaf data being written.
+    /// Encoded leaf data being written (room for two leaves).
     pub enc: Vec<u8>,
+    pub enc2: Vec<u8>,
     /// The chain being worked on: indices into `addrs`.
     pub chain: Vec<usize>,
+    /// A scan's pairs of one batch of chains.
+    pub pairs: Vec<Pair>,
+    /// A new synonym leaf, decoded.
+    pairs_leaf: Vec<u8>,
+    /// A value block's value.
+    pub value: Vec<u8>,
 }
 
 /// Longest chain followed before the pointers are taken for garbage (a cycle).
@@ -60,7 +68,9 @@ pub enum Pass<R> {
 /// A point write.
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
+    Insert([u8; 8]),
     Update([u8; 8]),
+    Delete,
 }
 
 impl Scratch {
@@ -282,14 +292,37 @@ impl Rolex {
         t.hints[leaf].store(next, Ordering::Relaxed);
         let found = self.find_in_chain(s, k);
         let (i, existed) = match (op, found) {
-            (Op::Update(v), Some((i, slot))) => {
+            (Op::Insert(v) | Op::Update(v), Some((i, slot))) => {
                 layout::set_value(s.leaf_mut(d, i), slot, v);
                 (i, true)
             }
-            (Op::Update(_), None) => {
+            (Op::Delete, Some((i, slot))) => {
+                layout::remove_at(s.leaf_mut(d, i), slot);
+                (i, true)
+            }
+            (Op::Update(_) | Op::Delete, None) => {
                 let w = held.word();
                 held.unlock_with(c, w).await?;
                 return Ok(Pass::Done(false));
+            }
+            (Op::Insert(v), None) => {
+                let room = s
+                    .chain
+                    .iter()
+                    .copied()
+                    .find(|&i| layout::count(s.leaf(d, i)) < self.shape.span);
+                let Some(i) = room else {
+                    let first = s.chain.len() == 1;
+                    let at = self.append_synonym(c, s, k, v, held, base).await?;
+                    if first {
+                        t.hints[leaf].store(at.raw(), Ordering::Relaxed);
+                    }
+                    return Ok(Pass::Done(false));
+                };
+                let img = s.leaf_mut(d, i);
+                let slot = layout::find(img, k).expect_err("absent");
+                layout::insert_at(img, slot, k, v);
+                (i, false)
             }
         };
         layout::bump(s.leaf_mut(d, i));
@@ -301,5 +334,51 @@ impl Rolex {
         ];
         held.released_by(doorbell::post(c, &mut ops).await)?;
         Ok(Pass::Done(existed))
+    }
+
+    /// Inserts `(k, v)` into a new synonym leaf at the tail of the chain in `s` (every leaf
+    /// full): one doorbell WRITEs the new leaf, then the tail with `next` naming it, then the
+    /// unlocking word, in order on the chain's memory node, so a reader that sees the pointer
+    /// sees the leaf. Returns the new leaf, after the unlock.
+    async fn append_synonym<T: Transport>(
+        &self,
+        c: &Client<T>,
+        s: &mut Scratch,
+        k: u64,
+        v: [u8; 8],
+        held: dmindex_prim::lock::Held<'_>,
+        base: GlobalAddr,
+    ) -> IndexResult<GlobalAddr> {
+        let l = &self.layout;
+        let d = l.decoded;
+        let tail = *s.chain.last().expect("a chain has its base");
+        let at = match c.alloc_on(base.node(), l.stride as u64, 64).await {
+            Ok(a) => a,
+            Err(e) => {
+                let w = held.word();
+                held.unlock_with(c, w).await?;
+                return Err(e.into());
+            }
+        };
+        let fence = layout::fence(s.leaf(d, 0));
+        let mut fresh = std::mem::take(&mut s.pairs_leaf);
+        fresh.resize(d, 0);
+        layout::init(l, SYNONYM, fence, &mut fresh);
+        layout::insert_at(&mut fresh, 0, k, v);
+        layout::encode(l, &fresh, &mut s.enc2);
+        s.pairs_leaf = fresh;
+        let img = s.leaf_mut(d, tail);
+        layout::set_next(img, at);
+        layout::bump(img);
+        layout::encode(l, &s.dec[tail * d..(tail + 1) * d], &mut s.enc);
+        let unlock = unlocked(held.word()).to_le_bytes();
+        let mut ops = [
+            BatchOp::Write { addr: at, data: &s.enc2 },
+            BatchOp::Write { addr: s.addrs[tail], data: &s.enc },
+            BatchOp::Write { addr: l.lock_addr(base), data: &unlock },
+        ];
+        held.released_by(doorbell::post(c, &mut ops).await)?;
+        crate::bump(&self.counters.synonyms);
+        Ok(at)
     }
 }

@@ -1,0 +1,55 @@
+//! ROLEX under the simulator (torn reads, delays, crashes, every history checked for
+//! linearizability) and on real threads, through the conformance kit; small leaves so that
+//! chains grow under searches, writes and scans in most seeds.
+
+use dmindex_conformance::{on_local_threads, suite, CheckConfig, Crashes};
+use dmindex_index::{IndexConfig, Ordered};
+use dmindex_prim::rdwc::Rdwc;
+use dmindex_rolex::Rolex;
+
+fn opts(span: usize, eps: usize, fill: usize, retrain: usize) -> Vec<(String, String)> {
+    vec![
+        ("span".into(), span.to_string()),
+        ("epsilon".into(), eps.to_string()),
+        ("fill".into(), fill.to_string()),
+        ("retrain".into(), retrain.to_string()),
+    ]
+}
+
+#[test]
+fn linearizable_small_leaves_with_crashes() {
+    let cfg = CheckConfig { index_options: opts(4, 2, 3, 25), ..CheckConfig::default() };
+    suite::<Rolex, Ordered>("linearizable_small_leaves_with_crashes", &cfg, 0..100);
+}
+
+#[test]
+fn linearizable_default_shape_many_keys() {
+    // Without retraining 400 keys share one model's chain: one lock, so no crashes.
+    let cfg =
+        CheckConfig { keys: 400, clients: 16, crashes: Crashes::Never, ..CheckConfig::default() };
+    suite::<Rolex, Ordered>("linearizable_default_shape_many_keys", &cfg, 0..30);
+}
+
+/// No retraining: chains only grow, every write races readers of long chains.
+#[test]
+fn linearizable_long_chains() {
+    let cfg = CheckConfig {
+        index_options: opts(4, 2, 4, 0),
+        crashes: Crashes::Never,
+        ..CheckConfig::default()
+    };
+    suite::<Rolex, Ordered>("linearizable_long_chains", &cfg, 0..40);
+}
+
+/// As the harness runs it: behind RDWC.
+#[test]
+fn linearizable_behind_rdwc() {
+    let cfg = CheckConfig { index_options: opts(4, 2, 3, 25), ..CheckConfig::default() };
+    suite::<Rdwc<Rolex>, Ordered>("linearizable_behind_rdwc", &cfg, 0..40);
+}
+
+#[test]
+fn real_threads() {
+    let extra = opts(4, 2, 3, 25);
+    on_local_threads::<Rolex, Ordered>(&IndexConfig { extra, ..IndexConfig::default() }, 30);
+}
