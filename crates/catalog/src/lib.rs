@@ -154,6 +154,13 @@ pub static INDEXES: &[IndexEntry] = &[
         rdwc
     ),
     index!(
+        "rolex",
+        "ROLEX (FAST '23): learned models over fixed-size leaves, synonym chains, one-sided retraining",
+        dmindex_rolex::Rolex,
+        Ordered,
+        rdwc
+    ),
+    index!(
         "dolphin",
         "Dolphin (MSST '24): radix inner nodes over key bytes 0-6, B+ leaves, Spear, MS-RNIC writes",
         dmindex_dolphin::Dolphin,

@@ -8,13 +8,12 @@
 //! partition the model's keys, for good, among its leaves' chains.
 
 use dmindex_fabric::{Client, GlobalAddr, NodeId, Transport};
-use dmindex_index::{IndexError, IndexResult};
+use dmindex_index::IndexResult;
 use dmindex_prim::hash::mix64;
 
 use crate::layout::{self, DirEntry, LeafLayout, BASE, TABLE_HEADER};
 use crate::pla;
 use crate::shape::Shape;
-use crate::Rolex;
 
 /// A key and its 8-byte value slot.
 pub type Pair = (u64, [u8; 8]);
@@ -98,34 +97,4 @@ pub async fn write_dir<T: Transport>(c: &Client<T>, entries: &[DirEntry]) -> Ind
     let at = c.alloc_on(0, b.len() as u64, 64).await?;
     c.write(at, &b).await?;
     Ok(layout::root_word(at, entries.len()))
-}
-
-impl Rolex {
-    /// Bulk-loads `pairs` (sorted, distinct, non-zero keys; values of the index's value
-    /// length) into an index fresh from `create`, before any other handle reads it: trains
-    /// models on them and publishes their directory in place of the empty one.
-    pub async fn bulk_load<T: Transport>(
-        &self,
-        c: &Client<T>,
-        pairs: &[(u64, Vec<u8>)],
-    ) -> IndexResult<()> {
-        let sorted = pairs.windows(2).all(|w| w[0].0 < w[1].0);
-        if !sorted || pairs.first().is_some_and(|p| p.0 == 0) {
-            return Err(IndexError::InvalidKey(
-                "bulk keys must be sorted, distinct, non-zero".into(),
-            ));
-        }
-        let mut slots = Vec::with_capacity(pairs.len());
-        for (k, v) in pairs {
-            slots.push((*k, self.slot_of(c, v).await?));
-        }
-        let dir = self.cache.current();
-        let entries = build(c, &self.shape, 0, &slots).await?;
-        let root = write_dir(c, &entries).await?;
-        if c.cas(self.root.addr(), dir.root, root).await? != dir.root {
-            return Err(IndexError::Config("bulk_load needs an index fresh from create".into()));
-        }
-        self.cache.refresh(c).await?;
-        Ok(())
-    }
 }

@@ -48,10 +48,37 @@
 //!   insert goes to the first leaf of the chain with room; a full chain gets a new synonym leaf;
 //!   a delete leaves an empty synonym leaf linked (its room is reused).
 //!
-//! ## Retraining
+//! ## Retraining, and why it is linearizable
 //!
-//! Not yet: models are trained once, by [`Rolex::bulk_load`], and an index created empty and
-//! loaded by inserts keeps its one model, whose chains grow. Retraining is the next step.
+//! The harness creates the index empty and loads it by inserts, so models must be retrained.
+//! An insert that adds a synonym leaf counts it in the model's leaf table (one FAA); when a model
+//! has as many synonym leaves as `retrain`% of its base leaves (25 % by default), that client
+//! retrains the model, one-sided ([`retrain`]): claim the model; **freeze** its base leaves
+//! (lock word LOCK | RETIRING); read every chain; train new models and write their leaves and
+//! leaf tables out of place; **publish** by CASing the root word to a directory with the model
+//! replaced; **retire** the old leaves (RETIRING | RETIRED, for good).
+//!
+//! * From the freeze of a base leaf to the publish, nobody writes that leaf's keys: old writers
+//!   wait on the lock, new ones cannot reach the new leaves yet. The new leaves hold exactly what
+//!   the frozen chains hold.
+//! * After the publish, writes of the model's keys go to the new leaves, so an old leaf may be
+//!   out of date. A reader of an old leaf detects that in the same doorbell as the leaf, by its
+//!   lock word: RETIRED means a stale model (refresh the directory, start over); RETIRING means
+//!   frozen, and one READ of the root word tells whether the publish happened — if not, what the
+//!   reader saw is the key's current state at its READ; if so, start over. A leaf READ with
+//!   neither bit was not frozen at that READ: what it holds was current then. Synonym leaves are
+//!   reached through their base, READ before them in the same or an earlier doorbell, so a
+//!   synonym READ after the freeze holds the frozen (current at the freeze) state, and the freeze
+//!   fell inside the reader's READs.
+//! * A writer that gets a base lock and finds RETIRED starts over; holding the lock of a leaf
+//!   that is not retired, the model is current and stays so until the unlock.
+//! * Two retrains of different models publish by CAS on the same root word; the loser rebuilds
+//!   its directory from the winner's. Retrains of one model are excluded by the claim.
+//!
+//! A retrainer that crashes before its publish leaves its model frozen: searches go on (the root
+//! word still names the frozen model, whose leaves are current), writers of its keys wait, as
+//! for any lock a crashed client holds. One that crashes after the publish leaves the old leaves
+//! frozen and never retired: searches still see RETIRING, READ the root word and move on.
 //!
 //! ## Operations and round trips (models and leaf table cached, no synonym to follow)
 //!
@@ -60,13 +87,18 @@
 //! | search | 1 | doorbell: READ the predicted leaves (+ hinted synonyms) |
 //! | insert, update, delete | 4 | READ predicted leaves; masked CAS lock; READ chain; `[WRITE leaf, WRITE unlock]` |
 //! | absent update/delete | 4 | the same, the last WRITE only the unlock |
-//! | insert growing a chain | 4 | the last doorbell `[WRITE new synonym, WRITE tail, WRITE unlock]` |
+//! | insert growing a chain | 5 | `[WRITE new synonym, WRITE tail, WRITE unlock]`; FAA the model's count |
 //! | scan | 1 per 4 base leaves | doorbell of base leaves + hinted synonyms |
 //!
-//! A synonym not yet hinted costs a READ each.
+//! A synonym not yet hinted costs a READ each; a RETIRING leaf, a READ of the root word; a
+//! stale model, a READ of the root word and one of the directory (and the leaf tables of new
+//! models, one READ each on first use). `tests/round_trips.rs` pins this table.
 //!
 //! ## Where we differ from the paper and its codes
 //!
+//! * Retraining is **one-sided, by the client** that pushes a model past the bound; the paper
+//!   retrains on the memory nodes' CPUs (its protocol is not published; the original code has
+//!   none, CHIME's re-implementation pre-trains on all keys and never retrains).
 //! * The leaf table holds base leaves only; chains are linked from the leaves' headers, and the
 //!   compute node keeps each base's first synonym as a hint (ROLEX's entries carry a synonym
 //!   index into a per-model synonym table of 128 leaves, which then fills up).
@@ -78,6 +110,7 @@ pub mod cache;
 pub mod layout;
 pub mod ops;
 pub mod pla;
+pub mod retrain;
 mod scan;
 pub mod shape;
 
@@ -104,13 +137,20 @@ pub use crate::shape::{Shape, OPTIONS};
 #[derive(Debug, Default)]
 pub struct Counters {
     pub synonyms: AtomicU64,
+    pub retrains: AtomicU64,
+    pub retrained_keys: AtomicU64,
+    pub publish_retries: AtomicU64,
     pub torn_reads: AtomicU64,
     pub lock_retries: AtomicU64,
     pub retiring_checks: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
+    add(c, 1);
+}
+
+pub(crate) fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
 }
 
 /// Idle scratch buffers kept per compute node.
@@ -320,6 +360,9 @@ impl<T: Transport> PointIndex<T> for Rolex {
             retries: get(&n.torn_reads) + get(&n.lock_retries),
             extra: vec![
                 ("synonym_leaves", get(&n.synonyms)),
+                ("retrains", get(&n.retrains)),
+                ("retrained_keys", get(&n.retrained_keys)),
+                ("publish_retries", get(&n.publish_retries)),
                 ("directory_refreshes", get(&self.cache.refreshes)),
                 ("retiring_checks", get(&n.retiring_checks)),
                 ("torn_reads", get(&n.torn_reads)),

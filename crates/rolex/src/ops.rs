@@ -262,7 +262,8 @@ impl Rolex {
         attempts: &mut Attempts,
     ) -> IndexResult<Pass<bool>> {
         let d = self.layout.decoded;
-        let m = &dir.models[dir.find(k)];
+        let j = dir.find(k);
+        let m = &dir.models[j];
         let t = self.cache.table(c, m).await?;
         let (lo, hi) = m.range(k, self.shape.eps);
         self.push_bases(s, t, lo, hi, false);
@@ -317,6 +318,7 @@ impl Rolex {
                     if first {
                         t.hints[leaf].store(at.raw(), Ordering::Relaxed);
                     }
+                    self.synonym_added(c, dir, j).await?;
                     return Ok(Pass::Done(false));
                 };
                 let img = s.leaf_mut(d, i);
@@ -380,5 +382,22 @@ impl Rolex {
         held.released_by(doorbell::post(c, &mut ops).await)?;
         crate::bump(&self.counters.synonyms);
         Ok(at)
+    }
+
+    /// Counts a synonym leaf in model `j`'s leaf table (one FAA) and retrains the model once
+    /// its synonyms reach the bound.
+    async fn synonym_added<T: Transport>(
+        &self,
+        c: &Client<T>,
+        dir: &Dir,
+        j: usize,
+    ) -> IndexResult<()> {
+        let m = &dir.models[j];
+        let before = c.faa(m.e.table.add(crate::layout::TABLE_SYNONYMS), 1).await?;
+        let pct = self.shape.retrain_pct as u64;
+        if pct > 0 && (before + 1) * 100 >= u64::from(m.e.leaves) * pct {
+            self.retrain(c, dir, j).await?;
+        }
+        Ok(())
     }
 }
