@@ -1,7 +1,8 @@
 //! Training: models, leaves and leaf tables for a sorted run of pairs, written out of place
 //! (nothing written here is reachable until a directory naming it is published).
 //!
-//! Keys are cut into segments by the PLA ([`crate::pla`]); each segment becomes a model whose
+//! Keys are cut into segments by the PLA ([`crate::pla`]), of at most [`MAX_MODEL_LEAVES`]
+//! leaves' worth of keys; each segment becomes a model whose
 //! leaves hold `fill` keys each, in key order, so position `p` of the segment is in leaf
 //! `p / fill`. Leaf `i`'s fence is its first key, and leaf 0's is the model's `low` (the first
 //! model's is the `low` of the range being trained, the others' their first key): the fences
@@ -14,6 +15,11 @@ use dmindex_prim::hash::mix64;
 use crate::layout::{self, DirEntry, LeafLayout, BASE, TABLE_HEADER};
 use crate::pla;
 use crate::shape::Shape;
+
+/// Most base leaves a model gets: a model on smooth keys (one line fits them all) is cut into
+/// models of this many leaves, so that retraining one, which rewrites all of its keys, stays
+/// bounded when inserts pile into one end of it (increasing keys).
+pub const MAX_MODEL_LEAVES: usize = 256;
 
 /// A key and its 8-byte value slot.
 pub type Pair = (u64, [u8; 8]);
@@ -32,7 +38,7 @@ pub async fn build<T: Transport>(
     pairs: &[Pair],
 ) -> IndexResult<Vec<DirEntry>> {
     let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
-    let mut segs = pla::segments(&keys, shape.eps);
+    let mut segs = pla::segments(&keys, shape.eps, MAX_MODEL_LEAVES * shape.fill);
     if segs.is_empty() {
         segs.push(pla::Segment { start: 0, len: 0, slope: 0.0, intercept: 0.0 });
     }

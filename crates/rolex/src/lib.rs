@@ -52,8 +52,9 @@
 //!
 //! The harness creates the index empty and loads it by inserts, so models must be retrained.
 //! An insert that adds a synonym leaf counts it in the model's leaf table (one FAA); when a model
-//! has as many synonym leaves as `retrain`% of its base leaves (25 % by default), that client
-//! retrains the model, one-sided ([`retrain`]): claim the model; **freeze** its base leaves
+//! has as many synonym leaves as `retrain`% of its base leaves (25 % by default), or the chain
+//! it grew has [`ops::MAX_CHAIN_SYNONYMS`] synonym leaves, that client retrains the model,
+//! one-sided ([`retrain`]): claim the model; **freeze** its base leaves
 //! (lock word LOCK | RETIRING); read every chain; train new models and write their leaves and
 //! leaf tables out of place; **publish** by CASing the root word to a directory with the model
 //! replaced; **retire** the old leaves (RETIRING | RETIRED, for good).
@@ -276,7 +277,7 @@ impl Rolex {
     }
 
     async fn write<T: Transport>(&self, c: &Client<T>, k: u64, op: Op) -> IndexResult<bool> {
-        let mut s = self.scratch.get(c, Scratch::default);
+        let mut s = self.scratch.get(c, || Scratch::new(&self.layout));
         let mut attempts = Attempts::new();
         let mut dir = self.cache.current();
         // Ends when a pass completes; a stale pass means a retrain published (progress).
@@ -313,7 +314,7 @@ impl<T: Transport> PointIndex<T> for Rolex {
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         let k = Self::key_of(key)?;
         out.clear();
-        let mut s = self.scratch.get(c, Scratch::default);
+        let mut s = self.scratch.get(c, || Scratch::new(&self.layout));
         let mut attempts = Attempts::new();
         let mut dir = self.cache.current();
         // Ends when a pass completes; a stale pass means a retrain published (progress).

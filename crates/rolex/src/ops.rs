@@ -55,6 +55,12 @@ pub struct Scratch {
     pub value: Vec<u8>,
 }
 
+/// Synonym leaves one chain may grow to before its model is retrained (with retraining on):
+/// each costs a search that has no hint for it one more READ, and inserts of increasing keys
+/// all go to the last leaf's chain, which the model-wide bound alone would let grow to a
+/// quarter of the model's leaves.
+pub const MAX_CHAIN_SYNONYMS: usize = 4;
+
 /// Longest chain followed before the pointers are taken for garbage (a cycle).
 const MAX_CHAIN: usize = 1 << 16;
 
@@ -73,7 +79,29 @@ pub enum Op {
     Delete,
 }
 
+/// Leaves a scratch buffer has room for before it grows: a search's or a scan's doorbell
+/// (bases and hinted synonyms) and a few more synonyms.
+const ROOM: usize = 32;
+
 impl Scratch {
+    /// Buffers with room for [`ROOM`] leaves of layout `l` (and a scan's pairs of as many), so
+    /// that operations after the first rarely grow them.
+    pub fn new(l: &layout::LeafLayout) -> Scratch {
+        Scratch {
+            addrs: Vec::with_capacity(ROOM),
+            pieces: Vec::with_capacity(ROOM),
+            phys: Vec::with_capacity(ROOM * l.read_len),
+            dec: Vec::with_capacity(ROOM * l.decoded),
+            words: Vec::with_capacity(ROOM),
+            enc: Vec::with_capacity(l.data),
+            enc2: Vec::with_capacity(l.data),
+            chain: Vec::with_capacity(ROOM),
+            pairs: Vec::with_capacity(ROOM * l.span),
+            pairs_leaf: Vec::with_capacity(l.decoded),
+            value: Vec::new(),
+        }
+    }
+
     pub fn leaf(&self, decoded: usize, i: usize) -> &[u8] {
         &self.dec[i * decoded..(i + 1) * decoded]
     }
@@ -313,12 +341,12 @@ impl Rolex {
                     .copied()
                     .find(|&i| layout::count(s.leaf(d, i)) < self.shape.span);
                 let Some(i) = room else {
-                    let first = s.chain.len() == 1;
+                    let synonyms = s.chain.len();
                     let at = self.append_synonym(c, s, k, v, held, base).await?;
-                    if first {
+                    if synonyms == 1 {
                         t.hints[leaf].store(at.raw(), Ordering::Relaxed);
                     }
-                    self.synonym_added(c, dir, j).await?;
+                    self.synonym_added(c, dir, j, synonyms).await?;
                     return Ok(Pass::Done(false));
                 };
                 let img = s.leaf_mut(d, i);
@@ -385,17 +413,19 @@ impl Rolex {
     }
 
     /// Counts a synonym leaf in model `j`'s leaf table (one FAA) and retrains the model once
-    /// its synonyms reach the bound.
+    /// its synonyms reach the bound, or the chain just grown (now `chain` synonyms long) does.
     async fn synonym_added<T: Transport>(
         &self,
         c: &Client<T>,
         dir: &Dir,
         j: usize,
+        chain: usize,
     ) -> IndexResult<()> {
         let m = &dir.models[j];
         let before = c.faa(m.e.table.add(crate::layout::TABLE_SYNONYMS), 1).await?;
         let pct = self.shape.retrain_pct as u64;
-        if pct > 0 && (before + 1) * 100 >= u64::from(m.e.leaves) * pct {
+        let model_full = (before + 1) * 100 >= u64::from(m.e.leaves) * pct;
+        if pct > 0 && (model_full || chain >= MAX_CHAIN_SYNONYMS) {
             self.retrain(c, dir, j).await?;
         }
         Ok(())

@@ -209,9 +209,9 @@ fn first_miss(keys: &[u64], start: usize, end: usize, eps: u64, s: f64, b: f64) 
     (start..end).find(|&i| (predict(keys[start], s, b, keys[i]) - (i - start) as f64).abs() > bound)
 }
 
-/// The fewest segments that predict `keys` (sorted, distinct) within `eps`; see the module
-/// docs. Empty keys give no segment.
-pub fn segments(keys: &[u64], eps: u64) -> Vec<Segment> {
+/// The fewest segments of at most `max_len` keys that predict `keys` (sorted, distinct) within
+/// `eps`; see the module docs. Empty keys give no segment.
+pub fn segments(keys: &[u64], eps: u64, max_len: usize) -> Vec<Segment> {
     let mut out = Vec::new();
     let mut hull = Hull::new(eps);
     let mut start = 0;
@@ -219,7 +219,9 @@ pub fn segments(keys: &[u64], eps: u64) -> Vec<Segment> {
     while start < keys.len() {
         hull.points = 0;
         let mut end = start;
-        while end < keys.len() && hull.add((keys[end] - keys[start]) as i128, (end - start) as i128)
+        while end < keys.len()
+            && end - start < max_len.max(1)
+            && hull.add((keys[end] - keys[start]) as i128, (end - start) as i128)
         {
             end += 1;
         }
@@ -291,7 +293,7 @@ mod tests {
             [(5000, 7, 0, 16), (5000, 9, 1, 16), (3000, 3, 2, 4), (4000, 5, 0, 2), (1, 1, 0, 16)]
         {
             let keys = keys(n, seed, kind);
-            let segs = segments(&keys, eps);
+            let segs = segments(&keys, eps, usize::MAX);
             let mut at = 0;
             for s in &segs {
                 assert_eq!(s.start, at, "segments tile the keys");
@@ -310,8 +312,10 @@ mod tests {
     #[test]
     fn a_line_is_one_segment_and_prediction_is_monotone() {
         let keys: Vec<u64> = (1..=10_000u64).map(|i| i * 1000).collect();
-        let segs = segments(&keys, 16);
+        let segs = segments(&keys, 16, usize::MAX);
         assert_eq!(segs.len(), 1);
+        let capped = segments(&keys, 16, 3000);
+        assert_eq!(capped.iter().map(|s| s.len).collect::<Vec<_>>(), [3000, 3000, 3000, 1000]);
         let s = segs[0];
         let mut last = f64::NEG_INFINITY;
         for k in (0..10_100_000u64).step_by(777) {
@@ -321,6 +325,6 @@ mod tests {
         }
         // Uniform random keys need far fewer segments than keys.
         let random = super::tests::keys(20_000, 11, 0);
-        assert!(segments(&random, 16).len() < random.len() / 50);
+        assert!(segments(&random, 16, usize::MAX).len() < random.len() / 50);
     }
 }

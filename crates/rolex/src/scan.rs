@@ -36,7 +36,7 @@ impl Rolex {
             return Ok(());
         }
         let d = self.layout.decoded;
-        let mut pooled = self.scratch.get(c, Default::default);
+        let mut pooled = self.scratch.get(c, || crate::ops::Scratch::new(&self.layout));
         let s: &mut crate::ops::Scratch = &mut pooled;
         let mut attempts = Attempts::new();
         let mut dir = self.cache.current();
