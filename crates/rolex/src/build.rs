@@ -96,11 +96,38 @@ async fn write_model<T: Transport>(
 
 /// Writes a directory of `entries` on memory node 0; returns its root word.
 pub async fn write_dir<T: Transport>(c: &Client<T>, entries: &[DirEntry]) -> IndexResult<u64> {
-    let mut b = Vec::with_capacity(entries.len() * layout::DIR_ENTRY);
-    for e in entries {
-        e.encode(&mut b);
+    let pages = write_pages(c, entries).await?;
+    write_top(c, &pages).await
+}
+
+/// Writes `entries` (sorted, at least one) as pages of up to [`layout::PAGE_MODELS`] models on
+/// memory node 0; returns their top-array entries (low, page word).
+pub async fn write_pages<T: Transport>(
+    c: &Client<T>,
+    entries: &[DirEntry],
+) -> IndexResult<Vec<(u64, u64)>> {
+    let mut out = Vec::with_capacity(entries.len().div_ceil(layout::PAGE_MODELS));
+    let mut b = Vec::with_capacity(layout::PAGE_MODELS * layout::DIR_ENTRY);
+    for page in entries.chunks(layout::PAGE_MODELS) {
+        b.clear();
+        for e in page {
+            e.encode(&mut b);
+        }
+        let at = c.alloc_on(0, b.len() as u64, 64).await?;
+        c.write(at, &b).await?;
+        out.push((page[0].low, layout::root_word(at, page.len())));
+    }
+    Ok(out)
+}
+
+/// Writes a top array of `pages` (low, page word) on memory node 0; returns its root word.
+pub async fn write_top<T: Transport>(c: &Client<T>, pages: &[(u64, u64)]) -> IndexResult<u64> {
+    let mut b = Vec::with_capacity(pages.len() * layout::TOP_ENTRY);
+    for (low, word) in pages {
+        b.extend_from_slice(&low.to_le_bytes());
+        b.extend_from_slice(&word.to_le_bytes());
     }
     let at = c.alloc_on(0, b.len() as u64, 64).await?;
     c.write(at, &b).await?;
-    Ok(layout::root_word(at, entries.len()))
+    Ok(layout::root_word(at, pages.len()))
 }

@@ -4,7 +4,8 @@
 //!
 //! The cache is never validated on its own: a model that was retrained has every leaf retired
 //! before anyone can tell, so an operation that READs a retired leaf refreshes the directory
-//! ([`Cache::refresh`]: one READ of the root word, one of the directory) and starts over.
+//! ([`Cache::refresh`]: one READ of the root word, one of the top array, one of each page it has
+//! not seen) and starts over.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -13,7 +14,7 @@ use dmindex_fabric::{Client, GlobalAddr, NodeId, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::root::RootSlot;
 
-use crate::layout::{parse_root, DirEntry, DIR_ENTRY, TABLE_HEADER};
+use crate::layout::{parse_root, DirEntry, DIR_ENTRY, PAGE_MODELS, TABLE_HEADER, TOP_ENTRY};
 
 /// A model's leaf table as cached.
 pub struct Table {
@@ -48,9 +49,20 @@ impl Model {
     }
 }
 
-/// A directory as cached: the root word it was read under and its models by `low`.
+/// A directory page as cached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Page {
+    pub low: u64,
+    /// The page's array word (its address and number of models).
+    pub word: u64,
+    /// Its first model's position in [`Dir::models`].
+    pub first: usize,
+}
+
+/// A directory as cached: the root word it was read under, its pages and its models by `low`.
 pub struct Dir {
     pub root: u64,
+    pub pages: Box<[Page]>,
     pub models: Box<[Model]>,
 }
 
@@ -60,9 +72,15 @@ impl Dir {
         self.models.partition_point(|m| m.e.low <= k).saturating_sub(1)
     }
 
-    /// The position of the model whose leaf table is `table`.
-    pub fn position(&self, table: GlobalAddr) -> Option<usize> {
-        self.models.iter().position(|m| m.e.table == table)
+    /// The position of model `e` (same `low`, same leaf table), if the directory holds it.
+    pub fn position(&self, e: &DirEntry) -> Option<usize> {
+        let i = self.find(e.low);
+        (self.models[i].e.low == e.low && self.models[i].e.table == e.table).then_some(i)
+    }
+
+    /// The page holding model `i`.
+    pub fn page_of(&self, i: usize) -> usize {
+        self.pages.partition_point(|p| p.first <= i) - 1
     }
 }
 
@@ -133,32 +151,57 @@ impl Cache {
     }
 }
 
-/// READs the directory root word `root` names; models still in `old` keep their cached tables.
+/// READs the directory root word `root` names: its top array, then each page `old` does not
+/// hold already (pages are immutable, so a page word seen before names the same models, which
+/// keep their cached tables).
 pub async fn read_dir<T: Transport>(
     c: &Client<T>,
     root: u64,
     old: Option<&Dir>,
 ) -> IndexResult<Dir> {
     let (at, n) = parse_root(root);
-    let corrupt = || IndexError::Corrupt(format!("no rolex directory at {at} ({n} models)"));
+    let corrupt = || IndexError::Corrupt(format!("no rolex directory at {at} ({n} pages)"));
     if n == 0 {
         return Err(corrupt());
     }
-    let mut b = vec![0u8; n * DIR_ENTRY];
-    c.read(at, &mut b).await?;
-    let mut models = Vec::with_capacity(n);
-    for chunk in b.chunks_exact(DIR_ENTRY) {
-        let Some(e) = DirEntry::decode(chunk) else { return Err(corrupt()) };
-        let sorted = models.last().is_none_or(|m: &Model| m.e.low < e.low);
-        if !sorted || (models.is_empty() && e.low != 0) {
+    let mut top = vec![0u8; n * TOP_ENTRY];
+    c.read(at, &mut top).await?;
+    let mut pages = Vec::with_capacity(n);
+    let mut models: Vec<Model> = Vec::new();
+    let mut b = Vec::new();
+    for entry in top.chunks_exact(TOP_ENTRY) {
+        let low = u64::from_le_bytes(entry[..8].try_into().expect("8 bytes"));
+        let word = u64::from_le_bytes(entry[8..].try_into().expect("8 bytes"));
+        let (page, count) = parse_root(word);
+        if count == 0 || count > PAGE_MODELS {
             return Err(corrupt());
         }
-        // The same model has the same `low`: found by bisection, not a scan.
-        let table = match old.map(|o| &o.models[o.find(e.low)]) {
-            Some(m) if m.e == e => m.table.clone(),
-            _ => Arc::new(OnceLock::new()),
-        };
-        models.push(Model { e, table });
+        let first = models.len();
+        pages.push(Page { low, word, first });
+        // The same page has the same `low`: found by bisection, not a scan.
+        let known = old.and_then(|o| {
+            let i = o.pages.partition_point(|p| p.low <= low).checked_sub(1)?;
+            (o.pages[i].word == word).then(|| &o.models[o.pages[i].first..][..count])
+        });
+        if let Some(known) = known {
+            models.extend(known.iter().map(|m| Model { e: m.e, table: m.table.clone() }));
+        } else {
+            b.resize(count * DIR_ENTRY, 0);
+            c.read(page, &mut b).await?;
+            for chunk in b.chunks_exact(DIR_ENTRY) {
+                let Some(e) = DirEntry::decode(chunk) else { return Err(corrupt()) };
+                let table = match old.and_then(|o| o.position(&e).map(|i| &o.models[i])) {
+                    Some(m) if m.e == e => m.table.clone(),
+                    _ => Arc::new(OnceLock::new()),
+                };
+                models.push(Model { e, table });
+            }
+        }
+        // Sorted models, each page starting at its low, the first at 0.
+        let sorted = models[first.saturating_sub(1)..].windows(2).all(|w| w[0].e.low < w[1].e.low);
+        if !sorted || models[first].e.low != low || (first == 0 && low != 0) {
+            return Err(corrupt());
+        }
     }
-    Ok(Dir { root, models: models.into_boxed_slice() })
+    Ok(Dir { root, pages: pages.into_boxed_slice(), models: models.into_boxed_slice() })
 }

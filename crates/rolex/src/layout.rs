@@ -56,9 +56,18 @@
 //!  16+8i    leaf u64         base leaf i's GlobalAddr, i < leaves; never changes
 //! ```
 //!
-//! # Directory (on memory node 0, 64-byte aligned, immutable once published)
+//! # Directory (on memory node 0, immutable once published)
 //!
-//! One 48-byte entry per model, sorted by `low`; the first entry's `low` is 0:
+//! Two levels, so that a retrain rewrites one page of models, not all of them. The **top
+//! array** (64-byte aligned) has a 16-byte entry per page, sorted by `low`:
+//!
+//! ```text
+//!  0        low u64          the page's first model's low (the first page's is 0)
+//!  8        page u64         the page: an array word (below) naming its models
+//! ```
+//!
+//! A **page** (64-byte aligned) holds up to [`PAGE_MODELS`] 48-byte model entries, sorted by
+//! `low`; the first entry of the first page has `low` 0:
 //!
 //! ```text
 //!  0        low u64          the smallest key the model covers (up to the next entry's low)
@@ -71,12 +80,13 @@
 //!  46       zero u16
 //! ```
 //!
-//! # Root word (root-table slot N; CAS'd by a retrainer to publish a new directory)
+//! # Array words: the root word (root-table slot N; CAS'd by a retrainer to publish a new
+//! directory) names the top array; a top entry's page word names a page
 //!
 //! ```text
 //!  63 .. 40        39 .. 0
 //! +---------------+------------------------------------+
-//! | models (24)   | directory offset on node 0 / 64    |
+//! | entries (24)  | array offset on node 0 / 64        |
 //! +---------------+------------------------------------+
 //! ```
 //!
@@ -111,6 +121,10 @@ pub const MAX_SPAN: usize = 128;
 
 /// Bytes of a directory entry.
 pub const DIR_ENTRY: usize = 48;
+/// Bytes of a top-array entry.
+pub const TOP_ENTRY: usize = 16;
+/// Most models in a directory page (3 KB).
+pub const PAGE_MODELS: usize = 64;
 /// Bytes of the leaf table's header (claim word, synonym count).
 pub const TABLE_HEADER: u64 = 16;
 /// Offset of the leaf table's synonym counter.
@@ -329,16 +343,17 @@ impl DirEntry {
     }
 }
 
-/// Bits of the root word holding the directory's offset / 64.
+/// Bits of an array word holding the array's offset / 64.
 const OFFSET_BITS: u32 = 40;
 
-/// The root word of a directory of `models` entries at `dir` (on node 0, 64-byte aligned).
-pub fn root_word(dir: GlobalAddr, models: usize) -> u64 {
-    debug_assert!(dir.node() == 0 && dir.is_aligned(64) && models < 1 << 24);
-    ((models as u64) << OFFSET_BITS) | (dir.offset() / 64)
+/// The word naming an array of `entries` entries at `at` (on node 0, 64-byte aligned): the
+/// root word of a top array, or a page word.
+pub fn root_word(at: GlobalAddr, entries: usize) -> u64 {
+    debug_assert!(at.node() == 0 && at.is_aligned(64) && entries < 1 << 24);
+    ((entries as u64) << OFFSET_BITS) | (at.offset() / 64)
 }
 
-/// The directory a root word names, and its number of models.
+/// The array an array word names, and its number of entries.
 pub fn parse_root(w: u64) -> (GlobalAddr, usize) {
     (GlobalAddr::new(0, (w & ((1 << OFFSET_BITS) - 1)) * 64), (w >> OFFSET_BITS) as usize)
 }
@@ -425,6 +440,7 @@ mod tests {
         assert_eq!(DirEntry::decode(&b), Some(e));
         b[16..24].copy_from_slice(&f64::NAN.to_bits().to_le_bytes());
         assert_eq!(DirEntry::decode(&b), None);
+        assert_eq!((TOP_ENTRY, PAGE_MODELS, PAGE_MODELS * DIR_ENTRY), (16, 64, 3072));
         let w = root_word(GlobalAddr::new(0, 0x12_3440), 3);
         assert_eq!(w, (3 << 40) | (0x12_3440 / 64));
         assert_eq!(parse_root(w), (GlobalAddr::new(0, 0x12_3440), 3));

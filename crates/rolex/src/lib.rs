@@ -18,9 +18,11 @@
 //!   memory node. A key lives in the chain of the last base leaf whose fence is at most the key,
 //!   for the model's whole life (ROLEX's data-movement constraint), so inserts never invalidate a
 //!   prediction.
-//! * **Directory**: the models' entries (low, prediction, leaf table), immutable, named by the
-//!   root word. A compute node caches it and, per model, the leaf table (8 bytes a leaf) and the
-//!   first synonym leaf of each base as last seen (8 bytes a leaf) — [`cache`].
+//! * **Directory**: the models' entries (low, prediction, leaf table) in immutable pages of up
+//!   to 64 models, under an immutable top array the root word names; a retrain rewrites its
+//!   model's page and the top array. A compute node caches the models and, per model, the leaf
+//!   table (8 bytes a leaf) and the first synonym leaf of each base as last seen (8 bytes a
+//!   leaf) — [`cache`].
 //!
 //! ## Prediction and the leaves read
 //!
@@ -92,8 +94,9 @@
 //! | scan | 1 per 4 base leaves | doorbell of base leaves + hinted synonyms |
 //!
 //! A synonym not yet hinted costs a READ each; a RETIRING leaf, a READ of the root word; a
-//! stale model, a READ of the root word and one of the directory (and the leaf tables of new
-//! models, one READ each on first use). `tests/round_trips.rs` pins this table.
+//! stale model, a READ of the root word, one of the top array and one of each page not seen
+//! before (and the leaf tables of new models, one READ each on first use).
+//! `tests/round_trips.rs` pins this table.
 //!
 //! ## Where we differ from the paper and its codes
 //!

@@ -84,7 +84,7 @@ pub enum Op {
 const ROOM: usize = 32;
 
 impl Scratch {
-    /// Buffers with room for [`ROOM`] leaves of layout `l` (and a scan's pairs of as many), so
+    /// Buffers with room for 32 leaves of layout `l` (and a scan's pairs of as many), so
     /// that operations after the first rarely grow them.
     pub fn new(l: &layout::LeafLayout) -> Scratch {
         Scratch {

@@ -9,8 +9,9 @@
 //! 3. **Read** every chain: nothing can change them now.
 //! 4. **Train and write** the new models, leaves and leaf tables out of place ([`crate::build`]).
 //! 5. **Publish**: CAS the root word from the directory holding the model to a new directory
-//!    with the model replaced by the new ones. A CAS lost to another model's retrain is retried
-//!    on the directory that won (each loss is another retrain's progress).
+//!    with the model replaced by the new ones (new pages for its page, a new top array, the
+//!    other pages shared). A CAS lost to another model's retrain is retried on the directory
+//!    that won (each loss is another retrain's progress).
 //! 6. **Retire**: WRITE RETIRING | RETIRED (unlocked) to every base leaf and RETIRED to every
 //!    synonym leaf of the old model, for good; writers waiting on a base lock get it, see
 //!    RETIRED and start over on the new directory.
@@ -90,7 +91,7 @@ impl Rolex {
         }
         crate::add(&self.counters.retrained_keys, pairs.len() as u64);
         let entries = build::build(c, &self.shape, m.e.low, &pairs).await?;
-        self.publish(c, dir, m.e.table, &entries).await?;
+        self.publish(c, dir, &m.e, &entries).await?;
         if until == Until::Published {
             return Ok(true);
         }
@@ -163,13 +164,13 @@ impl Rolex {
         Ok((pairs, synonyms))
     }
 
-    /// CASes the root word to a directory with the model of leaf table `table` replaced by
-    /// `entries`, starting from `dir`.
+    /// CASes the root word to a directory with model `old` replaced by `entries`, starting
+    /// from `dir`: a new top array and new pages for the model's page.
     async fn publish<T: Transport>(
         &self,
         c: &Client<T>,
         dir: &Dir,
-        table: GlobalAddr,
+        old: &DirEntry,
         entries: &[DirEntry],
     ) -> IndexResult<()> {
         let mut root = dir.root;
@@ -177,23 +178,34 @@ impl Rolex {
         // Ends when the CAS wins; each loss is another retrain's publish (progress).
         loop {
             let cur: &Dir = fresh.as_ref().unwrap_or(dir);
-            let Some(pos) = cur.position(table) else {
-                return Err(IndexError::Corrupt(format!("model {table} left the directory")));
+            let Some(pos) = cur.position(old) else {
+                return Err(IndexError::Corrupt(format!("model {} left the directory", old.table)));
             };
-            let all: Vec<DirEntry> = cur.models[..pos]
+            // The model's page is rewritten (as one page or more), the others are kept.
+            let p = cur.page_of(pos);
+            let page = cur.pages[p];
+            let end = page.first + crate::layout::parse_root(page.word).1;
+            let models: Vec<DirEntry> = cur.models[page.first..pos]
                 .iter()
                 .map(|m| m.e)
                 .chain(entries.iter().copied())
-                .chain(cur.models[pos + 1..].iter().map(|m| m.e))
+                .chain(cur.models[pos + 1..end].iter().map(|m| m.e))
                 .collect();
-            let new = build::write_dir(c, &all).await?;
+            let new_pages = build::write_pages(c, &models).await?;
+            let top: Vec<(u64, u64)> = cur.pages[..p]
+                .iter()
+                .map(|pg| (pg.low, pg.word))
+                .chain(new_pages)
+                .chain(cur.pages[p + 1..].iter().map(|pg| (pg.low, pg.word)))
+                .collect();
+            let new = build::write_top(c, &top).await?;
             let was = c.cas(self.root.addr(), root, new).await?;
             if was == root {
                 return Ok(());
             }
             crate::bump(&self.counters.publish_retries);
             root = was;
-            fresh = Some(read_dir(c, root, None).await?);
+            fresh = Some(read_dir(c, root, Some(cur)).await?);
         }
     }
 

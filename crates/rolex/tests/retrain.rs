@@ -19,7 +19,7 @@ fn key(c: u64, i: u64) -> u64 {
     ((i * 64 + c + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1) | 1
 }
 
-fn run(config: IndexConfig, clients: u64, per_client: u64) -> (u64, u64) {
+fn run(config: IndexConfig, clients: u64, per_client: u64) -> (u64, u64, usize) {
     let f = LocalFabric::new(LocalConfig {
         yield_per_verb: true,
         node_size: 256 << 20,
@@ -71,12 +71,12 @@ fn run(config: IndexConfig, clients: u64, per_client: u64) -> (u64, u64) {
             out.iter().map(|p| u64::from_be_bytes(p.0.as_slice().try_into().unwrap())).collect();
         assert_eq!(keys, all);
     }]);
-    (retrains, searched.get())
+    (retrains, searched.get(), idx.models())
 }
 
 #[test]
 fn every_acknowledged_key_survives_retrains_default_shape() {
-    let (retrains, searched) = run(cfg(&[]), 8, 600);
+    let (retrains, searched, _) = run(cfg(&[]), 8, 600);
     assert!(retrains >= 10, "{retrains} retrains");
     assert!(searched > 10_000);
 }
@@ -84,6 +84,8 @@ fn every_acknowledged_key_survives_retrains_default_shape() {
 #[test]
 fn every_acknowledged_key_survives_constant_retraining() {
     let opts = [("span", "4"), ("epsilon", "2"), ("fill", "4"), ("retrain", "1")];
-    let (retrains, _) = run(cfg(&opts), 6, 300);
+    let (retrains, _, models) = run(cfg(&opts), 8, 1000);
     assert!(retrains >= 100, "{retrains} retrains");
+    // More models than a directory page holds: retrains rewrote pages and split them.
+    assert!(models > 2 * dmindex_rolex::layout::PAGE_MODELS, "{models} models");
 }
