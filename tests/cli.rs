@@ -784,7 +784,7 @@ fn experiment_fast_forwards_chosen_workloads_with_overridden_costs() {
     let series: Vec<&str> = runs.iter().map(|r| r["series"].as_str().unwrap()).collect();
     assert_eq!(
         series,
-        ["chime c", "sherman c", "smart c", "smart-opt c"],
+        ["chime c", "sherman c", "smart c", "smart-opt c", "rolex c"],
         "LOAD has no figure after a fast-forward load"
     );
     for r in runs {
