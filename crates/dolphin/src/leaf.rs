@@ -11,42 +11,49 @@
 //!  off 24  hi     u64  highest key covered (inclusive); lo and hi share their first 7 bytes
 //!  off 32  meta   u64  bits 0..32 nv, the leaf epoch (>= 1) | bits 32..48 S, the slots
 //!  off 40..64          zero
-//! key line i (i < K = ceil(S / 7)), at 64 + 64 i
-//!  +0   ver   u64  the epoch of the creation or SMO that last wrote the line
-//!  +8   keys 7i .. 7i + 6, one u64 each: 0 = free; set once per epoch by CAS 0 -> key
-//! value region, at 64 (1 + K): cell j at 64 (1 + K) + C j
-//!  W <= 56: C in {16, 32, 64} (C | 64), one line
-//!   +0   M     u64  the cell meta word (below)
-//!   +8   value W bytes (the configured value size rounded up to 8)
-//!  W > 56: a multi-line cell, C = 64 (1 + ceil((W - 56) / 63)), 64-aligned
-//!   line 0   +0 M u64 | +8 value bytes 0 .. 56
+//! key lines (K = ceil(S / 8)), from 64: key word j at 64 + 8 j
+//!  bits 32..64 nv | bit 8 used | bits 0..8 the key's last byte (its first 7 are lo's)
+//!  free = nv << 32; set once per epoch by CAS free -> used
+//! value lines, from 64 (1 + K)
+//!  W <= 56 (W = the value size rounded up to 8): n = 56 / W cells a line (7 for 8-byte values)
+//!   cell j in line j / n, position p = j % n
+//!   +0          H     u64  the line head (below): epoch and the n cells' states
+//!   +8 + W p    value W bytes
+//!  W > 56: one multi-line cell per 1 + ceil((W - 56) / 63) lines, n = 1
+//!   line 0   +0 H u64 | +8 value bytes 0 .. 56
 //!   line t   +0 cl u8 (= cv & 0xFF) | +1 value bytes 56 + 63 (t - 1) .. (63 each)
 //! ```
 //!
-//! The cell meta word, the only per-slot state, sits in the same cache line as the value:
+//! The line head, the only per-slot state, sits in the same cache line as the values it
+//! describes:
 //!
 //! ```text
-//!  63            48 47          35 34 33  32 31                      0
-//! +----------------+--------------+--+------+-------------------------+
-//! | cv             | 0            |L |  st  | nv: the leaf epoch      |
-//! +----------------+--------------+--+------+-------------------------+
-//!  st: 0 EMPTY (a key CAS'd into a slot whose cell is EMPTY is a pending insert: invisible),
-//!      1 LIVE, 2 DELETED
+//!  63            48 47 46 45                      32 31                      0
+//! +----------------+--+--+--------------------------+-------------------------+
+//! | cv             |0 |L | st6 st5 st4 st3 st2 st1 st0 | nv: the leaf epoch    |
+//! +----------------+--+--+--------------------------+-------------------------+
+//!  st p (bits 32 + 2p .. 34 + 2p): 0 EMPTY (a key CAS'd into a slot whose cell is EMPTY is a
+//!      pending insert: invisible), 1 LIVE, 2 DELETED; monotonic within an epoch
 //!  L, cv: multi-line cells only (0 otherwise): the writer lock, and the cell version that
 //!      every line's cl byte repeats when the cell is whole
 //! ```
 //!
-//! Default shape (36 slots, 8-byte values): K = 6 key lines, C = 16, 9 value lines, 1024 bytes.
-//! 100-byte values: C = 128, 72 value lines, 5056 bytes.
+//! Default shape (56 slots, 8-byte values): K = 7 key lines, 8 value lines of 7 cells,
+//! 1024 bytes. 100-byte values, 36 slots: K = 5, 36 cells of 2 lines, 4992 bytes.
 //!
 //! # Why each word is where it is
 //!
-//! * Keys are aligned words, CAS'd alone: the paper's reason for separate arrays.
-//! * A READ may return lines from different instants, so a slot's state must share its line
-//!   with the value it describes: a separate bitmap could be seen with another value.
-//! * An SMO rewrites the leaf in place (new epoch in `meta`, in every key line's `ver`, in every
-//!   cell's `M`); an image is accepted only if all of them agree ([`LeafImage::check`]), so a
-//!   READ torn across an SMO is detected, whatever mix of lines it returned.
+//! * Keys are aligned words, CAS'd alone: the paper's reason for separate arrays. Every key of a
+//!   leaf shares `lo`'s 7-byte prefix, so a key word needs only the last byte; the other bits
+//!   carry the epoch, so a key line needs no epoch word of its own (8 keys a line, not 7).
+//! * A READ returns each cache line as of one instant but different lines from different
+//!   instants, so a slot's state must share its line with the value it describes: it is in the
+//!   line head. Several cells share the head, so writers change one cell's state bits by masked
+//!   CAS and never WRITE the head; a value is written by a WRITE posted before that CAS in the
+//!   same doorbell (one connection: the WRITE has landed when the CAS executes).
+//! * An SMO rewrites the leaf in place (new epoch in `meta`, in every key word, in every line
+//!   head); an image is accepted only if all of them agree ([`LeafImage::check`]), so a READ torn
+//!   across an SMO is detected, whatever mix of lines it returned.
 //! * The Spear word is inside line 0 but outside every WRITE (`[0, 8)` and `[16, ..)` are
 //!   written separately), so a rewrite never erases a concurrent FAA.
 //! * Zeroed memory never checks: `nv >= 1` and a well-formed `[lo, hi]` are required.
@@ -54,9 +61,9 @@
 //! # Multi-line cells
 //!
 //! A value longer than a line cannot be written atomically, so its lines carry the cell version:
-//! a reader takes the cell only when every line's cl byte equals `M.cv` ([`LeafImage::cell_whole`]),
-//! else it READs again. Writers serialise on `M.L` (`crate::sync` says how) and write the other
-//! lines first and line 0, with `M` unlocked at `cv + 1`, last in the same doorbell: a reader
+//! a reader takes the cell only when every line's cl byte equals `H.cv` ([`LeafImage::cell_whole`]),
+//! else it READs again. Writers serialise on `H.L` (`crate::sync` says how) and write the other
+//! lines first and line 0, with `H` unlocked at `cv + 1`, last in the same doorbell: a reader
 //! sees either every line of one version or a mismatch. An SMO rewriting a leaf in place gives
 //! each cell `cv + 2` of the cell it overwrites (a crashed writer may have left lines at `cv + 1`),
 //! a fresh leaf `cv = 1` (zeroed lines have cl 0), so no line of the old epoch matches a cell of
@@ -67,8 +74,8 @@ use dmindex_index::{IndexError, IndexResult};
 
 /// Bytes in a cache line.
 pub const LINE: usize = 64;
-/// Keys per key line (the first word of a line is its epoch).
-pub const KEYS_PER_LINE: usize = 7;
+/// Key words per key line (each carries the epoch: no epoch word).
+pub const KEYS_PER_LINE: usize = LINE / 8;
 /// Offset of the Spear word.
 pub const SPEAR: usize = 8;
 /// Offset of `lo` (the first byte an SMO's header WRITE covers).
@@ -77,8 +84,10 @@ pub const LO: usize = 16;
 pub const HI: usize = 24;
 /// Offset of the meta word.
 pub const META: usize = 32;
-/// Largest value a cell holds in one cache line (with its meta word).
+/// Value bytes in a line after its head.
 pub const LINE_VALUE: usize = LINE - 8;
+/// Most cells one line head describes (7 8-byte values).
+pub const MAX_PER_LINE: usize = LINE_VALUE / 8;
 /// Largest value (a multi-line cell beyond [`LINE_VALUE`]).
 pub const MAX_VALUE: usize = 4096;
 /// Value bytes in each line of a multi-line cell after the first (one byte is the cl byte).
@@ -88,37 +97,52 @@ pub const MAX_CELL: usize = LINE * (1 + (MAX_VALUE - LINE_VALUE).div_ceil(TAIL_V
 /// Most slots a leaf may have.
 pub const MAX_SLOTS: usize = 256;
 
-/// A cell's state.
+/// A cell's state; within an epoch it only moves forward, EMPTY → LIVE → DELETED.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
     /// Nothing written this epoch: a key in the slot is a pending insert.
     Empty,
     Live,
+    /// Final for the epoch: a re-insert of the key takes a free slot.
     Deleted,
 }
 
-/// A cell meta word.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CellMeta(pub u64);
-
-/// The writer lock bit of a multi-line cell.
-const LOCK: u64 = 1 << 34;
-/// Bits no writer sets.
-const UNUSED: u64 = ((1 << 48) - 1) & !((1 << 35) - 1);
-
-impl CellMeta {
-    pub const fn new(state: State, nv: u32) -> CellMeta {
-        CellMeta::versioned(state, nv, 0)
-    }
-
-    /// A multi-line cell's word at version `cv`, unlocked.
-    pub const fn versioned(state: State, nv: u32, cv: u16) -> CellMeta {
-        let st = match state {
+impl State {
+    const fn bits(self) -> u64 {
+        match self {
             State::Empty => 0,
             State::Live => 1,
             State::Deleted => 2,
-        };
-        CellMeta((cv as u64) << 48 | (st << 32) | nv as u64)
+        }
+    }
+}
+
+/// A value line's head word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineHead(pub u64);
+
+/// The writer lock bit of a multi-line cell.
+const LOCK: u64 = 1 << 46;
+
+impl LineHead {
+    /// A head of epoch `nv`, every cell EMPTY.
+    pub const fn new(nv: u32) -> LineHead {
+        LineHead(nv as u64)
+    }
+
+    /// A multi-line cell's head (its one cell in `state`) at version `cv`, unlocked.
+    pub const fn versioned(state: State, nv: u32, cv: u16) -> LineHead {
+        LineHead((cv as u64) << 48 | state.bits() << 32 | nv as u64)
+    }
+
+    /// The bits of cell `p`'s state.
+    pub const fn mask(p: usize) -> u64 {
+        3 << (32 + 2 * p)
+    }
+
+    /// Cell `p`'s state bits set to `state` (the others 0).
+    pub const fn bits(p: usize, state: State) -> u64 {
+        state.bits() << (32 + 2 * p)
     }
 
     pub const fn nv(self) -> u32 {
@@ -136,27 +160,52 @@ impl CellMeta {
     }
 
     /// This word with the writer lock set.
-    pub const fn lock(self) -> CellMeta {
-        CellMeta(self.0 | LOCK)
+    pub const fn lock(self) -> LineHead {
+        LineHead(self.0 | LOCK)
     }
 
-    /// This word in `state`, version and epoch kept, unlocked.
-    pub fn with_state(self, state: State) -> CellMeta {
-        CellMeta::versioned(state, self.nv(), self.cv())
+    /// This word with cell `p` in `state`.
+    pub const fn with(self, p: usize, state: State) -> LineHead {
+        LineHead(self.0 & !Self::mask(p) | Self::bits(p, state))
     }
 
-    /// The state, or `None` for a word no writer produces.
-    pub const fn state(self) -> Option<State> {
-        if self.0 & UNUSED != 0 {
-            return None;
-        }
-        match (self.0 >> 32) & 3 {
+    /// Cell `p`'s state, or `None` for bits no writer produces.
+    pub const fn state(self, p: usize) -> Option<State> {
+        match (self.0 >> (32 + 2 * p)) & 3 {
             0 => Some(State::Empty),
             1 => Some(State::Live),
             2 => Some(State::Deleted),
             _ => None,
         }
     }
+
+    /// Whether a writer could have produced this head for a line of `n` cells (`multi`: a
+    /// multi-line cell's, which may carry a lock and a version).
+    const fn well_formed(self, n: usize, multi: bool) -> bool {
+        let used = ((1u64 << (2 * n)) - 1) << 32;
+        let extra = if multi { LOCK | 0xFFFF << 48 } else { 0 };
+        if self.0 & !(0xFFFF_FFFF | used | extra) != 0 {
+            return false;
+        }
+        let mut p = 0;
+        while p < n {
+            if self.state(p).is_none() {
+                return false;
+            }
+            p += 1;
+        }
+        true
+    }
+}
+
+/// The free key word of epoch `nv`.
+pub const fn free_key(nv: u32) -> u64 {
+    (nv as u64) << 32
+}
+
+/// The key word of `key` in epoch `nv` (the key's last byte; its prefix is the leaf's).
+pub const fn key_word(nv: u32, key: u64) -> u64 {
+    free_key(nv) | 1 << 8 | (key & 0xFF)
 }
 
 /// The sizes of one configuration's leaves.
@@ -166,12 +215,15 @@ pub struct Shape {
     pub slots: usize,
     /// Value bytes as configured.
     pub value: usize,
-    /// Bytes of a cell: meta word and value, a power of two dividing 64, or whole lines for a
-    /// multi-line cell.
+    /// Bytes a value takes in its line: `value` rounded up to 8 (one-line cells), or `value`.
+    pub width: usize,
+    /// Cells per value line head: `56 / width`, 1 for multi-line cells.
+    pub per_line: usize,
+    /// Bytes of a group of cells under one head: a line, or a whole multi-line cell.
     pub cell: usize,
     /// Key lines.
     pub key_lines: usize,
-    /// Offset of cell 0.
+    /// Offset of the first value line.
     pub cells_at: usize,
     /// Bytes of the leaf.
     pub bytes: usize,
@@ -190,30 +242,56 @@ impl Shape {
                 "dolphin: values of {value} bytes are not supported (1..={MAX_VALUE})"
             )));
         }
-        let cell = if value <= LINE_VALUE {
-            (8 + value.next_multiple_of(8)).next_power_of_two().max(16)
+        let (width, per_line, cell) = if value <= LINE_VALUE {
+            let w = value.next_multiple_of(8);
+            (w, LINE_VALUE / w, LINE)
         } else {
-            LINE * (1 + (value - LINE_VALUE).div_ceil(TAIL_VALUE))
+            (value, 1, LINE * (1 + (value - LINE_VALUE).div_ceil(TAIL_VALUE)))
         };
         let key_lines = slots.div_ceil(KEYS_PER_LINE);
         let cells_at = LINE * (1 + key_lines);
-        let bytes = cells_at + (slots * cell).next_multiple_of(LINE);
-        Ok(Shape { slots, value, cell, key_lines, cells_at, bytes })
+        let bytes = cells_at + slots.div_ceil(per_line) * cell;
+        Ok(Shape { slots, value, width, per_line, cell, key_lines, cells_at, bytes })
     }
 
-    /// Offset of key `j`.
+    /// Offset of key word `j`.
     pub const fn key_at(&self, j: usize) -> usize {
-        LINE * (1 + j / KEYS_PER_LINE) + 8 + 8 * (j % KEYS_PER_LINE)
+        LINE + 8 * j
     }
 
-    /// Offset of cell `j` (its meta word; the value follows).
-    pub const fn cell_at(&self, j: usize) -> usize {
-        self.cells_at + self.cell * j
+    /// Offset of the head word describing cell `j` (a multi-line cell's start).
+    pub const fn head_at(&self, j: usize) -> usize {
+        self.cells_at + self.cell * (j / self.per_line)
+    }
+
+    /// Cell `j`'s position under its head.
+    pub const fn pos(&self, j: usize) -> usize {
+        j % self.per_line
+    }
+
+    /// Offset of cell `j`'s value (its first bytes, for a multi-line cell).
+    pub const fn value_at(&self, j: usize) -> usize {
+        self.head_at(j) + 8 + self.width * self.pos(j)
     }
 
     /// Whether a cell spans several lines (values over 56 bytes).
     pub const fn multi_line(&self) -> bool {
         self.cell > LINE
+    }
+
+    /// Value line heads.
+    const fn heads(&self) -> usize {
+        self.slots.div_ceil(self.per_line)
+    }
+
+    /// The cells under head `h` (the last head may describe fewer than `per_line`).
+    const fn under(&self, h: usize) -> usize {
+        let rest = self.slots - h * self.per_line;
+        if rest < self.per_line {
+            rest
+        } else {
+            self.per_line
+        }
     }
 
     /// The cell version an SMO gives cell `j` when it writes a leaf over `old` (the versions of
@@ -247,6 +325,10 @@ pub enum Judge {
 
 fn word(buf: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn put(out: &mut [u8], at: usize, w: u64) {
+    out[at..at + 8].copy_from_slice(&w.to_le_bytes());
 }
 
 /// A leaf image as one READ returned it.
@@ -286,12 +368,16 @@ impl<'b> LeafImage<'b> {
             // corrupt leaf, as long as some other line says the leaf exists.
             return Err(if word(buf, LINE) != 0 { Refused::Torn } else { Refused::NotALeaf });
         }
-        let torn = (0..shape.key_lines).any(|i| word(buf, LINE * (1 + i)) as u32 != nv)
-            || (0..shape.slots).any(|j| {
-                let m = CellMeta(word(buf, shape.cell_at(j)));
-                m.nv() != nv || m.state().is_none()
-            });
-        if torn {
+        // Every key word carries the epoch (free or used, nothing else set); so does every head.
+        let key_ok = |j: usize| {
+            let w = word(buf, shape.key_at(j));
+            w & !0x1FF == free_key(nv) && (w & 1 << 8 != 0 || w & 0xFF == 0)
+        };
+        let head_ok = |h: usize| {
+            let head = LineHead(word(buf, shape.cells_at + shape.cell * h));
+            head.nv() == nv && head.well_formed(shape.under(h), shape.multi_line())
+        };
+        if !(0..shape.slots).all(key_ok) || !(0..shape.heads()).all(head_ok) {
             return Err(Refused::Torn);
         }
         Ok(())
@@ -335,19 +421,29 @@ impl<'b> LeafImage<'b> {
 
     /// Key `j` (0: free).
     pub fn key(&self, j: usize) -> u64 {
-        word(self.buf, self.shape.key_at(j))
+        let w = word(self.buf, self.shape.key_at(j));
+        if w & 1 << 8 == 0 {
+            return 0;
+        }
+        self.lo() & !0xFF | w & 0xFF
     }
 
-    pub fn meta(&self, j: usize) -> CellMeta {
-        CellMeta(word(self.buf, self.shape.cell_at(j)))
+    /// The head word describing cell `j`.
+    pub fn head(&self, j: usize) -> LineHead {
+        LineHead(word(self.buf, self.shape.head_at(j)))
+    }
+
+    /// Cell `j`'s state.
+    pub fn state(&self, j: usize) -> State {
+        self.head(j).state(self.shape.pos(j)).expect("a checked image")
     }
 
     /// Appends cell `j`'s value bytes to `out` (whole only if [`LeafImage::cell_whole`]).
     pub fn value_into(&self, j: usize, out: &mut Vec<u8>) {
-        let (at, w) = (self.shape.cell_at(j), self.shape.value);
-        out.extend_from_slice(&self.buf[at + 8..at + 8 + w.min(LINE_VALUE)]);
+        let (at, w) = (self.shape.value_at(j), self.shape.value);
+        out.extend_from_slice(&self.buf[at..at + w.min(LINE_VALUE)]);
         let mut rest = w.saturating_sub(LINE_VALUE);
-        let mut line = at + LINE;
+        let mut line = self.shape.head_at(j) + LINE;
         while rest > 0 {
             let n = rest.min(TAIL_VALUE);
             out.extend_from_slice(&self.buf[line + 1..line + 1 + n]);
@@ -356,10 +452,13 @@ impl<'b> LeafImage<'b> {
     }
 
     /// Whether cell `j` is of one version: always for one-line cells; for a multi-line cell,
-    /// when every line's cl byte repeats `M.cv` (a writer's lines may be landing otherwise).
+    /// when every line's cl byte repeats `H.cv` (a writer's lines may be landing otherwise).
     pub fn cell_whole(&self, j: usize) -> bool {
-        let at = self.shape.cell_at(j);
-        let cl = self.meta(j).cv() as u8;
+        if !self.shape.multi_line() {
+            return true;
+        }
+        let at = self.shape.head_at(j);
+        let cl = self.head(j).cv() as u8;
         (LINE..self.shape.cell).step_by(LINE).all(|t| self.buf[at + t] == cl)
     }
 
@@ -374,7 +473,7 @@ impl<'b> LeafImage<'b> {
         if !self.shape.multi_line() {
             return Vec::new();
         }
-        (0..self.shape.slots).map(|j| self.meta(j).cv()).collect()
+        (0..self.shape.slots).map(|j| self.head(j).cv()).collect()
     }
 
     pub fn judge(&self, key: u64) -> Judge {
@@ -386,20 +485,33 @@ impl<'b> LeafImage<'b> {
         }
     }
 
-    /// The slot holding `key` (any state). A key occupies at most one slot per epoch.
+    /// The slot of `key` that is not DELETED (a LIVE one if the image shows two: a READ may
+    /// see a slot LIVE just before a delete and the re-insert's slot after it), or `None`.
+    /// Outside an SMO's window a key has at most one such slot per epoch.
     pub fn find(&self, key: u64) -> Option<usize> {
-        (0..self.shape.slots).find(|&j| self.key(j) == key)
+        let mut pending = None;
+        for j in (0..self.shape.slots).filter(|&j| self.key(j) == key) {
+            match self.state(j) {
+                State::Live => return Some(j),
+                State::Empty => pending = pending.or(Some(j)),
+                State::Deleted => {}
+            }
+        }
+        pending
     }
 
     /// [`LeafImage::find`], the keys it compared reported to `c` (cells are unsorted: every
-    /// one up to the key's, or all of them).
+    /// one up to the key's live slot, or all of them).
     pub fn find_reported<T: dmindex_fabric::Transport>(
         &self,
         c: &dmindex_fabric::Client<T>,
         key: u64,
     ) -> Option<usize> {
         let found = self.find(key);
-        let compared = found.map_or(self.shape.slots, |j| j + 1);
+        let compared = match found {
+            Some(j) if self.state(j) == State::Live => j + 1,
+            _ => self.shape.slots,
+        };
         c.compute(dmindex_fabric::Work::KeyCompare, compared as u64);
         found
     }
@@ -414,8 +526,7 @@ impl<'b> LeafImage<'b> {
         let (lo, hi) = (self.lo(), self.hi());
         (0..self.shape.slots).filter_map(move |j| {
             let k = self.key(j);
-            let live =
-                k != 0 && (lo..=hi).contains(&k) && self.meta(j).state() == Some(State::Live);
+            let live = k != 0 && (lo..=hi).contains(&k) && self.state(j) == State::Live;
             live.then_some((k, j))
         })
     }
@@ -439,59 +550,60 @@ pub fn encode<'v>(
     debug_assert!(nv != 0 && lo <= hi && prefix(lo) == prefix(hi));
     out.clear();
     out.resize(shape.bytes, 0);
-    let put =
-        |out: &mut Vec<u8>, at: usize, w: u64| out[at..at + 8].copy_from_slice(&w.to_le_bytes());
     put(out, 0, rev);
     put(out, SPEAR, spear);
     put(out, LO, lo);
     put(out, HI, hi);
     put(out, META, (shape.slots as u64) << 32 | u64::from(nv));
-    for i in 0..shape.key_lines {
-        put(out, LINE * (1 + i), u64::from(nv));
+    for j in 0..shape.slots {
+        put(out, shape.key_at(j), free_key(nv));
+    }
+    for h in 0..shape.heads() {
+        let head = LineHead::versioned(State::Empty, nv, shape.next_cv(over, h));
+        encode_cell(shape, head, &[], &mut out[shape.cells_at + shape.cell * h..][..shape.cell]);
     }
     let mut pairs = pairs.into_iter();
-    for j in 0..shape.slots {
-        let (meta, value) = match pairs.next() {
-            Some((k, v, state)) => {
-                debug_assert!(k != 0 && v.len() == shape.value);
-                put(out, shape.key_at(j), k);
-                (CellMeta::versioned(state, nv, shape.next_cv(over, j)), v)
-            }
-            None => (CellMeta::versioned(State::Empty, nv, shape.next_cv(over, j)), &[][..]),
-        };
-        let at = shape.cell_at(j);
-        encode_cell(shape, meta, value, &mut out[at..at + shape.cell]);
+    for (j, (k, v, state)) in (0..shape.slots).zip(pairs.by_ref()) {
+        debug_assert!(k != 0 && prefix(k) == prefix(lo) && v.len() == shape.value);
+        put(out, shape.key_at(j), key_word(nv, k));
+        let at = shape.head_at(j);
+        let head = LineHead(word(out, at)).with(shape.pos(j), state);
+        if shape.multi_line() {
+            encode_cell(shape, head, v, &mut out[at..at + shape.cell]);
+        } else {
+            put(out, at, head.0);
+            out[shape.value_at(j)..][..v.len()].copy_from_slice(v);
+        }
     }
     assert!(pairs.next().is_none(), "more pairs than slots");
 }
 
-/// The bytes of one cell (meta word, value, and for a multi-line cell every line's cl byte
-/// `meta.cv`), padded to the cell: what an insert or an upsert WRITEs. `value` may be empty (an
-/// empty cell).
-pub fn encode_cell(shape: &Shape, meta: CellMeta, value: &[u8], out: &mut [u8]) {
+/// The bytes of one multi-line cell (head word, value, and every line's cl byte `head.cv`),
+/// padded to the cell: what a multi-line writer WRITEs. `value` may be empty (an empty cell).
+/// For a one-line shape, the head and the value of the line's first cell.
+pub fn encode_cell(shape: &Shape, head: LineHead, value: &[u8], out: &mut [u8]) {
     let out = &mut out[..shape.cell];
     out.fill(0);
-    out[..8].copy_from_slice(&meta.0.to_le_bytes());
-    let head = value.len().min(LINE_VALUE);
-    out[8..8 + head].copy_from_slice(&value[..head]);
+    out[..8].copy_from_slice(&head.0.to_le_bytes());
+    let first = value.len().min(LINE_VALUE);
+    out[8..8 + first].copy_from_slice(&value[..first]);
     for (t, line) in out.chunks_exact_mut(LINE).enumerate().skip(1) {
-        line[0] = meta.cv() as u8;
+        line[0] = head.cv() as u8;
         let from = (LINE_VALUE + TAIL_VALUE * (t - 1)).min(value.len());
         let n = (value.len() - from).min(TAIL_VALUE);
         line[1..1 + n].copy_from_slice(&value[from..from + n]);
     }
 }
 
-/// The first line of cell `j` of a leaf image made by [`encode`] (the whole cell if it fits a
-/// line), with its meta word turned LIVE: the one WRITE that makes a pending cell's value
-/// visible, the rest of its lines being in place already.
-pub fn live_head(shape: &Shape, image: &[u8], j: usize) -> [u8; LINE] {
-    let at = shape.cell_at(j);
-    let mut line = [0u8; LINE];
-    line[..shape.cell.min(LINE)].copy_from_slice(&image[at..at + shape.cell.min(LINE)]);
-    let meta = CellMeta(word(&line, 0)).with_state(State::Live);
-    line[..8].copy_from_slice(&meta.0.to_le_bytes());
-    line
+/// The line holding cell `j`'s head in a leaf image made by [`encode`], with cell `j` turned
+/// LIVE, and its offset: the one WRITE that makes a pending cell of a leaf nobody else writes
+/// (a split's new leaf, born claimed) visible, its other lines being in place already.
+pub fn live_head(shape: &Shape, image: &[u8], j: usize) -> (usize, [u8; LINE]) {
+    let at = shape.head_at(j);
+    let mut line: [u8; LINE] = image[at..at + LINE].try_into().expect("a line");
+    let head = LineHead(word(&line, 0)).with(shape.pos(j), State::Live);
+    line[..8].copy_from_slice(&head.0.to_le_bytes());
+    (at, line)
 }
 
 /// Where an SMO of a leaf holding `live` pairs (sorted by key) splits: `None` to compact in
@@ -502,169 +614,4 @@ pub fn split_at(shape: &Shape, live: usize) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn shape() -> Shape {
-        Shape::new(36, 8).unwrap()
-    }
-
-    #[test]
-    fn layout_is_pinned() {
-        let s = shape();
-        assert_eq!((s.key_lines, s.cell, s.cells_at, s.bytes), (6, 16, 448, 1024));
-        let keys: Vec<usize> = [0, 6, 7, 35].iter().map(|&j| s.key_at(j)).collect();
-        assert_eq!(keys, [72, 120, 136, 392]);
-        assert_eq!((s.cell_at(0), s.cell_at(35)), (448, 1008));
-        let sizes: Vec<(usize, usize)> = [24, 32, 56]
-            .iter()
-            .map(|&w| {
-                let s = Shape::new(36, w).unwrap();
-                (s.cell, s.bytes)
-            })
-            .collect();
-        assert_eq!(sizes, [(32, 1600), (64, 2752), (64, 2752)]);
-        assert_eq!(Shape::new(7, 8).unwrap().bytes, 64 * (1 + 1 + 2));
-        assert!(Shape::new(1, 8).is_err() && Shape::new(36, 4097).is_err());
-        // Multi-line cells: 100-byte values take two lines, 56 + 63 value bytes.
-        let m = Shape::new(36, 100).unwrap();
-        assert_eq!((m.cell, m.bytes, m.multi_line()), (128, 5056, true));
-        assert_eq!(
-            (Shape::new(36, 57).unwrap().cell, Shape::new(36, 120).unwrap().cell),
-            (128, 192)
-        );
-        assert_eq!(CellMeta::versioned(State::Live, 7, 0x1234).0, 0x1234 << 48 | 1 << 32 | 7);
-        assert_eq!(CellMeta::new(State::Live, 7).lock().0, 1 << 34 | 1 << 32 | 7);
-        assert_eq!(CellMeta(1 << 40).state(), None, "bits 35..48 are never set");
-        assert!(Shape::new(36, 0).is_err() && Shape::new(257, 8).is_err());
-        assert_eq!(CellMeta::new(State::Live, 7).0, 1 << 32 | 7);
-        assert_eq!(CellMeta::new(State::Deleted, 1).0, 2 << 32 | 1);
-        assert_eq!(CellMeta(3 << 32).state(), None);
-    }
-
-    #[test]
-    fn encode_then_check_then_read() {
-        let s = shape();
-        let lo = 0x0102_0304_0506_0700;
-        let hi = lo | 0xFF;
-        let mut out = Vec::new();
-        let pairs = [(lo + 5, [5u8; 8]), (lo + 1, [1; 8]), (lo + 9, [9; 8])];
-        encode(
-            &s,
-            0xAB,
-            3,
-            lo,
-            hi,
-            4,
-            &[],
-            pairs
-                .iter()
-                .enumerate()
-                .map(|(i, (k, v))| (*k, &v[..], if i == 1 { State::Deleted } else { State::Live })),
-            &mut out,
-        );
-        assert_eq!(out.len(), 1024);
-        assert_eq!(word(&out, 72), lo + 5, "key 0 at its pinned offset");
-        assert_eq!(word(&out, 448), CellMeta::new(State::Live, 4).0);
-        assert_eq!(&out[456..464], &[5; 8]);
-        let img = LeafImage::check(&s, &out).expect("a whole image checks");
-        assert_eq!((img.rev(), img.spear(), img.nv()), (0xAB, 3, 4));
-        assert_eq!(img.find(lo + 1), Some(1));
-        assert_eq!(img.meta(1).state(), Some(State::Deleted));
-        let mut v = Vec::new();
-        img.value_into(2, &mut v);
-        assert_eq!((v, img.cell_whole(2), img.live_whole()), (vec![9; 8], true, true));
-        assert_eq!(img.free_from(0), Some(3));
-        assert_eq!(img.live().collect::<Vec<_>>(), [(lo + 5, 0), (lo + 9, 2)]);
-        assert_eq!(img.judge(lo), Judge::Here);
-        assert_eq!(img.judge(hi + 1), Judge::OtherPrefix);
-        let narrow = {
-            let mut o = out.clone();
-            o[HI..HI + 8].copy_from_slice(&(lo + 6).to_le_bytes());
-            o
-        };
-        let n = LeafImage::check(&s, &narrow).unwrap();
-        assert_eq!((n.judge(lo + 7), n.live().count()), (Judge::Right, 1));
-    }
-
-    #[test]
-    fn torn_and_unwritten_images_are_refused() {
-        let s = shape();
-        let lo = 0x0A00;
-        let (mut old, mut new) = (Vec::new(), Vec::new());
-        let v = [7u8; 8];
-        encode(&s, 0, 0, lo, lo | 0xFF, 1, &[], [(lo + 1, &v[..], State::Live)], &mut old);
-        encode(&s, 0, 0, lo, lo + 0x7F, 2, &[], [(lo + 2, &v[..], State::Live)], &mut new);
-        // Every mix of whole lines from two epochs other than all-old and all-new is refused.
-        let lines = s.bytes / LINE;
-        for mask in 1..(1u32 << lines) - 1 {
-            let mut mix = old.clone();
-            for l in (0..lines).filter(|l| mask >> l & 1 == 1) {
-                mix[l * LINE..(l + 1) * LINE].copy_from_slice(&new[l * LINE..(l + 1) * LINE]);
-            }
-            assert_eq!(LeafImage::check(&s, &mix).err(), Some(Refused::Torn), "mask {mask:#x}");
-        }
-        assert!(LeafImage::check(&s, &old).is_ok() && LeafImage::check(&s, &new).is_ok());
-        assert_eq!(LeafImage::check(&s, &vec![0; s.bytes]).err(), Some(Refused::NotALeaf));
-        assert_eq!(LeafImage::check(&s, &old[..512]).err(), Some(Refused::NotALeaf));
-    }
-
-    #[test]
-    fn multi_line_cells_carry_their_version_on_every_line() {
-        let s = Shape::new(8, 150).unwrap();
-        assert_eq!(s.cell, 192, "56 + 63 + 63 >= 150: three lines");
-        let lo = 0x0A00;
-        let v: Vec<u8> = (0..150).map(|i| i as u8 + 1).collect();
-        let mut img = Vec::new();
-        encode(&s, 0, 0, lo, lo | 0xFF, 3, &[], [(lo + 1, &v[..], State::Live)], &mut img);
-        let at = s.cell_at(0);
-        // Fresh memory: version 1 everywhere; line t starts with its cl byte.
-        assert_eq!(word(&img, at), CellMeta::versioned(State::Live, 3, 1).0);
-        assert_eq!((img[at + 64], img[at + 128]), (1, 1));
-        assert_eq!((img[at + 8], img[at + 63], img[at + 65], img[at + 128 + 31]), (1, 56, 57, 150));
-        let leaf = LeafImage::check(&s, &img).unwrap();
-        let mut got = Vec::new();
-        leaf.value_into(0, &mut got);
-        assert_eq!((got, leaf.cell_whole(0)), (v.clone(), true));
-        // A rewrite in place: every cell at its old version + 2.
-        let mut again = Vec::new();
-        encode(
-            &s,
-            0,
-            0,
-            lo,
-            lo | 0xFF,
-            4,
-            &leaf.cvs(),
-            [(lo + 1, &v[..], State::Live)],
-            &mut again,
-        );
-        assert_eq!(LeafImage::check(&s, &again).unwrap().meta(5).cv(), 3);
-        // A writer's version 2 landing line by line: any mix of its lines with version 1's is
-        // refused, the whole of either taken.
-        let mut next = [0u8; 192];
-        let w: Vec<u8> = v.iter().map(|b| b ^ 0xFF).collect();
-        encode_cell(&s, CellMeta::versioned(State::Live, 3, 2), &w, &mut next);
-        for mask in 0..8u32 {
-            let mut mix = img.clone();
-            for l in (0..3).filter(|l| mask >> l & 1 == 1) {
-                mix[at + 64 * l..at + 64 * (l + 1)].copy_from_slice(&next[64 * l..64 * (l + 1)]);
-            }
-            let m = LeafImage::check(&s, &mix).unwrap();
-            assert_eq!(m.cell_whole(0), mask == 0 || mask == 7, "mask {mask:#b}");
-            assert_eq!(m.live_whole(), mask == 0 || mask == 7);
-        }
-    }
-
-    #[test]
-    fn split_or_compact() {
-        let s = shape();
-        assert_eq!(split_at(&s, 36), Some(18));
-        assert_eq!(split_at(&s, 28), Some(14));
-        assert_eq!(split_at(&s, 27), None, "three quarters live: compact in place");
-        let mut cell = [0xEEu8; 16];
-        encode_cell(&s, CellMeta::new(State::Live, 9), &[1, 2, 3, 4, 5, 6, 7, 8], &mut cell);
-        assert_eq!(cell[..8], CellMeta::new(State::Live, 9).0.to_le_bytes());
-        assert_eq!(cell[8..], [1, 2, 3, 4, 5, 6, 7, 8]);
-    }
-}
+mod tests;

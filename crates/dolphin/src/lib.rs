@@ -19,7 +19,7 @@
 //!
 //! Keys are exactly 8 bytes, compared as big-endian integers; key 0 is reserved (a free key
 //! word). Values are exactly the configured `max_value` bytes (1 to 4096). Up to 56 bytes a value
-//! shares one cache line with its cell's meta word and writes are lock-free; longer values take
+//! shares one cache line with the line head that holds its state and writes are lock-free; longer values take
 //! multi-line cells whose writers serialise on a per-cell lock, one round trip more per write
 //! ([`leaf`], [`sync`]).
 //!
@@ -40,9 +40,9 @@
 //! |---|---|---|
 //! | search | 1 | 1: READ leaf |
 //! | update | 2 | 2: `[FAA +1, READ leaf]`, `[WRITE value, FAA −1]` |
-//! | insert, new key | 3 | 3: `[FAA +1, READ leaf]`, CAS key word, `[WRITE cell, FAA −1]` |
+//! | insert, new key | 3 | 3: `[FAA +1, READ leaf]`, CAS key word, `[WRITE value, masked CAS line head, FAA −1]` |
 //! | insert, present key | — | 2 |
-//! | delete | 2 | 2: `[FAA +1, READ leaf]`, `[CAS cell meta, FAA −1]` |
+//! | delete | 2 | 2: `[FAA +1, READ leaf]`, `[masked CAS line head, FAA −1]` |
 //! | insert that splits | — | 5: `[FAA +1, READ leaf]` (no free slot), claim `[FAA, READ]`, `[WRITE new leaf, READ special node]`, slot CAS, `[WRITE old leaf, WRITE new cell, FAA, FAA]` |
 //! | insert of a new 7-byte prefix | — | 1 CAS after the descent (+1 WRITE when the new special node is on another memory node) |
 //! | scan of 100 items | 2–3 READ rounds | 1 doorbell of leaf READs per prefix with its special node cached, +1 READ of it when not ([`scan`]) |
@@ -50,16 +50,19 @@
 //! # Races the paper leaves open, and how they are closed
 //!
 //! * **Two inserts of one key take two slots.** Key words are written once per leaf epoch, by a
-//!   CAS from 0, and an insert takes the *first* free slot of its image; a failed CAS returns the
-//!   word, which the inserter treats as a read. So a key holds at most one slot per epoch, and
-//!   only an SMO (which Spear keeps away from every insert) rewrites keys. No extra round trip.
+//!   CAS from free, and an insert takes the *first* free slot of its image; a failed CAS returns
+//!   the word, which the inserter treats as a read. So a key holds at most one slot that is not
+//!   DELETED per epoch, and only an SMO (which Spear keeps away from every insert) rewrites keys.
+//!   No extra round trip.
 //! * **An update writes after a delete and a re-insert reused the slot.** A delete keeps the key
-//!   and turns the cell's meta word to DELETED by CAS; an update never writes the meta word; a
-//!   slot goes to another key only through an SMO's compaction, which Spear excludes. No extra
-//!   round trip.
-//! * **A reader sees a key whose value is not written yet.** The cell meta word, in the value's
-//!   cache line, is EMPTY until the value WRITE makes it LIVE: a key in an EMPTY cell is a
-//!   pending insert and invisible. 8 bytes per slot, no round trip.
+//!   and turns the cell's state bits in its line head to DELETED by masked CAS; DELETED is final
+//!   for the epoch (a re-insert takes a free slot), an update never writes a state, and a slot
+//!   goes to another key only through an SMO's compaction, which Spear excludes. No extra round
+//!   trip.
+//! * **A reader sees a key whose value is not written yet.** A cell's state, in its line's head
+//!   word (the value's cache line), is EMPTY until the insert's masked CAS, posted after its
+//!   value WRITE in one doorbell, turns it LIVE: a key in an EMPTY cell is a pending insert and
+//!   invisible. One head word per 7 cells (8-byte values), no round trip.
 //! * **A READ torn across an SMO's in-place rewrite.** Every line carries the leaf epoch; an
 //!   image is accepted only if all agree ([`leaf::LeafImage::check`]). One more READ when a
 //!   search overlaps a split.
@@ -75,12 +78,12 @@
 //! * **Every prefix has a special node**, even one with a single leaf; the public code hangs a
 //!   prefix's first leaf directly from the deepest inner node (a *hidden prefix*) and makes the
 //!   special node at the first split. At the paper's density (512 M keys in a 2³⁰ key space,
-//!   ~128 keys a prefix, 36 a leaf) every prefix splits anyway; a single-leaf prefix costs one
+//!   ~128 keys a prefix, 56 a leaf) every prefix splits anyway; a single-leaf prefix costs one
 //!   N4 (64 B remote, 17 B of cache) and no round trip, and the push-down of a hidden leaf under
 //!   concurrent inserts (a race the public code does not handle) does not exist.
-//! * Leaves hold 36 slots in 1 KB (the public code: 65 in 1088 B): every line carries the epoch
-//!   and every slot a cell meta word, which is what makes torn reads and the races above
-//!   detectable ([`leaf`]).
+//! * Leaves hold 56 slots in 1 KB (the public code: 65 in 1088 B): every key word and every value
+//!   line head carries the epoch, and each line head the states of its cells, which is what
+//!   makes torn reads and the races above detectable ([`leaf`]).
 //! * The public code's defects (values detached from their keys by a split, versions never
 //!   incremented, exact match in uncached special-node lookups, no delete, no scan, FAA and READ
 //!   as two round trips) are not carried over.
@@ -129,7 +132,7 @@ pub const OPTIONS: Options = Options {
 };
 
 /// Slots per leaf by default: 1 KB leaves with 8-byte values.
-pub const DEFAULT_SLOTS: usize = 36;
+pub const DEFAULT_SLOTS: usize = 56;
 /// Polls a split makes for operations in flight on its leaf before it gives up and retries.
 pub const DEFAULT_DRAIN_POLLS: usize = 256;
 /// Keys are this long.

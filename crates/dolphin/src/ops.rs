@@ -31,7 +31,7 @@ use dmindex_prim::radix::slot::Child;
 use dmindex_prim::radix::{At, Kind, NodeImage, Pos};
 use dmindex_prim::spear::{Born, Claimed, Held};
 
-use crate::leaf::{Judge, LINE, LO, SPEAR};
+use crate::leaf::{Judge, LO, SPEAR};
 use crate::smo::{self, Frame, Pairs, Smo, SplitImages};
 use crate::sync::{self, search_image_reported, Write};
 use crate::{bump, Dolphin, ROOT_KIND, SPECIAL_DEPTH};
@@ -218,12 +218,12 @@ impl Dolphin {
         // The old leaf's rewrite (never its first 16 bytes: the rev hint and the Spear word),
         // the new leaf's rev hint, the moved key's cell turned live, then both releases.
         let rev = slot.raw().to_le_bytes();
-        let cell = plan.new_cell.map(|(j, cell)| (new.add(shape.cell_at(j) as u64), cell));
+        let cell = plan.new_cell.map(|(at, line)| (new.add(at as u64), line));
         let mut ops = Vec::with_capacity(5);
         ops.push(BatchOp::Write { addr: to.leaf.add(LO as u64), data: &plan.old[LO..] });
         ops.push(BatchOp::Write { addr: new, data: &rev });
         if let Some((addr, bytes)) = &cell {
-            ops.push(BatchOp::Write { addr: *addr, data: &bytes[..shape.cell.min(LINE)] });
+            ops.push(BatchOp::Write { addr: *addr, data: bytes });
         }
         ops.push(claimed.release());
         ops.push(Born::new(new.add(SPEAR as u64)).release());

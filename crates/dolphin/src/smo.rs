@@ -160,8 +160,9 @@ pub struct SplitImages {
     pub old: Vec<u8>,
     /// The new leaf, whole.
     pub new: Vec<u8>,
-    /// The inserted key's cell in the new leaf (its slot, and its first line as it is once
-    /// live: the meta word turns LIVE, the other lines are in `new` already), if it moved.
+    /// The line of the new leaf that turns the inserted key's cell LIVE (its offset, and the
+    /// line with its head's state bits set: the value and any other lines are in `new`
+    /// already), if the key moved. The new leaf is claimed, so no one else writes that line.
     pub new_cell: Option<(usize, [u8; LINE])>,
 }
 
@@ -186,7 +187,7 @@ impl SplitImages {
         encode(shape, 0, spear::BORN_CLAIMED, at_key, frame.hi, 1, &[], moved, &mut new);
         let new_cell = (at..pairs.len())
             .find(|&i| pairs.get(i, w).0 == key)
-            .map(|i| (i - at, live_head(shape, &new, i - at)));
+            .map(|i| live_head(shape, &new, i - at));
         SplitImages { at_key, old, new, new_cell }
     }
 }

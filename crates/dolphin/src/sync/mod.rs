@@ -6,24 +6,25 @@
 //! | operation | round trips | verbs |
 //! |---|---|---|
 //! | search | 1 | READ leaf (again if torn by an SMO) |
-//! | insert of a new key | 3 | `[FAA +1, READ leaf]`; CAS the first free key word 0 → key; `[WRITE cell (LIVE, value), FAA −1]` |
-//! | insert of a present key (upsert) | 2 | `[FAA +1, READ leaf]`; `[WRITE cell (LIVE, value), FAA −1]` |
-//! | update | 2 | `[FAA +1, READ leaf]`; `[WRITE value bytes, FAA −1]` (the meta word is never written) |
-//! | delete | 2 | `[FAA +1, READ leaf]`; `[CAS meta LIVE → DELETED, FAA −1]` |
+//! | insert of a new key | 3 | `[FAA +1, READ leaf]`; CAS the first free key word free → key; `[WRITE value, masked CAS head: cell EMPTY → LIVE, FAA −1]` |
+//! | insert of a present key (upsert) | 2 | `[FAA +1, READ leaf]`; `[WRITE value, FAA −1]` (`+ masked CAS EMPTY → LIVE` when pending) |
+//! | update | 2 | `[FAA +1, READ leaf]`; `[WRITE value bytes, FAA −1]` (the head is never written) |
+//! | delete | 2 | `[FAA +1, READ leaf]`; `[masked CAS head: cell LIVE → DELETED, FAA −1]` |
 //! | absent key (update, delete) | 2 | `[FAA +1, READ leaf]`; `FAA −1` |
 //!
 //! # Multi-line cells (values over 56 bytes)
 //!
 //! Two WRITEs of one multi-line cell could interleave line by line and leave a value torn for
-//! good, so writers of such a cell serialise on its lock bit `M.L`, taken by CAS after the entry
+//! good, so writers of such a cell serialise on its lock bit `H.L` (the cell's line head, which
+//! describes that cell alone), taken by CAS after the entry
 //! (a locked cell turns the writer away to enter again), and released by the writer's last WRITE:
 //!
 //! | operation | round trips | verbs |
 //! |---|---|---|
-//! | insert of a new key | 4 | enter; CAS key 0 → key; CAS `M` → `M \| L`; `[WRITE lines 1.., WRITE line 0 (M LIVE at cv + 1, unlocked), FAA −1]` |
-//! | insert of a present key | 3 | enter; CAS `M` → `M \| L`; the same doorbell |
-//! | update | 3 | enter; CAS `M` (LIVE) → `M \| L`; the same doorbell |
-//! | delete | 2 | enter; `[CAS M LIVE unlocked → DELETED, FAA −1]` (a locked cell: enter again) |
+//! | insert of a new key | 4 | enter; CAS key free → key; CAS `H` → `H \| L`; `[WRITE lines 1.., WRITE line 0 (H LIVE at cv + 1, unlocked), FAA −1]` |
+//! | insert of a present key | 3 | enter; CAS `H` (not DELETED) → `H \| L`; the same doorbell |
+//! | update | 3 | enter; CAS `H` (LIVE) → `H \| L`; the same doorbell |
+//! | delete | 2 | enter; `[masked CAS H LIVE unlocked → DELETED, FAA −1]` (a locked cell: enter again) |
 //! | search | 1 | READ; the cell is taken when whole ([`LeafImage::cell_whole`]), else READ again |
 //!
 //! Line 0 goes last: until it lands the cell's lines show the old version or a mismatch, never
@@ -32,18 +33,30 @@
 //! crashed holder; its Spear entry also keeps SMOs off the leaf). The lock costs a round trip
 //! over one-line cells on every write.
 //!
+//! # One-line cells: value first, state after
+//!
+//! Up to seven cells share a line head, so no writer WRITEs a head (it would erase a neighbour's
+//! state change): a cell's state moves by masked CAS on its two bits, EMPTY → LIVE → DELETED and
+//! never back within an epoch, and its value is written by a WRITE posted before that CAS in one
+//! doorbell, so it has landed when the state turns. A DELETED cell stays dead until an SMO:
+//! re-inserting its key takes a free slot, so a value WRITE that lands on a deleted cell (an
+//! update or upsert that read it LIVE) is never seen.
+//!
 //! # Linearization points
 //!
-//! * insert: its cell WRITE (the cell turns LIVE with the value in one cache line);
+//! * insert: the masked CAS that turns its cell LIVE (the value landed before it, in the same
+//!   line); every insert of that key whose WRITE landed before that CAS linearizes there too,
+//!   just before it in landing order (each is still in flight: its own CAS comes later); one
+//!   whose WRITE lands on a LIVE cell, at that WRITE; on a DELETED cell, just before the delete;
 //! * update → true: its value WRITE when it lands on a LIVE cell; when a delete's CAS came
 //!   between its READ and its WRITE, just before that delete (the bytes it wrote are never seen:
-//!   a re-insert rewrites the whole cell);
+//!   a deleted cell never turns LIVE again in its epoch);
 //! * delete → true: its CAS; update or delete → false, and a search: the READ that saw the cell
 //!   (for a multi-line update that found the cell DELETED when locking it, that CAS).
 //! * a multi-line insert or update: the WRITE of the cell's line 0.
 //!
-//! A key occupies at most one slot per leaf epoch (the crate docs explain why), so the cell a
-//! reader finds for a key is that key's only cell in the leaf.
+//! A key occupies at most one slot that is not DELETED per leaf epoch (the crate docs explain
+//! why), so the live cell a reader finds for a key is that key's only live cell in the leaf.
 
 use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
@@ -52,7 +65,8 @@ use dmindex_prim::spear::{self, Held};
 
 use crate::bump;
 use crate::leaf::{
-    encode_cell, CellMeta, Judge, LeafImage, Refused, Shape, State, LINE, MAX_CELL, SPEAR,
+    encode_cell, free_key, key_word, Judge, LeafImage, LineHead, Refused, Shape, State, LINE,
+    MAX_CELL, SPEAR,
 };
 
 /// Counters of the leaf protocol's slow paths.
@@ -95,7 +109,7 @@ pub async fn read<'b, T: Transport>(
     let mut attempts = Attempts::new();
     loop {
         c.read(leaf, &mut buf[..shape.bytes]).await?;
-        // Every line's epoch and every cell's meta word are checked.
+        // Every key word's epoch and every line head are checked.
         c.compute(Work::BytesScanned, shape.bytes as u64);
         match LeafImage::verify(shape, buf) {
             Ok(()) => return Ok(LeafImage::verified(shape, buf)),
@@ -144,7 +158,7 @@ pub fn search_image_reported<T: Transport>(
 /// The value in slot `found` of the image into `out`, as [`search_image`] answers.
 fn value_at(img: &LeafImage<'_>, found: Option<usize>, out: &mut Vec<u8>) -> Option<bool> {
     match found {
-        Some(j) if img.meta(j).state() == Some(State::Live) => {
+        Some(j) if img.state(j) == State::Live => {
             if !img.cell_whole(j) {
                 return None;
             }
@@ -159,36 +173,41 @@ fn value_at(img: &LeafImage<'_>, found: Option<usize>, out: &mut Vec<u8>) -> Opt
 /// How taking a multi-line cell's lock ended.
 enum Locked {
     /// Held; the word it replaced (unlocked).
-    Held(CellMeta),
+    Held(LineHead),
     /// Another writer holds it: leave and enter again.
     Busy,
-    /// Its state stopped matching what the writer needs (an update found it not LIVE).
+    /// Its state stopped matching what the writer needs (an update found it not LIVE, an
+    /// upsert found it DELETED).
     Gone,
 }
 
-/// Takes cell `j`'s lock, starting from the word `seen` the entry READ; `live` asks the cell to
-/// be LIVE. A failed CAS returns the word, as good as a READ of it.
+/// Takes multi-line cell `j`'s lock (its head describes it alone), starting from the word
+/// `seen` the entry READ; `live` asks the cell to be LIVE, else not DELETED. A failed CAS
+/// returns the word, as good as a READ of it. The loop ends: a failure means another writer
+/// changed the word, and it ends at once when that writer still holds the lock or the cell
+/// turned away.
 async fn lock_cell<T: Transport>(
     c: &Client<T>,
     shape: &Shape,
     leaf: GlobalAddr,
     j: usize,
-    mut seen: CellMeta,
+    mut seen: LineHead,
     live: bool,
 ) -> IndexResult<Locked> {
-    let at = leaf.add(shape.cell_at(j) as u64);
+    let at = leaf.add(shape.head_at(j) as u64);
     loop {
         if seen.locked() {
             return Ok(Locked::Busy);
         }
-        if live && seen.state() != Some(State::Live) {
+        let state = seen.state(0);
+        if state == Some(State::Deleted) || live && state != Some(State::Live) {
             return Ok(Locked::Gone);
         }
         let old = c.cas(at, seen.0, seen.lock().0).await?;
         if old == seen.0 {
             return Ok(Locked::Held(seen));
         }
-        seen = CellMeta(old);
+        seen = LineHead(old);
     }
 }
 
@@ -199,14 +218,14 @@ async fn write_locked<T: Transport>(
     shape: &Shape,
     leaf: GlobalAddr,
     j: usize,
-    was: CellMeta,
+    was: LineHead,
     value: &[u8],
     held: Held,
 ) -> IndexResult<()> {
     let mut cell = [0u8; MAX_CELL];
-    let meta = CellMeta::versioned(State::Live, was.nv(), was.cv().wrapping_add(1));
-    encode_cell(shape, meta, value, &mut cell);
-    let at = leaf.add(shape.cell_at(j) as u64);
+    let head = LineHead::versioned(State::Live, was.nv(), was.cv().wrapping_add(1));
+    encode_cell(shape, head, value, &mut cell);
+    let at = leaf.add(shape.head_at(j) as u64);
     let mut ops = [
         BatchOp::Write { addr: at.add(LINE as u64), data: &cell[LINE..shape.cell] },
         BatchOp::Write { addr: at, data: &cell[..LINE] },
@@ -257,22 +276,26 @@ pub async fn upsert<T: Transport>(
         Err(w) => return Ok(w),
     };
     let nv = img.nv();
-    let mut slot = img.find_reported(c, key);
+    let mut slot = img.find_reported(c, key).map(|j| (j, img.state(j)));
     let mut from = 0;
+    // Ends: each pass either claims a slot or moves `from` past one.
     while slot.is_none() {
         let Some(j) = img.free_from(from) else { return Ok(Write::Full(held)) };
-        let old = c.cas(leaf.add(shape.key_at(j) as u64), 0, key).await?;
-        if old == 0 || old == key {
-            slot = Some(j);
+        let mine = key_word(nv, key);
+        let old = c.cas(leaf.add(shape.key_at(j) as u64), free_key(nv), mine).await?;
+        if old == free_key(nv) || old == mine {
+            // Ours, or another insert's of this key (its state unknown: the turn to LIVE
+            // below compares it).
+            slot = Some((j, State::Empty));
         } else {
             // Taken by another key since the READ: the word is as good as a read of it.
             bump(&counters.lost_key_cas);
             from = j + 1;
         }
     }
-    let j = slot.expect("a slot");
+    let (j, state) = slot.expect("a slot");
     if shape.multi_line() {
-        return Ok(match lock_cell(c, shape, leaf, j, img.meta(j), false).await? {
+        return Ok(match lock_cell(c, shape, leaf, j, img.head(j), false).await? {
             Locked::Held(was) => {
                 write_locked(c, shape, leaf, j, was, value, held).await?;
                 Write::Done(())
@@ -283,13 +306,26 @@ pub async fn upsert<T: Transport>(
             }
         });
     }
-    let mut cell = [0u8; LINE];
-    encode_cell(shape, CellMeta::new(State::Live, nv), value, &mut cell);
-    let mut ops = [
-        BatchOp::Write { addr: leaf.add(shape.cell_at(j) as u64), data: &cell[..shape.cell] },
-        held.leave(),
-    ];
-    c.batch(&mut ops).await?;
+    let write = BatchOp::Write { addr: leaf.add(shape.value_at(j) as u64), data: value };
+    if state == State::Live {
+        // LIVE never turns back: the value WRITE alone (on a cell deleted since the READ it is
+        // never seen, and the upsert linearizes just before that delete).
+        c.batch(&mut [write, held.leave()]).await?;
+    } else {
+        // The value lands before the state turns (one doorbell, in order). A failed turn found
+        // the cell LIVE (another insert of the key turned it: this one linearizes just before
+        // that turn if its WRITE landed first, else at its WRITE) or DELETED (just before the
+        // delete, which came after this insert's READ saw the cell not LIVE).
+        let p = shape.pos(j);
+        let turn = AtomicOp::MaskedCas {
+            compare: LineHead::bits(p, State::Empty),
+            compare_mask: LineHead::mask(p),
+            swap: LineHead::bits(p, State::Live),
+            swap_mask: LineHead::mask(p),
+        };
+        let head = BatchOp::atomic(leaf.add(shape.head_at(j) as u64), turn);
+        c.batch(&mut [write, head, held.leave()]).await?;
+    }
     Ok(Write::Done(()))
 }
 
@@ -308,8 +344,8 @@ pub async fn update<T: Transport>(
         Err(w) => return Ok(w),
     };
     match img.find_reported(c, key) {
-        Some(j) if img.meta(j).state() == Some(State::Live) && shape.multi_line() => {
-            match lock_cell(c, shape, leaf, j, img.meta(j), true).await? {
+        Some(j) if img.state(j) == State::Live && shape.multi_line() => {
+            match lock_cell(c, shape, leaf, j, img.head(j), true).await? {
                 Locked::Held(was) => {
                     write_locked(c, shape, leaf, j, was, value, held).await?;
                     Ok(Write::Done(true))
@@ -324,8 +360,8 @@ pub async fn update<T: Transport>(
                 }
             }
         }
-        Some(j) if img.meta(j).state() == Some(State::Live) => {
-            let at = leaf.add((shape.cell_at(j) + 8) as u64);
+        Some(j) if img.state(j) == State::Live => {
+            let at = leaf.add(shape.value_at(j) as u64);
             c.batch(&mut [BatchOp::Write { addr: at, data: value }, held.leave()]).await?;
             Ok(Write::Done(true))
         }
@@ -350,31 +386,32 @@ pub async fn delete<T: Transport>(
             Ok(entered) => entered,
             Err(w) => return Ok(w),
         };
-        let Some(j) =
-            img.find_reported(c, key).filter(|&j| img.meta(j).state() == Some(State::Live))
-        else {
+        let Some(j) = img.find_reported(c, key).filter(|&j| img.state(j) == State::Live) else {
             held.leave_now(c).await?;
             return Ok(Write::Done(false));
         };
-        let live = img.meta(j);
-        if live.locked() {
+        if img.head(j).locked() {
             // A writer is mid-way: its write must not land on a deleted cell. Enter again.
             held.leave_now(c).await?;
             continue;
         }
-        let dead = live.with_state(State::Deleted);
-        let mut ops = [
-            BatchOp::atomic(
-                leaf.add(shape.cell_at(j) as u64),
-                AtomicOp::Cas { expected: live.0, new: dead.0 },
-            ),
-            held.leave(),
-        ];
+        // Only this cell's state bits (and a multi-line cell's lock) are compared: the other
+        // cells of the line change under it.
+        let p = shape.pos(j);
+        let lock = if shape.multi_line() { LineHead(0).lock().0 } else { 0 };
+        let kill = AtomicOp::MaskedCas {
+            compare: LineHead::bits(p, State::Live),
+            compare_mask: LineHead::mask(p) | lock,
+            swap: LineHead::bits(p, State::Deleted),
+            swap_mask: LineHead::mask(p),
+        };
+        let mut ops = [BatchOp::atomic(leaf.add(shape.head_at(j) as u64), kill), held.leave()];
         c.batch(&mut ops).await?;
-        if ops[0].old() == Some(live.0) {
+        if ops[0].old().is_some_and(|old| !kill.failed(old)) {
             return Ok(Write::Done(true));
         }
-        // Another delete won, or an upsert rewrote the cell: look again.
+        // Another delete won (the key may be in another slot since), or a multi-line writer
+        // holds the cell: look again.
     }
 }
 
