@@ -11,9 +11,11 @@
 //!  off 24  hi     u64  highest key covered (inclusive); lo and hi share their first 7 bytes
 //!  off 32  meta   u64  bits 0..32 nv, the leaf epoch (>= 1) | bits 32..48 S, the slots
 //!  off 40..64          zero
-//! key lines (K = ceil(S / 8)), from 64: key word j at 64 + 8 j
-//!  bits 32..64 nv | bit 8 used | bits 0..8 the key's last byte (its first 7 are lo's)
-//!  free = nv << 32; set once per epoch by CAS free -> used
+//! key line i (i < K = ceil(S / 28)), at 64 + 64 i
+//!  +0        ver   u64  the epoch of the creation or SMO that last wrote the line
+//!  +8 + 8 w  keys 28 i + 4 w .. + 3, a 16-bit field each (w < 7; field f at bits 16 f):
+//!            used << 8 | the key's last byte (its first 7 bytes are lo's); 0 = free; set once
+//!            per epoch by masked CAS 0 -> used
 //! value lines, from 64 (1 + K)
 //!  W <= 56 (W = the value size rounded up to 8): n = 56 / W cells a line (7 for 8-byte values)
 //!   cell j in line j / n, position p = j % n
@@ -28,31 +30,32 @@
 //! describes:
 //!
 //! ```text
-//!  63            48 47 46 45                      32 31                      0
-//! +----------------+--+--+--------------------------+-------------------------+
-//! | cv             |0 |L | st6 st5 st4 st3 st2 st1 st0 | nv: the leaf epoch    |
-//! +----------------+--+--+--------------------------+-------------------------+
+//!  63            48 47 46 45                           32 31                      0
+//! +----------------+--+--+-------------------------------+-------------------------+
+//! | cv             |0 |L | st6 st5 st4 st3 st2 st1 st0   | nv: the leaf epoch      |
+//! +----------------+--+--+-------------------------------+-------------------------+
 //!  st p (bits 32 + 2p .. 34 + 2p): 0 EMPTY (a key CAS'd into a slot whose cell is EMPTY is a
-//!      pending insert: invisible), 1 LIVE, 2 DELETED; monotonic within an epoch
+//!      pending insert: invisible), 1 LIVE, 2 DELETED; only forward within an epoch, so a
+//!      deleted cell stays dead until an SMO and a re-insert of its key takes a free slot
 //!  L, cv: multi-line cells only (0 otherwise): the writer lock, and the cell version that
 //!      every line's cl byte repeats when the cell is whole
 //! ```
 //!
-//! Default shape (56 slots, 8-byte values): K = 7 key lines, 8 value lines of 7 cells,
-//! 1024 bytes. 100-byte values, 36 slots: K = 5, 36 cells of 2 lines, 4992 bytes.
+//! Default shape (84 slots, 8-byte values): K = 3 key lines, 12 value lines of 7 cells,
+//! 1024 bytes. 100-byte values, 36 slots: K = 2, 36 cells of 2 lines, 4800 bytes.
 //!
 //! # Why each word is where it is
 //!
-//! * Keys are aligned words, CAS'd alone: the paper's reason for separate arrays. Every key of a
-//!   leaf shares `lo`'s 7-byte prefix, so a key word needs only the last byte; the other bits
-//!   carry the epoch, so a key line needs no epoch word of its own (8 keys a line, not 7).
+//! * Keys are set alone, by masked CAS on their field: the paper's reason for separate arrays.
+//!   Every key of a leaf shares `lo`'s 7-byte prefix, so a key needs only its last byte and a
+//!   used bit (byte 0 is a key): 28 keys and the epoch in a line, not 7.
 //! * A READ returns each cache line as of one instant but different lines from different
 //!   instants, so a slot's state must share its line with the value it describes: it is in the
 //!   line head. Several cells share the head, so writers change one cell's state bits by masked
 //!   CAS and never WRITE the head; a value is written by a WRITE posted before that CAS in the
 //!   same doorbell (one connection: the WRITE has landed when the CAS executes).
-//! * An SMO rewrites the leaf in place (new epoch in `meta`, in every key word, in every line
-//!   head); an image is accepted only if all of them agree ([`LeafImage::check`]), so a READ torn
+//! * An SMO rewrites the leaf in place (new epoch in `meta`, in every key line's `ver`, in every
+//!   line head); an image is accepted only if all of them agree ([`LeafImage::check`]), so a READ torn
 //!   across an SMO is detected, whatever mix of lines it returned.
 //! * The Spear word is inside line 0 but outside every WRITE (`[0, 8)` and `[16, ..)` are
 //!   written separately), so a rewrite never erases a concurrent FAA.
@@ -74,8 +77,10 @@ use dmindex_index::{IndexError, IndexResult};
 
 /// Bytes in a cache line.
 pub const LINE: usize = 64;
-/// Key words per key line (each carries the epoch: no epoch word).
-pub const KEYS_PER_LINE: usize = LINE / 8;
+/// Keys per key line: 16-bit fields in the 7 words after the line's epoch word.
+pub const KEYS_PER_LINE: usize = 7 * KEYS_PER_WORD;
+/// Keys per key word.
+pub const KEYS_PER_WORD: usize = 4;
 /// Offset of the Spear word.
 pub const SPEAR: usize = 8;
 /// Offset of `lo` (the first byte an SMO's header WRITE covers).
@@ -198,14 +203,14 @@ impl LineHead {
     }
 }
 
-/// The free key word of epoch `nv`.
-pub const fn free_key(nv: u32) -> u64 {
-    (nv as u64) << 32
+/// The key field of `key` (its last byte, and the used bit; its prefix is the leaf's).
+pub const fn key_field(key: u64) -> u64 {
+    1 << 8 | (key & 0xFF)
 }
 
-/// The key word of `key` in epoch `nv` (the key's last byte; its prefix is the leaf's).
-pub const fn key_word(nv: u32, key: u64) -> u64 {
-    free_key(nv) | 1 << 8 | (key & 0xFF)
+/// The bits of a key word that hold key field `f` (`f < KEYS_PER_WORD`).
+pub const fn field_mask(f: usize) -> u64 {
+    0xFFFF << (16 * f)
 }
 
 /// The sizes of one configuration's leaves.
@@ -254,9 +259,15 @@ impl Shape {
         Ok(Shape { slots, value, width, per_line, cell, key_lines, cells_at, bytes })
     }
 
-    /// Offset of key word `j`.
+    /// Offset of the word holding key `j`.
     pub const fn key_at(&self, j: usize) -> usize {
-        LINE + 8 * j
+        let i = j % KEYS_PER_LINE;
+        LINE * (1 + j / KEYS_PER_LINE) + 8 * (1 + i / KEYS_PER_WORD)
+    }
+
+    /// Key `j`'s field in its word.
+    pub const fn key_field_of(&self, j: usize) -> usize {
+        j % KEYS_PER_WORD
     }
 
     /// Offset of the head word describing cell `j` (a multi-line cell's start).
@@ -368,16 +379,20 @@ impl<'b> LeafImage<'b> {
             // corrupt leaf, as long as some other line says the leaf exists.
             return Err(if word(buf, LINE) != 0 { Refused::Torn } else { Refused::NotALeaf });
         }
-        // Every key word carries the epoch (free or used, nothing else set); so does every head.
+        // Every key line and every head carries the epoch; key fields are free or used.
+        let line_ok = |i: usize| word(buf, LINE * (1 + i)) == u64::from(nv);
         let key_ok = |j: usize| {
-            let w = word(buf, shape.key_at(j));
-            w & !0x1FF == free_key(nv) && (w & 1 << 8 != 0 || w & 0xFF == 0)
+            let f = word(buf, shape.key_at(j)) >> (16 * shape.key_field_of(j)) & 0xFFFF;
+            f & !0x1FF == 0 && (f & 1 << 8 != 0 || f == 0)
         };
         let head_ok = |h: usize| {
             let head = LineHead(word(buf, shape.cells_at + shape.cell * h));
             head.nv() == nv && head.well_formed(shape.under(h), shape.multi_line())
         };
-        if !(0..shape.slots).all(key_ok) || !(0..shape.heads()).all(head_ok) {
+        let ok = (0..shape.key_lines).all(line_ok)
+            && (0..shape.slots).all(key_ok)
+            && (0..shape.heads()).all(head_ok);
+        if !ok {
             return Err(Refused::Torn);
         }
         Ok(())
@@ -421,11 +436,11 @@ impl<'b> LeafImage<'b> {
 
     /// Key `j` (0: free).
     pub fn key(&self, j: usize) -> u64 {
-        let w = word(self.buf, self.shape.key_at(j));
-        if w & 1 << 8 == 0 {
+        let f = word(self.buf, self.shape.key_at(j)) >> (16 * self.shape.key_field_of(j));
+        if f & 1 << 8 == 0 {
             return 0;
         }
-        self.lo() & !0xFF | w & 0xFF
+        self.lo() & !0xFF | f & 0xFF
     }
 
     /// The head word describing cell `j`.
@@ -555,8 +570,8 @@ pub fn encode<'v>(
     put(out, LO, lo);
     put(out, HI, hi);
     put(out, META, (shape.slots as u64) << 32 | u64::from(nv));
-    for j in 0..shape.slots {
-        put(out, shape.key_at(j), free_key(nv));
+    for i in 0..shape.key_lines {
+        put(out, LINE * (1 + i), u64::from(nv));
     }
     for h in 0..shape.heads() {
         let head = LineHead::versioned(State::Empty, nv, shape.next_cv(over, h));
@@ -565,7 +580,9 @@ pub fn encode<'v>(
     let mut pairs = pairs.into_iter();
     for (j, (k, v, state)) in (0..shape.slots).zip(pairs.by_ref()) {
         debug_assert!(k != 0 && prefix(k) == prefix(lo) && v.len() == shape.value);
-        put(out, shape.key_at(j), key_word(nv, k));
+        let at = shape.key_at(j);
+        let keys = word(out, at) | key_field(k) << (16 * shape.key_field_of(j));
+        put(out, at, keys);
         let at = shape.head_at(j);
         let head = LineHead(word(out, at)).with(shape.pos(j), state);
         if shape.multi_line() {

@@ -40,7 +40,7 @@
 //! |---|---|---|
 //! | search | 1 | 1: READ leaf |
 //! | update | 2 | 2: `[FAA +1, READ leaf]`, `[WRITE value, FAA −1]` |
-//! | insert, new key | 3 | 3: `[FAA +1, READ leaf]`, CAS key word, `[WRITE value, masked CAS line head, FAA −1]` |
+//! | insert, new key | 3 | 3: `[FAA +1, READ leaf]`, masked CAS key field, `[WRITE value, masked CAS line head, FAA −1]` |
 //! | insert, present key | — | 2 |
 //! | delete | 2 | 2: `[FAA +1, READ leaf]`, `[masked CAS line head, FAA −1]` |
 //! | insert that splits | — | 5: `[FAA +1, READ leaf]` (no free slot), claim `[FAA, READ]`, `[WRITE new leaf, READ special node]`, slot CAS, `[WRITE old leaf, WRITE new cell, FAA, FAA]` |
@@ -49,10 +49,11 @@
 //!
 //! # Races the paper leaves open, and how they are closed
 //!
-//! * **Two inserts of one key take two slots.** Key words are written once per leaf epoch, by a
-//!   CAS from free, and an insert takes the *first* free slot of its image; a failed CAS returns
-//!   the word, which the inserter treats as a read. So a key holds at most one slot that is not
-//!   DELETED per epoch, and only an SMO (which Spear keeps away from every insert) rewrites keys.
+//! * **Two inserts of one key take two slots.** Key fields are written once per leaf epoch, by
+//!   a masked CAS of a free field, and an insert takes the *first* free slot of its image; a
+//!   failed CAS returns the word, which the inserter treats as a read. So a key holds at most one
+//!   slot that is not DELETED per epoch, and only an SMO (which Spear keeps away from every
+//!   insert) rewrites keys.
 //!   No extra round trip.
 //! * **An update writes after a delete and a re-insert reused the slot.** A delete keeps the key
 //!   and turns the cell's state bits in its line head to DELETED by masked CAS; DELETED is final
@@ -78,10 +79,11 @@
 //! * **Every prefix has a special node**, even one with a single leaf; the public code hangs a
 //!   prefix's first leaf directly from the deepest inner node (a *hidden prefix*) and makes the
 //!   special node at the first split. At the paper's density (512 M keys in a 2³⁰ key space,
-//!   ~128 keys a prefix, 56 a leaf) every prefix splits anyway; a single-leaf prefix costs one
+//!   ~128 keys a prefix, 84 a leaf) every prefix splits anyway; a single-leaf prefix costs one
 //!   N4 (64 B remote, 17 B of cache) and no round trip, and the push-down of a hidden leaf under
 //!   concurrent inserts (a race the public code does not handle) does not exist.
-//! * Leaves hold 56 slots in 1 KB (the public code: 65 in 1088 B): every key word and every value
+//! * Leaves hold 84 slots in 1 KB (the public code: 65 in 1088 B): a key is stored as its last
+//!   byte and a used bit (a leaf's keys share a 7-byte prefix), every key line and every value
 //!   line head carries the epoch, and each line head the states of its cells, which is what
 //!   makes torn reads and the races above detectable ([`leaf`]).
 //! * The public code's defects (values detached from their keys by a split, versions never
@@ -132,7 +134,7 @@ pub const OPTIONS: Options = Options {
 };
 
 /// Slots per leaf by default: 1 KB leaves with 8-byte values.
-pub const DEFAULT_SLOTS: usize = 56;
+pub const DEFAULT_SLOTS: usize = 84;
 /// Polls a split makes for operations in flight on its leaf before it gives up and retries.
 pub const DEFAULT_DRAIN_POLLS: usize = 256;
 /// Keys are this long.

@@ -20,8 +20,8 @@ fn each_operation_costs_the_papers_round_trips() {
     let cfg = IndexConfig::default();
     run_tasks([async {
         let ix = <Dolphin as PointIndex<_>>::create(&c, &cfg, 0).await.unwrap();
-        // Every other key of the prefix: three leaves under one special node (an N4), room in
-        // each, so the split below adds a fourth without growing the node (a type switch costs
+        // Every other key of the prefix: two leaves under one special node (an N4), room in
+        // each, so the split below adds a third without growing the node (a type switch costs
         // its own round trips).
         for n in (2..=200).step_by(2) {
             ix.insert(&c, &key(n), &n.to_le_bytes()).await.unwrap();
@@ -52,7 +52,7 @@ fn each_operation_costs_the_papers_round_trips() {
             s.extra.iter().find(|(k, _)| *k == "splits").unwrap().1
         };
         let mut split_cost = None;
-        for n in (1..=61).step_by(2) {
+        for n in (1..=199).step_by(2) {
             let (rt, before) = (c.counts().round_trips, splits(&ix));
             ix.insert(&c, &key(n), &n.to_le_bytes()).await.unwrap();
             if splits(&ix) > before {

@@ -1,42 +1,44 @@
 use super::*;
 
 fn shape() -> Shape {
-    Shape::new(56, 8).unwrap()
+    Shape::new(84, 8).unwrap()
 }
 
 #[test]
 fn layout_is_pinned() {
     let s = shape();
-    assert_eq!((s.key_lines, s.per_line, s.cells_at, s.bytes), (7, 7, 512, 1024));
-    let keys: Vec<usize> = [0, 7, 8, 55].iter().map(|&j| s.key_at(j)).collect();
-    assert_eq!(keys, [64, 120, 128, 504]);
-    let heads: Vec<usize> = [0, 6, 7, 55].iter().map(|&j| s.head_at(j)).collect();
-    assert_eq!(heads, [512, 512, 576, 960]);
-    let values: Vec<usize> = [0, 6, 7, 55].iter().map(|&j| s.value_at(j)).collect();
-    assert_eq!(values, [520, 568, 584, 1016]);
-    // 56 slots is the most a 1 KB leaf holds with 8-byte values (the old layout: 36).
+    assert_eq!((s.key_lines, s.per_line, s.cells_at, s.bytes), (3, 7, 256, 1024));
+    let keys: Vec<(usize, usize)> =
+        [0, 3, 4, 27, 28, 83].iter().map(|&j| (s.key_at(j), s.key_field_of(j))).collect();
+    assert_eq!(keys, [(72, 0), (72, 3), (80, 0), (120, 3), (136, 0), (248, 3)]);
+    let heads: Vec<usize> = [0, 6, 7, 83].iter().map(|&j| s.head_at(j)).collect();
+    assert_eq!(heads, [256, 256, 320, 960]);
+    let values: Vec<usize> = [0, 6, 7, 83].iter().map(|&j| s.value_at(j)).collect();
+    assert_eq!(values, [264, 312, 328, 1016]);
+    // 84 slots is the most a 1 KB leaf holds with 8-byte values (the first build: 36).
     let per_kb = (2..=MAX_SLOTS).take_while(|&n| Shape::new(n, 8).unwrap().bytes <= 1024).last();
-    assert_eq!(per_kb, Some(56));
-    assert_eq!(Shape::new(57, 8).unwrap().bytes, 1152, "a key line and a value line more");
-    assert_eq!(Shape::new(36, 8).unwrap().bytes, 64 * (1 + 5 + 6));
+    assert_eq!(per_kb, Some(84));
+    assert_eq!(Shape::new(85, 8).unwrap().bytes, 1152, "a key line and a value line more");
+    assert_eq!(Shape::new(36, 8).unwrap().bytes, 64 * (1 + 2 + 6));
+    assert_eq!(Shape::new(65, 8).unwrap().bytes, 64 * (1 + 3 + 10), "the paper's 65 slots");
     let sizes: Vec<(usize, usize, usize)> = [16, 24, 32, 56]
         .iter()
         .map(|&w| {
-            let s = Shape::new(56, w).unwrap();
+            let s = Shape::new(84, w).unwrap();
             (s.per_line, s.value_at(1) - s.head_at(1), s.bytes)
         })
         .collect();
-    assert_eq!(sizes, [(3, 24, 1728), (2, 32, 2304), (1, 8, 4096), (1, 8, 4096)]);
-    assert_eq!(Shape::new(56, 12).unwrap().width, 16, "values padded to 8 bytes");
+    assert_eq!(sizes, [(3, 24, 2048), (2, 32, 2944), (1, 8, 5632), (1, 8, 5632)]);
+    assert_eq!(Shape::new(84, 12).unwrap().width, 16, "values padded to 8 bytes");
     assert!(Shape::new(1, 8).is_err() && Shape::new(36, 4097).is_err());
     assert!(Shape::new(36, 0).is_err() && Shape::new(257, 8).is_err());
     // Multi-line cells: 100-byte values take two lines, 56 + 63 value bytes, one head each.
     let m = Shape::new(36, 100).unwrap();
     assert_eq!(
         (m.cell, m.per_line, m.cells_at, m.bytes, m.multi_line()),
-        (128, 1, 384, 4992, true)
+        (128, 1, 192, 4800, true)
     );
-    assert_eq!((m.head_at(1), m.value_at(1)), (512, 520));
+    assert_eq!((m.head_at(1), m.value_at(1)), (320, 328));
     assert_eq!((Shape::new(36, 57).unwrap().cell, Shape::new(36, 120).unwrap().cell), (128, 192));
 }
 
@@ -51,9 +53,9 @@ fn words_are_pinned() {
     assert!(!LineHead(1 << 47 | 1).well_formed(7, true), "bit 47 is never set");
     assert!(!LineHead(1 << 46 | 1).well_formed(7, false), "one-line cells have no lock");
     assert!(!LineHead(1 << 36 | 1).well_formed(2, false), "no state past the line's cells");
-    assert_eq!(free_key(9), 9 << 32);
-    assert_eq!(key_word(9, 0x0102_0304_0506_07AB), 9 << 32 | 0x1AB);
-    assert_eq!(key_word(9, 0x0102_0304_0506_0700), 9 << 32 | 0x100, "byte 0 is a key");
+    assert_eq!(key_field(0x0102_0304_0506_07AB), 0x1AB);
+    assert_eq!(key_field(0x0102_0304_0506_0700), 0x100, "byte 0 is a key");
+    assert_eq!(field_mask(2), 0xFFFF << 32);
 }
 
 #[test]
@@ -78,11 +80,12 @@ fn encode_then_check_then_read() {
         &mut out,
     );
     assert_eq!(out.len(), 1024);
-    assert_eq!(word(&out, 64), key_word(4, lo + 5), "key 0 at its pinned offset");
-    assert_eq!(word(&out, 504), free_key(4));
+    assert_eq!(word(&out, 64), 4, "key line 0's epoch");
+    assert_eq!(word(&out, 72), 0x109 << 32 | 0x100 << 16 | 0x105, "keys 0..3 at their fields");
+    assert_eq!((word(&out, 80), word(&out, 248)), (0, 0), "free");
     let head = LineHead::new(4).with(0, State::Live).with(1, State::Deleted).with(2, State::Live);
-    assert_eq!(word(&out, 512), head.0);
-    assert_eq!((&out[520..528], &out[536..544]), (&[5; 8][..], &[9; 8][..]));
+    assert_eq!(word(&out, 256), head.0);
+    assert_eq!((&out[264..272], &out[280..288]), (&[5; 8][..], &[9; 8][..]));
     assert_eq!(word(&out, 960), LineHead::new(4).0, "an empty line's head");
     let img = LeafImage::check(&s, &out).expect("a whole image checks");
     assert_eq!((img.rev(), img.spear(), img.nv()), (0xAB, 3, 4));
@@ -105,15 +108,16 @@ fn encode_then_check_then_read() {
     assert_eq!((n.judge(lo + 7), n.live().count()), (Judge::Right, 1));
     // A re-insert after a delete takes a free slot; a reader that sees both prefers the live one.
     let mut again = out.clone();
-    put(&mut again, s.key_at(3), key_word(4, lo));
+    let keys = word(&again, 72) | key_field(lo) << 48;
+    put(&mut again, 72, keys);
     assert_eq!(LeafImage::check(&s, &again).unwrap().find(lo), Some(3), "pending");
-    put(&mut again, 512, head.with(3, State::Live).0);
+    put(&mut again, 256, head.with(3, State::Live).0);
     assert_eq!(LeafImage::check(&s, &again).unwrap().find(lo), Some(3));
-    put(&mut again, 512, head.with(1, State::Live).with(3, State::Empty).0);
+    put(&mut again, 256, head.with(1, State::Live).with(3, State::Empty).0);
     assert_eq!(LeafImage::check(&s, &again).unwrap().find(lo), Some(1));
     // The line that turns a pending cell live.
     let (at, line) = live_head(&s, &out, 3);
-    assert_eq!((at, word(&line, 0)), (512, head.with(3, State::Live).0));
+    assert_eq!((at, word(&line, 0)), (256, head.with(3, State::Live).0));
 }
 
 #[test]
@@ -179,7 +183,7 @@ fn multi_line_cells_carry_their_version_on_every_line() {
 #[test]
 fn split_or_compact() {
     let s = shape();
-    assert_eq!(split_at(&s, 56), Some(28));
-    assert_eq!(split_at(&s, 43), Some(21));
-    assert_eq!(split_at(&s, 42), None, "three quarters live: compact in place");
+    assert_eq!(split_at(&s, 84), Some(42));
+    assert_eq!(split_at(&s, 64), Some(32));
+    assert_eq!(split_at(&s, 63), None, "three quarters live: compact in place");
 }

@@ -6,7 +6,7 @@
 //! | operation | round trips | verbs |
 //! |---|---|---|
 //! | search | 1 | READ leaf (again if torn by an SMO) |
-//! | insert of a new key | 3 | `[FAA +1, READ leaf]`; CAS the first free key word free → key; `[WRITE value, masked CAS head: cell EMPTY → LIVE, FAA −1]` |
+//! | insert of a new key | 3 | `[FAA +1, READ leaf]`; masked CAS the first free key field 0 → key; `[WRITE value, masked CAS head: cell EMPTY → LIVE, FAA −1]` |
 //! | insert of a present key (upsert) | 2 | `[FAA +1, READ leaf]`; `[WRITE value, FAA −1]` (`+ masked CAS EMPTY → LIVE` when pending) |
 //! | update | 2 | `[FAA +1, READ leaf]`; `[WRITE value bytes, FAA −1]` (the head is never written) |
 //! | delete | 2 | `[FAA +1, READ leaf]`; `[masked CAS head: cell LIVE → DELETED, FAA −1]` |
@@ -21,7 +21,7 @@
 //!
 //! | operation | round trips | verbs |
 //! |---|---|---|
-//! | insert of a new key | 4 | enter; CAS key free → key; CAS `H` → `H \| L`; `[WRITE lines 1.., WRITE line 0 (H LIVE at cv + 1, unlocked), FAA −1]` |
+//! | insert of a new key | 4 | enter; masked CAS key field 0 → key; CAS `H` → `H \| L`; `[WRITE lines 1.., WRITE line 0 (H LIVE at cv + 1, unlocked), FAA −1]` |
 //! | insert of a present key | 3 | enter; CAS `H` (not DELETED) → `H \| L`; the same doorbell |
 //! | update | 3 | enter; CAS `H` (LIVE) → `H \| L`; the same doorbell |
 //! | delete | 2 | enter; `[masked CAS H LIVE unlocked → DELETED, FAA −1]` (a locked cell: enter again) |
@@ -65,7 +65,7 @@ use dmindex_prim::spear::{self, Held};
 
 use crate::bump;
 use crate::leaf::{
-    encode_cell, free_key, key_word, Judge, LeafImage, LineHead, Refused, Shape, State, LINE,
+    encode_cell, field_mask, key_field, Judge, LeafImage, LineHead, Refused, Shape, State, LINE,
     MAX_CELL, SPEAR,
 };
 
@@ -109,7 +109,7 @@ pub async fn read<'b, T: Transport>(
     let mut attempts = Attempts::new();
     loop {
         c.read(leaf, &mut buf[..shape.bytes]).await?;
-        // Every key word's epoch and every line head are checked.
+        // Every key line's epoch and every line head are checked.
         c.compute(Work::BytesScanned, shape.bytes as u64);
         match LeafImage::verify(shape, buf) {
             Ok(()) => return Ok(LeafImage::verified(shape, buf)),
@@ -275,15 +275,17 @@ pub async fn upsert<T: Transport>(
         Ok(entered) => entered,
         Err(w) => return Ok(w),
     };
-    let nv = img.nv();
     let mut slot = img.find_reported(c, key).map(|j| (j, img.state(j)));
     let mut from = 0;
     // Ends: each pass either claims a slot or moves `from` past one.
     while slot.is_none() {
         let Some(j) = img.free_from(from) else { return Ok(Write::Full(held)) };
-        let mine = key_word(nv, key);
-        let old = c.cas(leaf.add(shape.key_at(j) as u64), free_key(nv), mine).await?;
-        if old == free_key(nv) || old == mine {
+        let (shift, mask) = (16 * shape.key_field_of(j), field_mask(shape.key_field_of(j)));
+        let mine = key_field(key) << shift;
+        let claim =
+            AtomicOp::MaskedCas { compare: 0, compare_mask: mask, swap: mine, swap_mask: mask };
+        let old = c.atomic(leaf.add(shape.key_at(j) as u64), claim).await? & mask;
+        if old == 0 || old == mine {
             // Ours, or another insert's of this key (its state unknown: the turn to LIVE
             // below compares it).
             slot = Some((j, State::Empty));
