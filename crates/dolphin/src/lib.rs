@@ -94,7 +94,8 @@
 //!
 //! Nothing acknowledged is lost: every write is in place before the operation returns. A client
 //! that crashes holding Spear's `+1` makes its leaf unsplittable (splitters give up after
-//! `drain_polls` polls and retry, so only inserts of new keys into that full leaf wait); one that
+//! `drain_polls` polls, wait unclaimed so the leaf's other writers go on, and retry, so only
+//! inserts of new keys into that full leaf wait); one that
 //! crashes during a split leaves the two leaves claimed, so their writers wait while reads go on.
 
 pub mod leaf;

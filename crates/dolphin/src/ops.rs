@@ -180,6 +180,10 @@ impl Dolphin {
                             return self.split(c, to, claimed, &pairs, at, key).await;
                         }
                         Smo::Again => bump(&self.counters.smo_retries),
+                        Smo::GaveUp => {
+                            bump(&self.counters.smo_retries);
+                            smo::wait_unclaimed_drain(c, leaf, self.polls).await?;
+                        }
                     }
                 }
             }

@@ -25,7 +25,9 @@ use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::spear::{self, Claim, Claimed, Held};
 
-use crate::leaf::{encode, live_head, split_at, LeafImage, Shape, State, LINE, LO};
+use dmindex_prim::backoff::Backoff;
+
+use crate::leaf::{encode, live_head, split_at, LeafImage, Shape, State, LINE, LO, SPEAR};
 
 /// The live pairs of a drained image and one more, sorted by key (values in one buffer).
 #[derive(Debug, Default)]
@@ -86,8 +88,11 @@ pub enum Smo {
     /// ones and the new one, sorted, `at` the first that moves to the new leaf, and `frame`
     /// the drained image's header.
     Split { claimed: Claimed, pairs: Pairs, at: usize, frame: Frame },
-    /// Another SMO held the leaf, or operations stayed in flight: start the insert over.
+    /// Another SMO held the leaf (its claim waited out): start the insert over.
     Again,
+    /// Operations stayed in flight through the whole drain (a crashed or stalled client's
+    /// count): the claim is dropped; wait unclaimed ([`wait_unclaimed_drain`]), then start over.
+    GaveUp,
 }
 
 /// Claims the leaf at `leaf` (the insert's `held`) and compacts it with `(key, value)` in, or
@@ -105,7 +110,8 @@ pub async fn compact_or_split<T: Transport>(
 ) -> IndexResult<Smo> {
     let claimed = match spear::claim(c, held, leaf, &mut buf[..shape.bytes], polls).await? {
         Claim::Held(c) => c,
-        Claim::Lost | Claim::GaveUp => return Ok(Smo::Again),
+        Claim::Lost => return Ok(Smo::Again),
+        Claim::GaveUp => return Ok(Smo::GaveUp),
     };
     // Drained and claimed, the leaf cannot be torn, nor any cell of it mid-write.
     let drained = LeafImage::check(shape, buf).ok().and_then(|img| {
@@ -141,6 +147,30 @@ pub async fn compact_or_split<T: Transport>(
         [BatchOp::Write { addr: leaf.add(LO as u64), data: &out[LO..] }, claimed.release()];
     c.batch(&mut ops).await?;
     Ok(Smo::Compacted)
+}
+
+/// After a split gave up draining the leaf at `leaf`, waits without a claim until no operation
+/// is in flight there, or for `polls` looks (with backoff pauses) at most, whichever comes
+/// first. Without this pause a split retried at once would keep the leaf claimed nearly all
+/// the time while a crashed client's count stays in it, and the leaf's other writers (updates,
+/// deletes, inserts of present keys, which need no split) would crawl through the moments
+/// between claims. With it they go on; the split retries after the pause, so a stalled (not
+/// crashed) client's count only delays it.
+pub async fn wait_unclaimed_drain<T: Transport>(
+    c: &Client<T>,
+    leaf: GlobalAddr,
+    polls: u32,
+) -> IndexResult<()> {
+    let word = leaf.add(SPEAR as u64);
+    let mut backoff = Backoff::new();
+    // Ends after `polls` looks at most.
+    for _ in 0..polls {
+        if spear::Word(c.read_word(word).await?).idu() == 0 {
+            return Ok(());
+        }
+        backoff.failed(c, word, "Spear word's operations in flight").await?;
+    }
+    Ok(())
 }
 
 /// The epoch after `nv` (never 0, which no leaf has).
@@ -198,7 +228,6 @@ mod tests {
     use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 
     use super::*;
-    use crate::leaf::SPEAR;
     use crate::sync::{self, search_image, SyncCounters, Write};
 
     const LO_KEY: u64 = 0x0A0B_0C0D_0E0F_1000;
@@ -266,6 +295,47 @@ mod tests {
             assert_eq!(pairs.get(16, 8), (key, &v[..]), "the new pair with its own value");
             assert_eq!(c.read_word(claimed.word()).await.unwrap(), (1 << 32) + 1);
             c.batch(&mut [claimed.release()]).await.unwrap();
+        }]);
+    }
+
+    #[test]
+    fn a_split_that_gives_up_waits_without_its_claim() {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let c = f.client(0).unwrap();
+        let shape = Shape::new(4, 8).unwrap();
+        let k = SyncCounters::default();
+        run_tasks([async {
+            let leaf = c.alloc(shape.bytes as u64, 64).await.unwrap();
+            let mut img = Vec::new();
+            encode(&shape, 7, 0, LO_KEY, LO_KEY | 0xFF, 1, &[], std::iter::empty(), &mut img);
+            c.write(leaf, &img).await.unwrap();
+            let mut buf = vec![0u8; shape.bytes];
+            for n in 1..=4 {
+                let v = [n as u8; 8];
+                let w = sync::upsert(&c, &shape, leaf, LO_KEY + n, &v, &mut buf, &k).await;
+                assert!(matches!(w.unwrap(), Write::Done(())));
+            }
+            // A client that entered and stopped: its count never leaves.
+            let word = leaf.add(SPEAR as u64);
+            c.faa(word, 1).await.unwrap();
+            let v = [9u8; 8];
+            let Write::Full(held) =
+                sync::upsert(&c, &shape, leaf, LO_KEY + 9, &v, &mut buf, &k).await.unwrap()
+            else {
+                panic!("4 slots taken")
+            };
+            let smo = compact_or_split(&c, &shape, leaf, held, LO_KEY + 9, &v, &mut buf, 3);
+            assert!(matches!(smo.await.unwrap(), Smo::GaveUp));
+            assert_eq!(c.read_word(word).await.unwrap(), 1, "claim and own count dropped");
+            let rt = c.counts().round_trips;
+            wait_unclaimed_drain(&c, leaf, 3).await.unwrap();
+            assert_eq!(c.counts().round_trips - rt, 3, "three looks, the count never left");
+            // Unclaimed, the leaf's other writers go on meanwhile.
+            let w = sync::update(&c, &shape, leaf, LO_KEY + 2, &v, &mut buf, &k).await.unwrap();
+            assert!(matches!(w, Write::Done(true)));
+            c.faa(word, 1u64.wrapping_neg()).await.unwrap();
+            wait_unclaimed_drain(&c, leaf, 3).await.unwrap();
+            assert_eq!(c.counts().round_trips - rt, 3 + 2 + 1 + 1, "gone: one look");
         }]);
     }
 }

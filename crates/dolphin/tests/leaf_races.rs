@@ -51,7 +51,7 @@ async fn insert(
                         smos.set(smos.get() + 1);
                         return;
                     }
-                    Smo::Again => {}
+                    Smo::Again | Smo::GaveUp => {}
                     Smo::Split { .. } => {
                         panic!("at most {} live keys: never a split", WRITERS * KEYS + 1)
                     }

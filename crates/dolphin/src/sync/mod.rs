@@ -383,6 +383,9 @@ pub async fn delete<T: Transport>(
     buf: &mut [u8],
     counters: &SyncCounters,
 ) -> IndexResult<Write<bool>> {
+    // Ends when the delete finds the key not live, or wins its CAS: a failed CAS means another
+    // delete won (the next look finds the key gone, or live in a later slot), and a locked
+    // multi-line cell is looked at again until its writer's last doorbell unlocks it.
     loop {
         let (held, img) = match enter(c, shape, leaf, key, &mut *buf, counters).await? {
             Ok(entered) => entered,

@@ -131,7 +131,9 @@ fn a_leaf_behaves_as_a_map(width: usize, lock: u64) {
                                 Smo::Split { claimed, .. } => {
                                     c.batch(&mut [claimed.release()]).await.unwrap();
                                 }
-                                Smo::Again => panic!("one client: no one else holds the leaf"),
+                                Smo::Again | Smo::GaveUp => {
+                                    panic!("one client: no one else holds the leaf")
+                                }
                             }
                         }
                         other => panic!("{other:?}"),
