@@ -57,9 +57,9 @@
 //! Cores are physical cores: more client threads than cores share them.
 //!
 //! The compute-side costs of an index's own work (`cache_lookup_ns`, `radix_step_ns`,
-//! `table_probe_ns`, `key_compare_ns`, `key_hash_ns`, `byte_scanned_ns`) are measured on this machine with the indexes' own code
-//! ([`CACHE_LOOKUP_NS`] and the constants after it; `docs/sim.md`); a paper's Xeon of
-//! 2016–2021 is taken as this machine's equal.
+//! `table_probe_ns`, `key_compare_ns`, `key_hash_ns`, `byte_scanned_ns`) are measured on this
+//! machine with the indexes' own code ([`CACHE_LOOKUP_NS`] and the constants after it;
+//! `docs/sim.md`); a paper's Xeon of 2016–2021 is taken as this machine's equal.
 
 use crate::config::NetParams;
 
