@@ -117,6 +117,12 @@ impl Default for IndexConfig {
 }
 
 impl IndexConfig {
+    /// The default configuration with index-specific options `name=value` in `extra`.
+    pub fn with_options(options: &[(&str, &str)]) -> IndexConfig {
+        let extra = options.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        IndexConfig { extra, ..IndexConfig::default() }
+    }
+
     /// Checks key and value lengths against the configuration.
     pub fn check_kv(&self, key: &[u8], value: Option<&[u8]>) -> IndexResult<()> {
         if key.is_empty() {

@@ -244,9 +244,12 @@ mod tests {
     use super::*;
 
     fn cfg() -> IndexConfig {
-        let extra = [("span", "4"), ("epsilon", "2"), ("fill", "3"), ("retrain", "0")];
-        let extra = extra.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-        IndexConfig { extra, ..IndexConfig::default() }
+        IndexConfig::with_options(&[
+            ("span", "4"),
+            ("epsilon", "2"),
+            ("fill", "3"),
+            ("retrain", "0"),
+        ])
     }
 
     fn k(x: u64) -> [u8; 8] {

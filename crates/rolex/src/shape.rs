@@ -95,10 +95,7 @@ mod tests {
     use super::*;
 
     fn cfg(extra: &[(&str, &str)]) -> IndexConfig {
-        IndexConfig {
-            extra: extra.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
-            ..IndexConfig::default()
-        }
+        IndexConfig::with_options(extra)
     }
 
     #[test]

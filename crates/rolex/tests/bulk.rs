@@ -7,8 +7,7 @@ use dmindex_index::{IndexConfig, PointIndex};
 use dmindex_rolex::Rolex;
 
 fn cfg(opts: &[(&str, &str)]) -> IndexConfig {
-    let extra = opts.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-    IndexConfig { extra, ..IndexConfig::default() }
+    IndexConfig::with_options(opts)
 }
 
 /// Scattered keys in clusters (many models), sorted and distinct, all even.

@@ -10,8 +10,7 @@ use dmindex_index::{IndexConfig, PointIndex, RangeIndex};
 use dmindex_rolex::Rolex;
 
 fn cfg(opts: &[(&str, &str)]) -> IndexConfig {
-    let extra = opts.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-    IndexConfig { extra, ..IndexConfig::default() }
+    IndexConfig::with_options(opts)
 }
 
 /// A key of client `c`'s `i`-th insert: scattered, distinct across clients.
