@@ -225,12 +225,22 @@ impl SplitImages {
 #[cfg(test)]
 mod tests {
     use dmindex_fabric::exec::run_tasks;
+    use dmindex_fabric::local::LocalTransport;
     use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 
     use super::*;
     use crate::sync::{self, search_image, SyncCounters, Write};
 
     const LO_KEY: u64 = 0x0A0B_0C0D_0E0F_1000;
+
+    /// A new empty leaf covering `LO_KEY`'s prefix (rev 7, epoch 1), and a buffer for it.
+    async fn empty_leaf(c: &Client<LocalTransport>, shape: &Shape) -> (GlobalAddr, Vec<u8>) {
+        let leaf = c.alloc(shape.bytes as u64, 64).await.unwrap();
+        let mut img = Vec::new();
+        encode(shape, 7, 0, LO_KEY, LO_KEY | 0xFF, 1, &[], std::iter::empty(), &mut img);
+        c.write(leaf, &img).await.unwrap();
+        (leaf, vec![0u8; shape.bytes])
+    }
 
     #[test]
     fn a_full_leaf_with_deleted_slots_compacts_in_one_doorbell() {
@@ -239,11 +249,7 @@ mod tests {
         let shape = Shape::new(16, 8).unwrap();
         let k = SyncCounters::default();
         run_tasks([async {
-            let leaf = c.alloc(shape.bytes as u64, 64).await.unwrap();
-            let mut img = Vec::new();
-            encode(&shape, 7, 0, LO_KEY, LO_KEY | 0xFF, 1, &[], std::iter::empty(), &mut img);
-            c.write(leaf, &img).await.unwrap();
-            let mut buf = vec![0u8; shape.bytes];
+            let (leaf, mut buf) = empty_leaf(&c, &shape).await;
             let put = |key: u64| (key, key.to_le_bytes());
             for n in 1..=16 {
                 let (key, v) = put(LO_KEY + n);
@@ -305,11 +311,7 @@ mod tests {
         let shape = Shape::new(4, 8).unwrap();
         let k = SyncCounters::default();
         run_tasks([async {
-            let leaf = c.alloc(shape.bytes as u64, 64).await.unwrap();
-            let mut img = Vec::new();
-            encode(&shape, 7, 0, LO_KEY, LO_KEY | 0xFF, 1, &[], std::iter::empty(), &mut img);
-            c.write(leaf, &img).await.unwrap();
-            let mut buf = vec![0u8; shape.bytes];
+            let (leaf, mut buf) = empty_leaf(&c, &shape).await;
             for n in 1..=4 {
                 let v = [n as u8; 8];
                 let w = sync::upsert(&c, &shape, leaf, LO_KEY + n, &v, &mut buf, &k).await;
