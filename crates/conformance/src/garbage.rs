@@ -118,6 +118,15 @@ impl Transport for Traced {
     async fn pause(&self, ns: u64) {
         self.inner.pause(ns).await
     }
+    fn now_ns(&self) -> u64 {
+        self.inner.now_ns()
+    }
+    async fn register_member(&self, member: u64) -> dmindex_fabric::Result<()> {
+        self.inner.transport().register_member(member).await
+    }
+    async fn fence(&self, node: NodeId, member: u64) -> dmindex_fabric::Result<()> {
+        self.inner.transport().fence(node, member).await
+    }
 }
 
 /// Which of the bytes an operation READs are garbled.

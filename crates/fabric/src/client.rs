@@ -59,6 +59,21 @@ pub struct Client<T> {
     /// Chunks for [`Client::alloc_on`], one per memory node, taken on first use.
     placed: Box<[Cell<Option<Chunk>>]>,
     next_node: Cell<NodeId>,
+    membership: MemberState,
+}
+
+/// A client's cluster membership, as the lease protocol (in the primitives crate) keeps it: the
+/// member word it joined as (0: not joined), when it last renewed its lease on its own clock,
+/// and how many remote locks it holds (a holder renews while it works). Cells, not a protocol:
+/// the fabric only carries them with the client.
+#[derive(Debug, Default)]
+pub struct MemberState {
+    /// The member word this client joined as; 0 until it joins.
+    pub member: Cell<u64>,
+    /// [`Client::now_ns`] at its last renewal.
+    pub renewed_ns: Cell<u64>,
+    /// Remote locks held now.
+    pub holds: Cell<u32>,
 }
 
 impl<T: Transport> Client<T> {
@@ -74,6 +89,7 @@ impl<T: Transport> Client<T> {
             chunk: Cell::new(None),
             placed: (0..info.nodes()).map(|_| Cell::new(None)).collect(),
             next_node: Cell::new(cn % nodes),
+            membership: MemberState::default(),
             info,
         }
     }
@@ -98,6 +114,36 @@ impl<T: Transport> Client<T> {
     /// The underlying transport connection.
     pub fn transport(&self) -> &T {
         &self.transport
+    }
+
+    /// This client's membership cells ([`MemberState`]).
+    pub fn membership(&self) -> &MemberState {
+        &self.membership
+    }
+
+    /// The client's own clock, ns ([`Transport::now_ns`]).
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        self.transport.now_ns()
+    }
+
+    /// Registers this connection as cluster member `member` with every memory node
+    /// ([`Transport::register_member`]) and remembers it. No round trip.
+    pub async fn register_member(&self, member: u64) -> Result<()> {
+        self.transport.register_member(member).await?;
+        self.membership.member.set(member);
+        Ok(())
+    }
+
+    /// Fences member `member` on every memory node ([`Transport::fence`]): once this returns,
+    /// no verb of theirs executes anywhere. One round trip per node.
+    pub async fn fence(&self, member: u64) -> Result<()> {
+        for node in 0..self.info.nodes() {
+            bump(&self.stats.round_trips, 1);
+            bump(&self.stats.rpcs, 1);
+            self.transport.fence(node, member).await?;
+        }
+        Ok(())
     }
 
     /// Live statistics.

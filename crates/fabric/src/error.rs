@@ -42,4 +42,11 @@ pub enum FabricError {
     /// The transport lost its connection or could not reach the node.
     #[error("memory node {node} unavailable: {reason}")]
     Unavailable { node: NodeId, reason: String },
+    /// The memory node refused the verb: this client's membership was fenced (judged dead and
+    /// repaired by another client). A fenced client must join again before it writes.
+    #[error("memory node {node} refused the verb: this client was fenced as dead")]
+    Fenced { node: NodeId },
+    /// The transport cannot do what was asked (e.g. fencing a client).
+    #[error("the transport cannot {0}")]
+    Unsupported(&'static str),
 }

@@ -17,8 +17,8 @@
 //! nodes ([`crate::service::Peers`]) run on the same thread without taking the peer's cores
 //! (those stand for the threads that serve clients; server-to-server traffic has its own).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::addr::{GlobalAddr, NodeId};
 use crate::client::{Client, Fabric, DEFAULT_CHUNK};
@@ -98,6 +98,31 @@ struct Shared {
     info: Arc<ClusterInfo>,
     services: Services,
     config: LocalConfig,
+    /// Connections registered as cluster members, for [`Transport::fence`] to find.
+    members: Mutex<Vec<Weak<Conn>>>,
+}
+
+/// What a fence needs of one connection. A registered connection brackets each verb with
+/// `busy` (a store and a load, sequentially consistent, on its own line): a fence sets the
+/// node's flag and then waits for `busy` to clear, so once it returns no verb of the fenced
+/// connection executes on that node — Dekker's handshake, with the verb's thread and the
+/// fencer's. An unregistered connection never checks (nothing can fence it).
+#[derive(Default)]
+struct Conn {
+    member: AtomicU64,
+    busy: AtomicU32,
+    fenced: Box<[AtomicBool]>,
+}
+
+/// A registered connection's verb in progress; clears `busy` when dropped.
+struct InVerb<'a>(Option<&'a Conn>);
+
+impl Drop for InVerb<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0 {
+            conn.busy.store(0, Ordering::Release);
+        }
+    }
 }
 
 /// An in-process cluster of memory nodes. Cheap to clone; clones share the memory.
@@ -125,7 +150,8 @@ impl LocalFabric {
             .collect::<Result<_, String>>()?;
         let info =
             Arc::new(ClusterInfo { node_sizes: nodes.iter().map(|n| n.region.len()).collect() });
-        Ok(LocalFabric { shared: Arc::new(Shared { nodes, info, services, config }) })
+        let members = Mutex::new(Vec::new());
+        Ok(LocalFabric { shared: Arc::new(Shared { nodes, info, services, config, members }) })
     }
 
     /// The configuration this cluster was built with.
@@ -152,9 +178,14 @@ impl Fabric for LocalFabric {
     }
 
     fn client(&self, cn: u16) -> Result<Client<LocalTransport>> {
+        let nodes = self.shared.nodes.len();
         let t = LocalTransport {
             shared: Arc::clone(&self.shared),
             yield_per_verb: self.shared.config.yield_per_verb,
+            conn: Arc::new(Conn {
+                fenced: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+                ..Conn::default()
+            }),
         };
         Ok(Client::new(t, Arc::clone(&self.shared.info), cn, self.shared.config.chunk_size))
     }
@@ -164,9 +195,26 @@ impl Fabric for LocalFabric {
 pub struct LocalTransport {
     shared: Arc<Shared>,
     yield_per_verb: bool,
+    conn: Arc<Conn>,
 }
 
 impl LocalTransport {
+    /// Enters a verb on `node`: refused once this connection is fenced there.
+    #[inline]
+    fn enter(&self, node: NodeId) -> Result<InVerb<'_>> {
+        let conn = &*self.conn;
+        // Written only by this connection's own task (register_member): a relaxed load sees it.
+        if conn.member.load(Ordering::Relaxed) == 0 {
+            return Ok(InVerb(None));
+        }
+        conn.busy.store(1, Ordering::SeqCst);
+        if conn.fenced[node as usize].load(Ordering::SeqCst) {
+            conn.busy.store(0, Ordering::Release);
+            return Err(FabricError::Fenced { node });
+        }
+        Ok(InVerb(Some(conn)))
+    }
+
     #[inline]
     fn region(&self, node: NodeId) -> &Region {
         // Client validated the node id.
@@ -198,18 +246,21 @@ impl Transport for LocalTransport {
     async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<()> {
         self.fetch_ahead(addr, buf.len());
         self.issue().await;
+        let _in = self.enter(addr.node())?;
         dma_window::read(self.region(addr.node()), addr.offset(), buf);
         Ok(())
     }
 
     async fn write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
         self.issue().await;
+        let _in = self.enter(addr.node())?;
         self.region(addr.node()).write(addr.offset(), data);
         Ok(())
     }
 
     fn post_write(&self, addr: GlobalAddr, data: &[u8]) -> Result<()> {
         // Executed at once, so it precedes every later verb and needs no completion tracking.
+        let _in = self.enter(addr.node())?;
         self.region(addr.node()).write(addr.offset(), data);
         Ok(())
     }
@@ -226,6 +277,7 @@ impl Transport for LocalTransport {
     async fn atomic(&self, addr: GlobalAddr, op: AtomicOp) -> Result<u64> {
         self.fetch_ahead(addr, 8);
         self.issue().await;
+        let _in = self.enter(addr.node())?;
         Ok(self.region(addr.node()).atomic(addr.offset(), op))
     }
 
@@ -238,7 +290,41 @@ impl Transport for LocalTransport {
             }
         }
         self.issue().await;
+        let _in = self.enter(node)?;
         dma_window::apply(self.region(node), ops);
+        Ok(())
+    }
+
+    fn now_ns(&self) -> u64 {
+        crate::exec::monotonic_ns()
+    }
+
+    async fn register_member(&self, member: u64) -> Result<()> {
+        self.conn.member.store(member, Ordering::Relaxed);
+        let mut members = self.shared.members.lock().unwrap_or_else(|p| p.into_inner());
+        members.retain(|c| c.strong_count() > 0);
+        members.push(Arc::downgrade(&self.conn));
+        Ok(())
+    }
+
+    async fn fence(&self, node: NodeId, member: u64) -> Result<()> {
+        let victims: Vec<Arc<Conn>> = {
+            let members = self.shared.members.lock().unwrap_or_else(|p| p.into_inner());
+            members
+                .iter()
+                .filter_map(Weak::upgrade)
+                .filter(|c| c.member.load(Ordering::SeqCst) == member)
+                .collect()
+        };
+        for conn in victims {
+            conn.fenced[node as usize].store(true, Ordering::SeqCst);
+            // Ends when the victim's verb in progress, if any, returns: a verb is a bounded
+            // copy or atomic on this process's memory.
+            while conn.busy.load(Ordering::SeqCst) != 0 {
+                yield_now().await;
+                std::thread::yield_now();
+            }
+        }
         Ok(())
     }
 
@@ -249,6 +335,8 @@ impl Transport for LocalTransport {
             .get(node as usize)
             .ok_or(FabricError::UnknownNode { node, nodes: self.shared.nodes.len() as u16 })?;
         self.issue().await;
+        // A fenced client's requests are refused too (allocation is all they could do).
+        drop(self.enter(node)?);
         // Take one of the node's cores; while all are busy, let other tasks run.
         while mn
             .free_cores

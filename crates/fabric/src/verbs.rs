@@ -204,6 +204,26 @@ pub trait Transport {
     /// Compute-side CPU work the index did ([`crate::work`]): on a real fabric its time has
     /// already passed, so nothing happens; a simulated fabric charges it to the client's core.
     fn compute(&self, _work: crate::Work, _count: u64) {}
+    /// The client's own clock, in nanoseconds from an arbitrary origin: monotonic, never
+    /// compared with another client's. What lease renewal and a waiter's judgement of a holder
+    /// read; the simulator gives the client's virtual time.
+    fn now_ns(&self) -> u64 {
+        crate::exec::monotonic_ns()
+    }
+    /// Tells every memory node that this connection speaks for cluster member `member` (an
+    /// opaque non-zero word: a membership slot and its incarnation), so that
+    /// [`Transport::fence`] can name it. No round trip: on RDMA the mapping is made when the
+    /// queue pairs connect.
+    fn register_member(&self, _member: u64) -> impl Future<Output = Result<()>> {
+        std::future::ready(Ok(()))
+    }
+    /// Asks memory node `node` to refuse every verb from connections registered as `member`,
+    /// and answers once no verb of theirs is executing there (a verb already executed stays
+    /// executed): what makes repairing a dead client's locks and writes safe against that client
+    /// coming back (paused, not dead). One round trip through the node's control path.
+    fn fence(&self, _node: NodeId, _member: u64) -> impl Future<Output = Result<()>> {
+        std::future::ready(Err(crate::FabricError::Unsupported("fence a client")))
+    }
 }
 
 #[cfg(test)]

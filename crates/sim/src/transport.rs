@@ -287,6 +287,25 @@ impl Transport for SimTransport {
         self.finish(op, Out::Take).map(|(_, reply)| reply)
     }
 
+    fn now_ns(&self) -> u64 {
+        self.shared.world.borrow().now / PS_PER_NS
+    }
+
+    async fn register_member(&self, member: u64) -> Result<()> {
+        self.shared.world.borrow_mut().register_member(self.client, member);
+        Ok(())
+    }
+
+    async fn fence(&self, node: NodeId, member: u64) -> Result<()> {
+        if self.direct() {
+            self.shared.world.borrow_mut().fence_now(node, member);
+            return Ok(());
+        }
+        let b = self.buffer(0);
+        let op = self.run(OpKind::Fence(member), GlobalAddr::new(node, 0), b).await;
+        self.finish(op, Out::Discard).map(drop)
+    }
+
     async fn reconnect(&self, node: NodeId) -> Result<()> {
         if self.direct() {
             self.shared.world.borrow_mut().connect_now(self.client, node);

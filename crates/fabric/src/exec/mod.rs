@@ -17,6 +17,14 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
+/// Nanoseconds on this process's monotonic clock since its first reading: a real fabric's
+/// [`crate::Transport::now_ns`].
+pub fn monotonic_ns() -> u64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let origin = *ORIGIN.get_or_init(std::time::Instant::now);
+    u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// A future that returns `Pending` once, so that the executor runs the thread's other tasks.
 #[derive(Debug, Default)]
 #[must_use = "futures do nothing unless awaited"]

@@ -117,6 +117,8 @@ pub(crate) enum OpKind {
     Rpc(ServiceId),
     /// A new connection to the node ([`dmindex_fabric::Transport::reconnect`]).
     Connect,
+    /// Fence a cluster member at the node ([`dmindex_fabric::Transport::fence`]).
+    Fence(u64),
 }
 
 pub(crate) struct Op {
@@ -180,6 +182,8 @@ pub(crate) struct ClientState {
     pub(crate) last_set: Option<(GlobalAddr, u64)>,
     /// Per memory node, the incarnation this client's connection reaches.
     connected: Vec<u32>,
+    /// The cluster member this client registered as (0: none).
+    pub(crate) member: u64,
 }
 
 /// Verb counters of the whole simulation, by kind.
@@ -241,6 +245,8 @@ pub(crate) struct World {
     pub(crate) latency_ns: Histogram<u64>,
     pub(crate) events_processed: u64,
     pub(crate) pauses: Pauses,
+    /// Per memory node, the members fenced there: their verbs are refused.
+    fenced: Vec<Vec<u64>>,
 }
 
 /// Folds one word into the trace hash (rotate, xor, multiply: cheap and order-sensitive).
@@ -288,6 +294,7 @@ impl World {
             latency_ns: Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("histogram bounds"),
             events_processed: 0,
             pauses: Pauses::default(),
+            fenced: vec![Vec::new(); memory_nodes as usize],
         }
     }
 
@@ -347,6 +354,7 @@ impl World {
             last_atomic: None,
             last_set: None,
             connected: self.incarnation.clone(),
+            member: 0,
         });
         (self.clients.len() - 1) as u32
     }
@@ -458,6 +466,7 @@ impl World {
             OpKind::Atomic(AtomicOp::Cas { .. }) => 16,
             OpKind::Atomic(AtomicOp::Faa { .. }) => 8,
             OpKind::Read | OpKind::Connect => 0,
+            OpKind::Fence(_) => 8,
         });
         let op = self.new_op(kind, addr, client, buf);
         self.ops[op as usize].detached = detached;
@@ -559,6 +568,18 @@ impl World {
         self.trace_hash = mix(self.trace_hash, 0x5E57_A127 ^ node as u64);
     }
 
+    /// Registers `client` as cluster member `member` ([`dmindex_fabric::Transport::register_member`]).
+    pub(crate) fn register_member(&mut self, client: u32, member: u64) {
+        self.clients[client as usize].member = member;
+    }
+
+    /// Fences `member` at `node` at once, outside the model (fast-forward).
+    pub(crate) fn fence_now(&mut self, node: u16, member: u64) {
+        if !self.fenced[node as usize].contains(&member) {
+            self.fenced[node as usize].push(member);
+        }
+    }
+
     /// Connects `client` to `node`'s current incarnation outside the model (fast-forward).
     pub(crate) fn connect_now(&mut self, client: u32, node: u16) {
         let current = self.incarnation[node as usize];
@@ -604,13 +625,24 @@ impl World {
         } else if *connected != current {
             return self.time_out(i, Lost::Restarted);
         }
+        if let OpKind::Fence(member) = kind {
+            return self.fence_arrives(i, node, member);
+        }
+        let member = self.clients[client as usize].member;
+        if member != 0 && self.fenced[node].contains(&member) {
+            // Refused like a verb on a queue pair in the error state: no effect, an error back.
+            self.ops[i as usize].result = Err(FabricError::Fenced { node: node as u16 });
+            let end = self.now.max(self.mn_nics[node].engine_free) + self.read_ps;
+            self.clients[client as usize].qp_free[node] = end;
+            return self.respond(i, end, 0);
+        }
         let stretch = if self.chance(self.faults.delay_prob) {
             self.uniform(self.faults.delay_max_ns) * PS_PER_NS
         } else {
             0
         };
         let engine_ps = match kind {
-            OpKind::Read | OpKind::Connect | OpKind::Rpc(_) => self.read_ps,
+            OpKind::Read | OpKind::Connect | OpKind::Rpc(_) | OpKind::Fence(_) => self.read_ps,
             OpKind::Write => self.write_ps,
             OpKind::Atomic(_) => self.atomic_ps,
         };
@@ -679,7 +711,7 @@ impl World {
                 self.schedule(at, EventKind::Atomic, i, 0);
                 (at + engine_ps, 8)
             }
-            OpKind::Connect => (s + engine_ps, 0),
+            OpKind::Connect | OpKind::Fence(_) => (s + engine_ps, 0),
             OpKind::Rpc(_) => {
                 // The request joins the node's core queue; its reply is sent once served.
                 self.clients[client as usize].qp_free[node] = s + stretch;
@@ -689,6 +721,25 @@ impl World {
         };
         self.clients[client as usize].qp_free[node] = end;
         self.respond(i, end, resp_bytes);
+    }
+
+    /// A fence of `member` reaches `node`: from now on the node refuses the member's verbs; the
+    /// answer leaves once the verbs it already accepted are done (their data landed).
+    fn fence_arrives(&mut self, i: u32, node: usize, member: u64) {
+        if !self.fenced[node].contains(&member) {
+            self.fenced[node].push(member);
+        }
+        let accepted = self
+            .clients
+            .iter()
+            .filter(|c| c.member == member)
+            .map(|c| c.qp_free[node])
+            .max()
+            .unwrap_or(0);
+        let s = self.now.max(self.mn_nics[node].engine_free);
+        self.mn_nics[node].engine_free = s + self.read_ps;
+        self.trace_hash = mix(self.trace_hash, member);
+        self.respond(i, (s + self.read_ps).max(accepted), 0)
     }
 
     /// Fails op `i`, which its memory node will never answer, once its client's wait runs out.
@@ -766,7 +817,7 @@ impl World {
             }
             OpKind::Atomic(_) => c.atomics += 1,
             OpKind::Rpc(_) => c.rpcs += 1,
-            OpKind::Connect => {}
+            OpKind::Connect | OpKind::Fence(_) => c.rpcs += 1,
         }
         if kind_is_read(kind) {
             // Fold what the read saw into the trace, so a different interleaving changes it.
