@@ -124,7 +124,7 @@ impl Cut {
 }
 
 /// The unlocked lock word of a leaf holding `keys`: its vacancy bitmap and argmax (0 if empty).
-fn lock_word(l: &LeafLayout, keys: &[u64]) -> LockWord {
+pub(crate) fn lock_word(l: &LeafLayout, keys: &[u64]) -> LockWord {
     let mut full = 0;
     let mut f = 0;
     for b in 0..l.buckets {

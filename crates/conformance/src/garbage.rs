@@ -121,6 +121,9 @@ impl Transport for Traced {
     fn now_ns(&self) -> u64 {
         self.inner.now_ns()
     }
+    fn lease_ns(&self) -> u64 {
+        self.inner.transport().lease_ns()
+    }
     async fn register_member(&self, member: u64) -> dmindex_fabric::Result<()> {
         self.inner.transport().register_member(member).await
     }

@@ -64,7 +64,7 @@ pub struct Client<T> {
 
 /// A client's cluster membership, as the lease protocol (in the primitives crate) keeps it: the
 /// member word it joined as (0: not joined), when it last renewed its lease on its own clock,
-/// and how many remote locks it holds (a holder renews while it works). Cells, not a protocol:
+/// and how many locks it has taken. Cells, not a protocol:
 /// the fabric only carries them with the client.
 #[derive(Debug, Default)]
 pub struct MemberState {
@@ -72,8 +72,8 @@ pub struct MemberState {
     pub member: Cell<u64>,
     /// [`Client::now_ns`] at its last renewal.
     pub renewed_ns: Cell<u64>,
-    /// Remote locks held now.
-    pub holds: Cell<u32>,
+    /// Locks taken so far (wrapping): what makes each acquisition's held word its own.
+    pub acquisitions: Cell<u32>,
 }
 
 impl<T: Transport> Client<T> {

@@ -5,7 +5,9 @@
 //! 0x00000  64 B      superblock (below)
 //! 0x00040  ..        reserved, zero
 //! 0x01000  4 KiB     root table: 512 × 8-byte slots, updated by clients with CAS
-//! 0x02000  ..        reserved, zero
+//! 0x02000  32 KiB    member table (node 0): 2048 × 16-byte lease slots (the primitives
+//!                    crate's `lease` module draws and owns them)
+//! 0x0A000  ..        reserved, zero
 //! 0x10000  ..end     heap: chunks handed out by the allocation service, bump order
 //! ```
 //!
@@ -38,8 +40,16 @@ pub const HEAP_TOP_OFFSET: u64 = 32;
 pub const ROOT_TABLE_OFFSET: u64 = 0x1000;
 /// Number of root-table slots.
 pub const ROOT_SLOTS: u32 = 512;
+/// Offset of the member table (used on memory node 0 only).
+pub const MEMBERS_OFFSET: u64 = 0x2000;
+/// Slots in the member table: the most clients a cluster has joined at once.
+pub const MEMBER_SLOTS: u32 = 2048;
+/// Bytes per member-table slot.
+pub const MEMBER_SLOT_BYTES: u64 = 16;
 /// First heap byte.
 pub const HEAP_START: u64 = 0x10000;
+const _: () = assert!(MEMBERS_OFFSET + MEMBER_SLOTS as u64 * MEMBER_SLOT_BYTES <= HEAP_START);
+const _: () = assert!(ROOT_TABLE_OFFSET + ROOT_SLOTS as u64 * 8 <= MEMBERS_OFFSET);
 /// Smallest region that holds the fixed layout and one 64 KiB chunk.
 pub const MIN_REGION: u64 = HEAP_START + 0x10000;
 

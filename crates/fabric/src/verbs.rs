@@ -210,6 +210,14 @@ pub trait Transport {
     fn now_ns(&self) -> u64 {
         crate::exec::monotonic_ns()
     }
+    /// The lease period of this fabric's cluster members, ns: a member renews within half of
+    /// it, and a waiter judges a lock's holder dead only after seeing it renew nothing for
+    /// three. Long enough that a live client on this fabric is not judged dead for being slow:
+    /// 250 ms on a real fabric, where a thread may wait for a core or a verb on a loaded host
+    /// for tens of milliseconds (ShiftLock's recovery build uses 10 ms on dedicated RDMA hosts).
+    fn lease_ns(&self) -> u64 {
+        250_000_000
+    }
     /// Tells every memory node that this connection speaks for cluster member `member` (an
     /// opaque non-zero word: a membership slot and its incarnation), so that
     /// [`Transport::fence`] can name it. No round trip: on RDMA the mapping is made when the

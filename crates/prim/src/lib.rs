@@ -10,6 +10,7 @@
 //! | [`backoff`] | waiting for what another client holds: pauses that double to a cap, a bound on no progress |
 //! | [`counter`] | index counters: relaxed atomics bumped on slow paths (striped on fast ones), read by `stats` |
 //! | [`cacheline`] | cache-line versions: encoding a node so that a torn READ is detected |
+//! | [`lease`] | cluster membership with leases: judging a lock's holder dead, fencing it |
 //! | [`lock`] | remote lock words (masked CAS, unlocking WRITE) and the CN-local lock table |
 //! | [`version`] | node-level and entry-level versions in one byte |
 //! | [`hash`] | the key hash and 16-bit fingerprints |
@@ -38,6 +39,7 @@ pub mod doorbell;
 pub mod hash;
 pub mod key;
 pub mod kv_block;
+pub mod lease;
 pub mod lock;
 pub mod node_cache;
 pub mod options;

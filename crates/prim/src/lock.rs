@@ -6,26 +6,44 @@
 //! ```text
 //!  63  62                                                       0
 //! +---+----------------------------------------------------------+
-//! | L |  metadata: the index's own bits (CHIME: vacancy bitmap,  |
+//! | 0 |  free: the index's own bits (CHIME: vacancy bitmap,      |
 //! |   |  argmax), or zero for a word that is only a lock         |
-//! +---+----------------------------------------------------------+
-//! L = LOCK_BIT: 1 while held
+//! +---+-----------------------------+----------------------------+
+//! | 1 |  held: the holder's member  | its acquisition number     |
+//! |   |  word (bits 62-32, [`lease`])| (bits 31-0)               |
+//! +---+-----------------------------+----------------------------+
 //! ```
 //!
-//! The word is aligned, so CAS and WRITE on it are atomic.
+//! The word is aligned, so CAS and WRITE on it are atomic. While a lock is held its word names
+//! the holder ([`held_word`]): the locking (masked) CAS compares the lock bit only and swaps the
+//! whole word, and returns the free word's metadata to the holder, who carries it until the
+//! unlocking WRITE puts the new metadata back. So a waiter can tell who holds the lock, and the
+//! acquisition number makes each acquisition's word its own: a word unchanged for three leases
+//! is one acquisition that has not ended.
 //!
 //! # Acquire
 //!
-//! * [`LocalLocks::acquire`]: a masked CAS that compares and sets the lock bit only. One round
-//!   trip both locks and returns the metadata bits as they were (CHIME's access-aggregated
-//!   metadata).
+//! * [`LocalLocks::acquire`]: a masked CAS that compares the lock bit and swaps in the held
+//!   word. One round trip both locks and returns the metadata bits as they were (CHIME's
+//!   access-aggregated metadata).
 //! * [`acquire_whole`]: a CAS from 0, for a word that holds nothing but the lock.
+//! * [`LocalLocks::acquire_keeping`]: the lock bit only, the other bits left in place while
+//!   held, for a design whose readers need them then (ROLEX's retirement bits). Such a holder is
+//!   not named, and a crash holding it is not recovered.
 //!
-//! Both retry while the lock is held, calling `on_retry` after each failed attempt and backing
-//! off ([`crate::backoff`]: a few retries at network pace, then pauses doubling to a cap). There
-//! are no leases yet: a client that crashes holding a lock leaves it held, and its waiters
-//! report it after the backoff's bound.
+//! Each retries while the lock is held, calling `on_retry` after each failed attempt and backing
+//! off ([`crate::backoff`]: a few retries at network pace, then pauses doubling to a cap).
 //!
+//! # A dead holder
+//!
+//! Once the backoff pauses, every failed look also goes to a [`lease::Watch`] over the held word
+//! and its holder's lease. When the watch finds the holder dead (three leases without a renewal,
+//! [`crate::lease`]) it fences it, and the waiter repairs: the index's [`Repair`] computes the
+//! free word from the node as the dead holder left it (making the node whole first, if it can
+//! be half written), and one CAS from the exact held word puts it in place. The CAS fails if
+//! another waiter repaired first; the fence makes sure the dead holder's own unlocking WRITE, if
+//! it was merely paused, can never land afterwards.
+
 //! # Release
 //!
 //! The holder releases the lock with a WRITE of the word with the lock bit clear, carrying the
@@ -42,12 +60,15 @@
 //! the unlocking write completes; since slots are shared by hashing, a client never holds one
 //! while taking another lock.
 
+use std::future::Future;
+
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use futures::lock::{Mutex, MutexGuard};
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, FREE};
 use crate::hash::mix64;
+use crate::lease::{self, Verdict, Watch, MEMBER_BITS};
 
 /// The lock bit.
 pub const LOCK_BIT: u64 = 1 << 63;
@@ -60,6 +81,84 @@ const _: () = assert!(LOCAL_SLOTS.is_power_of_two());
 #[inline]
 pub const fn unlocked(word: u64) -> u64 {
     word & !LOCK_BIT
+}
+
+/// The word of a lock held by member `member` in its acquisition number `n`.
+#[inline]
+pub const fn held_word(member: u64, n: u32) -> u64 {
+    LOCK_BIT | member << 32 | n as u64
+}
+
+/// The member a held word names, if it names one (a word held by
+/// [`LocalLocks::acquire_keeping`] does not).
+#[inline]
+pub const fn holder(word: u64) -> Option<u64> {
+    let m = (word >> 32) & ((1 << MEMBER_BITS) - 1);
+    if word & LOCK_BIT != 0 && m >> (MEMBER_BITS - 1) == 1 {
+        Some(m)
+    } else {
+        None
+    }
+}
+
+/// How an index frees a lock whose holder died: the free word to put in place of `held`, from
+/// the node as the holder left it (which the repair may first make whole). Called after the
+/// holder was fenced, so the node no longer changes under it except by other repairers.
+pub trait Repair<T: Transport> {
+    /// The free word for the lock at `lock` (lock bit clear).
+    fn free_word(
+        &self,
+        c: &Client<T>,
+        lock: GlobalAddr,
+        held: u64,
+    ) -> impl Future<Output = IndexResult<u64>>;
+}
+
+/// The repair of a lock word that carries nothing but the lock, guarding writes that land
+/// whole (one WRITE of at most one packet, or a node image that includes the unlocking word):
+/// free is 0.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoMetadata;
+
+impl<T: Transport> Repair<T> for NoMetadata {
+    async fn free_word(&self, _: &Client<T>, _: GlobalAddr, _: u64) -> IndexResult<u64> {
+        Ok(0)
+    }
+}
+
+/// This client's held word for its next acquisition (joining the cluster first if it has not,
+/// and renewing its lease if due).
+async fn next_held_word<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
+    let member = lease::renew_if_due(c).await?;
+    let n = &c.membership().acquisitions;
+    n.set(n.get().wrapping_add(1));
+    Ok(held_word(member, n.get()))
+}
+
+/// One failed look at `addr` that found `old`: past the backoff's free looks, watches the
+/// holder, and when it is dead and fenced repairs the lock. Returns whether the lock was freed
+/// (the caller looks again at once).
+async fn judge<T: Transport>(
+    c: &Client<T>,
+    addr: GlobalAddr,
+    old: u64,
+    watch: &mut Watch,
+    backoff: &Backoff,
+    repair: &impl Repair<T>,
+) -> IndexResult<bool> {
+    let Some(member) = holder(old) else { return Ok(false) };
+    if backoff.looks() < FREE {
+        return Ok(false);
+    }
+    lease::renew_if_due(c).await?;
+    if watch.look(c, old, member).await? == Verdict::Wait {
+        return Ok(false);
+    }
+    let free = unlocked(repair.free_word(c, addr, old).await?);
+    // Fails if another waiter repaired first: either way the word moved on.
+    c.cas(addr, old, free).await?;
+    *watch = Watch::new();
+    Ok(true)
 }
 
 /// A remote lock this client holds: the lock word's address, the word the locking CAS found
@@ -95,38 +194,54 @@ impl Held<'_> {
     }
 }
 
-/// Retries a masked CAS of the lock bit at `addr`, backing off while it is held; returns the
-/// word it found free.
+/// Retries a masked CAS of the lock bit at `addr` that swaps in this client's held word,
+/// backing off while it is held and repairing it when its holder is dead; returns the word it
+/// found free.
 async fn spin<T: Transport>(
     c: &Client<T>,
     addr: GlobalAddr,
     mut on_retry: impl FnMut(),
+    repair: &impl Repair<T>,
 ) -> IndexResult<u64> {
-    let mut backoff = Backoff::new();
+    let held = next_held_word(c).await?;
+    let (mut backoff, mut watch) = (Backoff::new(), Watch::new());
     // Ends when the CAS finds the lock free, or the backoff's bound on a lock never let go.
     loop {
-        let old = c.masked_cas(addr, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
+        let old = c.masked_cas(addr, 0, LOCK_BIT, held, u64::MAX).await?;
         if old & LOCK_BIT == 0 {
             return Ok(old);
         }
         on_retry();
+        if judge(c, addr, old, &mut watch, &backoff, repair).await? {
+            backoff = Backoff::new();
+            continue;
+        }
         backoff.failed(c, addr, "lock word").await?;
     }
 }
 
 /// Takes the lock at `addr`, a word holding nothing else, by CAS from 0, backing off while it
-/// is held.
+/// is held and freeing it (to 0) when its holder is dead.
 pub async fn acquire_whole<T: Transport>(
     c: &Client<T>,
     addr: GlobalAddr,
     mut on_retry: impl FnMut(),
 ) -> IndexResult<Held<'static>> {
-    let mut backoff = Backoff::new();
-    while c.cas(addr, 0, LOCK_BIT).await? != 0 {
+    let held = next_held_word(c).await?;
+    let (mut backoff, mut watch) = (Backoff::new(), Watch::new());
+    // Ends when the CAS finds the word free, or the backoff's bound on a lock never let go.
+    loop {
+        let old = c.cas(addr, 0, held).await?;
+        if old == 0 {
+            return Ok(Held { addr, word: 0, _local: None });
+        }
         on_retry();
+        if judge(c, addr, old, &mut watch, &backoff, &NoMetadata).await? {
+            backoff = Backoff::new();
+            continue;
+        }
         backoff.failed(c, addr, "lock word").await?;
     }
-    Ok(Held { addr, word: 0, _local: None })
 }
 
 /// A compute node's local lock table.
@@ -148,21 +263,50 @@ impl LocalLocks {
     }
 
     /// Queues on `addr`'s local slot, then takes the lock at `addr` by masked CAS on the lock
-    /// bit; the other bits come back in [`Held::word`].
+    /// bit, naming this client in the word while it holds it; the other bits come back in
+    /// [`Held::word`]. A dead holder's lock is freed with `repair`'s word.
     pub async fn acquire<T: Transport>(
         &self,
         c: &Client<T>,
         addr: GlobalAddr,
         on_retry: impl FnMut(),
+        repair: &impl Repair<T>,
     ) -> IndexResult<Held<'_>> {
+        let local = self.queue(addr).await;
+        let word = spin(c, addr, on_retry, repair).await?;
+        Ok(Held { addr, word, _local: Some(local) })
+    }
+
+    /// Like [`LocalLocks::acquire`], but sets the lock bit only and leaves the other bits in
+    /// place while held, for readers that need them then. The holder is not named: a crash
+    /// while holding such a lock is not recovered.
+    pub async fn acquire_keeping<T: Transport>(
+        &self,
+        c: &Client<T>,
+        addr: GlobalAddr,
+        mut on_retry: impl FnMut(),
+    ) -> IndexResult<Held<'_>> {
+        let local = self.queue(addr).await;
+        let mut backoff = Backoff::new();
+        // Ends when the CAS finds the lock free, or the backoff's bound on a lock never let go.
+        loop {
+            let old = c.masked_cas(addr, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
+            if old & LOCK_BIT == 0 {
+                return Ok(Held { addr, word: old, _local: Some(local) });
+            }
+            on_retry();
+            backoff.failed(c, addr, "lock word").await?;
+        }
+    }
+
+    /// Queues on `addr`'s local slot.
+    async fn queue(&self, addr: GlobalAddr) -> MutexGuard<'_, ()> {
         let slot = self.slot(addr);
         // A free slot (the common case) is taken without the lock future and its waiter list.
-        let local = match slot.try_lock() {
+        match slot.try_lock() {
             Some(local) => local,
             None => slot.lock().await,
-        };
-        let word = spin(c, addr, on_retry).await?;
-        Ok(Held { addr, word, _local: Some(local) })
+        }
     }
 }
 
@@ -183,14 +327,20 @@ mod tests {
         run_tasks([async {
             let a = c.alloc(64, 64).await.unwrap();
             c.write(a, &0x1234u64.to_le_bytes()).await.unwrap();
-            let held = table.acquire(&c, a, || panic!("free")).await.unwrap();
+            let held = table.acquire(&c, a, || panic!("free"), &NoMetadata).await.unwrap();
             assert_eq!(held.word(), 0x1234);
             assert_eq!(LOCK_BIT, 0x8000_0000_0000_0000);
-            assert_eq!(c.read_word(a).await.unwrap(), LOCK_BIT | 0x1234, "bit 63 is the lock");
+            // While held the word names the holder (its member word, acquisition 1).
+            let member = c.membership().member.get();
+            assert_ne!(member, 0, "taking a lock joined the cluster");
+            let w = c.read_word(a).await.unwrap();
+            assert_eq!(w, LOCK_BIT | member << 32 | 1, "bit 63 is the lock");
+            assert_eq!(holder(w), Some(member));
+            assert_eq!(holder(0x1234), None);
             held.unlock_with(&c, LOCK_BIT | 0x99).await.unwrap();
             assert_eq!(c.read_word(a).await.unwrap(), 0x99, "the unlocking word, lock bit clear");
             // Unlocked by the last WRITE of a batch.
-            let held = table.acquire(&c, a, || panic!("free")).await.unwrap();
+            let held = table.acquire(&c, a, || panic!("free"), &NoMetadata).await.unwrap();
             let word = unlocked(7).to_le_bytes();
             let data = [5u8; 8];
             let mut ops = [
@@ -202,7 +352,7 @@ mod tests {
             // A word that is only a lock.
             let b = a.add(16);
             let held = acquire_whole(&c, b, || panic!("free")).await.unwrap();
-            assert_eq!(c.read_word(b).await.unwrap(), LOCK_BIT);
+            assert_eq!(c.read_word(b).await.unwrap(), held_word(member, 3));
             held.unlock_with(&c, 0).await.unwrap();
             assert_eq!(c.read_word(b).await.unwrap(), 0);
         }]);
@@ -219,7 +369,7 @@ mod tests {
         let (spins, order) = (Cell::new(0), Cell::new(0));
         run_tasks([
             Box::pin(async {
-                let held = table.acquire(&c1, a, || spins.set(spins.get() + 1)).await.unwrap();
+                let held = table.acquire(&c1, a, || spins.set(spins.get() + 1), &NoMetadata).await.unwrap();
                 for _ in 0..5 {
                     yield_now().await;
                 }
@@ -228,7 +378,7 @@ mod tests {
             }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
             Box::pin(async {
                 yield_now().await;
-                let held = table.acquire(&c2, a, || spins.set(spins.get() + 1)).await.unwrap();
+                let held = table.acquire(&c2, a, || spins.set(spins.get() + 1), &NoMetadata).await.unwrap();
                 assert_eq!(order.get(), 1, "the second client got the lock after the first");
                 held.unlock_with(&c2, 0).await.unwrap();
             }),

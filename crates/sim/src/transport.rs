@@ -287,6 +287,12 @@ impl Transport for SimTransport {
         self.finish(op, Out::Take).map(|(_, reply)| reply)
     }
 
+    /// 10 ms of virtual time, ShiftLock's lease with recovery built in: a simulated client is
+    /// never descheduled for longer than a configured stall (at most 5 ms in the checks).
+    fn lease_ns(&self) -> u64 {
+        10_000_000
+    }
+
     fn now_ns(&self) -> u64 {
         self.shared.world.borrow().now / PS_PER_NS
     }

@@ -411,7 +411,7 @@ impl Blink {
         addr: GlobalAddr,
     ) -> IndexResult<Held<'_>> {
         let lock = addr.add(self.inner.lock_offset() as u64);
-        self.locks.acquire(c, lock, || self.retry()).await
+        self.locks.acquire(c, lock, || self.retry(), &crate::lock::NoMetadata).await
     }
 }
 

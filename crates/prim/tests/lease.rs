@@ -1,0 +1,108 @@
+//! Leases and lock recovery in virtual time: a dead holder's lock is freed after three leases
+//! with the word the index's repair computes, and the dead holder, if it comes back, can no
+//! longer write; a slow holder that renews is never judged dead.
+
+use std::cell::Cell;
+
+use dmindex_fabric::{Client, FabricError, GlobalAddr, Transport};
+use dmindex_index::IndexResult;
+use dmindex_prim::lease::{self, DEAD_AFTER_LEASES, FENCED};
+use dmindex_prim::lock::{holder, LocalLocks, Repair};
+use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
+
+fn sim(seed: u64) -> Sim {
+    Sim::new(SimConfig {
+        node_size: 16 << 20,
+        chunk_size: 1 << 20,
+        faults: Faults::delays(),
+        ..SimConfig::new(seed, NetParams::stress())
+    })
+    .unwrap()
+}
+
+/// Repairs with a fixed metadata word and counts its calls.
+struct Fixed(Cell<u32>);
+
+impl Repair<SimTransport> for Fixed {
+    async fn free_word(&self, _: &Client<SimTransport>, _: GlobalAddr, held: u64) -> IndexResult<u64> {
+        assert!(holder(held).is_some(), "repairs a named holder's word");
+        self.0.set(self.0.get() + 1);
+        Ok(0x77)
+    }
+}
+
+#[test]
+fn a_dead_holders_lock_is_repaired_and_the_holder_fenced() {
+    for seed in 0..20 {
+        let s = sim(seed);
+        let (dead, waiter) = (s.client_on_own_thread(0), s.client_on_own_thread(1));
+        let a = s.block_on(async { dead.alloc(64, 64).await.unwrap() });
+        let (tables, repair) = ([LocalLocks::default(), LocalLocks::default()], Fixed(Cell::new(0)));
+        let (taken_at, locked) = (Cell::new(0u64), Cell::new(false));
+        let d = async {
+            let held = tables[0].acquire(&dead, a, || {}, &repair).await.unwrap();
+            locked.set(true);
+            // Paused, not dead: it holds the lock and renews nothing for a long while.
+            dead.pause(200_000_000).await;
+            let e = dead.write(a.add(8), &[1; 8]).await.unwrap_err();
+            assert!(matches!(e, FabricError::Fenced { node: 0 }), "seed {seed}: {e}");
+            std::mem::forget(held);
+        };
+        let w = async {
+            // Bounded: the other task locks within its first round trips.
+            while !locked.get() {
+                waiter.pause(1_000).await;
+            }
+            let start = waiter.now_ns();
+            let held = tables[1].acquire(&waiter, a, || {}, &repair).await.unwrap();
+            taken_at.set(waiter.now_ns() - start);
+            assert_eq!(held.word(), 0x77, "seed {seed}: the repair's free word");
+            held.unlock_with(&waiter, 0x78).await.unwrap();
+        };
+        let out = s.run([Box::pin(d) as Task, Box::pin(w) as Task]);
+        assert!(out.all_finished(), "seed {seed}: {out:?}");
+        let lease = dead.transport().lease_ns();
+        assert!(taken_at.get() >= DEAD_AFTER_LEASES * lease, "seed {seed}: judged too early");
+        assert!(taken_at.get() < (DEAD_AFTER_LEASES + 2) * lease, "seed {seed}: judged too late");
+        assert_eq!(repair.0.get(), 1, "seed {seed}: repaired once");
+        let m = dead.membership().member.get();
+        let (slot, _) = lease::parse_member(m);
+        let st = s.block_on(async { waiter.read_word(lease::slot_addr(slot)).await.unwrap() });
+        assert_eq!(lease::state_of(st), FENCED, "seed {seed}");
+        assert_eq!(s.block_on(async { waiter.read_word(a.add(8)).await.unwrap() }), 0);
+    }
+}
+
+#[test]
+fn a_slow_holder_that_renews_keeps_its_lock() {
+    let s = sim(3);
+    let (slow, waiter) = (s.client_on_own_thread(0), s.client_on_own_thread(1));
+    let a = s.block_on(async { slow.alloc(64, 64).await.unwrap() });
+    let (tables, repair) = ([LocalLocks::default(), LocalLocks::default()], Fixed(Cell::new(0)));
+    let (released, locked) = (Cell::new(false), Cell::new(false));
+    let h = async {
+        let held = tables[0].acquire(&slow, a, || {}, &repair).await.unwrap();
+        locked.set(true);
+        // Ten leases of work, renewing as it goes.
+        for _ in 0..40 {
+            slow.pause(2_500_000).await;
+            lease::renew_if_due(&slow).await.unwrap();
+        }
+        released.set(true);
+        held.unlock_with(&slow, 5).await.unwrap();
+        slow.write(a.add(8), &[1; 8]).await.unwrap();
+    };
+    let w = async {
+        // Bounded: the other task locks within its first round trips.
+        while !locked.get() {
+            waiter.pause(1_000).await;
+        }
+        let held = tables[1].acquire(&waiter, a, || {}, &repair).await.unwrap();
+        assert!(released.get(), "taken before the slow holder let go");
+        assert_eq!(held.word(), 5);
+        held.unlock_with(&waiter, 0).await.unwrap();
+    };
+    let out = s.run([Box::pin(h) as Task, Box::pin(w) as Task]);
+    assert!(out.all_finished(), "{out:?}");
+    assert_eq!(repair.0.get(), 0, "a live holder was repaired");
+}
