@@ -193,7 +193,11 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    println!("{} ({}..={}): {sum}", a.index.name, seeds.start(), seeds.end());
+    let recovery = match (entry.recovers_client_crashes, sum.stuck) {
+        (false, 1..) => "; this index does not recover from client crashes yet",
+        _ => "",
+    };
+    println!("{} ({}..={}): {sum}{recovery}", a.index.name, seeds.start(), seeds.end());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -59,6 +59,8 @@ pub struct IndexEntry {
     pub services: &'static [MnService],
     /// Survives a memory-node crash ([`PointIndex::SURVIVES_MN_CRASH`]).
     pub survives_mn_crash: bool,
+    /// Recovers from client crashes ([`PointIndex::RECOVERS_CLIENT_CRASHES`]).
+    pub recovers_client_crashes: bool,
     /// The key space it is measured on when none is named.
     pub keys: KeySpace,
     /// `dmindex bench` on it.
@@ -94,6 +96,7 @@ macro_rules! index {
             rdwc: $rdwc,
             services: <$ty as PointIndex<LocalTransport>>::SERVICES,
             survives_mn_crash: <$ty as PointIndex<LocalTransport>>::SURVIVES_MN_CRASH,
+            recovers_client_crashes: <$ty as PointIndex<LocalTransport>>::RECOVERS_CLIENT_CRASHES,
             keys: $keys,
             bench: run::<$ty, $scans>,
             check: dmindex_conformance::check_seed::<$ty, $scans>,

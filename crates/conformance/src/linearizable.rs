@@ -16,8 +16,9 @@
 //! fails saying the bound could not be met — not as a deadlock, and not by counting slow
 //! clients as stuck behind a crash. With no crash in the run nothing can explain a stuck
 //! client, so the seed fails (a deadlock or livelock is a bug). After a crash it is reported as
-//! stuck behind the crash: a crashed client may have left a lock held, and until
-//! client-crash recovery exists that lock stays held. The simulator names such locks (a word a
+//! stuck behind the crash: a crashed client may have left a lock held, and in an index that
+//! does not recover from client crashes ([`PointIndex::RECOVERS_CLIENT_CRASHES`]) that lock
+//! stays held; in one that does, a stuck client fails the seed. The simulator names such locks (a word a
 //! crashed client's last changing atomic set and nobody changed since) and the clients whose
 //! latest atomic targeted one are counted as spinning on a lock a crashed client holds; the
 //! others wait behind those (e.g. in a compute node's local lock table). Every report counts the operations
@@ -231,7 +232,7 @@ impl fmt::Display for Summary {
             f,
             "{} seeds linearizable: {} of {} operations checked ({:.1} %), {} clients crashed \
              in {} seeds, {} clients stuck behind a crash in {} seeds ({} of them spinning on \
-             a lock a crashed client holds: no client-crash recovery yet)",
+             a lock a crashed client holds)",
             self.seeds,
             self.completed,
             self.requested,
@@ -549,6 +550,16 @@ where
         bail!(
             "{} of {} clients are stuck {} into the run phase: {why}, and no client crashed: a \
              deadlock or livelock",
+            out.stuck.len(),
+            cfg.clients,
+            ms(out.end_ns.saturating_sub(start))
+        );
+    }
+    if !out.stuck.is_empty() && I::RECOVERS_CLIENT_CRASHES {
+        bail!(
+            "{} of {} clients are stuck {} into the run phase behind a crash, and this index \
+             recovers from client crashes: a dead holder's lock should have been freed within \
+             three leases and a repair",
             out.stuck.len(),
             cfg.clients,
             ms(out.end_ns.saturating_sub(start))

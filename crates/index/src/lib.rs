@@ -215,6 +215,10 @@ pub trait PointIndex<T: Transport>: Sized {
     /// Whether the index survives the crash of a memory node other than node 0 (it replicates
     /// what it keeps there): `dmindex check --mn-crash-us` is refused for the others.
     const SURVIVES_MN_CRASH: bool = false;
+    /// Whether every lock and claim the index takes is freed, and what a dead holder left is
+    /// repaired, when a client crashes holding it (judged by leases, fenced, repaired by a
+    /// waiter): `dmindex check` then fails a seed in which a client is stuck behind a crash.
+    const RECOVERS_CLIENT_CRASHES: bool = false;
 
     /// Builds an empty index in remote memory and publishes its root in `config.root_slot`.
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self>;

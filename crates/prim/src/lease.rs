@@ -128,7 +128,10 @@ pub async fn join<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
     if m.member.get() != 0 {
         return Ok(m.member.get());
     }
-    let start = (c.ordinal().wrapping_mul(0x9E37_79B9) >> 5) % MEMBER_SLOTS;
+    // Spread joiners over the table by their clock and compute node (not by anything
+    // process-global, so a simulated run stays the same run).
+    let start =
+        (crate::hash::mix64(c.now_ns() ^ (c.cn() as u64) << 48) % MEMBER_SLOTS as u64) as u32;
     let mut buf = [0u8; WINDOW as usize * MEMBER_SLOT_BYTES as usize];
     // Ends after one pass over the table: each window is read once.
     for w in 0..MEMBER_SLOTS / WINDOW {

@@ -369,7 +369,10 @@ mod tests {
         let (spins, order) = (Cell::new(0), Cell::new(0));
         run_tasks([
             Box::pin(async {
-                let held = table.acquire(&c1, a, || spins.set(spins.get() + 1), &NoMetadata).await.unwrap();
+                let held = table
+                    .acquire(&c1, a, || spins.set(spins.get() + 1), &NoMetadata)
+                    .await
+                    .unwrap();
                 for _ in 0..5 {
                     yield_now().await;
                 }
@@ -378,7 +381,10 @@ mod tests {
             }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
             Box::pin(async {
                 yield_now().await;
-                let held = table.acquire(&c2, a, || spins.set(spins.get() + 1), &NoMetadata).await.unwrap();
+                let held = table
+                    .acquire(&c2, a, || spins.set(spins.get() + 1), &NoMetadata)
+                    .await
+                    .unwrap();
                 assert_eq!(order.get(), 1, "the second client got the lock after the first");
                 held.unlock_with(&c2, 0).await.unwrap();
             }),

@@ -546,6 +546,7 @@ impl<I> Rdwc<I> {
 impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     const SERVICES: &'static [MnService] = I::SERVICES;
     const SURVIVES_MN_CRASH: bool = I::SURVIVES_MN_CRASH;
+    const RECOVERS_CLIENT_CRASHES: bool = I::RECOVERS_CLIENT_CRASHES;
     const LEVELS: &'static [&'static str] = I::LEVELS;
 
     async fn create(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {

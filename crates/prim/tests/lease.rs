@@ -24,7 +24,12 @@ fn sim(seed: u64) -> Sim {
 struct Fixed(Cell<u32>);
 
 impl Repair<SimTransport> for Fixed {
-    async fn free_word(&self, _: &Client<SimTransport>, _: GlobalAddr, held: u64) -> IndexResult<u64> {
+    async fn free_word(
+        &self,
+        _: &Client<SimTransport>,
+        _: GlobalAddr,
+        held: u64,
+    ) -> IndexResult<u64> {
         assert!(holder(held).is_some(), "repairs a named holder's word");
         self.0.set(self.0.get() + 1);
         Ok(0x77)
@@ -37,7 +42,8 @@ fn a_dead_holders_lock_is_repaired_and_the_holder_fenced() {
         let s = sim(seed);
         let (dead, waiter) = (s.client_on_own_thread(0), s.client_on_own_thread(1));
         let a = s.block_on(async { dead.alloc(64, 64).await.unwrap() });
-        let (tables, repair) = ([LocalLocks::default(), LocalLocks::default()], Fixed(Cell::new(0)));
+        let (tables, repair) =
+            ([LocalLocks::default(), LocalLocks::default()], Fixed(Cell::new(0)));
         let (taken_at, locked) = (Cell::new(0u64), Cell::new(false));
         let d = async {
             let held = tables[0].acquire(&dead, a, || {}, &repair).await.unwrap();

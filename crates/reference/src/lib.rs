@@ -31,8 +31,9 @@
 //! new count appear together). The directory's address is published in the root-table slot by
 //! CAS from 0 ([`dmindex_prim::root`]); the descriptor lives in the directory, not in the next
 //! slot. A full array is copied into
-//! a new one of twice the capacity before the header is switched to it; old arrays are not
-//! reclaimed.
+//! a new one of twice the capacity before the header is switched to it, and a shifted one (an
+//! insert or delete before the end) into a new one of the same capacity, so that a writer that
+//! dies between its two WRITEs leaves the shard as it was; old arrays are not reclaimed.
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{
@@ -166,8 +167,13 @@ impl LockedShards {
     ) -> IndexResult<()> {
         let count = s.entries.len() as u32;
         let mut changed = changed.start.min(s.entries.len())..changed.end.min(s.entries.len());
-        if count > s.header.capacity {
-            let capacity = (s.header.capacity * 2).max(INITIAL_CAPACITY).max(count);
+        // A shift (an insert or delete before the end) is written to a new array: in place, a
+        // writer that dies after its array WRITE landed and before the header's would leave
+        // the old count over shifted entries (one key lost, or one twice).
+        let shifted = count != s.header.count && changed.start < s.header.count as usize;
+        if count > s.header.capacity || shifted {
+            let grow = if count > s.header.capacity { 2 } else { 1 };
+            let capacity = (s.header.capacity * grow).max(INITIAL_CAPACITY).max(count);
             s.header.array = c.alloc(capacity as u64 * self.entry_size as u64, 64).await?;
             s.header.capacity = capacity;
             changed = 0..s.entries.len();
@@ -194,6 +200,10 @@ impl LockedShards {
 }
 
 impl<T: Transport> PointIndex<T> for LockedShards {
+    /// Shard locks name their holder and are freed when it dies: a shard's entries are written
+    /// before its header, which unlocks, so a dead writer leaves the old header in place.
+    const RECOVERS_CLIENT_CRASHES: bool = true;
+
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
         if config.max_key == 0 || config.max_key > 255 || config.max_value > 255 {
             return Err(IndexError::Config(format!(

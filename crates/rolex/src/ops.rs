@@ -303,7 +303,9 @@ impl Rolex {
         let base = s.addrs[b];
         let held = self
             .locks
-            .acquire_keeping(c, self.layout.lock_addr(base), || crate::bump(&self.counters.lock_retries))
+            .acquire_keeping(c, self.layout.lock_addr(base), || {
+                crate::bump(&self.counters.lock_retries)
+            })
             .await?;
         if held.word() & RETIRED != 0 {
             // Retired while we waited: the model is stale (the word stays retired).
