@@ -38,11 +38,13 @@
 //!
 //! Once the backoff pauses, every failed look also goes to a [`lease::Watch`] over the held word
 //! and its holder's lease. When the watch finds the holder dead (three leases without a renewal,
-//! [`crate::lease`]) it fences it, and the waiter repairs: the index's [`Repair`] computes the
-//! free word from the node as the dead holder left it (making the node whole first, if it can
-//! be half written), and one CAS from the exact held word puts it in place. The CAS fails if
-//! another waiter repaired first; the fence makes sure the dead holder's own unlocking WRITE, if
-//! it was merely paused, can never land afterwards.
+//! [`crate::lease`]) it fences it, and the waiter takes the lock over: one CAS from the exact
+//! word the dead holder left to its own held word. The CAS fails if another waiter took over
+//! first. Holding the lock, the waiter repairs: the index's [`Repair`] makes the node whole
+//! (if a crash can leave it half written) and computes the free word, which the waiter goes on
+//! with as if its locking CAS had found it. A repairer that dies leaves its own held word, which
+//! the next waiter judges and repairs again; the fence makes sure the dead holder's own
+//! unlocking WRITE, if it was merely paused, can never land afterwards.
 
 //! # Release
 //!
@@ -102,8 +104,9 @@ pub const fn holder(word: u64) -> Option<u64> {
 }
 
 /// How an index frees a lock whose holder died: the free word to put in place of `held`, from
-/// the node as the holder left it (which the repair may first make whole). Called after the
-/// holder was fenced, so the node no longer changes under it except by other repairers.
+/// the node as the holder left it (which the repair may first make whole: it runs holding the
+/// lock, taken over from the fenced holder, so nothing else writes the node meanwhile). The
+/// waiter that repaired goes on holding the lock with that word as the free word it found.
 pub trait Repair<T: Transport> {
     /// The free word for the lock at `lock` (lock bit clear).
     fn free_word(
@@ -136,29 +139,32 @@ async fn next_held_word<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
 }
 
 /// One failed look at `addr` that found `old`: past the backoff's free looks, watches the
-/// holder, and when it is dead and fenced repairs the lock. Returns whether the lock was freed
-/// (the caller looks again at once).
+/// holder, and when it is dead and fenced takes the lock over — a CAS from the exact word the
+/// dead holder left to `mine`, this client's held word — and repairs under it. Returns the free
+/// word the repair computed if this client now holds the lock; `None` to look again (the
+/// holder may be alive, or another waiter took over first).
 async fn judge<T: Transport>(
     c: &Client<T>,
-    addr: GlobalAddr,
-    old: u64,
+    (addr, old, mine): (GlobalAddr, u64, u64),
     watch: &mut Watch,
     backoff: &Backoff,
     repair: &impl Repair<T>,
-) -> IndexResult<bool> {
-    let Some(member) = holder(old) else { return Ok(false) };
+) -> IndexResult<Option<u64>> {
+    let Some(member) = holder(old) else { return Ok(None) };
     if backoff.looks() < FREE {
-        return Ok(false);
+        return Ok(None);
     }
     lease::renew_if_due(c).await?;
     if watch.look(c, old, member).await? == Verdict::Wait {
-        return Ok(false);
+        return Ok(None);
     }
-    let free = unlocked(repair.free_word(c, addr, old).await?);
-    // Fails if another waiter repaired first: either way the word moved on.
-    c.cas(addr, old, free).await?;
     *watch = Watch::new();
-    Ok(true)
+    if c.cas(addr, old, mine).await? != old {
+        return Ok(None);
+    }
+    // Held by this client now: the repair is the only writer of the node, and if this client
+    // dies in it, the next waiter finds this client's word, judges it and repairs again.
+    Ok(Some(unlocked(repair.free_word(c, addr, old).await?)))
 }
 
 /// A remote lock this client holds: the lock word's address, the word the locking CAS found
@@ -212,9 +218,8 @@ async fn spin<T: Transport>(
             return Ok(old);
         }
         on_retry();
-        if judge(c, addr, old, &mut watch, &backoff, repair).await? {
-            backoff = Backoff::new();
-            continue;
+        if let Some(free) = judge(c, (addr, old, held), &mut watch, &backoff, repair).await? {
+            return Ok(free);
         }
         backoff.failed(c, addr, "lock word").await?;
     }
@@ -236,9 +241,8 @@ pub async fn acquire_whole<T: Transport>(
             return Ok(Held { addr, word: 0, _local: None });
         }
         on_retry();
-        if judge(c, addr, old, &mut watch, &backoff, &NoMetadata).await? {
-            backoff = Backoff::new();
-            continue;
+        if judge(c, (addr, old, held), &mut watch, &backoff, &NoMetadata).await?.is_some() {
+            return Ok(Held { addr, word: 0, _local: None });
         }
         backoff.failed(c, addr, "lock word").await?;
     }

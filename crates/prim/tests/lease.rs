@@ -112,3 +112,60 @@ fn a_slow_holder_that_renews_keeps_its_lock() {
     assert!(out.all_finished(), "{out:?}");
     assert_eq!(repair.0.get(), 0, "a live holder was repaired");
 }
+
+/// The first repair call stalls (its caller "dies" mid-repair); later calls finish.
+struct StallsFirst(Cell<u32>);
+
+impl Repair<SimTransport> for StallsFirst {
+    async fn free_word(&self, c: &Client<SimTransport>, _: GlobalAddr, _: u64) -> IndexResult<u64> {
+        self.0.set(self.0.get() + 1);
+        if self.0.get() == 1 {
+            c.pause(500_000_000).await;
+        }
+        Ok(0x55)
+    }
+}
+
+/// A waiter that took a dead holder's lock over and then stopped mid-repair holds the lock under
+/// its own name: the next waiter judges it in turn, fences it and repairs again.
+#[test]
+fn a_repairer_that_dies_is_repaired_after() {
+    let s = sim(11);
+    let [dead, r1, r2] = [0, 1, 2].map(|cn| s.client_on_own_thread(cn));
+    let a = s.block_on(async { dead.alloc(64, 64).await.unwrap() });
+    let tables = [LocalLocks::default(), LocalLocks::default(), LocalLocks::default()];
+    let repair = StallsFirst(Cell::new(0));
+    let locked = Cell::new(false);
+    let d = async {
+        let held = tables[0].acquire(&dead, a, || {}, &repair).await.unwrap();
+        locked.set(true);
+        dead.pause(1_000_000_000).await;
+        std::mem::forget(held);
+    };
+    let first = async {
+        // Bounded: the holder locks within its first round trips.
+        while !locked.get() {
+            r1.pause(1_000).await;
+        }
+        let held = tables[1].acquire(&r1, a, || {}, &repair).await;
+        // It took over, stalled in the repair past three leases, and was fenced meanwhile.
+        let e = r1.write(a.add(8), &[9; 8]).await.unwrap_err();
+        assert!(matches!(e, FabricError::Fenced { .. }), "{e}");
+        std::mem::forget(held);
+    };
+    let second = async {
+        // Bounded as above; then wait until the first repairer took over.
+        while !locked.get() {
+            r2.pause(1_000).await;
+        }
+        r2.pause(50_000_000).await;
+        let held = tables[2].acquire(&r2, a, || {}, &repair).await.unwrap();
+        assert_eq!(held.word(), 0x55);
+        held.unlock_with(&r2, 0x56).await.unwrap();
+    };
+    let out = s.run([Box::pin(d) as Task, Box::pin(first) as Task, Box::pin(second) as Task]);
+    assert!(out.all_finished(), "{out:?}");
+    assert_eq!(repair.0.get(), 2, "repaired twice: the second time by the next waiter");
+    assert_eq!(s.block_on(async { r2.read_word(a).await.unwrap() }), 0x56);
+    assert_eq!(s.block_on(async { r2.read_word(a.add(8)).await.unwrap() }), 0);
+}
