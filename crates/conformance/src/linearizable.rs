@@ -556,13 +556,38 @@ where
         );
     }
     if !out.stuck.is_empty() && I::RECOVERS_CLIENT_CRASHES {
+        let held: Vec<String> = sim
+            .words_held_by_crashed()
+            .iter()
+            .map(|h| {
+                format!(
+                    "{} set by crashed client {} ({} spinning)",
+                    h.addr,
+                    h.holder,
+                    h.waiters.len()
+                )
+            })
+            .collect();
+        let ids: Vec<u32> =
+            out.stuck.iter().filter_map(|&t| clients.get(t).map(|c| c.transport().id())).collect();
+        let latest: Vec<String> = sim
+            .latest_atomic_words(&ids)
+            .iter()
+            .map(|(i, w)| match w {
+                Some((a, v)) => format!("client {i}: {a} = {v:#018x}"),
+                None => format!("client {i}: no atomic"),
+            })
+            .collect();
         bail!(
             "{} of {} clients are stuck {} into the run phase behind a crash, and this index \
              recovers from client crashes: a dead holder's lock should have been freed within \
-             three leases and a repair",
+             three leases and a repair (words crashed clients left set: {}; each stuck client's \
+             latest atomic word now: {})",
             out.stuck.len(),
             cfg.clients,
-            ms(out.end_ns.saturating_sub(start))
+            ms(out.end_ns.saturating_sub(start)),
+            if held.is_empty() { "none".to_string() } else { held.join(", ") },
+            latest.join(", ")
         );
     }
     if cfg.memory_node_restart_ns > 0 {

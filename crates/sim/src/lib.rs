@@ -343,6 +343,22 @@ impl Sim {
         r
     }
 
+    /// For each client in `ids` (its [`SimTransport::id`]): the word its latest atomic verb
+    /// targeted and the value there now — what a stuck client is most likely waiting on.
+    pub fn latest_atomic_words(&self, ids: &[u32]) -> Vec<(u32, Option<(GlobalAddr, u64)>)> {
+        let w = self.shared.world.borrow();
+        ids.iter()
+            .map(|&i| {
+                let at = w.clients.get(i as usize).and_then(|c| c.last_atomic).map(|addr| {
+                    let mut now = [0u8; 8];
+                    self.shared.regions[addr.node() as usize].read(addr.offset(), &mut now);
+                    (addr, u64::from_le_bytes(now))
+                });
+                (i, at)
+            })
+            .collect()
+    }
+
     /// Words crashed clients set and left set, with the live clients spinning on each (see
     /// [`HeldWord`]): how a run explains clients stuck behind a crash.
     pub fn words_held_by_crashed(&self) -> Vec<HeldWord> {
