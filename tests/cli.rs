@@ -1380,7 +1380,7 @@ fn ucx_client_names_a_server_that_is_not_a_memnode() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not a dmindex memnode (it sent \"HTTP/1.1\")"), "{err}");
     let (hello, rest) = server.join().unwrap();
-    assert_eq!(&hello[..8], b"DMIUCX03");
+    assert_eq!(&hello[..8], b"DMIUCX04");
     assert!(rest.is_empty(), "nothing after the hello");
     assert!(!hello.windows(12).any(|w| w == b"secret-token"), "the token never crosses the wire");
 }

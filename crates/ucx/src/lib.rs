@@ -7,7 +7,8 @@
 //! Where UCX would emulate RMA on the memnode's CPU (TCP), verbs travel as active messages the
 //! memnode executes itself ([`message_verbs`]).
 //!
-//! Only [`admission`], [`auth`], [`tls`], [`proto`], [`control`], [`peers`], [`testhosts`] and [`message_verbs`] (wire formats, TCP) build without the `ucx` cargo feature; the
+//! Only [`admission`], [`auth`], [`tls`], [`proto`], [`control`], [`peers`], [`testhosts`],
+//! [`message_verbs`] and [`sessions`] (wire formats, TCP) build without the `ucx` cargo feature; the
 //! rest links libucp (Debian's libucx-dev 1.13.1, found with pkg-config). So do, on Linux, the
 //! guard over UCX's own TCP listener ([`ucx_guard`]) and its parts ([`descriptors`],
 //! [`own_sockets`], [`syn_gate`], [`ucx_caps`]), which need no UCX call. See `docs/ucx.md`.
@@ -22,6 +23,7 @@ pub mod control;
 pub mod message_verbs;
 pub mod peers;
 pub mod proto;
+pub mod sessions;
 pub mod testhosts;
 pub mod tls;
 

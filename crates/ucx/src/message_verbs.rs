@@ -18,10 +18,10 @@
 //! All integers little-endian. A request is one active message [`REQUEST_AM`] whose header is:
 //!
 //! ```text
-//!  0        1          8           16          24          32          40          48          56                       72
-//!  +--------+----------+-----------+-----------+-----------+-----------+-----------+-----------+-----------------------+
-//!  | verb   | zero     | tag       | offset    | a         | b         | c         | d         | verb key (16 bytes)   |
-//!  +--------+----------+-----------+-----------+-----------+-----------+-----------+-----------+-----------------------+
+//!  0        1      4          8           16          24          32          40          48          56                       72
+//!  +--------+------+----------+-----------+-----------+-----------+-----------+-----------+-----------+-----------------------+
+//!  | verb   | zero | session  | tag       | offset    | a         | b         | c         | d         | key (16 bytes)        |
+//!  +--------+------+----------+-----------+-----------+-----------+-----------+-----------+-----------+-----------------------+
 //!  verb 1 READ      a = length
 //!       2 WRITE     the bytes are the message's payload
 //!       3 CAS       a = expected, b = new
@@ -29,30 +29,41 @@
 //!       5 MASKED    a = compare, b = compare mask, c = swap, d = swap mask
 //!       6 FLUSH     (nothing: answered once every earlier verb has been executed)
 //!       7 BATCH     a = count (1 to MAX_BATCH): the payload holds that many verbs, below
+//!       8 REGISTER  a = member word (non-zero), b = 1 if the session's verbs reach the pool
+//!                   one-sidedly, else 0; session 0 and the memnode's verb key. Reply: value =
+//!                   the session's slot, payload = its key (16 bytes); status ok, or fenced (the
+//!                   member was fenced here: the session is fenced from its start)
+//!       9 FENCE     a = member word. Reply once no verb of the member's executes here: status
+//!                   ok (value = the sessions marked), unfenceable (one of them is one-sided),
+//!                   or full
+//!      10 END       the session ends (tag 0: no reply)
+//!  session the slot of the session the message speaks for (crate::sessions); 0 = none
 //!  tag     the client's request number, echoed in the reply; 0 = no reply (a posted WRITE)
 //!  offset  byte offset in the pool
-//!  key     the memnode's verb key, which only clients that proved they hold the cluster's
-//!          token learn (crate::auth); a request with another key is refused and logged, and
-//!          touches nothing
+//!  key     session 0: the memnode's verb key, which only clients that proved they hold the
+//!          cluster's token learn (crate::auth); else the session's key, which only the client
+//!          that registered it learns. A request with another key is refused and logged, and
+//!          touches nothing; one of a fenced session is refused (status fenced)
 //! ```
 //!
 //! The reply is one active message [`REPLY_AM`] with a 24-byte header and, for a READ that
-//! succeeded, the bytes read as payload:
+//! succeeded, the bytes read as payload (for a REGISTER, the session's key):
 //!
 //! ```text
 //!  0           8           16          24
 //!  +-----------+-----------+-----------+
 //!  | tag       | status    | value     |     status 0 ok, 1 out of bounds, 2 misaligned,
-//!  +-----------+-----------+-----------+     3 refused (a wrong verb key); value = the old
-//!                                            word (atomics)
+//!  +-----------+-----------+-----------+     3 refused (a wrong key), 4 fenced,
+//!                                            5 unfenceable, 6 full; value = the old word
+//!                                            (atomics), a slot (REGISTER), a count (FENCE)
 //! ```
 //!
 //! # Batches
 //!
 //! Verbs posted together (a doorbell batch) travel as one BATCH request and one reply, so that
 //! a batch costs the memnode and the client one message each way, not one per verb. Each verb in
-//! the payload is a request header as above whose key field is zero (the BATCH's key covers them
-//! all) and whose `a` is a WRITE's length, followed by a WRITE's bytes:
+//! the payload is a request header as above whose session and key fields are zero (the BATCH's
+//! cover them all) and whose `a` is a WRITE's length, followed by a WRITE's bytes:
 //!
 //! ```text
 //!  payload:  | header 1 (72) | bytes 1 (WRITE) | header 2 (72) | ... | header n (72) | bytes n |
@@ -79,7 +90,8 @@ use dmindex_fabric::service::MnMemory;
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::AtomicOp;
 
-use crate::auth::{keys_equal, VERB_KEY};
+use crate::auth::VERB_KEY;
+use crate::sessions::Sessions;
 
 /// Active-message id of requests (client → memnode).
 pub const REQUEST_AM: u32 = 0xd1;
@@ -107,15 +119,28 @@ pub enum Verb {
     Batch {
         count: u64,
     },
+    /// Opens a session for cluster member `member` ([`crate::sessions`]).
+    Register {
+        member: u64,
+        one_sided: bool,
+    },
+    /// Fences cluster member `member` ([`crate::sessions`]).
+    Fence {
+        member: u64,
+    },
+    /// Ends the request's session.
+    End,
 }
 
 /// A decoded request header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
+    /// The session the request speaks for; 0: none ([`crate::sessions`]).
+    pub session: u32,
     pub tag: u64,
     pub offset: u64,
     pub verb: Verb,
-    /// The memnode's verb key, as the client holds it.
+    /// The memnode's verb key as the client holds it (session 0), or the session's key.
     pub key: [u8; VERB_KEY],
 }
 
@@ -126,8 +151,16 @@ pub enum Status {
     Ok = 0,
     OutOfBounds = 1,
     Misaligned = 2,
-    /// The request's verb key is not the memnode's: nothing was done.
+    /// The request's key is not the memnode's verb key (session 0) or its session's: nothing
+    /// was done.
     Refused = 3,
+    /// The request's session was fenced: nothing was done.
+    Fenced = 4,
+    /// A FENCE marked a session whose verbs reach the pool one-sidedly: it cannot hold.
+    Unfenceable = 5,
+    /// A REGISTER or FENCE found the memnode's table full ([`crate::sessions::MAX_SESSIONS`],
+    /// [`crate::sessions::MAX_FENCED`]).
+    Full = 6,
 }
 
 /// A decoded reply header.
@@ -155,9 +188,13 @@ impl Request {
             }
             Verb::Flush => (6, [0; 4]),
             Verb::Batch { count } => (7, [count, 0, 0, 0]),
+            Verb::Register { member, one_sided } => (8, [member, one_sided as u64, 0, 0]),
+            Verb::Fence { member } => (9, [member, 0, 0, 0]),
+            Verb::End => (10, [0; 4]),
         };
         let mut h = [0u8; REQUEST_LEN];
         h[0] = code;
+        h[4..8].copy_from_slice(&self.session.to_le_bytes());
         h[8..16].copy_from_slice(&self.tag.to_le_bytes());
         h[16..24].copy_from_slice(&self.offset.to_le_bytes());
         for (i, v) in ops.iter().enumerate() {
@@ -186,10 +223,14 @@ impl Request {
             }),
             6 => Verb::Flush,
             7 => Verb::Batch { count: a },
+            8 if b <= 1 => Verb::Register { member: a, one_sided: b == 1 },
+            9 => Verb::Fence { member: a },
+            10 => Verb::End,
             _ => return None,
         };
         let key = h[56..72].try_into().expect("16 bytes");
-        Some(Request { tag: word(h, 8), offset: word(h, 16), verb, key })
+        let session = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
+        Some(Request { session, tag: word(h, 8), offset: word(h, 16), verb, key })
     }
 }
 
@@ -212,30 +253,63 @@ impl Reply {
             1 => Status::OutOfBounds,
             2 => Status::Misaligned,
             3 => Status::Refused,
+            4 => Status::Fenced,
+            5 => Status::Unfenceable,
+            6 => Status::Full,
             _ => return None,
         };
         Some(Reply { tag: word(h, 0), status, value: word(h, 16) })
     }
 }
 
-/// Carries out `req` (`payload`: a WRITE's bytes) on `mem` if it carries `key`, appending a
-/// READ's bytes to `out` (the reply message being built, so they are copied once); returns the
-/// reply header. Nothing a client sends can make it panic: the key, bounds and alignment are
-/// checked here, before `mem` (whose own checks assert).
+/// Carries out `req` (`payload`: a WRITE's bytes, or a BATCH's verbs) on `mem`, or on
+/// `sessions` (REGISTER, FENCE, END), if its session may act ([`Sessions::admit`]: the key, then
+/// the fence), appending a READ's bytes (a REGISTER's key; a BATCH's replies) to `out`, the reply
+/// message being built, so they are copied once. Returns the reply header, or `None` for a BATCH
+/// whose payload is not exactly its verbs, well formed (then nothing was done). Nothing a client
+/// sends can make it panic: the key, bounds and alignment are checked here, before `mem` (whose
+/// own checks assert).
 pub fn execute(
     mem: &dyn MnMemory,
-    key: &[u8; VERB_KEY],
+    sessions: &mut Sessions,
     req: &Request,
     payload: &[u8],
     out: &mut Vec<u8>,
-) -> Reply {
-    if !keys_equal(&req.key, key) {
-        return Reply { tag: req.tag, status: Status::Refused, value: 0 };
+) -> Option<Reply> {
+    let reply = |status, value| Reply { tag: req.tag, status, value };
+    match sessions.admit(req.session, &req.key) {
+        Ok(()) => {}
+        // A fenced session may still end (its client is going away or registering anew).
+        Err(Status::Fenced) if req.verb == Verb::End => {}
+        Err(status) => return Some(reply(status, 0)),
     }
-    perform(mem, req, payload, out)
+    Some(match req.verb {
+        Verb::Batch { count } => return execute_batch(mem, req.tag, count, payload, out),
+        // A session opens others only as the memnode's client: it registers anew with the
+        // memnode's key, so a fenced client may join again as another member.
+        Verb::Register { .. } if req.session != 0 => reply(Status::Refused, 0),
+        Verb::Register { member, one_sided } => match sessions.register(member, one_sided) {
+            Ok(r) => {
+                out.extend_from_slice(&r.key);
+                let status = if r.fenced { Status::Fenced } else { Status::Ok };
+                reply(status, r.slot as u64)
+            }
+            Err(status) => reply(status, 0),
+        },
+        Verb::Fence { member } => match sessions.fence(member) {
+            Ok(f) if f.one_sided => reply(Status::Unfenceable, f.sessions),
+            Ok(f) => reply(Status::Ok, f.sessions),
+            Err(status) => reply(status, 0),
+        },
+        Verb::End => {
+            sessions.end(req.session);
+            reply(Status::Ok, 0)
+        }
+        _ => perform(mem, req, payload, out),
+    })
 }
 
-/// [`execute`] once the key was checked (a batch checks its key once for all its verbs).
+/// A data verb, once its session was admitted (a batch is admitted once for all its verbs).
 fn perform(mem: &dyn MnMemory, req: &Request, payload: &[u8], out: &mut Vec<u8>) -> Reply {
     let reply = |status, value| Reply { tag: req.tag, status, value };
     let fits = |len: u64| req.offset.checked_add(len).is_some_and(|end| end <= mem.size());
@@ -256,15 +330,17 @@ fn perform(mem: &dyn MnMemory, req: &Request, payload: &[u8], out: &mut Vec<u8>)
         Verb::Atomic(_) if req.offset % 8 != 0 => reply(Status::Misaligned, 0),
         Verb::Atomic(op) => reply(Status::Ok, mem.atomic(req.offset, op)),
         Verb::Flush => reply(Status::Ok, 0),
-        // A batch inside a batch is not a verb: nothing sends one.
-        Verb::Batch { .. } => reply(Status::OutOfBounds, 0),
+        // Not data verbs: [`execute`] answers them, and a batch carries none.
+        Verb::Batch { .. } | Verb::Register { .. } | Verb::Fence { .. } | Verb::End => {
+            reply(Status::OutOfBounds, 0)
+        }
     }
 }
 
 /// Appends one verb of a batch to `out` (the BATCH payload being built): its header without a
 /// key, `a` = a WRITE's length, then a WRITE's bytes.
 pub fn push_batched(out: &mut Vec<u8>, offset: u64, verb: Verb, payload: &[u8]) {
-    let mut h = Request { tag: 0, offset, verb, key: [0; VERB_KEY] }.encode();
+    let mut h = Request { session: 0, tag: 0, offset, verb, key: [0; VERB_KEY] }.encode();
     if verb == Verb::Write {
         h[24..32].copy_from_slice(&(payload.len() as u64).to_le_bytes());
     }
@@ -290,7 +366,11 @@ impl<'a> Iterator for Batched<'a> {
         let len = match req.verb {
             Verb::Write => word(h, 24),
             Verb::Read { .. } | Verb::Atomic(_) => 0,
-            Verb::Flush | Verb::Batch { .. } => return Some(Err(())),
+            Verb::Flush
+            | Verb::Batch { .. }
+            | Verb::Register { .. }
+            | Verb::Fence { .. }
+            | Verb::End => return Some(Err(())),
         };
         let after = &self.rest[REQUEST_LEN..];
         let Some(bytes) = usize::try_from(len).ok().and_then(|l| after.get(..l)) else {
@@ -301,21 +381,16 @@ impl<'a> Iterator for Batched<'a> {
     }
 }
 
-/// Carries out the BATCH `req` (its verbs in `payload`) on `mem` if it carries `key`, appending
-/// each verb's reply header and READ bytes to `out`; returns the batch's reply header, or `None`
-/// if the payload is not exactly `count` well-formed verbs (then nothing was done). Like
-/// [`execute`], nothing a client sends can make it panic.
-pub fn execute_batch(
+/// Carries out a BATCH of `count` verbs (in `payload`) on `mem`, its session admitted, appending
+/// each verb's reply header and READ bytes to `out`; returns the batch's reply header (`tag`), or
+/// `None` if the payload is not exactly `count` well-formed verbs (then nothing was done).
+fn execute_batch(
     mem: &dyn MnMemory,
-    key: &[u8; VERB_KEY],
-    req: &Request,
+    tag: u64,
+    count: u64,
     payload: &[u8],
     out: &mut Vec<u8>,
 ) -> Option<Reply> {
-    let Verb::Batch { count } = req.verb else { return None };
-    if !keys_equal(&req.key, key) {
-        return Some(Reply { tag: req.tag, status: Status::Refused, value: 0 });
-    }
     // Checked whole before any verb runs, so that a malformed batch does nothing.
     let (mut n, mut read) = (0u64, 0u64);
     for verb in (Batched { rest: payload }) {
@@ -336,7 +411,7 @@ pub fn execute_batch(
         reply.tag = i as u64;
         out[at..at + REPLY_LEN].copy_from_slice(&reply.encode());
     }
-    Some(Reply { tag: req.tag, status: Status::Ok, value: count })
+    Some(Reply { tag, status: Status::Ok, value: count })
 }
 
 /// The replies of a batch's verbs, in order, from its reply's payload: each reply header and
@@ -371,15 +446,21 @@ mod tests {
 
     const KEY: [u8; VERB_KEY] = [7; VERB_KEY];
 
-    /// `super::execute` with the memnode's key [`KEY`] and the READ bytes apart.
+    /// `super::execute` on a memnode of key [`KEY`] with no session yet, the READ bytes apart.
     fn execute(mem: &dyn MnMemory, req: &Request, payload: &[u8]) -> (Reply, Vec<u8>) {
         let mut data = Vec::new();
-        (super::execute(mem, &KEY, req, payload, &mut data), data)
+        (run(mem, req, payload, &mut data).expect("well formed"), data)
+    }
+
+    /// `super::execute` on a memnode of key [`KEY`] with no session yet.
+    fn run(mem: &dyn MnMemory, req: &Request, payload: &[u8], out: &mut Vec<u8>) -> Option<Reply> {
+        super::execute(mem, &mut Sessions::new(KEY), req, payload, out)
     }
 
     #[test]
     fn request_layout_is_pinned() {
         let r = Request {
+            session: 0x0A0B_0C0D,
             tag: 0x1122,
             offset: 0x40,
             verb: Verb::Atomic(AtomicOp::MaskedCas {
@@ -394,6 +475,7 @@ mod tests {
         let mut want = [0u8; REQUEST_LEN];
         want[56..72].fill(0xEE);
         want[0] = 5;
+        want[4..8].copy_from_slice(&[0x0D, 0x0C, 0x0B, 0x0A]);
         want[8] = 0x22;
         want[9] = 0x11;
         want[16] = 0x40;
@@ -403,19 +485,32 @@ mod tests {
         want[48] = 4;
         assert_eq!(h, want);
         assert_eq!(Request::decode(&h), Some(r));
-        let read = Request { tag: 9, offset: 16, verb: Verb::Read { len: 300 }, key: KEY }.encode();
+        let read =
+            Request { session: 0, tag: 9, offset: 16, verb: Verb::Read { len: 300 }, key: KEY };
+        let read = read.encode();
         assert_eq!((read[0], word(&read, 24)), (1, 300));
         for v in [
             Verb::Write,
             Verb::Flush,
             Verb::Atomic(AtomicOp::Cas { expected: 7, new: 8 }),
             Verb::Atomic(AtomicOp::Faa { delta: u64::MAX }),
+            Verb::Register { member: 0xABC, one_sided: true },
+            Verb::Fence { member: 0xABC },
+            Verb::End,
         ] {
-            let r = Request { tag: 3, offset: 8, verb: v, key: KEY };
+            let r = Request { session: 2, tag: 3, offset: 8, verb: v, key: KEY };
             assert_eq!(Request::decode(&r.encode()), Some(r));
         }
+        let register = Request { verb: Verb::Register { member: 0xABC, one_sided: true }, ..r };
+        let h = register.encode();
+        assert_eq!((h[0], word(&h, 24), word(&h, 32)), (8, 0xABC, 1));
+        let fence = Request { verb: Verb::Fence { member: 0xABC }, ..r }.encode();
+        assert_eq!((fence[0], word(&fence, 24)), (9, 0xABC));
+        assert_eq!(Request { verb: Verb::End, ..r }.encode()[0], 10);
         let mut bad = h;
-        bad[0] = 8;
+        bad[32] = 2;
+        assert_eq!(Request::decode(&bad), None, "one-sided is 0 or 1");
+        bad[0] = 11;
         assert_eq!(Request::decode(&bad), None);
         assert_eq!(Request::decode(&h[..REQUEST_LEN - 1]), None);
     }
@@ -428,6 +523,11 @@ mod tests {
         assert_eq!(h[8], 2);
         assert_eq!((h[16], h[17]), (0xcd, 0xab));
         assert_eq!(Reply::decode(&h), Some(r));
+        for (status, code) in [(Status::Fenced, 4), (Status::Unfenceable, 5), (Status::Full, 6)] {
+            let h = Reply { status, ..r }.encode();
+            assert_eq!(h[8], code);
+            assert_eq!(Reply::decode(&h).map(|r| r.status), Some(status));
+        }
         let mut bad = h;
         bad[8] = 9;
         assert_eq!(Reply::decode(&bad), None);
@@ -436,7 +536,7 @@ mod tests {
     #[test]
     fn execute_matches_the_verbs_and_refuses_bad_requests() {
         let mem = Region::new(4096);
-        let req = |offset, verb| Request { tag: 1, offset, verb, key: KEY };
+        let req = |offset, verb| Request { session: 0, tag: 1, offset, verb, key: KEY };
         let (r, _) = execute(&mem, &req(64, Verb::Write), &[1, 2, 3, 4, 5, 6, 7, 8, 9]);
         assert_eq!(r, Reply { tag: 1, status: Status::Ok, value: 0 });
         let (r, data) = execute(&mem, &req(64, Verb::Read { len: 9 }), &[]);
@@ -476,7 +576,7 @@ mod tests {
     fn a_wrong_key_touches_nothing() {
         let mem = Region::new(4096);
         mem.write(64, &[9; 8]);
-        let forged = |verb| Request { tag: 4, offset: 64, verb, key: [0; VERB_KEY] };
+        let forged = |verb| Request { session: 0, tag: 4, offset: 64, verb, key: [0; VERB_KEY] };
         let (r, data) = execute(&mem, &forged(Verb::Read { len: 8 }), &[]);
         assert_eq!((r.status, data.len()), (Status::Refused, 0));
         assert_eq!(execute(&mem, &forged(Verb::Write), &[1; 8]).0.status, Status::Refused);
@@ -497,7 +597,7 @@ mod tests {
         let cas = Verb::Atomic(AtomicOp::Cas { expected: 0x0807060504030201, new: 9 });
         push_batched(&mut payload, 64, cas, &[]);
         push_batched(&mut payload, 64, Verb::Read { len: 16 }, &[]);
-        (Request { tag: 3, offset: 0, verb: Verb::Batch { count: 3 }, key }, payload)
+        (Request { session: 0, tag: 3, offset: 0, verb: Verb::Batch { count: 3 }, key }, payload)
     }
 
     #[test]
@@ -520,7 +620,7 @@ mod tests {
         let mem = Region::new(4096);
         let (req, payload) = batch(KEY);
         let mut out = Vec::new();
-        let r = execute_batch(&mem, &KEY, &req, &payload, &mut out).expect("well formed");
+        let r = run(&mem, &req, &payload, &mut out).expect("well formed");
         assert_eq!(r, Reply { tag: 3, status: Status::Ok, value: 3 });
         let replies: Vec<_> = batch_replies(&out, [0, 0, 16].into_iter()).unwrap().collect();
         assert_eq!(replies.len(), 3);
@@ -534,9 +634,10 @@ mod tests {
         let mut bad = Vec::new();
         push_batched(&mut bad, 4090, Verb::Write, &[0; 8]);
         push_batched(&mut bad, 8, Verb::Atomic(AtomicOp::Faa { delta: 1 }), &[]);
-        let req = Request { tag: 4, offset: 0, verb: Verb::Batch { count: 2 }, key: KEY };
+        let req =
+            Request { session: 0, tag: 4, offset: 0, verb: Verb::Batch { count: 2 }, key: KEY };
         let mut out = Vec::new();
-        execute_batch(&mem, &KEY, &req, &bad, &mut out).unwrap();
+        run(&mem, &req, &bad, &mut out).unwrap();
         let replies: Vec<_> = batch_replies(&out, [0, 0].into_iter()).unwrap().collect();
         assert_eq!((replies[0].0.status, replies[1].0.status), (Status::OutOfBounds, Status::Ok));
     }
@@ -547,14 +648,22 @@ mod tests {
         let mem = Region::new(4096);
         let (req, payload) = batch([0; VERB_KEY]);
         let mut out = Vec::new();
-        let r = execute_batch(&mem, &KEY, &req, &payload, &mut out).unwrap();
+        let r = run(&mem, &req, &payload, &mut out).unwrap();
         assert_eq!((r.status, out.len()), (Status::Refused, 0));
         let (req, payload) = batch(KEY);
-        let count = |count| Request { tag: 3, offset: 0, verb: Verb::Batch { count }, key: KEY };
+        let count = |count| Request {
+            session: 0,
+            tag: 3,
+            offset: 0,
+            verb: Verb::Batch { count },
+            key: KEY,
+        };
         let mut nested = payload.clone();
         nested.extend_from_slice(&count(1).encode());
         let mut flush = payload.clone();
         push_batched(&mut flush, 0, Verb::Flush, &[]);
+        let mut fence = payload.clone();
+        push_batched(&mut fence, 0, Verb::Fence { member: 1 }, &[]);
         let mut huge = Vec::new();
         push_batched(&mut huge, 0, Verb::Read { len: MAX_BATCH_READ + 1 }, &[]);
         for (req, payload) in [
@@ -565,9 +674,10 @@ mod tests {
             (req, &payload[..REQUEST_LEN + 4]),
             (count(4), &nested[..]),
             (count(4), &flush[..]),
+            (count(4), &fence[..]),
             (count(1), &huge[..]),
         ] {
-            assert!(execute_batch(&mem, &KEY, &req, payload, &mut out).is_none(), "{req:?}");
+            assert!(run(&mem, &req, payload, &mut out).is_none(), "{req:?}");
         }
         let mut b = [0u8; 16];
         mem.read(64, &mut b);

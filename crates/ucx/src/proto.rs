@@ -4,8 +4,8 @@
 //! # Frames (all integers little-endian)
 //!
 //! ```text
-//! client → server   hello:     magic "DMIUCX03" | client nonce [32]
-//! server → client   challenge: magic "DMIUCX03" | server nonce [32] | server proof [32]
+//! client → server   hello:     magic "DMIUCX04" | client nonce [32]
+//! server → client   challenge: magic "DMIUCX04" | server nonce [32] | server proof [32]
 //! client → server   response:  client proof [32]
 //! server → client   welcome:   status u8 (0 = ok) | then, if ok:
 //!                              mn id u16 | incarnation u64 | pool base u64 | pool length u64 |
@@ -40,7 +40,7 @@ use std::io::{self, Read, Write};
 use crate::auth::{NONCE, PROOF, VERB_KEY};
 
 /// The handshake's magic: "DMIUCX" and the protocol version.
-pub const MAGIC: [u8; 8] = *b"DMIUCX03";
+pub const MAGIC: [u8; 8] = *b"DMIUCX04";
 /// Largest request or reply body accepted.
 pub const MAX_FRAME: u32 = 1 << 20;
 /// Largest packed rkey or worker address a welcome may carry.
@@ -332,7 +332,7 @@ mod tests {
     fn frames_round_trip_and_are_pinned() {
         let mut b = Vec::new();
         write_hello(&mut b, &[7; NONCE]).unwrap();
-        assert_eq!(b, [&b"DMIUCX03"[..], &[7; NONCE]].concat());
+        assert_eq!(b, [&b"DMIUCX04"[..], &[7; NONCE]].concat());
         assert_eq!(read_hello(&mut &b[..]).unwrap(), [7; NONCE]);
         let c = Challenge { nonce: [1; NONCE], proof: [2; PROOF] };
         let mut b = Vec::new();
@@ -391,10 +391,10 @@ mod tests {
         assert!(e.to_string().contains("not a dmindex memnode (it sent \"HTTP/1.1\")"), "{e}");
         let e = read_hello(&mut &b"GET / HTTP/1.1\r\n"[..]).unwrap_err();
         assert!(e.to_string().contains("not a dmindex client"), "{e}");
-        let old = [&b"DMIUCX02"[..], &[0; 40]].concat();
+        let old = [&b"DMIUCX03"[..], &[0; 40]].concat();
         let e = read_hello(&mut &old[..]).unwrap_err();
         assert!(
-            e.to_string().contains("speaks dmindex protocol version 02, this one speaks 03"),
+            e.to_string().contains("speaks dmindex protocol version 03, this one speaks 04"),
             "{e}"
         );
         // Truncated frames are errors, not hangs or panics.

@@ -5,8 +5,10 @@
 //!
 //! The main thread owns the worker: it progresses it and accepts control connections. Progress
 //! executes the verbs of clients that cannot reach the pool one-sidedly (TCP), which arrive as
-//! active messages ([`crate::message_verbs`]); a client that dies meanwhile only loses its
-//! replies. Each control connection gets a thread
+//! active messages ([`crate::message_verbs`]), one at a time; a client that dies meanwhile only
+//! loses its replies. The same thread keeps the clients' sessions and fences them
+//! ([`crate::sessions`]), which is why a fence needs no handshake with verbs in progress: none
+//! is while it runs. Each control connection gets a thread
 //! that checks the client's token, sends the welcome, then answers calls (chunk allocation,
 //! node info, index services) on the memnode's CPU. A client that disconnects, even mid-call,
 //! only ends its thread; the pool and everything in it stay. A guard thread bounds the
@@ -32,9 +34,10 @@ use dmindex_fabric::FabricError;
 use crate::admission::{often, BootstrapSlots, Slot};
 use crate::auth::{self, VERB_KEY};
 use crate::control;
-use crate::message_verbs::{self, Request, REPLY_AM, REPLY_LEN, REQUEST_AM};
+use crate::message_verbs::{self, Request, Status, Verb, REPLY_AM, REPLY_LEN, REQUEST_AM};
 use crate::peers::TcpPeers;
 use crate::proto::{self, Reply, Welcome};
+use crate::sessions::Sessions;
 use crate::ucp::{ReplyEndpoint, Worker};
 use crate::ucx_guard::{self, UcxGuard};
 
@@ -170,13 +173,33 @@ pub fn serve(
     layout::format(&*mem, cfg.id);
     let (verbs_mem, id) = (Arc::clone(&mem), cfg.id);
     let verb_key = auth::random::<VERB_KEY>();
-    let (mut malformed, mut refused) = (0u64, 0u64);
+    let (mut malformed, mut refused, mut fenced, mut fences) = (0u64, 0u64, 0u64, 0u64);
+    // Owned by the progress thread, which alone runs verb messages: see crate::sessions.
+    let mut sessions = Sessions::new(verb_key);
     worker
         .on_message(
             REQUEST_AM,
             Box::new(move |header, payload, reply| {
-                match execute_message(&verbs_mem, &verb_key, header, payload, reply) {
+                match execute_message(&verbs_mem, &mut sessions, header, payload, reply) {
                     Handled::Done => {}
+                    Handled::Fence { member, sessions, status } => {
+                        fences += 1;
+                        if often(fences) {
+                            eprintln!(
+                                "memnode[{id}]: fenced member {member:#x}: {sessions} sessions \
+                                 ({status:?}; {fences} fences so far)"
+                            );
+                        }
+                    }
+                    Handled::Fenced => {
+                        fenced += 1;
+                        if often(fenced) {
+                            eprintln!(
+                                "memnode[{id}]: refused a verb message of a fenced member \
+                                 ({fenced} so far)"
+                            );
+                        }
+                    }
                     Handled::Malformed => {
                         malformed += 1;
                         if often(malformed) {
@@ -419,16 +442,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// What became of a verb message.
 enum Handled {
     Done,
+    /// A FENCE, answered: for the log.
+    Fence {
+        member: u64,
+        sessions: u64,
+        status: Status,
+    },
+    /// Not executed: its session was fenced.
+    Fenced,
     /// Dropped: not a request.
     Malformed,
     /// Not executed: it lacked this memnode's verb key.
     Refused,
 }
 
-/// Executes one verb message that carries `key`, and replies to it.
+/// Executes one verb message whose session may act ([`Sessions::admit`]), and replies to it.
 fn execute_message(
     mem: &SharedWords<'_>,
-    key: &[u8; VERB_KEY],
+    sessions: &mut Sessions,
     header: &[u8],
     payload: &[u8],
     reply: Option<ReplyEndpoint>,
@@ -436,17 +467,16 @@ fn execute_message(
     let Some(req) = Request::decode(header) else { return Handled::Malformed };
     // The reply header goes in front of the READ bytes once it is known.
     let mut message = vec![0u8; REPLY_LEN];
-    let answer = match req.verb {
-        message_verbs::Verb::Batch { .. } => {
-            match message_verbs::execute_batch(mem, key, &req, payload, &mut message) {
-                Some(answer) => answer,
-                None => return Handled::Malformed,
-            }
-        }
-        _ => message_verbs::execute(mem, key, &req, payload, &mut message),
+    let Some(answer) = message_verbs::execute(mem, sessions, &req, payload, &mut message) else {
+        return Handled::Malformed;
     };
-    let done = match answer.status {
-        message_verbs::Status::Refused => Handled::Refused,
+    let done = match (answer.status, req.verb) {
+        (Status::Refused, _) => Handled::Refused,
+        (Status::Fenced, Verb::Register { .. }) => Handled::Done,
+        (Status::Fenced, _) => Handled::Fenced,
+        (status, Verb::Fence { member }) => {
+            Handled::Fence { member, sessions: answer.value, status }
+        }
         _ => Handled::Done,
     };
     if req.tag == 0 {

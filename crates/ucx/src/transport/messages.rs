@@ -48,8 +48,9 @@ impl UcxTransport {
         });
         let tag = awaited.as_ref().map_or(0, |a| a.tag);
         let key = to.verb_key;
-        message[..REQUEST_LEN]
-            .copy_from_slice(&Request { tag, offset: addr.offset(), verb, key }.encode());
+        message[..REQUEST_LEN].copy_from_slice(
+            &Request { session: 0, tag, offset: addr.offset(), verb, key }.encode(),
+        );
         // SAFETY: if the send is still in flight, `message` moves into the pending list (its heap
         // buffer does not move) and is dropped only after the send completes.
         let p = unsafe {

@@ -186,6 +186,15 @@ pub(super) fn verb_result(
             "the memnode refused the verb: this client's verb key is not its own (it restarted \
              since): reconnect",
         )),
+        msg::Status::Fenced => Err(FabricError::Fenced { node }),
+        msg::Status::Unfenceable => Err(FabricError::Unsupported(
+            "fence a member whose verbs reach a memnode's pool one-sidedly (shared memory, RDMA)",
+        )),
+        msg::Status::Full => Err(unavailable(
+            node,
+            "the memnode keeps as many sessions or fenced members as it can (a restart empties \
+             them, with its pool)",
+        )),
     }
 }
 

@@ -360,8 +360,12 @@ pub struct Forged {
     pub bytes: usize,
 }
 
+/// How many verb messages [`forge`] sends.
+pub const FORGED: usize = 6;
+
 /// Sends forged verb messages to the worker at `address`: a WRITE of 666 and a READ at
-/// `offset`, a READ of the superblock and an FAA, with no key or a guessed one.
+/// `offset`, a READ of the superblock and an FAA, a registration as a cluster member and a
+/// fence of one, with no key or a guessed one.
 pub fn forge(address: &[u8], offset: u64) -> Forged {
     use dmindex_ucx::auth::{random, VERB_KEY};
     use dmindex_ucx::message_verbs::{Reply, Request, Verb, REPLY_AM, REQUEST_AM, REQUEST_LEN};
@@ -383,15 +387,17 @@ pub fn forge(address: &[u8], offset: u64) -> Forged {
     .unwrap();
     let ep = w.connect(address).unwrap();
     let faa = Verb::Atomic(dmindex_fabric::AtomicOp::Faa { delta: 1 });
-    let forged: [(u64, Verb, &[u8], [u8; VERB_KEY]); 4] = [
+    let forged: [(u64, Verb, &[u8], [u8; VERB_KEY]); FORGED] = [
         (1, Verb::Write, &666u64.to_le_bytes(), [0; VERB_KEY]),
         (2, Verb::Read { len: 8 }, &[], [0; VERB_KEY]),
         (3, Verb::Read { len: 64 }, &[], random()),
         (4, faa, &[], random()),
+        (5, Verb::Register { member: 1, one_sided: false }, &[], random()),
+        (6, Verb::Fence { member: 1 }, &[], [0; VERB_KEY]),
     ];
     for (tag, verb, payload, key) in forged {
         let at = if tag == 3 { 0 } else { offset };
-        let mut m = Request { tag, offset: at, verb, key }.encode().to_vec();
+        let mut m = Request { session: 0, tag, offset: at, verb, key }.encode().to_vec();
         m.extend_from_slice(payload);
         // SAFETY: `m` lives until the send has completed (waited for right here).
         let p = unsafe { ep.send_message(REQUEST_AM, &m[..REQUEST_LEN], &m[REQUEST_LEN..]) };
@@ -400,7 +406,7 @@ pub fn forge(address: &[u8], offset: u64) -> Forged {
         }
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
-    while got.borrow().len() < 4 && std::time::Instant::now() < deadline {
+    while got.borrow().len() < FORGED && std::time::Instant::now() < deadline {
         w.progress();
     }
     let got = got.borrow();
@@ -411,7 +417,7 @@ pub fn forge(address: &[u8], offset: u64) -> Forged {
 }
 
 /// An endpoint that never authenticated reaches the memnode's worker and sends verbs: every one
-/// is refused, no byte comes back, and the pool is unchanged.
+/// is refused, no byte comes back (no session key either), and the pool is unchanged.
 pub fn forged_verbs_are_refused() {
     let mn = memnode(0, 16 << 20);
     let f = UcxFabric::connect(std::slice::from_ref(&mn.addr), TOKEN, 1 << 20).unwrap();
@@ -423,7 +429,7 @@ pub fn forged_verbs_are_refused() {
         dmindex_ucx::control::ControlConn::connect(&mn.addr, TOKEN, Duration::from_secs(5))
             .unwrap();
     let out = forge(&welcome.worker_address, a.offset());
-    assert_eq!(out.replies.len(), 4, "every forged verb is answered");
+    assert_eq!(out.replies.len(), FORGED, "every forged verb is answered");
     assert!(
         out.replies.iter().all(|r| r.status == dmindex_ucx::message_verbs::Status::Refused),
         "{:?}",
