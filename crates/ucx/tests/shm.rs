@@ -26,3 +26,9 @@ fn abandoned_verbs_over_shared_memory() {
     common::use_tls("sm,self");
     common::abandoned_verbs_do_not_confuse_later_ones();
 }
+
+#[test]
+fn fencing_over_shared_memory() {
+    common::use_tls("sm,self");
+    common::fence::a_one_sided_member_cannot_be_fenced();
+}

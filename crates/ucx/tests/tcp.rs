@@ -52,6 +52,12 @@ fn timeouts_over_tcp() {
 }
 
 #[test]
+fn fencing_over_tcp() {
+    common::use_tls("tcp");
+    common::fence::a_fenced_member_writes_nothing_after_the_fence_returns();
+}
+
+#[test]
 fn forged_verbs_over_tcp() {
     common::use_tls("tcp");
     common::forged_verbs_are_refused();

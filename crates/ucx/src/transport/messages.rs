@@ -8,6 +8,7 @@ use dmindex_fabric::{BatchOp, GlobalAddr, NodeId, Result};
 
 use super::wait::{verb_result, Awaited, ReplySlot};
 use super::{unavailable, NodeConn, UcxTransport};
+use crate::auth::VERB_KEY;
 use crate::message_verbs::{self as msg, Request, Verb, REQUEST_AM, REQUEST_LEN};
 use crate::ucp::Posted;
 
@@ -29,14 +30,28 @@ impl UcxTransport {
     }
 
     /// Sends `message` (room for the request header, then the payload) as the request `verb`
-    /// on `addr`, as [`Self::post_message`] does.
+    /// on `addr`, as [`Self::post_message`] does, speaking for this client's session there.
     pub(super) fn post_request(
+        &self,
+        to: &Rc<NodeConn>,
+        addr: GlobalAddr,
+        verb: Verb,
+        message: Vec<u8>,
+        reply: bool,
+    ) -> Result<Option<Awaited<'_>>> {
+        let credentials = self.credentials(addr.node(), to, verb)?;
+        self.send_request(to, addr, verb, message, reply, credentials)
+    }
+
+    /// [`Self::post_request`] speaking for `session` with `key`.
+    pub(super) fn send_request(
         &self,
         to: &Rc<NodeConn>,
         addr: GlobalAddr,
         verb: Verb,
         mut message: Vec<u8>,
         reply: bool,
+        (session, key): (u32, [u8; VERB_KEY]),
     ) -> Result<Option<Awaited<'_>>> {
         let (c, node) = (&*self.conn, addr.node());
         self.before(node)?;
@@ -47,10 +62,8 @@ impl UcxTransport {
             Awaited { conn: c, to: Rc::clone(to), node, tag }
         });
         let tag = awaited.as_ref().map_or(0, |a| a.tag);
-        let key = to.verb_key;
-        message[..REQUEST_LEN].copy_from_slice(
-            &Request { session: 0, tag, offset: addr.offset(), verb, key }.encode(),
-        );
+        message[..REQUEST_LEN]
+            .copy_from_slice(&Request { session, tag, offset: addr.offset(), verb, key }.encode());
         // SAFETY: if the send is still in flight, `message` moves into the pending list (its heap
         // buffer does not move) and is dropped only after the send completes.
         let p = unsafe {

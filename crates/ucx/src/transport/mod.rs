@@ -30,6 +30,7 @@
 //! | doorbell batch | every READ/WRITE posted, then all awaited | one BATCH message, one reply | 1 |
 //! | zero-wait WRITE | posted, reaped by `flush` or later verbs | WRITE message without reply | 0 |
 //! | call | request/reply on the client's own TCP control connection (yields while it waits) | same | 1 |
+//! | register as a member, fence a member | REGISTER / FENCE message and reply (a fence answers `Unsupported`) | same | 1 per memnode |
 //!
 //! # Ordering
 //!
@@ -51,6 +52,15 @@
 //! an older one or has failed. Clients of the same thread that did not reconnect stay bound to
 //! the old incarnation and keep failing, so none of them reads a new, empty pool as if it were
 //! the old one.
+//!
+//! # Members and fencing
+//!
+//! A client registered as a cluster member ([`Transport::register_member`]: a REGISTER message
+//! to every memnode) holds a session with each memnode, and its verb messages speak for it; a
+//! fence of the member ([`Transport::fence`]: a FENCE message) makes that memnode refuse them
+//! ([`FabricError::Fenced`]) and is answered once none executes there. One-sided verbs are out
+//! of a fence's reach: a fence of a member whose verbs are one-sided there fails `Unsupported`.
+//! See [`members`] and [`crate::sessions`].
 //!
 //! # Waiting
 //!
@@ -92,9 +102,11 @@ use crate::proto::Welcome;
 use crate::sys::{UCP_ATOMIC_OP_ADD, UCP_ATOMIC_OP_CSWAP, UCP_ATOMIC_OP_OR};
 use crate::ucp::{Endpoint, Posted, RemoteKey, Request as UcxRequest, UcxError, Worker};
 
+mod members;
 mod messages;
 mod wait;
 
+use members::Session;
 use messages::copy_read;
 use wait::{InFlight, Replies};
 
@@ -366,6 +378,8 @@ impl dmindex_fabric::Fabric for UcxFabric {
             conn,
             bound: nodes.iter().map(|n| Cell::new(n.current().generation)).collect(),
             control: nodes.iter().map(|_| Cell::new(None)).collect(),
+            member: Cell::new(0),
+            sessions: nodes.iter().map(|_| Cell::new(None)).collect(),
             shared: Arc::clone(&self.shared),
             info: Arc::clone(&self.info),
         };
@@ -443,12 +457,19 @@ pub struct UcxTransport {
     bound: Vec<Cell<u64>>,
     /// Per memnode, this client's control connection (taken out while a call uses it).
     control: Vec<Cell<Option<ControlConn>>>,
+    /// The cluster member this client registered as (0: none), and per memnode its session
+    /// there ([`members`]).
+    member: Cell<u64>,
+    sessions: Vec<Cell<Option<Session>>>,
     shared: Arc<Shared>,
     info: Arc<ClusterInfo>,
 }
 
 impl Drop for UcxTransport {
     fn drop(&mut self) {
+        for node in 0..self.sessions.len() as NodeId {
+            self.end_session(node);
+        }
         for (n, c) in self.control.iter().enumerate() {
             if let Some(c) = c.take() {
                 self.shared.nodes[n].idle.give_back(c);
@@ -774,6 +795,30 @@ impl Transport for UcxTransport {
         reply_result(node, service, reply)
     }
 
+    /// Registers with every memnode in turn (a REGISTER message and its reply each): from then
+    /// on this client's verb messages speak for its session there ([`members`]). A memnode that
+    /// fenced `member` already answers `Fenced`.
+    async fn register_member(&self, member: u64) -> Result<()> {
+        if member == 0 {
+            return Err(FabricError::Unsupported("register as member 0 (members are non-zero)"));
+        }
+        // Set first: a memnode this fails to reach gets no unregistered verb of this client.
+        self.member.set(member);
+        for node in 0..self.sessions.len() as NodeId {
+            self.register_with(node, member).await?;
+        }
+        Ok(())
+    }
+
+    /// One FENCE message to `node`, answered once no verb message of `member`'s executes there;
+    /// `Unsupported` if one of its sessions there reaches the pool one-sidedly ([`members`]).
+    async fn fence(&self, node: NodeId, member: u64) -> Result<()> {
+        if node as usize >= self.sessions.len() {
+            return Err(FabricError::UnknownNode { node, nodes: self.sessions.len() as u16 });
+        }
+        self.fence_at(node, member).await
+    }
+
     /// Bootstraps with the memnode afresh (one round trip), binds this client to the
     /// incarnation that answers, and renews this thread's endpoint if it reaches an earlier
     /// incarnation or has failed.
@@ -822,6 +867,13 @@ impl Transport for UcxTransport {
             self.control[node as usize].set(Some(c));
         } else {
             self.control[node as usize].set(None);
+        }
+        // A member registers with the new incarnation (the old one's sessions went with it).
+        let member = self.member.get();
+        let current = matches!(self.sessions[node as usize].get(),
+            Some(s) if s.generation == inc.generation);
+        if member != 0 && !current {
+            self.register_with(node, member).await?;
         }
         Ok(())
     }

@@ -146,12 +146,18 @@ impl Awaited<'_> {
         len: u64,
         timeout: Duration,
     ) -> Result<(u64, Vec<u8>)> {
+        let (reply, data) = self.delivered(timeout).await?;
+        verb_result(&reply, info, addr, len).map(|()| (reply.value, data))
+    }
+
+    /// The memnode's reply within `timeout`, whatever its status, or the connection's failure.
+    pub(super) async fn delivered(self, timeout: Duration) -> Result<Delivered> {
         let node = self.node;
         let deadline = Instant::now() + timeout;
         loop {
             self.conn.worker.progress();
-            if let Some((reply, data)) = self.conn.replies.take(self.tag) {
-                return verb_result(&reply, info, addr, len).map(|()| (reply.value, data));
+            if let Some(delivered) = self.conn.replies.take(self.tag) {
+                return Ok(delivered);
             }
             if let Some(e) = self.to.ep.failure() {
                 return Err(unavailable(node, format!("connection lost: {e}")));

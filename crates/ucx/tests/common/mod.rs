@@ -13,6 +13,7 @@ use dmindex_fabric::{conformance, Fabric, FabricError, ServiceId, Services};
 use dmindex_ucx::server::{serve, MemnodeConfig};
 use dmindex_ucx::transport::{UcxFabric, UcxOptions};
 
+pub mod fence;
 pub mod flood;
 
 pub const TOKEN: &[u8] = b"test-token";
