@@ -274,8 +274,17 @@ pub struct Faults {
     pub delay_prob: f64,
     /// Largest injected delay.
     pub delay_max_ns: u64,
-    /// Probability that a client crashes at a verb boundary: the verb is never issued and the
-    /// task is dropped mid-operation, leaving remote memory as it is.
+    /// Probability that a client crashes at a verb boundary, an awaited post (a verb or a
+    /// doorbell batch): its task is dropped mid-operation and never wakes. Half the time (a
+    /// coin from the seed) it dies before ringing the doorbell and the post never goes out; the
+    /// other half just after, as when the process dies with work requests in its send queue:
+    /// the requester's NIC executes them in order until the kernel tears the queue pair down,
+    /// so a prefix of uniform length `1..=n` of an `n`-verb post lands and the rest never does.
+    /// The last verb of that prefix, if a WRITE of more than one packet, may be cut short: a
+    /// responder places an RC WRITE packet by packet, so a uniform `1..=all` of its whole
+    /// `mtu_bytes` packets land, from its start (InfiniBand's path MTU is one of 256, 512,
+    /// 1024, 2048 and 4096 bytes, per the IBA Specification vol. 1). Zero-wait WRITEs posted
+    /// earlier land as usual. The `world::crash` module has the details.
     pub crash_prob: f64,
     /// At most this many clients crash in one run.
     pub max_crashes: u32,

@@ -29,7 +29,8 @@
 //!
 //! [`Faults`]: random extra delays on the way to the memory node and in the data phase
 //! (stretching service intervals, so torn reads become common), and client crashes at verb
-//! boundaries: the task is dropped mid-operation and remote memory stays as it is.
+//! boundaries: the task is dropped mid-operation, and the verb or doorbell it was posting went
+//! out or not (then a prefix of it lands; see [`Faults::crash_prob`]).
 //!
 //! Memory-node crashes ([`Sim::crash_memory_node`]): from its crash instant a node serves
 //! nothing and everything that reaches it fails after a timeout (the `peers` module has the

@@ -13,7 +13,7 @@ use dmindex_fabric::{
 use dmindex_fabric::service::{InProcessPeers, MnMemory};
 
 use crate::pause::PauseWait;
-use crate::world::{OpKind, PS_PER_NS};
+use crate::world::{OpKind, World, PS_PER_NS};
 use crate::Shared;
 
 /// One client's connection to the simulated fabric.
@@ -78,11 +78,18 @@ enum Out<'a> {
 
 impl SimTransport {
     /// Posts one verb the client waits for (after the crash check, the post's CPU time and any
-    /// stall).
+    /// stall); `None` if the client crashed there, the verb perhaps on the wire
+    /// ([`crate::world`]'s crash model).
     fn post(&self, kind: OpKind, addr: GlobalAddr, buf: Vec<u8>) -> Option<u32> {
         let mut w = self.shared.world.borrow_mut();
-        if w.crash_here(self.client) {
-            return None;
+        match w.crash_at_post(self.client, 1) {
+            None => {}
+            Some(0) => return None,
+            Some(_) => {
+                let ready = w.post_cpu(self.client, 1);
+                w.post_orphan(ready, self.client, kind, addr, buf, true);
+                return None;
+            }
         }
         let ready = w.post_cpu(self.client, 1) + w.stall_ps();
         Some(w.post(ready, self.client, kind, addr, buf, false))
@@ -114,6 +121,34 @@ impl SimTransport {
 
     fn buffer(&self, len: usize) -> Vec<u8> {
         self.shared.world.borrow_mut().buffer(len)
+    }
+
+    /// Puts on the wire the verbs of a doorbell that went out before its client crashed (a
+    /// prefix of the batch; the last may be cut short), with no one to wait for them.
+    fn post_crashed(&self, ops: &[BatchOp<'_>]) {
+        if ops.is_empty() {
+            return;
+        }
+        let mut w = self.shared.world.borrow_mut();
+        let ready = w.post_cpu(self.client, ops.len() as u64);
+        for (i, op) in ops.iter().enumerate() {
+            let (kind, addr, b) = verb(&mut w, op);
+            w.post_orphan(ready, self.client, kind, addr, b, i + 1 == ops.len());
+        }
+    }
+}
+
+/// A batch entry as the world's verb: its kind, address and request buffer (a READ's sized to
+/// what it reads, a WRITE's holding its data).
+fn verb(w: &mut World, op: &BatchOp<'_>) -> (OpKind, GlobalAddr, Vec<u8>) {
+    match op {
+        BatchOp::Read { addr, buf } => (OpKind::Read, *addr, w.buffer(buf.len())),
+        BatchOp::Write { addr, data } => {
+            let mut b = w.buffer(0);
+            b.extend_from_slice(data);
+            (OpKind::Write, *addr, b)
+        }
+        BatchOp::Atomic { addr, op, .. } => (OpKind::Atomic(*op), *addr, w.buffer(0)),
     }
 }
 
@@ -207,8 +242,9 @@ impl Transport for SimTransport {
             return Ok(());
         }
         // One doorbell: one post's CPU time, then every work request on the wire at once.
-        let crash = self.shared.world.borrow_mut().crash_here(self.client);
-        if crash {
+        let crash = self.shared.world.borrow_mut().crash_at_post(self.client, ops.len());
+        if let Some(sent) = crash {
+            self.post_crashed(&ops[..sent]);
             crashed().await;
         }
         let ids = {
@@ -216,21 +252,8 @@ impl Transport for SimTransport {
             let ready = w.post_cpu(self.client, ops.len() as u64) + w.stall_ps();
             let mut ids = [0u32; dmindex_fabric::verbs::MAX_BATCH];
             for (slot, op) in ids.iter_mut().zip(ops.iter()) {
-                *slot = match op {
-                    BatchOp::Read { addr, buf } => {
-                        let b = w.buffer(buf.len());
-                        w.post(ready, self.client, OpKind::Read, *addr, b, false)
-                    }
-                    BatchOp::Write { addr, data } => {
-                        let mut b = w.buffer(0);
-                        b.extend_from_slice(data);
-                        w.post(ready, self.client, OpKind::Write, *addr, b, false)
-                    }
-                    BatchOp::Atomic { addr, op, .. } => {
-                        let b = w.buffer(0);
-                        w.post(ready, self.client, OpKind::Atomic(*op), *addr, b, false)
-                    }
-                };
+                let (kind, addr, b) = verb(&mut w, op);
+                *slot = w.post(ready, self.client, kind, addr, b, false);
             }
             ids
         };

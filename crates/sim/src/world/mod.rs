@@ -32,6 +32,9 @@
 //! one completion per awaited verb or batch, and does the index's own work as the index reports
 //! it ([`dmindex_fabric::Work`]). The next post waits for all of it.
 //!
+//! A client that crashes at a post may have rung the doorbell first: then a prefix of what it
+//! posted goes on the wire as above, with no one waiting (the `crash` module).
+//!
 //! Time is kept in picoseconds so that sub-nanosecond service times add up exactly; the public
 //! API speaks nanoseconds.
 
@@ -54,6 +57,7 @@ use crate::pause::Pauses;
 use crate::phases::Phases;
 
 mod cpu;
+mod crash;
 mod serve;
 
 pub(crate) const PS_PER_NS: u64 = 1000;
@@ -366,19 +370,6 @@ impl World {
 
     pub(crate) fn has_events(&self) -> bool {
         !self.events.is_empty()
-    }
-
-    /// Whether the client should crash at this verb boundary (and marks it if so).
-    pub(crate) fn crash_here(&mut self, client: u32) -> bool {
-        let f = &self.faults;
-        if f.crash_prob > 0.0 && self.crashes < f.max_crashes && self.chance(self.faults.crash_prob)
-        {
-            self.crashes += 1;
-            self.crash_current = true;
-            self.clients[client as usize].crashed = true;
-            return true;
-        }
-        false
     }
 
     /// Takes a buffer of `len` zero bytes from the pool.
