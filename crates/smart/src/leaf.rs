@@ -8,6 +8,8 @@
 //!                                    \_________ checksummed _________/
 //! status:  63 62 | 61   | 60 … 0
 //!          state | lock | MOVED: the slot word of the item's new leaf (address, size)
+//!                |      | LIVE, locked: holder's member word (60-30) | acquisition (29-0)
+//!                |      | LIVE, unlocked: 0
 //!          state: 1 live, 2 deleted, 3 moved
 //! ```
 //!
@@ -18,11 +20,17 @@
 //! an in-place update holds the lock bit while it rewrites the checksummed part. Both end states
 //! are final, so a live leaf holding a key is that key's item wherever it was reached from.
 //!
+//! A held status names its holder: the holder's member word ([`dmindex_prim::lease`], 31 bits)
+//! and its acquisition number (low 30 bits), in the 61 bits a live leaf does not otherwise use.
+//! So a waiter can judge the holder's lease, and each acquisition's word is its own (a word
+//! unchanged for three leases is one acquisition that has not ended; the `lock` module).
+//!
 //! The checksum (SMART: CRC64) is the shared 64-bit hash of the checksummed bytes: a READ that
 //! tore across an in-place update fails it, except with probability 2⁻⁶⁴ per torn read.
 
 use dmindex_fabric::GlobalAddr;
 use dmindex_prim::hash::hash_bytes;
+use dmindex_prim::lease::MEMBER_BITS;
 use dmindex_prim::radix::slot::MAX_LEAF;
 use dmindex_prim::radix::{Partial, Slot};
 
@@ -33,6 +41,10 @@ const DELETED: u64 = 2 << 62;
 const MOVED: u64 = 3 << 62;
 const LOCK: u64 = 1 << 61;
 const TARGET: u64 = (1 << 61) - 1;
+/// Where a held status keeps its holder's member word, above the acquisition number.
+const HOLDER_SHIFT: u32 = 30;
+const ACQUISITION: u64 = (1 << HOLDER_SHIFT) - 1;
+const _: () = assert!(HOLDER_SHIFT + MEMBER_BITS == 61, "the holder fills bits 60-0");
 /// A leaf slot's leaf bit ([`Slot::leaf`]).
 const SLOT_LEAF: u64 = 1 << 61;
 
@@ -58,8 +70,25 @@ impl Status {
     pub const LIVE: Status = Status(LIVE);
     pub const DELETED: Status = Status(DELETED);
 
-    pub fn locked(self) -> Status {
-        Status(self.0 | LOCK)
+    /// Live, locked by member `member` (a [`dmindex_prim::lease`] member word) in its
+    /// acquisition number `n` (its low 30 bits are kept).
+    pub fn held(member: u64, n: u32) -> Status {
+        debug_assert!(member >> (MEMBER_BITS - 1) == 1, "a member word has its marker bit");
+        Status(
+            LIVE | LOCK
+                | (member & ((1 << MEMBER_BITS) - 1)) << HOLDER_SHIFT
+                | n as u64 & ACQUISITION,
+        )
+    }
+
+    /// The member word a locked live status names (`None` for any other status). A word whose
+    /// holder field lacks the member marker bit is garbage, and names no one either.
+    pub fn holder(self) -> Option<u64> {
+        if self.0 & (3 << 62 | LOCK) != LIVE | LOCK {
+            return None;
+        }
+        let m = self.0 >> HOLDER_SHIFT & ((1 << MEMBER_BITS) - 1);
+        (m >> (MEMBER_BITS - 1) == 1).then_some(m)
     }
 
     /// Moved to the leaf `target` names (its partial key is dropped).
@@ -157,6 +186,7 @@ impl<'a> LeafView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dmindex_prim::lease;
 
     #[test]
     fn layout_is_pinned() {
@@ -184,7 +214,15 @@ mod tests {
         let t = slot(Partial::Byte(9), GlobalAddr::new(2, 4096), 128);
         let m = Status::moved(t);
         assert_eq!(m.state(), State::Moved(slot(Partial::Byte(0), GlobalAddr::new(2, 4096), 128)));
-        assert_eq!(Status::LIVE.locked().state(), State::Live { locked: true });
+        let member = lease::member_word(2047, (1 << 19) + 5);
+        let held = Status::held(member, (1 << 30) + 9);
+        assert_eq!(held.0, 0x6000_0000_0000_0000 | member << 30 | 9, "bits 60-30, 29-0");
+        assert_eq!(held.0, 0x7FFE_0001_4000_0009, "member 2047/5, acquisition 9");
+        assert_eq!(held.state(), State::Live { locked: true });
+        assert_eq!(held.holder(), Some(member));
+        assert_eq!(Status::LIVE.holder(), None);
+        assert_eq!(m.holder(), None, "a moved word names a leaf, not a holder");
+        assert_eq!(Status(held.0 & !(1 << 60)).holder(), None, "no marker bit: garbage");
         assert_eq!(Status::DELETED.state(), State::Deleted);
         assert_eq!(Status(0).state(), State::Invalid);
     }

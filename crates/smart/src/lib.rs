@@ -43,7 +43,8 @@
 //!   is lost in the switch (an unfrozen copy loses them), and anyone meeting a frozen node
 //!   finishes the switch, so a crashed switcher blocks no one.
 //! * **The lock is a word**: the leaf's lock bit sits in its status word (RDMA atomics are 8-B;
-//!   SMART's rear lock byte cannot be CASed alone).
+//!   SMART's rear lock byte cannot be CASed alone), which names the holder while held, so a
+//!   waiter can judge a holder that stopped and free the leaf (the `lock` module).
 //! * **Variable-length keys**: a key that ends at a node's depth is its end-of-key child, so
 //!   no key needs a terminator; a path longer than 6 bytes is a chain of one-child nodes.
 //! * **No reclamation**: replaced nodes and leaves are never reused (as in SMART), which is
@@ -51,6 +52,7 @@
 
 pub mod leaf;
 
+mod lock;
 mod ops;
 mod scan;
 
@@ -107,6 +109,10 @@ struct Counters {
     path_splits: AtomicU64,
     push_downs: AtomicU64,
     moves: AtomicU64,
+    /// Failed looks at a leaf another client held locked.
+    lock_waits: AtomicU64,
+    /// Leaves freed after their holder was judged dead and fenced.
+    repairs: AtomicU64,
     descent: DescentCounters,
 }
 
@@ -238,6 +244,8 @@ impl<T: Transport, V: Variant> PointIndex<T> for SmartIndex<V> {
                 ("path_splits", get(&n.path_splits)),
                 ("push_downs", get(&n.push_downs)),
                 ("leaf_moves", get(&n.moves)),
+                ("leaf_lock_waits", get(&n.lock_waits)),
+                ("dead_holders_repaired", get(&n.repairs)),
                 ("cached_nodes", self.cache.len() as u64),
             ]
             .into_iter()

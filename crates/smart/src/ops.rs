@@ -116,7 +116,7 @@ impl<V: Variant> SmartIndex<V> {
     }
 
     /// The live leaf of `key`, if any (its value into `value`).
-    async fn find<T: Transport>(
+    pub(crate) async fn find<T: Transport>(
         &self,
         c: &Client<T>,
         key: &[u8],
@@ -345,14 +345,15 @@ impl<V: Variant> SmartIndex<V> {
     ) -> IndexResult<Outcome> {
         let status = item.addr.add(8);
         if LEAF_HEADER + key.len() + value.len() <= item.len {
-            let live = Status::LIVE.0;
-            if c.cas(status, live, Status::LIVE.locked().0).await? != live {
+            let held = Self::next_held(c).await?;
+            if !self.claim(c, item, held).await? {
                 return Ok(Outcome::Retry);
             }
             let mut body = [0u8; MAX_LEAF];
             let n = leaf::encode_body(key, value, &mut body);
-            let unlock = live.to_le_bytes();
-            // One doorbell to the leaf's node: the item, then the unlocking status.
+            let unlock = Status::LIVE.0.to_le_bytes();
+            // One doorbell to the leaf's node: the item, then the unlocking status (a holder
+            // that stops between them is repaired: `crate::lock`).
             let mut ops = [
                 BatchOp::Write { addr: item.addr.add(16), data: &body[16..16 + n] },
                 BatchOp::Write { addr: status, data: &unlock },
@@ -362,7 +363,7 @@ impl<V: Variant> SmartIndex<V> {
         }
         let (to, len) = self.post_leaf(c, item.addr, item.rev, key, value).await?;
         let target = leaf::slot(Partial::Byte(0), to, len);
-        if c.cas(status, Status::LIVE.0, Status::moved(target).0).await? != Status::LIVE.0 {
+        if !self.claim(c, item, Status::moved(target)).await? {
             return Ok(Outcome::Retry);
         }
         bump(&self.counters.moves);
@@ -397,8 +398,7 @@ impl<V: Variant> SmartIndex<V> {
     ) -> IndexResult<bool> {
         loop {
             let Some(item) = self.find(c, key, None).await? else { return Ok(false) };
-            let status = item.addr.add(8);
-            if c.cas(status, Status::LIVE.0, Status::DELETED.0).await? == Status::LIVE.0 {
+            if self.claim(c, &item, Status::DELETED).await? {
                 if let Some((at, s)) = item.slot {
                     // Best effort: a reader of the slot already finds the leaf deleted.
                     c.cas(at, s.0, s.tombstone().0).await?;
