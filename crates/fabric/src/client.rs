@@ -128,7 +128,7 @@ impl<T: Transport> Client<T> {
     }
 
     /// Registers this connection as cluster member `member` with every memory node
-    /// ([`Transport::register_member`]) and remembers it. No round trip.
+    /// ([`Transport::register_member`]) and remembers it. Once per client.
     pub async fn register_member(&self, member: u64) -> Result<()> {
         self.transport.register_member(member).await?;
         self.membership.member.set(member);

@@ -220,8 +220,8 @@ pub trait Transport {
     }
     /// Tells every memory node that this connection speaks for cluster member `member` (an
     /// opaque non-zero word: a membership slot and its incarnation), so that
-    /// [`Transport::fence`] can name it. No round trip: on RDMA the mapping is made when the
-    /// queue pairs connect.
+    /// [`Transport::fence`] can name it. Once per client: on RDMA the mapping is made when the
+    /// queue pairs connect; over UCX it is one message to each memory node.
     fn register_member(&self, _member: u64) -> impl Future<Output = Result<()>> {
         std::future::ready(Ok(()))
     }

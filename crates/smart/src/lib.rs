@@ -190,6 +190,9 @@ impl<V: Variant> SmartIndex<V> {
 }
 
 impl<T: Transport, V: Variant> PointIndex<T> for SmartIndex<V> {
+    /// The leaf lock names its holder and a dead holder's leaf is freed (`crate::lock`).
+    const RECOVERS_CLIENT_CRASHES: bool = true;
+
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
         check_config(c, config)?;
         let slot = RootSlot::with_descriptor(config.root_slot)?;
