@@ -16,7 +16,7 @@
 //! ```
 //!
 //! A client *joins* by CAS of a FREE or FENCED slot's status to LIVE with the incarnation plus
-//! one, and registers the member word ([`member_word`]: slot and low incarnation bits) with
+//! one (when every slot is taken, through a slot whose client stopped renewing, fenced first), and registers the member word ([`member_word`]: slot and low incarnation bits) with
 //! every memory node ([`Client::register_member`]). It renews by a zero-wait WRITE of its
 //! heartbeat once half a lease ([`Transport::lease_ns`]) has passed on its own clock, whenever
 //! it takes a lock or waits for one ([`renew_if_due`]): no round trip, and nothing at all for a
@@ -155,8 +155,48 @@ pub async fn join<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
             return Ok(member);
         }
     }
+    reclaim(c).await
+}
+
+/// Joins through a slot whose client stopped renewing: the table had no FREE or FENCED slot.
+/// Clients that end without leaving keep their slots LIVE, so a long-lived cluster fills its
+/// table; a joiner then reads it whole, waits [`DEAD_AFTER_LEASES`] leases, reads it again,
+/// and fences a slot whose status and heartbeat did not change (a client that holds nothing or
+/// is dead: a live locker renews) before taking it. Rare and slow by design: once per client
+/// that finds the table full.
+async fn reclaim<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
+    let bytes = (MEMBER_SLOTS as u64 * MEMBER_SLOT_BYTES) as usize;
+    let (mut before, mut after) = (vec![0u8; bytes], vec![0u8; bytes]);
+    c.read(slot_addr(0), &mut before).await?;
+    c.pause(DEAD_AFTER_LEASES * c.transport().lease_ns()).await;
+    c.read(slot_addr(0), &mut after).await?;
+    let words = |b: &[u8], slot: u32| {
+        let at = (slot as u64 * MEMBER_SLOT_BYTES) as usize;
+        let w = |o: usize| u64::from_le_bytes(b[at + o..at + o + 8].try_into().expect("8 bytes"));
+        (w(0), w(8))
+    };
+    // Ends after one pass: each slot is looked at once.
+    for slot in 0..MEMBER_SLOTS {
+        let (s, beat) = words(&after, slot);
+        if words(&before, slot) != (s, beat) || !matches!(state_of(s), LIVE | FENCING) {
+            continue;
+        }
+        let stale = member_word(slot, incarnation_of(s));
+        fence(c, stale, s).await?;
+        let fenced = status(FENCED, incarnation_of(s));
+        let inc = incarnation_of(s).wrapping_add(1);
+        if c.cas(slot_addr(slot), fenced, status(LIVE, inc)).await? != fenced {
+            continue;
+        }
+        let member = member_word(slot, inc);
+        c.register_member(member).await?;
+        c.membership().renewed_ns.set(c.now_ns());
+        c.write_zero_wait(slot_addr(slot).add(8), &c.now_ns().to_le_bytes())?;
+        return Ok(member);
+    }
     Err(IndexError::Full(format!(
-        "the member table has no free slot: {MEMBER_SLOTS} clients joined and none left"
+        "the member table has no free slot: {MEMBER_SLOTS} clients joined, none left and all \
+         renewed their leases"
     )))
 }
 

@@ -169,3 +169,34 @@ fn a_repairer_that_dies_is_repaired_after() {
     assert_eq!(s.block_on(async { r2.read_word(a).await.unwrap() }), 0x56);
     assert_eq!(s.block_on(async { r2.read_word(a.add(8)).await.unwrap() }), 0);
 }
+
+/// A full member table: clients that ended without leaving keep their slots LIVE. The next
+/// joiner waits three leases, fences a slot that did not renew and takes it; the client that
+/// held it can no longer write.
+#[test]
+fn a_full_table_is_reclaimed_from_clients_that_stopped_renewing() {
+    let s = Sim::new(SimConfig {
+        node_size: 16 << 20,
+        chunk_size: 1 << 20,
+        ..SimConfig::new(5, NetParams::stress())
+    })
+    .unwrap();
+    let first = s.client_on_own_thread(0);
+    let a = s.block_on(async { first.alloc(64, 64).await.unwrap() });
+    s.block_on(async { lease::join(&first).await.unwrap() });
+    let others: Vec<_> =
+        (1..dmindex_fabric::layout::MEMBER_SLOTS).map(|_| s.client_on_own_thread(0)).collect();
+    for c in &others {
+        s.block_on(async { lease::join(c).await.unwrap() });
+    }
+    let late = s.client_on_own_thread(1);
+    let member = s.block_on(async { lease::join(&late).await.unwrap() });
+    let (slot, _) = lease::parse_member(member);
+    let holders = std::iter::once(&first).chain(&others);
+    let evicted: Vec<_> =
+        holders.filter(|c| lease::parse_member(c.membership().member.get()).0 == slot).collect();
+    assert_eq!(evicted.len(), 1, "one client's slot was taken");
+    let e = s.block_on(async { evicted[0].write(a, &[1; 8]).await.unwrap_err() });
+    assert!(matches!(e, FabricError::Fenced { .. }), "{e}");
+    s.block_on(async { late.write(a, &[2; 8]).await.unwrap() });
+}
