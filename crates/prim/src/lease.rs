@@ -307,6 +307,41 @@ impl Watch {
     }
 }
 
+/// A [`Watch`] for a wait that runs its own retry loop (an index waiting for another client's
+/// split or merge to end, re-reading what it needs): the wait looks at the holder only once it
+/// has lasted half a lease, then once a quarter lease ([`WaitWatch::due`]). A wait that ends
+/// normally costs nothing more, and a dead holder is still judged in [`DEAD_AFTER_LEASES`]
+/// leases and a little: the looks are never a lease apart, so the watch never restarts.
+#[derive(Debug, Default)]
+pub struct WaitWatch {
+    began_ns: u64,
+    looked_ns: u64,
+    /// The watch over the holder's word, for [`Watch::look`] on the due looks.
+    pub watch: Watch,
+}
+
+impl WaitWatch {
+    /// A wait that has not looked yet.
+    pub const fn new() -> WaitWatch {
+        WaitWatch { began_ns: 0, looked_ns: 0, watch: Watch::new() }
+    }
+
+    /// Whether this failed look goes on to the holder (the first one only starts the clock).
+    pub fn due<T: Transport>(&mut self, c: &Client<T>) -> bool {
+        let now = c.now_ns().max(1);
+        let lease = c.transport().lease_ns();
+        if self.began_ns == 0 {
+            self.began_ns = now;
+            return false;
+        }
+        if now - self.began_ns < lease / 2 || now.saturating_sub(self.looked_ns) < lease / 4 {
+            return false;
+        }
+        self.looked_ns = now;
+        true
+    }
+}
+
 /// Fences member `member`, whose slot status was read as `s`: LIVE → FENCING by CAS (unless a
 /// judge got there first), a fence on every memory node, FENCING → FENCED.
 async fn fence<T: Transport>(c: &Client<T>, member: u64, s: u64) -> IndexResult<()> {

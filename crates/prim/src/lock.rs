@@ -130,8 +130,8 @@ impl<T: Transport> Repair<T> for NoMetadata {
 }
 
 /// This client's held word for its next acquisition (joining the cluster first if it has not,
-/// and renewing its lease if due).
-async fn next_held_word<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
+/// and renewing its lease if due): for a lock an index takes with its own verbs.
+pub async fn next_held_word<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
     let member = lease::renew_if_due(c).await?;
     let n = &c.membership().acquisitions;
     n.set(n.get().wrapping_add(1));
