@@ -10,19 +10,24 @@
 //! # Publishing a split (under the directory lock)
 //!
 //! The directory lock is bit 63 of the header word, taken by a masked CAS that leaves the global
-//! depth alone, and released by the WRITE of the new header word. Under it the splitter doubles
-//! the directory when the split segment was at the global depth (READ entries `0..2^G`, WRITE
-//! them at `2^G..2^(G+1)`), rewrites every entry aliasing the two halves, and last WRITEs the new
-//! global depth with the lock clear. (`race-sephash` has its own directory and refresh:
+//! depth alone and names the holder in the other bits ([`layout::dir_lock_word`]), and released
+//! by the WRITE of the new header word. Under it the splitter WRITEs the publish record
+//! (zero-wait, before its first change), doubles the directory when the split segment was at the
+//! global depth (READ entries `0..2^G`, WRITE them at `2^G..2^(G+1)`), rewrites every entry
+//! aliasing the two halves, and last WRITEs the new global depth with the lock and the record
+//! clear. (`race-sephash` has its own directory and refresh:
 //! [`crate::global`].) Entries are 8-B aligned words, so a client reading one while
 //! it is rewritten sees the old or the new entry, both of which lead it to a segment whose
 //! headers it then checks. All directory verbs go to the directory's memory node, in order.
 
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
+use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
-use dmindex_prim::doorbell;
+use dmindex_prim::lock;
 
-use crate::layout::{self, dir_entry, dir_entry_addr, Hashes, Shape, DIR_HEADER, LOCK};
+use crate::layout::{
+    self, dir_entry, dir_entry_addr, dir_lock_word, Hashes, Shape, DIR_HEADER, LOCK,
+};
+use crate::recover::{free_dir_line, SplitWait};
 use crate::{bump, global, Race, Resize};
 
 /// Builds the directory at global depth `depth` with its segments, in `resize`'s layout;
@@ -138,7 +143,10 @@ impl Race {
     }
 
     /// Publishes the split of `old` (depth `depth`, suffix `suffix`) into `old` and `new` at
-    /// depth `depth + 1`: under the directory lock, doubling first if needed.
+    /// depth `depth + 1`: under the directory lock, doubling first if needed. The lock word
+    /// names this client while held, and the publish record (WRITTEN before the first change)
+    /// names the split, so that a waiter can finish it if this client dies
+    /// ([`crate::recover`]).
     pub(crate) async fn publish_split<T: Transport>(
         &self,
         c: &Client<T>,
@@ -148,34 +156,22 @@ impl Race {
         suffix: u64,
     ) -> IndexResult<()> {
         let dir = self.dir;
+        let held = lock::next_held_word(c).await?;
+        let mut wait = SplitWait::default();
+        // Ends when this client holds the lock: found free, or taken over from a dead holder.
+        // A live holder lets go after its few doorbells.
         let g = loop {
-            let w = c.masked_cas(dir, 0, LOCK, LOCK, LOCK).await?;
+            let w = c.masked_cas(dir, 0, LOCK, dir_lock_word(held, 0), !0xFF).await?;
             if w & LOCK == 0 {
                 break global_depth(w, self.shape.max_depth)?;
             }
             bump(&self.counters.retries, 1);
-        };
-        let g2 = g.max(depth + 1);
-        if g2 > g {
-            let lower = c.read_vec(dir_entry_addr(dir, 0), 8 << g).await?;
-            c.write(dir_entry_addr(dir, 1 << g), &lower).await?;
-        }
-        let stride = 1u64 << (depth + 1);
-        let (e_old, e_new) = (dir_entry(old, depth + 1), dir_entry(new, depth + 1));
-        let (b_old, b_new) = (e_old.to_le_bytes(), e_new.to_le_bytes());
-        let mut writes: Vec<BatchOp<'_>> = Vec::with_capacity(16);
-        let mut i = suffix;
-        while i < 1 << g2 {
-            writes.push(BatchOp::Write { addr: dir_entry_addr(dir, i), data: &b_old });
-            writes.push(BatchOp::Write { addr: dir_entry_addr(dir, i | 1 << depth), data: &b_new });
-            if writes.len() + 2 > dmindex_fabric::verbs::MAX_BATCH {
-                doorbell::post(c, &mut writes).await?;
-                writes.clear();
+            if let Some(g) = self.judge_dir(c, w, &mut wait).await? {
+                break g;
             }
-            i += stride;
-        }
-        doorbell::post(c, &mut writes).await?;
-        c.write(dir, &(g2 as u64).to_le_bytes()).await?;
+        };
+        let g2 = self.publish_entries(c, old, new, depth, suffix, g, true).await?;
+        c.write(dir, &free_dir_line(g2)).await?;
         Ok(())
     }
 

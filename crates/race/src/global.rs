@@ -23,27 +23,31 @@
 //!
 //! # A split of segment S (local depth L, suffix s) into S and N (suffix s + 2^L)
 //!
-//! 1. CAS the lock word 0 → 1. Failed: re-read the directory, return (the insert retries).
+//! 1. CAS the lock word 0 → this client's held word. Failed: re-read the directory, return (the
+//!    insert retries).
 //! 2. READ the global depth, then the key's entry. If the depth differs from the cached one, or
 //!    the entry is flagged, or no longer names S at depth L: unlock, re-read the directory,
 //!    return.
-//! 3. WRITE N whole, every bucket *closed* (a header no key matches), on S's memory node.
-//! 4. Re-read the directory. WRITE S's meta word to *moving* (ours, see below).
+//! 3. WRITE N whole, every bucket *closed* (a header no key matches), on S's memory node; its
+//!    meta line names this client, S and the split.
+//! 4. Re-read the directory (the table record `S | PUBLISHING` WRITTEN in the doorbell of its
+//!    first READ). WRITE S's meta line: *moving*, naming this client, N and the split.
 //! 5. Local split (L < G): one awaited WRITE per entry aliasing s: {flag, S or N, L + 1}.
 //!    Global split (L = G): WRITE S's entry, WRITE the upper half (a copy of the lower one with
 //!    N at s + 2^G: `24 × 2^G` bytes), WRITE the depth G + 1.
-//! 6. Unlock (CAS 1 → 0).
+//! 6. Unlock (a doorbell: WRITE the table record 0, CAS the held word → 0).
 //! 7. Move, bucket by bucket b, one awaited verb at a time:
 //!    * WRITE S's header b to (L + 1, s) (the *switch*; in one doorbell with the opening of N's
 //!      bucket b − 1, same memory node), then READ S's bucket b;
 //!    * per used slot, READ its KV block; if the key belongs to S and has bit L set, CAS the
-//!      word into N's slot at the same position, then CAS S's slot from it to 0. A failed
-//!      emptying CAS saw a change since the READ (an update, upsert, commit, abort or delete
-//!      that read the old header): the new word is carried over the same way (N's slot CAS'd
-//!      from the copy to it, or back to 0 if it is gone or a staying key's);
+//!      S slot to its *frozen* form (a failed CAS saw a change since the READ: an update,
+//!      upsert, commit, abort or delete that read the old header; the new word is examined
+//!      again), then one doorbell: CAS the word into N's slot at the same position, WRITE S's
+//!      slot 0;
 //!    * WRITE N's header b to (L + 1, s + 2^L) (the *open*).
-//! 8. WRITE S's meta word back to 0. Spin on the lock word (CAS 0 → 1), READ the global depth,
-//!    WRITE 0 over the split flag of every entry aliasing s (one awaited WRITE each), unlock.
+//! 8. Spin on the lock word (CAS 0 → held), READ the global depth (the table record `S |
+//!    CLEARING` WRITTEN in the same doorbell), WRITE 0 over the split flag of every entry
+//!    aliasing s (one awaited WRITE each), clear N's and S's meta lines (one doorbell), unlock.
 //!
 //! # Races the authors' protocol leaves open, and how they are closed here
 //!
@@ -65,11 +69,14 @@
 //!   image shows a moving key beside a matching header, so the moving keys are unreadable from
 //!   their first switched bucket until their last N bucket opens (their clients re-read the
 //!   directory until then; the authors' clients would have gone to N and found nothing).
-//! * **The emptying CAS is the freeze**: an update, upsert, commit or delete that read S before
-//!   the switch may CAS S's slot after it; our CAS from the word we copied fails, and the new
-//!   word (or its absence) is carried to N before N's bucket opens. Once emptied, the slot
-//!   fails every such CAS, and those clients re-read and follow the key to N. So every write
-//!   that lands in S reaches N, in order; none is lost.
+//! * **The freeze**: an update, upsert, commit or delete that read S before the switch may
+//!   CAS S's slot after it; our freezing CAS from the word we read fails, and the new word (or
+//!   its absence) is what moves. Once frozen, the slot fails every such CAS, and those clients
+//!   re-read and follow the key to N. So every write that lands in S reaches N, in order; none
+//!   is lost. (The authors' protocol empties the slot with its second CAS instead; freezing
+//!   first and emptying with a WRITE in the doorbell that copies makes a half-done move
+//!   readable from memory alone, for the repair of a dead mover: one verb more per moved
+//!   entry, no round trip.)
 //! * **Orphans**: an insert that read S's old header may CAS its entry into a switched bucket
 //!   after our READ of it. No image shows it with a matching header; its inserter waits until
 //!   S's meta word is no longer *moving* and takes it back (as after `race`'s second pass, see
@@ -79,35 +86,34 @@
 //!   check), so inserts of keys of S's staying half also wait, with directory re-reads, until
 //!   their buckets are switched: the authors' behaviour, kept for its cost.
 //!
-//! Costs of the closing, in round trips per split: 2 for the *moving* mark, 1 for the last N
-//! bucket's opening (the others ride in the next switch's doorbell), 1 READ of the global depth
-//! before clearing the flags (the authors clear from their cache, plus a margin). What it costs
-//! operations: keys of N wait for their buckets to open instead of inserting into N at once,
-//! re-reading their buckets (one doorbell each time) meanwhile.
+//! Costs of the closing, in round trips per split: 2 for the *moving* marks (set in step 4,
+//! cleared in step 8), 1 for the last N bucket's opening (the others ride in the next switch's
+//! doorbell), 1 READ of the global depth before clearing the flags (the authors clear from
+//! their cache, plus a margin). What it costs operations: keys of N wait for their buckets to open
+//! instead of inserting into N at once, re-reading their buckets (one doorbell each time)
+//! meanwhile.
 //!
 //! # A crash
 //!
-//! Inside steps 2–6 it leaves the lock word held: no split anywhere completes again. During
-//! the move, S and N stay flagged (never split again) and S *moving*; moving keys whose N
-//! buckets are not all open stay unreadable, and inserts into S's unswitched buckets wait.
-//! Nothing acknowledged is lost: an entry leaves S only after its copy is in N.
+//! A mover that dies leaves the lock word held (steps 2–6 or 8) or S and N marked (from step
+//! 4 until step 8): every word that can keep a client waiting names it, and the waiters judge
+//! it and repair what it left ([`crate::global_repair`]). Nothing acknowledged is lost: an
+//! entry leaves S only frozen and after its copy is in N.
 
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
+use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
-use dmindex_prim::doorbell;
+use dmindex_prim::{doorbell, lease, lock};
 
 use crate::bucket::Snap;
 use crate::layout::{
-    self, global_entry, global_entry_addr, global_entry_parts, low_mask, Hashes, GLOBAL_DEPTH_WORD,
-    GLOBAL_ENTRY, LOCK, SLOTS,
+    self, global_entry, global_entry_addr, global_entry_parts, low_mask, Hashes, CLEARING, FROZEN,
+    GLOBAL_DEPTH_WORD, GLOBAL_ENTRY, PUBLISHING, SLOTS, TABLE_RECORD,
 };
+use crate::recover::SplitWait;
 use crate::{bump, Race};
 
-/// The lock word held.
-const HELD: u64 = 1;
-
 /// The global depth word of a `race-sephash` directory, checked.
-fn depth_of(word: u64, max_depth: usize) -> IndexResult<u32> {
+pub(crate) fn depth_of(word: u64, max_depth: usize) -> IndexResult<u32> {
     if word > max_depth as u64 {
         return Err(IndexError::Corrupt(format!("race-sephash global depth {word:#x}")));
     }
@@ -183,12 +189,56 @@ impl Race {
         Ok(cache[(h1 & (cache.len() as u64 - 1)) as usize])
     }
 
-    async fn unlock_table<T: Transport>(&self, c: &Client<T>) -> IndexResult<()> {
-        let was = c.cas(self.dir, HELD, 0).await?;
-        if was != HELD {
+    /// Frees the table's lock word, held as `held`: a CAS, after a WRITE clearing the table
+    /// record if one was written (one doorbell: both on the directory's node).
+    pub(crate) async fn unlock_table<T: Transport>(
+        &self,
+        c: &Client<T>,
+        held: u64,
+        recorded: bool,
+    ) -> IndexResult<()> {
+        let zero = [0u8; 8];
+        let mut ops = [
+            BatchOp::Write { addr: self.dir.add(TABLE_RECORD), data: &zero },
+            BatchOp::atomic(self.dir, AtomicOp::Cas { expected: held, new: 0 }),
+        ];
+        let first = usize::from(!recorded);
+        doorbell::post(c, &mut ops[first..]).await?;
+        let BatchOp::Atomic { old: was, .. } = ops[1] else { unreachable!("an atomic") };
+        if was != held {
             return Err(IndexError::Corrupt(format!("race-sephash lock word {was:#x} while held")));
         }
         Ok(())
+    }
+
+    /// Takes the table's lock word, waiting while another client holds it (judging the holder,
+    /// and repairing what a dead one left: [`Race::repair_table`]). Returns the held word.
+    pub(crate) async fn lock_table<T: Transport>(&self, c: &Client<T>) -> IndexResult<u64> {
+        let held = lock::next_held_word(c).await?;
+        let mut wait = SplitWait::default();
+        // Ends when the CAS finds the word free; a live holder frees it after a split's locked
+        // section, a dead one is judged and its lock repaired.
+        loop {
+            let was = c.cas(self.dir, 0, held).await?;
+            if was == 0 {
+                return Ok(held);
+            }
+            bump(&self.counters.retries, 1);
+            self.wait_table(c, was, &mut wait).await?;
+        }
+    }
+
+    /// WRITEs the table record `record` and READs the global depth: one doorbell, under the
+    /// lock, before the holder's first change to the directory.
+    async fn record_and_depth<T: Transport>(&self, c: &Client<T>, record: u64) -> IndexResult<u32> {
+        let rec = record.to_le_bytes();
+        let mut depth = [0u8; 8];
+        c.batch(&mut [
+            BatchOp::Write { addr: self.dir.add(TABLE_RECORD), data: &rec },
+            BatchOp::Read { addr: self.dir.add(GLOBAL_DEPTH_WORD), buf: &mut depth },
+        ])
+        .await?;
+        depth_of(u64::from_le_bytes(depth), self.shape.max_depth)
     }
 
     /// One split attempt on the segment of `snap` (local depth `depth`), whose key `h` found both
@@ -200,15 +250,20 @@ impl Race {
         snap: &Snap,
         h: &Hashes,
         depth: u32,
+        wait: &mut SplitWait,
     ) -> IndexResult<()> {
         bump(&self.counters.split_attempts, 1);
         let dir = self.dir;
-        if c.cas(dir, 0, HELD).await? != 0 {
+        let held = lock::next_held_word(c).await?;
+        let was = c.cas(dir, 0, held).await?;
+        if was != 0 {
             bump(&self.counters.retries, 1);
+            self.wait_table(c, was, wait).await?;
             self.reread_directory(c, h.h1).await?;
             return Ok(());
         }
-        // Locked. On an error the lock word stays held, as after a crash.
+        // Locked. On an error the lock word stays held, as after a crash (and is repaired the
+        // same way).
         let cached_g = self.cache.read().expect("directory cache").len().trailing_zeros();
         let g = depth_of(c.read_word(dir.add(GLOBAL_DEPTH_WORD)).await?, self.shape.max_depth)?;
         let mut e = [0u8; GLOBAL_ENTRY as usize];
@@ -216,8 +271,11 @@ impl Race {
         let (flag, seg, ld) = global_entry_parts(&e);
         if g != cached_g || flag != 0 || seg != snap.seg.raw() || ld != u64::from(depth) {
             // Another split is moving this segment, or finished one the cache has not seen.
-            self.unlock_table(c).await?;
+            self.unlock_table(c, held, false).await?;
             bump(&self.counters.retries, 1);
+            if flag != 0 {
+                self.wait_split(c, GlobalAddr::from_raw(seg), None, wait).await?;
+            }
             self.reread_directory(c, h.h1).await?;
             return Ok(());
         }
@@ -226,16 +284,18 @@ impl Race {
         let seg_bytes = self.segment_bytes();
         let new = c.alloc_on(old.node(), seg_bytes, 64).await?;
         let mut image = vec![0u8; seg_bytes as usize];
+        image[..24].copy_from_slice(&mark_line(held, old, layout::split_info(depth + 1, s, true)));
         let closed = layout::closed_header(depth + 1, s | 1 << depth).to_le_bytes();
         for b in 0..3 * self.shape.groups {
             let at = layout::bucket_offset(b) as usize;
             image[at..at + 8].copy_from_slice(&closed);
         }
         c.write(new, &image).await?;
-        let mut raw = Vec::new();
-        read_raw(c, dir, self.shape.max_depth, &mut raw).await?;
+        let g = self.record_and_depth(c, old.raw() | PUBLISHING).await?;
+        let mut raw = vec![0u8; (GLOBAL_ENTRY as usize) << g];
+        c.read(global_entry_addr(dir, 0), &mut raw).await?;
         self.install(c, &raw, h.h1)?;
-        c.write(old, &LOCK.to_le_bytes()).await?;
+        c.write(old, &mark_line(held, new, layout::split_info(depth + 1, s, false))).await?;
         let (e_old, e_new) =
             (global_entry(true, old, depth + 1), global_entry(true, new, depth + 1));
         if depth == g {
@@ -253,22 +313,73 @@ impl Race {
                 i += 1 << depth;
             }
         }
-        self.unlock_table(c).await?;
+        self.unlock_table(c, held, true).await?;
         let moved = self.move_entries(c, old, new, depth, s).await?;
-        c.write(old, &0u64.to_le_bytes()).await?;
-        while c.cas(dir, 0, HELD).await? != 0 {
-            bump(&self.counters.retries, 1);
-        }
-        let g = depth_of(c.read_word(dir.add(GLOBAL_DEPTH_WORD)).await?, self.shape.max_depth)?;
-        let mut i = s;
-        while i < 1 << g {
-            c.write(global_entry_addr(dir, i), &0u64.to_le_bytes()).await?;
-            i += 1 << depth;
-        }
-        self.unlock_table(c).await?;
+        self.finish_split(c, old, new, depth, s, None).await?;
         bump(&self.counters.splits, 1);
         bump(&self.counters.moved, moved);
         Ok(())
+    }
+
+    /// Step 8: under the table's lock, clears the split flag of every entry aliasing `s`
+    /// (depth `depth`), then both segments' marks, then frees the lock.
+    /// With `mark`, only if S's mark still holds it (a repairer's check: a repair of the lock
+    /// word may have finished the split meanwhile).
+    pub(crate) async fn finish_split<T: Transport>(
+        &self,
+        c: &Client<T>,
+        old: GlobalAddr,
+        new: GlobalAddr,
+        depth: u32,
+        s: u64,
+        mark: Option<u64>,
+    ) -> IndexResult<()> {
+        let held = self.lock_table(c).await?;
+        if let Some(mark) = mark {
+            if c.read_word(old).await? != mark {
+                return self.unlock_table(c, held, false).await;
+            }
+        }
+        let g = self.record_and_depth(c, old.raw() | CLEARING).await?;
+        self.clear_flags(c, depth, s, g).await?;
+        self.clear_marks(c, old, new).await?;
+        self.unlock_table(c, held, true).await
+    }
+
+    /// WRITEs 0 over the split flag of every entry aliasing `s` at depth `depth` (one awaited
+    /// WRITE each, as the authors'), global depth `g`.
+    pub(crate) async fn clear_flags<T: Transport>(
+        &self,
+        c: &Client<T>,
+        depth: u32,
+        s: u64,
+        g: u32,
+    ) -> IndexResult<()> {
+        let mut i = s;
+        while i < 1 << g {
+            c.write(global_entry_addr(self.dir, i), &0u64.to_le_bytes()).await?;
+            i += 1 << depth;
+        }
+        Ok(())
+    }
+
+    /// Clears the marks of a split's two segments (one doorbell: they share a memory node; the
+    /// new one first, so a cleared old mark implies a cleared new one).
+    pub(crate) async fn clear_marks<T: Transport>(
+        &self,
+        c: &Client<T>,
+        old: GlobalAddr,
+        new: GlobalAddr,
+    ) -> IndexResult<()> {
+        let zero = [0u8; 24];
+        doorbell::post(
+            c,
+            &mut [
+                BatchOp::Write { addr: new, data: &zero },
+                BatchOp::Write { addr: old, data: &zero },
+            ],
+        )
+        .await
     }
 
     /// Step 7: moves S's entries whose hash bit `depth` is 1 to N, bucket by bucket; returns
@@ -286,6 +397,8 @@ impl Race {
         let buckets = 3 * self.shape.groups;
         let mut moved = 0;
         for b in 0..buckets {
+            // A move reads a block per used slot: long enough to need the lease renewed.
+            lease::renew_if_due(c).await?;
             let at = layout::bucket_offset(b);
             if b == 0 {
                 c.write(old.add(at), &switched).await?;
@@ -318,9 +431,10 @@ impl Race {
     }
 
     /// Moves the entry `w` READ at `from` to `to` (N's slot, closed, holding 0) if its key moves:
-    /// a CAS into `to`, a CAS emptying `from`, and again for each change that beat the emptying
-    /// CAS. Whether an entry moved.
-    async fn move_slot<T: Transport>(
+    /// a CAS freezing it at `from` (retried on the word a failed one finds: an update, upsert,
+    /// commit, abort or delete that read the old header landed first), then one doorbell that
+    /// CASes the copy into `to` and WRITEs `from` empty. Whether an entry moved.
+    pub(crate) async fn move_slot<T: Transport>(
         &self,
         c: &Client<T>,
         from: GlobalAddr,
@@ -329,43 +443,58 @@ impl Race {
         depth: u32,
         s: u64,
     ) -> IndexResult<bool> {
-        // What `to` holds.
-        let mut copy = 0;
-        let moved = loop {
-            if w == 0 {
-                break false;
+        // Ends when the word is empty, staying, or frozen by our CAS: each failed CAS saw
+        // another client's write, and a slot changes only as often as clients write it.
+        loop {
+            if w == 0 || layout::is_frozen(w) {
+                return Ok(false);
             }
             let kh = self.blocks.with_key(c, layout::slot_block(w), Hashes::of).await?;
             if kh.h1 & low_mask(depth) != s || !kh.bit(depth) {
                 // Stays (or an orphan of an older split, left to its inserter).
-                break false;
+                return Ok(false);
             }
-            set_closed(c, to, copy, w).await?;
-            copy = w;
-            let seen = c.cas(from, w, 0).await?;
+            let seen = c.cas(from, w, w | FROZEN).await?;
             if seen == w {
-                break true;
+                break;
             }
             w = seen;
-        };
-        if !moved && copy != 0 {
-            set_closed(c, to, copy, 0).await?;
         }
-        Ok(moved)
+        copy_out(c, from, to, w, 0).await?;
+        Ok(true)
     }
 }
 
-/// CAS of a slot of a closed bucket of N from `from` to `to`. Only the splitter writes a closed
-/// bucket (no image of it matches any key), so the CAS cannot fail unless memory is corrupt.
-async fn set_closed<T: Transport>(
+/// The first 24 B of a segment's meta line while a split marks it: `held` (the mover), the
+/// other segment, the split info.
+pub(crate) fn mark_line(held: u64, other: GlobalAddr, info: u64) -> [u8; 24] {
+    let mut line = [0u8; 24];
+    line[..8].copy_from_slice(&held.to_le_bytes());
+    line[8..16].copy_from_slice(&other.raw().to_le_bytes());
+    line[16..].copy_from_slice(&info.to_le_bytes());
+    line
+}
+
+/// The last step of moving frozen entry `w` from `from` to `to` (closed, holding `copy`, 0 or
+/// `w`): one doorbell (S and N share a memory node) that CASes `w` into `to` and WRITEs
+/// `from` empty. Only the mover writes a closed bucket, so the CAS cannot fail unless memory is
+/// corrupt.
+pub(crate) async fn copy_out<T: Transport>(
     c: &Client<T>,
-    at: GlobalAddr,
-    from: u64,
-    to: u64,
+    from: GlobalAddr,
+    to: GlobalAddr,
+    w: u64,
+    copy: u64,
 ) -> IndexResult<()> {
-    let was = c.cas(at, from, to).await?;
-    if was != from {
-        return Err(IndexError::Corrupt(format!("closed slot at {at} holds {was:#x}")));
+    let zero = [0u8; 8];
+    let mut ops = [
+        BatchOp::atomic(to, AtomicOp::Cas { expected: copy, new: w }),
+        BatchOp::Write { addr: from, data: &zero },
+    ];
+    doorbell::post(c, &mut ops).await?;
+    let BatchOp::Atomic { old: was, .. } = ops[0] else { unreachable!("an atomic") };
+    if was != copy {
+        return Err(IndexError::Corrupt(format!("closed slot at {to} holds {was:#x}")));
     }
     Ok(())
 }
@@ -414,9 +543,11 @@ mod tests {
             assert_eq!(depth, 2);
 
             // Another client holds the table's lock word: the attempt fails and re-reads.
-            c.write(t.dir, &HELD.to_le_bytes()).await.unwrap();
+            // (This client joins the cluster first: once per client, a READ and a CAS.)
+            dmindex_prim::lease::join(&c).await.unwrap();
+            c.write(t.dir, &1u64.to_le_bytes()).await.unwrap();
             let before = c.counts();
-            t.split_global(&c, &snap, &h, depth).await.unwrap();
+            t.split_global(&c, &snap, &h, depth, &mut SplitWait::default()).await.unwrap();
             let d = c.counts();
             let dir_bytes = 8 + (GLOBAL_ENTRY << 2);
             assert_eq!((d.cas - before.cas, d.cas_failures - before.cas_failures), (1, 1));
@@ -435,7 +566,7 @@ mod tests {
                 keys.iter().filter(in_s).filter(|k| Hashes::of(&k[..]).bit(depth)).count() as u64;
             assert!(moving > 0 && used > moving, "{moving} of {used}: pick other keys");
             let before = c.counts();
-            t.split_global(&c, &snap, &h, depth).await.unwrap();
+            t.split_global(&c, &snap, &h, depth, &mut SplitWait::default()).await.unwrap();
             let d = c.counts();
             assert_eq!(stat(t, "splits"), 1);
             assert_eq!(stat(t, "split_moved_entries"), moving);

@@ -45,11 +45,22 @@
 //! # Segment (64 + 192 × groups bytes, 64-B aligned)
 //!
 //! ```text
-//! +0     meta line (64 B): split lock u64 (0 free, bit 63 held) | zero
+//! +0     meta line (64 B):
+//!          +0   split lock u64: 0 free; held: bit 63 | holder's member word << 32 | its
+//!               acquisition number ([`dmindex_prim::lock::held_word`])
+//!          +8   split record u64: 0, or N | (L + 1) from the first header switch of a split on
+//!               (N the new segment, 64-B aligned; L + 1 the depth both halves get); cleared by
+//!               the WRITE that frees the lock
+//!          +16  zero
 //! +64    group 0: bucket 0 (main, side 0) | bucket 1 (overflow) | bucket 2 (main, side 1)
 //! +256   group 1: bucket 3 | bucket 4 | bucket 5
 //! ...
 //! ```
+//!
+//! The split record lets another client finish or undo the split of a holder that died: the
+//! record is WRITTEN (zero-wait) before the first header switch, which comes after it on the
+//! same connection to the segment's node, so any switched header implies it; and it is
+//! written only after N holds every entry frozen so far.
 //!
 //! Main bucket `m` (0..2 × groups) is bucket `3(m/2)` (side 0) or `3(m/2) + 2` (side 1); its
 //! combined bucket is it and the group's overflow bucket `3(m/2) + 1`, adjacent, so one 128-B
@@ -59,8 +70,12 @@
 //! # Directory (64-B aligned; its address is the root word)
 //!
 //! ```text
-//! +0     header word: global depth (bits 0..7) | directory lock (bit 63)
-//! +8     zero (rest of the line)
+//! +0     header word: global depth (bits 0..7); while locked also bit 63 | the holder's
+//!        member word << 32 | its acquisition number's low 24 bits << 8 ([`dir_lock_word`])
+//! +8     publish record (3 words, zero when none): S | (L + 1), N, s: the split whose entries
+//!        the lock holder is rewriting, WRITTEN (zero-wait) before its first change to the
+//!        directory, which comes after it on the same connection
+//! +32    zero (rest of the line)
 //! +64    entry 0, entry 1, ... entry 2^max_depth - 1    (8 B each)
 //!
 //! entry:  63                                    6 5        0
@@ -78,9 +93,13 @@
 //! # `race-sephash`: the directory of the SepHash authors' RACE (64-B aligned)
 //!
 //! ```text
-//! +0     lock word u64: 0 free, 1 held (the one split lock of the whole table)
+//! +0     lock word u64: 0 free; held: the holder's held word ([`dmindex_prim::lock::held_word`])
+//!        (the one split lock of the whole table)
 //! +8     global depth u64
-//! +16    zero (rest of the line)
+//! +16    table record u64: 0, or S | 1 while the holder publishes S's split, S | 2 while it
+//!        clears S's split flags; WRITTEN before the holder's first change to the directory
+//!        and cleared in the doorbell that frees the lock
+//! +24    zero (rest of the line)
 //! +64    entry 0, entry 1, ... entry 2^max_depth - 1    (24 B each, 8-B aligned)
 //!
 //! entry (24 B):
@@ -95,10 +114,21 @@
 //! value it held. The cache built from such a READ is a hint like any other: bucket headers
 //! decide. Under the lock word no one else writes entries, so the splitter's READs are whole.
 //!
-//! A segment of this variant uses its meta word as a *moving* mark (bit 63, WRITTEN by the
-//! splitter while it holds the lock word and cleared when its entries are moved); the new
-//! segment's buckets are born *closed*: header `depth | (suffix | 2^31) << 32`, which no key
-//! matches (suffixes are below `2^max_depth` ≤ `2^24`), until the splitter opens each one.
+//! A segment of this variant uses its meta line as a *moving* mark while a split moves entries
+//! out of it (the old segment S) or into it (the new segment N):
+//!
+//! ```text
+//! +0     mark u64: 0, or the mover's held word (bit 63 | member << 32 | acquisition)
+//! +8     the other segment of the split (N in S's line, S in N's)
+//! +16    split info: L + 1 (bits 0..5) | NEW (bit 6, in N's line) | s << 8
+//! ```
+//!
+//! N's line is part of N's image; S's is WRITTEN (24 B) by the splitter while it holds the lock
+//! word, before it changes any entry. Both are cleared (one doorbell, N's first: S and N share
+//! a memory node) only after the split's flags are cleared, so a flagged entry, a closed
+//! bucket and an orphan all lead to a mark that names the mover. The new segment's buckets are
+//! born *closed*: header `depth | (suffix | 2^31) << 32`, which no key matches (suffixes are
+//! below `2^max_depth` ≤ `2^24`), until the mover opens each one.
 //!
 //! # Root slot and descriptor (root table on memory node 0)
 //!
@@ -150,6 +180,37 @@ pub const GLOBAL_ENTRY: u64 = 24;
 pub const GLOBAL_DEPTH_WORD: u64 = 8;
 /// The suffix bit of a closed bucket header: no key matches it.
 pub const CLOSED: u64 = 1 << 31;
+/// Offset of a `race-sephash` directory's table record (the lock word is at 0).
+pub const TABLE_RECORD: u64 = 16;
+/// Table record phases: the holder publishes the split, or clears its flags.
+pub const PUBLISHING: u64 = 1;
+pub const CLEARING: u64 = 2;
+/// The split info bit of the new segment's meta line.
+pub const NEW_HALF: u64 = 1 << 6;
+
+/// The split record in a `race` segment's meta line (+8): the new segment and the depth both
+/// halves get.
+pub fn split_record(new: GlobalAddr, depth: u32) -> u64 {
+    dir_entry(new, depth)
+}
+
+/// The directory header word of a `race` directory locked by held word `held` (lock bit, member,
+/// acquisition) at global depth `depth`: the acquisition's low 24 bits move up to make room for
+/// the depth, so a reader of the header still finds the depth in bits 0..7.
+pub const fn dir_lock_word(held: u64, depth: u32) -> u64 {
+    held & !0xFFFF_FFFF | (held & 0xFF_FFFF) << 8 | depth as u64
+}
+
+/// A `race-sephash` segment's split info word (+16 of its meta line).
+pub const fn split_info(depth: u32, suffix: u64, new: bool) -> u64 {
+    depth as u64 | if new { NEW_HALF } else { 0 } | suffix << 8
+}
+
+/// (depth both halves get, old segment's suffix, whether this is the new segment) of a split
+/// info word.
+pub const fn split_info_parts(w: u64) -> (u32, u64, bool) {
+    ((w & 0x3F) as u32, w >> 8, w & NEW_HALF != 0)
+}
 
 /// Address of `race-sephash` directory entry `i`.
 pub const fn global_entry_addr(dir: GlobalAddr, i: u64) -> GlobalAddr {
@@ -436,6 +497,31 @@ mod tests {
                 assert!(!h.matches(closed_header(depth, suffix)));
             }
         }
+    }
+
+    #[test]
+    fn recovery_words_are_pinned() {
+        // A segment's split record: N and the depth both halves get.
+        let n = GlobalAddr::new(1, 0x8_0000);
+        let r = split_record(n, 5);
+        assert_eq!(r.to_le_bytes(), [0x05, 0, 0x08, 0, 0, 0, 0x01, 0]);
+        assert_eq!(dir_entry_parts(r), (n, 5));
+        // The directory header while held: lock bit, member, acquisition's low 24 bits, depth.
+        let member = 1 << 30 | 3;
+        let held = dmindex_prim::lock::held_word(member, 0x0123_4567);
+        assert_eq!(held, 0xC000_0003_0123_4567);
+        let w = dir_lock_word(held, 9);
+        assert_eq!(w, 0xC000_0003_2345_6709);
+        assert_eq!(w & 0xFF, 9, "the depth stays in bits 0..7");
+        assert_eq!(dmindex_prim::lock::holder(w), Some(member));
+        // race-sephash: split info (depth, new-half bit, suffix) and the table record phases.
+        assert_eq!(split_info(4, 0b101, true), 4 | 1 << 6 | 0b101 << 8);
+        assert_eq!(split_info_parts(split_info(4, 0b101, true)), (4, 0b101, true));
+        assert_eq!(
+            split_info_parts(split_info(24, (1 << 23) + 1, false)),
+            (24, (1 << 23) + 1, false)
+        );
+        assert_eq!((TABLE_RECORD, PUBLISHING, CLEARING), (16, 1, 2));
     }
 
     #[test]

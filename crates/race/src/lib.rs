@@ -59,10 +59,16 @@
 //! re-read on every split-lock failure and every depth mismatch an insert sees). See
 //! [`global`] for the protocol and `docs/race.md` for why it exists.
 //!
-//! A client that crashes mid-split leaves the segment locked and its moving entries frozen: later
-//! splits of that segment, and updates and deletes of its moving keys, wait forever (there are no
-//! lock leases yet). A crash never loses an acknowledged write: nothing is cleared from the old
-//! segment before the new one is published with a copy of it.
+//! ## A client that crashes
+//!
+//! A client that crashes mid-split leaves the segment locked (the lock word names it) and its
+//! moving entries frozen. A crash never loses an acknowledged write: nothing is cleared from the
+//! old segment before the new one is published with a copy of it. The clients that wait on the
+//! split judge the splitter by its lease and, once it is fenced, one of them takes the lock over
+//! and finishes the split if the new segment was published, or undoes it if not ([`recover`];
+//! `race-sephash`: [`global_repair`]). A split records what the repair needs (the new segment in
+//! the old one's meta line, the split being published in the directory) in doorbells it posts
+//! anyway: no round trip is added.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
@@ -79,7 +85,9 @@ pub mod layout;
 mod bucket;
 mod dir;
 pub mod global;
+mod global_repair;
 mod ops;
+mod recover;
 mod split;
 
 use layout::Shape;
@@ -135,6 +143,8 @@ struct Counters {
     refreshes: AtomicU64,
     /// Bytes READ by directory refreshes (the global depth and the entries).
     refresh_bytes: AtomicU64,
+    /// Locks and marks taken over from a dead client and repaired.
+    repairs: AtomicU64,
 }
 
 use dmindex_prim::counter::{add as bump, Striped};
@@ -291,6 +301,8 @@ impl Race {
                 ("tentative_aborts", get(&n.aborted)),
                 ("directory_refreshes", get(&n.refreshes)),
                 ("directory_refresh_bytes", get(&n.refresh_bytes)),
+                // Splits and locks a dead client left, taken over and repaired.
+                ("crash_repairs", get(&n.repairs)),
                 // Combined buckets read per search = the second over the first.
                 ("searches", n.searches.get()),
                 ("search_combined_buckets_read", n.search_buckets.get()),
@@ -302,6 +314,10 @@ impl Race {
 }
 
 impl<T: Transport> PointIndex<T> for Race {
+    /// The split lock and the directory lock name their holder; a dead splitter's split is
+    /// finished or undone, a dead publisher's publish finished ([`recover`]).
+    const RECOVERS_CLIENT_CRASHES: bool = true;
+
     async fn create(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
         Self::create_with(c, config, Resize::SegmentLock).await
     }
@@ -344,6 +360,10 @@ impl<T: Transport> PointIndex<T> for Race {
 
 /// Every item forwarded to the shared table code; only `create` and `open` name the policy.
 impl<T: Transport> PointIndex<T> for RaceSepHash {
+    /// The table's lock word and the moving marks name their holder; a dead mover's split is
+    /// published, moved and cleared by a waiter ([`global_repair`]).
+    const RECOVERS_CLIENT_CRASHES: bool = true;
+
     async fn create(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
         Ok(RaceSepHash(Race::create_with(c, config, Resize::GlobalLock).await?))
     }

@@ -72,6 +72,7 @@ use dmindex_prim::kv_block;
 
 use crate::bucket::{At, Copy, Snap};
 use crate::layout::{self, dir_entry_parts, is_frozen, is_tentative, Hashes, FROZEN, TENTATIVE};
+use crate::recover::SplitWait;
 use crate::{bump, Race, Resize};
 
 /// Re-reads an insert waits on an unchanged lower tentative entry before aborting it.
@@ -85,6 +86,8 @@ enum Settle {
     Wait,
     /// Ours is withdrawn: start the insert again.
     Restart,
+    /// A split is moving the key: wait for it, then re-read.
+    Split,
 }
 
 /// The lower tentative entry an insert is waiting on, and for how many re-reads.
@@ -114,6 +117,9 @@ impl Race {
         let depth_check = insert && self.resize == Resize::GlobalLock;
         let mut entry = self.cached(h.h1);
         let mut attempts = Attempts::new();
+        let mut wait = SplitWait::default();
+        // Ends when the headers match; a split in the way is waited on (its splitter judged,
+        // and its split repaired if it died), garbage headers end in `Attempts`' bound.
         loop {
             let (seg, depth) = dir_entry_parts(entry);
             self.read_snap(c, seg, h, snap).await?;
@@ -129,9 +135,15 @@ impl Race {
             if snap.buckets.iter().any(|b| layout::is_closed(b.header)) {
                 // A race-sephash split is moving entries into this segment: the directory is
                 // right, the bucket opens once its entries are in; re-read the bucket only.
+                self.wait_split(c, snap.seg, None, &mut wait).await?;
                 continue;
             }
             entry = self.refresh(c, h.h1).await?;
+            if dir_entry_parts(entry).0 == snap.seg {
+                // The directory still names the segment whose headers exclude the key: a split
+                // of it is between its switch and its publish.
+                self.wait_split(c, snap.seg, None, &mut wait).await?;
+            }
         }
     }
 
@@ -181,6 +193,7 @@ impl Race {
         let word = self.word(&h, key, value, block);
         let tentative = word | TENTATIVE;
         let (mut reads, mut snap, mut re) = (0, Snap::default(), Snap::default());
+        let mut wait = SplitWait::default();
         'fresh: loop {
             self.locate(c, &h, true, &mut reads, &mut snap).await?;
             match self.committed(c, &snap, key, &h).await? {
@@ -195,13 +208,14 @@ impl Race {
                 // A split is moving the key: wait for it.
                 (None, true) => {
                     bump(&self.counters.retries, 1);
+                    self.wait_split(c, snap.seg, None, &mut wait).await?;
                     continue;
                 }
                 // Absent (other inserts' tentative entries are no value): place ours.
                 (None, false) => {}
             }
             let Some(at) = snap.empty_slot(h.mains(self.shape.groups)) else {
-                self.split_full(c, &snap, &h).await?;
+                self.split_full(c, &snap, &h, &mut wait).await?;
                 continue;
             };
             if c.cas(snap.addr(at), 0, tentative).await? != 0 {
@@ -223,11 +237,17 @@ impl Race {
                                 bump(&self.counters.retries, 1);
                                 continue;
                             }
+                            Settle::Split => {
+                                bump(&self.counters.retries, 1);
+                                self.wait_split(c, seg, None, &mut wait).await?;
+                                continue;
+                            }
                         }
                     }
                     if now == tentative | FROZEN {
                         // A split is moving it: wait for the switch, then follow it.
                         bump(&self.counters.retries, 1);
+                        self.wait_split(c, seg, None, &mut wait).await?;
                         continue;
                     }
                     // Aborted by another insert of the key.
@@ -237,10 +257,14 @@ impl Race {
                 if now == tentative {
                     if h.matches(re.buckets[at.b].header) {
                         // Placed before the switch: the split will freeze it.
+                        self.wait_split(c, seg, None, &mut wait).await?;
                         continue;
                     }
-                    // Frozen later, or an orphan once the split lock is free.
-                    if c.read_word(seg).await? & layout::LOCK != 0 {
+                    // Frozen later, or an orphan once the split lock (race-sephash: the moving
+                    // mark) is free.
+                    let lock = c.read_word(seg).await?;
+                    if lock & layout::LOCK != 0 {
+                        self.wait_split(c, seg, Some(lock), &mut wait).await?;
                         continue;
                     }
                     if c.cas(re.addr(at), tentative, 0).await? == tentative {
@@ -271,7 +295,7 @@ impl Race {
     ) -> IndexResult<Settle> {
         let copies = self.copies(c, re, key, h, word).await?;
         if copies.iter().any(|x| is_frozen(x.word)) {
-            return Ok(Settle::Wait);
+            return Ok(Settle::Split);
         }
         let mut others = copies.iter().filter(|x| x.at != at);
         if others.clone().any(|x| !is_tentative(x.word)) {
@@ -341,6 +365,9 @@ impl Race {
         c.compute(Work::KeyHash, 2);
         let mut word = 0;
         let (mut reads, mut snap) = (0, Snap::default());
+        let mut wait = SplitWait::default();
+        // Ends at a CAS that wins, or at an image without the key; a lost CAS saw another
+        // client's write, and a frozen entry a split, which is waited on.
         loop {
             self.locate(c, &h, false, &mut reads, &mut snap).await?;
             match self.committed(c, &snap, key, &h).await? {
@@ -355,7 +382,7 @@ impl Race {
                     }
                 }
                 // Frozen: a split is moving the key.
-                (None, true) => {}
+                (None, true) => self.wait_split(c, snap.seg, None, &mut wait).await?,
             }
             bump(&self.counters.retries, 1);
         }
@@ -370,6 +397,8 @@ impl Race {
         // RACE's two hash functions, one per bucket choice.
         c.compute(Work::KeyHash, 2);
         let (mut reads, mut snap) = (0, Snap::default());
+        let mut wait = SplitWait::default();
+        // Ends as update's loop does.
         loop {
             self.locate(c, &h, false, &mut reads, &mut snap).await?;
             match self.committed(c, &snap, key, &h).await? {
@@ -379,7 +408,8 @@ impl Race {
                         return Ok(true);
                     }
                 }
-                (None, true) => {}
+                // Frozen: a split is moving the key.
+                (None, true) => self.wait_split(c, snap.seg, None, &mut wait).await?,
             }
             bump(&self.counters.retries, 1);
         }

@@ -3,14 +3,17 @@
 //!
 //! # Steps (the splitter holds S's split lock throughout)
 //!
-//! 1. **Lock**: CAS S's meta word from 0. A client that finds it held goes back to its insert
-//!    (re-reading its buckets), so waiting is never spent spinning on the lock alone.
+//! 1. **Lock**: CAS S's meta word from 0 to this client's held word (naming it). A client that
+//!    finds it held goes back to its insert (re-reading its buckets), so waiting is never spent
+//!    spinning on the lock alone.
 //! 2. **Freeze** (pass 1): READ S whole; for each used slot READ its block (RACE keeps no hash
 //!    bits in the slot) and, if the key belongs to S and has bit L set, CAS the slot to its frozen
 //!    form. A CAS that fails saw an update or delete: the new word is examined again.
 //! 3. **Copy**: WRITE N whole: headers (L + 1, s + 2^L) and the frozen entries, unfrozen, at
 //!    their positions. N is not reachable yet, so plain WRITEs.
-//! 4. **Switch**: WRITE each S header to (L + 1, s), 8 B each, doorbell batches. From a bucket's
+//! 4. **Switch**: WRITE the split record (N, L + 1) into S's meta line (zero-wait: it lands
+//!    before the next verbs to S's node), then each S header to (L + 1, s), 8 B each, doorbell
+//!    batches. From a bucket's
 //!    switch on, its images exclude moving keys, whose clients re-read the directory (and wait
 //!    until step 6 has published N).
 //! 5. **Second pass**: READ S again and freeze every moving entry it shows that is not frozen
@@ -23,7 +26,7 @@
 //! 6. **Publish**: under the directory lock, double the directory if L was the global depth and
 //!    point every entry aliasing s + 2^L at N (depth L + 1), those aliasing s at S.
 //! 7. **Clean**: WRITE 0 over every slot frozen in 2 and 5 (no CAS ever expects a frozen word),
-//!    then WRITE the lock word free.
+//!    then WRITE the lock word free and the split record clear (one 16-B WRITE).
 //!
 //! # Why concurrent operations stay linearizable
 //!
@@ -44,32 +47,39 @@
 //!
 //! # A crash
 //!
-//! A splitter that stops anywhere leaves S locked; before step 7 it also leaves the moving
-//! entries frozen (their updates and deletes wait) and, between steps 4 and 6, the moving keys
-//! unreachable (their operations wait). No acknowledged write is lost: every entry stays in S
-//! until N holds a copy and is published.
+//! A splitter that stops anywhere leaves S locked, its lock word naming it; before step 7 it
+//! also leaves the moving entries frozen (their updates and deletes wait) and, between steps 4
+//! and 6, the moving keys unreachable (their operations wait). No acknowledged write is lost:
+//! every entry stays in S until N holds a copy and is published. The waiters judge the
+//! splitter and, once it is fenced, one of them finishes the split if N was published and
+//! undoes it if not ([`crate::recover`]). For that, step 4 WRITEs the *split record* (N and
+//! L + 1, in S's meta line) before the first switch, and step 6 a publish record in the
+//! directory before its first change, both zero-wait; the lock's release clears both.
 
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::doorbell;
 
+use dmindex_prim::{lease, lock};
+
 use crate::bucket::Snap;
-use crate::layout::{self, is_frozen, low_mask, Hashes, FROZEN, LOCK, SLOTS};
+use crate::layout::{self, is_frozen, low_mask, Hashes, FROZEN, SLOTS};
+use crate::recover::SplitWait;
 use crate::{bump, Race, Resize};
 
 /// Slot `k` (bucket `k / 7`, slot `k % 7`) of a segment image.
-fn slot_at(image: &[u8], k: usize) -> u64 {
+pub(crate) fn slot_at(image: &[u8], k: usize) -> u64 {
     let at = slot_offset(k) as usize;
     u64::from_le_bytes(image[at..at + 8].try_into().expect("8 bytes"))
 }
 
-fn slot_offset(k: usize) -> u64 {
+pub(crate) fn slot_offset(k: usize) -> u64 {
     layout::bucket_offset(k / SLOTS) + 8 + 8 * (k % SLOTS) as u64
 }
 
 /// WRITEs of 8-B `words` at `addrs`, in doorbell batches.
-async fn write_words<T: Transport>(
+pub(crate) async fn write_words<T: Transport>(
     c: &Client<T>,
     writes: &[(GlobalAddr, [u8; 8])],
 ) -> IndexResult<()> {
@@ -88,12 +98,13 @@ impl Race {
         c: &Client<T>,
         snap: &Snap,
         h: &Hashes,
+        wait: &mut SplitWait,
     ) -> IndexResult<()> {
         let depth = layout::header_parts(snap.buckets[0].header).0;
         if snap.buckets.iter().any(|b| layout::header_parts(b.header).0 != depth) {
             // A split of this segment is switching headers: wait for it.
             bump(&self.counters.retries, 1);
-            return Ok(());
+            return self.wait_split(c, snap.seg, None, wait).await;
         }
         if depth as usize >= self.shape.max_depth {
             return Err(IndexError::Full(format!(
@@ -102,17 +113,20 @@ impl Race {
             )));
         }
         if self.resize == Resize::GlobalLock {
-            return self.split_global(c, snap, h, depth).await;
+            return self.split_global(c, snap, h, depth, wait).await;
         }
         let seg = snap.seg;
         bump(&self.counters.split_attempts, 1);
-        if c.cas(seg, 0, LOCK).await? != 0 {
+        let held = lock::next_held_word(c).await?;
+        let old = c.cas(seg, 0, held).await?;
+        if old != 0 {
             bump(&self.counters.retries, 1);
-            return Ok(());
+            return self.wait_split(c, seg, Some(old), wait).await;
         }
-        // On an error the segment stays locked, as after a crash.
+        // On an error the segment stays locked, as after a crash (and is repaired the same way).
         self.split_locked(c, seg, depth, h.h1 & low_mask(depth)).await?;
-        c.write(seg, &0u64.to_le_bytes()).await?;
+        // Frees the lock and clears the split record.
+        c.write(seg, &[0u8; 16]).await?;
         Ok(())
     }
 
@@ -130,10 +144,14 @@ impl Race {
         suffix: u64,
         stays: &mut [u64],
     ) -> IndexResult<Option<u64>> {
+        // Ends when the word is empty, frozen, staying, or frozen by our CAS: each failed CAS
+        // saw another client's change, and a slot changes only as often as clients write it.
         loop {
             if w == 0 || is_frozen(w) || stays[k] == w {
                 return Ok(None);
             }
+            // A split reads a block per used slot: long enough to need the lease renewed.
+            lease::renew_if_due(c).await?;
             let kh = self.blocks.with_key(c, layout::slot_block(w), Hashes::of).await?;
             if kh.h1 & low_mask(depth) != suffix || !kh.bit(depth) {
                 stays[k] = w;
@@ -188,8 +206,10 @@ impl Race {
         }
         let new = c.alloc(bytes as u64, 64).await?;
         c.write(new, &image).await?;
-        // 4. Switch.
+        // 4. Switch, the split record first: a zero-wait WRITE, which lands before the switches
+        // (RC order on S's node) and adds no round trip.
         let switched = layout::header(depth + 1, suffix).to_le_bytes();
+        c.write_zero_wait(seg.add(8), &layout::split_record(new, depth + 1).to_le_bytes())?;
         let headers: Vec<(GlobalAddr, [u8; 8])> =
             (0..buckets).map(|b| (seg.add(layout::bucket_offset(b)), switched)).collect();
         write_words(c, &headers).await?;
