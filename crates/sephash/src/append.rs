@@ -15,7 +15,8 @@
 //!    newest entry is its last one. A failed CAS moves to the next slot read free.
 //!
 //! Insert = 2 round trips after the block is posted. The client that takes the last slot
-//! closes the segment (CAS of the meta) and merges it.
+//! closes the segment (a doorbell: the merge record's masked CAS, then the meta's CAS) and, if
+//! it won the record, merges it.
 //!
 //! # Update and delete
 //!
@@ -36,13 +37,15 @@
 //! a search never returns a superseded copy. An update of an absent key inserts it; a tombstone
 //! for an absent key is dropped by the next merge.
 
-use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
+use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::backoff::Backoff;
+use dmindex_prim::lease::{self, WaitWatch};
+use dmindex_prim::lock;
 use smallvec::SmallVec;
 
-use crate::layout::{decode_entries, Entry, KeyHash, Meta};
+use crate::layout::{decode_entries, Entry, KeyHash, Meta, EDITIONS, RECORD};
 use crate::search::{word, SlotWords, Words};
 use crate::{bump, Retry, SepHash};
 
@@ -111,7 +114,7 @@ impl SepHash {
                 self.counters.retry(Retry::MetaMoved);
                 continue;
             }
-            if !meta.owns(word(&head, 8), kh.h) {
+            if !meta.owns(t.suffix, kh.h) {
                 attempts.failed(t.seg, "segment meta's depth and suffix")?;
                 self.counters.retry(Retry::ForeignSegment);
                 self.refresh_dir(c, kh).await?;
@@ -128,10 +131,15 @@ impl SepHash {
                 // backoff between READs (a merge takes a few doorbells; a waiter that READ at
                 // network pace took memory-node and CPU time from the merger). One count per
                 // wait and one for its READs: a counter bumped per READ is a shared cache line
-                // every waiting client writes.
+                // every waiting client writes. A wait that lasts judges the merger, and repairs
+                // what it left if it died ([`crate::recover`]).
                 let mut backoff = Backoff::new();
+                let mut watch = WaitWatch::new();
+                // Ends when the meta changes: the merge reopened the segment (its merger's, or
+                // a repairer's once the merger was judged dead).
                 while c.read_word(t.seg).await? == meta.0 {
                     backoff.failed(c, t.seg, "closed segment meta").await?;
+                    self.judge_closed(c, t.seg, t.suffix, meta, &mut watch).await?;
                 }
                 bump(&self.counters.closed_waits, 1);
                 bump(&self.counters.closed_wait_reads, u64::from(backoff.looks()) + 1);
@@ -147,7 +155,7 @@ impl SepHash {
             }
             let Some(first) = decode_entries(&slots).position(|e| !meta.holds(e)) else {
                 if to == n {
-                    self.close_and_merge(c, t.seg, meta).await?;
+                    self.close_and_merge(c, t.seg, t.suffix, meta).await?;
                 } else {
                     self.cache.set_offset(t.seg, to as u32);
                 }
@@ -197,7 +205,7 @@ impl SepHash {
                     self.cache.set_offset(t.seg, (p + 1) as u32);
                     if p + 1 == n {
                         // Took the last slot: this client merges (the paper's rule).
-                        self.close_and_merge(c, t.seg, meta).await?;
+                        self.close_and_merge(c, t.seg, t.suffix, meta).await?;
                     }
                     return Ok(true);
                 }
@@ -231,16 +239,36 @@ impl SepHash {
         Ok(false)
     }
 
-    /// Closes the open segment `seg` whose meta was `meta` (a CAS: one client wins) and, if
-    /// this client won, merges it.
+    /// Closes the open segment `seg` (suffix `suffix`) whose meta was `meta` and, if this
+    /// client won the generation's merge record, merges it. One doorbell: the masked CAS that
+    /// claims the record (its tag must still be the previous edition), then the CAS that closes
+    /// the meta; the record's winner merges whoever's CAS closed it (see [`crate::layout`]).
     pub(crate) async fn close_and_merge<T: Transport>(
         &self,
         c: &Client<T>,
         seg: GlobalAddr,
+        suffix: u64,
         meta: Meta,
     ) -> IndexResult<()> {
-        if c.cas(seg, meta.0, meta.close().0).await? == meta.0 {
-            self.merge(c, seg, meta.close()).await?;
+        let member = lease::renew_if_due(c).await?;
+        let mine = lock::held_word(member, meta.edition());
+        let prev = u64::from(meta.prev_edition());
+        let mut ops = [
+            BatchOp::atomic(
+                seg.add(RECORD),
+                AtomicOp::MaskedCas {
+                    compare: prev,
+                    compare_mask: EDITIONS,
+                    swap: mine,
+                    swap_mask: u64::MAX,
+                },
+            ),
+            BatchOp::atomic(seg, AtomicOp::Cas { expected: meta.0, new: meta.close().0 }),
+        ];
+        c.batch(&mut ops).await?;
+        let BatchOp::Atomic { old: record, .. } = ops[0] else { unreachable!("an atomic") };
+        if record & EDITIONS == prev {
+            self.merge(c, seg, suffix, meta.close(), mine, false).await?;
         }
         Ok(())
     }

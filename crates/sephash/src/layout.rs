@@ -23,13 +23,32 @@
 //!           63     62      61..56        55..36         35..0
 //!           sign | closed | local depth | edition (20) | MainSegment offset / 64 on this node
 //!                                                        (0: none)
-//! +8        suffix (u64): the low `local depth` hash bits every key here has; never changes
+//! +8        merge record (CAS'd): who closes (merges) which generation
+//!           63  62..32                 31..20   19..0
+//!           1 | closer's member word | zero   | tag: edition of the generation it closed
+//!           (before a segment's first close: the tag alone, edition − 1, no member)
 //! +16       slot[0..n]   (8 B each, CAS'd): entries, appended in slot order
 //! +F        filter line[0..L], F = 16 + 8n rounded up to 64, L = ⌈positions / 56⌉, 64 B each:
 //!             +0   tag (u64): the meta this generation opened with (never closed)
 //!             +8   position[56·j .. 56·j + 56] (1 B each): 1 = an entry with this (fp, fp2)
 //!                  position may be in this generation's slots
 //! ```
+//!
+//! The segment's suffix (the low `local depth` hash bits every key here has) is not stored: it
+//! is the directory index the segment is entered at, which a client found it by.
+//!
+//! *The merge record* names the one client that merges a generation, so that it can be judged
+//! and fenced if it dies holding the segment closed ([`dmindex_prim::lease`]). A closer of
+//! generation `e` posts one doorbell: a masked CAS of the record that compares only the tag
+//! with `e − 1` and swaps in its own held word tagged `e`, then the CAS that closes the meta.
+//! The first record CAS of a generation to land wins it (the tag is `e` afterwards; stale
+//! closers compare an older tag and fail), and it lands before any CAS that closes the meta,
+//! since each closer's two verbs execute in order. So a meta closed at edition `e` always
+//! comes with a record naming one member at tag `e`, and that member (and no other) merges:
+//! if its own meta CAS failed, another closer's closed the same generation. A segment a split
+//! creates closed carries its splitter's held word tagged `e − 1`: it opens only when its
+//! splitter (or the repairer of its old half) opens it, and its first generation's closers
+//! still compare `e − 1`. Reopening leaves the record as it is.
 //!
 //! A slot is free when its sign differs from the meta's, so flipping the meta's sign empties the
 //! CurSegment at once. The edition counts the segment's merges (mod 2^20): a MainSegment's
@@ -71,7 +90,7 @@
 
 use dmindex_fabric::GlobalAddr;
 
-/// Bytes before a CurSegment's first slot: the meta word and the suffix.
+/// Bytes before a CurSegment's first slot: the meta word and the merge record.
 pub const CUR_HEADER: u64 = 16;
 /// Bytes of a MainSegment's fixed header.
 pub const MAIN_HEADER: u64 = 8;
@@ -93,7 +112,21 @@ const MAIN_UNIT_BITS: u32 = 36;
 const MAIN_UNITS: u64 = (1 << MAIN_UNIT_BITS) - 1;
 /// Bits of the edition.
 const EDITION_BITS: u32 = 20;
-const EDITIONS: u64 = (1 << EDITION_BITS) - 1;
+/// The edition bits (of a meta word, shifted; of a merge record's tag, in place).
+pub const EDITIONS: u64 = (1 << EDITION_BITS) - 1;
+/// Offset of a CurSegment's merge record.
+pub const RECORD: u64 = 8;
+
+/// A merge record's tag: the edition of the generation its closer closed.
+pub const fn record_tag(record: u64) -> u32 {
+    (record & EDITIONS) as u32
+}
+
+/// The merge record of a segment no one has closed yet, whose first generation has `edition`:
+/// the tag `edition − 1`, no member.
+pub const fn fresh_record(edition: u32) -> u64 {
+    (edition as u64).wrapping_sub(1) & EDITIONS
+}
 
 /// A CurSegment's meta word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -133,6 +166,14 @@ impl Meta {
     /// The edition the merge that replaces this meta's MainSegment publishes.
     pub fn next_edition(self) -> u32 {
         (self.edition() + 1) & EDITIONS as u32
+    }
+    /// The edition before this one: the merge record's tag its closers compare.
+    pub fn prev_edition(self) -> u32 {
+        self.edition().wrapping_sub(1) & EDITIONS as u32
+    }
+    /// The same word, open.
+    pub fn open(self) -> Meta {
+        Meta(self.0 & !CLOSED)
     }
     /// The MainSegment as caches name it: edition and offset (the meta's low 56 bits, so
     /// `Meta(id).main()` is the offset).
@@ -381,6 +422,25 @@ mod tests {
         assert_eq!((last.edition(), last.next_edition()), ((1 << 20) - 1, 0));
         assert_eq!(Meta::new(false, false, 1, 1 << 20, 64).edition(), 0, "mod 2^20");
         assert!(m.owns(0b10110, 0xFFFF_0000_0000_0036) && !m.owns(0b10110, 0x26));
+        assert_eq!(
+            (last.prev_edition(), Meta::new(true, true, 1, 0, 64).prev_edition()),
+            (0xF_FFFE, 0xF_FFFF)
+        );
+        assert_eq!(m.close().open(), m);
+    }
+
+    #[test]
+    fn merge_record_bits_are_pinned() {
+        // A closer's record: its held word (lock bit, member word, acquisition = the edition).
+        let member = 1 << 30 | 5 << 19 | 9;
+        let r = dmindex_prim::lock::held_word(member, 0xA_BCDE);
+        assert_eq!(r, 0xC028_0009_000A_BCDE);
+        assert_eq!(r.to_le_bytes(), [0xDE, 0xBC, 0x0A, 0, 0x09, 0, 0x28, 0xC0]);
+        assert_eq!((record_tag(r), dmindex_prim::lock::holder(r)), (0xA_BCDE, Some(member)));
+        // Before the first close: the previous edition's tag, no member.
+        assert_eq!((fresh_record(0), fresh_record(7)), (0xF_FFFF, 6));
+        assert_eq!(dmindex_prim::lock::holder(fresh_record(0)), None);
+        assert_eq!((RECORD, CUR_HEADER), (8, 16));
     }
 
     #[test]

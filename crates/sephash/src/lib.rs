@@ -52,6 +52,7 @@ pub mod shape;
 mod append;
 mod dir;
 mod merge;
+mod recover;
 mod search;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,6 +87,8 @@ struct Counters {
     closed_wait_reads: AtomicU64,
     merge_key_reads: AtomicU64,
     mains_reused: AtomicU64,
+    /// Merges and splits a dead client left, taken over and finished.
+    repairs: AtomicU64,
 }
 
 use dmindex_prim::counter::{add as bump, Striped};
@@ -159,6 +162,10 @@ impl SepHash {
 }
 
 impl<T: Transport> PointIndex<T> for SepHash {
+    /// A closed CurSegment's merge record names its merger; a dead merger's merge (or split)
+    /// is done by a waiter ([`recover`]).
+    const RECOVERS_CLIENT_CRASHES: bool = true;
+
     async fn create(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
         let shape = Shape::from_config(config)?;
         let info = c.info();
@@ -183,7 +190,7 @@ impl<T: Transport> PointIndex<T> for SepHash {
         for i in 0..segments {
             let node = (i % info.nodes() as u64) as u16;
             let seg = c.alloc_on(node, shape.cur.bytes(), 64).await?;
-            idx.write_head(c, seg, open, open, i).await?;
+            idx.write_head(c, seg, open, open, layout::fresh_record(0)).await?;
             entries.extend_from_slice(&seg.raw().to_le_bytes());
         }
         c.write(dir, &entries).await?;
@@ -247,6 +254,7 @@ impl<T: Transport> PointIndex<T> for SepHash {
                 ("closed_wait_reads", g(&k.closed_wait_reads)),
                 ("merge_key_reads", g(&k.merge_key_reads)),
                 ("mains_reused", g(&k.mains_reused)),
+                ("crash_repairs", g(&k.repairs)),
                 ("retry_meta_moved", g(&k.retry_reasons[Retry::MetaMoved as usize])),
                 ("retry_foreign_segment", g(&k.retry_reasons[Retry::ForeignSegment as usize])),
                 ("retry_stale_main", g(&k.retry_reasons[Retry::StaleMain as usize])),

@@ -2,6 +2,7 @@
 //!
 //! # Merge
 //!
+//! The client that closed the segment and won its merge record merges it ([`crate::layout`]).
 //! The closed segment takes no appends (every slot is taken and the meta is closed), so its
 //! slots and MainSegment `M` are stable. One doorbell READs the header, the slots and `M`'s
 //! header, a second `M`'s entries. Entries are grouped by (fp, fp2); only groups with more than
@@ -32,9 +33,11 @@
 //! Until 3, clients reaching A read the old content (A closed); from 2, clients reaching B read
 //! the same content through B (closed, empty slots, B's MainSegment); so no client can see a
 //! write to one half that the other half misses, and nothing is written until both are in
-//! place. A client stopped between steps leaves a half closed: reads go on, writes to that
-//! half wait (a later issue adds recovery). No acknowledged write is ever lost: the old slots
-//! and MainSegment are never changed, only replaced.
+//! place. B is born with a merge record naming the splitter, so a client waiting on B judges
+//! who must open it. A client stopped between steps leaves a half closed: reads go on, writes
+//! to that half wait until the waiters judge it dead, and then one of them merges (or splits)
+//! in its place ([`crate::recover`]). No acknowledged write is ever lost: the old slots and
+//! MainSegment are never changed, only replaced.
 
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
@@ -42,8 +45,13 @@ use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::kv_block::HEADER;
 use smallvec::SmallVec;
 
+use dmindex_prim::lease;
+use dmindex_prim::lock::{self, holder};
+
 use crate::fptable;
-use crate::layout::{decode_entries, encode_main, Entry, KeyHash, MainHeader, Meta, Point};
+use crate::layout::{
+    decode_entries, encode_main, Entry, KeyHash, MainHeader, Meta, Point, EDITIONS, RECORD,
+};
 use crate::search::word;
 use crate::{bump, SepHash};
 
@@ -52,16 +60,26 @@ struct Held<'a> {
     seg: GlobalAddr,
     closed: Meta,
     suffix: u64,
+    /// The merge record this client holds it with.
+    record: u64,
+    /// Whether this client took the merge over from a dead one (a split may be half done).
+    repairing: bool,
     old_main: MainHeader,
     slots: &'a [u8],
 }
 
 impl SepHash {
+    /// Merges `seg` (suffix `suffix`), which this client holds closed as `closed` with merge
+    /// record `record`; `repairing`: taken over from a dead merger, whose split may be half
+    /// done ([`crate::recover`]).
     pub(crate) async fn merge<T: Transport>(
         &self,
         c: &Client<T>,
         seg: GlobalAddr,
+        suffix: u64,
         closed: Meta,
+        record: u64,
+        repairing: bool,
     ) -> IndexResult<()> {
         bump(&self.counters.merges, 1);
         let node = seg.node();
@@ -80,12 +98,11 @@ impl SepHash {
             }
             c.batch(&mut ops).await?;
         }
-        if word(&head, 0) != closed.0 {
+        if word(&head, 0) != closed.0 || word(&head, 8) != record {
             return Err(IndexError::Corrupt(format!(
                 "segment {seg} changed while closed by this client"
             )));
         }
-        let suffix = word(&head, 8);
         let mh = MainHeader::decode(&mhead);
         let mut old = vec![0u8; 8 * mh.entries as usize];
         if !old.is_empty() {
@@ -112,7 +129,7 @@ impl SepHash {
             self.free_main(main_at, &mh);
             return Ok(());
         }
-        let held = Held { seg, closed, suffix, old_main: mh, slots: &slots };
+        let held = Held { seg, closed, suffix, record, repairing, old_main: mh, slots: &slots };
         self.split(c, held, survivors).await
     }
 
@@ -285,20 +302,20 @@ impl SepHash {
     }
 
     /// Writes a new segment's filter lines tagged `open`, then its meta `meta` (open or
-    /// closed) and `suffix`: one doorbell, before anything names the segment.
+    /// closed) and merge record `record`: one doorbell, before anything names the segment.
     pub(crate) async fn write_head<T: Transport>(
         &self,
         c: &Client<T>,
         seg: GlobalAddr,
         meta: Meta,
         open: Meta,
-        suffix: u64,
+        record: u64,
     ) -> IndexResult<()> {
         let mut lines = Vec::new();
         self.shape.cur.encode_filter(open, &mut lines);
         let mut head = [0u8; 16];
         head[..8].copy_from_slice(&meta.0.to_le_bytes());
-        head[8..].copy_from_slice(&suffix.to_le_bytes());
+        head[8..].copy_from_slice(&record.to_le_bytes());
         let mut ops = Vec::with_capacity(2);
         if !lines.is_empty() {
             let at = seg.add(self.shape.cur.filter_lines());
@@ -315,12 +332,20 @@ impl SepHash {
         held: Held<'_>,
         entries: Vec<Entry>,
     ) -> IndexResult<()> {
-        let Held { seg, closed, suffix, old_main, slots } = held;
+        let Held { seg, closed, suffix, record, repairing, old_main, slots } = held;
         bump(&self.counters.splits, 1);
+        lease::renew_if_due(c).await?;
         let l = closed.depth();
+        let b_suffix = suffix | 1 << l;
+        // A dead merger may have created B already (its directory entry is written once B is
+        // whole): then B is taken as it is, and only A is redone.
+        let existing = if repairing { c.read_word(self.dir_entry(b_suffix)).await? } else { 0 };
         // Hash bit l is bit l mod 4 of the depth bits each entry carries (round l / 4).
         let (mut a, mut b): (Vec<Entry>, Vec<Entry>) =
             entries.iter().partition(|e| (e.dep() >> (l % 4)) & 1 == 0);
+        if existing != 0 {
+            b.clear();
+        }
         if !self.shape.entry_layout {
             // Without depth bits every split reads every key (the result is the same).
             self.read_keys(c, &entries).await?;
@@ -337,17 +362,39 @@ impl SepHash {
                 }
             }
         }
-        let b_suffix = suffix | 1 << l;
-        let b_node = (b_suffix % c.info().nodes() as u64) as u16;
-        let b_seg = c.alloc_on(b_node, self.shape.cur.bytes(), 64).await?;
+        // B is born closed, its record naming this client (tagged the edition before B's
+        // first), so that a client waiting on B judges who must open it.
+        let member = holder(record).expect("a merge record names its holder");
+        let born = lock::held_word(member, EDITIONS as u32);
         let mut buf = Vec::new();
-        // 1. B and its MainSegment, B closed.
-        let (mb, hb, pb) = self.write_main(c, b_node, &b, &mut buf).await?;
-        let b_open = Meta::new(true, false, l + 1, 0, mb);
-        self.write_head(c, b_seg, b_open.close(), b_open, b_suffix).await?;
-        // 2. B's directory entry, then the global depth if it grew.
-        c.write(self.dir_entry(b_suffix), &b_seg.raw().to_le_bytes()).await?;
+        let (b_seg, b_open, b_view) = if existing != 0 {
+            let b_seg = GlobalAddr::from_raw(existing);
+            let mut head = [0u8; 16];
+            c.read(b_seg, &mut head).await?;
+            let b_meta = Meta(word(&head, 0));
+            if !b_meta.closed() {
+                return Err(IndexError::Corrupt(format!(
+                    "segment {b_seg} is open while the split that makes it is not done"
+                )));
+            }
+            // Only holders of A's record write B's while A is not split: the record names a
+            // fenced predecessor of this client.
+            c.cas(b_seg.add(RECORD), word(&head, 8), born).await?;
+            (b_seg, b_meta.open(), None)
+        } else {
+            let b_node = (b_suffix % c.info().nodes() as u64) as u16;
+            let b_seg = c.alloc_on(b_node, self.shape.cur.bytes(), 64).await?;
+            // 1. B and its MainSegment, B closed.
+            let (mb, hb, pb) = self.write_main(c, b_node, &b, &mut buf).await?;
+            let b_open = Meta::new(true, false, l + 1, 0, mb);
+            self.write_head(c, b_seg, b_open.close(), b_open, born).await?;
+            // 2. B's directory entry.
+            c.write(self.dir_entry(b_suffix), &b_seg.raw().to_le_bytes()).await?;
+            (b_seg, b_open, Some((hb, pb)))
+        };
+        // 2. The global depth if it grew.
         let mut gd = c.read_word(self.dir).await?;
+        // Ends when the depth word is deep enough: each failed CAS saw another split deepen it.
         while gd < (l + 1) as u64 {
             let seen = c.cas(self.dir, gd, (l + 1) as u64).await?;
             if seen == gd {
@@ -364,7 +411,9 @@ impl SepHash {
         self.cache.learn_entry(b_suffix as usize, b_seg.raw());
         self.cache.learn_main(seg, a_open.main_id(), ha, &pa);
         self.free_main(GlobalAddr::new(seg.node(), closed.main()), &old_main);
-        self.cache.learn_main(b_seg, b_open.main_id(), hb, &pb);
+        if let Some((hb, pb)) = b_view {
+            self.cache.learn_main(b_seg, b_open.main_id(), hb, &pb);
+        }
         Ok(())
     }
 }

@@ -7,9 +7,10 @@ use dmindex_prim::root::Magic;
 
 use crate::layout::{CurLayout, CUR_HEADER};
 
-/// The descriptor's magic (top 8 bits). 0x5F since the filter lines carry a tag (the layout
-/// of 0x5E, without tags, is not readable by this code: an index it made is refused).
-pub const MAGIC: Magic = Magic { name: "SepHash index", value: 0x5F, bits: 8 };
+/// The descriptor's magic (top 8 bits). 0x60 since a CurSegment's second word is its merge
+/// record, not its suffix (0x5F), and 0x5F since the filter lines carry a tag (0x5E): an index
+/// an older layout made is refused, not misread.
+pub const MAGIC: Magic = Magic { name: "SepHash index", value: 0x60, bits: 8 };
 
 /// Longest key (bytes) and value the descriptor can record.
 pub const MAX_KEY: usize = 255;
