@@ -829,3 +829,41 @@ fn a_pause_advances_virtual_time_without_verbs() {
     assert_eq!(resumed_at.get() - paused_at.get(), poll + 50_000, "exactly the pause, in ns");
     assert!(other_reads.get() > 5, "the other client ran during the pause");
 }
+
+/// A doorbell's verbs start in posting order even when one waits for its predecessor's data
+/// phase and the next arrives at the very instant that phase ends: `[WRITE, FAA +1, READ]` of
+/// one word, the READ always sees the FAA. (Equal wire times of small verbs on the slow
+/// `stress` link make such instants common; the READ once went first.)
+#[test]
+fn a_doorbell_starts_its_verbs_in_order_on_ties() {
+    for seed in 0..20 {
+        let s = Sim::new(SimConfig {
+            node_size: 16 << 20,
+            chunk_size: 1 << 20,
+            faults: Faults::delays(),
+            ..SimConfig::new(seed, NetParams::stress())
+        })
+        .unwrap();
+        let c = s.client_on_own_thread(0);
+        let (word, other) =
+            s.block_on(async { (c.alloc(64, 64).await.unwrap(), c.alloc(64, 64).await.unwrap()) });
+        s.block_on(async {
+            for n in 0..200u64 {
+                let mut buf = [0u8; 64];
+                let mut ops = [
+                    dmindex_fabric::BatchOp::Write { addr: other, data: &[1; 8] },
+                    dmindex_fabric::BatchOp::Atomic {
+                        addr: word,
+                        op: dmindex_fabric::AtomicOp::Faa { delta: 1 },
+                        old: 0,
+                    },
+                    dmindex_fabric::BatchOp::Read { addr: word, buf: &mut buf },
+                ];
+                c.batch(&mut ops).await.unwrap();
+                let old = ops[1].old().unwrap();
+                let seen = u64::from_le_bytes(buf[..8].try_into().unwrap());
+                assert_eq!((old, seen), (n, n + 1), "seed {seed}: the READ before the FAA");
+            }
+        });
+    }
+}

@@ -141,6 +141,8 @@ pub(crate) struct Op {
     arrived: u64,
     /// A request: the batch it may join in its node's queue (`Service::batch_key`).
     batch_key: Option<u64>,
+    /// Its place among its client's verbs to its memory node, in posting order.
+    qp_seq: u64,
     /// The incarnation of its memory node it reached: effects scheduled for an earlier
     /// incarnation are dropped when the node has restarted since.
     incarnation: u32,
@@ -177,6 +179,10 @@ pub(crate) struct ClientState {
     /// Per memory node: latest arrival and latest data-phase end of this client's verbs.
     last_arrival: Vec<u64>,
     qp_free: Vec<u64>,
+    /// Per memory node: verbs posted, and verbs that have started (an RC queue pair starts
+    /// them in posting order).
+    posted: Vec<u64>,
+    started: Vec<u64>,
     pub(crate) outstanding: u32,
     pub(crate) quiesce_waker: Option<Waker>,
     pub(crate) crashed: bool,
@@ -352,6 +358,8 @@ impl World {
             core,
             last_arrival: vec![0; nodes],
             qp_free: vec![0; nodes],
+            posted: vec![0; nodes],
+            started: vec![0; nodes],
             outstanding: 0,
             quiesce_waker: None,
             crashed: false,
@@ -394,6 +402,7 @@ impl World {
             posted_at: self.now,
             arrived: 0,
             batch_key: None,
+            qp_seq: 0,
             incarnation: 0,
         };
         match self.free_ops.pop() {
@@ -483,6 +492,8 @@ impl World {
         let c = &mut self.clients[client as usize];
         arrive = arrive.max(c.last_arrival[node]);
         c.last_arrival[node] = arrive;
+        self.ops[op as usize].qp_seq = c.posted[node];
+        c.posted[node] += 1;
         self.schedule(arrive, EventKind::Arrive, op, 0);
         op
     }
@@ -598,13 +609,18 @@ impl World {
             (op.kind, op.addr, op.client, op.buf.len())
         };
         let node = addr.node() as usize;
-        let qp_free = self.clients[client as usize].qp_free[node];
-        if qp_free > self.now {
+        let c = &mut self.clients[client as usize];
+        let (qp_free, turn) = (c.qp_free[node], self.ops[i as usize].qp_seq == c.started[node]);
+        if qp_free > self.now || !turn {
             // Its queue pair still serves the client's previous verb: the request waits in
-            // its own queue, holding no engine and no link other connections could use.
-            self.schedule(qp_free, EventKind::Arrive, i, 0);
+            // its own queue, holding no engine and no link other connections could use. A verb
+            // whose predecessor waits too (rescheduled for this very instant, after this verb's
+            // own arrival was scheduled) waits behind it: the predecessor's event is at or
+            // before `now`, so this one, scheduled later, comes after it.
+            self.schedule(qp_free.max(self.now), EventKind::Arrive, i, 0);
             return;
         }
+        c.started[node] += 1;
         if self.now >= self.dead_at[node] {
             return self.time_out(i, Lost::Crashed);
         }
