@@ -274,6 +274,10 @@ impl Dolphin {
                 live.clear();
                 live.extend(img.live().filter(|&(k, _)| k >= *cur && k <= top));
                 live.sort_unstable_by_key(|&(k, _)| k);
+                // One READ can see a key LIVE twice: its old slot before a delete landed and the
+                // re-insert's slot after (different lines, read at different instants). Each was
+                // the key's value at an instant of the READ; one of them is returned.
+                live.dedup_by_key(|&mut (k, _)| k);
                 self.counters.leaf_fill.saw(img.live().count());
                 for &(k, j) in live.iter() {
                     if *left == 0 {
