@@ -74,6 +74,10 @@ pub struct MemberState {
     pub renewed_ns: Cell<u64>,
     /// Locks taken so far (wrapping): what makes each acquisition's held word its own.
     pub acquisitions: Cell<u32>,
+    /// Per memory node, the intent word this client last wrote into its slot of that node's
+    /// intent table ([`crate::layout::intent_slot`]; the primitives crate's Spear draws it):
+    /// where its next intent takes its sequence number from. 0 after joining.
+    pub intents: Box<[Cell<u64>]>,
 }
 
 impl<T: Transport> Client<T> {
@@ -89,7 +93,10 @@ impl<T: Transport> Client<T> {
             chunk: Cell::new(None),
             placed: (0..info.nodes()).map(|_| Cell::new(None)).collect(),
             next_node: Cell::new(cn % nodes),
-            membership: MemberState::default(),
+            membership: MemberState {
+                intents: (0..info.nodes()).map(|_| Cell::new(0)).collect(),
+                ..MemberState::default()
+            },
             info,
         }
     }

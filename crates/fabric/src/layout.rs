@@ -7,7 +7,10 @@
 //! 0x01000  4 KiB     root table: 512 × 8-byte slots, updated by clients with CAS
 //! 0x02000  32 KiB    member table (node 0): 2048 × 16-byte lease slots (the primitives
 //!                    crate's `lease` module draws and owns them)
-//! 0x0A000  ..        reserved, zero
+//! 0x0A000  16 KiB    intent table (every node): 2048 × 8-byte slots, slot i written only by
+//!                    the client that joined as member slot i (the primitives crate's Spear
+//!                    draws and owns them)
+//! 0x0E000  ..        reserved, zero
 //! 0x10000  ..end     heap: chunks handed out by the allocation service, bump order
 //! ```
 //!
@@ -46,9 +49,14 @@ pub const MEMBERS_OFFSET: u64 = 0x2000;
 pub const MEMBER_SLOTS: u32 = 2048;
 /// Bytes per member-table slot.
 pub const MEMBER_SLOT_BYTES: u64 = 16;
+/// Offset of the intent table (on every memory node).
+pub const INTENTS_OFFSET: u64 = 0xA000;
+/// Bytes of the intent table: one 8-byte slot per member slot.
+pub const INTENTS_BYTES: u64 = MEMBER_SLOTS as u64 * 8;
 /// First heap byte.
 pub const HEAP_START: u64 = 0x10000;
-const _: () = assert!(MEMBERS_OFFSET + MEMBER_SLOTS as u64 * MEMBER_SLOT_BYTES <= HEAP_START);
+const _: () = assert!(MEMBERS_OFFSET + MEMBER_SLOTS as u64 * MEMBER_SLOT_BYTES <= INTENTS_OFFSET);
+const _: () = assert!(INTENTS_OFFSET + INTENTS_BYTES <= HEAP_START);
 const _: () = assert!(ROOT_TABLE_OFFSET + ROOT_SLOTS as u64 * 8 <= MEMBERS_OFFSET);
 /// Smallest region that holds the fixed layout and one 64 KiB chunk.
 pub const MIN_REGION: u64 = HEAP_START + 0x10000;
@@ -142,6 +150,15 @@ pub fn root_slot(slot: u32) -> GlobalAddr {
     GlobalAddr::new(0, ROOT_TABLE_OFFSET + 8 * slot as u64)
 }
 
+/// Address of member slot `slot`'s intent word on memory node `node`.
+///
+/// # Panics
+/// If `slot >= MEMBER_SLOTS`.
+pub fn intent_slot(node: NodeId, slot: u32) -> GlobalAddr {
+    assert!(slot < MEMBER_SLOTS, "member slot {slot} out of range (0..{MEMBER_SLOTS})");
+    GlobalAddr::new(node, INTENTS_OFFSET + 8 * slot as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +192,13 @@ mod tests {
         assert!(Superblock::decode(&b).unwrap_err().contains("version 9"));
         b[8] = 1;
         assert!(Superblock::decode(&b).is_ok());
+    }
+
+    #[test]
+    fn intent_slots_are_fixed() {
+        assert_eq!(intent_slot(2, 0), GlobalAddr::new(2, 0xA000));
+        assert_eq!(intent_slot(0, 2047), GlobalAddr::new(0, 0xA000 + 8 * 2047));
+        assert_eq!(INTENTS_OFFSET + INTENTS_BYTES, 0xE000);
     }
 
     #[test]
