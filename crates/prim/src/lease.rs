@@ -15,8 +15,12 @@
 //! state: 0 FREE, 1 LIVE, 2 FENCING (judged dead; being fenced), 3 FENCED
 //! ```
 //!
-//! A client *joins* by CAS of a FREE or FENCED slot's status to LIVE with the incarnation plus
-//! one (when every slot is taken, through a slot whose client stopped renewing, fenced first), and registers the member word ([`member_word`]: slot and low incarnation bits) with
+//! A client *joins* by CAS of the lowest FREE or FENCED slot's status to LIVE with the
+//! incarnation plus one (so the slots ever joined are a prefix of the table, which is what
+//! bounds a scan of the members, [`slots_in_use`]; when every slot is taken, through a slot
+//! whose client stopped renewing, fenced first), clears the slot's intent words
+//! ([`crate::spear::intent`]), and registers the member word ([`member_word`]: slot and low
+//! incarnation bits) with
 //! every memory node ([`Client::register_member`]). It renews by a zero-wait WRITE of its
 //! heartbeat once half a lease ([`Transport::lease_ns`]) has passed on its own clock, whenever
 //! it takes a lock or waits for one ([`renew_if_due`]): no round trip, and nothing at all for a
@@ -46,11 +50,12 @@
 //!
 //! # Cost
 //!
-//! Joining: one READ of 32 slots and one CAS, once per client. Renewing: a zero-wait WRITE per
+//! Joining: one READ of 32 slots and one CAS, once per client, and a zero-wait WRITE per memory
+//! node that clears the slot's intent words there. Renewing: a zero-wait WRITE per
 //! half lease of locking. Judging: two 16-byte READs per wait that lasts a lease or more.
 //! Fencing: a CAS, one request per memory node, a CAS.
 
-use dmindex_fabric::layout::{MEMBERS_OFFSET, MEMBER_SLOTS, MEMBER_SLOT_BYTES};
+use dmindex_fabric::layout::{intent_slot, MEMBERS_OFFSET, MEMBER_SLOTS, MEMBER_SLOT_BYTES};
 use dmindex_fabric::{Client, FabricError, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 
@@ -128,14 +133,11 @@ pub async fn join<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
     if m.member.get() != 0 {
         return Ok(m.member.get());
     }
-    // Spread joiners over the table by their clock and compute node (not by anything
-    // process-global, so a simulated run stays the same run).
-    let start =
-        (crate::hash::mix64(c.now_ns() ^ (c.cn() as u64) << 48) % MEMBER_SLOTS as u64) as u32;
     let mut buf = [0u8; WINDOW as usize * MEMBER_SLOT_BYTES as usize];
-    // Ends after one pass over the table: each window is read once.
+    // Ends after one pass over the table: each window is read once. Lowest slots first (see
+    // [`slots_in_use`]).
     for w in 0..MEMBER_SLOTS / WINDOW {
-        let first = (start / WINDOW + w) % (MEMBER_SLOTS / WINDOW) * WINDOW;
+        let first = w * WINDOW;
         c.read(slot_addr(first), &mut buf).await?;
         for i in 0..WINDOW {
             let at = (i * MEMBER_SLOT_BYTES as u32) as usize;
@@ -148,14 +150,28 @@ pub async fn join<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
             if c.cas(slot_addr(slot), s, status(LIVE, inc)).await? != s {
                 continue;
             }
-            let member = member_word(slot, inc);
-            c.register_member(member).await?;
-            m.renewed_ns.set(c.now_ns());
-            c.write_zero_wait(slot_addr(slot).add(8), &c.now_ns().to_le_bytes())?;
-            return Ok(member);
+            return became(c, slot, inc).await;
         }
     }
     reclaim(c).await
+}
+
+/// This client took slot `slot` at incarnation `inc`: registers its member word, clears the
+/// slot's intent words and writes its first heartbeat. The member word.
+async fn became<T: Transport>(c: &Client<T>, slot: u32, inc: u32) -> IndexResult<u64> {
+    let m = c.membership();
+    let member = member_word(slot, inc);
+    c.register_member(member).await?;
+    // The slot's intent words on every node may be a fenced predecessor's: this incarnation
+    // starts from none ([`crate::spear`] judges a slot's intents by the member that holds the
+    // slot now). Posted before any intent of its own on each node.
+    for (node, last) in m.intents.iter().enumerate() {
+        c.write_zero_wait(intent_slot(node as u16, slot), &0u64.to_le_bytes())?;
+        last.set(0);
+    }
+    m.renewed_ns.set(c.now_ns());
+    c.write_zero_wait(slot_addr(slot).add(8), &c.now_ns().to_le_bytes())?;
+    Ok(member)
 }
 
 /// Joins through a slot whose client stopped renewing: the table had no FREE or FENCED slot.
@@ -188,16 +204,33 @@ async fn reclaim<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
         if c.cas(slot_addr(slot), fenced, status(LIVE, inc)).await? != fenced {
             continue;
         }
-        let member = member_word(slot, inc);
-        c.register_member(member).await?;
-        c.membership().renewed_ns.set(c.now_ns());
-        c.write_zero_wait(slot_addr(slot).add(8), &c.now_ns().to_le_bytes())?;
-        return Ok(member);
+        return became(c, slot, inc).await;
     }
     Err(IndexError::Full(format!(
         "the member table has no free slot: {MEMBER_SLOTS} clients joined, none left and all \
          renewed their leases"
     )))
+}
+
+/// How many member slots have ever been joined: every slot from the first whose status word
+/// is still 0 on is unused, as of this READ. A join takes the lowest slot it finds FREE or
+/// FENCED, trying each in order, so when it takes slot `i` every slot below `i` is taken or was
+/// (a status word never returns to 0): the joined slots are a prefix of the table. One READ of
+/// 64 status words per 64 slots in use (so usually one).
+pub async fn slots_in_use<T: Transport>(c: &Client<T>) -> IndexResult<u32> {
+    const SCAN: u32 = 64;
+    let mut buf = [0u8; SCAN as usize * MEMBER_SLOT_BYTES as usize];
+    // Ends after one pass over the table at most: each window is read once.
+    for first in (0..MEMBER_SLOTS).step_by(SCAN as usize) {
+        c.read(slot_addr(first), &mut buf).await?;
+        for i in 0..SCAN {
+            let at = (i * MEMBER_SLOT_BYTES as u32) as usize;
+            if buf[at..at + 8] == [0; 8] {
+                return Ok(first + i);
+            }
+        }
+    }
+    Ok(MEMBER_SLOTS)
 }
 
 /// Leaves the cluster: the slot goes back to FREE. The client must hold no lock (a lock it
@@ -339,6 +372,57 @@ impl WaitWatch {
         }
         self.looked_ns = now;
         true
+    }
+}
+
+/// One judge's sightings of one member that holds a word, for a judge that looks at several
+/// holders in rounds between other work, so that its looks at one may be more than a lease
+/// apart (a [`Watch`] would start over): the same rules from two reads of the member's slot
+/// that the judge makes itself. Dead means: the two reads, at least [`DEAD_AFTER_LEASES`]
+/// leases apart on the judge's own clock, show the same heartbeat with the status LIVE for the
+/// same incarnation, while the held word stayed the same (a word that names one acquisition or
+/// one entry of its own, so the same word at both looks is one hold that has not ended); then it
+/// is fenced before the verdict. Any change starts the count over.
+#[derive(Debug, Default)]
+pub struct Sighting {
+    word: u64,
+    status: u64,
+    beat: u64,
+    at_ns: u64,
+}
+
+impl Sighting {
+    /// A judge that has seen nothing yet.
+    pub const fn new() -> Sighting {
+        Sighting { word: 0, status: 0, beat: 0, at_ns: 0 }
+    }
+
+    /// One look at `member`, holding `word`, whose slot the judge just read as status `s` and
+    /// heartbeat `beat`.
+    pub async fn look<T: Transport>(
+        &mut self,
+        c: &Client<T>,
+        word: u64,
+        member: u64,
+        s: u64,
+        beat: u64,
+    ) -> IndexResult<Verdict> {
+        if state_of(s) != LIVE || !same_incarnation(s, member) {
+            // Fenced already, being fenced, or gone: fencing again is harmless and makes sure.
+            fence(c, member, s).await?;
+            return Ok(Verdict::Fenced);
+        }
+        let (now, lease) = (c.now_ns(), c.transport().lease_ns());
+        let same = (self.word, self.status, self.beat) == (word, s, beat);
+        if self.at_ns == 0 || !same {
+            *self = Sighting { word, status: s, beat, at_ns: now.max(1) };
+            return Ok(Verdict::Wait);
+        }
+        if now.saturating_sub(self.at_ns) < DEAD_AFTER_LEASES * lease {
+            return Ok(Verdict::Wait);
+        }
+        fence(c, member, s).await?;
+        Ok(Verdict::Fenced)
     }
 }
 

@@ -200,3 +200,74 @@ fn a_full_table_is_reclaimed_from_clients_that_stopped_renewing() {
     assert!(matches!(e, FabricError::Fenced { .. }), "{e}");
     s.block_on(async { late.write(a, &[2; 8]).await.unwrap() });
 }
+
+/// Members join the lowest slot that is FREE or FENCED, so the slots ever joined are a prefix
+/// of the table and `slots_in_use` bounds a scan of the members; a fenced slot is the next
+/// joiner's, whose intents start cleared.
+#[test]
+fn members_join_the_lowest_free_slot() {
+    let s = sim(1);
+    let cs: Vec<_> = (0..3).map(|i| s.client_on_own_thread(i)).collect();
+    s.block_on(async {
+        assert_eq!(lease::slots_in_use(&cs[0]).await.unwrap(), 0);
+        for (i, c) in cs.iter().enumerate() {
+            let m = lease::join(c).await.unwrap();
+            assert_eq!(lease::parse_member(m).0, i as u32);
+        }
+        assert_eq!(lease::slots_in_use(&cs[0]).await.unwrap(), 3);
+        // Slot 1 fenced (its member judged dead by a watch that saw no renewal): the next
+        // joiner takes it, not slot 3.
+        let m1 = cs[1].membership().member.get();
+        let mut watch = lease::Watch::new();
+        let fenced = async {
+            // Ends after three leases and a little: the member never renews.
+            loop {
+                if watch.look(&cs[0], 1, m1).await.unwrap() == lease::Verdict::Fenced {
+                    return;
+                }
+                cs[0].pause(1_000_000).await;
+            }
+        };
+        fenced.await;
+        let late = s.client_on_own_thread(0);
+        assert_eq!(lease::parse_member(lease::join(&late).await.unwrap()).0, 1);
+        assert_eq!(lease::slots_in_use(&cs[0]).await.unwrap(), 3);
+    });
+}
+
+/// A sighting judges from the judge's own slot reads, however far apart: the same heartbeat
+/// and word three leases apart is dead (and fenced); a heartbeat that moves is alive.
+#[test]
+fn a_sighting_needs_three_leases_without_a_heartbeat() {
+    let s = sim(2);
+    let (judge, held, renewing) =
+        (s.client_on_own_thread(0), s.client_on_own_thread(1), s.client_on_own_thread(2));
+    s.block_on(async {
+        let (dead, live) =
+            (lease::join(&held).await.unwrap(), lease::join(&renewing).await.unwrap());
+        let lease_ns = judge.transport().lease_ns();
+        let (mut on_dead, mut on_live) = (lease::Sighting::new(), lease::Sighting::new());
+        let start = judge.now_ns();
+        // Ends within four leases: the dead member is fenced after three.
+        let judged = loop {
+            lease::renew_if_due(&renewing).await.unwrap();
+            let mut b = [0u8; 32];
+            let (d, l) = (lease::parse_member(dead).0, lease::parse_member(live).0);
+            judge.read(lease::slot_addr(d), &mut b[..16]).await.unwrap();
+            judge.read(lease::slot_addr(l), &mut b[16..]).await.unwrap();
+            let w = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+            let v = on_live.look(&judge, 9, live, w(16), w(24)).await.unwrap();
+            assert_eq!(v, lease::Verdict::Wait, "a member that renews is alive");
+            if on_dead.look(&judge, 9, dead, w(0), w(8)).await.unwrap() == lease::Verdict::Fenced {
+                break judge.now_ns() - start;
+            }
+            // Looks far apart are fine: the heartbeat is the evidence.
+            judge.pause(lease_ns * 3 / 4).await;
+        };
+        assert!(judged >= DEAD_AFTER_LEASES * lease_ns && judged < 5 * lease_ns, "{judged}");
+        let st = judge.read_word(lease::slot_addr(lease::parse_member(dead).0)).await.unwrap();
+        assert_eq!(lease::state_of(st), FENCED);
+        let refused = held.read_word(lease::slot_addr(0)).await.unwrap_err();
+        assert!(matches!(refused, FabricError::Fenced { node: 0 }), "{refused}");
+    });
+}
