@@ -10,7 +10,10 @@
 //!  off 16  lo     u64  lowest key covered (inclusive)
 //!  off 24  hi     u64  highest key covered (inclusive); lo and hi share their first 7 bytes
 //!  off 32  meta   u64  bits 0..32 nv, the leaf epoch (>= 1) | bits 32..48 S, the slots
-//!  off 40..64          zero
+//!  off 40  born   u64  a leaf born claimed: the member word (prim::lease) of the split that
+//!                      made it, until its release clears it; 0 otherwise (prim::spear's born
+//!                      record: who holds the leaf's claim with no intent naming it)
+//!  off 48..64          zero
 //! key line i (i < K = ceil(S / 28)), at 64 + 64 i
 //!  +0        ver   u64  the epoch of the creation or SMO that last wrote the line
 //!  +8 + 8 w  keys 28 i + 4 w .. + 3, a 16-bit field each (w < 7; field f at bits 16 f):
@@ -89,6 +92,8 @@ pub const LO: usize = 16;
 pub const HI: usize = 24;
 /// Offset of the meta word.
 pub const META: usize = 32;
+/// Offset of the born record.
+pub const BORN: usize = 40;
 /// Value bytes in a line after its head.
 pub const LINE_VALUE: usize = LINE - 8;
 /// Most cells one line head describes (7 8-byte values).
@@ -427,6 +432,11 @@ impl<'b> LeafImage<'b> {
 
     pub fn hi(&self) -> u64 {
         word(self.buf, HI)
+    }
+
+    /// The born record: the member that holds the leaf's claim since it made it (0: none).
+    pub fn born(&self) -> u64 {
+        word(self.buf, BORN)
     }
 
     /// The leaf epoch.

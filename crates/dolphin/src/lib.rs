@@ -93,13 +93,16 @@
 //! # Crashes
 //!
 //! Nothing acknowledged is lost: every write is in place before the operation returns. A client
-//! that crashes holding Spear's `+1` makes its leaf unsplittable (splitters give up after
-//! `drain_polls` polls, wait unclaimed so the leaf's other writers go on, and retry, so only
-//! inserts of new keys into that full leaf wait); one that
-//! crashes during a split leaves the two leaves claimed, so their writers wait while reads go on.
+//! that dies inside Spear is judged dead by the lease rules and fenced by the first client that
+//! waits on its leaf for a lease ([`dmindex_prim::spear`]'s intent table names who may hold a
+//! share of a leaf's count): a count it left is dropped by the next split, and a claim it left is
+//! taken over, its half-done split rolled forward (the old leaf shrunk before the new one opens)
+//! and released ([`recovery`]). A writer that dies holding a multi-line cell's lock leaves that
+//! key's writers waiting (not recovered: the lock names nobody); readers go on.
 
 pub mod leaf;
 pub mod ops;
+mod recovery;
 pub mod scan;
 pub mod smo;
 pub mod special;

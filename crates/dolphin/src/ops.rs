@@ -21,7 +21,9 @@
 //! compact, [`Dolphin::split`] writes the new leaf (born claimed) with a fresh READ of the
 //! special node in one doorbell, CASes it into the node ([`Dolphin::publish`]), then rewrites the
 //! old leaf (the next epoch, `hi` lowered), turns the inserted key live if it moved, and releases
-//! both leaves, all in one doorbell: the new leaf is on the old one's memory node.
+//! both leaves, all in one doorbell: the new leaf is on the old one's memory node. The new leaf's
+//! born record names the splitter until that doorbell clears it, after the release
+//! ([`crate::recovery`] rolls a split forward whose splitter died).
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
@@ -29,9 +31,9 @@ use dmindex_prim::attempts::Attempts;
 use dmindex_prim::radix::node::Lookup;
 use dmindex_prim::radix::slot::Child;
 use dmindex_prim::radix::{At, Kind, NodeImage, Pos};
-use dmindex_prim::spear::{Born, Claimed, Held};
+use dmindex_prim::spear::{self, Born, Claimed, Held, Panel};
 
-use crate::leaf::{Judge, LO, SPEAR};
+use crate::leaf::{Judge, BORN, LO, SPEAR};
 use crate::smo::{self, Frame, Pairs, Smo, SplitImages};
 use crate::sync::{self, search_image_reported, Write};
 use crate::{bump, Dolphin, ROOT_KIND, SPECIAL_DEPTH};
@@ -148,6 +150,8 @@ impl Dolphin {
         let mut buf = self.leaf_buf(c);
         // Backtracks (not an SMO's claim, which is waited out).
         let mut backtracks = Attempts::new();
+        // Judges counts that never leave a full leaf, across this insert's splits.
+        let mut panel = Panel::new();
         loop {
             let (leaf, special, kind) = match self.route(c, key).await? {
                 Route::NoPrefix(pos) => {
@@ -159,7 +163,7 @@ impl Dolphin {
                 }
                 Route::Leaf { leaf, special, kind } => (leaf, special, kind),
             };
-            match sync::upsert(c, shape, leaf, key, value, &mut buf, sc).await? {
+            match sync::upsert(c, shape, leaf, key, value, &mut buf, sc, self).await? {
                 Write::Done(()) => return Ok(()),
                 Write::Elsewhere(held, j) => {
                     self.left(c, held, j, special, key).await?;
@@ -167,10 +171,11 @@ impl Dolphin {
                 }
                 Write::Again => bump(&self.counters.retries),
                 Write::Full(held) => {
-                    let polls = self.polls;
-                    match smo::compact_or_split(c, shape, leaf, held, key, value, &mut buf, polls)
-                        .await?
-                    {
+                    let (polls, p) = (self.polls, &mut panel);
+                    let smo = smo::compact_or_split(
+                        c, shape, leaf, held, key, value, &mut buf, polls, p, self,
+                    );
+                    match smo.await? {
                         Smo::Compacted => {
                             bump(&self.counters.compactions);
                             return Ok(());
@@ -182,7 +187,11 @@ impl Dolphin {
                         Smo::Again => bump(&self.counters.smo_retries),
                         Smo::GaveUp => {
                             bump(&self.counters.smo_retries);
-                            smo::wait_unclaimed_drain(c, leaf, self.polls).await?;
+                            // Unclaimed, so the leaf's other writers go on: a split retried at
+                            // once would keep the leaf claimed nearly all the time while a
+                            // count stays in it. Dead counts are dropped here once judged.
+                            let word = leaf.add(SPEAR as u64);
+                            spear::wait_drain(c, word, leaf, polls, &mut panel, self).await?;
                         }
                     }
                 }
@@ -201,8 +210,39 @@ impl Dolphin {
         at: usize,
         key: u64,
     ) -> IndexResult<()> {
+        let Published { plan, new, slot } = self.split_publish(c, &to, pairs, at, key).await?;
+        // The old leaf's rewrite (never its first 16 bytes: the rev hint and the Spear word),
+        // the new leaf's rev hint, the moved key's cell turned live, then both releases (each
+        // FAA followed by the WRITE that says it is done: the intent, the born record).
+        let rev = slot.raw().to_le_bytes();
+        let cell = plan.new_cell.map(|(at, line)| (new.add(at as u64), line));
+        let release = claimed.release(c);
+        let [old_faa, old_done] = release.ops();
+        let [new_faa, new_done] = Born::new(new.add(SPEAR as u64), new.add(BORN as u64)).release();
+        let mut ops = Vec::with_capacity(7);
+        ops.push(BatchOp::Write { addr: to.leaf.add(LO as u64), data: &plan.old[LO..] });
+        ops.push(BatchOp::Write { addr: new, data: &rev });
+        if let Some((addr, bytes)) = &cell {
+            ops.push(BatchOp::Write { addr: *addr, data: bytes });
+        }
+        ops.extend([old_faa, old_done, new_faa, new_done]);
+        c.batch(&mut ops).await?;
+        bump(&self.counters.splits);
+        Ok(())
+    }
+
+    /// The first part of a split: the new leaf written (born claimed, its born record naming
+    /// this client) with a fresh READ of the special node, then published in it.
+    pub(crate) async fn split_publish<T: Transport>(
+        &self,
+        c: &Client<T>,
+        to: &Split,
+        pairs: &Pairs,
+        at: usize,
+        key: u64,
+    ) -> IndexResult<Published> {
         let shape = &self.shape;
-        let plan = SplitImages::plan(shape, &to.frame, pairs, at, key);
+        let plan = SplitImages::plan(shape, &to.frame, pairs, at, key, Born::record(c));
         let new = c.alloc_on(to.leaf.node(), shape.bytes as u64, 64).await?;
         let mut nb = [0u8; Kind::N256.bytes()];
         let nb = &mut nb[..to.kind.bytes()];
@@ -219,21 +259,7 @@ impl Dolphin {
         let img = NodeImage::decode(nb, to.kind)
             .ok_or_else(|| corrupt("no special node where the route named one", key))?;
         let slot = self.publish(c, to.special, img, plan.at_key, new).await?;
-        // The old leaf's rewrite (never its first 16 bytes: the rev hint and the Spear word),
-        // the new leaf's rev hint, the moved key's cell turned live, then both releases.
-        let rev = slot.raw().to_le_bytes();
-        let cell = plan.new_cell.map(|(at, line)| (new.add(at as u64), line));
-        let mut ops = Vec::with_capacity(5);
-        ops.push(BatchOp::Write { addr: to.leaf.add(LO as u64), data: &plan.old[LO..] });
-        ops.push(BatchOp::Write { addr: new, data: &rev });
-        if let Some((addr, bytes)) = &cell {
-            ops.push(BatchOp::Write { addr: *addr, data: bytes });
-        }
-        ops.push(claimed.release());
-        ops.push(Born::new(new.add(SPEAR as u64)).release());
-        c.batch(&mut ops).await?;
-        bump(&self.counters.splits);
-        Ok(())
+        Ok(Published { plan, new, slot })
     }
 
     pub(crate) async fn update_key<T: Transport>(
@@ -244,7 +270,7 @@ impl Dolphin {
     ) -> IndexResult<bool> {
         let (shape, sc) = (&self.shape, &self.counters.sync);
         self.on_present(c, key, async |leaf, buf: &mut [u8]| {
-            sync::update(c, shape, leaf, key, value, buf, sc).await
+            sync::update(c, shape, leaf, key, value, buf, sc, self).await
         })
         .await
     }
@@ -256,7 +282,7 @@ impl Dolphin {
     ) -> IndexResult<bool> {
         let (shape, sc) = (&self.shape, &self.counters.sync);
         self.on_present(c, key, async |leaf, buf: &mut [u8]| {
-            sync::delete(c, shape, leaf, key, buf, sc).await
+            sync::delete(c, shape, leaf, key, buf, sc, self).await
         })
         .await
     }
@@ -295,9 +321,16 @@ impl Dolphin {
 }
 
 /// The leaf a split works on, and the special node that named it.
-struct Split {
-    leaf: GlobalAddr,
-    special: GlobalAddr,
-    kind: Kind,
-    frame: Frame,
+pub(crate) struct Split {
+    pub(crate) leaf: GlobalAddr,
+    pub(crate) special: GlobalAddr,
+    pub(crate) kind: Kind,
+    pub(crate) frame: Frame,
+}
+
+/// A split's new leaf, published: its images, its address and the slot that names it.
+pub(crate) struct Published {
+    plan: SplitImages,
+    pub(crate) new: GlobalAddr,
+    slot: GlobalAddr,
 }

@@ -16,18 +16,17 @@
 //!
 //! # Compaction: one doorbell
 //!
-//! `[WRITE leaf[16..] (lo, hi, meta with nv + 1, key lines, cells), FAA −(2³²+1)]`. The WRITE never
+//! `[WRITE leaf[16..] (lo, hi, meta with nv + 1, key lines, cells), FAA −(2³²+1), WRITE intent
+//! done]`. The WRITE never
 //! covers the Spear word; every line gets the new epoch, so a search whose READ mixes old and new
 //! lines refuses the image and reads again. With the claim: 2 round trips after the insert's own
 //! (one more per poll while other operations are in flight).
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
-use dmindex_prim::spear::{self, Claim, Claimed, Held};
+use dmindex_prim::spear::{self, Claim, Claimed, Held, Panel, Recover};
 
-use dmindex_prim::backoff::Backoff;
-
-use crate::leaf::{encode, live_head, split_at, LeafImage, Shape, State, LINE, LO, SPEAR};
+use crate::leaf::{encode, live_head, split_at, LeafImage, Shape, State, BORN, LINE, LO};
 
 /// The live pairs of a drained image and one more, sorted by key (values in one buffer).
 #[derive(Debug, Default)]
@@ -91,14 +90,15 @@ pub enum Smo {
     /// Another SMO held the leaf (its claim waited out): start the insert over.
     Again,
     /// Operations stayed in flight through the whole drain (a crashed or stalled client's
-    /// count): the claim is dropped; wait unclaimed ([`wait_unclaimed_drain`]), then start over.
+    /// count): the claim is dropped; wait unclaimed ([`spear::wait_drain`]), then start over.
     GaveUp,
 }
 
 /// Claims the leaf at `leaf` (the insert's `held`) and compacts it with `(key, value)` in, or
-/// reports that it must split. `buf` holds a leaf.
+/// reports that it must split. `buf` holds a leaf; `panel` judges counts that never leave,
+/// across the insert's attempts; `rec` repairs what dead SMOs left.
 #[allow(clippy::too_many_arguments)]
-pub async fn compact_or_split<T: Transport>(
+pub async fn compact_or_split<T: Transport, R: Recover<T>>(
     c: &Client<T>,
     shape: &Shape,
     leaf: GlobalAddr,
@@ -107,8 +107,11 @@ pub async fn compact_or_split<T: Transport>(
     value: &[u8],
     buf: &mut [u8],
     polls: u32,
+    panel: &mut Panel,
+    rec: &R,
 ) -> IndexResult<Smo> {
-    let claimed = match spear::claim(c, held, leaf, &mut buf[..shape.bytes], polls).await? {
+    let claim = spear::claim(c, held, leaf, &mut buf[..shape.bytes], polls, panel, rec).await?;
+    let claimed = match claim {
         Claim::Held(c) => c,
         Claim::Lost => return Ok(Smo::Again),
         Claim::GaveUp => return Ok(Smo::GaveUp),
@@ -119,7 +122,7 @@ pub async fn compact_or_split<T: Transport>(
         Some((img, pairs))
     });
     let Some((img, pairs)) = drained else {
-        c.batch(&mut [claimed.release()]).await?;
+        c.batch(&mut claimed.release(c).ops()).await?;
         return Err(IndexError::Corrupt(format!("dolphin leaf at {leaf:?} does not check")));
     };
     if let Some(at) = split_at(shape, pairs.len()) {
@@ -143,34 +146,11 @@ pub async fn compact_or_split<T: Transport>(
         }),
         &mut out,
     );
-    let mut ops =
-        [BatchOp::Write { addr: leaf.add(LO as u64), data: &out[LO..] }, claimed.release()];
-    c.batch(&mut ops).await?;
+    let release = claimed.release(c);
+    let [faa, done] = release.ops();
+    c.batch(&mut [BatchOp::Write { addr: leaf.add(LO as u64), data: &out[LO..] }, faa, done])
+        .await?;
     Ok(Smo::Compacted)
-}
-
-/// After a split gave up draining the leaf at `leaf`, waits without a claim until no operation
-/// is in flight there, or for `polls` looks (with backoff pauses) at most, whichever comes
-/// first. Without this pause a split retried at once would keep the leaf claimed nearly all
-/// the time while a crashed client's count stays in it, and the leaf's other writers (updates,
-/// deletes, inserts of present keys, which need no split) would crawl through the moments
-/// between claims. With it they go on; the split retries after the pause, so a stalled (not
-/// crashed) client's count only delays it.
-pub async fn wait_unclaimed_drain<T: Transport>(
-    c: &Client<T>,
-    leaf: GlobalAddr,
-    polls: u32,
-) -> IndexResult<()> {
-    let word = leaf.add(SPEAR as u64);
-    let mut backoff = Backoff::new();
-    // Ends after `polls` looks at most.
-    for _ in 0..polls {
-        if spear::Word(c.read_word(word).await?).idu() == 0 {
-            return Ok(());
-        }
-        backoff.failed(c, word, "Spear word's operations in flight").await?;
-    }
-    Ok(())
 }
 
 /// The epoch after `nv` (never 0, which no leaf has).
@@ -179,7 +159,8 @@ pub fn next_epoch(nv: u32) -> u32 {
 }
 
 /// A split's two images: the old leaf's rewrite (keys below the split key, `hi` lowered, the
-/// next epoch) and the new leaf's first image (born claimed, epoch 1). The inserted key, if it
+/// next epoch) and the new leaf's first image (born claimed, its born record naming the
+/// splitter, epoch 1). The inserted key, if it
 /// moves to the new leaf, is written there pending (its cell EMPTY) and turned live by the
 /// split's last doorbell ([`SplitImages::new_cell`]), so no reader sees it in the new leaf while
 /// another can still read the old leaf's image without it.
@@ -198,8 +179,15 @@ pub struct SplitImages {
 
 impl SplitImages {
     /// Plans the split of a leaf with header `frame` into pairs `..at` and `at..` of `pairs`;
-    /// `key` is the inserted key.
-    pub fn plan(shape: &Shape, frame: &Frame, pairs: &Pairs, at: usize, key: u64) -> SplitImages {
+    /// `key` is the inserted key, `born` the splitter's member word, the new leaf's born record.
+    pub fn plan(
+        shape: &Shape,
+        frame: &Frame,
+        pairs: &Pairs,
+        at: usize,
+        key: u64,
+        born: u64,
+    ) -> SplitImages {
         let w = shape.value;
         let at_key = pairs.get(at, w).0;
         let mut old = Vec::with_capacity(shape.bytes);
@@ -215,6 +203,7 @@ impl SplitImages {
             (k, v, if k == key { State::Empty } else { State::Live })
         });
         encode(shape, 0, spear::BORN_CLAIMED, at_key, frame.hi, 1, &[], moved, &mut new);
+        new[BORN..BORN + 8].copy_from_slice(&born.to_le_bytes());
         let new_cell = (at..pairs.len())
             .find(|&i| pairs.get(i, w).0 == key)
             .map(|i| live_head(shape, &new, i - at));
@@ -229,7 +218,9 @@ mod tests {
     use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 
     use super::*;
+    use crate::leaf::SPEAR;
     use crate::sync::{self, search_image, SyncCounters, Write};
+    use dmindex_prim::spear::WholeRewrites;
 
     const LO_KEY: u64 = 0x0A0B_0C0D_0E0F_1000;
 
@@ -253,21 +244,39 @@ mod tests {
             let put = |key: u64| (key, key.to_le_bytes());
             for n in 1..=16 {
                 let (key, v) = put(LO_KEY + n);
-                let w = sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k).await.unwrap();
+                let w = sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k, &WholeRewrites)
+                    .await
+                    .unwrap();
                 assert!(matches!(w, Write::Done(())));
             }
             for n in (2..=16).step_by(2) {
-                let w = sync::delete(&c, &shape, leaf, LO_KEY + n, &mut buf, &k).await.unwrap();
+                let w = sync::delete(&c, &shape, leaf, LO_KEY + n, &mut buf, &k, &WholeRewrites)
+                    .await
+                    .unwrap();
                 assert!(matches!(w, Write::Done(true)));
             }
             let (key, v) = put(LO_KEY + 0x80);
             let Write::Full(held) =
-                sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k).await.unwrap()
+                sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k, &WholeRewrites)
+                    .await
+                    .unwrap()
             else {
                 panic!("16 slots taken")
             };
             let rt = c.counts().round_trips;
-            let smo = compact_or_split(&c, &shape, leaf, held, key, &v, &mut buf, 8).await;
+            let smo = compact_or_split(
+                &c,
+                &shape,
+                leaf,
+                held,
+                key,
+                &v,
+                &mut buf,
+                8,
+                &mut Panel::new(),
+                &WholeRewrites,
+            )
+            .await;
             assert!(matches!(smo.unwrap(), Smo::Compacted));
             assert_eq!(c.counts().round_trips - rt, 2, "claim with READ, rewrite with release");
             let img = sync::read(&c, &shape, leaf, &mut buf, &k).await.unwrap();
@@ -281,18 +290,33 @@ mod tests {
             // A leaf with more than three quarters live must split: still claimed.
             for n in 0x90..0x97 {
                 let (key, v) = put(LO_KEY + n);
-                let w = sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k).await.unwrap();
+                let w = sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k, &WholeRewrites)
+                    .await
+                    .unwrap();
                 assert!(matches!(w, Write::Done(())));
             }
             let (key, v) = put(LO_KEY + 0xA0);
             let Write::Full(held) =
-                sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k).await.unwrap()
+                sync::upsert(&c, &shape, leaf, key, &v, &mut buf, &k, &WholeRewrites)
+                    .await
+                    .unwrap()
             else {
                 panic!("full again")
             };
-            let Smo::Split { claimed, pairs, at, .. } =
-                compact_or_split(&c, &shape, leaf, held, key, &v, &mut buf, 8).await.unwrap()
-            else {
+            let Smo::Split { claimed, pairs, at, .. } = compact_or_split(
+                &c,
+                &shape,
+                leaf,
+                held,
+                key,
+                &v,
+                &mut buf,
+                8,
+                &mut Panel::new(),
+                &WholeRewrites,
+            )
+            .await
+            .unwrap() else {
                 panic!("17 live pairs in 16 slots")
             };
             assert_eq!((pairs.len(), at), (17, 8));
@@ -300,7 +324,7 @@ mod tests {
             assert!(keys.windows(2).all(|w| w[0] < w[1]), "sorted pairs");
             assert_eq!(pairs.get(16, 8), (key, &v[..]), "the new pair with its own value");
             assert_eq!(c.read_word(claimed.word()).await.unwrap(), (1 << 32) + 1);
-            c.batch(&mut [claimed.release()]).await.unwrap();
+            c.batch(&mut claimed.release(&c).ops()).await.unwrap();
         }]);
     }
 
@@ -314,7 +338,9 @@ mod tests {
             let (leaf, mut buf) = empty_leaf(&c, &shape).await;
             for n in 1..=4 {
                 let v = [n as u8; 8];
-                let w = sync::upsert(&c, &shape, leaf, LO_KEY + n, &v, &mut buf, &k).await;
+                let w =
+                    sync::upsert(&c, &shape, leaf, LO_KEY + n, &v, &mut buf, &k, &WholeRewrites)
+                        .await;
                 assert!(matches!(w.unwrap(), Write::Done(())));
             }
             // A client that entered and stopped: its count never leaves.
@@ -322,21 +348,27 @@ mod tests {
             c.faa(word, 1).await.unwrap();
             let v = [9u8; 8];
             let Write::Full(held) =
-                sync::upsert(&c, &shape, leaf, LO_KEY + 9, &v, &mut buf, &k).await.unwrap()
+                sync::upsert(&c, &shape, leaf, LO_KEY + 9, &v, &mut buf, &k, &WholeRewrites)
+                    .await
+                    .unwrap()
             else {
                 panic!("4 slots taken")
             };
-            let smo = compact_or_split(&c, &shape, leaf, held, LO_KEY + 9, &v, &mut buf, 3);
+            let mut panel = Panel::new();
+            let (p, r) = (&mut panel, &WholeRewrites);
+            let smo = compact_or_split(&c, &shape, leaf, held, LO_KEY + 9, &v, &mut buf, 3, p, r);
             assert!(matches!(smo.await.unwrap(), Smo::GaveUp));
             assert_eq!(c.read_word(word).await.unwrap(), 1, "claim and own count dropped");
             let rt = c.counts().round_trips;
-            wait_unclaimed_drain(&c, leaf, 3).await.unwrap();
+            spear::wait_drain(&c, word, leaf, 3, &mut Panel::new(), &WholeRewrites).await.unwrap();
             assert_eq!(c.counts().round_trips - rt, 3, "three looks, the count never left");
             // Unclaimed, the leaf's other writers go on meanwhile.
-            let w = sync::update(&c, &shape, leaf, LO_KEY + 2, &v, &mut buf, &k).await.unwrap();
+            let w = sync::update(&c, &shape, leaf, LO_KEY + 2, &v, &mut buf, &k, &WholeRewrites)
+                .await
+                .unwrap();
             assert!(matches!(w, Write::Done(true)));
             c.faa(word, 1u64.wrapping_neg()).await.unwrap();
-            wait_unclaimed_drain(&c, leaf, 3).await.unwrap();
+            spear::wait_drain(&c, word, leaf, 3, &mut Panel::new(), &WholeRewrites).await.unwrap();
             assert_eq!(c.counts().round_trips - rt, 3 + 2 + 1 + 1, "gone: one look");
         }]);
     }

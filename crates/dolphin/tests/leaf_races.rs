@@ -11,6 +11,7 @@ use dmindex_dolphin::leaf::{encode, Shape, SPEAR};
 use dmindex_dolphin::smo::{compact_or_split, Smo};
 use dmindex_dolphin::sync::{self, search_image, SyncCounters, Write};
 use dmindex_fabric::{Client, GlobalAddr};
+use dmindex_prim::spear::{Panel, WholeRewrites};
 use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
 
 const LO: u64 = 0x0102_0304_0506_0700;
@@ -42,11 +43,25 @@ async fn insert(
 ) {
     let v = val(v, s.value);
     loop {
-        match sync::upsert(c, s, leaf, k, &v, buf, ctr).await.unwrap() {
+        match sync::upsert(c, s, leaf, k, &v, buf, ctr, &WholeRewrites).await.unwrap() {
             Write::Done(()) => return,
             Write::Again => {}
             Write::Full(held) => {
-                match compact_or_split(c, s, leaf, held, k, &v, buf, 64).await.unwrap() {
+                match compact_or_split(
+                    c,
+                    s,
+                    leaf,
+                    held,
+                    k,
+                    &v,
+                    buf,
+                    64,
+                    &mut Panel::new(),
+                    &WholeRewrites,
+                )
+                .await
+                .unwrap()
+                {
                     Smo::Compacted => {
                         smos.set(smos.get() + 1);
                         return;
@@ -109,7 +124,10 @@ fn searches_during_compactions(width: usize) {
                     started[(w * KEYS + n) as usize].set(seq);
                     if seq % 3 == 2 {
                         loop {
-                            match sync::delete(c, shape, leaf, k, &mut buf, ctr).await.unwrap() {
+                            match sync::delete(c, shape, leaf, k, &mut buf, ctr, &WholeRewrites)
+                                .await
+                                .unwrap()
+                            {
                                 Write::Done(_) => break,
                                 Write::Again => {}
                                 other => panic!("{other:?}"),

@@ -9,11 +9,14 @@
 //! read, is in a half split (move right along the sibling). A key below `low` means a wrong path:
 //! descend again.
 
+use std::cell::Cell;
+
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::Located;
 use dmindex_prim::counter::bump;
+use dmindex_prim::spear::Panel;
 
 use crate::leaf::Judge;
 use crate::write::{self, Write};
@@ -140,9 +143,17 @@ impl Marlin {
         value: &[u8],
     ) -> IndexResult<()> {
         let w = self.writer();
+        // Judges counts that never leave a full leaf, across this insert's SMOs (taken out of
+        // the cell for each SMO and put back after).
+        let panel = Cell::new(Panel::new());
         self.write_loop(c, key, async |leaf, parent, buf: &mut [u8]| {
             match w.upsert(c, leaf, key, value, buf).await? {
-                Write::Full(held) => self.smo(c, leaf, parent, held, key, value, buf).await,
+                Write::Full(held) => {
+                    let mut p = panel.take();
+                    let smo = self.smo(c, leaf, parent, held, key, value, buf, &mut p).await;
+                    panel.set(p);
+                    smo
+                }
                 other => Ok(other),
             }
         })

@@ -23,7 +23,7 @@
 //! | [`doorbell`] | verbs to one memory node posted as one doorbell batch |
 //! | [`rdwc`] | read delegation and write combining on a compute node |
 //! | [`pool`] | reusable buffers per compute node, sharded by client |
-//! | [`spear`] | Spear: the FAA-only ternary lock (operations in flight vs. an SMO claim) |
+//! | [`spear`] | Spear: the FAA-only ternary lock (operations in flight vs. an SMO claim), its intent table, and the recovery of dead clients' shares and claims |
 //! | [`blink`] | B-link internal nodes: layout, CN cache, root word, descent, separator insertion |
 //! | [`radix`] | adaptive radix inner nodes: header, CAS'd child slots, type switch, CN radix cache |
 //! | [`view`] | epoch-fenced membership of a replica set in one remote word: change, fence, validate |

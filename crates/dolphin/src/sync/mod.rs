@@ -12,6 +12,10 @@
 //! | delete | 2 | `[FAA +1, READ leaf]`; `[masked CAS head: cell LIVE → DELETED, FAA −1]` |
 //! | absent key (update, delete) | 2 | `[FAA +1, READ leaf]`; `FAA −1` |
 //!
+//! Every `FAA +1` here (and below) is preceded in its doorbell by the WRITE of the client's
+//! intent word, and every `FAA −1` followed by the WRITE that marks it done
+//! ([`dmindex_prim::spear::intent`]): 8 bytes each, no round trip.
+//!
 //! # Multi-line cells (values over 56 bytes)
 //!
 //! Two WRITEs of one multi-line cell could interleave line by line and leave a value torn for
@@ -61,7 +65,7 @@
 use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
-use dmindex_prim::spear::{self, Held};
+use dmindex_prim::spear::{self, Held, Recover};
 
 use crate::bump;
 use crate::leaf::{
@@ -226,10 +230,13 @@ async fn write_locked<T: Transport>(
     let head = LineHead::versioned(State::Live, was.nv(), was.cv().wrapping_add(1));
     encode_cell(shape, head, value, &mut cell);
     let at = leaf.add(shape.head_at(j) as u64);
+    let leave = held.leave(c);
+    let [faa, done] = leave.ops();
     let mut ops = [
         BatchOp::Write { addr: at.add(LINE as u64), data: &cell[LINE..shape.cell] },
         BatchOp::Write { addr: at, data: &cell[..LINE] },
-        held.leave(),
+        faa,
+        done,
     ];
     Ok(c.batch(&mut ops).await?)
 }
@@ -237,18 +244,19 @@ async fn write_locked<T: Transport>(
 /// Enters the leaf for `key` (Spear `+1` with the leaf READ in one doorbell) and judges it:
 /// in flight on the leaf, which decides the key, with its image; or how the write ends without
 /// touching it ([`Write::Elsewhere`], still in flight; [`Write::Again`], an SMO held it).
-async fn enter<'b, T: Transport, R>(
+async fn enter<'b, T: Transport, R, V: Recover<T>>(
     c: &Client<T>,
     shape: &'b Shape,
     leaf: GlobalAddr,
     key: u64,
     buf: &'b mut [u8],
     counters: &SyncCounters,
+    rec: &V,
 ) -> IndexResult<Result<(Held, LeafImage<'b>), Write<R>>> {
     let check = |b| LeafImage::check(shape, b).ok();
     let word = leaf.add(SPEAR as u64);
-    let entered =
-        spear::enter_checked(c, word, leaf, &mut buf[..shape.bytes], check, || refused(leaf));
+    let b = &mut buf[..shape.bytes];
+    let entered = spear::enter_checked(c, word, leaf, b, rec, check, || refused(leaf));
     let entered = entered.await?;
     c.compute(Work::BytesScanned, shape.bytes as u64);
     let Some((held, img)) = entered else {
@@ -261,8 +269,10 @@ async fn enter<'b, T: Transport, R>(
     })
 }
 
-/// Inserts or overwrites `key` in the leaf at `leaf` (an upsert). `buf` holds at least a leaf.
-pub async fn upsert<T: Transport>(
+/// Inserts or overwrites `key` in the leaf at `leaf` (an upsert). `buf` holds at least a leaf;
+/// `rec` repairs what a dead SMO left on a leaf this write waits for.
+#[allow(clippy::too_many_arguments)]
+pub async fn upsert<T: Transport, V: Recover<T>>(
     c: &Client<T>,
     shape: &Shape,
     leaf: GlobalAddr,
@@ -270,8 +280,9 @@ pub async fn upsert<T: Transport>(
     value: &[u8],
     buf: &mut [u8],
     counters: &SyncCounters,
+    rec: &V,
 ) -> IndexResult<Write<()>> {
-    let (held, img) = match enter(c, shape, leaf, key, buf, counters).await? {
+    let (held, img) = match enter(c, shape, leaf, key, buf, counters, rec).await? {
         Ok(entered) => entered,
         Err(w) => return Ok(w),
     };
@@ -312,7 +323,9 @@ pub async fn upsert<T: Transport>(
     if state == State::Live {
         // LIVE never turns back: the value WRITE alone (on a cell deleted since the READ it is
         // never seen, and the upsert linearizes just before that delete).
-        c.batch(&mut [write, held.leave()]).await?;
+        let leave = held.leave(c);
+        let [faa, done] = leave.ops();
+        c.batch(&mut [write, faa, done]).await?;
     } else {
         // The value lands before the state turns (one doorbell, in order). A failed turn found
         // the cell LIVE (another insert of the key turned it: this one linearizes just before
@@ -326,13 +339,16 @@ pub async fn upsert<T: Transport>(
             swap_mask: LineHead::mask(p),
         };
         let head = BatchOp::atomic(leaf.add(shape.head_at(j) as u64), turn);
-        c.batch(&mut [write, head, held.leave()]).await?;
+        let leave = held.leave(c);
+        let [faa, done] = leave.ops();
+        c.batch(&mut [write, head, faa, done]).await?;
     }
     Ok(Write::Done(()))
 }
 
 /// Sets `key`'s value if it is live in the leaf; whether it was.
-pub async fn update<T: Transport>(
+#[allow(clippy::too_many_arguments)]
+pub async fn update<T: Transport, V: Recover<T>>(
     c: &Client<T>,
     shape: &Shape,
     leaf: GlobalAddr,
@@ -340,8 +356,9 @@ pub async fn update<T: Transport>(
     value: &[u8],
     buf: &mut [u8],
     counters: &SyncCounters,
+    rec: &V,
 ) -> IndexResult<Write<bool>> {
-    let (held, img) = match enter(c, shape, leaf, key, buf, counters).await? {
+    let (held, img) = match enter(c, shape, leaf, key, buf, counters, rec).await? {
         Ok(entered) => entered,
         Err(w) => return Ok(w),
     };
@@ -364,7 +381,9 @@ pub async fn update<T: Transport>(
         }
         Some(j) if img.state(j) == State::Live => {
             let at = leaf.add(shape.value_at(j) as u64);
-            c.batch(&mut [BatchOp::Write { addr: at, data: value }, held.leave()]).await?;
+            let leave = held.leave(c);
+            let [faa, done] = leave.ops();
+            c.batch(&mut [BatchOp::Write { addr: at, data: value }, faa, done]).await?;
             Ok(Write::Done(true))
         }
         _ => {
@@ -375,19 +394,20 @@ pub async fn update<T: Transport>(
 }
 
 /// Deletes `key` if it is live in the leaf; whether it was.
-pub async fn delete<T: Transport>(
+pub async fn delete<T: Transport, V: Recover<T>>(
     c: &Client<T>,
     shape: &Shape,
     leaf: GlobalAddr,
     key: u64,
     buf: &mut [u8],
     counters: &SyncCounters,
+    rec: &V,
 ) -> IndexResult<Write<bool>> {
     // Ends when the delete finds the key not live, or wins its CAS: a failed CAS means another
     // delete won (the next look finds the key gone, or live in a later slot), and a locked
     // multi-line cell is looked at again until its writer's last doorbell unlocks it.
     loop {
-        let (held, img) = match enter(c, shape, leaf, key, &mut *buf, counters).await? {
+        let (held, img) = match enter(c, shape, leaf, key, &mut *buf, counters, rec).await? {
             Ok(entered) => entered,
             Err(w) => return Ok(w),
         };
@@ -410,7 +430,9 @@ pub async fn delete<T: Transport>(
             swap: LineHead::bits(p, State::Deleted),
             swap_mask: LineHead::mask(p),
         };
-        let mut ops = [BatchOp::atomic(leaf.add(shape.head_at(j) as u64), kill), held.leave()];
+        let leave = held.leave(c);
+        let [faa, done] = leave.ops();
+        let mut ops = [BatchOp::atomic(leaf.add(shape.head_at(j) as u64), kill), faa, done];
         c.batch(&mut ops).await?;
         if ops[0].old().is_some_and(|old| !kill.failed(old)) {
             return Ok(Write::Done(true));
