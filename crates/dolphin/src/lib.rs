@@ -249,6 +249,10 @@ impl Dolphin {
 }
 
 impl<T: Transport> PointIndex<T> for Dolphin {
+    // Not `RECOVERS_CLIENT_CRASHES`: a dead client's Spear shares and claims are recovered
+    // (`crate::recovery`), but a writer that dies holding a multi-line cell's lock (values over
+    // 56 bytes) leaves that key's writers waiting.
+
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
         let (shape, _) = configure(c, config)?;
         let slot = RootSlot::with_descriptor(config.root_slot)?;

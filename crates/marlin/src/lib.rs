@@ -209,6 +209,11 @@ impl Marlin {
 }
 
 impl<T: Transport> PointIndex<T> for Marlin {
+    /// A dead client's share of a leaf's Spear word is dropped and its claim taken over
+    /// ([`dmindex_prim::spear::recover`]); a dead holder of a B-link internal lock is repaired
+    /// by [`dmindex_prim::blink`].
+    const RECOVERS_CLIENT_CRASHES: bool = true;
+
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
         let Config { shape, internal, .. } = configure(c, config)?;
         let slot = RootSlot::with_descriptor(config.root_slot)?;
