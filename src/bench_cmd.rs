@@ -193,7 +193,7 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let recovery = match (entry.recovers_client_crashes, sum.stuck) {
+    let recovery = match ((entry.recovers_client_crashes)(&cfg.index_config()), sum.stuck) {
         (false, 1..) => "; this index does not recover from client crashes yet",
         _ => "",
     };

@@ -14,7 +14,9 @@ use dmindex_bench::{BenchConfig, BenchReport, Runnable, RunnableScans};
 use dmindex_conformance::{CheckConfig, SeedReport};
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::Services;
-use dmindex_index::{mn_services, IndexKind, MnService, Ordered, PointIndex, PointOnly, Scans};
+use dmindex_index::{
+    mn_services, IndexConfig, IndexKind, MnService, Ordered, PointIndex, PointOnly, Scans,
+};
 use dmindex_prim::rdwc::Rdwc;
 
 /// Whether compute nodes combine concurrent operations on one key (read delegation and write
@@ -59,8 +61,9 @@ pub struct IndexEntry {
     pub services: &'static [MnService],
     /// Survives a memory-node crash ([`PointIndex::SURVIVES_MN_CRASH`]).
     pub survives_mn_crash: bool,
-    /// Recovers from client crashes ([`PointIndex::RECOVERS_CLIENT_CRASHES`]).
-    pub recovers_client_crashes: bool,
+    /// Whether it recovers from client crashes when built with a configuration
+    /// ([`PointIndex::recovers_client_crashes`]).
+    pub recovers_client_crashes: fn(&IndexConfig) -> bool,
     /// The key space it is measured on when none is named.
     pub keys: KeySpace,
     /// `dmindex bench` on it.
@@ -96,7 +99,7 @@ macro_rules! index {
             rdwc: $rdwc,
             services: <$ty as PointIndex<LocalTransport>>::SERVICES,
             survives_mn_crash: <$ty as PointIndex<LocalTransport>>::SURVIVES_MN_CRASH,
-            recovers_client_crashes: <$ty as PointIndex<LocalTransport>>::RECOVERS_CLIENT_CRASHES,
+            recovers_client_crashes: <$ty as PointIndex<LocalTransport>>::recovers_client_crashes,
             keys: $keys,
             bench: run::<$ty, $scans>,
             check: dmindex_conformance::check_seed::<$ty, $scans>,

@@ -17,7 +17,7 @@
 //! clients as stuck behind a crash. With no crash in the run nothing can explain a stuck
 //! client, so the seed fails (a deadlock or livelock is a bug). After a crash it is reported as
 //! stuck behind the crash: a crashed client may have left a lock held, and in an index that
-//! does not recover from client crashes ([`PointIndex::RECOVERS_CLIENT_CRASHES`]) that lock
+//! does not recover from client crashes ([`PointIndex::recovers_client_crashes`]) that lock
 //! stays held; in one that does, a stuck client fails the seed. The simulator names such locks (a word a
 //! crashed client's last changing atomic set and nobody changed since) and the clients whose
 //! latest atomic targeted one are counted as spinning on a lock a crashed client holds; the
@@ -288,6 +288,18 @@ impl CheckConfig {
         self.bound_ns.unwrap_or_else(|| self.work_bound_ns())
     }
 
+    /// The configuration each seed builds the index with.
+    pub fn index_config(&self) -> IndexConfig {
+        IndexConfig {
+            max_key: if self.long_keys { 11 } else { 8 },
+            max_value: self.value_size,
+            cache_bytes: 1 << 20,
+            expected_items: self.universe(),
+            root_slot: 0,
+            extra: self.index_options.clone(),
+        }
+    }
+
     fn universe(&self) -> u64 {
         if self.key_list.is_empty() {
             self.keys
@@ -366,14 +378,7 @@ where
         services,
     )
     .map_err(anyhow::Error::msg)?;
-    let icfg = IndexConfig {
-        max_key: if cfg.long_keys { 11 } else { 8 },
-        max_value: cfg.value_size,
-        cache_bytes: 1 << 20,
-        expected_items: cfg.universe(),
-        root_slot: 0,
-        extra: cfg.index_options.clone(),
-    };
+    let icfg = cfg.index_config();
     let history = History::new();
     let setup = sim.client_on_own_thread(0);
     sim.block_on(I::create(&setup, &icfg, 0))?;
@@ -555,7 +560,7 @@ where
             ms(out.end_ns.saturating_sub(start))
         );
     }
-    if !out.stuck.is_empty() && I::RECOVERS_CLIENT_CRASHES {
+    if !out.stuck.is_empty() && I::recovers_client_crashes(&icfg) {
         let held: Vec<String> = sim
             .words_held_by_crashed()
             .iter()

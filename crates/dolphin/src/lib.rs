@@ -98,7 +98,9 @@
 //! share of a leaf's count): a count it left is dropped by the next split, and a claim it left is
 //! taken over, its half-done split rolled forward (the old leaf shrunk before the new one opens)
 //! and released ([`recovery`]). A writer that dies holding a multi-line cell's lock leaves that
-//! key's writers waiting (not recovered: the lock names nobody); readers go on.
+//! key's writers waiting (not recovered: the lock names nobody); readers go on. So Dolphin
+//! recovers from client crashes with one-line cells (values up to 56 bytes) only
+//! ([`PointIndex::recovers_client_crashes`]).
 
 pub mod leaf;
 pub mod ops;
@@ -249,9 +251,16 @@ impl Dolphin {
 }
 
 impl<T: Transport> PointIndex<T> for Dolphin {
-    // Not `RECOVERS_CLIENT_CRASHES`: a dead client's Spear shares and claims are recovered
-    // (`crate::recovery`), but a writer that dies holding a multi-line cell's lock (values over
-    // 56 bytes) leaves that key's writers waiting.
+    // A dead client's Spear shares and claims are recovered (`crate::recovery`); one-line
+    // cells (values up to 56 bytes, the default 8 among them) take no other lock.
+    const RECOVERS_CLIENT_CRASHES: bool = true;
+
+    /// Not with multi-line cells (values over 56 bytes): a writer that dies holding a cell's
+    /// lock leaves that key's writers waiting (the lock names nobody), and one whose doorbell
+    /// landed only the cell's later lines leaves it torn, its old value overwritten.
+    fn recovers_client_crashes(config: &IndexConfig) -> bool {
+        config.max_value <= leaf::LINE_VALUE
+    }
 
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
         let (shape, _) = configure(c, config)?;

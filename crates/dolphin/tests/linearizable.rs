@@ -3,7 +3,8 @@
 
 use dmindex_conformance::{check_seed, on_local_threads, suite, CheckConfig, Crashes};
 use dmindex_dolphin::Dolphin;
-use dmindex_index::{IndexConfig, Ordered};
+use dmindex_fabric::local::LocalTransport;
+use dmindex_index::{IndexConfig, Ordered, PointIndex};
 
 fn slots(n: &str) -> Vec<(String, String)> {
     vec![("slots".into(), n.into())]
@@ -94,4 +95,17 @@ fn real_threads() {
     on_local_threads::<Dolphin, Ordered>(&IndexConfig::default(), 10);
     let small = IndexConfig { extra: slots("4"), ..IndexConfig::default() };
     on_local_threads::<Dolphin, Ordered>(&small, 5);
+}
+
+/// Dolphin claims client-crash recovery with one-line cells only (a multi-line cell's lock
+/// names nobody), so the seeds above fail on a client stuck behind a crash, and those of
+/// multi-line values do not.
+#[test]
+fn recovers_from_client_crashes_with_one_line_cells_only() {
+    type D = Dolphin;
+    let with = |max_value| IndexConfig { max_value, ..CheckConfig::default().index_config() };
+    let recovers = <D as PointIndex<LocalTransport>>::recovers_client_crashes;
+    const _: () = assert!(<D as PointIndex<LocalTransport>>::RECOVERS_CLIENT_CRASHES);
+    assert!(recovers(&with(8)) && recovers(&with(56)));
+    assert!(!recovers(&with(57)) && !recovers(&with(100)));
 }

@@ -217,8 +217,18 @@ pub trait PointIndex<T: Transport>: Sized {
     const SURVIVES_MN_CRASH: bool = false;
     /// Whether every lock and claim the index takes is freed, and what a dead holder left is
     /// repaired, when a client crashes holding it (judged by leases, fenced, repaired by a
-    /// waiter): `dmindex check` then fails a seed in which a client is stuck behind a crash.
+    /// waiter), in its default configuration; [`PointIndex::recovers_client_crashes`] says it
+    /// for a given one.
     const RECOVERS_CLIENT_CRASHES: bool = false;
+
+    /// Whether an index built with `config` recovers from client crashes as
+    /// [`PointIndex::RECOVERS_CLIENT_CRASHES`] describes: `dmindex check` then fails a seed in
+    /// which a client is stuck behind a crash. The constant unless some configuration takes a
+    /// lock the index cannot repair.
+    fn recovers_client_crashes(config: &IndexConfig) -> bool {
+        let _ = config;
+        Self::RECOVERS_CLIENT_CRASHES
+    }
 
     /// Builds an empty index in remote memory and publishes its root in `config.root_slot`.
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self>;

@@ -549,6 +549,10 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     const RECOVERS_CLIENT_CRASHES: bool = I::RECOVERS_CLIENT_CRASHES;
     const LEVELS: &'static [&'static str] = I::LEVELS;
 
+    fn recovers_client_crashes(cfg: &IndexConfig) -> bool {
+        I::recovers_client_crashes(cfg)
+    }
+
     async fn create(c: &Client<T>, cfg: &IndexConfig, cn: u16) -> IndexResult<Self> {
         let (table, cfg) = Self::options(cfg)?;
         Ok(Self::wrap(I::create(c, &cfg, cn).await?, table))
