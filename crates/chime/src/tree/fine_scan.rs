@@ -11,7 +11,9 @@
 //! * **The leaf still covers `[s, e]`**: its parent said so when cached; sibling-based
 //!   validation (the leaf's sibling is the one the parent expects) or, with fence keys, its
 //!   fences show it has not split since. Otherwise the cached parent is dropped and the round
-//!   is planned again from `s`.
+//!   is planned again from `s`; a leaf that still fails under the parent read afresh is in a
+//!   half split (the separator not yet, or never, in the parent: a splitter may die between
+//!   its two steps), and the scan goes on from `s` by whole leaves along the sibling chain.
 //! * **Each key of `[s, e]` it holds was READ**: hopscotch puts a key within H entries of its
 //!   home, and every such window was READ, in one doorbell, and validated as a search's is:
 //!   cache-line versions, one node-level version over everything READ of the leaf, and, for a
@@ -111,6 +113,8 @@ impl Tree {
         // Rounds planned again because a leaf had split since its parent was cached.
         let mut restarts = Attempts::new();
         let mut descended = false;
+        // The start of the last leaf found not to cover its keys: its parent was dropped then.
+        let mut stale_at = None;
         'round: loop {
             match self.plan_round(c, pos, end, dense, s) {
                 Planned::Leaves => descended = false,
@@ -142,8 +146,16 @@ impl Tree {
                     }
                 };
                 if !fresh {
-                    // Split since its parent was cached: drop the parent, plan again from here.
                     s.pairs.truncate(at);
+                    if stale_at == Some(t.s) {
+                        // Planned again from a parent read afresh, and the leaf still does not
+                        // cover the keys: a half split whose separator is not in the parent, for
+                        // good if its splitter died before inserting it. Only the sibling chain
+                        // reaches the keys moved right: whole leaves from here walk it.
+                        return Ok(Trimmed::From(t.s));
+                    }
+                    // Split since its parent was cached: drop the parent, plan again from here.
+                    stale_at = Some(t.s);
                     self.blink.cache.invalidate(1, &t.parent.0, t.parent.1);
                     self.retry();
                     restarts.failed(t.addr, "leaf sibling or fences in a scan")?;
