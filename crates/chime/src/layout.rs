@@ -364,7 +364,12 @@ impl LeafLayout {
         out
     }
 
-    /// Entry-only ranges covering slots `lo .. lo + n` (circular), for writes.
+    /// Entry-only ranges covering slots `lo .. lo + n` (circular), for writes, in the order
+    /// they are posted: a run that wraps around goes from slot 0 first, then from `lo` to the
+    /// leaf's end. A hop moves keys forward along the run (away from their homes), so a writer
+    /// that dies after its first WRITE of the two landed leaves a moved key in its new slot and
+    /// still in its old one, never in neither ([`crate::leaf::LeafBuf::settle`] keeps one);
+    /// and the second ends where the lock word's pad begins, so the unlock rides in it.
     pub fn write_ranges(&self, lo: usize, n: usize) -> ArrayVec<(usize, usize), 2> {
         let s = self.span;
         let len = self.entry_len;
@@ -373,8 +378,8 @@ impl LeafLayout {
         if lo + n <= s {
             out.push((e0(lo), e1(lo + n - 1)));
         } else {
-            out.push((e0(lo), e1(s - 1)));
             out.push((e0(0), e1(lo + n - 1 - s)));
+            out.push((e0(lo), e1(s - 1)));
         }
         out
     }

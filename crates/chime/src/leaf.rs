@@ -285,7 +285,7 @@ impl LeafBuf {
 
     /// Every home's hop bitmap rebuilt from the keys (all loaded), in one pass over the slots
     /// (one hash per key rather than one per key per home it might belong to).
-    fn bitmaps(&self) -> SmallVec<[u16; 64]> {
+    pub(crate) fn bitmaps(&self) -> SmallVec<[u16; 64]> {
         let s = self.l.span;
         let mut out: SmallVec<[u16; 64]> = smallvec::smallvec![0; s];
         for i in 0..s {
@@ -717,7 +717,7 @@ mod tests {
         assert_eq!(b.ranges(5, 64).as_slice(), [(0, l.decoded())]);
         assert_eq!(
             b.l.write_ranges(62, 4).as_slice(),
-            [(l.entry(62), l.entry(63) + 19), (l.entry(0), l.entry(1) + 19)]
+            [(l.entry(0), l.entry(1) + 19), (l.entry(62), l.entry(63) + 19)]
         );
     }
 

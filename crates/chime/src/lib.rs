@@ -97,6 +97,7 @@ pub mod leaf;
 pub mod neighbourhood;
 mod range;
 pub mod read_plan;
+mod settle;
 mod shape;
 pub mod sorted;
 pub mod split;

@@ -17,6 +17,8 @@
 //!
 //! Sherman's sorted leaf has its own paths in [`crate::sorted`].
 
+#[cfg(test)]
+mod cut_short;
 mod descent;
 mod fine_scan;
 mod hopscotch;

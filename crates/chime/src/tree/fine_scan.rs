@@ -132,7 +132,7 @@ impl Tree {
             for i in 0..s.trims.len() {
                 let t = s.trims[i].clone();
                 let at = s.pairs.len();
-                let mut hops = Attempts::new();
+                let (mut hops, mut hop_since) = (Attempts::new(), None);
                 let fresh = loop {
                     match self.take_leaf_keys(c, &leaves[i], &t, s) {
                         Took::Keys => break true,
@@ -141,6 +141,9 @@ impl Tree {
                             s.pairs.truncate(at);
                             hops.failed(t.addr, "leaf hop bitmap in a scan")?;
                             self.retry();
+                            if Tree::overdue(c, &mut hop_since) {
+                                Box::pin(self.unstick(c, t.addr)).await?;
+                            }
                             leaves[i] = self.read_one(c, &t, s).await?;
                         }
                     }
@@ -378,7 +381,7 @@ impl Tree {
         s: &ScanScratch,
     ) -> IndexResult<PooledLeaf<'_>> {
         let ranges = [self.ranges_of(t, s)];
-        let mut attempts = Attempts::new();
+        let (mut attempts, mut since) = (Attempts::new(), None);
         loop {
             let mut buf = [self.leaf_buf(c)];
             if self.post_leaves(c, &[t.addr], &ranges, &mut buf).await?[0] {
@@ -387,6 +390,10 @@ impl Tree {
             }
             attempts.failed(t.addr, "leaf versions in a scan")?;
             self.retry();
+            // A whole leaf fails here also with a hop in flight.
+            if Tree::overdue(c, &mut since) {
+                Box::pin(self.unstick(c, t.addr)).await?;
+            }
         }
     }
 

@@ -118,8 +118,9 @@ impl Tree {
     ) -> IndexResult<Option<SlotValue>> {
         let h = self.home_of(c, k);
         let mut buf = self.neighbourhood(h);
-        // Restarts, and READs that caught a hop in flight.
+        // Restarts, and READs that caught a hop in flight (the first at `hop_since`).
         let mut attempts = Attempts::new();
+        let mut hop_since = None;
         'outer: loop {
             let loc = match self.blink.cached(c, k) {
                 Some(loc) => loc,
@@ -153,6 +154,10 @@ impl Tree {
                     // A hop is in flight: what we read is an intermediate state.
                     attempts.failed(cur, "leaf hop bitmap")?;
                     self.retry();
+                    // Boxed: the rare lock future stays out of every search's state.
+                    if Tree::overdue(c, &mut hop_since) {
+                        Box::pin(self.unstick(c, cur)).await?;
+                    }
                     continue;
                 }
                 match self.judge(&loc, &buf, k) {

@@ -21,12 +21,22 @@ use crate::neighbourhood::Neighbourhood;
 use crate::read_plan;
 use crate::view::LeafView;
 
-/// Frees the lock of a leaf whose holder died: the leaf is READ whole (until its versions
-/// agree) and the free word's vacancy bitmap and argmax are computed from the keys it holds.
-/// A leaf WRITE lands whole or not at all when its holder dies (one doorbell of pieces that
-/// each fit a packet), except that a doorbell of several pieces may land a prefix of them: a
-/// hopscotch move half done. That case is not repaired yet (it needs the new image in a redo
-/// slot).
+/// Frees the lock of a leaf whose holder died, holding it (taken over from the fenced holder):
+/// the leaf is READ whole (until its versions agree), a hopscotch leaf is settled, and the free
+/// word's vacancy bitmap and argmax are computed from the keys it holds.
+///
+/// What a dead holder can have left: each WRITE of a leaf's pieces fits one packet (a leaf of
+/// at most 4096 physical bytes), so it landed whole or not at all, and of a doorbell of
+/// several only a prefix, in order. A write that does not wrap around the leaf is one range
+/// of slots, new or old as a whole, with the unlock in it or after it. A wrapped one is two
+/// WRITEs, the part from slot 0 first ([`LeafLayout::write_ranges`](crate::layout::LeafLayout::write_ranges)):
+/// if only that landed, a key a hop moved across the wrap is in its new slot and still in its
+/// old one, and hop bitmaps on either side may not match the keys — readers would retry for
+/// ever. [`LeafBuf::settle`] clears the old copy and rebuilds the bitmaps, and the entries it
+/// changed are written back (one WRITE, the lock still held) before the free word is computed.
+/// Every key the leaf held before the dead write, or that a reader may have seen after it, is
+/// still there once. Settling is a function of the keys, so a repairer that dies before or
+/// after its WRITE leaves the next one the same work or none.
 struct LeafRepair<'t> {
     tree: &'t Tree,
     leaf: GlobalAddr,
@@ -34,9 +44,20 @@ struct LeafRepair<'t> {
 
 impl<T: Transport> Repair<T> for LeafRepair<'_> {
     async fn free_word(&self, c: &Client<T>, _lock: GlobalAddr, _held: u64) -> IndexResult<u64> {
-        let buf = self.tree.read_whole(c, self.leaf).await?;
-        let keys: Vec<u64> = (0..self.tree.leaf.span).map(|i| buf.key(i)).collect();
-        Ok(crate::split::lock_word(&self.tree.leaf, &keys).encode(&self.tree.leaf))
+        let l = self.tree.leaf;
+        let mut buf = self.tree.read_whole(c, self.leaf).await?;
+        if l.kind.hopscotch {
+            let changed = buf.settle();
+            if let (Some(&lo), Some(&hi)) = (changed.first(), changed.last()) {
+                // Slots lo ..= hi (ascending: no wrap), one WRITE that leaves the lock held.
+                let (d0, d1) = (l.entry(lo), l.entry(hi) + l.entry_len);
+                let mut out = vec![0u8; l.physical()];
+                let n = buf.encode(d0, d1, &mut out);
+                c.write(self.leaf.add(phys_range(d0, d1).0 as u64), &out[..n]).await?;
+            }
+        }
+        let keys: Vec<u64> = (0..l.span).map(|i| buf.key(i)).collect();
+        Ok(crate::split::lock_word(&l, &keys).encode(&l))
     }
 }
 
@@ -118,6 +139,35 @@ impl Tree {
         let held = self.blink.locks.acquire(c, lock, || self.retry(), &repair).await?;
         let lw = LockWord::decode(&self.leaf, held.word());
         Ok(LockedLeaf { addr: leaf, lw, held })
+    }
+
+    /// Called by a reader on each READ of a leaf that showed a hop in flight (a home's hop
+    /// bitmap that its keys do not match), `since` being when the first of them came (`None`
+    /// before): whether they have gone on for a lease of this client's clock (then `since` is
+    /// reset), and the reader should [`Tree::unstick`] the leaf.
+    pub(crate) fn overdue<T: Transport>(c: &Client<T>, since: &mut Option<u64>) -> bool {
+        let now = c.now_ns();
+        let first = *since.get_or_insert(now);
+        if now.saturating_sub(first) < c.transport().lease_ns() {
+            return false;
+        }
+        *since = None;
+        true
+    }
+
+    /// Locks `leaf` and unlocks it as it found it: what a reader does once a hop in flight has
+    /// lasted a lease ([`Tree::overdue`]). A live writer's hop lands with its doorbell; a
+    /// mismatch that lasts a lease is a writer paused, whom the lock waits for, or one that died
+    /// after a prefix of its WRITEs landed, whom the lock judges, fences and repairs
+    /// ([`LeafRepair`]). Readers take no lock otherwise, so without this a client that only
+    /// reads would wait for a writer to come by, for ever if none does.
+    pub(crate) async fn unstick<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+    ) -> IndexResult<()> {
+        let locked = self.lock_leaf(c, leaf).await?;
+        self.unlock_leaf(c, locked).await
     }
 
     /// Locks a hopscotch leaf ([`Tree::lock_leaf`]) and gets its vacancy bitmap: from the lock
@@ -280,8 +330,10 @@ impl Tree {
     }
 
     /// Encodes slots `lo .. lo + n` (circular) of `view` into `out`, with the unlocking lock
-    /// word `lw` last: what [`Tree::write_pieces`] WRITEs. `out` holds at least the physical
-    /// bytes of the slots plus the pad and the lock word.
+    /// word `lw` last: what [`Tree::write_pieces`] WRITEs, in the order of
+    /// [`LeafLayout::write_ranges`](crate::layout::LeafLayout::write_ranges) (a wrapped run's
+    /// part from slot 0 first: a prefix of the doorbell never loses a moved key). `out` holds at
+    /// least the physical bytes of the slots plus the pad and the lock word.
     pub(super) fn write_plan(
         &self,
         view: &impl LeafView,

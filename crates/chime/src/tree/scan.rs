@@ -80,7 +80,7 @@ impl Tree {
                 continue;
             }
             self.retry();
-            let mut hops = Attempts::new();
+            let (mut hops, mut hop_since) = (Attempts::new(), None);
             loop {
                 let fresh = self.read_slots(c, *a, 0, self.leaf.span).await?;
                 if fresh.hops_settled() {
@@ -89,6 +89,9 @@ impl Tree {
                 }
                 hops.failed(*a, "leaf hop bitmaps")?;
                 self.retry();
+                if Tree::overdue(c, &mut hop_since) {
+                    Box::pin(self.unstick(c, *a)).await?;
+                }
             }
         }
         Ok(bufs)
