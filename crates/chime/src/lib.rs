@@ -312,11 +312,11 @@ impl<V> ChimeIndex<V> {
 
 impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
     /// Leaf and internal locks name their holder; a dead holder's lock is freed with the
-    /// node's metadata recomputed ([`dmindex_prim::lock`]). Claimed for Sherman only: with
-    /// CHIME's hopscotch leaves one checked seed (`chime_with_rdwc_slots_flipping`, seed 12)
-    /// livelocks after a repair — clients re-descend without end — and a half-landed doorbell
-    /// of leaf pieces is not repaired yet (`docs/recovery.md`).
-    const RECOVERS_CLIENT_CRASHES: bool = V::SHERMAN;
+    /// node's metadata recomputed ([`dmindex_prim::lock`]), a hopscotch leaf settled first if
+    /// its writer died with only the first WRITE of a wrapped run landed, and readers that see
+    /// a hop in flight for a lease take the lock to get that done. Scans cross a split whose
+    /// separator a dead splitter never inserted (`docs/recovery.md`, "CHIME").
+    const RECOVERS_CLIENT_CRASHES: bool = true;
 
     async fn create(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
         Self::create_shaped(c, cfg, ChimeShape::from_config(cfg, V::SHERMAN)?).await
