@@ -150,6 +150,7 @@ impl<T: Transport> Client<T> {
             bump(&self.stats.rpcs, 1);
             self.transport.fence(node, member).await?;
         }
+        bump(&self.stats.fences, 1);
         Ok(())
     }
 

@@ -166,6 +166,9 @@ pub struct ClientStats {
     pub(crate) keys_compared: Cell<u64>,
     pub(crate) keys_hashed: Cell<u64>,
     pub(crate) bytes_scanned: Cell<u64>,
+    /// Members this client fenced ([`crate::Client::fence`]), since it was made: not a verb
+    /// count, so neither in [`VerbCounts`] nor reset.
+    pub(crate) fences: Cell<u64>,
 }
 
 /// What the harness charges each operation: round trips and bytes each way (the per-kind
@@ -197,6 +200,13 @@ impl AddAssign for OpCost {
 }
 
 impl ClientStats {
+    /// Members this client fenced since it was made, one per [`crate::Client::fence`] that
+    /// succeeded on every memory node: how many times it judged a member dead (or fenced one
+    /// again that another judge was fencing).
+    pub fn fences(&self) -> u64 {
+        self.fences.get()
+    }
+
     /// Round trips and bytes so far (subtract two to cost an operation).
     #[inline]
     pub fn cost(&self) -> OpCost {
