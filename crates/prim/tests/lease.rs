@@ -79,6 +79,57 @@ fn a_dead_holders_lock_is_repaired_and_the_holder_fenced() {
     }
 }
 
+/// A holder that crashes (the simulator's crash, as a fault would) right after it locked: the
+/// simulator logs the crash and, once the waiter fenced the dead member on every memory node,
+/// the waiter and when. That is what `check`'s time to recover is measured from; it is at least
+/// the three leases a judge waits and well under five, on one memory node and on three.
+#[test]
+fn a_crashed_holder_is_logged_fenced_by_its_waiter_within_three_to_five_leases() {
+    for (seed, nodes) in (0..10).flat_map(|s| [(s, 1u16), (s, 3)]) {
+        let s = Sim::new(SimConfig {
+            memory_nodes: nodes,
+            node_size: 16 << 20,
+            chunk_size: 1 << 20,
+            faults: Faults::delays(),
+            ..SimConfig::new(seed, NetParams::stress())
+        })
+        .unwrap();
+        let (dead, waiter) = (s.client_on_own_thread(0), s.client_on_own_thread(1));
+        let a = s.block_on(async { dead.alloc(64, 64).await.unwrap() });
+        let (tables, repair) =
+            ([LocalLocks::default(), LocalLocks::default()], Fixed(Cell::new(0)));
+        let locked = Cell::new(false);
+        let d = async {
+            let held = tables[0].acquire(&dead, a, || {}, &repair).await.unwrap();
+            locked.set(true);
+            std::mem::forget(held);
+            dead.transport().crash().await
+        };
+        let w = async {
+            // Bounded: the other task locks within its first round trips.
+            while !locked.get() {
+                waiter.pause(1_000).await;
+            }
+            let held = tables[1].acquire(&waiter, a, || {}, &repair).await.unwrap();
+            held.unlock_with(&waiter, 0).await.unwrap();
+        };
+        let out = s.run([Box::pin(d) as Task, Box::pin(w) as Task]);
+        assert_eq!((out.crashed.len(), out.finished.len()), (1, 1), "seed {seed}: {out:?}");
+        let log = s.crashes();
+        assert_eq!(log.len(), 1, "seed {seed}: {log:?}");
+        let c = log[0];
+        assert_eq!(c.client, dead.transport().id());
+        assert_eq!(c.member, dead.membership().member.get(), "seed {seed}");
+        let Some((by, at)) = c.fenced else { panic!("seed {seed}: not fenced: {c:?}") };
+        assert_eq!(by, waiter.transport().id(), "seed {seed}");
+        assert_eq!(waiter.stats().fences(), 1, "seed {seed}: one member fenced, counted once");
+        let lease = waiter.transport().lease_ns();
+        let took = at - c.at_ns;
+        assert!(took >= DEAD_AFTER_LEASES * lease, "seed {seed}, {nodes} nodes: {took} ns");
+        assert!(took < (DEAD_AFTER_LEASES + 2) * lease, "seed {seed}, {nodes} nodes: {took} ns");
+    }
+}
+
 #[test]
 fn a_slow_holder_that_renews_keeps_its_lock() {
     let s = sim(3);

@@ -74,6 +74,7 @@ pub use config::{Faults, NetParams, SimConfig, DEFAULT_PRESET, PRESETS};
 pub use executor::Task;
 pub use report::SimReport;
 pub use transport::SimTransport;
+pub use world::crash::Crash;
 
 use executor::Executor;
 use world::{World, PS_PER_NS};
@@ -379,6 +380,12 @@ impl Sim {
             out.push(HeldWord { holder: holder as u32, addr, waiters });
         }
         out
+    }
+
+    /// Every client crash so far, in order, each with the survivor that fenced its member and
+    /// when, if one did ([`Crash`]): how `check` measures the time to recover from a crash.
+    pub fn crashes(&self) -> Vec<Crash> {
+        self.shared.world.borrow().crash_log.clone()
     }
 
     /// Where clients' time went per memory node since the last call (or the start), and a

@@ -27,6 +27,14 @@ impl SimTransport {
     pub fn id(&self) -> u32 {
         self.client
     }
+
+    /// Crashes this client here, as a fault at a verb boundary would (nothing more of it goes
+    /// out; verbs already posted land): a test's way to kill a client at an exact point. Never
+    /// returns; the run drops the task and logs the crash ([`crate::Sim::crashes`]).
+    pub async fn crash(&self) -> ! {
+        self.shared.world.borrow_mut().crash_client(self.client);
+        crashed().await
+    }
 }
 
 /// Waits for one op's completion event; frees the op if dropped early.
@@ -327,7 +335,7 @@ impl Transport for SimTransport {
 
     async fn fence(&self, node: NodeId, member: u64) -> Result<()> {
         if self.direct() {
-            self.shared.world.borrow_mut().fence_now(node, member);
+            self.shared.world.borrow_mut().fence_now(self.client, node, member);
             return Ok(());
         }
         let b = self.buffer(0);

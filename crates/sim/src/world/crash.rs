@@ -18,9 +18,33 @@
 //!
 //! The client never wakes: its task is dropped, and the verbs that went out complete with no one
 //! waiting. Zero-wait WRITEs it posted earlier are already on the wire and land as before.
+//!
+//! ## Time to recover
+//!
+//! Every crash is logged ([`Crash`]): the client, the cluster member it had registered as, and
+//! the instant. A survivor that judges the member dead fences it on every memory node in turn
+//! (`Client::fence`, node 0 first); the first fence of that member on the last memory node that
+//! is answered without error — the instant its answer reaches the fencing client — is when the
+//! member counts as fenced, and by whom. Fences are rare (one per judged member per judge), so
+//! the log costs nothing per verb; it grows by one entry per crash.
 
-use super::{OpKind, World};
+use super::{OpKind, World, PS_PER_NS};
 use dmindex_fabric::GlobalAddr;
+
+/// A client that crashed, and when a survivor had fenced the member it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Crash {
+    /// The crashed client ([`crate::SimTransport::id`]).
+    pub client: u32,
+    /// The cluster member it had registered as (0: none; it never joined, so it held nothing
+    /// a survivor could name).
+    pub member: u64,
+    /// Virtual instant of the crash, ns.
+    pub at_ns: u64,
+    /// The first fence of `member` answered on the last memory node: the fencing client and the
+    /// instant the answer reached it, ns.
+    pub fenced: Option<(u32, u64)>,
+}
 
 impl World {
     /// Whether the client should crash at this verb boundary (and marks it if so).
@@ -28,12 +52,34 @@ impl World {
         let f = &self.faults;
         if f.crash_prob > 0.0 && self.crashes < f.max_crashes && self.chance(self.faults.crash_prob)
         {
-            self.crashes += 1;
-            self.crash_current = true;
-            self.clients[client as usize].crashed = true;
+            self.crash_client(client);
             return true;
         }
         false
+    }
+
+    /// Marks `client` crashed now: its task is dropped when it yields.
+    pub(crate) fn crash_client(&mut self, client: u32) {
+        self.crashes += 1;
+        self.crash_current = true;
+        let c = &mut self.clients[client as usize];
+        c.crashed = true;
+        let member = c.member;
+        self.crash_log.push(Crash { client, member, at_ns: self.now / PS_PER_NS, fenced: None });
+    }
+
+    /// A fence of `member` by `client` was answered without error on memory node `node`: on the
+    /// last node, the member is fenced everywhere (nodes are fenced in order).
+    pub(crate) fn fence_answered(&mut self, client: u32, node: usize, member: u64) {
+        if node + 1 != self.mn_nics.len() {
+            return;
+        }
+        let now = self.now / PS_PER_NS;
+        for c in &mut self.crash_log {
+            if c.member == member && c.fenced.is_none() {
+                c.fenced = Some((client, now));
+            }
+        }
     }
 
     /// Whether `client` crashes at an awaited post of `verbs` work requests (one doorbell), and

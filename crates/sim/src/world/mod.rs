@@ -57,7 +57,7 @@ use crate::pause::Pauses;
 use crate::phases::Phases;
 
 mod cpu;
-mod crash;
+pub(crate) mod crash;
 mod serve;
 
 pub(crate) const PS_PER_NS: u64 = 1000;
@@ -257,6 +257,8 @@ pub(crate) struct World {
     pub(crate) pauses: Pauses,
     /// Per memory node, the members fenced there: their verbs are refused.
     fenced: Vec<Vec<u64>>,
+    /// Every client crash so far, and when its member was fenced ([`crash::Crash`]).
+    pub(crate) crash_log: Vec<crash::Crash>,
 }
 
 /// Folds one word into the trace hash (rotate, xor, multiply: cheap and order-sensitive).
@@ -305,6 +307,7 @@ impl World {
             events_processed: 0,
             pauses: Pauses::default(),
             fenced: vec![Vec::new(); memory_nodes as usize],
+            crash_log: Vec::new(),
         }
     }
 
@@ -576,10 +579,11 @@ impl World {
     }
 
     /// Fences `member` at `node` at once, outside the model (fast-forward).
-    pub(crate) fn fence_now(&mut self, node: u16, member: u64) {
+    pub(crate) fn fence_now(&mut self, client: u32, node: u16, member: u64) {
         if !self.fenced[node as usize].contains(&member) {
             self.fenced[node as usize].push(member);
         }
+        self.fence_answered(client, node as usize, member);
     }
 
     /// Connects `client` to `node`'s current incarnation outside the model (fast-forward).
@@ -824,7 +828,13 @@ impl World {
             }
             OpKind::Atomic(_) => c.atomics += 1,
             OpKind::Rpc(_) => c.rpcs += 1,
-            OpKind::Connect | OpKind::Fence(_) => c.rpcs += 1,
+            OpKind::Connect => c.rpcs += 1,
+            OpKind::Fence(member) => {
+                c.rpcs += 1;
+                if self.ops[i as usize].result.is_ok() {
+                    self.fence_answered(client, node, member);
+                }
+            }
         }
         if kind_is_read(kind) {
             // Fold what the read saw into the trace, so a different interleaving changes it.
