@@ -88,6 +88,9 @@ pub struct CheckArgs {
     /// more client rebuilds it while the others go on; every key is read once more at the end.
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     mn_restart_us: Option<u64>,
+    /// Print the summary as JSON (with each repaired crash's time to recover).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Everything `check` checks before it runs: the index, the configuration and the seeds, or
@@ -172,7 +175,7 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
     for seed in seeds.clone() {
         match (entry.check)(&cfg, seed) {
             Ok(r) => {
-                if a.seed.is_some() {
+                if a.seed.is_some() && !a.json {
                     println!("{r}");
                 }
                 sum.add(&r);
@@ -193,12 +196,65 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let recovery = match ((entry.recovers_client_crashes)(&cfg.index_config()), sum.stuck) {
+    let recovers = (entry.recovers_client_crashes)(&cfg.index_config());
+    if a.json {
+        let report = summary_json(&a.index.name, recovers, &seeds, &sum);
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let recovery = match (recovers, sum.stuck) {
         (false, 1..) => "; this index does not recover from client crashes yet",
         _ => "",
     };
     println!("{} ({}..={}): {sum}{recovery}", a.index.name, seeds.start(), seeds.end());
     Ok(ExitCode::SUCCESS)
+}
+
+/// `check --json`: the summary, and the time to recover from the crashes survivors repaired in
+/// virtual ms and in leases (min, median, p99 and max by nearest rank; null when none was).
+fn summary_json(
+    index: &str,
+    recovers: bool,
+    seeds: &std::ops::RangeInclusive<u64>,
+    s: &Summary,
+) -> serde_json::Value {
+    let lease = s.lease_ns.max(1) as f64;
+    let spread = |q: &dyn Fn(f64) -> Option<u64>| {
+        let at = |x: f64| q(x).map(|ns| ns as f64 / 1e6);
+        let leases = |x: f64| q(x).map(|ns| ns as f64 / lease);
+        serde_json::json!({
+            "min_ms": at(0.0), "median_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0),
+            "min_leases": leases(0.0), "median_leases": leases(0.5),
+            "p99_leases": leases(0.99), "max_leases": leases(1.0),
+        })
+    };
+    serde_json::json!({
+        "index": index,
+        "first_seed": seeds.start(),
+        "last_seed": seeds.end(),
+        "seeds": s.seeds,
+        "requested": s.requested,
+        "completed": s.completed,
+        "coverage": s.coverage(),
+        "crashed": s.crashed,
+        "seeds_with_crashes": s.seeds_with_crashes,
+        "stuck": s.stuck,
+        "seeds_with_stuck": s.seeds_with_stuck,
+        "stuck_on_held_lock": s.stuck_on_held_lock,
+        "memory_node_crashes": s.memory_node_crashes,
+        "rebuilds": s.rebuilds,
+        "rebuilds_crashed": s.rebuilds_crashed,
+        "recovery": {
+            "recovers_client_crashes": recovers,
+            "lease_ms": s.lease_ns as f64 / 1e6,
+            "crashes": s.crashed,
+            "repaired": s.repaired,
+            "recovered": s.recovered_ns.len(),
+            "repairs_unfinished": s.repairs_unfinished,
+            "time_to_recover": spread(&|q| s.recovered_quantile_ns(q)),
+            "time_to_fence": spread(&|q| s.fenced_quantile_ns(q)),
+        },
+    })
 }
 
 /// The flags besides the seed that a replay needs.

@@ -187,6 +187,16 @@ impl History {
         self.len() == 0
     }
 
+    /// When `client`'s first operation to return after `time` returned (`None`: none did).
+    pub fn first_return_after(&self, client: u32, time: u64) -> Option<u64> {
+        let e = self.entries.lock().expect("history lock");
+        e.iter()
+            .filter(|x| x.client == client)
+            .filter_map(|x| x.ret.as_ref().map(|r| r.0))
+            .filter(|&t| t > time)
+            .min()
+    }
+
     /// Every key a point operation (search, insert, update, delete) named, in order.
     pub fn keys(&self) -> Vec<Vec<u8>> {
         let e = self.entries.lock().expect("history lock");
@@ -692,6 +702,21 @@ mod tests {
             (1, get(1), 40, Some((50, found(1)))),
         ]);
         assert!(lost.check().is_err(), "a blind delete that did not remove the key");
+    }
+
+    #[test]
+    fn the_first_return_after_an_instant_is_the_clients_own() {
+        let hist = h(vec![
+            (0, ins(1, 1), 0, Some((10, Outcome::Done))),
+            (1, ins(1, 2), 5, Some((12, Outcome::Done))),
+            (0, ins(1, 3), 20, Some((30, Outcome::Done))),
+            (0, ins(1, 4), 40, None),
+            (0, ins(1, 5), 15, Some((25, Outcome::Done))),
+        ]);
+        assert_eq!(hist.first_return_after(0, 10), Some(25), "not 10 itself, not client 1's 12");
+        assert_eq!(hist.first_return_after(1, 0), Some(12));
+        assert_eq!(hist.first_return_after(1, 12), None);
+        assert_eq!(hist.first_return_after(0, 30), None, "a pending operation never returned");
     }
 
     #[test]

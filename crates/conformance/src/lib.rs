@@ -47,7 +47,8 @@ pub mod threads;
 
 pub use garbage::{garbage_test, GarbageConfig, Garble, Op, Traced};
 pub use linearizable::{
-    check_seed, not_runnable, suite, CheckConfig, Crashes, NotRunnable, SeedReport, Summary,
+    check_seed, not_runnable, suite, CheckConfig, Crashes, NotRunnable, Recovery, SeedReport,
+    Summary,
 };
 pub use model::{model_test, run_model, ModelConfig, Step};
 pub use threads::on_local_threads;

@@ -31,7 +31,7 @@ use std::fmt;
 use std::ops::Range;
 
 use dmindex_check::{CheckStats, History};
-use dmindex_fabric::FabricError;
+use dmindex_fabric::{FabricError, Transport};
 use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -148,7 +148,24 @@ pub struct SeedReport {
     pub rebuilt: bool,
     /// Whether the client rebuilding it crashed first (a rebuild left halfway).
     pub rebuild_crashed: bool,
+    /// The crashes a survivor repaired: those whose member a survivor fenced.
+    pub repairs: Vec<Recovery>,
+    /// The clients' lease, ns ([`dmindex_fabric::Transport::lease_ns`]).
+    pub lease_ns: u64,
     pub trace_hash: u64,
+}
+
+/// A crashed client that a survivor judged dead and fenced, and how long that took.
+///
+/// Measured from the crash instant: `fenced_ns` until the first fence of the crashed client's
+/// member was answered on every memory node ([`dmindex_sim::Crash`]); `recovered_ns` until the
+/// fencing client's first operation to complete after that — the operation that waited on what
+/// the dead client held, which completes only after the survivor took it over and repaired it
+/// (`None`: it never completed one before the run ended, e.g. it crashed too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    pub fenced_ns: u64,
+    pub recovered_ns: Option<u64>,
 }
 
 impl fmt::Display for SeedReport {
@@ -168,6 +185,22 @@ impl fmt::Display for SeedReport {
             self.stuck_on_held_lock,
             self.trace_hash
         )?;
+        for r in &self.repairs {
+            match r.recovered_ns {
+                Some(ns) => write!(
+                    f,
+                    "; a crashed client fenced {} and recovered from {} after its crash",
+                    ms(r.fenced_ns),
+                    ms(ns)
+                )?,
+                None => write!(
+                    f,
+                    "; a crashed client fenced {} after its crash, its fencer completed nothing \
+                     after",
+                    ms(r.fenced_ns)
+                )?,
+            }
+        }
         if let Some((node, at)) = self.memory_node_crash {
             write!(f, "; memory node {node} crashed {at} ns into the run")?;
         }
@@ -180,7 +213,7 @@ impl fmt::Display for SeedReport {
 }
 
 /// Sums over seeds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
     pub seeds: u64,
     pub requested: u64,
@@ -198,6 +231,17 @@ pub struct Summary {
     pub rebuilds: u64,
     /// Seeds in which the client rebuilding it crashed before it was done.
     pub rebuilds_crashed: u64,
+    /// Crashed clients a survivor fenced (and so repaired what they held).
+    pub repaired: usize,
+    /// Of those, the ones whose fencer completed no operation after the fence.
+    pub repairs_unfinished: usize,
+    /// Per repaired crash, ns from the crash until its member was fenced, in seed order.
+    pub fenced_ns: Vec<u64>,
+    /// Per repaired crash whose fencer went on, ns from the crash until it recovered
+    /// ([`Recovery`]), in seed order.
+    pub recovered_ns: Vec<u64>,
+    /// The clients' lease, ns (the latest seed's).
+    pub lease_ns: u64,
 }
 
 impl Summary {
@@ -214,6 +258,26 @@ impl Summary {
         self.memory_node_crashes += u64::from(r.memory_node_crash.is_some());
         self.rebuilds += u64::from(r.rebuilt);
         self.rebuilds_crashed += u64::from(r.rebuild_crashed);
+        self.repaired += r.repairs.len();
+        for x in &r.repairs {
+            self.fenced_ns.push(x.fenced_ns);
+            match x.recovered_ns {
+                Some(ns) => self.recovered_ns.push(ns),
+                None => self.repairs_unfinished += 1,
+            }
+        }
+        self.lease_ns = r.lease_ns;
+    }
+
+    /// Time to recover (crash to recovery, [`Recovery`]) at quantile `q` in `[0, 1]`, ns, by
+    /// nearest rank (`None`: no crash was repaired and recovered from).
+    pub fn recovered_quantile_ns(&self, q: f64) -> Option<u64> {
+        quantile(&self.recovered_ns, q)
+    }
+
+    /// Crash to fence at quantile `q`, ns, by nearest rank.
+    pub fn fenced_quantile_ns(&self, q: f64) -> Option<u64> {
+        quantile(&self.fenced_ns, q)
     }
 
     /// Completed (checked) operations per requested one.
@@ -252,8 +316,41 @@ impl fmt::Display for Summary {
         if self.rebuilds_crashed > 0 {
             write!(f, " (in {} more its rebuilding client crashed)", self.rebuilds_crashed)?;
         }
+        if self.repaired > 0 {
+            write!(f, "; {} of the crashed clients were fenced by a survivor", self.repaired)?;
+        }
+        let q = |x: f64| self.recovered_quantile_ns(x).unwrap_or(0);
+        if !self.recovered_ns.is_empty() {
+            let lease = self.lease_ns.max(1) as f64;
+            write!(
+                f,
+                ", time to recover median {} / p99 {} / max {} ({:.2} / {:.2} / {:.2} leases)",
+                ms(q(0.5)),
+                ms(q(0.99)),
+                ms(q(1.0)),
+                q(0.5) as f64 / lease,
+                q(0.99) as f64 / lease,
+                q(1.0) as f64 / lease
+            )?;
+        }
+        if self.repairs_unfinished > 0 {
+            write!(
+                f,
+                ", {} of them with no operation completed by the fencer after",
+                self.repairs_unfinished
+            )?;
+        }
         Ok(())
     }
+}
+
+/// The value at quantile `q` of `xs` by nearest rank: the smallest value with at least `q` of
+/// the values at or below it.
+fn quantile(xs: &[u64], q: f64) -> Option<u64> {
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    let rank = (q.clamp(0.0, 1.0) * v.len() as f64).ceil() as usize;
+    v.get(rank.max(1) - 1).copied()
 }
 
 /// Virtual time the bound of a run allows each operation, ns, as if every client's operations
@@ -619,6 +716,19 @@ where
         .filter_map(|&t| clients.get(t).map(|c| c.transport().id()))
         .filter(|id| held.iter().any(|h| h.waiters.contains(id)))
         .count();
+    // What each crash a survivor fenced took to recover from: history clients are numbered as
+    // the run's clients, the simulator names clients by transport id.
+    let ids: Vec<u32> = clients.iter().map(|c| c.transport().id()).collect();
+    let mut repairs = Vec::new();
+    for crash in sim.crashes() {
+        let Some((by, fenced_at)) = crash.fenced else { continue };
+        let fencer = ids.iter().position(|&id| id == by);
+        let done = fencer.and_then(|i| history.first_return_after(i as u32, fenced_at));
+        repairs.push(Recovery {
+            fenced_ns: fenced_at.saturating_sub(crash.at_ns),
+            recovered_ns: done.map(|t| t.saturating_sub(crash.at_ns)),
+        });
+    }
     match history.check() {
         Ok(stats) => Ok(SeedReport {
             seed,
@@ -632,6 +742,8 @@ where
             memory_node_crash,
             rebuilt: rebuilt.get(),
             rebuild_crashed: repairing && out.crashed.contains(&cfg.clients),
+            repairs,
+            lease_ns: setup.transport().lease_ns(),
             trace_hash: sim.trace_hash(),
         }),
         Err(v) => bail!("history is not linearizable: {v}"),
