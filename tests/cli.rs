@@ -966,9 +966,9 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
     // loaded index, then fabric-bench clients in the middle of their verbs. Over TCP the
     // memnodes execute those verbs (as messages), so each death leaves replies that cannot be
     // delivered; the memnodes stay up and keep serving. (UCX 1.13.1's own software RMA aborted
-    // the memnode in such a case within 3–15 kills here: docs/ucx.md.) The index may now hold
-    // a lock or a half-written leaf of a dead client: CHIME, like the paper, has no client-crash
-    // recovery, so only the fabric is used afterwards.
+    // the memnode in such a case within 3–15 kills here: docs/ucx.md.) What the dead CHIME
+    // client held is repaired by the next writer that waits on it (tests/ucx_client_crash.rs
+    // tests that); here only the fabric is used afterwards.
     let crasher = |args: &[&str]| {
         Command::new(bin)
             .env("UCX_TLS", "tcp")
@@ -1043,9 +1043,9 @@ fn ucx_shared_memory_is_one_sided_across_processes() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // A second client process attaches to the loaded index and is killed mid-run (SIGKILL):
     // over shared memory (as over RDMA) the memnode never answers a client's verbs, so
-    // it stays up and keeps serving new clients. (The index itself may now hold a lock
-    // or a half-written leaf of the dead client: CHIME, like the paper, has no client-crash
-    // recovery.)
+    // it stays up and keeps serving new clients. (The index itself may now hold a lock of
+    // the dead client: over shared memory a memnode cannot fence it, so it is not repaired;
+    // docs/recovery.md.)
     let mut crasher = Command::new(bin)
         .env("UCX_TLS", "sm,self")
         .args(["bench", "--transport", "ucx", "--attach", "--memnode", &addr, "--token-file"])
