@@ -11,13 +11,7 @@ use dmindex_prim::lock::{holder, LocalLocks, Repair};
 use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
 
 fn sim(seed: u64) -> Sim {
-    Sim::new(SimConfig {
-        node_size: 16 << 20,
-        chunk_size: 1 << 20,
-        faults: Faults::delays(),
-        ..SimConfig::new(seed, NetParams::stress())
-    })
-    .unwrap()
+    Sim::new(SimConfig::stress_with_delays(seed)).unwrap()
 }
 
 /// Repairs with a fixed metadata word and counts its calls.

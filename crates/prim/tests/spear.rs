@@ -10,16 +10,10 @@ use dmindex_index::IndexResult;
 use dmindex_prim::lease::{self, DEAD_AFTER_LEASES, FENCED};
 use dmindex_prim::spear::intent::Mine;
 use dmindex_prim::spear::{self, Claim, Claimed, Panel, Recover, CLAIM, IDU};
-use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
+use dmindex_sim::{Sim, SimConfig, SimTransport, Task};
 
 fn sim(seed: u64) -> Sim {
-    Sim::new(SimConfig {
-        node_size: 16 << 20,
-        chunk_size: 1 << 20,
-        faults: Faults::delays(),
-        ..SimConfig::new(seed, NetParams::stress())
-    })
-    .unwrap()
+    Sim::new(SimConfig::stress_with_delays(seed)).unwrap()
 }
 
 /// An index with nothing to roll forward, that counts the claims it finished.

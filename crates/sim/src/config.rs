@@ -342,6 +342,17 @@ impl SimConfig {
         }
     }
 
+    /// What the crash and lock-repair tests run on: the slow `stress` network with injected
+    /// delays, one 16 MiB memory node carved in 1 MiB chunks.
+    pub fn stress_with_delays(seed: u64) -> SimConfig {
+        SimConfig {
+            node_size: 16 << 20,
+            chunk_size: 1 << 20,
+            faults: Faults::delays(),
+            ..SimConfig::new(seed, NetParams::stress())
+        }
+    }
+
     /// Checks the configuration, naming the first problem.
     pub fn validate(&self) -> Result<(), String> {
         self.net.check()?;

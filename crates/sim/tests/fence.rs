@@ -2,17 +2,10 @@
 //! executes on that node, and its verbs already in flight either landed before or are refused.
 
 use dmindex_fabric::{Client, FabricError, Transport};
-use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
+use dmindex_sim::{Sim, SimConfig, SimTransport, Task};
 
 fn sim(seed: u64) -> Sim {
-    Sim::new(SimConfig {
-        memory_nodes: 2,
-        node_size: 16 << 20,
-        chunk_size: 1 << 20,
-        faults: Faults::delays(),
-        ..SimConfig::new(seed, NetParams::stress())
-    })
-    .unwrap()
+    Sim::new(SimConfig { memory_nodes: 2, ..SimConfig::stress_with_delays(seed) }).unwrap()
 }
 
 /// A zombie keeps writing its own number into a word; a judge fences it and then writes its

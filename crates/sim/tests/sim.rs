@@ -837,13 +837,7 @@ fn a_pause_advances_virtual_time_without_verbs() {
 #[test]
 fn a_doorbell_starts_its_verbs_in_order_on_ties() {
     for seed in 0..20 {
-        let s = Sim::new(SimConfig {
-            node_size: 16 << 20,
-            chunk_size: 1 << 20,
-            faults: Faults::delays(),
-            ..SimConfig::new(seed, NetParams::stress())
-        })
-        .unwrap();
+        let s = Sim::new(SimConfig::stress_with_delays(seed)).unwrap();
         let c = s.client_on_own_thread(0);
         let (word, other) =
             s.block_on(async { (c.alloc(64, 64).await.unwrap(), c.alloc(64, 64).await.unwrap()) });

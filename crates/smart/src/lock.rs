@@ -150,7 +150,7 @@ mod tests {
     use dmindex_index::{IndexConfig, PointIndex};
     use dmindex_prim::counter::get;
     use dmindex_prim::lease::DEAD_AFTER_LEASES;
-    use dmindex_sim::{Faults, NetParams, Sim, SimConfig, Task};
+    use dmindex_sim::{Sim, SimConfig, Task};
 
     use super::*;
     use crate::leaf;
@@ -187,13 +187,7 @@ mod tests {
     }
 
     fn sim(seed: u64) -> Sim {
-        Sim::new(SimConfig {
-            node_size: 16 << 20,
-            chunk_size: 1 << 20,
-            faults: Faults::delays(),
-            ..SimConfig::new(seed, NetParams::stress())
-        })
-        .unwrap()
+        Sim::new(SimConfig::stress_with_delays(seed)).unwrap()
     }
 
     /// One client locks `KEY`'s leaf to rewrite "old" as "new", stops at `stop` and stays

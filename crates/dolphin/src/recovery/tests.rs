@@ -11,7 +11,7 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexConfig, PointIndex, RangeIndex};
 use dmindex_prim::lease::{self, DEAD_AFTER_LEASES, FENCED};
 use dmindex_prim::spear::{Panel, Word};
-use dmindex_sim::{Faults, NetParams, Sim, SimConfig, SimTransport, Task};
+use dmindex_sim::{Sim, SimConfig, SimTransport, Task};
 
 use crate::leaf::{LeafImage, SPEAR};
 use crate::ops::{Route, Split};
@@ -64,13 +64,7 @@ fn a_split_left_half_done_is_finished_by_its_writers() {
 }
 
 fn half_done_split(seed: u64, both: bool) {
-    let s = Sim::new(SimConfig {
-        node_size: 16 << 20,
-        chunk_size: 1 << 20,
-        faults: Faults::delays(),
-        ..SimConfig::new(seed, NetParams::stress())
-    })
-    .unwrap();
+    let s = Sim::new(SimConfig::stress_with_delays(seed)).unwrap();
     let cfg = config();
     let c0 = s.client_on_own_thread(0);
     let ix0 = s.block_on(<Dolphin as PointIndex<_>>::create(&c0, &cfg, 0)).unwrap();

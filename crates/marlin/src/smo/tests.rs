@@ -8,7 +8,7 @@ use dmindex_fabric::Transport;
 use dmindex_index::{IndexConfig, PointIndex};
 use dmindex_prim::lease::DEAD_AFTER_LEASES;
 use dmindex_prim::spear::{self, Claim, Panel, WholeRewrites};
-use dmindex_sim::{Faults, NetParams, Sim, SimConfig, Task};
+use dmindex_sim::{Sim, SimConfig, Task};
 
 use crate::leaf::SPEAR;
 use crate::write::Write;
@@ -21,13 +21,7 @@ fn key(n: u64) -> [u8; 8] {
 #[test]
 fn a_dead_smos_claim_is_taken_over_and_the_tree_goes_on() {
     for seed in 0..8 {
-        let s = Sim::new(SimConfig {
-            node_size: 16 << 20,
-            chunk_size: 1 << 20,
-            faults: Faults::delays(),
-            ..SimConfig::new(seed, NetParams::stress())
-        })
-        .unwrap();
+        let s = Sim::new(SimConfig::stress_with_delays(seed)).unwrap();
         let spans = vec![("span".into(), "4".into()), ("internal_span".into(), "4".into())];
         let cfg = IndexConfig { extra: spans, ..IndexConfig::default() };
         let c0 = s.client_on_own_thread(0);
