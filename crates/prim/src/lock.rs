@@ -27,9 +27,19 @@
 //!   word. One round trip both locks and returns the metadata bits as they were (CHIME's
 //!   access-aggregated metadata).
 //! * [`acquire_whole`]: a CAS from 0, for a word that holds nothing but the lock.
-//! * [`LocalLocks::acquire_keeping`]: the lock bit only, the other bits left in place while
-//!   held, for a design whose readers need them then (ROLEX's retirement bits). Such a holder is
-//!   not named, and a crash holding it is not recovered.
+//! * [`LocalLocks::acquire_keeping`]: for a design whose readers need some of the free word's
+//!   bits while it is held (ROLEX's retirement bits): bits 62-61 ([`KEPT_BITS`]) stay in place
+//!   and the holder is named in the bits below them ([`kept_held_word`]):
+//!
+//! ```text
+//!  63   62 .. 61            60 .. 30                  29 .. 0
+//! +---+------------------+-------------------------+----------------------------+
+//! | 1 | kept: the free   | the holder's member word | its acquisition number,   |
+//! |   | word's, unchanged | ([`lease`], 31 bits)     | low 30 bits               |
+//! +---+------------------+-------------------------+----------------------------+
+//! ```
+//!
+//!   A free word of such a lock has bits 60-0 clear.
 //!
 //! Each retries while the lock is held, calling `on_retry` after each failed attempt and backing
 //! off ([`crate::backoff`]: a few retries at network pace, then pauses doubling to a cap).
@@ -91,8 +101,31 @@ pub const fn held_word(member: u64, n: u32) -> u64 {
     LOCK_BIT | member << 32 | n as u64
 }
 
-/// The member a held word names, if it names one (a word held by
-/// [`LocalLocks::acquire_keeping`] does not).
+/// Bits 62-61, which a lock taken by [`LocalLocks::acquire_keeping`] leaves as they were.
+pub const KEPT_BITS: u64 = 0b11 << 61;
+/// Where a kept held word puts the member word (above the acquisition number).
+const KEPT_MEMBER_SHIFT: u32 = 30;
+const _: () = assert!(KEPT_MEMBER_SHIFT + MEMBER_BITS == 61, "the member stops below KEPT_BITS");
+
+/// The word of a keeping lock held by `member` in its acquisition number `n` (its low 30 bits),
+/// [`KEPT_BITS`] clear: the locking CAS swaps it in under a mask that leaves them in place.
+#[inline]
+pub const fn kept_held_word(member: u64, n: u32) -> u64 {
+    LOCK_BIT | member << KEPT_MEMBER_SHIFT | (n as u64 & ((1 << KEPT_MEMBER_SHIFT) - 1))
+}
+
+/// The member a word held by [`LocalLocks::acquire_keeping`] names, if it is held.
+#[inline]
+pub const fn kept_holder(word: u64) -> Option<u64> {
+    let m = (word >> KEPT_MEMBER_SHIFT) & ((1 << MEMBER_BITS) - 1);
+    if word & LOCK_BIT != 0 && m >> (MEMBER_BITS - 1) == 1 {
+        Some(m)
+    } else {
+        None
+    }
+}
+
+/// The member a held word ([`held_word`]) names, if it names one.
 #[inline]
 pub const fn holder(word: u64) -> Option<u64> {
     let m = (word >> 32) & ((1 << MEMBER_BITS) - 1);
@@ -138,19 +171,28 @@ pub async fn next_held_word<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
     Ok(held_word(member, n.get()))
 }
 
-/// One failed look at `addr` that found `old`: past the backoff's free looks, watches the
-/// holder, and when it is dead and fenced takes the lock over — a CAS from the exact word the
-/// dead holder left to `mine`, this client's held word — and repairs under it. Returns the free
-/// word the repair computed if this client now holds the lock; `None` to look again (the
-/// holder may be alive, or another waiter took over first).
+/// Like [`next_held_word`], for a keeping lock ([`kept_held_word`]).
+pub async fn next_kept_word<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
+    let member = lease::renew_if_due(c).await?;
+    let n = &c.membership().acquisitions;
+    n.set(n.get().wrapping_add(1));
+    Ok(kept_held_word(member, n.get()))
+}
+
+/// One failed look at `addr` that found `old`, held by `member` if it names one: past the
+/// backoff's free looks, watches the holder, and when it is dead and fenced takes the lock
+/// over — a CAS from the exact word the dead holder left to `mine`, this client's held word —
+/// and repairs under it. Returns the free word the repair computed if this client now holds
+/// the lock; `None` to look again (the holder may be alive, or another waiter took over first).
 async fn judge<T: Transport>(
     c: &Client<T>,
     (addr, old, mine): (GlobalAddr, u64, u64),
+    member: Option<u64>,
     watch: &mut Watch,
     backoff: &Backoff,
     repair: &impl Repair<T>,
 ) -> IndexResult<Option<u64>> {
-    let Some(member) = holder(old) else { return Ok(None) };
+    let Some(member) = member else { return Ok(None) };
     if backoff.looks() < FREE {
         return Ok(None);
     }
@@ -165,6 +207,21 @@ async fn judge<T: Transport>(
     // Held by this client now: the repair is the only writer of the node, and if this client
     // dies in it, the next waiter finds this client's word, judges it and repairs again.
     Ok(Some(unlocked(repair.free_word(c, addr, old).await?)))
+}
+
+/// [`judge`] for a keeping lock ([`kept_held_word`]), for an index that takes such a lock with
+/// its own verbs: one failed look at `addr` that found `old`. Takes the lock over from a dead
+/// holder by CAS from `old` to `mine` with `old`'s [`KEPT_BITS`] added, and returns the free
+/// word `repair` computed (lock bit clear); `None` to look again.
+pub async fn judge_kept<T: Transport>(
+    c: &Client<T>,
+    (addr, old, mine): (GlobalAddr, u64, u64),
+    watch: &mut Watch,
+    backoff: &Backoff,
+    repair: &impl Repair<T>,
+) -> IndexResult<Option<u64>> {
+    let take = mine | (old & KEPT_BITS);
+    judge(c, (addr, old, take), kept_holder(old), watch, backoff, repair).await
 }
 
 /// A remote lock this client holds: the lock word's address, the word the locking CAS found
@@ -218,7 +275,9 @@ async fn spin<T: Transport>(
             return Ok(old);
         }
         on_retry();
-        if let Some(free) = judge(c, (addr, old, held), &mut watch, &backoff, repair).await? {
+        let named = holder(old);
+        if let Some(free) = judge(c, (addr, old, held), named, &mut watch, &backoff, repair).await?
+        {
             return Ok(free);
         }
         backoff.failed(c, addr, "lock word").await?;
@@ -241,7 +300,8 @@ pub async fn acquire_whole<T: Transport>(
             return Ok(Held { addr, word: 0, _local: None });
         }
         on_retry();
-        if judge(c, (addr, old, held), &mut watch, &backoff, &NoMetadata).await?.is_some() {
+        let named = holder(old);
+        if judge(c, (addr, old, held), named, &mut watch, &backoff, &NoMetadata).await?.is_some() {
             return Ok(Held { addr, word: 0, _local: None });
         }
         backoff.failed(c, addr, "lock word").await?;
@@ -281,24 +341,31 @@ impl LocalLocks {
         Ok(Held { addr, word, _local: Some(local) })
     }
 
-    /// Like [`LocalLocks::acquire`], but sets the lock bit only and leaves the other bits in
-    /// place while held, for readers that need them then. The holder is not named: a crash
-    /// while holding such a lock is not recovered.
+    /// Like [`LocalLocks::acquire`], but leaves [`KEPT_BITS`] in place while held, for
+    /// readers that need them then, and names this client in the bits below them
+    /// ([`kept_held_word`]). [`Held::word`] is the free word found (or the one `repair`
+    /// computed for a dead holder's lock, taken over with the dead word's [`KEPT_BITS`]).
     pub async fn acquire_keeping<T: Transport>(
         &self,
         c: &Client<T>,
         addr: GlobalAddr,
         mut on_retry: impl FnMut(),
+        repair: &impl Repair<T>,
     ) -> IndexResult<Held<'_>> {
         let local = self.queue(addr).await;
-        let mut backoff = Backoff::new();
+        let held = next_kept_word(c).await?;
+        let (mut backoff, mut watch) = (Backoff::new(), Watch::new());
         // Ends when the CAS finds the lock free, or the backoff's bound on a lock never let go.
         loop {
-            let old = c.masked_cas(addr, 0, LOCK_BIT, LOCK_BIT, LOCK_BIT).await?;
+            let old = c.masked_cas(addr, 0, LOCK_BIT, held, !KEPT_BITS).await?;
             if old & LOCK_BIT == 0 {
                 return Ok(Held { addr, word: old, _local: Some(local) });
             }
             on_retry();
+            let seen = (addr, old, held);
+            if let Some(free) = judge_kept(c, seen, &mut watch, &backoff, repair).await? {
+                return Ok(Held { addr, word: free, _local: Some(local) });
+            }
             backoff.failed(c, addr, "lock word").await?;
         }
     }
@@ -359,6 +426,34 @@ mod tests {
             assert_eq!(c.read_word(b).await.unwrap(), held_word(member, 3));
             held.unlock_with(&c, 0).await.unwrap();
             assert_eq!(c.read_word(b).await.unwrap(), 0);
+        }]);
+    }
+
+    /// A keeping lock: bits 62-61 stay as the free word had them while it is held, the holder
+    /// is named below them, and the unlock puts the free word back.
+    #[test]
+    fn a_kept_word_names_its_holder_below_the_kept_bits() {
+        assert_eq!(KEPT_BITS, 0x6000_0000_0000_0000);
+        let m = lease::member_word(5, 9);
+        assert_eq!(kept_held_word(m, 7), 1 << 63 | m << 30 | 7);
+        assert_eq!(kept_held_word(m, u32::MAX) & KEPT_BITS, 0, "the number is cut to 30 bits");
+        assert_eq!(kept_holder(kept_held_word(m, 7) | KEPT_BITS), Some(m));
+        assert_eq!((kept_holder(KEPT_BITS), kept_holder(LOCK_BIT)), (None, None));
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let c = f.client(0).unwrap();
+        let table = LocalLocks::default();
+        run_tasks([async {
+            let a = c.alloc(64, 64).await.unwrap();
+            c.write(a, &(1u64 << 62).to_le_bytes()).await.unwrap();
+            let held = table.acquire_keeping(&c, a, || panic!("free"), &NoMetadata).await.unwrap();
+            assert_eq!(held.word(), 1 << 62);
+            let member = c.membership().member.get();
+            let w = c.read_word(a).await.unwrap();
+            assert_eq!(w, 1 << 62 | kept_held_word(member, 1), "bit 62 kept, holder named");
+            assert_eq!(kept_holder(w), Some(member));
+            let free = held.word();
+            held.unlock_with(&c, free).await.unwrap();
+            assert_eq!(c.read_word(a).await.unwrap(), 1 << 62);
         }]);
     }
 

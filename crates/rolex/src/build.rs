@@ -49,6 +49,8 @@ pub async fn build<T: Transport>(
         let anchor = run.first().map_or(seg_low, |p| p.0);
         let node = node_for(c, seg_low);
         let (table, leaves) = write_model(c, shape, node, seg_low, run).await?;
+        // A retrainer holds its model's leaves while it builds: it renews its lease as it goes.
+        dmindex_prim::lease::renew_if_due(c).await?;
         out.push(DirEntry {
             low: seg_low,
             anchor,

@@ -36,17 +36,21 @@
 //! # Lock word (one per leaf; CAS'd)
 //!
 //! ```text
-//!  63     62         61        60 .. 0
-//! +------+----------+---------+--------+
-//! | LOCK | RETIRING | RETIRED |  zero  |
-//! +------+----------+---------+--------+
+//!  63     62         61        60 .. 30                 29 .. 0
+//! +------+----------+---------+------------------------+------------------------+
+//! | LOCK | RETIRING | RETIRED | holder's member word   | acquisition, low bits  |
+//! +------+----------+---------+------------------------+------------------------+
+//! free: LOCK clear, bits 60-0 zero        held: bits 60-0 name the holder
 //! ```
 //!
 //! A base leaf's word locks its whole chain (the base and its synonym leaves): writers set LOCK
-//! by masked CAS and clear it with the WRITE after the leaf ([`dmindex_prim::lock`]). A
-//! retrainer sets LOCK | RETIRING on every base leaf of its model. After it published the new
-//! models it writes RETIRING | RETIRED (unlocked) to every base leaf and RETIRED to every synonym
-//! leaf of the old model, for good. A synonym leaf's word is never locked.
+//! and name themselves by masked CAS that leaves RETIRING and RETIRED in place, and put the free
+//! word back with the WRITE after the leaf ([`dmindex_prim::lock::kept_held_word`]). A
+//! retrainer sets LOCK | RETIRING and its name on every base leaf of its model. After it
+//! published the new models it writes RETIRING | RETIRED (unlocked) to every base leaf and
+//! RETIRED to every synonym leaf of the old model, for good. A synonym leaf's word is never
+//! locked. A holder that dies is judged by its lease and its lock repaired
+//! ([`crate::recover`]).
 //!
 //! # Leaf table (one per model, on the model's memory node, 8-byte aligned)
 //!
@@ -372,6 +376,15 @@ mod tests {
         let l = LeafLayout::new(4);
         assert_eq!((l.decoded, l.data, l.lock_off, l.read_len, l.stride), (88, 89, 96, 104, 128));
         assert_eq!((LOCK, RETIRING, RETIRED), (1 << 63, 1 << 62, 1 << 61));
+        // A held word names its holder in bits 60-0 and leaves the retirement bits to the
+        // masked CAS: the kept bits are exactly RETIRING and RETIRED.
+        use dmindex_prim::lock::{kept_held_word, kept_holder, KEPT_BITS};
+        assert_eq!(KEPT_BITS, RETIRING | RETIRED);
+        let m = dmindex_prim::lease::member_word(3, 4);
+        let held = kept_held_word(m, 9) | RETIRING;
+        assert_eq!(held, LOCK | RETIRING | m << 30 | 9);
+        assert_eq!(kept_holder(held), Some(m));
+        assert_eq!(held & RETIRED, 0);
     }
 
     /// A leaf of span 16 with known fields, byte by byte: header, slots, a CL version at every

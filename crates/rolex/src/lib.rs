@@ -78,10 +78,13 @@
 //! * Two retrains of different models publish by CAS on the same root word; the loser rebuilds
 //!   its directory from the winner's. Retrains of one model are excluded by the claim.
 //!
-//! A retrainer that crashes before its publish leaves its model frozen: searches go on (the root
-//! word still names the frozen model, whose leaves are current), writers of its keys wait, as
-//! for any lock a crashed client holds. One that crashes after the publish leaves the old leaves
-//! frozen and never retired: searches still see RETIRING, READ the root word and move on.
+//! A client that dies holding a base leaf's lock, as a writer or as a retrainer that froze it,
+//! is judged dead by its lease by the next writer of that leaf, fenced, and the lock taken over
+//! and repaired ([`recover`]): a writer leaves a whole chain whatever prefix of its doorbell
+//! landed; a retrainer's freeze is rolled back if it never published (the model stays claimed
+//! and is not retrained again), and the leaf retired if it did. Searches and scans never wait:
+//! a frozen leaf of a model never published is current, one of a published model sends them
+//! to the new directory by its RETIRING bit and the root word.
 //!
 //! ## Operations and round trips (models and leaf table cached, no synonym to follow)
 //!
@@ -114,6 +117,7 @@ pub mod cache;
 pub mod layout;
 pub mod ops;
 pub mod pla;
+pub mod recover;
 pub mod retrain;
 mod scan;
 pub mod shape;
@@ -147,6 +151,8 @@ pub struct Counters {
     pub torn_reads: AtomicU64,
     pub lock_retries: AtomicU64,
     pub retiring_checks: AtomicU64,
+    /// Leaf locks taken over from a dead holder and repaired.
+    pub lock_repairs: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -370,6 +376,7 @@ impl<T: Transport> PointIndex<T> for Rolex {
                 ("directory_refreshes", get(&self.cache.refreshes)),
                 ("retiring_checks", get(&n.retiring_checks)),
                 ("torn_reads", get(&n.torn_reads)),
+                ("lock_repairs", get(&n.lock_repairs)),
                 ("models", self.models() as u64),
             ],
         }

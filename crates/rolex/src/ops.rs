@@ -29,6 +29,7 @@ use dmindex_prim::lock::unlocked;
 use crate::build::Pair;
 use crate::cache::{Dir, Table};
 use crate::layout::{self, Refused, BASE, RETIRED, RETIRING, SYNONYM};
+use crate::recover::LeafRepair;
 use crate::Rolex;
 
 /// Working memory of one operation, pooled per compute node.
@@ -301,12 +302,10 @@ impl Rolex {
         }
         let (b, leaf) = self.target(s, lo, k)?;
         let base = s.addrs[b];
-        let held = self
-            .locks
-            .acquire_keeping(c, self.layout.lock_addr(base), || {
-                crate::bump(&self.counters.lock_retries)
-            })
-            .await?;
+        let repair = LeafRepair { rolex: self, table: m.e.table };
+        let retried = || crate::bump(&self.counters.lock_retries);
+        let lock = self.layout.lock_addr(base);
+        let held = self.locks.acquire_keeping(c, lock, retried, &repair).await?;
         if held.word() & RETIRED != 0 {
             // Retired while we waited: the model is stale (the word stays retired).
             let w = held.word();

@@ -22,24 +22,25 @@ use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::backoff::Backoff;
 use dmindex_prim::doorbell;
+use dmindex_prim::lease::{self, Watch};
+use dmindex_prim::lock;
 
 use crate::build::{self, Pair};
 use crate::cache::{read_dir, Dir};
 use crate::layout::{self, DirEntry, LOCK, RETIRED, RETIRING};
 use crate::ops::{Pass, Scratch};
+use crate::recover::LeafRepair;
 use crate::Rolex;
 
-/// The masked CAS that freezes a base leaf: LOCK | RETIRING if the lock bit is clear.
-const FREEZE: AtomicOp = AtomicOp::MaskedCas {
-    compare: 0,
-    compare_mask: LOCK,
-    swap: LOCK | RETIRING,
-    swap_mask: LOCK | RETIRING,
-};
+/// The masked CAS that freezes a base leaf for retrainer word `held` (a kept held word with
+/// RETIRING): if the lock bit is clear, every bit but RETIRED swapped in.
+fn freeze_op(held: u64) -> AtomicOp {
+    AtomicOp::MaskedCas { compare: 0, compare_mask: LOCK, swap: held, swap_mask: !RETIRED }
+}
 
 /// Where a retrain stops: when done, or (tests) as a retrainer that crashed after a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Until {
+pub(crate) enum Until {
     Retired,
     #[cfg_attr(not(test), allow(dead_code))]
     Frozen,
@@ -61,7 +62,7 @@ impl Rolex {
 
     /// Retrains model `j` of `dir` on its pairs and `extra` (sorted, keys not in the model);
     /// whether this client claimed it.
-    async fn retrain_with<T: Transport>(
+    pub(crate) async fn retrain_with<T: Transport>(
         &self,
         c: &Client<T>,
         dir: &Dir,
@@ -75,8 +76,12 @@ impl Rolex {
         }
         crate::bump(&self.counters.retrains);
         let t = self.cache.table(c, m).await?;
+        // Every leaf frozen names this retrainer (one acquisition), so that a waiter can judge
+        // it dead and roll the freeze back or finish the retire ([`crate::recover`]).
+        let held = lock::next_kept_word(c).await? | RETIRING;
         for chunk in t.leaves.chunks(MAX_BATCH) {
-            self.freeze(c, chunk).await?;
+            self.freeze(c, chunk, held, m.e.table).await?;
+            lease::renew_if_due(c).await?;
         }
         if until == Until::Frozen {
             return Ok(true);
@@ -107,20 +112,36 @@ impl Rolex {
         Ok(true)
     }
 
-    /// Freezes base leaves `leaves` (one node): one doorbell of masked CASes, then each one a
-    /// writer held, again until it is free.
-    async fn freeze<T: Transport>(&self, c: &Client<T>, leaves: &[GlobalAddr]) -> IndexResult<()> {
+    /// Freezes base leaves `leaves` (one node) of the model whose leaf table is `table`, naming
+    /// `held`: one doorbell of masked CASes, then each one a writer held, again until it is
+    /// free or its writer is found dead and the lock taken over.
+    async fn freeze<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaves: &[GlobalAddr],
+        held: u64,
+        table: GlobalAddr,
+    ) -> IndexResult<()> {
+        let freeze = freeze_op(held);
         let mut ops: Vec<BatchOp<'_>> =
-            leaves.iter().map(|&a| BatchOp::atomic(self.layout.lock_addr(a), FREEZE)).collect();
+            leaves.iter().map(|&a| BatchOp::atomic(self.layout.lock_addr(a), freeze)).collect();
         doorbell::post(c, &mut ops).await?;
+        let repair = LeafRepair { rolex: self, table };
         for op in &ops {
             let BatchOp::Atomic { addr, old, .. } = *op else { unreachable!("atomics only") };
             let mut old = old;
-            let mut backoff = Backoff::new();
-            // Ends when the writer holding the leaf lets go (or the backoff's bound).
+            let (mut backoff, mut watch) = (Backoff::new(), Watch::new());
+            // Ends when the writer holding the leaf lets go, or is judged dead and this
+            // retrainer takes its lock over (or the backoff's bound).
             while old & LOCK != 0 {
+                let seen = (addr, old, held);
+                if let Some(free) = lock::judge_kept(c, seen, &mut watch, &backoff, &repair).await?
+                {
+                    old = free;
+                    break;
+                }
                 backoff.failed(c, addr, "leaf lock").await?;
-                old = c.atomic(addr, FREEZE).await?;
+                old = c.atomic(addr, freeze).await?;
             }
             if old & (RETIRED | RETIRING) != 0 {
                 return Err(IndexError::Corrupt(format!("{addr}: a claimed model was retired")));
@@ -143,6 +164,7 @@ impl Rolex {
             s.addrs.clear();
             s.addrs.extend_from_slice(chunk);
             self.read_from(c, &mut s, 0, &mut attempts).await?;
+            lease::renew_if_due(c).await?;
             for (b, &base) in chunk.iter().enumerate() {
                 if let Pass::Stale = self.walk(c, &mut s, b, &mut attempts).await? {
                     return Err(IndexError::Corrupt(format!("a retired leaf in {base}")));
@@ -199,6 +221,7 @@ impl Rolex {
                 .chain(cur.pages[p + 1..].iter().map(|pg| (pg.low, pg.word)))
                 .collect();
             let new = build::write_top(c, &top).await?;
+            lease::renew_if_due(c).await?;
             let was = c.cas(self.root.addr(), root, new).await?;
             if was == root {
                 return Ok(());
