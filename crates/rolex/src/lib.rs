@@ -300,6 +300,10 @@ impl Rolex {
 }
 
 impl<T: Transport> PointIndex<T> for Rolex {
+    /// Every base leaf lock names its holder, a writer or a retrainer's freeze, and a waiter
+    /// that finds it dead repairs it ([`recover`]).
+    const RECOVERS_CLIENT_CRASHES: bool = true;
+
     async fn create(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
         let shape = Shape::from_config(cfg)?;
         let root = RootSlot::with_descriptor(cfg.root_slot)?;
