@@ -79,6 +79,12 @@ mod tests {
         (x * 1000).to_be_bytes()
     }
 
+    /// A leaf of the largest span is written in one packet (the failure model's unit).
+    #[test]
+    fn the_largest_leaf_write_is_one_packet() {
+        assert_eq!(MAX_LEAF_WRITE, 2104);
+    }
+
     /// A retrainer that dies with its model frozen (before its publish) or published but not
     /// retired: another compute node's writer of every leaf waits on the dead retrainer's
     /// words, judges it, and rolls the freeze back or retires the leaf; a handle opened
