@@ -86,6 +86,7 @@ macro_rules! with_index {
             "smart-opt" => $f::<dmindex_smart::SmartOpt>(),
             "dolphin" => $f::<dmindex_dolphin::Dolphin>(),
             "marlin" => $f::<dmindex_marlin::Marlin>(),
+            "rolex" => $f::<dmindex_rolex::Rolex>(),
             "ref" => $f::<dmindex_reference::LockedShards>(),
             other => panic!("{other} claims client-crash recovery: name its type in with_index!"),
         }
