@@ -32,11 +32,11 @@
 //!   and the holder is named in the bits below them ([`kept_held_word`]):
 //!
 //! ```text
-//!  63   62 .. 61            60 .. 30                  29 .. 0
-//! +---+------------------+-------------------------+----------------------------+
-//! | 1 | kept: the free   | the holder's member word | its acquisition number,   |
-//! |   | word's, unchanged | ([`lease`], 31 bits)     | low 30 bits               |
-//! +---+------------------+-------------------------+----------------------------+
+//!  63   62 .. 61             60 .. 30                   29 .. 0
+//! +---+-------------------+--------------------------+------------------------+
+//! | 1 | kept: the free    | the holder's member word | its acquisition number |
+//! |   | word's, unchanged | (`lease`, 31 bits)       | (low 30 bits)          |
+//! +---+-------------------+--------------------------+------------------------+
 //! ```
 //!
 //!   A free word of such a lock has bits 60-0 clear.

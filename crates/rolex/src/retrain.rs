@@ -3,9 +3,11 @@
 //!
 //! 1. **Claim** the model: CAS its leaf table's claim word 0 → 1. A model is retrained at most
 //!    once (its replacements are new models); a client that loses the claim goes on.
-//! 2. **Freeze**: masked-CAS every base leaf's lock word to LOCK | RETIRING, in leaf order
-//!    (doorbells of up to 16 CASes; a leaf a writer holds is waited for). Writers hold one lock
-//!    at a time and never wait while holding one, so this ends.
+//! 2. **Freeze**: masked-CAS every base leaf's lock word to LOCK | RETIRING and this
+//!    retrainer's name, in leaf order (doorbells of up to 16 CASes; a leaf a writer holds is
+//!    waited for, and taken over if the writer is judged dead, [`crate::recover`]). Writers hold
+//!    one lock at a time and never wait while holding one, so this ends. From here to the
+//!    retire the retrainer renews its lease as it goes, so that waiters do not judge it dead.
 //! 3. **Read** every chain: nothing can change them now.
 //! 4. **Train and write** the new models, leaves and leaf tables out of place ([`crate::build`]).
 //! 5. **Publish**: CAS the root word from the directory holding the model to a new directory
