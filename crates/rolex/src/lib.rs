@@ -121,6 +121,8 @@ pub mod recover;
 pub mod retrain;
 mod scan;
 pub mod shape;
+#[cfg(test)]
+mod testkit;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

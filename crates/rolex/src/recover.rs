@@ -60,24 +60,12 @@ mod tests {
     use std::cell::Cell;
     use std::collections::BTreeMap;
 
-    use dmindex_index::{IndexConfig, PointIndex, RangeIndex};
+    use dmindex_index::{PointIndex, RangeIndex};
     use dmindex_sim::{NetParams, Sim, SimConfig, Task};
 
     use super::*;
     use crate::retrain::Until;
-
-    fn cfg() -> IndexConfig {
-        IndexConfig::with_options(&[
-            ("span", "4"),
-            ("epsilon", "2"),
-            ("fill", "3"),
-            ("retrain", "0"),
-        ])
-    }
-
-    fn k(x: u64) -> [u8; 8] {
-        (x * 1000).to_be_bytes()
-    }
+    use crate::testkit::{cfg, k};
 
     /// A leaf of the largest span is written in one packet (the failure model's unit).
     #[test]

@@ -264,22 +264,10 @@ impl Rolex {
 mod tests {
     use dmindex_fabric::exec::run_tasks;
     use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
-    use dmindex_index::{IndexConfig, PointIndex, RangeIndex};
+    use dmindex_index::{PointIndex, RangeIndex};
 
     use super::*;
-
-    fn cfg() -> IndexConfig {
-        IndexConfig::with_options(&[
-            ("span", "4"),
-            ("epsilon", "2"),
-            ("fill", "3"),
-            ("retrain", "0"),
-        ])
-    }
-
-    fn k(x: u64) -> [u8; 8] {
-        (x * 1000).to_be_bytes()
-    }
+    use crate::testkit::{cfg, k};
 
     /// A retrainer stopped after its freeze (crashed, or slow): the old leaves stay current
     /// for searches and scans, and the root word is unchanged.
