@@ -165,18 +165,22 @@ impl<T: Transport> Repair<T> for NoMetadata {
 /// This client's held word for its next acquisition (joining the cluster first if it has not,
 /// and renewing its lease if due): for a lock an index takes with its own verbs.
 pub async fn next_held_word<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
-    let member = lease::renew_if_due(c).await?;
-    let n = &c.membership().acquisitions;
-    n.set(n.get().wrapping_add(1));
-    Ok(held_word(member, n.get()))
+    let (member, n) = next_acquisition(c).await?;
+    Ok(held_word(member, n))
 }
 
 /// Like [`next_held_word`], for a keeping lock ([`kept_held_word`]).
 pub async fn next_kept_word<T: Transport>(c: &Client<T>) -> IndexResult<u64> {
+    let (member, n) = next_acquisition(c).await?;
+    Ok(kept_held_word(member, n))
+}
+
+/// This client's member word (joining or renewing as due) and its next acquisition number.
+async fn next_acquisition<T: Transport>(c: &Client<T>) -> IndexResult<(u64, u32)> {
     let member = lease::renew_if_due(c).await?;
     let n = &c.membership().acquisitions;
     n.set(n.get().wrapping_add(1));
-    Ok(kept_held_word(member, n.get()))
+    Ok((member, n.get()))
 }
 
 /// One failed look at `addr` that found `old`, held by `member` if it names one: past the
@@ -257,27 +261,42 @@ impl Held<'_> {
     }
 }
 
-/// Retries a masked CAS of the lock bit at `addr` that swaps in this client's held word,
-/// backing off while it is held and repairing it when its holder is dead; returns the word it
-/// found free.
+/// How a lock word names its holder while held: [`held_word`] over the whole word, or
+/// [`kept_held_word`] below the [`KEPT_BITS`] the lock leaves in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Naming {
+    Whole,
+    Kept,
+}
+
+/// Retries a masked CAS of the lock bit at `addr` that swaps in this client's held word
+/// (named as `naming` says), backing off while it is held and repairing it when its holder is
+/// dead; returns the word it found free, or the free word the repair computed.
 async fn spin<T: Transport>(
     c: &Client<T>,
     addr: GlobalAddr,
+    naming: Naming,
     mut on_retry: impl FnMut(),
     repair: &impl Repair<T>,
 ) -> IndexResult<u64> {
-    let held = next_held_word(c).await?;
+    let (held, swap_mask) = match naming {
+        Naming::Whole => (next_held_word(c).await?, u64::MAX),
+        Naming::Kept => (next_kept_word(c).await?, !KEPT_BITS),
+    };
     let (mut backoff, mut watch) = (Backoff::new(), Watch::new());
     // Ends when the CAS finds the lock free, or the backoff's bound on a lock never let go.
     loop {
-        let old = c.masked_cas(addr, 0, LOCK_BIT, held, u64::MAX).await?;
+        let old = c.masked_cas(addr, 0, LOCK_BIT, held, swap_mask).await?;
         if old & LOCK_BIT == 0 {
             return Ok(old);
         }
         on_retry();
-        let named = holder(old);
-        if let Some(free) = judge(c, (addr, old, held), named, &mut watch, &backoff, repair).await?
-        {
+        let seen = (addr, old, held);
+        let judged = match naming {
+            Naming::Whole => judge(c, seen, holder(old), &mut watch, &backoff, repair).await?,
+            Naming::Kept => judge_kept(c, seen, &mut watch, &backoff, repair).await?,
+        };
+        if let Some(free) = judged {
             return Ok(free);
         }
         backoff.failed(c, addr, "lock word").await?;
@@ -337,7 +356,7 @@ impl LocalLocks {
         repair: &impl Repair<T>,
     ) -> IndexResult<Held<'_>> {
         let local = self.queue(addr).await;
-        let word = spin(c, addr, on_retry, repair).await?;
+        let word = spin(c, addr, Naming::Whole, on_retry, repair).await?;
         Ok(Held { addr, word, _local: Some(local) })
     }
 
@@ -349,25 +368,12 @@ impl LocalLocks {
         &self,
         c: &Client<T>,
         addr: GlobalAddr,
-        mut on_retry: impl FnMut(),
+        on_retry: impl FnMut(),
         repair: &impl Repair<T>,
     ) -> IndexResult<Held<'_>> {
         let local = self.queue(addr).await;
-        let held = next_kept_word(c).await?;
-        let (mut backoff, mut watch) = (Backoff::new(), Watch::new());
-        // Ends when the CAS finds the lock free, or the backoff's bound on a lock never let go.
-        loop {
-            let old = c.masked_cas(addr, 0, LOCK_BIT, held, !KEPT_BITS).await?;
-            if old & LOCK_BIT == 0 {
-                return Ok(Held { addr, word: old, _local: Some(local) });
-            }
-            on_retry();
-            let seen = (addr, old, held);
-            if let Some(free) = judge_kept(c, seen, &mut watch, &backoff, repair).await? {
-                return Ok(Held { addr, word: free, _local: Some(local) });
-            }
-            backoff.failed(c, addr, "lock word").await?;
-        }
+        let word = spin(c, addr, Naming::Kept, on_retry, repair).await?;
+        Ok(Held { addr, word, _local: Some(local) })
     }
 
     /// Queues on `addr`'s local slot.
