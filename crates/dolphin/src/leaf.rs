@@ -37,11 +37,19 @@
 //! +----------------+--+--+-------------------------------+-------------------------+
 //! | cv             |0 |L | st6 st5 st4 st3 st2 st1 st0   | nv: the leaf epoch      |
 //! +----------------+--+--+-------------------------------+-------------------------+
+//!  multi-line cell, locked (one cell, so bits 34..45 are free for its holder):
+//! +----------------+--+--+-----------------------+-------+-------------------------+
+//! | cv             |0 |1 |T| holder: member slot | st0   | nv                      |
+//! +----------------+--+--+-----------------------+-------+-------------------------+
+//!  63            48 47 46 45 44               34 33  32 31                      0
+//!  T: flipped by each takeover of the lock from a dead holder (crate::redo)
 //!  st p (bits 32 + 2p .. 34 + 2p): 0 EMPTY (a key CAS'd into a slot whose cell is EMPTY is a
 //!      pending insert: invisible), 1 LIVE, 2 DELETED; only forward within an epoch, so a
 //!      deleted cell stays dead until an SMO and a re-insert of its key takes a free slot
 //!  L, cv: multi-line cells only (0 otherwise): the writer lock, and the cell version that
-//!      every line's cl byte repeats when the cell is whole
+//!      every line's cl byte repeats when the cell is whole; while L is set, bits 34..45 name
+//!      the holder's member slot (`prim::lease`), whose redo record says what it writes
+//!      (`crate::redo`)
 //! ```
 //!
 //! Default shape (84 slots, 8-byte values): K = 3 key lines, 12 value lines of 7 cells,
@@ -132,7 +140,16 @@ impl State {
 pub struct LineHead(pub u64);
 
 /// The writer lock bit of a multi-line cell.
-const LOCK: u64 = 1 << 46;
+pub const LOCK: u64 = 1 << 46;
+/// Where a locked multi-line cell's head names its holder's member slot (11 bits).
+const HOLDER_SHIFT: u32 = 34;
+/// The holder's slot bits of a locked multi-line cell's head.
+const SLOT: u64 = 0x7FF << HOLDER_SHIFT;
+/// Flipped by each takeover of a lock, so a takeover always changes the word (a repairer may
+/// hold the dead holder's slot itself).
+const TAKEOVER: u64 = 1 << 45;
+/// The holder bits of a locked multi-line cell's head.
+const HOLDER: u64 = SLOT | TAKEOVER;
 
 impl LineHead {
     /// A head of epoch `nv`, every cell EMPTY.
@@ -169,9 +186,24 @@ impl LineHead {
         self.0 & LOCK != 0
     }
 
-    /// This word with the writer lock set.
-    pub const fn lock(self) -> LineHead {
-        LineHead(self.0 | LOCK)
+    /// This (unlocked) word locked by the member in slot `slot`.
+    pub const fn locked_by(self, slot: u32) -> LineHead {
+        LineHead(self.0 & !HOLDER | LOCK | ((slot as u64) << HOLDER_SHIFT) & HOLDER)
+    }
+
+    /// This locked word taken over by the member in slot `slot` (its takeover bit flipped).
+    pub const fn taken_over_by(self, slot: u32) -> LineHead {
+        let flipped = self.0 & TAKEOVER ^ TAKEOVER;
+        LineHead(self.0 & !HOLDER | LOCK | ((slot as u64) << HOLDER_SHIFT) & SLOT | flipped)
+    }
+
+    /// The member slot of a locked multi-line cell's holder.
+    pub const fn holder(self) -> Option<u32> {
+        if self.locked() {
+            Some(((self.0 & SLOT) >> HOLDER_SHIFT) as u32)
+        } else {
+            None
+        }
     }
 
     /// This word with cell `p` in `state`.
@@ -194,7 +226,9 @@ impl LineHead {
     const fn well_formed(self, n: usize, multi: bool) -> bool {
         let used = ((1u64 << (2 * n)) - 1) << 32;
         let extra = if multi { LOCK | 0xFFFF << 48 } else { 0 };
-        if self.0 & !(0xFFFF_FFFF | used | extra) != 0 {
+        // Holder bits only with the lock (a multi-line cell's head describes one cell).
+        let holder = if multi && self.locked() { HOLDER } else { 0 };
+        if self.0 & !(0xFFFF_FFFF | used | extra | holder) != 0 {
             return false;
         }
         let mut p = 0;

@@ -20,8 +20,8 @@
 //! Keys are exactly 8 bytes, compared as big-endian integers; key 0 is reserved (a free key
 //! word). Values are exactly the configured `max_value` bytes (1 to 4096). Up to 56 bytes a value
 //! shares one cache line with the line head that holds its state and writes are lock-free; longer values take
-//! multi-line cells whose writers serialise on a per-cell lock, one round trip more per write
-//! ([`leaf`], [`sync`]).
+//! multi-line cells whose writers serialise on a per-cell lock, one round trip more per write,
+//! each leaving a redo record first ([`leaf`], [`sync`], [`redo`]).
 //!
 //! # Pathfinding ([`ops`])
 //!
@@ -97,14 +97,17 @@
 //! waits on its leaf for a lease ([`dmindex_prim::spear`]'s intent table names who may hold a
 //! share of a leaf's count): a count it left is dropped by the next split, and a claim it left is
 //! taken over, its half-done split rolled forward (the old leaf shrunk before the new one opens)
-//! and released ([`recovery`]). A writer that dies holding a multi-line cell's lock leaves that
-//! key's writers waiting (not recovered: the lock names nobody); readers go on. So Dolphin
-//! recovers from client crashes with one-line cells (values up to 56 bytes) only
-//! ([`PointIndex::recovers_client_crashes`]).
+//! and released ([`recovery`]). A writer that dies holding a multi-line cell's lock (values over
+//! 56 bytes), with or without part of its last doorbell landed, is named by the lock word and
+//! has left the cell it meant to write in a redo record ([`redo`]): whoever waits on the cell
+//! finishes that write once the writer is fenced, and an SMO that finds the cell in its drained
+//! image takes the value from the record. So Dolphin recovers from client crashes at every
+//! value size ([`PointIndex::recovers_client_crashes`]).
 
 pub mod leaf;
 pub mod ops;
 mod recovery;
+pub mod redo;
 pub mod scan;
 pub mod smo;
 pub mod special;
@@ -125,7 +128,8 @@ use dmindex_prim::radix::{DescentCounters, Header, Kind, NodeImage, RadixCache, 
 use dmindex_prim::root::{Magic, RootSlot};
 
 use crate::leaf::Shape;
-use crate::sync::SyncCounters;
+use crate::redo::Redo;
+use crate::sync::{Cells, SyncCounters};
 
 /// The descriptor's magic ("DL").
 pub const MAGIC: Magic = Magic { name: "dolphin", value: 0x444C, bits: 16 };
@@ -181,6 +185,8 @@ pub struct Dolphin {
     /// Scans' working vectors ([`scan::ScanScratch`]).
     scans: Pool<scan::ScanScratch>,
     counters: Counters,
+    /// Multi-line cells' redo records ([`redo`]); `None` for one-line cells.
+    redo: Option<Redo>,
 }
 
 /// The shape and options `config` asks for, checked.
@@ -205,13 +211,31 @@ fn configure<T: Transport>(c: &Client<T>, config: &IndexConfig) -> IndexResult<(
     Ok((shape, polls))
 }
 
+/// The redo directory: right after the root node, which never moves.
+fn redo_directory(root: GlobalAddr) -> GlobalAddr {
+    root.add(ROOT_KIND.alloc_bytes())
+}
+
+impl<T: Transport> Cells<T> for Dolphin {
+    fn redo(&self) -> Option<&Redo> {
+        self.redo.as_ref()
+    }
+}
+
 fn shape_bits(shape: &Shape) -> u64 {
     (shape.slots as u64) << 16 | shape.value as u64
 }
 
 impl Dolphin {
-    fn new(root: GlobalAddr, shape: Shape, polls: u32, config: &IndexConfig) -> Dolphin {
+    fn new(
+        root: GlobalAddr,
+        shape: Shape,
+        polls: u32,
+        config: &IndexConfig,
+        redo: Option<Redo>,
+    ) -> Dolphin {
         Dolphin {
+            redo,
             root,
             shape,
             polls,
@@ -251,24 +275,22 @@ impl Dolphin {
 }
 
 impl<T: Transport> PointIndex<T> for Dolphin {
-    // A dead client's Spear shares and claims are recovered (`crate::recovery`); one-line
-    // cells (values up to 56 bytes, the default 8 among them) take no other lock.
+    // A dead client's Spear shares and claims are recovered (`crate::recovery`), and a
+    // multi-line cell's lock from its redo record (`crate::redo`).
     const RECOVERS_CLIENT_CRASHES: bool = true;
-
-    /// Not with multi-line cells (values over 56 bytes): a writer that dies holding a cell's
-    /// lock leaves that key's writers waiting (the lock names nobody), and one whose doorbell
-    /// landed only the cell's later lines leaves it torn, its old value overwritten.
-    fn recovers_client_crashes(config: &IndexConfig) -> bool {
-        config.max_value <= leaf::LINE_VALUE
-    }
 
     async fn create(c: &Client<T>, config: &IndexConfig, cn: u16) -> IndexResult<Self> {
         let (shape, _) = configure(c, config)?;
         let slot = RootSlot::with_descriptor(config.root_slot)?;
-        let root = c.alloc(ROOT_KIND.alloc_bytes(), 64).await?;
+        // The root node, then the redo directory (one word per memory node; zero for one-line
+        // cells, which keep no records).
+        let root = c.alloc(ROOT_KIND.alloc_bytes() + Redo::directory_bytes(c), 64).await?;
         let mut buf = Vec::new();
         NodeImage::encode_new(GlobalAddr::NULL, &Header::new(ROOT_KIND, 0, b"", 0), &[], &mut buf);
         c.write(root, &buf).await?;
+        if shape.multi_line() {
+            Redo::create(c, &shape, redo_directory(root)).await?;
+        }
         slot.claim(c, root.raw()).await?;
         slot.publish(c, &MAGIC, shape_bits(&shape)).await?;
         Self::open(c, config, cn).await
@@ -279,7 +301,11 @@ impl<T: Transport> PointIndex<T> for Dolphin {
         let slot = RootSlot::with_descriptor(config.root_slot)?;
         slot.check(c, &MAGIC, shape_bits(&shape)).await?;
         let root = GlobalAddr::from_raw(slot.load(c).await?);
-        Ok(Dolphin::new(root, shape, polls, config))
+        let redo = match shape.multi_line() {
+            true => Some(Redo::open(c, &shape, redo_directory(root)).await?),
+            false => None,
+        };
+        Ok(Dolphin::new(root, shape, polls, config, redo))
     }
 
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {

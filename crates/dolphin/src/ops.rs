@@ -97,7 +97,7 @@ impl Dolphin {
         self.counters.searches.bump(c.ordinal());
         let mut buf = self.leaf_buf(c);
         // Multi-line cells caught mid-write, and backtracks.
-        let mut attempts = Attempts::new();
+        let (mut attempts, mut torn_reads) = (Attempts::new(), 0);
         loop {
             let (leaf, special) = match self.route(c, key).await? {
                 Route::NoPrefix(_) => return Ok(false),
@@ -108,8 +108,14 @@ impl Dolphin {
                 Judge::Here => match search_image_reported(c, &img, key, out) {
                     Some(found) => return Ok(found),
                     None => {
+                        let torn = sync::torn_lock(&img, Some(key));
                         attempts.failed(leaf, "leaf's multi-line cell")?;
-                        bump(&self.counters.sync.torn_reads)
+                        bump(&self.counters.sync.torn_reads);
+                        torn_reads += 1;
+                        if let Some((j, head)) = torn.filter(|_| torn_reads >= sync::SETTLE_AFTER) {
+                            let sc = &self.counters.sync;
+                            sync::settle(c, &self.shape, leaf, j, head, &mut buf, sc, self).await?;
+                        }
                     }
                 },
                 Judge::Right => {
@@ -163,6 +169,7 @@ impl Dolphin {
                 }
                 Route::Leaf { leaf, special, kind } => (leaf, special, kind),
             };
+            sync::adopt(c, shape, leaf.node(), &mut buf, sc, self).await?;
             match sync::upsert(c, shape, leaf, key, value, &mut buf, sc, self).await? {
                 Write::Done(()) => return Ok(()),
                 Write::Elsewhere(held, j) => {
@@ -304,6 +311,8 @@ impl Dolphin {
                 Route::NoPrefix(_) => return Ok(false),
                 Route::Leaf { leaf, special, .. } => (leaf, special),
             };
+            let sc = &self.counters.sync;
+            sync::adopt(c, &self.shape, leaf.node(), &mut buf, sc, self).await?;
             match op(leaf, &mut buf).await? {
                 Write::Done(found) => return Ok(found),
                 Write::Elsewhere(held, j) => {

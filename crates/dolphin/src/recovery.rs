@@ -31,8 +31,10 @@
 //!   first, as any waiter on it would. Taking `N` over then clears its born record.
 //!
 //! The inserted key, if it moved to `N`, stays pending there (its cell EMPTY): invisible, and
-//! adopted by the next insert of that key, as a crashed insert's slot is. A leaf over 4096 bytes
-//! (long values) rewritten by a WRITE that a dead client left part landed is not repaired.
+//! adopted by the next insert of that key, as a crashed insert's slot is. A multi-line cell a
+//! dead writer left locked (its share dropped before the split claimed the leaf) is finished
+//! from its redo record in the frozen image first ([`crate::redo::patch`]). A leaf over 4096
+//! bytes (long values) rewritten by a WRITE that a dead client left part landed is not repaired.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -44,7 +46,7 @@ use dmindex_prim::spear::{self, Recover, Word};
 use crate::leaf::{encode, State, BORN, LO, SPEAR};
 use crate::ops::Route;
 use crate::smo::next_epoch;
-use crate::{sync, Dolphin};
+use crate::{redo, sync, Dolphin};
 
 fn corrupt(what: &str, leaf: GlobalAddr) -> IndexError {
     IndexError::Corrupt(format!("dolphin: {what} (leaf at {leaf:?})"))
@@ -104,8 +106,12 @@ impl<T: Transport> Recover<T> for Dolphin {
     async fn finish(&self, c: &Client<T>, _: GlobalAddr, node: GlobalAddr) -> IndexResult<()> {
         let (shape, sc) = (&self.shape, &self.counters.sync);
         let mut buf = self.leaf_buf(c);
-        // Claimed by this client: the image is final.
-        let img = sync::read(c, shape, node, &mut buf, sc).await?;
+        // Claimed by this client: the image is final, but for multi-line cells a dead writer
+        // left locked, which their records finish.
+        sync::read(c, shape, node, &mut buf, sc).await?;
+        redo::patch(c, self.redo.as_ref(), shape, node, &mut buf).await?;
+        let img = crate::leaf::LeafImage::check(shape, &buf)
+            .map_err(|_| corrupt("a claimed leaf does not check", node))?;
         let (lo, hi) = (img.lo(), img.hi());
         let right = self.fresh_leaf(c, hi).await?;
         if right == node {

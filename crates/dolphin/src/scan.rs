@@ -255,7 +255,7 @@ impl Dolphin {
                     // Torn by a split's rewrite, or a multi-line cell mid-write: this leaf
                     // again, alone, until it checks.
                     Ok(()) | Err(Refused::Torn) => {
-                        sync::read_whole(c, shape, addr, buf, &self.counters.sync).await?;
+                        sync::read_whole(c, shape, addr, buf, &self.counters.sync, self).await?;
                     }
                     Err(Refused::NotALeaf) => {
                         return Err(IndexError::Corrupt(format!("no dolphin leaf at {addr:?}")))

@@ -24,9 +24,11 @@
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
-use dmindex_prim::spear::{self, Claim, Claimed, Held, Panel, Recover};
+use dmindex_prim::spear::{self, Claim, Claimed, Held, Panel};
 
 use crate::leaf::{encode, live_head, split_at, LeafImage, Shape, State, BORN, LINE, LO};
+use crate::redo;
+use crate::sync::Cells;
 
 /// The live pairs of a drained image and one more, sorted by key (values in one buffer).
 #[derive(Debug, Default)]
@@ -98,7 +100,7 @@ pub enum Smo {
 /// reports that it must split. `buf` holds a leaf; `panel` judges counts that never leave,
 /// across the insert's attempts; `rec` repairs what dead SMOs left.
 #[allow(clippy::too_many_arguments)]
-pub async fn compact_or_split<T: Transport, R: Recover<T>>(
+pub async fn compact_or_split<T: Transport, R: Cells<T>>(
     c: &Client<T>,
     shape: &Shape,
     leaf: GlobalAddr,
@@ -116,7 +118,9 @@ pub async fn compact_or_split<T: Transport, R: Recover<T>>(
         Claim::Lost => return Ok(Smo::Again),
         Claim::GaveUp => return Ok(Smo::GaveUp),
     };
-    // Drained and claimed, the leaf cannot be torn, nor any cell of it mid-write.
+    // Drained and claimed, the leaf cannot be torn, nor any cell of it mid-write, but for a
+    // multi-line cell a dead writer left locked: its record finishes it here.
+    redo::patch(c, rec.redo(), shape, leaf, &mut buf[..shape.bytes]).await?;
     let drained = LeafImage::check(shape, buf).ok().and_then(|img| {
         let pairs = Pairs::gather(&img, key, value)?;
         Some((img, pairs))

@@ -97,15 +97,27 @@ fn real_threads() {
     on_local_threads::<Dolphin, Ordered>(&small, 5);
 }
 
-/// Dolphin claims client-crash recovery with one-line cells only (a multi-line cell's lock
-/// names nobody), so the seeds above fail on a client stuck behind a crash, and those of
-/// multi-line values do not.
+/// Dolphin claims client-crash recovery at every value size: a multi-line cell's lock names its
+/// holder, whose redo record finishes its write, so the seeds above fail on a client stuck
+/// behind a crash for multi-line values too.
 #[test]
-fn recovers_from_client_crashes_with_one_line_cells_only() {
+fn recovers_from_client_crashes_at_every_value_size() {
     type D = Dolphin;
     let with = |max_value| IndexConfig { max_value, ..CheckConfig::default().index_config() };
     let recovers = <D as PointIndex<LocalTransport>>::recovers_client_crashes;
     const _: () = assert!(<D as PointIndex<LocalTransport>>::RECOVERS_CLIENT_CRASHES);
-    assert!(recovers(&with(8)) && recovers(&with(56)));
-    assert!(!recovers(&with(57)) && !recovers(&with(100)));
+    assert!([8, 56, 57, 100, 4096].into_iter().all(|v| recovers(&with(v))));
+}
+
+/// Two-line cells with a crash in every seed: writers that die holding a cell's lock, or with
+/// part of its lines landed, are finished from their redo records by whoever waits on them.
+#[test]
+fn multi_line_values_survive_client_crashes() {
+    let cfg = CheckConfig {
+        value_size: 100,
+        index_options: slots("6"),
+        crashes: Crashes::EverySeed,
+        ..CheckConfig::default()
+    };
+    suite::<Dolphin, Ordered>("dolphin_multi_line_crashes", &cfg, 0..100);
 }

@@ -20,22 +20,26 @@
 //!
 //! Two WRITEs of one multi-line cell could interleave line by line and leave a value torn for
 //! good, so writers of such a cell serialise on its lock bit `H.L` (the cell's line head, which
-//! describes that cell alone), taken by CAS after the entry
-//! (a locked cell turns the writer away to enter again), and released by the writer's last WRITE:
+//! describes that cell alone), taken by CAS after the entry, and released by the writer's last
+//! WRITE. The locked word names the holder's member slot, and the CAS rides after the WRITE of
+//! the writer's redo record ([`crate::redo`]: the whole cell it is about to write) in one
+//! doorbell:
 //!
 //! | operation | round trips | verbs |
 //! |---|---|---|
-//! | insert of a new key | 4 | enter; masked CAS key field 0 → key; CAS `H` → `H \| L`; `[WRITE lines 1.., WRITE line 0 (H LIVE at cv + 1, unlocked), FAA −1]` |
-//! | insert of a present key | 3 | enter; CAS `H` (not DELETED) → `H \| L`; the same doorbell |
-//! | update | 3 | enter; CAS `H` (LIVE) → `H \| L`; the same doorbell |
-//! | delete | 2 | enter; `[masked CAS H LIVE unlocked → DELETED, FAA −1]` (a locked cell: enter again) |
+//! | insert of a new key | 4 | enter; masked CAS key field 0 → key; `[WRITE record, CAS H → H locked by me]`; `[WRITE lines 1.., WRITE line 0 (H LIVE at cv + 1, unlocked), FAA −1]` |
+//! | insert of a present key | 3 | enter; `[WRITE record, CAS H (not DELETED) → locked]`; the same doorbell |
+//! | update | 3 | enter; `[WRITE record, CAS H (LIVE) → locked]`; the same doorbell |
+//! | delete | 2 | enter; `[masked CAS H LIVE unlocked → DELETED, FAA −1]` |
 //! | search | 1 | READ; the cell is taken when whole ([`LeafImage::cell_whole`]), else READ again |
 //!
 //! Line 0 goes last: until it lands the cell's lines show the old version or a mismatch, never
-//! a whole new version under an old `M`. A doorbell is posted whole, so a writer that stops
-//! holding the lock leaves the old value whole; writers of that key then wait on it (as on any
-//! crashed holder; its Spear entry also keeps SMOs off the leaf). The lock costs a round trip
-//! over one-line cells on every write.
+//! a whole new version under an old `H`. A writer or delete that finds the cell locked waits
+//! inside the leaf for the word to move, and a reader that keeps finding it torn under a lock
+//! goes in to wait too ([`settle`]); a holder that died (stopped anywhere: after its CAS, or
+//! with some of its last doorbell's lines landed) is judged by its lease, fenced, and its write
+//! finished from its record by the waiter ([`cell`]). The lock costs a round trip over one-line
+//! cells on every write, the record `64 + cell` bytes written in a doorbell sent anyway.
 //!
 //! # One-line cells: value first, state after
 //!
@@ -65,13 +69,17 @@
 use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
-use dmindex_prim::spear::{self, Held, Recover};
+use dmindex_prim::spear::{self, Held};
 
 use crate::bump;
 use crate::leaf::{
-    encode_cell, field_mask, key_field, Judge, LeafImage, LineHead, Refused, Shape, State, LINE,
-    MAX_CELL, SPEAR,
+    field_mask, key_field, Judge, LeafImage, LineHead, Refused, Shape, State, SPEAR,
 };
+
+mod cell;
+
+pub use cell::{adopt, settle, Cells};
+use cell::{await_cell, lock_cell, write_locked, Locked, Pending};
 
 /// Counters of the leaf protocol's slow paths.
 #[derive(Debug, Default)]
@@ -125,22 +133,47 @@ pub async fn read<'b, T: Transport>(
 }
 
 /// READs the leaf at `leaf` into `buf` until it checks with every live cell whole (for a scan,
-/// which returns them all).
-pub async fn read_whole<T: Transport>(
+/// which returns them all). A cell still torn under a lock after a few READs is waited for
+/// inside the leaf ([`settle`]), where a dead writer's write is finished.
+pub async fn read_whole<T: Transport, V: Cells<T>>(
     c: &Client<T>,
     shape: &Shape,
     leaf: GlobalAddr,
     buf: &mut [u8],
     counters: &SyncCounters,
+    rec: &V,
 ) -> IndexResult<()> {
     let mut attempts = Attempts::new();
+    let mut tries = 0;
+    // Ends when every live cell is whole, or on the attempts' bound.
     loop {
-        if read(c, shape, leaf, buf, counters).await?.live_whole() {
+        tries += 1;
+        let img = read(c, shape, leaf, buf, counters).await?;
+        if img.live_whole() {
             return Ok(());
         }
+        let torn = torn_lock(&img, None);
         attempts.failed(leaf, "leaf's multi-line cells")?;
         bump(&counters.torn_reads);
+        if let Some((j, head)) = torn.filter(|_| tries >= SETTLE_AFTER) {
+            settle(c, shape, leaf, j, head, buf, counters, rec).await?;
+        }
     }
+}
+
+/// Torn READs of a locked multi-line cell after which a reader goes to wait inside the leaf
+/// (a live writer's last doorbell is one round trip: a few READs see it land).
+pub const SETTLE_AFTER: u32 = 4;
+
+/// A live cell of `img` (`key`'s only, if given) that is torn with its head locked: the slot
+/// and the head.
+pub fn torn_lock(img: &LeafImage<'_>, key: Option<u64>) -> Option<(usize, LineHead)> {
+    let torn = |j: usize| !img.cell_whole(j) && img.head(j).locked();
+    let j = match key {
+        Some(k) => img.find(k).filter(|&j| img.state(j) == State::Live && torn(j)),
+        None => img.live().map(|(_, j)| j).find(|&j| torn(j)),
+    };
+    j.map(|j| (j, img.head(j)))
 }
 
 /// The value of `key` in the leaf image, if live there; `None` when its multi-line cell was
@@ -174,77 +207,10 @@ fn value_at(img: &LeafImage<'_>, found: Option<usize>, out: &mut Vec<u8>) -> Opt
     }
 }
 
-/// How taking a multi-line cell's lock ended.
-enum Locked {
-    /// Held; the word it replaced (unlocked).
-    Held(LineHead),
-    /// Another writer holds it: leave and enter again.
-    Busy,
-    /// Its state stopped matching what the writer needs (an update found it not LIVE, an
-    /// upsert found it DELETED).
-    Gone,
-}
-
-/// Takes multi-line cell `j`'s lock (its head describes it alone), starting from the word
-/// `seen` the entry READ; `live` asks the cell to be LIVE, else not DELETED. A failed CAS
-/// returns the word, as good as a READ of it. The loop ends: a failure means another writer
-/// changed the word, and it ends at once when that writer still holds the lock or the cell
-/// turned away.
-async fn lock_cell<T: Transport>(
-    c: &Client<T>,
-    shape: &Shape,
-    leaf: GlobalAddr,
-    j: usize,
-    mut seen: LineHead,
-    live: bool,
-) -> IndexResult<Locked> {
-    let at = leaf.add(shape.head_at(j) as u64);
-    loop {
-        if seen.locked() {
-            return Ok(Locked::Busy);
-        }
-        let state = seen.state(0);
-        if state == Some(State::Deleted) || live && state != Some(State::Live) {
-            return Ok(Locked::Gone);
-        }
-        let old = c.cas(at, seen.0, seen.lock().0).await?;
-        if old == seen.0 {
-            return Ok(Locked::Held(seen));
-        }
-        seen = LineHead(old);
-    }
-}
-
-/// Writes `value` into locked multi-line cell `j` (whose unlocked word was `was`) as LIVE at the
-/// next version, other lines first and line 0 last, and leaves the leaf, in one doorbell.
-async fn write_locked<T: Transport>(
-    c: &Client<T>,
-    shape: &Shape,
-    leaf: GlobalAddr,
-    j: usize,
-    was: LineHead,
-    value: &[u8],
-    held: Held,
-) -> IndexResult<()> {
-    let mut cell = [0u8; MAX_CELL];
-    let head = LineHead::versioned(State::Live, was.nv(), was.cv().wrapping_add(1));
-    encode_cell(shape, head, value, &mut cell);
-    let at = leaf.add(shape.head_at(j) as u64);
-    let leave = held.leave(c);
-    let [faa, done] = leave.ops();
-    let mut ops = [
-        BatchOp::Write { addr: at.add(LINE as u64), data: &cell[LINE..shape.cell] },
-        BatchOp::Write { addr: at, data: &cell[..LINE] },
-        faa,
-        done,
-    ];
-    Ok(c.batch(&mut ops).await?)
-}
-
 /// Enters the leaf for `key` (Spear `+1` with the leaf READ in one doorbell) and judges it:
 /// in flight on the leaf, which decides the key, with its image; or how the write ends without
 /// touching it ([`Write::Elsewhere`], still in flight; [`Write::Again`], an SMO held it).
-async fn enter<'b, T: Transport, R, V: Recover<T>>(
+async fn enter<'b, T: Transport, R, V: Cells<T>>(
     c: &Client<T>,
     shape: &'b Shape,
     leaf: GlobalAddr,
@@ -272,7 +238,7 @@ async fn enter<'b, T: Transport, R, V: Recover<T>>(
 /// Inserts or overwrites `key` in the leaf at `leaf` (an upsert). `buf` holds at least a leaf;
 /// `rec` repairs what a dead SMO left on a leaf this write waits for.
 #[allow(clippy::too_many_arguments)]
-pub async fn upsert<T: Transport, V: Recover<T>>(
+pub async fn upsert<T: Transport, V: Cells<T>>(
     c: &Client<T>,
     shape: &Shape,
     leaf: GlobalAddr,
@@ -308,16 +274,14 @@ pub async fn upsert<T: Transport, V: Recover<T>>(
     }
     let (j, state) = slot.expect("a slot");
     if shape.multi_line() {
-        return Ok(match lock_cell(c, shape, leaf, j, img.head(j), false).await? {
-            Locked::Held(was) => {
-                write_locked(c, shape, leaf, j, was, value, held).await?;
-                Write::Done(())
-            }
-            Locked::Busy | Locked::Gone => {
-                held.leave_now(c).await?;
-                Write::Again
-            }
-        });
+        return Ok(
+            match write_cell(c, shape, leaf, j, img.head(j), false, value, held, rec.redo()).await?
+            {
+                CellWrite::Done => Write::Done(()),
+                // A DELETED cell: the key takes a free slot on the next attempt.
+                CellWrite::Again | CellWrite::Gone => Write::Again,
+            },
+        );
     }
     let write = BatchOp::Write { addr: leaf.add(shape.value_at(j) as u64), data: value };
     if state == State::Live {
@@ -346,9 +310,52 @@ pub async fn upsert<T: Transport, V: Recover<T>>(
     Ok(Write::Done(()))
 }
 
+/// How a multi-line write ended.
+enum CellWrite {
+    Done,
+    /// Another writer held the cell, and has let go since: enter again.
+    Again,
+    /// The cell stopped matching what the write needs (an update found it not LIVE, an upsert
+    /// found it DELETED).
+    Gone,
+}
+
+/// A multi-line write of `value` to cell `j` (head `seen` as the entry READ it; `live`: an
+/// update, which needs the cell LIVE): locked, then written and left, in two doorbells. A cell
+/// another writer holds is waited for inside the leaf ([`await_cell`]) before the write leaves.
+#[allow(clippy::too_many_arguments)]
+async fn write_cell<T: Transport>(
+    c: &Client<T>,
+    shape: &Shape,
+    leaf: GlobalAddr,
+    j: usize,
+    seen: LineHead,
+    live: bool,
+    value: &[u8],
+    held: Held,
+    redo: Option<&crate::redo::Redo>,
+) -> IndexResult<CellWrite> {
+    let mut pending = Pending::new();
+    match lock_cell(c, shape, leaf, j, seen, live, value, redo, &mut pending).await? {
+        Locked::Held => {
+            write_locked(c, shape, leaf, j, &pending, held).await?;
+            Ok(CellWrite::Done)
+        }
+        Locked::Busy(word) => {
+            await_cell(c, shape, leaf, j, word, redo).await?;
+            held.leave_now(c).await?;
+            Ok(CellWrite::Again)
+        }
+        Locked::Gone => {
+            held.leave_now(c).await?;
+            Ok(CellWrite::Gone)
+        }
+    }
+}
+
 /// Sets `key`'s value if it is live in the leaf; whether it was.
 #[allow(clippy::too_many_arguments)]
-pub async fn update<T: Transport, V: Recover<T>>(
+pub async fn update<T: Transport, V: Cells<T>>(
     c: &Client<T>,
     shape: &Shape,
     leaf: GlobalAddr,
@@ -364,20 +371,12 @@ pub async fn update<T: Transport, V: Recover<T>>(
     };
     match img.find_reported(c, key) {
         Some(j) if img.state(j) == State::Live && shape.multi_line() => {
-            match lock_cell(c, shape, leaf, j, img.head(j), true).await? {
-                Locked::Held(was) => {
-                    write_locked(c, shape, leaf, j, was, value, held).await?;
-                    Ok(Write::Done(true))
-                }
-                Locked::Busy => {
-                    held.leave_now(c).await?;
-                    Ok(Write::Again)
-                }
-                Locked::Gone => {
-                    held.leave_now(c).await?;
-                    Ok(Write::Done(false))
-                }
-            }
+            let head = img.head(j);
+            Ok(match write_cell(c, shape, leaf, j, head, true, value, held, rec.redo()).await? {
+                CellWrite::Done => Write::Done(true),
+                CellWrite::Again => Write::Again,
+                CellWrite::Gone => Write::Done(false),
+            })
         }
         Some(j) if img.state(j) == State::Live => {
             let at = leaf.add(shape.value_at(j) as u64);
@@ -394,7 +393,7 @@ pub async fn update<T: Transport, V: Recover<T>>(
 }
 
 /// Deletes `key` if it is live in the leaf; whether it was.
-pub async fn delete<T: Transport, V: Recover<T>>(
+pub async fn delete<T: Transport, V: Cells<T>>(
     c: &Client<T>,
     shape: &Shape,
     leaf: GlobalAddr,
@@ -415,15 +414,18 @@ pub async fn delete<T: Transport, V: Recover<T>>(
             held.leave_now(c).await?;
             return Ok(Write::Done(false));
         };
-        if img.head(j).locked() {
-            // A writer is mid-way: its write must not land on a deleted cell. Enter again.
+        let head = img.head(j);
+        if head.locked() {
+            // A writer is mid-way: its write must not land on a deleted cell. Wait for it (or
+            // finish it, once it is judged dead), and enter again.
+            await_cell(c, shape, leaf, j, head, rec.redo()).await?;
             held.leave_now(c).await?;
             continue;
         }
         // Only this cell's state bits (and a multi-line cell's lock) are compared: the other
         // cells of the line change under it.
         let p = shape.pos(j);
-        let lock = if shape.multi_line() { LineHead(0).lock().0 } else { 0 };
+        let lock = if shape.multi_line() { crate::leaf::LOCK } else { 0 };
         let kill = AtomicOp::MaskedCas {
             compare: LineHead::bits(p, State::Live),
             compare_mask: LineHead::mask(p) | lock,
