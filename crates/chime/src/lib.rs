@@ -215,6 +215,8 @@ impl<V> ChimeIndex<V> {
                 scans: Pool::new(tree::SCAN_SCRATCH),
                 splits: AtomicU64::new(0),
                 moves_right: AtomicU64::new(0),
+                half_splits: tree::smo::HalfSplits::new(),
+                half_splits_finished: AtomicU64::new(0),
                 keys_at_split: AtomicU64::new(0),
             },
             shape,
@@ -365,6 +367,7 @@ impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
             extra: vec![
                 ("leaf_splits", splits),
                 ("leaf_moves_right", t.moves_right.load(Ordering::Relaxed)),
+                ("half_splits_finished", t.half_splits_finished.load(Ordering::Relaxed)),
                 ("leaf_keys_at_split", t.keys_at_split.load(Ordering::Relaxed)),
                 ("leaf_slots_at_split", splits * t.leaf.span as u64),
                 ("speculative_reads", t.hotspots.as_ref().map_or(0, |h| h.attempts.get())),

@@ -68,7 +68,7 @@ impl Tree {
                 }
                 match self.judge(&loc, &*buf, k) {
                     Where::Absent => return Ok(None),
-                    Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
+                    Where::Right(sib) if self.walk_on(c, &loc, sib, &mut moves).await? => cur = sib,
                     Where::Right(_) => {
                         restarts.failed(cur, "leaf chain")?;
                         continue 'outer;
@@ -230,7 +230,7 @@ impl Tree {
                 self.unlock_leaf(c, leaf).await?;
                 match self.judge(&loc, &*buf, k) {
                     Where::Absent => return Ok(false),
-                    Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
+                    Where::Right(sib) if self.walk_on(c, &loc, sib, &mut moves).await? => cur = sib,
                     Where::Right(_) => {
                         restarts.failed(cur, "leaf chain")?;
                         continue 'outer;

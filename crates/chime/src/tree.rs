@@ -24,7 +24,7 @@ mod fine_scan;
 mod hopscotch;
 mod leaf_io;
 mod scan;
-mod smo;
+pub(crate) mod smo;
 
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
@@ -82,6 +82,10 @@ pub(crate) struct Tree {
     pub moves_right: AtomicU64,
     /// Keys the leaves held when they split (hopscotch leaves: when the hop failed).
     pub keys_at_split: AtomicU64,
+    /// Half splits crossed under a parent read afresh ([`smo::HalfSplits`]).
+    pub half_splits: smo::HalfSplits,
+    /// Half splits this CN finished for a splitter that did not ([`Tree::crossed_half_split`]).
+    pub half_splits_finished: AtomicU64,
 }
 
 /// Leaf buffers each compute node's pool keeps (more operations in flight allocate).
@@ -231,7 +235,7 @@ impl Tree {
                 };
                 match attempt {
                     Attempt::Done => return Ok(()),
-                    Attempt::Right(next) if self.walk_on(c, &ins.loc, &mut moves).await? => {
+                    Attempt::Right(next) if self.walk_on(c, &ins.loc, next, &mut moves).await? => {
                         cur = next
                     }
                     Attempt::Right(_) | Attempt::Restart => {

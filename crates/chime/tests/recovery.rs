@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use dmindex_chime::Chime;
-use dmindex_fabric::Client;
+use dmindex_fabric::{Client, Transport};
 use dmindex_index::{mn_services, IndexConfig, PointIndex, RangeIndex, ScanBuf};
 use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
 
@@ -98,7 +98,8 @@ async fn scans_agree(b: &Chime, c: &Client<SimTransport>, m: &BTreeMap<u64, u64>
 }
 
 /// Kills the insert that makes the `nth` split at every point; returns at how many points the
-/// survivor found the split's separator missing from the parent (a half split left for good).
+/// survivor found the split's separator missing from the parent (a half split its splitter
+/// left), which the survivor then finishes.
 fn kill_at_every_point(nth: u64) -> u64 {
     let (k, took) = nth_split(nth);
     let mut half_splits = 0;
@@ -132,6 +133,19 @@ fn kill_at_every_point(nth: u64) -> u64 {
                 assert_eq!(got, m.get(&j).map(|v| key(*v).to_vec()), "point {p}: key {j}");
             }
             scans_agree(b, live, &m, k + 20).await;
+            // A half split left for good is finished by a client that crosses it a lease after
+            // it first did: from then on nothing across it retries.
+            live.pause(2 * live.transport().lease_ns()).await;
+            for j in 1..=k + 20 {
+                b.search(live, &key(j)).await.unwrap();
+            }
+            let before = retries(b);
+            scans_agree(b, live, &m, k + 20).await;
+            for j in 1..=k + 20 {
+                let got = b.search(live, &key(j)).await.unwrap();
+                assert_eq!(got, m.get(&j).map(|v| key(*v).to_vec()), "point {p}: key {j}");
+            }
+            assert_eq!(retries(b), before, "point {p}: a half split is still crossed");
         };
         let out = s.run_until([Box::pin(task) as Task], s.now_ns() + 400_000_000);
         assert!(out.all_finished(), "point {p} of {POINTS}: the survivor is stuck: {out:?}");

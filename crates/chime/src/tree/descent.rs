@@ -29,13 +29,19 @@ pub(crate) enum Where {
 
 impl Tree {
     /// Whether a walk right along the leaf chain should go on ([`dmindex_prim::blink::Blink::walk_on`]), counted.
+    /// The walk's first move, from the leaf a parent read afresh named to `next`, crosses a
+    /// half split, which is noted (and finished if it has lasted a lease: `smo`).
     pub(crate) async fn walk_on<T: Transport>(
         &self,
         c: &Client<T>,
         loc: &Located,
+        next: GlobalAddr,
         moves: &mut Attempts,
     ) -> IndexResult<bool> {
         self.moves_right.fetch_add(1, Ordering::Relaxed);
+        if let (0, None, Some(parent)) = (moves.count(), loc.cached, loc.parent) {
+            self.crossed_half_split(c, loc.leaf, next, parent).await?;
+        }
         self.blink.walk_on(c, loc, moves).await
     }
 

@@ -168,7 +168,7 @@ impl Tree {
                         continue 'outer;
                     }
                     // Half split: the key may have moved right.
-                    Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => cur = sib,
+                    Where::Right(sib) if self.walk_on(c, &loc, sib, &mut moves).await? => cur = sib,
                     Where::Right(_) => {
                         attempts.failed(cur, "leaf chain")?;
                         continue 'outer;
@@ -336,7 +336,7 @@ impl Tree {
                         self.blink.invalidate(&loc);
                         continue 'outer;
                     }
-                    Where::Right(sib) if self.walk_on(c, &loc, &mut moves).await? => {
+                    Where::Right(sib) if self.walk_on(c, &loc, sib, &mut moves).await? => {
                         self.retry();
                         cur = sib;
                     }

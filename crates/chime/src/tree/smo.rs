@@ -3,8 +3,23 @@
 //! the old leaf points to it (one doorbell when both live on one memory node), so until the
 //! separator reaches the parent the tree is in a half split, which readers cross by sibling
 //! pointers. Separators go up through [`dmindex_prim::blink`].
+//!
+//! # Half splits left for good
+//!
+//! A splitter that dies (or is fenced) after its halves and before its separator leaves a half
+//! split nobody finishes, and every operation across it through a cached parent then pays a
+//! dropped parent and a descent. So a compute node notes each half split it crosses under a
+//! parent read from the memory node ([`HalfSplits`]); one it crosses again a lease or more
+//! after it first did is finished here ([`Tree::finish_half_split`]): under the left leaf's
+//! lock (which also judges and repairs a dead holder), its sibling and upper bound give the
+//! separator exactly, and [`dmindex_prim::blink::Blink::insert_internal`] puts it in the parent
+//! unless it is there already. A slow live splitter inserting the same separator meanwhile is
+//! harmless: the second finds the pivot present and stops. A right leaf's low key never
+//! changes, so the separator stays right whatever splits the left leaf later. Cost: nothing
+//! until a half split outlives a lease; then a lock, a READ of the leaf and the insert, once.
 
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
@@ -75,5 +90,91 @@ impl Tree {
                 Err(e.into())
             }
         }
+    }
+}
+
+/// Half splits a compute node crossed under a parent read from the memory node: the left
+/// leaf, its sibling then, and when it was first crossed (this CN's clock). A few entries: a
+/// half split lasts a few round trips unless its splitter died.
+#[derive(Debug)]
+pub(crate) struct HalfSplits {
+    seen: Mutex<Vec<(GlobalAddr, GlobalAddr, u64)>>,
+}
+
+/// Half splits a compute node remembers at once (the oldest is forgotten first).
+const REMEMBERED: usize = 8;
+
+impl HalfSplits {
+    pub(crate) fn new() -> HalfSplits {
+        HalfSplits { seen: Mutex::new(Vec::with_capacity(REMEMBERED)) }
+    }
+
+    /// Notes that leaf `leaf` was found with sibling `sib` that its parent does not name, at
+    /// `now`; whether that half split was first seen a lease (`lease`) or more before (it is
+    /// then forgotten: the caller finishes it).
+    fn crossed(&self, leaf: GlobalAddr, sib: GlobalAddr, now: u64, lease: u64) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        match seen.iter().position(|&(l, s, _)| l == leaf && s == sib) {
+            Some(i) if now.saturating_sub(seen[i].2) >= lease => {
+                seen.swap_remove(i);
+                true
+            }
+            Some(_) => false,
+            None => {
+                if seen.len() == REMEMBERED {
+                    seen.remove(0);
+                }
+                seen.push((leaf, sib, now));
+                false
+            }
+        }
+    }
+}
+
+impl Tree {
+    /// A walk crossed from leaf `leaf` to its sibling `sib`, which `parent` (read from the
+    /// memory node) does not name: notes it, and finishes the half split if it has lasted a
+    /// lease ([`HalfSplits`]).
+    pub(crate) async fn crossed_half_split<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        sib: GlobalAddr,
+        parent: GlobalAddr,
+    ) -> IndexResult<()> {
+        let lease = c.transport().lease_ns();
+        if !self.half_splits.crossed(leaf, sib, c.now_ns(), lease) {
+            return Ok(());
+        }
+        // Boxed: the rare insert's future stays out of every operation's state.
+        Box::pin(self.finish_half_split(c, leaf, sib, parent)).await
+    }
+
+    /// Puts the separator of leaf `leaf`'s split into sibling `sib` into the parent level
+    /// (`parent` the node believed to cover it), if `leaf` still points to `sib`: the pivot is
+    /// `leaf`'s upper bound + 1, read under its lock.
+    async fn finish_half_split<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+        sib: GlobalAddr,
+        parent: GlobalAddr,
+    ) -> IndexResult<()> {
+        let locked = self.lock_leaf(c, leaf).await?;
+        let (now_sib, high) = {
+            let buf = self.read_slots(c, leaf, 0, self.leaf.span).await?;
+            let (now_sib, _) = buf.meta().expect("validated read has a replica");
+            (now_sib, buf.fences().map(|(_, high)| high))
+        };
+        let high = match high {
+            Some(h) => h,
+            None => self.read_bound(c, leaf).await?,
+        };
+        self.unlock_leaf(c, locked).await?;
+        if now_sib != sib || high == u64::MAX {
+            return Ok(());
+        }
+        self.half_splits_finished.fetch_add(1, Ordering::Relaxed);
+        self.blink.insert_internal(c, 1, high + 1, sib, Some(parent)).await
     }
 }
