@@ -383,7 +383,7 @@ impl WaitWatch {
 /// same incarnation, while the held word stayed the same (a word that names one acquisition or
 /// one entry of its own, so the same word at both looks is one hold that has not ended); then it
 /// is fenced before the verdict. Any change starts the count over.
-#[derive(Debug, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Sighting {
     word: u64,
     status: u64,

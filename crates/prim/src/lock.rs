@@ -205,12 +205,33 @@ async fn judge<T: Transport>(
         return Ok(None);
     }
     *watch = Watch::new();
+    take_over(c, (addr, old, mine), repair).await
+}
+
+/// Takes the lock at `addr` over from a holder already fenced that left `old`: a CAS from
+/// exactly `old` to `mine`, then the repair under it. The free word the repair computed if this
+/// client now holds the lock; `None` if another waiter took it over first.
+async fn take_over<T: Transport>(
+    c: &Client<T>,
+    (addr, old, mine): (GlobalAddr, u64, u64),
+    repair: &impl Repair<T>,
+) -> IndexResult<Option<u64>> {
     if c.cas(addr, old, mine).await? != old {
         return Ok(None);
     }
     // Held by this client now: the repair is the only writer of the node, and if this client
     // dies in it, the next waiter finds this client's word, judges it and repairs again.
     Ok(Some(unlocked(repair.free_word(c, addr, old).await?)))
+}
+
+/// [`judge_kept`] for a holder this client knows is fenced (it judged it for another word):
+/// takes the lock over at once, without watching it for leases.
+pub async fn take_over_kept<T: Transport>(
+    c: &Client<T>,
+    (addr, old, mine): (GlobalAddr, u64, u64),
+    repair: &impl Repair<T>,
+) -> IndexResult<Option<u64>> {
+    take_over(c, (addr, old, mine | (old & KEPT_BITS)), repair).await
 }
 
 /// [`judge`] for a keeping lock ([`kept_held_word`]), for an index that takes such a lock with

@@ -55,7 +55,9 @@
 //! # Leaf table (one per model, on the model's memory node, 8-byte aligned)
 //!
 //! ```text
-//!  0        claim u64        0; a retrainer CASes it 0 → 1 (once, for good)
+//!  0        claim u64        0; a retrainer CASes it 0 → its member word (prim::lease), once:
+//!                            a fenced claimer's is taken over by CAS from that word
+//!                            (crate::recover) while the model was never published
 //!  8        synonyms u64     synonym leaves the model's chains have grown (FAA'd by inserts)
 //!  16+8i    leaf u64         base leaf i's GlobalAddr, i < leaves; never changes
 //! ```

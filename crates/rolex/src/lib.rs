@@ -155,6 +155,8 @@ pub struct Counters {
     pub retiring_checks: AtomicU64,
     /// Leaf locks taken over from a dead holder and repaired.
     pub lock_repairs: AtomicU64,
+    /// Claims of models taken over from a retrainer fenced before it published.
+    pub claims_taken_over: AtomicU64,
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -178,6 +180,8 @@ pub struct Rolex {
     blocks: Blocks,
     scratch: Pool<Scratch>,
     counters: Counters,
+    /// Claims of unpublished models this handle found another member holding.
+    claims: recover::Claims,
 }
 
 impl Rolex {
@@ -191,6 +195,7 @@ impl Rolex {
             blocks: Blocks::new(0, shape.value_len),
             scratch: Pool::new(SCRATCH),
             counters: Counters::default(),
+            claims: recover::Claims::new(),
         }
     }
 
@@ -383,6 +388,7 @@ impl<T: Transport> PointIndex<T> for Rolex {
                 ("retiring_checks", get(&n.retiring_checks)),
                 ("torn_reads", get(&n.torn_reads)),
                 ("lock_repairs", get(&n.lock_repairs)),
+                ("claims_taken_over", get(&n.claims_taken_over)),
                 ("models", self.models() as u64),
             ],
         }

@@ -1,8 +1,10 @@
 //! Retraining one model, one-sided, by the client whose insert grew the model's synonym leaves
 //! to the bound (crate docs: the protocol and why it is linearizable).
 //!
-//! 1. **Claim** the model: CAS its leaf table's claim word 0 → 1. A model is retrained at most
-//!    once (its replacements are new models); a client that loses the claim goes on.
+//! 1. **Claim** the model: CAS its leaf table's claim word 0 → this client's member word. A
+//!    model is retrained at most once (its replacements are new models); a client that loses
+//!    the claim goes on, unless the claimer is judged dead with the model never published: then
+//!    it takes the claim over ([`crate::recover`]) and retrains in its place.
 //! 2. **Freeze**: masked-CAS every base leaf's lock word to LOCK | RETIRING and this
 //!    retrainer's name, in leaf order (doorbells of up to 16 CASes; a leaf a writer holds is
 //!    waited for, and taken over if the writer is judged dead, [`crate::recover`]). Writers hold
@@ -17,6 +19,8 @@
 //! 6. **Retire**: WRITE RETIRING | RETIRED (unlocked) to every base leaf and RETIRED to every
 //!    synonym leaf of the old model, for good; writers waiting on a base lock get it, see
 //!    RETIRED and start over on the new directory.
+
+use std::sync::Arc;
 
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport};
@@ -72,17 +76,36 @@ impl Rolex {
         extra: &[Pair],
         until: Until,
     ) -> IndexResult<bool> {
+        let table = dir.models[j].e.table;
+        let member = lease::renew_if_due(c).await?;
+        let claimed = c.cas(table, 0, member).await?;
+        let taken: Arc<Dir>;
+        let (dir, j, dead) = match claimed {
+            0 => (dir, j, None),
+            _ => {
+                // Claimed: by a live retrainer (go on), or by one fenced before it published.
+                let Some(cur) = self.dead_claim(c, table, claimed).await? else {
+                    return Ok(false);
+                };
+                if c.cas(table, claimed, member).await? != claimed {
+                    return Ok(false);
+                }
+                crate::bump(&self.counters.claims_taken_over);
+                taken = cur;
+                let Some(j) = taken.models.iter().position(|m| m.e.table == table) else {
+                    return Err(IndexError::Corrupt(format!("model {table} left the directory")));
+                };
+                (&*taken, j, Some(claimed))
+            }
+        };
         let m = &dir.models[j];
-        if c.cas(m.e.table, 0, 1).await? != 0 {
-            return Ok(false);
-        }
         crate::bump(&self.counters.retrains);
         let t = self.cache.table(c, m).await?;
         // Every leaf frozen names this retrainer (one acquisition), so that a waiter can judge
         // it dead and roll the freeze back or finish the retire ([`crate::recover`]).
         let held = lock::next_kept_word(c).await? | RETIRING;
         for chunk in t.leaves.chunks(MAX_BATCH) {
-            self.freeze(c, chunk, held, m.e.table).await?;
+            self.freeze(c, chunk, held, m.e.table, dead).await?;
             lease::renew_if_due(c).await?;
         }
         if until == Until::Frozen {
@@ -116,13 +139,16 @@ impl Rolex {
 
     /// Freezes base leaves `leaves` (one node) of the model whose leaf table is `table`, naming
     /// `held`: one doorbell of masked CASes, then each one a writer held, again until it is
-    /// free or its writer is found dead and the lock taken over.
+    /// free or its writer is found dead and the lock taken over. `dead`: the claim word of a
+    /// fenced retrainer whose claim this one took over; a leaf its freeze left is taken over
+    /// at once (rolled back: the model was never published).
     async fn freeze<T: Transport>(
         &self,
         c: &Client<T>,
         leaves: &[GlobalAddr],
         held: u64,
         table: GlobalAddr,
+        dead: Option<u64>,
     ) -> IndexResult<()> {
         let freeze = freeze_op(held);
         let mut ops: Vec<BatchOp<'_>> =
@@ -137,8 +163,12 @@ impl Rolex {
             // retrainer takes its lock over (or the backoff's bound).
             while old & LOCK != 0 {
                 let seen = (addr, old, held);
-                if let Some(free) = lock::judge_kept(c, seen, &mut watch, &backoff, &repair).await?
-                {
+                let fenced = dead.is_some() && lock::kept_holder(old) == dead;
+                let free = match fenced {
+                    true => lock::take_over_kept(c, seen, &repair).await?,
+                    false => lock::judge_kept(c, seen, &mut watch, &backoff, &repair).await?,
+                };
+                if let Some(free) = free {
                     old = free;
                     break;
                 }
