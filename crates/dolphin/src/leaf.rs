@@ -13,7 +13,9 @@
 //!  off 40  born   u64  a leaf born claimed: the member word (prim::lease) of the split that
 //!                      made it, until its release clears it; 0 otherwise (prim::spear's born
 //!                      record: who holds the leaf's claim with no intent naming it)
-//!  off 48..64          zero
+//!  off 48  redo   u64  while an SMO rewrites a leaf longer than a packet: where its rewrite's
+//!                      copy is (crate::smo_redo); 0 otherwise
+//!  off 56..64          zero
 //! key line i (i < K = ceil(S / 28)), at 64 + 64 i
 //!  +0        ver   u64  the epoch of the creation or SMO that last wrote the line
 //!  +8 + 8 w  keys 28 i + 4 w .. + 3, a 16-bit field each (w < 7; field f at bits 16 f):
@@ -102,6 +104,8 @@ pub const HI: usize = 24;
 pub const META: usize = 32;
 /// Offset of the born record.
 pub const BORN: usize = 40;
+/// Offset of the redo word of an SMO's rewrite in progress ([`crate::smo_redo`]).
+pub const REDO: usize = 48;
 /// Value bytes in a line after its head.
 pub const LINE_VALUE: usize = LINE - 8;
 /// Most cells one line head describes (7 8-byte values).

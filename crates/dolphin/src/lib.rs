@@ -101,8 +101,10 @@
 //! 56 bytes), with or without part of its last doorbell landed, is named by the lock word and
 //! has left the cell it meant to write in a redo record ([`redo`]): whoever waits on the cell
 //! finishes that write once the writer is fenced, and an SMO that finds the cell in its drained
-//! image takes the value from the record. So Dolphin recovers from client crashes at every
-//! value size ([`PointIndex::recovers_client_crashes`]).
+//! image takes the value from the record. An SMO whose in-place rewrite is longer than a packet
+//! (long values) writes it out of place first and names the copy in the leaf, so the taker of
+//! its claim can finish a rewrite it left part landed ([`smo_redo`]). So Dolphin recovers from
+//! client crashes at every value size ([`PointIndex::recovers_client_crashes`]).
 
 pub mod leaf;
 pub mod ops;
@@ -110,6 +112,7 @@ mod recovery;
 pub mod redo;
 pub mod scan;
 pub mod smo;
+pub mod smo_redo;
 pub mod special;
 pub mod sync;
 
@@ -187,6 +190,9 @@ pub struct Dolphin {
     counters: Counters,
     /// Multi-line cells' redo records ([`redo`]); `None` for one-line cells.
     redo: Option<Redo>,
+    /// Each client's scratch area for SMO rewrites longer than a packet ([`smo_redo`]);
+    /// `None` for leaves that fit one.
+    smo_scratch: Option<smo_redo::Scratch>,
 }
 
 /// The shape and options `config` asks for, checked.
@@ -220,6 +226,10 @@ impl<T: Transport> Cells<T> for Dolphin {
     fn redo(&self) -> Option<&Redo> {
         self.redo.as_ref()
     }
+
+    fn smo_scratch(&self) -> Option<&smo_redo::Scratch> {
+        self.smo_scratch.as_ref()
+    }
 }
 
 fn shape_bits(shape: &Shape) -> u64 {
@@ -233,9 +243,11 @@ impl Dolphin {
         polls: u32,
         config: &IndexConfig,
         redo: Option<Redo>,
+        nodes: usize,
     ) -> Dolphin {
         Dolphin {
             redo,
+            smo_scratch: smo_redo::needed(&shape).then(|| smo_redo::Scratch::new(nodes)),
             root,
             shape,
             polls,
@@ -305,7 +317,7 @@ impl<T: Transport> PointIndex<T> for Dolphin {
             true => Some(Redo::open(c, &shape, redo_directory(root)).await?),
             false => None,
         };
-        Ok(Dolphin::new(root, shape, polls, config, redo))
+        Ok(Dolphin::new(root, shape, polls, config, redo, c.info().nodes() as usize))
     }
 
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {

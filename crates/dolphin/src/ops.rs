@@ -33,10 +33,10 @@ use dmindex_prim::radix::slot::Child;
 use dmindex_prim::radix::{At, Kind, NodeImage, Pos};
 use dmindex_prim::spear::{self, Born, Claimed, Held, Panel};
 
-use crate::leaf::{Judge, BORN, LO, SPEAR};
+use crate::leaf::{Judge, BORN, SPEAR};
 use crate::smo::{self, Frame, Pairs, Smo, SplitImages};
 use crate::sync::{self, search_image_reported, Write};
-use crate::{bump, Dolphin, ROOT_KIND, SPECIAL_DEPTH};
+use crate::{bump, smo_redo, Dolphin, ROOT_KIND, SPECIAL_DEPTH};
 
 /// Where a key's leaf is.
 #[derive(Debug)]
@@ -103,7 +103,8 @@ impl Dolphin {
                 Route::NoPrefix(_) => return Ok(false),
                 Route::Leaf { leaf, special, .. } => (leaf, special),
             };
-            let img = sync::read(c, &self.shape, leaf, &mut buf, &self.counters.sync).await?;
+            let sc = &self.counters.sync;
+            let img = sync::read_checked(c, &self.shape, leaf, &mut buf, sc, self).await?;
             match img.judge(key) {
                 Judge::Here => match search_image_reported(c, &img, key, out) {
                     Some(found) => return Ok(found),
@@ -217,7 +218,13 @@ impl Dolphin {
         at: usize,
         key: u64,
     ) -> IndexResult<()> {
-        let Published { plan, new, slot } = self.split_publish(c, &to, pairs, at, key).await?;
+        let Published { mut plan, new, slot } = self.split_publish(c, &to, pairs, at, key).await?;
+        // The old leaf's rewrite, out of place first when longer than a packet (`smo_redo`).
+        let area = match &self.smo_scratch {
+            Some(s) => Some(s.area(c, &self.shape, to.leaf.node()).await?),
+            None => None,
+        };
+        let named = area.map(|a| smo_redo::name(&mut plan.old, a));
         // The old leaf's rewrite (never its first 16 bytes: the rev hint and the Spear word),
         // the new leaf's rev hint, the moved key's cell turned live, then both releases (each
         // FAA followed by the WRITE that says it is done: the intent, the born record).
@@ -226,8 +233,8 @@ impl Dolphin {
         let release = claimed.release(c);
         let [old_faa, old_done] = release.ops();
         let [new_faa, new_done] = Born::new(new.add(SPEAR as u64), new.add(BORN as u64)).release();
-        let mut ops = Vec::with_capacity(7);
-        ops.push(BatchOp::Write { addr: to.leaf.add(LO as u64), data: &plan.old[LO..] });
+        let mut ops = Vec::with_capacity(10);
+        ops.extend(smo_redo::rewrite(to.leaf, &plan.old, area.zip(named.as_ref())));
         ops.push(BatchOp::Write { addr: new, data: &rev });
         if let Some((addr, bytes)) = &cell {
             ops.push(BatchOp::Write { addr: *addr, data: bytes });

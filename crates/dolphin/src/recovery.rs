@@ -33,8 +33,9 @@
 //! The inserted key, if it moved to `N`, stays pending there (its cell EMPTY): invisible, and
 //! adopted by the next insert of that key, as a crashed insert's slot is. A multi-line cell a
 //! dead writer left locked (its share dropped before the split claimed the leaf) is finished
-//! from its redo record in the frozen image first ([`crate::redo::patch`]). A leaf over 4096
-//! bytes (long values) rewritten by a WRITE that a dead client left part landed is not repaired.
+//! from its redo record in the frozen image first ([`crate::redo::patch`]). A leaf longer than
+//! a packet, whose in-place rewrite a dead SMO may have left part landed, is first rewritten
+//! from the copy its redo word names ([`crate::smo_redo`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -43,10 +44,11 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::spear::{self, Recover, Word};
 
+use crate::leaf::LeafImage;
 use crate::leaf::{encode, State, BORN, LO, SPEAR};
 use crate::ops::Route;
 use crate::smo::next_epoch;
-use crate::{redo, sync, Dolphin};
+use crate::{redo, smo_redo, sync, Dolphin};
 
 fn corrupt(what: &str, leaf: GlobalAddr) -> IndexError {
     IndexError::Corrupt(format!("dolphin: {what} (leaf at {leaf:?})"))
@@ -87,12 +89,16 @@ impl<T: Transport> Recover<T> for Dolphin {
         // Ends after two looks: the wait between them releases the old leaf's claim, which a
         // split (or the repair of one) only does once the leaf ends below `lo`.
         for _ in 0..2 {
-            let img = sync::read(c, shape, left, &mut buf, sc).await?;
-            if img.hi() < lo {
-                return Ok(());
-            }
-            if !Word(img.spear()).is_claimed() {
-                break;
+            // One READ: a leaf longer than a packet may be torn by its dead splitter's rewrite,
+            // which only the wait below (its repair) finishes.
+            c.read(left, &mut buf[..shape.bytes]).await?;
+            if let Ok(img) = LeafImage::check(shape, &buf) {
+                if img.hi() < lo {
+                    return Ok(());
+                }
+                if !Word(img.spear()).is_claimed() {
+                    break;
+                }
             }
             // The old leaf's repair is this same kind of wait: boxed, as it may come back here
             // for the leaf that one split from.
@@ -106,11 +112,13 @@ impl<T: Transport> Recover<T> for Dolphin {
     async fn finish(&self, c: &Client<T>, _: GlobalAddr, node: GlobalAddr) -> IndexResult<()> {
         let (shape, sc) = (&self.shape, &self.counters.sync);
         let mut buf = self.leaf_buf(c);
-        // Claimed by this client: the image is final, but for multi-line cells a dead writer
-        // left locked, which their records finish.
+        // Claimed by this client: the image is final once a rewrite the dead SMO left under
+        // way is finished from its copy (leaves longer than a packet), but for multi-line cells
+        // a dead writer left locked, which their records finish.
+        smo_redo::finish(c, shape, node).await?;
         sync::read(c, shape, node, &mut buf, sc).await?;
         redo::patch(c, self.redo.as_ref(), shape, node, &mut buf).await?;
-        let img = crate::leaf::LeafImage::check(shape, &buf)
+        let img = LeafImage::check(shape, &buf)
             .map_err(|_| corrupt("a claimed leaf does not check", node))?;
         let (lo, hi) = (img.lo(), img.hi());
         let right = self.fresh_leaf(c, hi).await?;

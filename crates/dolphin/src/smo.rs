@@ -26,9 +26,11 @@ use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::spear::{self, Claim, Claimed, Held, Panel};
 
-use crate::leaf::{encode, live_head, split_at, LeafImage, Shape, State, BORN, LINE, LO};
+use crate::leaf::{encode, live_head, split_at, LeafImage, Shape, State, BORN, LINE};
 use crate::redo;
+use crate::smo_redo;
 use crate::sync::Cells;
+use arrayvec::ArrayVec;
 
 /// The live pairs of a drained image and one more, sorted by key (values in one buffer).
 #[derive(Debug, Default)]
@@ -150,10 +152,17 @@ pub async fn compact_or_split<T: Transport, R: Cells<T>>(
         }),
         &mut out,
     );
+    // A rewrite longer than a packet goes out of place first (`smo_redo`).
+    let area = match rec.smo_scratch() {
+        Some(s) => Some(s.area(c, shape, leaf.node()).await?),
+        None => None,
+    };
+    let named = area.map(|a| smo_redo::name(&mut out, a));
     let release = claimed.release(c);
     let [faa, done] = release.ops();
-    c.batch(&mut [BatchOp::Write { addr: leaf.add(LO as u64), data: &out[LO..] }, faa, done])
-        .await?;
+    let mut ops = smo_redo::rewrite(leaf, &out, area.zip(named.as_ref()));
+    let mut ops: ArrayVec<BatchOp<'_>, 6> = ops.drain(..).chain([faa, done]).collect();
+    c.batch(&mut ops).await?;
     Ok(Smo::Compacted)
 }
 

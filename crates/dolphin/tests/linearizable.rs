@@ -97,6 +97,20 @@ fn real_threads() {
     on_local_threads::<Dolphin, Ordered>(&small, 5);
 }
 
+/// Leaves longer than a packet (1000-byte values, 8 slots: 8.3 KB, three 4 KB packets): an SMO
+/// that dies inside its in-place rewrite leaves the leaf torn, which the claim's taker
+/// finishes from the rewrite's copy; readers that keep finding it torn wait on the claim.
+#[test]
+fn leaves_longer_than_a_packet_survive_client_crashes() {
+    let cfg = CheckConfig {
+        value_size: 1000,
+        index_options: slots("8"),
+        crashes: Crashes::EverySeed,
+        ..CheckConfig::default()
+    };
+    suite::<Dolphin, Ordered>("dolphin_long_leaf_crashes", &cfg, 0..120);
+}
+
 /// Dolphin claims client-crash recovery at every value size: a multi-line cell's lock names its
 /// holder, whose redo record finishes its write, so the seeds above fail on a client stuck
 /// behind a crash for multi-line values too.

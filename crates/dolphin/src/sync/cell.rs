@@ -27,10 +27,18 @@ pub trait Cells<T: Transport>: Recover<T> {
     /// The index's redo records; `None` keeps none (a dead holder of a multi-line cell is then
     /// waited on until the backoff gives up).
     fn redo(&self) -> Option<&Redo>;
+
+    /// Each client's scratch area for SMO rewrites longer than a packet
+    /// ([`crate::smo_redo`]); `None` writes them in place only.
+    fn smo_scratch(&self) -> Option<&crate::smo_redo::Scratch>;
 }
 
 impl<T: Transport> Cells<T> for WholeRewrites {
     fn redo(&self) -> Option<&Redo> {
+        None
+    }
+
+    fn smo_scratch(&self) -> Option<&crate::smo_redo::Scratch> {
         None
     }
 }

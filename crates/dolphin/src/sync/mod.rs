@@ -132,6 +132,40 @@ pub async fn read<'b, T: Transport>(
     }
 }
 
+/// [`read`], for a reader that must get past an SMO that died mid-rewrite: a leaf still torn
+/// after [`WAIT_AFTER_TORN`] READs is waited on until no SMO claims it
+/// ([`spear::wait_unclaimed`], which judges a dead claimer and has its rewrite finished,
+/// [`crate::smo_redo`]), then READ again.
+pub async fn read_checked<'b, T: Transport, V: Cells<T>>(
+    c: &Client<T>,
+    shape: &'b Shape,
+    leaf: GlobalAddr,
+    buf: &'b mut [u8],
+    counters: &SyncCounters,
+    rec: &V,
+) -> IndexResult<LeafImage<'b>> {
+    let mut attempts = Attempts::new();
+    let mut torn = 0;
+    loop {
+        c.read(leaf, &mut buf[..shape.bytes]).await?;
+        c.compute(Work::BytesScanned, shape.bytes as u64);
+        match LeafImage::verify(shape, buf) {
+            Ok(()) => return Ok(LeafImage::verified(shape, buf)),
+            Err(Refused::Torn) => bump(&counters.torn_reads),
+            Err(Refused::NotALeaf) => return Err(refused(leaf)),
+        }
+        attempts.failed(leaf, "leaf epochs")?;
+        torn += 1;
+        if torn % WAIT_AFTER_TORN == 0 {
+            spear::wait_unclaimed(c, leaf.add(SPEAR as u64), leaf, rec).await?;
+        }
+    }
+}
+
+/// Torn READs of one leaf after which a reader waits on the leaf's claim (a live SMO's
+/// rewrite lands within a round trip: a few READs see it whole).
+pub const WAIT_AFTER_TORN: u32 = 8;
+
 /// READs the leaf at `leaf` into `buf` until it checks with every live cell whole (for a scan,
 /// which returns them all). A cell still torn under a lock after a few READs is waited for
 /// inside the leaf ([`settle`]), where a dead writer's write is finished.
@@ -148,7 +182,7 @@ pub async fn read_whole<T: Transport, V: Cells<T>>(
     // Ends when every live cell is whole, or on the attempts' bound.
     loop {
         tries += 1;
-        let img = read(c, shape, leaf, buf, counters).await?;
+        let img = read_checked(c, shape, leaf, buf, counters, rec).await?;
         if img.live_whole() {
             return Ok(());
         }
