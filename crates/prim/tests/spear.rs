@@ -16,10 +16,12 @@ fn sim(seed: u64) -> Sim {
     Sim::new(SimConfig::stress_with_delays(seed)).unwrap()
 }
 
-/// An index with nothing to roll forward, that counts the claims it finished.
+/// An index with nothing to roll forward, that counts the claims it finished (taking
+/// `finish_ns` over each).
 #[derive(Default)]
 struct Counting {
     finished: Cell<u32>,
+    finish_ns: u64,
 }
 
 impl Recover<SimTransport> for Counting {
@@ -33,11 +35,14 @@ impl Recover<SimTransport> for Counting {
 
     async fn finish(
         &self,
-        _: &Client<SimTransport>,
+        c: &Client<SimTransport>,
         _: GlobalAddr,
         _: GlobalAddr,
     ) -> IndexResult<()> {
         self.finished.set(self.finished.get() + 1);
+        if self.finish_ns > 0 {
+            c.pause(self.finish_ns).await;
+        }
         Ok(())
     }
 }
@@ -208,6 +213,49 @@ fn a_dead_claim_is_taken_over_finished_and_released() {
         assert!(took.get() >= DEAD_AFTER_LEASES * lease, "seed {seed}: judged too early");
         assert_eq!(rec.finished.get(), 1, "seed {seed}: finished once");
         assert_eq!(s.block_on(waiter.read_word(word)).unwrap(), 0, "seed {seed}");
+    }
+}
+
+/// Three waiters see the same quiet word, a dead SMO's claim and its own +1 (`2³² + 1`, the
+/// word a claim of one's own also makes): exactly one takes it over and finishes it, however
+/// long the finishing takes, and the word ends at 0. (With a takeover to `2³² + 1`, a CAS that
+/// changes nothing, every waiter won, and one's release dropped the next claim.)
+#[test]
+fn of_waiters_on_one_dead_claim_exactly_one_takes_it_over() {
+    for seed in 0..10 {
+        let s = sim(seed);
+        let dead = s.client_on_own_thread(0);
+        let waiters: Vec<_> = (1..=3).map(|cn| s.client_on_own_thread(cn)).collect();
+        let word = s.block_on(async { dead.alloc(64, 64).await.unwrap() });
+        let lease = dead.transport().lease_ns();
+        let rec = Counting { finish_ns: lease / 2, ..Counting::default() };
+        s.block_on(async {
+            let mut buf = [0u8; 64];
+            let held = spear::enter(&dead, word, word, &mut buf, &rec).await.unwrap().unwrap();
+            let mut panel = Panel::new();
+            let claim = spear::claim(&dead, held, word, &mut buf, 4, &mut panel, &rec).await;
+            let Claim::Held(claimed) = claim.unwrap() else { panic!("seed {seed}: alone") };
+            let _ = claimed;
+        });
+        assert_eq!(s.block_on(dead.read_word(word)).unwrap(), CLAIM + IDU);
+        let wait = |c| {
+            let rec = &rec;
+            async move {
+                let mut buf = [0u8; 64];
+                // Ends once the repaired word lets it in (the run's deadline otherwise).
+                loop {
+                    if let Some(held) = spear::enter(c, word, word, &mut buf, rec).await.unwrap() {
+                        held.leave_now(c).await.unwrap();
+                        return;
+                    }
+                }
+            }
+        };
+        let tasks: Vec<Task> = waiters.iter().map(|c| Box::pin(wait(c)) as Task).collect();
+        let out = s.run_until(tasks, s.now_ns() + 40 * lease);
+        assert!(out.all_finished(), "seed {seed}: {out:?}");
+        assert_eq!(rec.finished.get(), 1, "seed {seed}: taken over and finished once");
+        assert_eq!(s.block_on(waiters[0].read_word(word)).unwrap(), 0, "seed {seed}");
     }
 }
 

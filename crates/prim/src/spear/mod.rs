@@ -153,6 +153,9 @@ impl Held {
 pub struct Claimed {
     word: GlobalAddr,
     intent: Mine,
+    /// What this claim added to the word: `2³² + 1` for a claim of one's own; more for a claim
+    /// taken over from a dead SMO ([`recover`]), so that the takeover changed the word.
+    hold: u64,
 }
 
 impl Claimed {
@@ -161,9 +164,10 @@ impl Claimed {
         self.word
     }
 
-    /// The `FAA −(2³²+1)` that releases the claim and the SMO's own +1, and its intent done.
+    /// The `FAA −(2³²+1)` that releases the claim and the SMO's own +1 (more for a claim taken
+    /// over: what it holds), and its intent done.
     pub fn release<T: Transport>(self, c: &Client<T>) -> Leave {
-        let delta = (CLAIM + IDU).wrapping_neg();
+        let delta = self.hold.wrapping_neg();
         Leave { word: self.word, delta, done: self.intent.done(c) }
     }
 }
@@ -364,7 +368,7 @@ pub async fn claim<T: Transport, R: Recover<T>>(
     let mut ops = [faa(word, CLAIM), BatchOp::Read { addr: node, buf: &mut *buf }];
     c.batch(&mut ops).await?;
     let old = old_word(&ops[0]);
-    let claimed = Claimed { word, intent: held.intent };
+    let claimed = Claimed { word, intent: held.intent, hold: CLAIM + IDU };
     if old.is_claimed() {
         c.batch(&mut claimed.release(c).ops()).await?;
         wait_claim_gone(c, word, node, panel, rec).await?;

@@ -45,7 +45,11 @@
 //!
 //! A quiet word that still shows a claim was claimed by a dead SMO, which may have left its
 //! node half rewritten. The waiter takes the claim over: `[WRITE its intent (in), CAS W →
-//! claim + 1]`, so the word goes from the dead shares to its own in one step. Holding the claim
+//! (c + 1) · 2³² + 1]` (`c` the claims in `W`), so the word goes from the dead shares to its own
+//! in one step, and always changes: with `W = 2³² + 1` (a dead claimer and its own +1) a CAS to
+//! `2³² + 1` would change nothing, and every waiter that saw the round would win it and repair
+//! and release at once — one release then dropping another client's later claim. Its release
+//! subtracts exactly what it holds. Holding the claim
 //! it calls the index's [`Recover::finish`] (roll a half-done SMO forward) and releases. A
 //! repairer that dies after its CAS is a dead claimant like any other, and the next waiter
 //! repeats the repair; one that dies before it changed nothing. The index's
@@ -348,7 +352,11 @@ pub(crate) async fn take_over<T: Transport, R: Recover<T>>(
 ) -> IndexResult<bool> {
     rec.prepare(c, node, seen.born).await?;
     let intent = Mine::enter(c, word).await?;
-    let swap = AtomicOp::Cas { expected: seen.word.0, new: CLAIM + IDU };
+    // One more claim than the dead ones, and this client's +1: the word always changes, so of
+    // several waiters that saw the same quiet round exactly one wins (the dead claimer's
+    // claim and +1 alone would be the same word as `2³² + 1`, and every such CAS would win).
+    let hold = (u64::from(Word(seen.word.0).claims()) + 1) * CLAIM + IDU;
+    let swap = AtomicOp::Cas { expected: seen.word.0, new: hold };
     let mut ops = [intent.write(), BatchOp::atomic(word, swap)];
     c.batch(&mut ops).await?;
     let won = ops[1].old() == Some(seen.word.0);
@@ -358,7 +366,7 @@ pub(crate) async fn take_over<T: Transport, R: Recover<T>>(
         c.batch(&mut [done.write()]).await?;
         return Ok(false);
     }
-    let claimed = Claimed { word, intent };
+    let claimed = Claimed { word, intent, hold };
     rec.finish(c, word, node).await?;
     let release = claimed.release(c);
     c.batch(&mut release.ops()).await?;
