@@ -177,6 +177,15 @@ fn dead_shares(death: Death, seed: u64) {
     assert_eq!(lease::state_of(status), FENCED, "{death:?} seed {seed}");
 }
 
+/// Enters `word` alone, claims it and dies holding the claim, in the middle of its SMO.
+async fn claim_and_die(c: &Client<SimTransport>, word: GlobalAddr, rec: &Counting) {
+    let mut buf = [0u8; 64];
+    let held = spear::enter(c, word, word, &mut buf, rec).await.unwrap().unwrap();
+    let claim = spear::claim(c, held, word, &mut buf, 4, &mut Panel::new(), rec).await;
+    let Claim::Held(claimed) = claim.unwrap() else { panic!("alone on the word") };
+    let _ = claimed;
+}
+
 #[test]
 fn a_dead_claim_is_taken_over_finished_and_released() {
     for seed in 0..10 {
@@ -185,13 +194,7 @@ fn a_dead_claim_is_taken_over_finished_and_released() {
         let word = s.block_on(async { dead.alloc(64, 64).await.unwrap() });
         let (rec, died, took) = (Counting::default(), Cell::new(false), Cell::new(0u64));
         let d = async {
-            let mut buf = [0u8; 64];
-            let held = spear::enter(&dead, word, word, &mut buf, &rec).await.unwrap().unwrap();
-            let mut panel = Panel::new();
-            let claim = spear::claim(&dead, held, word, &mut buf, 4, &mut panel, &rec).await;
-            let Claim::Held(claimed) = claim.unwrap() else { panic!("seed {seed}: alone") };
-            // Dies holding the claim, in the middle of its SMO.
-            let _ = claimed;
+            claim_and_die(&dead, word, &rec).await;
             died.set(true);
         };
         let w = async {
@@ -229,14 +232,7 @@ fn of_waiters_on_one_dead_claim_exactly_one_takes_it_over() {
         let word = s.block_on(async { dead.alloc(64, 64).await.unwrap() });
         let lease = dead.transport().lease_ns();
         let rec = Counting { finish_ns: lease / 2, ..Counting::default() };
-        s.block_on(async {
-            let mut buf = [0u8; 64];
-            let held = spear::enter(&dead, word, word, &mut buf, &rec).await.unwrap().unwrap();
-            let mut panel = Panel::new();
-            let claim = spear::claim(&dead, held, word, &mut buf, 4, &mut panel, &rec).await;
-            let Claim::Held(claimed) = claim.unwrap() else { panic!("seed {seed}: alone") };
-            let _ = claimed;
-        });
+        s.block_on(claim_and_die(&dead, word, &rec));
         assert_eq!(s.block_on(dead.read_word(word)).unwrap(), CLAIM + IDU);
         let wait = |c| {
             let rec = &rec;

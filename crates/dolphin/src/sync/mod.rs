@@ -118,18 +118,7 @@ pub async fn read<'b, T: Transport>(
     buf: &'b mut [u8],
     counters: &SyncCounters,
 ) -> IndexResult<LeafImage<'b>> {
-    let mut attempts = Attempts::new();
-    loop {
-        c.read(leaf, &mut buf[..shape.bytes]).await?;
-        // Every key line's epoch and every line head are checked.
-        c.compute(Work::BytesScanned, shape.bytes as u64);
-        match LeafImage::verify(shape, buf) {
-            Ok(()) => return Ok(LeafImage::verified(shape, buf)),
-            Err(Refused::Torn) => bump(&counters.torn_reads),
-            Err(Refused::NotALeaf) => return Err(refused(leaf)),
-        }
-        attempts.failed(leaf, "leaf epochs")?;
-    }
+    read_until_checked(c, shape, leaf, buf, counters, async |_| Ok(())).await
 }
 
 /// [`read`], for a reader that must get past an SMO that died mid-rewrite: a leaf still torn
@@ -144,10 +133,31 @@ pub async fn read_checked<'b, T: Transport, V: Cells<T>>(
     counters: &SyncCounters,
     rec: &V,
 ) -> IndexResult<LeafImage<'b>> {
+    let word = leaf.add(SPEAR as u64);
+    read_until_checked(c, shape, leaf, buf, counters, async |torn| {
+        if torn % WAIT_AFTER_TORN == 0 {
+            spear::wait_unclaimed(c, word, leaf, rec).await?;
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// READs the leaf until it checks, calling `on_torn` with the count of torn READs so far
+/// after each; ends when it checks, or on the attempts' bound.
+async fn read_until_checked<'b, T: Transport>(
+    c: &Client<T>,
+    shape: &'b Shape,
+    leaf: GlobalAddr,
+    buf: &'b mut [u8],
+    counters: &SyncCounters,
+    mut on_torn: impl AsyncFnMut(u32) -> IndexResult<()>,
+) -> IndexResult<LeafImage<'b>> {
     let mut attempts = Attempts::new();
     let mut torn = 0;
     loop {
         c.read(leaf, &mut buf[..shape.bytes]).await?;
+        // Every key line's epoch and every line head are checked.
         c.compute(Work::BytesScanned, shape.bytes as u64);
         match LeafImage::verify(shape, buf) {
             Ok(()) => return Ok(LeafImage::verified(shape, buf)),
@@ -156,9 +166,7 @@ pub async fn read_checked<'b, T: Transport, V: Cells<T>>(
         }
         attempts.failed(leaf, "leaf epochs")?;
         torn += 1;
-        if torn % WAIT_AFTER_TORN == 0 {
-            spear::wait_unclaimed(c, leaf.add(SPEAR as u64), leaf, rec).await?;
-        }
+        on_torn(torn).await?;
     }
 }
 

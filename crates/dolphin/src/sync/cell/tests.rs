@@ -30,6 +30,20 @@ fn value(n: u8) -> [u8; W] {
     [n; W]
 }
 
+/// A simulator of `seed` with an index holding keys `P + 1 ..= P + 8` (value `n` each), made
+/// by client 0.
+fn loaded(seed: u64) -> (Sim, Client<SimTransport>, Dolphin) {
+    let s = Sim::new(SimConfig::stress_with_delays(seed)).unwrap();
+    let c0 = s.client_on_own_thread(0);
+    let ix0 = s.block_on(<Dolphin as PointIndex<_>>::create(&c0, &config(), 0)).unwrap();
+    s.block_on(async {
+        for n in 1..=8u8 {
+            ix0.insert(&c0, &(P + u64::from(n)).to_be_bytes(), &value(n)).await.unwrap();
+        }
+    });
+    (s, c0, ix0)
+}
+
 /// How far the dying writer gets.
 #[derive(Clone, Copy, Debug)]
 enum Death {
@@ -72,15 +86,8 @@ fn a_dead_writers_cell_is_finished_by_whoever_waits() {
 }
 
 fn dead_writer(seed: u64, death: Death) {
-    let s = Sim::new(SimConfig::stress_with_delays(seed)).unwrap();
+    let (s, c0, ix0) = loaded(seed);
     let cfg = config();
-    let c0 = s.client_on_own_thread(0);
-    let ix0 = s.block_on(<Dolphin as PointIndex<_>>::create(&c0, &cfg, 0)).unwrap();
-    s.block_on(async {
-        for n in 1..=8u8 {
-            ix0.insert(&c0, &(P + u64::from(n)).to_be_bytes(), &value(n)).await.unwrap();
-        }
-    });
     let (dead_c, reader_c, writer_c) =
         (s.client_on_own_thread(1), s.client_on_own_thread(2), s.client_on_own_thread(3));
     let open = |c, cn| s.block_on(<Dolphin as PointIndex<_>>::open(c, &cfg, cn)).unwrap();
@@ -138,15 +145,8 @@ fn dead_writer(seed: u64, death: Death) {
 #[test]
 fn a_client_that_joins_a_dead_writers_slot_finishes_its_write() {
     for seed in 0..4 {
-        let s = Sim::new(SimConfig::stress_with_delays(seed)).unwrap();
+        let (s, c0, ix0) = loaded(seed);
         let cfg = config();
-        let c0 = s.client_on_own_thread(0);
-        let ix0 = s.block_on(<Dolphin as PointIndex<_>>::create(&c0, &cfg, 0)).unwrap();
-        s.block_on(async {
-            for n in 1..=8u8 {
-                ix0.insert(&c0, &(P + u64::from(n)).to_be_bytes(), &value(n)).await.unwrap();
-            }
-        });
         let dead_c = s.client_on_own_thread(1);
         let dead = s.block_on(<Dolphin as PointIndex<_>>::open(&dead_c, &cfg, 1)).unwrap();
         let (leaf, _) = s.block_on(write_and_die(&dead, &dead_c, Death::Torn));
