@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 
-use dmindex_bench::{limits, BenchConfig, IndexChoice};
+use dmindex_bench::{limits, BenchConfig, Deal, IndexChoice};
 use dmindex_conformance::{CheckConfig, Crashes, Summary};
 
 /// An index name the catalog knows; the error lists the known ones.
@@ -21,6 +21,14 @@ pub fn catalog_index_arg(a: clap::Arg) -> clap::Arg {
 
 pub fn bench(mut cfg: BenchConfig) -> anyhow::Result<ExitCode> {
     cfg.output.progress = std::io::stderr().is_terminal();
+    if cfg.workload.trace.is_some() && cfg.workload.deal == Deal::RoundRobin && cfg.tasks() > 1 {
+        eprintln!(
+            "warning: --deal round-robin: the trace's lines go to {} client tasks in turn, so \
+             the order between operations on different clients is not kept (a read can run \
+             before the insert of its key and miss it); --deal by-key keeps each key's order",
+            cfg.tasks()
+        );
+    }
     let report = dmindex_catalog::bench(&cfg)?;
     if cfg.output.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

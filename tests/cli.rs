@@ -194,6 +194,58 @@ fn bench_replays_traces_and_names_bad_lines() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A trace whose reads follow the inserts of their keys finds every read on several clients:
+/// its lines are dealt by key by default. Round-robin dealing is still there, warns, and on the
+/// simulator (deterministic) lets reads overtake the inserts of their keys.
+#[test]
+fn trace_replays_keep_each_keys_order_on_several_clients() {
+    let dir = std::env::temp_dir().join(format!("dmindex-cli-deal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("load-run.trace");
+    let mut t = String::new();
+    for k in 1..=400 {
+        t += &format!(
+            "INSERT usertable user{k} [ field0=x ]\nREAD usertable user{k} [ <all fields>]\n"
+        );
+        if k % 4 == 0 {
+            t += &format!("UPDATE usertable user{} [ field0=y ]\n", k - 2);
+        }
+    }
+    std::fs::write(&path, t).unwrap();
+    let path = path.to_str().unwrap();
+    let run = |transport: &str, extra: &[&str]| {
+        let mut args = vec!["bench", "--index", "ref", "--trace", path, "--items", "10"];
+        args.extend_from_slice(&["--transport", transport, "--clients", "2", "--coroutines", "2"]);
+        args.extend_from_slice(extra);
+        args.push("--json");
+        dmindex(&args)
+    };
+    let per_op = |v: &serde_json::Value, op: &str| {
+        let o = v["per_op"].as_array().unwrap().iter().find(|o| o["op"] == op).unwrap().clone();
+        (o["count"].as_u64().unwrap(), o["not_found"].as_u64().unwrap())
+    };
+    for transport in ["local", "sim"] {
+        for extra in [&[][..], &["--deal", "by-key"][..]] {
+            let out = run(transport, extra);
+            let v = json(&out);
+            assert_eq!(v["ops"], 900, "{transport} {extra:?}");
+            assert_eq!(per_op(&v, "read"), (400, 0), "{transport} {extra:?}: every read found");
+            assert_eq!(per_op(&v, "update"), (100, 0), "{transport} {extra:?}");
+            assert!(!String::from_utf8_lossy(&out.stderr).contains("warning"));
+        }
+    }
+    let out = run("sim", &["--deal", "round-robin"]);
+    let v = json(&out);
+    let (reads, missed) = per_op(&v, "read");
+    assert_eq!(reads, 400);
+    assert!(missed > 0, "round-robin: reads race the inserts of their keys");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("warning: --deal round-robin") && err.contains("not kept"), "{err}");
+    let out = dmindex(&["bench", "--trace", path, "--deal", "by-hash"]);
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A Twitter cache trace (CSV) replays: gets find what sets wrote, deletes remove; a bad line
 /// is named.
 #[test]

@@ -34,6 +34,16 @@ pub enum TransportKind {
     Ucx,
 }
 
+/// How a replayed trace's operations are dealt to the run's client tasks (`--deal`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Deal {
+    /// Every operation of a key to one client (a stable hash of the key), in trace order.
+    ByKey,
+    /// Line `i` to client `i mod tasks`: no order kept between clients.
+    RoundRobin,
+}
+
 /// Everything `dmindex bench` takes.
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchConfig {
@@ -151,6 +161,13 @@ pub struct Workload {
     /// Replay this trace in the run phase instead of generating operations.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// How --trace's operations are dealt to the client tasks: by-key (every operation of a
+    /// key to one client, in trace order, so a read never overtakes the insert of its key; a
+    /// scan goes with its start key and may still overtake inserts of other keys in its range)
+    /// or round-robin (line i to client i mod tasks: operations of one key race on different
+    /// clients, and reads can miss keys inserted just before; warns).
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = Deal::ByKey)]
+    pub deal: Deal,
     /// Load the keys of this YCSB load trace (`INSERT usertable user… [ … ]` lines, or `INSERT
     /// key`) in file order instead of generating --items keys.
     #[arg(long)]

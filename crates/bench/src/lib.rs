@@ -22,7 +22,7 @@ pub mod runner;
 mod streams;
 
 pub use config::{
-    BenchConfig, Cluster, Faults, IndexChoice, Keys, Output, TransportKind, Window, Workload,
+    BenchConfig, Cluster, Deal, Faults, IndexChoice, Keys, Output, TransportKind, Window, Workload,
     DEFAULT_INDEX,
 };
 pub use fault::{Checked, MnFault, Recovery, Timeline};
@@ -38,6 +38,7 @@ use dmindex_index::{mn_services, IndexConfig, IndexKind, PointIndex, Scans};
 use dmindex_sim::SimTransport;
 use dmindex_ycsb::workload::load_numbers;
 use dmindex_ycsb::{Distribution, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
+
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use runner::{OpSource, TaskEnv};
@@ -240,7 +241,13 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
             );
         }
     }
-    let plan = Plan { format, spec, trace, load, items, ops, stream, seed: cfg.workload.seed };
+    // Dealt by key once, here, for the run's client tasks (`streams::op_source` checks).
+    let dealt = match (&trace, cfg.workload.deal) {
+        (Some(t), Deal::ByKey) => Some(Arc::new(streams::Dealt::by_key(t, tasks as usize))),
+        _ => None,
+    };
+    let seed = cfg.workload.seed;
+    let plan = Plan { format, spec, trace, dealt, load, items, ops, stream, seed };
     streams::check_planned(cfg, &plan, machine_bytes())?;
     Ok(plan)
 }
@@ -255,6 +262,8 @@ pub(crate) struct Plan {
     pub(crate) format: KeyFormat,
     pub(crate) spec: WorkloadSpec,
     pub(crate) trace: Option<Arc<Vec<Op>>>,
+    /// The trace's lines dealt to the client tasks by key (`--deal by-key`; none: round-robin).
+    pub(crate) dealt: Option<Arc<streams::Dealt>>,
     /// The keys of a load trace, when one is given.
     pub(crate) load: Option<Arc<Vec<Vec<u8>>>>,
     /// Items loaded: the load trace's length, or `--items`.
@@ -264,6 +273,17 @@ pub(crate) struct Plan {
     pub(crate) stream: u64,
     /// Seed of the generated operations.
     pub(crate) seed: u64,
+}
+
+impl Plan {
+    /// Client `i` of `n`'s share of the run phase's operations: even shares, or with a trace
+    /// dealt by key in proportion to the lines each client was dealt.
+    pub(crate) fn run_share(&self, n: usize, i: usize) -> u64 {
+        match &self.dealt {
+            Some(d) => d.share(self.ops, i),
+            None => share(self.ops, n, i),
+        }
+    }
 }
 
 pub(crate) fn index_config(cfg: &BenchConfig, plan: &Plan) -> IndexConfig {
@@ -329,7 +349,7 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
         }
     } else {
         let src = source.unwrap_or_else(|| streams::op_source(plan, shared, i, n));
-        runner::run_client::<T, I, S>(idx, c, env, src, share(plan.ops, n, i), window).await
+        runner::run_client::<T, I, S>(idx, c, env, src, plan.run_share(n, i), window).await
     }
 }
 

@@ -103,6 +103,7 @@ mod tests {
             format: KeyFormat::new(8, false).unwrap(),
             spec: WorkloadSpec::named(workload).unwrap(),
             trace: None,
+            dealt: None,
             load: None,
             items: 5000,
             ops,
