@@ -396,6 +396,10 @@ fn bench_refuses_bad_input() {
         (&["bench", "--ops", "1000000000000"][..], "--ops 1000000000000: drawing"),
         (&["bench", "--stream-ops", "1000000000000", "--ops", "1099511627776"][..], "--stream-ops"),
         (&["bench", "--stream-ops", "0"][..], "--stream-ops must be positive"),
+        // A run with nothing to load or nothing to do is refused, not reported as zeros.
+        (&["bench", "--items", "0"][..], "--items 0: a run needs keys to load"),
+        (&["bench", "--transport", "sim", "--items", "0"][..], "--items 0"),
+        (&["bench", "--ops", "0"][..], "--ops 0: the run phase needs at least one operation"),
         (&["bench", "--stream-ops", "1", "--ops", "10"][..], "fewer than the run's 2 client tasks"),
         (&["bench", "--key-reuse", "--workload", "d"][..], "--key-reuse draws the run's streams"),
         (&["bench", "--stream-ops", "10", "--workload", "d"][..], "without inserts or \"latest\""),

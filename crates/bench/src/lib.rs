@@ -209,6 +209,18 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
     };
     let items = load.as_ref().map_or(items, |l| l.len() as u64);
     let ops = cfg.workload.ops.unwrap_or_else(|| trace.as_ref().map_or(items, |t| t.len() as u64));
+    if items == 0 && trace.is_none() {
+        match &cfg.workload.load_trace {
+            Some(p) => bail!("--load-trace {}: the file holds no keys to load", p.display()),
+            None => bail!(
+                "--items 0: a run needs keys to load and operations on them (give --items 1 or \
+                 more; a --trace run may start from an empty index)"
+            ),
+        }
+    }
+    if ops == 0 {
+        bail!("--ops 0: the run phase needs at least one operation");
+    }
     limits::at_most("--items", items, limits::MAX_OPS)?;
     limits::at_most("--ops", ops, limits::MAX_OPS)?;
     if cfg.cluster.transport != TransportKind::Ucx || cfg.cluster.spawn_memnodes {
