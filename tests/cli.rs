@@ -679,6 +679,41 @@ fn bench_measures_a_window_and_says_so() {
     }
 }
 
+/// The table says what its words mean: a legend under it, each index counter labelled, what
+/// the transport's figures are of; a slow run's throughput shows its digits, not 0.000 Mops/s.
+#[test]
+fn bench_tables_explain_their_columns_counters_and_transport() {
+    let base = ["bench", "--index", "chime", "--items", "2000", "--workload", "a"];
+    let out = dmindex(&base);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "legend:\n",
+        "  RT/op              network round trips per operation",
+        "  retries            operations the index started again",
+        "  RDWC               read delegation and write combining",
+        "  local              memory nodes inside this process",
+        "index counters (summed over compute nodes):",
+        "leaves split in two",
+    ] {
+        assert!(t.contains(want), "missing '{want}':\n{t}");
+    }
+    assert!(!t.contains("not described"), "{t}");
+    // Simulated round trips of 2 ms: a few hundred operations per second, in ops/s.
+    let slow = ["--transport", "sim", "--set", "one_way_ns=1000000", "--ops", "200"];
+    let out = dmindex(&[&base[..], &slow[..]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("  sim    ") && t.contains("in virtual time"), "{t}");
+    let run = t.lines().find(|l| l.contains("| run ")).expect("a throughput line");
+    assert!(run.contains(" ops/s") && !run.contains("0.000"), "{run}");
+    // The JSON's latency is one population: the mean lies within it.
+    let v = json(&dmindex(&[&base[..], &["--json"]].concat()));
+    let l = &v["latency_us"];
+    let at = |k: &str| l[k].as_f64().unwrap();
+    assert!(at("mean") <= at("max") && at("p999") <= at("max") && at("p50") <= at("p999"), "{l}");
+}
+
 #[test]
 fn bench_and_check_run_chime() {
     for transport in ["local", "sim"] {

@@ -11,6 +11,7 @@
 pub mod clock;
 pub mod cluster;
 pub mod config;
+mod counters;
 mod drive;
 pub mod experiment;
 pub mod fault;
@@ -25,6 +26,7 @@ pub use config::{
     BenchConfig, Cluster, Deal, Faults, IndexChoice, Keys, Output, TransportKind, Window, Workload,
     DEFAULT_INDEX,
 };
+pub use counters::counter_label;
 pub use fault::{Checked, MnFault, Recovery, Timeline};
 pub use report::{BenchReport, Latency, MeasuredWindow, OpBreakdown};
 pub use streams::machine_bytes;

@@ -9,7 +9,12 @@ use serde::Serialize;
 use crate::runner::{self, ClientMetrics, Mark};
 use crate::{BenchConfig, Plan, TransportKind, Window};
 
-/// Latency percentiles in µs.
+/// Latency percentiles, mean and maximum in µs, all of one population: every operation on
+/// virtual time, the timed sample on a real clock ([`crate::runner::Timing`]).
+///
+/// The mean can sit above p99.9 without any error: when fewer than one operation in a thousand
+/// takes thousands of times longer than the rest (a client thread the host deschedules for a
+/// few ms), those few carry most of the time, and `max` shows them.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Latency {
     pub p50: f64,
@@ -17,6 +22,8 @@ pub struct Latency {
     pub p999: f64,
     #[serde(default)]
     pub mean: f64,
+    #[serde(default)]
+    pub max: f64,
 }
 
 /// Per-operation-kind figures of the run phase.
@@ -151,15 +158,33 @@ impl BenchReport {
         let load = if self.load_fast_forward {
             "load untimed (fast-forward)".to_string()
         } else {
-            format!("load {:.3} Mops/s", self.load_throughput_ops / 1e6)
+            format!("load {}", rate(self.load_throughput_ops))
         };
         s += &format!(
-            "{load} | run {:.3} Mops/s | latency p50 {:.2} us p99 {:.2} us p999 {:.2} us\n",
-            self.throughput_ops / 1e6,
+            "{load} | run {} | latency p50 {:.2} us p99 {:.2} us p999 {:.2} us mean {:.2} us\n",
+            rate(self.throughput_ops),
             self.latency_us.p50,
             self.latency_us.p99,
-            self.latency_us.p999
+            self.latency_us.p999,
+            self.latency_us.mean
         );
+        let l = &self.latency_us;
+        if l.mean > l.p999 {
+            let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+            let threads = self.cns as usize * self.clients;
+            let host = match self.transport {
+                TransportKind::Sim => String::new(),
+                _ => format!(
+                    " (on a real clock, e.g. client threads the host deschedules: {threads} \
+                     client threads on {cores} cores here)"
+                ),
+            };
+            s += &format!(
+                "note: the mean is above p999: fewer than 1 in 1000 operations took far longer \
+                 (up to {:.2} us) and carry most of the time{host}\n",
+                l.max
+            );
+        }
         s += &format!(
             "per op: {:.2} round trips, {:.2} verbs, {:.1} B read, {:.1} B written, {:.3} CAS failures | retries {}\n",
             self.round_trips_per_op,
@@ -184,9 +209,15 @@ impl BenchReport {
             );
         }
         if !self.index_stats.is_empty() {
-            let parts: Vec<String> =
-                self.index_stats.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            s += &format!("index: {}\n", parts.join(", "));
+            s += "index counters (summed over compute nodes):\n";
+            let width = self.index_stats.keys().map(String::len).max().unwrap_or(0);
+            for (k, v) in &self.index_stats {
+                let label = crate::counters::counter_label(k).map_or_else(
+                    || format!("(not described: see docs/{}.md)", self.index),
+                    String::from,
+                );
+                s += &format!("  {k:<width$} {v:>12}  {label}\n");
+            }
         }
         if let Some(r) = self.per_op.iter().find(|o| o.op == "read" && o.not_found == Some(o.count))
         {
@@ -231,14 +262,84 @@ impl BenchReport {
                 }
             };
         }
+        s += &self.legend();
+        s
+    }
+
+    /// What the table's columns and words mean, and what the transport's figures are of.
+    fn legend(&self) -> String {
+        let mut rows = vec![
+            (
+                "RT/op",
+                "network round trips per operation (a verb, a doorbell batch of verbs or a \
+                 request to a memory node's CPU, each awaited once)",
+            ),
+            ("verbs", "one-sided RDMA operations posted (READ, WRITE, CAS, FAA)"),
+            ("B read, B written", "bytes per operation from and to memory nodes"),
+            ("CAS failures", "compare-and-swaps that lost to another client"),
+            (
+                "retries",
+                "operations the index started again (a torn read, a lost race, a lock held)",
+            ),
+            ("not found", "operations whose key was absent"),
+            (
+                "p50 ... mean",
+                "latency percentiles and mean, of the same operations (on a real clock a \
+                 sample of them; see docs/bench.md)",
+            ),
+        ];
+        if self.index_stats.keys().any(|k| k.starts_with("rdwc_")) {
+            rows.push((
+                "RDWC",
+                "read delegation and write combining: clients of one compute node that work on \
+                 the same key at the same time share one remote operation",
+            ));
+        }
+        rows.push(match self.transport {
+            TransportKind::Local => (
+                "local",
+                "memory nodes inside this process, reached through shared memory with no \
+                 network cost: a floor for the index's own work, not a cluster's speed",
+            ),
+            TransportKind::Sim => (
+                "sim",
+                "a simulated cluster: throughput and latency are in virtual time of the \
+                 modelled testbed (the preset), not of this machine",
+            ),
+            TransportKind::Ucx => ("ucx", "memory-node processes over OpenUCX, real time"),
+        });
+        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        let mut s = String::from("legend:\n");
+        for (k, v) in rows {
+            s += &format!("  {k:<width$}  {v}\n");
+        }
         s
     }
 }
 
+/// Operations per second in the unit that shows at least three significant digits: Mops/s
+/// from a million up, kops/s from a thousand, else ops/s.
+pub(crate) fn rate(ops_per_s: f64) -> String {
+    let (v, unit) = match ops_per_s {
+        x if x >= 1e6 => (x / 1e6, "Mops/s"),
+        x if x >= 1e3 => (x / 1e3, "kops/s"),
+        x => (x, "ops/s"),
+    };
+    // Three decimals below 10, as many as three significant digits need above.
+    let decimals = match v {
+        v if v >= 100.0 => 1,
+        v if v >= 10.0 => 2,
+        _ => 3,
+    };
+    format!("{v:.decimals$} {unit}")
+}
+
+/// The percentiles, mean and maximum of one histogram, so that all are of the same operations.
 fn latency(h: &hdrhistogram::Histogram<u64>) -> Latency {
     let q = |p| if h.is_empty() { 0.0 } else { h.value_at_quantile(p) as f64 / 1e3 };
     let mean = if h.is_empty() { 0.0 } else { h.mean() / 1e3 };
-    Latency { p50: q(0.5), p99: q(0.99), p999: q(0.999), mean }
+    let max = if h.is_empty() { 0.0 } else { h.max() as f64 / 1e3 };
+    Latency { p50: q(0.5), p99: q(0.99), p999: q(0.999), mean, max }
 }
 
 pub(crate) struct Phase {
@@ -451,4 +552,39 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
             .then(|| crate::Timeline { interval_ns: m.timeline_ns, ops: m.timeline.clone() }),
         phases,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_show_three_significant_digits_in_a_fitting_unit() {
+        for (ops_per_s, shown) in [
+            (123_456_789.0, "123.5 Mops/s"),
+            (2_675_000.0, "2.675 Mops/s"),
+            (12_345.0, "12.35 kops/s"),
+            (1_500.0, "1.500 kops/s"),
+            (999.0, "999.0 ops/s"),
+            (42.0, "42.00 ops/s"),
+            (0.5, "0.500 ops/s"),
+        ] {
+            assert_eq!(rate(ops_per_s), shown);
+        }
+    }
+
+    /// Percentiles, mean and maximum are of one population: a few operations a thousand times
+    /// slower than the rest put the mean above p99.9 and below the maximum.
+    #[test]
+    fn a_rare_stall_lifts_the_mean_above_p999_but_not_above_the_maximum() {
+        let mut h = runner::new_histogram();
+        h.record_n(1_000, 99_990).unwrap();
+        h.record_n(10_000_000, 10).unwrap();
+        let l = latency(&h);
+        assert!((l.p50 - 1.0).abs() < 0.01 && (l.p999 - 1.0).abs() < 0.01, "{l:?}");
+        assert!(l.mean > 1.9 * l.p999 && l.mean < l.max, "{l:?}");
+        assert!((l.max - 10_000.0).abs() < 10.0, "{l:?}");
+        let exact = (1_000.0 * 99_990.0 + 10_000_000.0 * 10.0) / 100_000.0 / 1e3;
+        assert!((l.mean - exact).abs() < 0.01 * exact, "{} against {exact}", l.mean);
+    }
 }
