@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 
-use dmindex_bench::{limits, BenchConfig, Deal, IndexChoice};
+use dmindex_bench::{limits, BenchConfig, Deal, IndexChoice, Progress};
 use dmindex_conformance::{CheckConfig, Crashes, Summary};
 
 /// An index name the catalog knows; the error lists the known ones.
@@ -19,8 +19,16 @@ pub fn catalog_index_arg(a: clap::Arg) -> clap::Arg {
     a.help(dmindex_catalog::index_help()).value_parser(parse_index)
 }
 
+/// Progress bars on a terminal, lines every few seconds into a log or a pipe.
+pub fn progress() -> Progress {
+    match std::io::stderr().is_terminal() {
+        true => Progress::Bars,
+        false => Progress::Lines,
+    }
+}
+
 pub fn bench(mut cfg: BenchConfig) -> anyhow::Result<ExitCode> {
-    cfg.output.progress = std::io::stderr().is_terminal();
+    cfg.output.progress = progress();
     if cfg.workload.trace.is_some() && cfg.workload.deal == Deal::RoundRobin && cfg.tasks() > 1 {
         eprintln!(
             "warning: --deal round-robin: the trace's lines go to {} client tasks in turn, so \

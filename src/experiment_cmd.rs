@@ -96,12 +96,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     let (chosen, scales) = plan(args)?;
     let several = chosen.len() > 1;
+    // Each run shows its progress as `bench` does: bars on a terminal, lines otherwise.
+    let progress = crate::bench_cmd::progress();
+    let runner = |cfg: &dmindex_bench::BenchConfig| {
+        let mut cfg = cfg.clone();
+        cfg.output.progress = progress;
+        dmindex_catalog::bench(&cfg)
+    };
     for ((paper, e), scale) in chosen.into_iter().zip(scales) {
         let t = Instant::now();
         let out =
-            run_experiment(paper, e.name, &scale, &args.out, &dmindex_catalog::bench, |line| {
-                eprintln!("{line}")
-            });
+            run_experiment(paper, e.name, &scale, &args.out, &runner, |line| eprintln!("{line}"));
         let out = match out {
             Err(err)
                 if several

@@ -318,9 +318,10 @@ pub struct Output {
     /// inserts or "latest"; not with --trace). With --window, of the reads inside it.
     #[arg(long)]
     pub key_reuse: bool,
-    /// Show progress bars on standard error (the command line sets it on a terminal).
+    /// How progress shows on standard error: the command line draws bars on a terminal and
+    /// prints a line every few seconds otherwise.
     #[arg(skip)]
-    pub progress: bool,
+    pub progress: crate::Progress,
 }
 
 /// The command line's defaults, parsed from no flags: the one place a default is written.

@@ -19,12 +19,13 @@ use dmindex_ycsb::Shared;
 
 use crate::clock::WallClock;
 use crate::fault::{inject, monitor, NodeControl, RunClock};
+use crate::progress::phase_progress;
 use crate::report::{summarise, Finished, Phase, PhaseWindow};
 use crate::runner::{BusyWindow, ClientMetrics, MeasureWindow, OpSource, TaskEnv, Timing};
 use crate::streams;
 use crate::{
-    chunk_size, client_phase, index_config, progress_bar, services, BenchConfig, BenchReport,
-    Checked, Plan, Recovery, Runnable, RunnableScans,
+    chunk_size, client_phase, index_config, services, BenchConfig, BenchReport, Checked, Plan,
+    Recovery, Runnable, RunnableScans,
 };
 use dmindex_check::History;
 
@@ -69,7 +70,7 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     let recovery = RefCell::new(None);
     let snapshot = || handles.iter().map(PointIndex::<SimTransport>::stats).collect();
     let phase = |name: &str, total: u64, load: bool| -> anyhow::Result<Phase> {
-        let bar = progress_bar(cfg, total, name);
+        let bar = phase_progress(cfg.output.progress, total, name);
         // The simulation runs on this one thread: one set of histograms for every task.
         let metrics = RefCell::new(ClientMetrics::default());
         let (t0, v0) = (sim.now_ns(), clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>());
@@ -235,7 +236,7 @@ where
                 .map(|s| Mutex::new(Some(s)))
                 .collect()
         };
-        let bar = progress_bar(cfg, total, name);
+        let bar = phase_progress(cfg.output.progress, total, name);
         let t0 = now();
         let timeline = if load { 0 } else { cfg.output.timeline_ns() };
         // One set of histograms per thread, shared by its coroutines, merged at the end.

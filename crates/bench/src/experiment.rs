@@ -234,6 +234,8 @@ pub struct Session<'a> {
     lines: (&'a [Line], u64),
     runner: Runner<'a>,
     log: &'a mut dyn FnMut(&str),
+    /// When the experiment started, for the log's elapsed times.
+    started: Instant,
 }
 
 impl<'a> Session<'a> {
@@ -337,14 +339,21 @@ impl<'a> Session<'a> {
     pub fn go(&mut self, series: &str, x: f64, cfg: BenchConfig) -> anyhow::Result<&mut Run> {
         let t = Instant::now();
         let name = self.name;
+        (self.log)(&format!(
+            "{name}: {series} x={x}: run {} started, {:.0} s into the experiment",
+            self.runs.len() + 1,
+            self.started.elapsed().as_secs_f64()
+        ));
         let report = (self.runner)(&cfg).with_context(|| format!("{name}: {series} at {x}"))?;
         (self.log)(&format!(
-            "{name}: {series} x={x}: {:.2} Mops/s, p50 {:.2} us, p99 {:.2} us, cache {:.1} MB ({:.1} s)",
-            mops(&report),
+            "{name}: {series} x={x}: {}, p50 {:.2} us, p99 {:.2} us, cache {:.1} MB ({:.1} s, \
+             {:.0} s into the experiment)",
+            crate::report::rate(report.throughput_ops),
             report.latency_us.p50,
             report.latency_us.p99,
             cache_mb(&report),
-            t.elapsed().as_secs_f64()
+            t.elapsed().as_secs_f64(),
+            self.started.elapsed().as_secs_f64()
         ));
         self.runs.push(Run { series: series.into(), x, report });
         Ok(self.runs.last_mut().expect("just pushed"))
@@ -389,6 +398,7 @@ impl<'a> Session<'a> {
             lines: (paper.lines, paper.items),
             runner,
             log,
+            started: Instant::now(),
         }
     }
 
@@ -483,6 +493,7 @@ pub fn run_experiment(
         lines: (paper.lines, paper.items),
         runner,
         log: &mut log,
+        started: start,
     };
     (e.body)(&mut s)?;
     let Session { runs, points, charts, .. } = s;

@@ -17,6 +17,7 @@ pub mod experiment;
 pub mod fault;
 pub mod limits;
 pub mod plot;
+mod progress;
 mod report;
 mod reuse;
 pub mod runner;
@@ -28,6 +29,7 @@ pub use config::{
 };
 pub use counters::counter_label;
 pub use fault::{Checked, MnFault, Recovery, Timeline};
+pub use progress::Progress;
 pub use report::{BenchReport, Latency, MeasuredWindow, OpBreakdown};
 pub use streams::machine_bytes;
 
@@ -40,8 +42,6 @@ use dmindex_index::{mn_services, IndexConfig, IndexKind, PointIndex, Scans};
 use dmindex_sim::SimTransport;
 use dmindex_ycsb::workload::load_numbers;
 use dmindex_ycsb::{Distribution, KeyFormat, Op, OpKind, Shared, WorkloadSpec};
-
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use runner::{OpSource, TaskEnv};
 
@@ -309,20 +309,6 @@ pub(crate) fn index_config(cfg: &BenchConfig, plan: &Plan) -> IndexConfig {
         root_slot: 0,
         extra: cfg.index.options.clone(),
     }
-}
-
-pub(crate) fn progress_bar(cfg: &BenchConfig, len: u64, phase: &str) -> ProgressBar {
-    if !cfg.output.progress {
-        return ProgressBar::hidden();
-    }
-    let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
-    pb.set_style(
-        ProgressStyle::with_template("{prefix:>5} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    pb.set_prefix(phase.to_string());
-    pb
 }
 
 /// Client `i` of `n` in the load phase (its share of the keys) or the run phase (its share of
