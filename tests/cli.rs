@@ -1053,6 +1053,34 @@ fn ucx_memnodes_serve_bench_and_refuse_bad_clients() {
     assert_eq!(v["check"]["unknown_start"], true, "{}", v["check"]);
     assert!(v["check"]["violation"].is_null(), "{}", v["check"]);
     assert!(v["check"]["keys"].as_u64().unwrap() > 100, "{}", v["check"]);
+    // Several indexes on one set of memnodes, each under its name (default: the index's).
+    let named = |args: &[&str]| {
+        Command::new(bin)
+            .env("UCX_TLS", "tcp")
+            .args(["bench", "--transport", "ucx", "--memnode", &list, "--token-file"])
+            .arg(&token)
+            .args(["--items", "2000", "--ops", "2000", "--json"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = named(&["--workload", "a"]);
+    assert_eq!(out.status.code(), Some(2), "a second chime under the same name is refused");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already exists") && err.contains("--attach"), "{err}");
+    let out = named(&["--index", "dolphin", "--workload", "a"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = named(&["--index", "chime", "--name", "chime-2", "--workload", "a"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (index, name) in [("dolphin", "dolphin"), ("chime", "chime-2"), ("chime", "chime")] {
+        let out = named(&["--attach", "--index", index, "--name", name, "--workload", "c"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(json(&out)["per_op"][0]["not_found"], 0, "{name}: every key of its own load");
+    }
+    let out = named(&["--attach", "--index", "sherman", "--workload", "c"]);
+    assert_eq!(out.status.code(), Some(2), "nothing named sherman");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no index named") && err.contains("chime-2"), "{err}");
     // Clients killed mid-run (SIGKILL) at different points: a CHIME client attached to the
     // loaded index, then fabric-bench clients in the middle of their verbs. Over TCP the
     // memnodes execute those verbs (as messages), so each death leaves replies that cannot be
@@ -1122,7 +1150,10 @@ fn ucx_shared_memory_is_one_sided_across_processes() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("root slot 0 is empty: no index was created there"), "{err}");
+    assert!(
+        err.contains("no index named \"chime\" on these memory nodes (indexes there: none)"),
+        "{err}"
+    );
     assert!(!err.contains("corrupt"), "{err}");
     let out = Command::new(bin)
         .env("UCX_TLS", "sm,self")

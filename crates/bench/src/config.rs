@@ -70,6 +70,17 @@ pub struct IndexChoice {
     /// Index-specific option, e.g. --option span=64 (repeatable).
     #[arg(long = "option", value_name = "NAME=VALUE", value_parser = parse_option)]
     pub options: Vec<(String, String)>,
+    /// The name the index is created under (default: the index's own, e.g. chime), so that
+    /// several indexes live on one set of memory nodes; --attach opens the one of this name.
+    #[arg(long = "name", value_name = "NAME")]
+    pub root_name: Option<String>,
+}
+
+impl IndexChoice {
+    /// The name the index is created and found under.
+    pub fn root_name(&self) -> &str {
+        self.root_name.as_deref().unwrap_or(&self.name)
+    }
 }
 
 /// The machines a run uses: transport, memory nodes, compute nodes and their clients.

@@ -24,8 +24,8 @@ use crate::report::{summarise, Finished, Phase, PhaseWindow};
 use crate::runner::{BusyWindow, ClientMetrics, MeasureWindow, OpSource, TaskEnv, Timing};
 use crate::streams;
 use crate::{
-    chunk_size, client_phase, index_config, services, BenchConfig, BenchReport, Checked, Plan,
-    Recovery, Runnable, RunnableScans,
+    chunk_size, client_phase, index_config, root_slot, services, BenchConfig, BenchReport, Checked,
+    Plan, Recovery, Runnable, RunnableScans,
 };
 use dmindex_check::History;
 
@@ -48,8 +48,8 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
         services,
     )
     .map_err(anyhow::Error::msg)?;
-    let icfg = index_config(cfg, plan);
     let setup = sim.client_on_own_thread(0);
+    let icfg = index_config(cfg, plan, sim.block_on(root_slot(&setup, cfg))?);
     sim.block_on(<I as PointIndex<SimTransport>>::create(&setup, &icfg, 0))?;
     let mut handles: Vec<I> = Vec::new();
     for cn in 0..cfg.cluster.cns {
@@ -202,8 +202,8 @@ where
     if fault.is_some() && control.is_none() {
         bail!("a memory-node crash needs memory nodes the harness can kill (sim, or ucx with spawned memnodes)");
     }
-    let icfg = index_config(cfg, plan);
     let setup = fabric.client(0)?;
+    let icfg = index_config(cfg, plan, run_tasks([root_slot(&setup, cfg)]).remove(0)?);
     if !cfg.cluster.attach {
         run_tasks([I::create(&setup, &icfg, 0)]).remove(0)?;
     }

@@ -300,14 +300,32 @@ impl Plan {
     }
 }
 
-pub(crate) fn index_config(cfg: &BenchConfig, plan: &Plan) -> IndexConfig {
+/// The index's configuration, in root slot `root_slot` ([`root_slot`]).
+pub(crate) fn index_config(cfg: &BenchConfig, plan: &Plan, root_slot: u32) -> IndexConfig {
     IndexConfig {
         max_key: plan.format.max_key_len(),
         max_value: cfg.keys.value_size,
         cache_bytes: cfg.cluster.cache_bytes(),
         expected_items: plan.items + plan.ops,
-        root_slot: 0,
+        root_slot,
         extra: cfg.index.options.clone(),
+    }
+}
+
+/// The root slot of the index this run uses, by its name ([`dmindex_prim::names`]): claimed
+/// for a new index, found for `--attach`; the errors say what to do instead.
+pub(crate) async fn root_slot<T: Transport>(
+    c: &Client<T>,
+    cfg: &BenchConfig,
+) -> anyhow::Result<u32> {
+    let name = cfg.index.root_name();
+    match cfg.cluster.attach {
+        true => dmindex_prim::names::find(c, name).await.map_err(|e| {
+            anyhow::anyhow!("{e}; create it first (the same command without --attach), or name another with --name")
+        }),
+        false => dmindex_prim::names::claim(c, name).await.map_err(|e| {
+            anyhow::anyhow!("{e}; attach to it with --attach, create this one under another --name, or restart the memory nodes")
+        }),
     }
 }
 

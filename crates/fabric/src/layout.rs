@@ -10,7 +10,8 @@
 //! 0x0A000  16 KiB    intent table (every node): 2048 × 8-byte slots, slot i written only by
 //!                    the client that joined as member slot i (the primitives crate's Spear
 //!                    draws and owns them)
-//! 0x0E000  ..        reserved, zero
+//! 0x0E000  8 KiB     name table (node 0): 256 × 32-byte entries naming the index in root
+//!                    slots 2i and 2i + 1 (the primitives crate's `names` module draws them)
 //! 0x10000  ..end     heap: chunks handed out by the allocation service, bump order
 //! ```
 //!
@@ -53,10 +54,15 @@ pub const MEMBER_SLOT_BYTES: u64 = 16;
 pub const INTENTS_OFFSET: u64 = 0xA000;
 /// Bytes of the intent table: one 8-byte slot per member slot.
 pub const INTENTS_BYTES: u64 = MEMBER_SLOTS as u64 * 8;
+/// Offset of the name table (used on memory node 0 only).
+pub const NAMES_OFFSET: u64 = 0xE000;
+/// Bytes of the name table.
+pub const NAMES_BYTES: u64 = 0x2000;
 /// First heap byte.
 pub const HEAP_START: u64 = 0x10000;
 const _: () = assert!(MEMBERS_OFFSET + MEMBER_SLOTS as u64 * MEMBER_SLOT_BYTES <= INTENTS_OFFSET);
-const _: () = assert!(INTENTS_OFFSET + INTENTS_BYTES <= HEAP_START);
+const _: () = assert!(INTENTS_OFFSET + INTENTS_BYTES <= NAMES_OFFSET);
+const _: () = assert!(NAMES_OFFSET + NAMES_BYTES <= HEAP_START);
 const _: () = assert!(ROOT_TABLE_OFFSET + ROOT_SLOTS as u64 * 8 <= MEMBERS_OFFSET);
 /// Smallest region that holds the fixed layout and one 64 KiB chunk.
 pub const MIN_REGION: u64 = HEAP_START + 0x10000;

@@ -41,6 +41,7 @@ pub mod key;
 pub mod kv_block;
 pub mod lease;
 pub mod lock;
+pub mod names;
 pub mod node_cache;
 pub mod options;
 pub mod pool;
