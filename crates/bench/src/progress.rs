@@ -18,7 +18,7 @@ pub enum Progress {
     Off,
     /// A bar redrawn in place, for a terminal.
     Bars,
-    /// A line every [`LINE_EVERY`], for a log or a pipe, where a bar would be lost or garble.
+    /// A line every `LINE_EVERY`, for a log or a pipe, where a bar would be lost or garble.
     Lines,
 }
 

@@ -465,7 +465,7 @@ impl BusyWindow {
 /// The measured part of a run phase (`--window`, [`crate::Window`]): it opens when the phase's
 /// completed operations, counted by every client on one shared counter, reach `open_at`, and
 /// closes when they reach `close_at`. The client whose completion reaches a mark notes the time
-/// and the indexes' counters ([`MeasureWindow::snapshot`]), so that what the indexes counted
+/// and the indexes' counters (`MeasureWindow::snapshot`), so that what the indexes counted
 /// inside the window is the difference of the two readings.
 ///
 /// A client's operation is measured if the window was open when it started (the client learns

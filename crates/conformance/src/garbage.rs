@@ -197,7 +197,7 @@ pub struct GarbageConfig {
 
 impl GarbageConfig {
     /// 300 keys, the operations on key 150, every operation `kind` offers, 1 memory node, a
-    /// timeout of 120 s (an operation gives up after [`dmindex_prim`]'s bound of failed
+    /// timeout of 120 s (an operation gives up after `dmindex_prim`'s bound of failed
     /// validations: about a second in a release build, several in a test build).
     pub fn new(index: IndexConfig, kind: IndexKind) -> GarbageConfig {
         GarbageConfig {

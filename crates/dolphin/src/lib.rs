@@ -97,7 +97,7 @@
 //! waits on its leaf for a lease ([`dmindex_prim::spear`]'s intent table names who may hold a
 //! share of a leaf's count): a count it left is dropped by the next split, and a claim it left is
 //! taken over, its half-done split rolled forward (the old leaf shrunk before the new one opens)
-//! and released ([`recovery`]). A writer that dies holding a multi-line cell's lock (values over
+//! and released (`recovery`). A writer that dies holding a multi-line cell's lock (values over
 //! 56 bytes), with or without part of its last doorbell landed, is named by the lock word and
 //! has left the cell it meant to write in a redo record ([`redo`]): whoever waits on the cell
 //! finishes that write once the writer is fenced, and an SMO that finds the cell in its drained

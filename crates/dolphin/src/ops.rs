@@ -18,12 +18,12 @@
 //! # Split (the insert found the leaf full)
 //!
 //! [`crate::smo::compact_or_split`] claims and drains the leaf; with too many live pairs to
-//! compact, [`Dolphin::split`] writes the new leaf (born claimed) with a fresh READ of the
-//! special node in one doorbell, CASes it into the node ([`Dolphin::publish`]), then rewrites the
+//! compact, `Dolphin::split` writes the new leaf (born claimed) with a fresh READ of the
+//! special node in one doorbell, CASes it into the node (`Dolphin::publish`), then rewrites the
 //! old leaf (the next epoch, `hi` lowered), turns the inserted key live if it moved, and releases
 //! both leaves, all in one doorbell: the new leaf is on the old one's memory node. The new leaf's
 //! born record names the splitter until that doorbell clears it, after the release
-//! ([`crate::recovery`] rolls a split forward whose splitter died).
+//! (`crate::recovery` rolls a split forward whose splitter died).
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};

@@ -24,7 +24,7 @@
 //!
 //! The next prefix's special node comes from the cache or a descent (which finds it, or proves
 //! the prefix absent on nodes read afresh); an absent prefix sends the scan to the next prefix
-//! that exists, found by an in-order walk over nodes read afresh ([`Dolphin::next_special`]),
+//! that exists, found by an in-order walk over nodes read afresh (`Dolphin::next_special`),
 //! rare in the dense key spaces Dolphin is built for.
 
 use std::cmp::Ordering;

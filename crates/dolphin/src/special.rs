@@ -18,7 +18,7 @@
 //!
 //! # A split's new leaf
 //!
-//! [`Dolphin::publish`] CASes the new leaf into the first empty slot of the special node's
+//! `Dolphin::publish` CASes the new leaf into the first empty slot of the special node's
 //! current incarnation. The split key's last byte is unique in the node: it lies strictly inside
 //! the claimed leaf's range, which no other leaf's low key does, and only the claimer of that
 //! leaf publishes a leaf with a low key in it. A full node is grown by the shared helped type

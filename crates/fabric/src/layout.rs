@@ -134,7 +134,7 @@ pub fn format(region: &dyn MnMemory, node: NodeId) {
 }
 
 /// Formats `region` afresh for node `node` (the node restarted empty): zeroes everything the
-/// superblock says was in use (the fixed area and the heap handed out), then [`format`]s it.
+/// superblock says was in use (the fixed area and the heap handed out), then [`format()`]s it.
 pub fn reformat(region: &dyn MnMemory, node: NodeId) {
     let mut top = [0u8; 8];
     region.read(HEAP_TOP_OFFSET, &mut top);

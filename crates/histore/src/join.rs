@@ -1,6 +1,6 @@
 //! A replacement replica's side of a rebuild: learning a view's log from its leader, loading the
 //! leader's snapshot, and joining the next view. The client that drives a rebuild is in
-//! [`crate::rebuild`].
+//! `crate::rebuild`.
 //!
 //! # Learning while the group serves
 //!

@@ -234,7 +234,7 @@ pub async fn take_over_kept<T: Transport>(
     take_over(c, (addr, old, mine | (old & KEPT_BITS)), repair).await
 }
 
-/// [`judge`] for a keeping lock ([`kept_held_word`]), for an index that takes such a lock with
+/// `judge` for a keeping lock ([`kept_held_word`]), for an index that takes such a lock with
 /// its own verbs: one failed look at `addr` that found `old`. Takes the lock over from a dead
 /// holder by CAS from `old` to `mine` with `old`'s [`KEPT_BITS`] added, and returns the free
 /// word `repair` computed (lock bit clear); `None` to look again.

@@ -53,7 +53,7 @@ pub trait CachedNode {
     /// Bytes it costs in the cache.
     fn cache_cost(&self) -> u64;
     /// The key's leading 64 bits, in the keys' order: `a < b` implies `radix(a) <= radix(b)`.
-    /// A level's radix table ([`Level::find`]) buckets low fences by its top bits.
+    /// A level's radix table (`Level::find`) buckets low fences by its top bits.
     fn radix(k: &Self::Key) -> u64;
 }
 

@@ -106,7 +106,7 @@ impl RootSlot {
         Ok(())
     }
 
-    /// READs the root word; an empty slot is refused ([`RootSlot::empty`]).
+    /// READs the root word; an empty slot is refused (`RootSlot::empty`).
     pub async fn load<T: Transport>(&self, c: &Client<T>) -> IndexResult<u64> {
         match c.read_word(self.addr()).await? {
             0 => Err(self.empty()),

@@ -1,7 +1,7 @@
 //! `race-sephash`: RACE's resize as the SepHash authors implemented and measured it.
 //!
 //! The RACE paper has no public code; the SepHash paper's RACE line was measured on the
-//! authors' own implementation, whose resize differs from `race`'s ([`crate::split`]) in ways
+//! authors' own implementation, whose resize differs from `race`'s (`crate::split`) in ways
 //! that decide the paper's headline (RACE flat from 64 clients, 80× more resizes at 128 clients
 //! than at 1). This module is that resize on the shared table code: bucket layout, search,
 //! insert, update and delete are `race`'s.
@@ -97,7 +97,7 @@
 //!
 //! A mover that dies leaves the lock word held (steps 2–6 or 8) or S and N marked (from step
 //! 4 until step 8): every word that can keep a client waiting names it, and the waiters judge
-//! it and repair what it left ([`crate::global_repair`]). Nothing acknowledged is lost: an
+//! it and repair what it left (`crate::global_repair`). Nothing acknowledged is lost: an
 //! entry leaves S only frozen and after its copy is in N.
 
 use dmindex_fabric::{AtomicOp, BatchOp, Client, GlobalAddr, Transport, Work};

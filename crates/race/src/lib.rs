@@ -48,7 +48,7 @@
 //! positions, switch the old segment's headers to depth + 1, freeze and copy what inserters added
 //! meanwhile, publish the new segment in the directory (under the directory lock, doubling it
 //! when needed), clear the moved slots and unlock. Searches never wait: a frozen entry beside an
-//! old header is still the key's value. See [`split`] for the argument.
+//! old header is still the key's value. See `split` for the argument.
 //!
 //! ## `race-sephash`: RACE as the SepHash authors ran it
 //!
@@ -65,8 +65,8 @@
 //! moving entries frozen. A crash never loses an acknowledged write: nothing is cleared from the
 //! old segment before the new one is published with a copy of it. The clients that wait on the
 //! split judge the splitter by its lease and, once it is fenced, one of them takes the lock over
-//! and finishes the split if the new segment was published, or undoes it if not ([`recover`];
-//! `race-sephash`: [`global_repair`]). A split records what the repair needs (the new segment in
+//! and finishes the split if the new segment was published, or undoes it if not (`recover`;
+//! `race-sephash`: `global_repair`). A split records what the repair needs (the new segment in
 //! the old one's meta line, the split being published in the directory) in doorbells it posts
 //! anyway: no round trip is added.
 
@@ -315,7 +315,7 @@ impl Race {
 
 impl<T: Transport> PointIndex<T> for Race {
     /// The split lock and the directory lock name their holder; a dead splitter's split is
-    /// finished or undone, a dead publisher's publish finished ([`recover`]).
+    /// finished or undone, a dead publisher's publish finished (`recover`).
     const RECOVERS_CLIENT_CRASHES: bool = true;
 
     async fn create(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
@@ -361,7 +361,7 @@ impl<T: Transport> PointIndex<T> for Race {
 /// Every item forwarded to the shared table code; only `create` and `open` name the policy.
 impl<T: Transport> PointIndex<T> for RaceSepHash {
     /// The table's lock word and the moving marks name their holder; a dead mover's split is
-    /// published, moved and cleared by a waiter ([`global_repair`]).
+    /// published, moved and cleared by a waiter (`global_repair`).
     const RECOVERS_CLIENT_CRASHES: bool = true;
 
     async fn create(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {

@@ -2,7 +2,7 @@
 //! freeze. The lock word names its holder below the retirement bits ([`crate::layout`],
 //! [`dmindex_prim::lock::kept_held_word`]); a waiter judges the holder by its lease, fences it,
 //! takes the lock over by CAS from the exact word it left (keeping its RETIRING and RETIRED
-//! bits, so readers go on seeing them) and asks [`LeafRepair`] for the free word.
+//! bits, so readers go on seeing them) and asks `LeafRepair` for the free word.
 //!
 //! What the dead holder can have left, by the held word's retirement bits:
 //!
@@ -27,7 +27,7 @@
 //!
 //! The claim word names the claimer's member word. A client whose insert asks for a retrain
 //! of a model another member claimed looks at that claim at most once a half lease
-//! ([`Claims`]): while the current directory still holds the model, the claimer is judged by
+//! (`Claims`): while the current directory still holds the model, the claimer is judged by
 //! the lease rules across those looks ([`Sighting`]: three leases without a heartbeat; a live
 //! retrainer renews as it goes). Fenced, it can publish nothing more, so a directory read after
 //! the fence that still holds the model means it never will: the client takes the claim over

@@ -163,7 +163,7 @@ impl SepHash {
 
 impl<T: Transport> PointIndex<T> for SepHash {
     /// A closed CurSegment's merge record names its merger; a dead merger's merge (or split)
-    /// is done by a waiter ([`recover`]).
+    /// is done by a waiter (`recover`).
     const RECOVERS_CLIENT_CRASHES: bool = true;
 
     async fn create(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {

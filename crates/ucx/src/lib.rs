@@ -1,7 +1,7 @@
 //! # dmindex over OpenUCX: the `ucx` transport and the memnode server
 //!
 //! Memory nodes run `dmindex memnode`: a pool allocated by UCX, a progress loop, and a TCP
-//! control port ([`proto`]). Compute nodes connect with [`transport::UcxFabric`] and issue
+//! control port ([`proto`]). Compute nodes connect with `transport::UcxFabric` and issue
 //! verbs as UCX RMA and atomics (RDMA verbs on real NICs; TCP or shared memory here).
 //!
 //! Where UCX would emulate RMA on the memnode's CPU (TCP), verbs travel as active messages the

@@ -272,7 +272,7 @@ pub async fn adopt<T: Transport, V: Cells<T>>(
 }
 
 /// A reader found cell `j` of `leaf` torn under the locked word `seen`: enters the leaf as a
-/// writer would and waits there for that lock to go ([`await_cell`]), then leaves. The reader
+/// writer would and waits there for that lock to go (`await_cell`), then leaves. The reader
 /// then reads again.
 #[allow(clippy::too_many_arguments)]
 pub async fn settle<T: Transport, V: Cells<T>>(

@@ -38,7 +38,7 @@
 //! inside the leaf for the word to move, and a reader that keeps finding it torn under a lock
 //! goes in to wait too ([`settle`]); a holder that died (stopped anywhere: after its CAS, or
 //! with some of its last doorbell's lines landed) is judged by its lease, fenced, and its write
-//! finished from its record by the waiter ([`cell`]). The lock costs a round trip over one-line
+//! finished from its record by the waiter (`cell`). The lock costs a round trip over one-line
 //! cells on every write, the record `64 + cell` bytes written in a doorbell sent anyway.
 //!
 //! # One-line cells: value first, state after

@@ -125,7 +125,7 @@ impl Blink {
     /// reached with none was the root when the descent read the root word, and a walk from it
     /// can be as long as the tree has leaves: a client that queued for the root leaf's lock
     /// while many clients loaded the tree walked right thousands of times (6 moves per insert
-    /// over a 300 k load at 10 CNs × 64 × 2 on the simulator). So every [`RECHECK_MOVES`] moves
+    /// over a 300 k load at 10 CNs × 64 × 2 on the simulator). So every `RECHECK_MOVES` moves
     /// such a walk reads the root word again and starts over from the root once the tree has
     /// grown — one READ per that many moves. If it has not (the split that should grow it is
     /// still in flight, or its client crashed), the walk goes on. `moves` counts the walk's
