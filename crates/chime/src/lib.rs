@@ -114,6 +114,8 @@ use dmindex_prim::kv_block::Blocks;
 use dmindex_prim::pool::Pool;
 use dmindex_prim::root::RootSlot;
 
+pub use dmindex_prim::rdwc::Rdwc;
+
 use crate::layout::{key_at, LeafLayout};
 use crate::read_plan::ReadPlan;
 use crate::shape::MAGIC;
@@ -161,6 +163,14 @@ pub struct ChimeIndex<V> {
 pub type Chime = ChimeIndex<Flagship>;
 /// The same code with every factor off: the `sherman` baseline.
 pub type Sherman = ChimeIndex<ShermanBaseline>;
+
+/// CHIME behind read delegation and write combining ([`Rdwc`]), as the paper measures it and
+/// as `dmindex bench --index chime` runs it: clients of one compute node that search or write
+/// the same key at once share one remote operation. Created and opened like [`Chime`], with
+/// the same configuration; option `rdwc=0` in [`IndexConfig::extra`] turns the layer off.
+pub type ChimeRdwc = Rdwc<Chime>;
+/// [`Sherman`] behind [`Rdwc`], as `dmindex bench --index sherman` runs it.
+pub type ShermanRdwc = Rdwc<Sherman>;
 
 /// The 8-byte leaf key of a key: its first 8 bytes, zero-padded, as a big-endian integer.
 fn prefix_of(key: &[u8]) -> u64 {
