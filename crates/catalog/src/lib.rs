@@ -5,6 +5,26 @@
 //! **adding an index = its crate + one line in [`INDEXES`]** (and a dependency in this crate's
 //! manifest, and a row in the README's list at the same position, which a test checks; see
 //! `docs/adding-an-index.md`). Paper figures live in [`papers`], one table per paper.
+//!
+//! # Example
+//!
+//! What an index is and how `bench` runs it, by name. A library uses the index's own type
+//! instead (the catalog's line names it): `dmindex_chime::ChimeRdwc` for `chime`, which `bench`
+//! runs behind RDWC ([`RdwcPolicy::On`], the type [`dmindex_prim::rdwc::Rdwc`] around the
+//! index), or `dmindex_sephash::SepHash` for `sephash`.
+//!
+//! ```
+//! use dmindex_catalog::{find, RdwcPolicy};
+//! use dmindex_index::IndexKind;
+//!
+//! let chime = find("chime")?;
+//! assert_eq!((chime.kind, chime.rdwc), (IndexKind::Ordered, RdwcPolicy::On));
+//! let sephash = find("sephash")?;
+//! assert_eq!((sephash.kind, sephash.rdwc), (IndexKind::Point, RdwcPolicy::None));
+//! assert!(find("btree").is_err()); // the error lists the known names
+//! print!("{}", dmindex_catalog::table()); // what `dmindex indexes` prints
+//! # Ok::<(), anyhow::Error>(())
+//! ```
 
 pub mod papers;
 

@@ -5,6 +5,31 @@
 //! through one-sided verbs — READ, WRITE, CAS, masked CAS, FAA — as over RDMA. This crate is that
 //! world, behind one API, for every index in dmindex.
 //!
+//! # Example
+//!
+//! An in-process memory node, one client, and a few verbs on remote memory it allocated (an
+//! index does this for you: see `dmindex-index` and the workspace's `examples/`):
+//!
+//! ```
+//! use dmindex_fabric::exec::block_on;
+//! use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+//!
+//! // One memory node of 64 MiB in this process (the `local` transport).
+//! let fabric = LocalFabric::new(LocalConfig { node_size: 64 << 20, ..LocalConfig::default() })?;
+//! // A client on compute node 0; it belongs to one task. Verbs are futures, not `Send`.
+//! let c = fabric.client(0)?;
+//! block_on(async {
+//!     let addr = c.alloc(64, 64).await?; // 64 bytes, cache-line aligned
+//!     c.write(addr, &7u64.to_le_bytes()).await?; // one round trip
+//!     assert_eq!(c.read_word(addr).await?, 7);
+//!     let old = c.cas(addr, 7, 8).await?; // returns the old word: it succeeded
+//!     assert_eq!((old, c.read_word(addr).await?), (7, 8));
+//!     Ok::<(), dmindex_fabric::FabricError>(())
+//! })?;
+//! assert_eq!(c.stats().cost().round_trips, 5); // alloc, write, read, cas, read
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! ## Pieces
 //!
 //! * [`GlobalAddr`] — a memory-node id and byte offset packed in 64 bits.

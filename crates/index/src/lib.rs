@@ -4,6 +4,44 @@
 //! compute node opens one handle ([`PointIndex::open`]) shared by all of its clients — that is
 //! where CN-side caches live — and every operation names the client (task) doing it.
 //!
+//! # Example
+//!
+//! Code written once against [`RangeIndex`] runs on every ordered index and transport; here on
+//! the reference index over in-process memory (`examples/` in the workspace does the same with
+//! CHIME from several threads, with SepHash, and over UCX):
+//!
+//! ```
+//! use dmindex_fabric::exec::block_on;
+//! use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric, Transport};
+//! use dmindex_index::{IndexConfig, IndexResult, PointIndex, RangeIndex};
+//! use dmindex_reference::LockedShards;
+//!
+//! /// Keys 1..=n with values 10 × key, then the three smallest keys at or above 5.
+//! async fn fill_and_scan<T: Transport, I: RangeIndex<T>>(
+//!     index: &I,
+//!     c: &Client<T>,
+//!     n: u64,
+//! ) -> IndexResult<Vec<u64>> {
+//!     for k in 1..=n {
+//!         // Integer keys are 8-byte big-endian (byte order = numeric order); the all-zero key
+//!         // is reserved by most indexes. Values are exactly `max_value` bytes for some.
+//!         index.insert(c, &k.to_be_bytes(), &(10 * k).to_le_bytes()).await?;
+//!     }
+//!     let mut pairs = Vec::new();
+//!     index.scan(c, &5u64.to_be_bytes(), 3, &mut pairs).await?;
+//!     Ok(pairs.iter().map(|(k, _)| u64::from_be_bytes(k[..].try_into().unwrap())).collect())
+//! }
+//!
+//! let fabric = LocalFabric::new(LocalConfig { node_size: 64 << 20, ..LocalConfig::default() })?;
+//! let c = fabric.client(0)?; // compute node 0
+//! let cfg = IndexConfig::default(); // 8-byte keys and values, root slot 0
+//! block_on(LockedShards::create(&c, &cfg, 0))?; // builds it in remote memory
+//! let index = block_on(LockedShards::open(&c, &cfg, 0))?; // this compute node's handle
+//! assert_eq!(block_on(fill_and_scan(&index, &c, 100))?, [5, 6, 7]);
+//! assert_eq!(block_on(index.search(&c, &7u64.to_be_bytes()))?, Some(70u64.to_le_bytes().to_vec()));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! ## Semantics every index must have (checked by `dmindex-check`)
 //!
 //! Keys are byte strings ordered lexicographically (integer keys are 8-byte big-endian, so byte
