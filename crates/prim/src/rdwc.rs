@@ -396,6 +396,11 @@ const OPTIONS: Options = Options {
 };
 
 /// Index `I` with RDWC on each compute node's handle (option `rdwc=0` turns it off).
+///
+/// It is an index itself: a library uses `Rdwc<I>` wherever it would use `I` (created and
+/// opened with the same configuration), which is what `dmindex bench` runs for the indexes
+/// `dmindex indexes` lists with RDWC on (`dmindex_chime::ChimeRdwc` names CHIME's). It pays
+/// off when clients of one compute node work on the same keys at once.
 pub struct Rdwc<I> {
     inner: I,
     table: Option<Table>,
