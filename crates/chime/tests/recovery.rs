@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use dmindex_chime::Chime;
+use dmindex_conformance::killed::{counter, nth_insert, Pair};
 use dmindex_fabric::{Client, Transport};
 use dmindex_index::{mn_services, IndexConfig, PointIndex, RangeIndex, ScanBuf};
 use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
@@ -32,8 +33,7 @@ fn key(k: u64) -> [u8; 8] {
 }
 
 fn splits(idx: &Chime) -> u64 {
-    let s = <Chime as PointIndex<SimTransport>>::stats(idx);
-    s.extra.iter().find(|(n, _)| *n == "leaf_splits").map_or(0, |(_, v)| *v)
+    counter(idx, "leaf_splits")
 }
 
 fn retries(idx: &Chime) -> u64 {
@@ -41,49 +41,25 @@ fn retries(idx: &Chime) -> u64 {
 }
 
 /// A tree with a handle per client: `dead` (compute node 0) will be killed, `live` (1) goes on.
-struct Setup {
-    s: Sim,
-    dead: Client<SimTransport>,
-    live: Client<SimTransport>,
-    a: Chime,
-    b: Chime,
-}
+type Setup = Pair<Chime>;
 
 fn setup() -> Setup {
     let net = NetParams::preset("stress").unwrap();
     let services = mn_services(net.mn_cores, &[]).unwrap();
     let cfg = SimConfig { node_size: 64 << 20, chunk_size: 1 << 20, ..SimConfig::new(3, net) };
-    let s = Sim::with_services(cfg, services).unwrap();
-    let (dead, live) = (s.client_on_own_thread(0), s.client_on_own_thread(1));
-    let a = s.block_on(async { Chime::create(&dead, &config(), 0).await.unwrap() });
-    let b = s.block_on(async { Chime::open(&live, &config(), 1).await.unwrap() });
-    Setup { s, dead, live, a, b }
+    Pair::new(Sim::with_services(cfg, services).unwrap(), &config())
 }
 
 /// The first key whose insert (keys from 1, one client, no faults: a deterministic run) makes
 /// the `nth` leaf split, and how long that insert takes.
 fn nth_split(nth: u64) -> (u64, u64) {
-    let t = setup();
-    for k in 1..=KEYS {
-        let start = t.s.now_ns();
-        t.s.block_on(async { t.a.insert(&t.dead, &key(k), &key(k)).await.unwrap() });
-        if splits(&t.a) >= nth {
-            return (k, t.s.now_ns() - start);
-        }
-    }
-    panic!("fewer than {nth} splits in {KEYS} keys");
+    let found = nth_insert(setup, KEYS, nth, splits);
+    found.unwrap_or_else(|| panic!("fewer than {nth} splits in {KEYS} keys"))
 }
 
 /// The same run, its insert of key `k` killed `run_ns` into it.
 fn killed(k: u64, run_ns: u64) -> Setup {
-    let t = setup();
-    for j in 1..k {
-        t.s.block_on(async { t.a.insert(&t.dead, &key(j), &key(j)).await.unwrap() });
-    }
-    let insert = async { t.a.insert(&t.dead, &key(k), &key(k)).await.unwrap() };
-    let out = t.s.run_until([Box::pin(insert) as Task], t.s.now_ns() + run_ns);
-    assert!(out.crashed.is_empty(), "{out:?}");
-    t
+    dmindex_conformance::killed::killed(setup, k, run_ns)
 }
 
 /// Scans of 5 from every key of `1..=top` against `m`.

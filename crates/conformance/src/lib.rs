@@ -41,6 +41,7 @@
 
 pub mod allocs;
 pub mod garbage;
+pub mod killed;
 pub mod linearizable;
 pub mod model;
 pub mod threads;

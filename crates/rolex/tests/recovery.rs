@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use dmindex_conformance::killed::{counter, nth_insert, Pair};
 use dmindex_fabric::Client;
 use dmindex_index::{IndexConfig, PointIndex, RangeIndex, ScanBuf};
 use dmindex_prim::root::RootSlot;
@@ -29,42 +30,24 @@ fn key(k: u64) -> [u8; 8] {
 }
 
 fn extra(idx: &Rolex, name: &str) -> u64 {
-    let s = <Rolex as PointIndex<SimTransport>>::stats(idx);
-    s.extra.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v)
+    counter(idx, name)
 }
 
 /// An index with a handle per client: `dead` (compute node 0) will be killed, `live` (1) goes
 /// on.
-struct Setup {
-    s: Sim,
-    dead: Client<SimTransport>,
-    live: Client<SimTransport>,
-    a: Rolex,
-    b: Rolex,
-}
+type Setup = Pair<Rolex>;
 
 fn setup() -> Setup {
     let net = NetParams::preset("stress").unwrap();
     let cfg = SimConfig { node_size: 64 << 20, chunk_size: 1 << 20, ..SimConfig::new(5, net) };
-    let s = Sim::new(cfg).unwrap();
-    let (dead, live) = (s.client_on_own_thread(0), s.client_on_own_thread(1));
-    let a = s.block_on(async { Rolex::create(&dead, &config(), 0).await.unwrap() });
-    let b = s.block_on(async { Rolex::open(&live, &config(), 1).await.unwrap() });
-    Setup { s, dead, live, a, b }
+    Pair::new(Sim::new(cfg).unwrap(), &config())
 }
 
 /// The first key whose insert (keys from 1, one client, no faults: a deterministic run) makes
 /// the `nth` retrain, and how long that insert takes.
 fn nth_retrain(nth: u64) -> (u64, u64) {
-    let t = setup();
-    for k in 1..=KEYS {
-        let start = t.s.now_ns();
-        t.s.block_on(async { t.a.insert(&t.dead, &key(k), &key(k)).await.unwrap() });
-        if extra(&t.a, "retrains") >= nth {
-            return (k, t.s.now_ns() - start);
-        }
-    }
-    panic!("fewer than {nth} retrains in {KEYS} keys");
+    let found = nth_insert(setup, KEYS, nth, |a| extra(a, "retrains"));
+    found.unwrap_or_else(|| panic!("fewer than {nth} retrains in {KEYS} keys"))
 }
 
 fn root(t: &Setup) -> u64 {
@@ -101,13 +84,9 @@ fn a_writer_or_retrainer_killed_at_every_point_leaves_writers_going() {
     let mut seen = Seen::default();
     for p in 0..=POINTS {
         let t = setup();
-        for j in 1..k {
-            t.s.block_on(async { t.a.insert(&t.dead, &key(j), &key(j)).await.unwrap() });
-        }
+        t.insert_keys(1, k);
         let before = root(&t);
-        let insert = async { t.a.insert(&t.dead, &key(k), &key(k)).await.unwrap() };
-        let out = t.s.run_until([Box::pin(insert) as Task], t.s.now_ns() + took * p / POINTS + 1);
-        assert!(out.crashed.is_empty(), "{out:?}");
+        t.kill_insert(k, took * p / POINTS + 1);
         let claimed = extra(&t.a, "retrains") >= 4;
         let published = root(&t) != before;
         let (s, live, b) = (&t.s, &t.live, &t.b);

@@ -4,10 +4,10 @@
 //! through (judging the dead merger, fencing it and merging or splitting in its place) and
 //! every key must hold its newest value; without the repair the waiter never finishes.
 
-use dmindex_fabric::Client;
+use dmindex_conformance::killed::{counter, nth_insert, Pair};
 use dmindex_index::{mn_services, IndexConfig, PointIndex};
 use dmindex_sephash::SepHash;
-use dmindex_sim::{NetParams, Sim, SimConfig, SimTransport, Task};
+use dmindex_sim::{NetParams, Sim, SimConfig, Task};
 
 /// Keys written: enough for tiny segments to merge and split several times.
 const KEYS: u64 = 60;
@@ -29,55 +29,30 @@ fn key(k: u64) -> [u8; 8] {
 }
 
 fn stat(idx: &SepHash, name: &str) -> u64 {
-    let s = <SepHash as PointIndex<SimTransport>>::stats(idx);
-    s.extra.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v)
+    counter(idx, name)
 }
 
 /// A table with a handle per client: `dead` (compute node 0) will be killed, `live` (1)
 /// waits on what it left.
-struct Setup {
-    s: Sim,
-    dead: Client<SimTransport>,
-    live: Client<SimTransport>,
-    a: SepHash,
-    b: SepHash,
-}
+type Setup = Pair<SepHash>;
 
 fn setup() -> Setup {
     let net = NetParams::preset("stress").unwrap();
     let services = mn_services(net.mn_cores, &[]).unwrap();
     let cfg = SimConfig { node_size: 64 << 20, chunk_size: 1 << 20, ..SimConfig::new(5, net) };
-    let s = Sim::with_services(cfg, services).unwrap();
-    let (dead, live) = (s.client_on_own_thread(0), s.client_on_own_thread(1));
-    let a = s.block_on(async { SepHash::create(&dead, &config(), 0).await.unwrap() });
-    let b = s.block_on(async { SepHash::open(&live, &config(), 1).await.unwrap() });
-    Setup { s, dead, live, a, b }
+    Pair::new(Sim::with_services(cfg, services).unwrap(), &config())
 }
 
 /// The first key whose insert (keys from 1, one client, no faults: a deterministic run)
 /// bumps counter `what` (`merges` or `splits`), and how long that insert takes.
 fn first(what: &str) -> (u64, u64) {
-    let t = setup();
-    for k in 1..=KEYS {
-        let start = t.s.now_ns();
-        t.s.block_on(async { t.a.insert(&t.dead, &key(k), &key(k)).await.unwrap() });
-        if stat(&t.a, what) > 0 {
-            return (k, t.s.now_ns() - start);
-        }
-    }
-    panic!("no {what} in {KEYS} keys");
+    let found = nth_insert(setup, KEYS, 1, |a| stat(a, what));
+    found.unwrap_or_else(|| panic!("no {what} in {KEYS} keys"))
 }
 
 /// The same run, its insert of key `k` killed `run_ns` into it.
 fn killed(k: u64, run_ns: u64) -> Setup {
-    let t = setup();
-    for j in 1..k {
-        t.s.block_on(async { t.a.insert(&t.dead, &key(j), &key(j)).await.unwrap() });
-    }
-    let insert = async { t.a.insert(&t.dead, &key(k), &key(k)).await.unwrap() };
-    let out = t.s.run_until([Box::pin(insert) as Task], t.s.now_ns() + run_ns);
-    assert!(out.crashed.is_empty(), "{out:?}");
-    t
+    dmindex_conformance::killed::killed(setup, k, run_ns)
 }
 
 fn kill_at_every_point(what: &str) -> u64 {
