@@ -166,6 +166,32 @@ impl LeafBuf {
         Ok(())
     }
 
+    /// Decodes the versioned part of a whole leaf (`phys`: its [`LeafLayout::physical`] bytes)
+    /// whatever its versions say, and returns the node-level versions its objects carry (bit
+    /// `nv` set for each). What a repairer holding the lock of a leaf a dead writer left part
+    /// written reads: each WRITE covered whole objects, so every object is one writer's, and
+    /// only the cache-line copies and the objects' NVs disagree.
+    pub fn absorb_whole_unchecked(&mut self, phys: &[u8]) -> u16 {
+        let l = self.l;
+        // The data is copied whole before the line checks, whose verdict is not wanted here.
+        let _lines_agree = cacheline::decode(&l, phys, 0, l.decoded(), &mut self.bytes).is_ok();
+        let objects = (0..l.groups()).map(|g| l.replica(g)).chain(l.entry_offsets());
+        let present = objects.fold(0u16, |m, at| m | 1 << version::nv(self.bytes[at]));
+        self.loaded.fill(true);
+        self.replica_loaded.fill(true);
+        (self.nv, self.nv_mixed) = (Some(version::nv(self.bytes[0])), present.count_ones() > 1);
+        present
+    }
+
+    /// Stamps every object with node-level version `nv`.
+    pub fn set_node_version(&mut self, nv: u8) {
+        let l = self.l;
+        for at in (0..l.groups()).map(|g| l.replica(g)).chain(l.entry_offsets()) {
+            self.bytes[at] = version::with_nv(self.bytes[at], nv);
+        }
+        (self.nv, self.nv_mixed) = (Some(nv), false);
+    }
+
     /// A fresh, empty leaf (every object at version 0, valid, no sibling) fully "loaded".
     pub fn empty(l: LeafLayout) -> LeafBuf {
         let mut b = LeafBuf::new(l);

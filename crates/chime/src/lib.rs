@@ -200,6 +200,7 @@ impl<V> ChimeIndex<V> {
                 plans: if hop { ReadPlan::every_home(&leaf) } else { Box::new([]) },
                 insert_plans: if hop { ReadPlan::every_insert(&leaf) } else { Box::new([]) },
                 whole_plan: ReadPlan::whole(&leaf),
+                sorted_pieces: tree::sorted_write::pieces(&leaf).map_err(IndexError::Config)?,
                 // Half a leaf's bytes, in entries (the reference's greedy READ size).
                 greedy_slots: match shape.greedy_scan {
                     true => leaf.physical() / 2 / leaf.entry_len,

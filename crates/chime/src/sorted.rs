@@ -22,8 +22,8 @@ use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
 
-use crate::layout::LockWord;
 use crate::leaf::LeafBuf;
+use crate::tree::sorted_write::Moves;
 use crate::tree::{Attempt, Insert, LockedLeaf, Probe, Tree, Where};
 use crate::view::{LeafView, SlotValue};
 
@@ -58,7 +58,7 @@ impl Tree {
             };
             let (mut cur, mut moves) = (loc.leaf, Attempts::new());
             loop {
-                let buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
+                let buf = self.read_whole_unlocked(c, cur).await?;
                 let found = match probe {
                     Probe::Exact => self.sorted_find(c, &buf, k),
                     Probe::Full(full) => self.sorted_resolve(c, &buf, k, full).await?,
@@ -112,32 +112,33 @@ impl Tree {
         c.compute(Work::KeyCompare, compared);
         if buf.sorted_len() < s {
             buf.sorted_insert(at, k, v);
-            self.rewrite_sorted_leaf(c, leaf, &mut buf).await?;
+            self.rewrite_sorted_leaf(c, leaf, &mut buf, Moves::Right).await?;
             return Ok(Attempt::Done);
         }
-        self.sorted_split(c, ins, leaf, &mut buf, at).await?;
-        Ok(Attempt::Done)
+        self.sorted_split(c, ins, leaf, &mut buf, at).await
     }
 
-    /// Writes locked leaf `leaf` whole after a shift (insert or delete) under a new node-level
-    /// version, unlocking it in the same WRITE.
+    /// Writes locked leaf `leaf` whole after a shift (an insert's entries move right, a
+    /// delete's left) under a new node-level version, unlocking it with the last of its pieces
+    /// ([`crate::tree::sorted_write`]).
     async fn rewrite_sorted_leaf<T: Transport>(
         &self,
         c: &Client<T>,
         leaf: LockedLeaf<'_>,
         buf: &mut LeafBuf,
+        moves: Moves,
     ) -> IndexResult<()> {
         buf.bump_node_version();
         let high = buf.fences().expect("whole leaf").1;
-        let mut image = std::mem::take(&mut buf.raw);
-        self.leaf_image_into(buf, leaf.lw, high, &mut image);
-        let written = leaf.held.released_by(c.write(leaf.addr, &image).await);
-        buf.raw = image;
-        Ok(written?)
+        let lw = leaf.lw;
+        self.write_sorted_image(c, leaf, buf, (lw, high), moves).await
     }
 
-    /// Splits full, locked leaf `leaf` at the median of its keys and insert `ins`'s pair
-    /// (placed at `at`); keys sharing an 8-byte prefix stay together.
+    /// Splits full, locked leaf `leaf` at the median of its keys and inserts `ins`'s pair
+    /// (placed at `at`); keys sharing an 8-byte prefix stay together. A left half that takes
+    /// the pair (shifting its entries) and would not fit the first piece of the leaf's rewrite
+    /// splits without it, and the insert starts over ([`crate::tree::sorted_write`]: only then does no prefix of the
+    /// rewrite lose a key).
     async fn sorted_split<T: Transport>(
         &self,
         c: &Client<T>,
@@ -145,30 +146,30 @@ impl Tree {
         leaf: LockedLeaf<'_>,
         buf: &mut LeafBuf,
         at: usize,
-    ) -> IndexResult<()> {
+    ) -> IndexResult<Attempt> {
         let kv = (ins.k, ins.v);
-        // A sorted leaf's lock word carries no metadata.
-        let lw = LockWord { full: 0, argmax: 0 };
-        let leaf = LockedLeaf { lw, ..leaf };
         let s = self.leaf.span;
         let mut all: Vec<(u64, [u8; 8])> = (0..s).map(|i| (buf.key(i), buf.value(i))).collect();
         all.insert(at, kv);
-        let n = all.len();
-        let cut = (n / 2..n)
-            .chain((1..n / 2).rev())
-            .find(|&m| all[m - 1].0 != all[m].0)
-            .ok_or_else(|| {
-                IndexError::Full(format!(
-                    "all {n} keys of a leaf share the 8-byte prefix {:016x}",
-                    kv.0
-                ))
-            });
-        let cut = match cut {
-            Ok(m) => m,
-            Err(e) => {
-                self.unlock_leaf(c, leaf).await?;
-                return Err(e);
+        let mut placed = true;
+        let mut cut = median_cut(&all);
+        // Only a new pair that lands in the left half shifts its entries.
+        if matches!(cut, Some(m) if at < m && !self.left_half_fits(m)) {
+            all.remove(at);
+            match median_cut(&all) {
+                Some(m) => (cut, placed) = (Some(m), false),
+                // Every old key shares one prefix, so the cut with the new pair is at 1 or at
+                // the end: no old entry of the left half moves, and that split is safe.
+                None => all.insert(at, kv),
             }
+        }
+        let Some(cut) = cut else {
+            let n = all.len();
+            self.unlock_leaf(c, leaf).await?;
+            return Err(IndexError::Full(format!(
+                "all {n} keys of a leaf share the 8-byte prefix {:016x}",
+                kv.0
+            )));
         };
         let (leaf, right_addr) = self.alloc_split_leaf(c, leaf).await?;
         self.splits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -189,9 +190,9 @@ impl Tree {
         buf.set_sibling(right_addr);
         buf.set_fences(low, left_max);
         buf.bump_node_version();
-        let right_half = (right_addr, &mut *right, lw, high);
-        self.write_halves(c, leaf, right_half, (buf, lw, left_max)).await?;
-        self.blink.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await
+        self.write_sorted_halves(c, leaf, (right_addr, &mut right, high), (buf, left_max)).await?;
+        self.blink.insert_internal(c, 1, left_max + 1, right_addr, ins.loc.parent).await?;
+        Ok(if placed { Attempt::Done } else { Attempt::Restart })
     }
 
     /// Update (`Some(v)`: one entry rewritten) or delete (`None`: shift left, whole leaf
@@ -222,7 +223,7 @@ impl Tree {
                         Some(v) => self.update_in_place(c, leaf, &mut *buf, i, k, v).await?,
                         None => {
                             buf.sorted_remove(i);
-                            self.rewrite_sorted_leaf(c, leaf, &mut buf).await?;
+                            self.rewrite_sorted_leaf(c, leaf, &mut buf, Moves::Left).await?;
                         }
                     }
                     return Ok(true);
@@ -244,4 +245,11 @@ impl Tree {
             }
         }
     }
+}
+
+/// Where a full sorted leaf's pairs `all` (with the new one) divide: the left half's length,
+/// nearest the median without parting keys that share an 8-byte prefix; `None` if they all do.
+fn median_cut(all: &[(u64, [u8; 8])]) -> Option<usize> {
+    let n = all.len();
+    (n / 2..n).chain((1..n / 2).rev()).find(|&m| all[m - 1].0 != all[m].0)
 }

@@ -13,7 +13,9 @@
 //!   leaf's entries divide is [`crate::split`]);
 //! * `scan` — whole leaves along the sibling chain;
 //! * `fine_scan` — CHIME's scans: whole leaves only where the scan covers them, else the
-//!   neighbourhoods of the keys it wants.
+//!   neighbourhoods of the keys it wants;
+//! * `sorted_write` — Sherman's sorted leaf rewritten in pieces a dying writer cannot tear into
+//!   a lost key, and the repair of what one left.
 //!
 //! Sherman's sorted leaf has its own paths in [`crate::sorted`].
 
@@ -25,6 +27,7 @@ mod hopscotch;
 mod leaf_io;
 mod scan;
 pub(crate) mod smo;
+pub(crate) mod sorted_write;
 
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
@@ -69,6 +72,9 @@ pub(crate) struct Tree {
     pub insert_plans: Box<[Option<ReadPlan>]>,
     /// The read plan of a whole leaf (scans, splits, sorted leaves).
     pub whole_plan: ReadPlan,
+    /// A sorted leaf's versioned part cut into WRITEs that each land whole
+    /// ([`sorted_write::pieces`]); empty when the leaf fits one.
+    pub sorted_pieces: Box<[(usize, usize)]>,
     /// Fine-grained scans: how many slots one READ may span when it takes two runs of wanted
     /// slots and the gap between them (greedy; 0: never across a gap).
     pub greedy_slots: usize,

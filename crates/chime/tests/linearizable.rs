@@ -156,6 +156,19 @@ fn sherman_mixed_small_nodes_with_crashes() {
     }
 }
 
+/// Sherman's default leaf (1152 bytes) on CHIME's testbed, whose 1024-byte path MTU lets a dying
+/// writer land part of a whole-leaf rewrite: the pieces' order keeps every key, and the lock's
+/// taker settles the leaf. Before the pieces, 14 of 1000 such seeds failed.
+#[test]
+fn sherman_default_leaf_on_a_1024_byte_mtu_with_crashes() {
+    let cfg = CheckConfig {
+        preset: "chime-testbed".into(),
+        crashes: Crashes::EverySeed,
+        ..CheckConfig::default()
+    };
+    sherman("sherman_default_leaf_on_a_1024_byte_mtu_with_crashes", cfg, 0..150);
+}
+
 #[test]
 fn sherman_long_keys_and_indirect_values_with_crashes() {
     let cfg = CheckConfig {

@@ -115,9 +115,19 @@ fn a_reader_gets_past_a_hop_cut_short_at_the_leaf_end() {
         b.scan_into(&live, &key(1), 100, &mut buf).await.unwrap();
         assert_eq!(buf.to_pairs(), vec![], "nothing left");
     };
-    let out = s.run_until([Box::pin(reader) as Task], s.now_ns() + 400_000_000);
+    gets_through_and_fences(&s, Box::pin(reader), &dead, leaf);
+}
+
+/// Runs `reader` (a client that meets what `dead` left at `leaf`) for up to 400 virtual ms: it
+/// must finish, and `dead`, judged and fenced on the way, must find its late WRITE refused.
+pub(crate) fn gets_through_and_fences(
+    s: &Sim,
+    reader: Task<'_>,
+    dead: &dmindex_fabric::Client<dmindex_sim::SimTransport>,
+    leaf: dmindex_fabric::GlobalAddr,
+) {
+    let out = s.run_until([reader], s.now_ns() + 400_000_000);
     assert!(out.all_finished(), "the reader is stuck: {out:?}");
-    // The dead writer was fenced: its late WRITE fails.
     let late = s.block_on(async { dead.write(leaf, &[0; 8]).await });
     assert!(late.is_err(), "the dead writer was fenced");
 }

@@ -25,9 +25,10 @@ use crate::view::LeafView;
 /// the leaf is READ whole (until its versions agree), a hopscotch leaf is settled, and the free
 /// word's vacancy bitmap and argmax are computed from the keys it holds.
 ///
-/// What a dead holder can have left: each WRITE of a leaf's pieces fits one packet (a leaf of
-/// at most 4096 physical bytes), so it landed whole or not at all, and of a doorbell of
-/// several only a prefix, in order. A write that does not wrap around the leaf is one range
+/// A sorted leaf is settled by [`Tree::repair_sorted`]. For a hopscotch leaf, what a dead
+/// holder can have left: each WRITE of a leaf's pieces fits one packet (a leaf of at most 4096
+/// physical bytes), so it landed whole or not at all, and of a doorbell of several only a
+/// prefix, in order. A write that does not wrap around the leaf is one range
 /// of slots, new or old as a whole, with the unlock in it or after it. A wrapped one is two
 /// WRITEs, the part from slot 0 first ([`LeafLayout::write_ranges`](crate::layout::LeafLayout::write_ranges)):
 /// if only that landed, a key a hop moved across the wrap is in its new slot and still in its
@@ -45,6 +46,12 @@ struct LeafRepair<'t> {
 impl<T: Transport> Repair<T> for LeafRepair<'_> {
     async fn free_word(&self, c: &Client<T>, _lock: GlobalAddr, _held: u64) -> IndexResult<u64> {
         let l = self.tree.leaf;
+        if !l.kind.hopscotch {
+            // A sorted leaf's rewrite comes in pieces that may have landed in part
+            // ([`super::sorted_write`]); its lock word carries no metadata.
+            self.tree.repair_sorted(c, self.leaf).await?;
+            return Ok(LockWord { full: 0, argmax: 0 }.encode(&l));
+        }
         let mut buf = self.tree.read_whole(c, self.leaf).await?;
         if l.kind.hopscotch {
             let changed = buf.settle();
@@ -275,25 +282,55 @@ impl Tree {
         c: &Client<T>,
         leaf: GlobalAddr,
     ) -> IndexResult<PooledLeaf<'_>> {
-        let plan = &self.whole_plan;
         let mut attempts = Attempts::new();
         loop {
-            let mut buf = self.leaf_buf(c);
-            let mut raw = std::mem::take(&mut buf.raw);
-            at_least(&mut raw, plan.raw_len + SLACK);
-            let read = c.read(leaf, &mut raw[..plan.raw_len]).await;
-            c.compute(Work::BytesScanned, plan.raw_len as u64);
-            let whole = &raw[..plan.raw_len + SLACK];
-            let ok =
-                read.is_ok() && buf.absorb_whole(whole, plan).is_ok() && buf.validate().is_ok();
-            buf.raw = raw;
-            read?;
-            if ok {
+            if let Some(buf) = self.read_whole_once(c, leaf).await? {
                 return Ok(buf);
             }
             attempts.failed(leaf, "whole leaf's versions")?;
             self.retry();
         }
+    }
+
+    /// [`Tree::read_whole`] for a client that holds no lock on the leaf (a sorted leaf's search
+    /// or scan): a leaf that stays torn for a lease of this client's clock is one a writer left
+    /// part written (paused, or dead after a prefix of its pieces landed), and the reader
+    /// [`Tree::unstick`]s it, which waits for the live one or repairs after the dead one.
+    pub(crate) async fn read_whole_unlocked<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+    ) -> IndexResult<PooledLeaf<'_>> {
+        let (mut attempts, mut since) = (Attempts::new(), None);
+        loop {
+            if let Some(buf) = self.read_whole_once(c, leaf).await? {
+                return Ok(buf);
+            }
+            attempts.failed(leaf, "whole leaf's versions")?;
+            self.retry();
+            if Tree::overdue(c, &mut since) {
+                Box::pin(self.unstick(c, leaf)).await?;
+            }
+        }
+    }
+
+    /// One READ of a whole leaf; `None` if it did not validate.
+    async fn read_whole_once<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: GlobalAddr,
+    ) -> IndexResult<Option<PooledLeaf<'_>>> {
+        let plan = &self.whole_plan;
+        let mut buf = self.leaf_buf(c);
+        let mut raw = std::mem::take(&mut buf.raw);
+        at_least(&mut raw, plan.raw_len + SLACK);
+        let read = c.read(leaf, &mut raw[..plan.raw_len]).await;
+        c.compute(Work::BytesScanned, plan.raw_len as u64);
+        let whole = &raw[..plan.raw_len + SLACK];
+        let ok = read.is_ok() && buf.absorb_whole(whole, plan).is_ok() && buf.validate().is_ok();
+        buf.raw = raw;
+        read?;
+        Ok(ok.then_some(buf))
     }
 
     /// A neighbourhood window for home `h` of this tree's leaves, to be READ by

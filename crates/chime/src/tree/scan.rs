@@ -82,7 +82,7 @@ impl Tree {
             self.retry();
             let (mut hops, mut hop_since) = (Attempts::new(), None);
             loop {
-                let fresh = self.read_slots(c, *a, 0, self.leaf.span).await?;
+                let fresh = self.read_whole_unlocked(c, *a).await?;
                 if fresh.hops_settled() {
                     *b = fresh;
                     break;
