@@ -35,6 +35,20 @@ impl SimTransport {
         self.shared.world.borrow_mut().crash_client(self.client);
         crashed().await
     }
+
+    /// Arms a crash at this client's `posts`-th awaited post from now (1: the next), as a
+    /// fault there would strike ([`Faults::crash_prob`](crate::Faults::crash_prob): the
+    /// doorbell may or may not have gone out): a harness's way to crash clients by operation
+    /// rather than by post. Replaces a crash armed before; `posts` 0 disarms.
+    pub fn crash_within(&self, posts: u32) {
+        let mut w = self.shared.world.borrow_mut();
+        w.clients[self.client as usize].crash_in = (posts > 0).then_some(posts);
+    }
+
+    /// Whether a crash armed by [`SimTransport::crash_within`] has yet to strike.
+    pub fn crash_armed(&self) -> bool {
+        self.shared.world.borrow().clients[self.client as usize].crash_in.is_some()
+    }
 }
 
 /// Waits for one op's completion event; frees the op if dropped early.

@@ -153,3 +153,37 @@ fn a_long_crashed_write_lands_whole_packets_only() {
         );
     }
 }
+
+/// A crash armed at the client's third awaited post strikes there, with no fault probability
+/// at all: the first two WRITEs complete, the fourth never goes out, and the third lands or not
+/// as a crash at a post does. Disarmed (`crash_within(0)`), nothing strikes.
+#[test]
+fn an_armed_crash_strikes_at_its_post() {
+    for seed in 0..32 {
+        let (s, addr) = setup(seed, NetParams::stress(), 32);
+        s.set_faults(Faults::none());
+        let c = s.client_on_own_thread(0);
+        let completed = Cell::new(0);
+        c.transport().crash_within(3);
+        assert!(c.transport().crash_armed());
+        let task = Box::pin(async {
+            for i in 0..4u64 {
+                let _ = c.write(addr.add(8 * i), &[0xA5; 8]).await;
+                completed.set(completed.get() + 1);
+            }
+        });
+        let mem = run_crashing(&s, addr, 32, task);
+        assert_eq!(completed.get(), 2, "seed {seed}: two posts completed before the third");
+        assert_eq!(&mem[..16], &[0xA5; 16], "seed {seed}");
+        assert_eq!(&mem[24..], &[0; 8], "seed {seed}: the fourth never went out");
+        assert_eq!(s.crashes().len(), 1, "seed {seed}");
+    }
+    let (s, addr) = setup(0, NetParams::stress(), 8);
+    s.set_faults(Faults::none());
+    let c = s.client_on_own_thread(0);
+    c.transport().crash_within(1);
+    c.transport().crash_within(0);
+    assert!(!c.transport().crash_armed());
+    let out = s.run([Box::pin(async { c.write(addr, &[1; 8]).await.unwrap() }) as Task]);
+    assert!(out.crashed.is_empty() && out.all_finished(), "{out:?}");
+}

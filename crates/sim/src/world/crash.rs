@@ -49,6 +49,14 @@ pub struct Crash {
 impl World {
     /// Whether the client should crash at this verb boundary (and marks it if so).
     fn crash_here(&mut self, client: u32) -> bool {
+        let armed = &mut self.clients[client as usize].crash_in;
+        if let Some(n) = armed.take() {
+            if n <= 1 {
+                self.crash_client(client);
+                return true;
+            }
+            *armed = Some(n - 1);
+        }
         let f = &self.faults;
         if f.crash_prob > 0.0 && self.crashes < f.max_crashes && self.chance(self.faults.crash_prob)
         {

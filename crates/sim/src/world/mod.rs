@@ -186,6 +186,9 @@ pub(crate) struct ClientState {
     pub(crate) outstanding: u32,
     pub(crate) quiesce_waker: Option<Waker>,
     pub(crate) crashed: bool,
+    /// Awaited posts left before this client crashes, when a crash is armed
+    /// ([`crate::SimTransport::crash_within`]).
+    pub(crate) crash_in: Option<u32>,
     /// The word this client's latest atomic verb targeted.
     pub(crate) last_atomic: Option<GlobalAddr>,
     /// The latest word this client's atomics changed, and the value they left there.
@@ -366,6 +369,7 @@ impl World {
             outstanding: 0,
             quiesce_waker: None,
             crashed: false,
+            crash_in: None,
             last_atomic: None,
             last_set: None,
             connected: self.incarnation.clone(),
