@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 
 use dmindex_bench::{limits, BenchConfig, Deal, IndexChoice, Progress};
-use dmindex_conformance::{CheckConfig, Crashes, Summary};
+use dmindex_conformance::{CheckConfig, CrashClock, Crashes, Summary};
 
 /// An index name the catalog knows; the error lists the known ones.
 pub fn parse_index(s: &str) -> Result<String, String> {
@@ -86,6 +86,11 @@ pub struct CheckArgs {
     /// Crash clients in one seed of every N (the others run without crashes; 1: every seed).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     crash_every: u64,
+    /// What crashes are drawn against: post (each awaited post, 1 in 500: operations of more
+    /// posts are more exposed) or operation (each operation arms one, 6 in 1000, at one of its
+    /// client's next 1-8 posts: the share of operations checked then compares indexes).
+    #[arg(long, value_enum, default_value_t = ClockArg::Post)]
+    crash_clock: ClockArg,
     /// No injected delays.
     #[arg(long)]
     no_delays: bool,
@@ -107,6 +112,13 @@ pub struct CheckArgs {
     /// Print the summary as JSON (with each repaired crash's time to recover).
     #[arg(long)]
     json: bool,
+}
+
+/// `--crash-clock`'s choices ([`CrashClock`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClockArg {
+    Post,
+    Operation,
 }
 
 /// Everything `check` checks before it runs: the index, the configuration and the seeds, or
@@ -159,6 +171,10 @@ pub fn check_plan(
             (true, _) => Crashes::Never,
             (false, 1) => Crashes::EverySeed,
             (false, n) => Crashes::OneSeedIn(n),
+        },
+        crash_clock: match a.crash_clock {
+            ClockArg::Post => CrashClock::Post,
+            ClockArg::Operation => CrashClock::Operation,
         },
         delays: !a.no_delays,
         stall_max_ns: a.stall_us.unwrap_or(0) * 1000,
@@ -253,6 +269,11 @@ fn summary_json(
         "completed": s.completed,
         "coverage": s.coverage(),
         "crashed": s.crashed,
+        "crashed_clients": s.crashed_clients,
+        "survivors_completed": s.survivors_completed,
+        "survivors_requested": s.survivors_requested,
+        "round_trips": s.round_trips,
+        "crashed_round_trips": s.crashed_round_trips,
         "seeds_with_crashes": s.seeds_with_crashes,
         "stuck": s.stuck,
         "seeds_with_stuck": s.seeds_with_stuck,
@@ -291,6 +312,7 @@ fn replay_flags(a: &CheckArgs) -> String {
     flag(a.long_keys, "--long-keys".into());
     flag(a.no_crashes, "--no-crashes".into());
     flag(a.crash_every != 4, format!("--crash-every {}", a.crash_every));
+    flag(a.crash_clock == ClockArg::Operation, "--crash-clock operation".into());
     flag(a.no_delays, "--no-delays".into());
     if let Some(us) = a.stall_us {
         flag(true, format!("--stall-us {us}"));

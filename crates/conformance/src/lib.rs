@@ -48,8 +48,8 @@ pub mod threads;
 
 pub use garbage::{garbage_test, GarbageConfig, Garble, Op, Traced};
 pub use linearizable::{
-    check_seed, not_runnable, suite, CheckConfig, Crashes, NotRunnable, Recovery, SeedReport,
-    Summary,
+    check_seed, not_runnable, suite, CheckConfig, CrashClock, Crashes, NotRunnable, Recovery,
+    SeedReport, Summary,
 };
 pub use model::{model_test, run_model, ModelConfig, Step};
 pub use threads::on_local_threads;

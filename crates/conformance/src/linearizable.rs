@@ -39,6 +39,28 @@ use rand_core::{RngCore, SeedableRng};
 use dmindex_index::recorded::Recorder;
 use dmindex_index::{mn_services, IndexConfig, IndexError, IndexKind, PointIndex, ScanBuf, Scans};
 
+/// What a client's crash is drawn against, in a seed that crashes clients (at most a quarter of
+/// them a seed, either way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CrashClock {
+    /// Each awaited post crashes its client with probability [`POST_CRASH_PROB`]: an index
+    /// whose operations take more posts (lock waits and retries are posts too) sees its clients
+    /// die earlier in their lists of operations, so fewer of their operations are checked.
+    #[default]
+    Post,
+    /// Each operation, as it starts, arms a crash with probability [`OP_CRASH_PROB`] at one of
+    /// its client's next 1..=8 awaited posts: clients die as far into their lists whatever
+    /// their index's posts per operation, so the share of operations checked compares indexes.
+    Operation,
+}
+
+/// The post clock's chance of a crash at each awaited post.
+pub const POST_CRASH_PROB: f64 = 0.002;
+
+/// The operation clock's chance that an operation arms a crash: the post clock's over the three
+/// round trips of a typical operation.
+pub const OP_CRASH_PROB: f64 = 0.006;
+
 /// Which seeds crash clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Crashes {
@@ -75,6 +97,7 @@ pub struct CheckConfig {
     pub keys: u64,
     pub value_size: usize,
     pub crashes: Crashes,
+    pub crash_clock: CrashClock,
     pub delays: bool,
     /// Rarely ([`STALL_PROB`] of awaited posts), a client stalls for up to this many ns before
     /// it posts, as a descheduled or slow client does, then goes on (0: never).
@@ -111,6 +134,7 @@ impl Default for CheckConfig {
             keys: 48,
             value_size: 8,
             crashes: Crashes::OneSeedIn(4),
+            crash_clock: CrashClock::Post,
             delays: true,
             stall_max_ns: 0,
             preset: "stress".into(),
@@ -136,6 +160,17 @@ pub struct SeedReport {
     /// Of those, operations that completed and were checked.
     pub completed: u64,
     pub crashed: usize,
+    /// Of `completed`, the clients that did not crash completed these, of `survivors_requested`
+    /// (all of them unless one is stuck).
+    pub survivors_completed: u64,
+    pub survivors_requested: u64,
+    /// Of `crashed`, the run's clients (not a rebuilding client).
+    pub crashed_clients: usize,
+    /// Round trips every client posted in the run phase, and of them those the crashed ones
+    /// posted before they crashed: with the operations each side completed, what tells how soon
+    /// into their lists the crashes came (they strike per awaited post, not per operation).
+    pub round_trips: u64,
+    pub crashed_round_trips: u64,
     /// Clients still running at the deadline, behind a crash (with no crash the seed fails).
     pub stuck: usize,
     /// Of those, clients spinning on a word a crashed client set and left set (a lock it held).
@@ -219,6 +254,12 @@ pub struct Summary {
     pub requested: u64,
     pub completed: u64,
     pub crashed: usize,
+    /// [`SeedReport`]'s, summed.
+    pub crashed_clients: usize,
+    pub survivors_completed: u64,
+    pub survivors_requested: u64,
+    pub round_trips: u64,
+    pub crashed_round_trips: u64,
     pub stuck: usize,
     pub stuck_on_held_lock: usize,
     /// Seeds in which a client crashed.
@@ -251,6 +292,11 @@ impl Summary {
         self.requested += r.requested;
         self.completed += r.completed;
         self.crashed += r.crashed;
+        self.crashed_clients += r.crashed_clients;
+        self.survivors_completed += r.survivors_completed;
+        self.survivors_requested += r.survivors_requested;
+        self.round_trips += r.round_trips;
+        self.crashed_round_trips += r.crashed_round_trips;
         self.stuck += r.stuck;
         self.stuck_on_held_lock += r.stuck_on_held_lock;
         self.seeds_with_crashes += u64::from(r.crashed > 0);
@@ -307,6 +353,20 @@ impl fmt::Display for Summary {
             self.seeds_with_stuck,
             self.stuck_on_held_lock
         )?;
+        if self.crashed_clients > 0 {
+            let per_op = self.round_trips as f64 / self.completed.max(1) as f64;
+            write!(
+                f,
+                "; the survivors completed {} of their {} operations, the crashed clients {} \
+                 before crashing, after {:.1} round trips each ({:.2} round trips per completed \
+                 operation)",
+                self.survivors_completed,
+                self.survivors_requested,
+                self.completed - self.survivors_completed,
+                self.crashed_round_trips as f64 / self.crashed_clients as f64,
+                per_op
+            )?;
+        }
         if self.memory_node_crashes > 0 {
             write!(f, "; a memory node crashed in {} seeds", self.memory_node_crashes)?;
         }
@@ -513,11 +573,18 @@ where
     }
 
     let crashes = cfg.crashes.on(seed);
+    let max_crashes = (cfg.clients as u32 / 4).max(1);
+    // Crashes armed by the operation clock so far (each strikes, unless its client ends first).
+    let armed = Cell::new(0u32);
+    let arming = crashes && cfg.crash_clock == CrashClock::Operation;
     sim.set_faults(Faults {
         delay_prob: if cfg.delays { 0.05 } else { 0.0 },
         delay_max_ns: 20_000,
-        crash_prob: if crashes { 0.002 } else { 0.0 },
-        max_crashes: if crashes { (cfg.clients as u32 / 4).max(1) } else { 0 },
+        crash_prob: match (crashes, cfg.crash_clock) {
+            (true, CrashClock::Post) => POST_CRASH_PROB,
+            _ => 0.0,
+        },
+        max_crashes: if crashes { max_crashes } else { 0 },
         stall_prob: if cfg.stall_max_ns > 0 { STALL_PROB } else { 0.0 },
         stall_max_ns: cfg.stall_max_ns,
     });
@@ -527,6 +594,7 @@ where
     // Each failed operation, and whether it says the index cannot run this check at all.
     let errors = RefCell::new(Vec::new());
     let completed = Cell::new(0u64);
+    let done: Vec<Cell<u64>> = (0..cfg.clients).map(|_| Cell::new(0)).collect();
     let ordered = S::KIND == IndexKind::Ordered;
     let start = sim.now_ns();
     let memory_node_crash = (cfg.memory_node_crash_ns > 0).then(|| {
@@ -567,6 +635,7 @@ where
     let tasks = clients.iter().zip(seeds).enumerate().map(|(i, (c, s))| {
         let (idx, history, errors, now, completed, progress) =
             (&handles[i % cns as usize], &history, &errors, &now, &completed, &progress[i]);
+        let (done, armed) = (&done[i], &armed);
         Box::pin(async move {
             let rec = Recorder {
                 now,
@@ -575,9 +644,22 @@ where
                 value_size: cfg.value_size,
             };
             let mut rng = ChaCha8Rng::seed_from_u64(s);
+            // The operation clock's own draws, so the operations are the same on either clock.
+            let mut crash_rng = ChaCha8Rng::seed_from_u64(!s);
+            let op_crash = (OP_CRASH_PROB * 1e6) as u64;
             // One scan buffer per client, reused, as the harness keeps it.
             let mut buf = ScanBuf::new();
             for seq in 0..cfg.ops_per_client {
+                // A crash armed by an earlier operation and not yet struck (that operation took
+                // fewer posts) is left to strike: no second draw replaces it.
+                if arming
+                    && !c.transport().crash_armed()
+                    && armed.get() < max_crashes
+                    && crash_rng.next_u64() % 1_000_000 < op_crash
+                {
+                    armed.set(armed.get() + 1);
+                    c.transport().crash_within(1 + (crash_rng.next_u64() % 8) as u32);
+                }
                 let r = rng.next_u64();
                 let k = cfg.key((r >> 8) % cfg.universe());
                 let v = rec.value(seq);
@@ -602,6 +684,7 @@ where
                     return;
                 }
                 completed.set(completed.get() + 1);
+                done.set(done.get() + 1);
                 progress.set(now());
             }
         }) as Task
@@ -729,6 +812,9 @@ where
             recovered_ns: done.map(|t| t.saturating_sub(crash.at_ns)),
         });
     }
+    let crashed = |i: &usize| out.crashed.contains(i);
+    let survivors = (0..cfg.clients).filter(|i| !crashed(i));
+    let round_trips = |i: usize| clients[i].stats().cost().round_trips;
     match history.check() {
         Ok(stats) => Ok(SeedReport {
             seed,
@@ -736,6 +822,11 @@ where
             requested: cfg.clients as u64 * cfg.ops_per_client,
             completed: completed.get(),
             crashed: out.crashed.len(),
+            crashed_clients: (0..cfg.clients).filter(crashed).count(),
+            survivors_completed: survivors.clone().map(|i| done[i].get()).sum(),
+            survivors_requested: survivors.count() as u64 * cfg.ops_per_client,
+            round_trips: (0..cfg.clients).map(round_trips).sum(),
+            crashed_round_trips: (0..cfg.clients).filter(crashed).map(round_trips).sum(),
             stuck: out.stuck.len(),
             stuck_on_held_lock,
             run_ns: out.end_ns.saturating_sub(start),
