@@ -56,6 +56,12 @@ impl From<Torn> for Invalid {
     }
 }
 
+/// The decoded offset of every object of a leaf of layout `l` (each starts with its version
+/// byte): the metadata replicas, then the entries.
+pub(crate) fn object_offsets(l: LeafLayout) -> impl Iterator<Item = usize> {
+    (0..l.groups()).map(move |g| l.replica(g)).chain(l.entry_offsets())
+}
+
 /// What a hop attempt did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Hop {
@@ -175,8 +181,7 @@ impl LeafBuf {
         let l = self.l;
         // The data is copied whole before the line checks, whose verdict is not wanted here.
         let _lines_agree = cacheline::decode(&l, phys, 0, l.decoded(), &mut self.bytes).is_ok();
-        let objects = (0..l.groups()).map(|g| l.replica(g)).chain(l.entry_offsets());
-        let present = objects.fold(0u16, |m, at| m | 1 << version::nv(self.bytes[at]));
+        let present = object_offsets(l).fold(0u16, |m, at| m | 1 << version::nv(self.bytes[at]));
         self.loaded.fill(true);
         self.replica_loaded.fill(true);
         (self.nv, self.nv_mixed) = (Some(version::nv(self.bytes[0])), present.count_ones() > 1);
@@ -185,8 +190,7 @@ impl LeafBuf {
 
     /// Stamps every object with node-level version `nv`.
     pub fn set_node_version(&mut self, nv: u8) {
-        let l = self.l;
-        for at in (0..l.groups()).map(|g| l.replica(g)).chain(l.entry_offsets()) {
+        for at in object_offsets(self.l) {
             self.bytes[at] = version::with_nv(self.bytes[at], nv);
         }
         (self.nv, self.nv_mixed) = (Some(nv), false);
@@ -243,12 +247,8 @@ impl LeafBuf {
 
     /// Bumps NV of every object (a node write).
     pub fn bump_node_version(&mut self) {
-        let nv = version::bump_nv(self.bytes[0]) & 0x0F;
-        for g in 0..self.l.groups() {
-            let at = self.l.replica(g);
-            self.bytes[at] = version::with_nv(self.bytes[at], nv);
-        }
-        for at in self.l.entry_offsets() {
+        let nv = version::nv(version::bump_nv(self.bytes[0]));
+        for at in object_offsets(self.l) {
             self.bytes[at] = version::with_nv(self.bytes[at], nv);
         }
     }

@@ -98,8 +98,7 @@ pub(crate) fn pieces(l: &LeafLayout) -> Result<Box<[(usize, usize)]>, String> {
     if l.kind.hopscotch || l.bound_offset() + 8 <= ONE_PACKET {
         return Ok(Box::new([]));
     }
-    let objects = (0..l.groups()).map(|g| l.replica(g)).chain(l.entry_offsets());
-    let mut starts: Vec<usize> = objects.collect();
+    let mut starts: Vec<usize> = crate::leaf::object_offsets(*l).collect();
     starts.sort_unstable();
     starts.push(l.decoded());
     let n = starts.len() - 1;
