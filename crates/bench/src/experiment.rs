@@ -465,9 +465,34 @@ pub fn curves(runs: &[Run], y: impl Fn(&BenchReport) -> f64) -> Vec<Series> {
     plot(runs, |r| mops(&r.report), y)
 }
 
+/// Per series, the points whose series contains `filter` and whose unit is `unit`: what the
+/// model gave (first) and the published values (second, only those with one), both named by
+/// the point's series so a chart draws each published line in its model line's colour.
+pub fn model_and_published(
+    points: &[Point],
+    filter: &str,
+    unit: &str,
+) -> (Vec<Series>, Vec<Series>) {
+    let (mut model, mut published): (Vec<Series>, Vec<Series>) = (Vec::new(), Vec::new());
+    let add = |set: &mut Vec<Series>, name: &str, p: (f64, f64)| match set
+        .iter_mut()
+        .find(|s| s.name == name)
+    {
+        Some(s) => s.points.push(p),
+        None => set.push(Series { name: name.into(), points: vec![p] }),
+    };
+    for p in points.iter().filter(|p| p.series.contains(filter) && p.unit == unit) {
+        add(&mut model, &p.series, (p.x, p.model));
+        if let Some(v) = p.published {
+            add(&mut published, &p.series, (p.x, v));
+        }
+    }
+    (model, published)
+}
+
 /// A chart with no categorical x names.
 pub fn chart(title: &str, x: &str, y: &str, series: Vec<Series>) -> Chart {
-    Chart { title: title.into(), x_label: x.into(), y_label: y.into(), series, x_names: Vec::new() }
+    Chart::new(title, x, y, series)
 }
 
 /// Runs experiment `name` of `paper` at `scale` through `runner`, writing its JSON and charts
@@ -513,7 +538,7 @@ pub fn run_experiment(
     outcome.files.push(json);
     for (file, ch) in charts {
         let p = out.join(format!("{file}.svg"));
-        std::fs::write(&p, ch.svg()).with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(&p, ch.svg()?).with_context(|| format!("writing {}", p.display()))?;
         outcome.files.push(p);
     }
     Ok(outcome)

@@ -5,7 +5,9 @@
 //! (ROLEX, SMART-RCU, CHIME's inline values longer than 8 bytes) is listed in
 //! `docs/reproduce.md`.
 
-use dmindex_bench::experiment::{cache_mb, chart, lines, mops, Point, Session};
+use dmindex_bench::experiment::{
+    cache_mb, chart, lines, model_and_published, mops, Point, Session,
+};
 use dmindex_bench::plot::Series;
 use dmindex_chime::layout::{LeafKind, LeafLayout, ENTRY, REPLICA_FENCED};
 use dmindex_sim::microbench::{run, Meta, Verb, VerbBench};
@@ -250,6 +252,12 @@ pub(super) fn sibling(s: &mut Session<'_>) -> anyhow::Result<()> {
     s.chart(
         "sibling",
         chart("Metadata replicas per leaf (span 64, H 8)", "key size (B)", "bytes", series),
+    );
+    let (saving, published) = model_and_published(&s.points, "saving of sibling", "×");
+    let title = "Fig. 16: replica bytes saved by sibling-based validation";
+    s.chart(
+        "sibling-saving",
+        chart(title, "key size (B)", "fence keys / sibling", saving).with_paper(published),
     );
     Ok(())
 }

@@ -13,6 +13,7 @@ use dmindex_bench::config::Deal;
 use dmindex_bench::experiment::{
     cache_mb, chart, lines, mops, Experiment, Line, Paper, Scale, Session,
 };
+use dmindex_bench::plot::{paper_series, Series};
 use dmindex_bench::{BenchConfig, BenchReport};
 
 pub static PAPER: Paper = Paper {
@@ -159,6 +160,27 @@ fn p99(r: &BenchReport) -> f64 {
 }
 
 /// The operations of the round-trip figure: name, workload, mix.
+/// The paper's round trips per operation where it states them (§I, §III): a cached search
+/// takes one (Marlin two, its items out of place), Dolphin's update two against the others'
+/// three, an insert three. At the x of [`RTT_OPS`].
+const PAPER_RTT: [(&str, &[(f64, f64)]); 3] = [
+    ("dolphin", &[(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]),
+    ("sherman", &[(0.0, 1.0), (1.0, 3.0)]),
+    ("marlin", &[(0.0, 2.0), (1.0, 3.0)]),
+];
+
+/// Table II at 512 M items: the CN cache holding every inner node (MB) and the memory-side
+/// bytes (GB), Dolphin, Sherman, Marlin, SMART.
+const TABLE_II_CS: [(&str, f64); 4] =
+    [("dolphin", 320.0), ("sherman", 460.0), ("marlin", 460.0), ("smart", 5200.0)];
+const TABLE_II_MS: [(&str, f64); 4] =
+    [("dolphin", 14.0), ("sherman", 12.0), ("marlin", 26.0), ("smart", 156.0)];
+
+/// A paper series per index with its one value at x = 0.
+fn one_category(values: &[(&str, f64)]) -> Vec<Series> {
+    values.iter().map(|&(n, v)| Series { name: n.into(), points: vec![(0.0, v)] }).collect()
+}
+
 const RTT_OPS: [(&str, &str, Option<&str>); 4] = [
     ("search", "c", None),
     ("update", "a", Some("update=1")),
@@ -185,7 +207,7 @@ fn rtt(s: &mut Session<'_>) -> anyhow::Result<()> {
         lines(&s.runs, |r| r.round_trips_per_op),
     );
     ch.x_names = RTT_OPS.iter().map(|o| o.0.to_string()).collect();
-    s.chart("rtt", ch);
+    s.chart("rtt", ch.with_paper(paper_series(&PAPER_RTT)));
     Ok(())
 }
 
@@ -210,10 +232,12 @@ fn memory(s: &mut Session<'_>) -> anyhow::Result<()> {
     }
     let cn = lines(&s.runs, |r| at_paper_scale(r, r.cache_bytes));
     let mn = lines(&s.runs, |r| at_paper_scale(r, r.index_bytes) / 1024.0);
-    let mut ch = chart("CN cache holding every inner node, at 512 M items", "", "MB per CN", cn);
+    let mut ch = chart("CN cache holding every inner node, at 512 M items", "", "MB per CN", cn)
+        .with_paper(one_category(&TABLE_II_CS));
     ch.x_names = vec!["Table II: CS".into()];
     s.chart("memory-cn", ch);
-    let mut ch = chart("Memory-side bytes, at 512 M items", "", "GB", mn);
+    let mut ch = chart("Memory-side bytes, at 512 M items", "", "GB", mn)
+        .with_paper(one_category(&TABLE_II_MS));
     ch.x_names = vec!["Table II: MS".into()];
     s.chart("memory-mn", ch);
     Ok(())

@@ -394,6 +394,7 @@ fn breakdown(s: &mut Session<'_>) -> anyhow::Result<()> {
         series,
     );
     ch.x_names = names;
+    ch.stacked = true;
     s.chart("breakdown", ch);
     Ok(())
 }

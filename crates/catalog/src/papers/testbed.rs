@@ -5,8 +5,9 @@
 //! were measured on, next to the published values, and the papers' own microbenchmarks on the
 //! papers' presets as held-out checks. Every point is one `dmindex_sim::microbench` run.
 
-use dmindex_bench::experiment::{chart, Experiment, Paper, Point, Scale, Session};
-use dmindex_bench::plot::Series;
+use dmindex_bench::experiment::{
+    chart, model_and_published, Experiment, Paper, Point, Scale, Session,
+};
 use dmindex_sim::microbench::{run, Verb, VerbBench};
 
 pub static PAPER: Paper = Paper {
@@ -137,26 +138,10 @@ fn verbs(s: &mut Session<'_>) -> anyhow::Result<()> {
             "96 threads",
         ),
     ] {
-        let series = model_and_published(&s.points, prefix);
-        s.chart(file, chart(title, x, "M verbs/s", series));
+        let (model, published) = model_and_published(&s.points, prefix, "M verbs/s");
+        s.chart(file, chart(title, x, "M verbs/s", model).with_paper(published));
     }
     Ok(())
-}
-
-/// For every series whose name contains `filter`: the model's line and the published one.
-fn model_and_published(points: &[Point], filter: &str) -> Vec<Series> {
-    let mut out: Vec<Series> = Vec::new();
-    for p in points.iter().filter(|p| p.series.contains(filter)) {
-        let mut add = |name: String, y: f64| match out.iter_mut().find(|s| s.name == name) {
-            Some(s) => s.points.push((p.x, y)),
-            None => out.push(Series { name, points: vec![(p.x, y)] }),
-        };
-        add(format!("{} (model)", p.series), p.model);
-        if let Some(published) = p.published {
-            add(format!("{} (published)", p.series), published);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
