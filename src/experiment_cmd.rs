@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use dmindex_bench::experiment::{run_experiment, NeedsTraces, NeedsUcx, Paper, Scale};
 use dmindex_bench::limits;
+use dmindex_bench::replot::replot_experiment;
 use dmindex_catalog::papers::{resolve, PAPERS};
 
 #[derive(clap::Args, Debug)]
@@ -62,6 +63,10 @@ pub struct Args {
     /// it those experiments are skipped by `all` and refused by name.
     #[arg(long, value_name = "DIR")]
     traces: Option<PathBuf>,
+    /// Draw the charts again from the JSON in --out, running nothing: each recorded run is
+    /// handed back to the experiment in order (one it no longer asks for is an error).
+    #[arg(long)]
+    replot: bool,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -93,6 +98,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             }
         }
         return Ok(());
+    }
+    if args.replot {
+        return replot(args);
     }
     let (chosen, scales) = plan(args)?;
     let several = chosen.len() > 1;
@@ -129,6 +137,65 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--replot`: the charts of each experiment whose JSON is in `--out` (`all`), or of the one
+/// named, drawn again from that JSON. The JSON names its paper, so a directory of another
+/// paper's results is never read as this one's.
+fn replot(args: &Args) -> anyhow::Result<()> {
+    let name = args.name.as_deref().unwrap_or_default();
+    let wanted = if name == "all" { None } else { Some(resolve(name, args.paper.as_deref())?) };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&args.out)
+        .with_context(|| format!("--replot reads --out {}", args.out.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut drawn = 0;
+    for file in files {
+        let Some((paper, e)) = recorded_experiment(&file) else { continue };
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        let chosen = wanted
+            .as_ref()
+            .is_none_or(|w| w.iter().any(|(p, x)| p.name == paper.name && x.name == e.name));
+        if !chosen || stem != e.name {
+            continue;
+        }
+        let out = replot_experiment(paper, e.name, &args.out, |_| {});
+        match out {
+            Ok(out) => {
+                drawn += 1;
+                println!(
+                    "{}/{}: charts of {} runs drawn again",
+                    paper.name,
+                    e.name,
+                    out.runs.len()
+                );
+                for f in &out.files {
+                    println!("  wrote {}", f.display());
+                }
+            }
+            Err(err) if wanted.is_none() => {
+                println!("{}/{}: not drawn ({err:#})", paper.name, e.name)
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    if drawn == 0 && wanted.is_some() {
+        bail!("--replot: no JSON of {name} in {}", args.out.display());
+    }
+    Ok(())
+}
+
+/// The paper and experiment an experiment's JSON names, if it is one of ours.
+fn recorded_experiment(
+    file: &std::path::Path,
+) -> Option<(&'static Paper, &'static dmindex_bench::experiment::Experiment)> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let paper = PAPERS.iter().find(|p| Some(p.name) == v["paper"].as_str())?;
+    let e = paper.experiments.iter().find(|e| Some(e.name) == v["experiment"].as_str())?;
+    Some((paper, e))
 }
 
 /// The experiments `args` name and the scale of each, every flag checked against every paper

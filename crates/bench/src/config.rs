@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::bail;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::limits;
 
@@ -23,7 +23,7 @@ use crate::limits;
 pub const DEFAULT_INDEX: &str = "chime";
 
 /// Which transport to run on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum TransportKind {
     /// In-process, real time.

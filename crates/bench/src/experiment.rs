@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::plot::{Chart, Series};
 use crate::{BenchConfig, BenchReport, TransportKind, Window};
@@ -112,7 +112,8 @@ pub struct Experiment {
 }
 
 /// Scale and placement of an experiment's runs.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Scale {
     /// Items loaded before each run phase.
     pub items: u64,
@@ -172,7 +173,7 @@ pub struct NeedsTraces(pub String);
 pub struct NeedsUcx(pub String);
 
 /// One run of an experiment.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {
     /// The chart line it belongs to.
     pub series: String,
@@ -503,10 +504,27 @@ pub fn run_experiment(
     scale: &Scale,
     out: &Path,
     runner: Runner<'_>,
-    mut log: impl FnMut(&str),
+    log: impl FnMut(&str),
 ) -> anyhow::Result<Outcome> {
-    let e = paper.experiment(name)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let (mut outcome, charts) = play(paper, name, scale, runner, log)?;
+    let json = out.join(format!("{name}.json"));
+    std::fs::write(&json, serde_json::to_string_pretty(&outcome)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    outcome.files.push(json);
+    outcome.files.extend(write_charts(&charts, out)?);
+    Ok(outcome)
+}
+
+/// Runs the body of experiment `name`: its outcome (no files yet) and its charts.
+pub(crate) fn play(
+    paper: &Paper,
+    name: &str,
+    scale: &Scale,
+    runner: Runner<'_>,
+    mut log: impl FnMut(&str),
+) -> anyhow::Result<(Outcome, Vec<(String, Chart)>)> {
+    let e = paper.experiment(name)?;
     let start = Instant::now();
     let mut s = Session {
         scale,
@@ -522,7 +540,7 @@ pub fn run_experiment(
     };
     (e.body)(&mut s)?;
     let Session { runs, points, charts, .. } = s;
-    let mut outcome = Outcome {
+    let outcome = Outcome {
         paper: paper.name.into(),
         experiment: name.into(),
         description: e.figure.into(),
@@ -532,16 +550,18 @@ pub fn run_experiment(
         points,
         files: Vec::new(),
     };
-    let json = out.join(format!("{name}.json"));
-    std::fs::write(&json, serde_json::to_string_pretty(&outcome)?)
-        .with_context(|| format!("writing {}", json.display()))?;
-    outcome.files.push(json);
+    Ok((outcome, charts))
+}
+
+/// Writes each chart as `<file>.svg` into `out`, returning the paths.
+pub(crate) fn write_charts(charts: &[(String, Chart)], out: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::with_capacity(charts.len());
     for (file, ch) in charts {
         let p = out.join(format!("{file}.svg"));
         std::fs::write(&p, ch.svg()?).with_context(|| format!("writing {}", p.display()))?;
-        outcome.files.push(p);
+        files.push(p);
     }
-    Ok(outcome)
+    Ok(files)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::Fabric;
 use dmindex_index::PointIndex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A crash of memory node `node` during the run phase.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub struct MnFault {
 }
 
 /// What happened to the failed node, in ns into the run phase.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Recovery {
     pub node: u16,
     pub crashed_ns: u64,
@@ -47,7 +47,7 @@ pub struct Recovery {
 }
 
 /// The verdict on a recorded history (`--check`).
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Checked {
     /// Operations recorded, load phase and final reads included.
     pub ops: usize,
@@ -64,7 +64,7 @@ pub struct Checked {
 }
 
 /// Operations completed in each interval of the run phase.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Timeline {
     pub interval_ns: u64,
     pub ops: Vec<u64>,

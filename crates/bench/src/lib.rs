@@ -18,6 +18,7 @@ pub mod fault;
 pub mod limits;
 pub mod plot;
 mod progress;
+pub mod replot;
 mod report;
 mod reuse;
 pub mod runner;

@@ -4,7 +4,7 @@ use anyhow::bail;
 use dmindex_fabric::{Transport, VerbCounts};
 use dmindex_index::{IndexStats, PointIndex};
 use dmindex_ycsb::OpKind;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::runner::{self, ClientMetrics, Mark};
 use crate::{BenchConfig, Plan, TransportKind, Window};
@@ -15,7 +15,7 @@ use crate::{BenchConfig, Plan, TransportKind, Window};
 /// The mean can sit above p99.9 without any error: when fewer than one operation in a thousand
 /// takes thousands of times longer than the rest (a client thread the host deschedules for a
 /// few ms), those few carry most of the time, and `max` shows them.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Latency {
     pub p50: f64,
     pub p99: f64,
@@ -27,7 +27,7 @@ pub struct Latency {
 }
 
 /// Per-operation-kind figures of the run phase.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct OpBreakdown {
     pub op: String,
     pub count: u64,
@@ -44,7 +44,7 @@ pub struct OpBreakdown {
 }
 
 /// The part of the run phase a report measured (`--window`).
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct MeasuredWindow {
     /// Where it opened and closed, as fractions of the run phase's operations.
     pub from: f64,
@@ -60,7 +60,7 @@ pub struct MeasuredWindow {
 }
 
 /// What one `bench` run measured. Field names are stable: scripts depend on them.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct BenchReport {
     pub index: String,
     pub transport: TransportKind,

@@ -8,10 +8,10 @@
 //! interval, from posting to completion, that the client's earlier completions on that node did
 //! not already cover.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Time clients spent on one memory node (ns, summed over clients).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodePhases {
     /// Client-observed time waiting on this node's verbs and requests (overlaps counted once
     /// per client).
