@@ -18,7 +18,8 @@ pub struct Args {
     /// The paper whose experiments a bare NAME (or `all`) means.
     #[arg(long)]
     paper: Option<String>,
-    /// List the papers' experiments and the figures they reproduce.
+    /// List the papers' experiments, the time each took here at its default scale, and the
+    /// figures they reproduce.
     #[arg(long)]
     list: bool,
     /// Directory for the JSON reports and SVG charts.
@@ -88,7 +89,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 if d.fast_load { ", fast-forward load" } else { "" }
             );
             for e in p.experiments {
-                println!("  {:<22} {}", format!("{}/{}", p.name, e.name), e.figure);
+                let name = format!("{}/{}", p.name, e.name);
+                println!("  {name:<26} {:>9}  {}", e.expected_time(), e.figure);
             }
             if !p.lines.is_empty() {
                 println!("  the systems as the paper ran them:");

@@ -109,6 +109,21 @@ pub struct Experiment {
     pub figure: &'static str,
     /// Issues the runs and charts.
     pub body: fn(&mut Session<'_>) -> anyhow::Result<()>,
+    /// Real seconds its last recorded run took at the paper's default scale on the 2-core
+    /// development host (`--list` shows it as the time to expect); `None`: not run here (it
+    /// needs traces this host does not have).
+    pub took_s: Option<u32>,
+}
+
+impl Experiment {
+    /// [`Experiment::took_s`] as `--list` gives it: `~40 s`, `~12 min`, or `not timed`.
+    pub fn expected_time(&self) -> String {
+        match self.took_s {
+            None => "not timed".into(),
+            Some(s) if s < 90 => format!("~{} s", s.max(1)),
+            Some(s) => format!("~{} min", (s + 30) / 60),
+        }
+    }
 }
 
 /// Scale and placement of an experiment's runs.
@@ -607,6 +622,16 @@ mod tests {
         let as_sherman = std::panic::AssertUnwindSafe(|| s.as_paper("sherman", "c"));
         let missing = std::panic::catch_unwind(as_sherman);
         assert!(missing.is_err(), "no line for sherman");
+    }
+
+    /// `--list`'s time: seconds up to a minute and a half, then whole minutes, rounded.
+    #[test]
+    fn expected_times_read_as_seconds_then_minutes() {
+        let e = |took_s| Experiment { name: "x", figure: "x", body: |_| Ok(()), took_s };
+        let shown: Vec<String> = [Some(0), Some(13), Some(89), Some(90), Some(2084), None]
+            .map(|t| e(t).expected_time())
+            .into();
+        assert_eq!(shown, ["~1 s", "~13 s", "~89 s", "~2 min", "~35 min", "not timed"]);
     }
 
     /// A warm configuration replays a stream of its share of the operations and measures the

@@ -52,7 +52,7 @@ static PAPER: Paper = Paper {
     clients_mean: "clients per CN",
     items: 300,
     lines: &[],
-    experiments: &[Experiment { name: "sweep", figure: "a sweep", body: sweep }],
+    experiments: &[Experiment { name: "sweep", figure: "a sweep", body: sweep, took_s: None }],
 };
 
 /// The same runs asked for in another order, each put on the other's line.
@@ -68,12 +68,22 @@ fn sweep_reordered(s: &mut Session<'_>) -> anyhow::Result<()> {
 }
 
 static REORDERED: Paper = Paper {
-    experiments: &[Experiment { name: "sweep", figure: "a sweep", body: sweep_reordered }],
+    experiments: &[Experiment {
+        name: "sweep",
+        figure: "a sweep",
+        body: sweep_reordered,
+        took_s: None,
+    }],
     ..PAPER
 };
 
 static CHANGED: Paper = Paper {
-    experiments: &[Experiment { name: "sweep", figure: "a sweep", body: sweep_changed }],
+    experiments: &[Experiment {
+        name: "sweep",
+        figure: "a sweep",
+        body: sweep_changed,
+        took_s: None,
+    }],
     ..PAPER
 };
 

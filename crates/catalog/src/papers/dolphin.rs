@@ -67,38 +67,45 @@ pub static PAPER: Paper = Paper {
             name: "rtt",
             figure: "§I/§III: round trips per search, update, insert and 100-item scan, one client",
             body: rtt,
+            took_s: Some(71),
         },
         Experiment {
             name: "memory",
             figure:
                 "Table II: CN cache for best throughput and MN memory, extrapolated to 512 M items",
             body: memory,
+            took_s: Some(15),
         },
         Experiment {
             name: "cache",
             figure: "Fig. 6: YCSB A throughput vs CN cache size, zipfian 0.99 and 0.9, and uniform",
             body: cache,
+            took_s: Some(674),
         },
         Experiment {
             name: "ycsb",
             figure: "Fig. 7: YCSB A, C and LOAD throughput, P50 and P99",
             body: ycsb,
+            took_s: Some(78),
         },
         Experiment {
             name: "scan",
             figure: "Fig. 8: range-only and range-write (100-item scans, uniform) throughput",
             body: scan,
+            took_s: Some(149),
         },
         Experiment {
             name: "twitter",
             figure: "Fig. 9: Twitter cache traces cluster8 and cluster9 (needs --traces DIR)",
             body: twitter,
+            took_s: None,
         },
         Experiment {
             name: "twitter-standin",
             figure: "Fig. 9 stand-in: synthetic traces with cluster8's and cluster9's published \
                      op mix, skew and key count (not the traces)",
             body: twitter_standin,
+            took_s: Some(4),
         },
     ],
 };

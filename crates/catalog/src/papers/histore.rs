@@ -63,37 +63,37 @@ pub static PAPER: Paper = Paper {
         Experiment {
             name: "basic",
             figure: "Fig. 9 and 10: PUT, GET and SCAN throughput and mean latency of the five schemes vs client threads",
-            body: basic,
+            body: basic, took_s: Some(537),
         },
         Experiment {
             name: "breakdown",
             figure: "Fig. 11: where a PUT, GET and SCAN's time goes at 64 clients (index request, queue wait, index access, server-to-server, data access)",
-            body: breakdown,
+            body: breakdown, took_s: Some(185),
         },
         Experiment {
             name: "ycsb",
             figure: "Fig. 12: YCSB A–F throughput and latency of HiStore and all-hashtable normalised to all-skiplist",
-            body: ycsb,
+            body: ycsb, took_s: Some(158),
         },
         Experiment {
             name: "recovery",
             figure: "Fig. 13: recovery time of the primary and of a backup vs keys",
-            body: recovery,
+            body: recovery, took_s: Some(186),
         },
         Experiment {
             name: "timeline",
             figure: "§5.5 as a time series: throughput before, during and after the primary crashes, restarts and is rebuilt (the issue's run over UCX, on the simulator)",
-            body: timeline,
+            body: timeline, took_s: Some(15),
         },
         Experiment {
             name: "ucx-timeline",
             figure: "§5.5 as a time series over UCX: memnode processes on this machine, the primary killed with SIGKILL, restarted and rebuilt while YCSB A runs (needs a build with --features ucx)",
-            body: ucx_timeline,
+            body: ucx_timeline, took_s: Some(12),
         },
         Experiment {
             name: "degraded",
             figure: "Fig. 14: PUT, GET and SCAN throughput with the primary or a backup down, normalised to normal",
-            body: degraded,
+            body: degraded, took_s: Some(95),
         },
     ],
 };

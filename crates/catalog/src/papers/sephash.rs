@@ -53,48 +53,48 @@ pub static PAPER: Paper = Paper {
         Experiment {
             name: "insert",
             figure: "Fig. 12/13: insert throughput and median/P99 latency vs client threads",
-            body: insert,
+            body: insert, took_s: Some(714),
         },
         Experiment {
             name: "search",
             figure: "Fig. 15/16: search throughput and median latency vs client threads",
-            body: search,
+            body: search, took_s: Some(50),
         },
         Experiment {
             name: "hybrid",
             figure: "Fig. 14: throughput vs insert ratio of a mixed insert/search workload",
-            body: hybrid,
+            body: hybrid, took_s: Some(553),
         },
-        Experiment { name: "ycsb", figure: "Fig. 17: YCSB A-D throughput", body: ycsb },
+        Experiment { name: "ycsb", figure: "Fig. 17: YCSB A-D throughput", body: ycsb, took_s: Some(40) },
         Experiment {
             name: "resize",
             figure: "Table 1: resizes, resize bytes, retries and buckets read per search, 1 vs peak threads",
-            body: resize,
+            body: resize, took_s: Some(247),
         },
         Experiment {
             name: "utilisation",
             figure: "Fig. 18 / Table 2: entry utilisation and entries per key as keys are inserted",
-            body: utilisation,
+            body: utilisation, took_s: Some(44),
         },
         Experiment {
             name: "fptable",
             figure: "Table 3: FPTable cache size vs MainSegment/CurSegment ratio",
-            body: fptable,
+            body: fptable, took_s: Some(5),
         },
         Experiment {
             name: "ablation",
             figure: "Fig. 19: write (Base, +entry layout, +zero-wait) and read (Base, +FPTable, +filter) ablations vs RACE",
-            body: ablation,
+            body: ablation, took_s: Some(113),
         },
         Experiment {
             name: "segment-size",
             figure: "Fig. 20: CurSegment size and MainSegment size vs insert and search throughput",
-            body: segment_size,
+            body: segment_size, took_s: Some(125),
         },
         Experiment {
             name: "memory-nodes",
             figure: "Fig. 21: insert and search throughput vs memory nodes",
-            body: memory_nodes,
+            body: memory_nodes, took_s: Some(478),
         },
     ],
 };
