@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use dmindex_bench::experiment::{run_experiment, NeedsTraces, NeedsUcx, Paper, Scale};
+use dmindex_bench::experiment::{run_experiment, NeedsTraces, NeedsUcx, Outcome, Paper, Scale};
 use dmindex_bench::limits;
 use dmindex_bench::replot::replot_experiment;
 use dmindex_catalog::papers::{resolve, PAPERS};
@@ -64,9 +64,13 @@ pub struct Args {
     /// it those experiments are skipped by `all` and refused by name.
     #[arg(long, value_name = "DIR")]
     traces: Option<PathBuf>,
-    /// Draw the charts again from the JSON in --out, running nothing: each recorded run is
-    /// handed back to the experiment in order (one it no longer asks for is an error).
-    #[arg(long)]
+    /// Draw the charts again from the JSON in --out (and its subdirectories, for `all`),
+    /// running nothing: each run the experiment asks for is answered with the recorded one
+    /// (a JSON the experiment no longer matches is an error). The scale is the JSON's.
+    #[arg(long, conflicts_with_all = [
+        "items", "ops", "cns", "clients", "peak_clients", "coroutines", "seed", "fast_load",
+        "workloads", "overrides", "traces",
+    ])]
     replot: bool,
 }
 
@@ -141,63 +145,101 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--replot`: the charts of each experiment whose JSON is in `--out` (`all`), or of the one
-/// named, drawn again from that JSON. The JSON names its paper, so a directory of another
-/// paper's results is never read as this one's.
+/// `--replot`: the charts of the experiments named (`all`: every one, `PAPER/all` or
+/// `--paper`: a paper's) drawn again from their JSON under `--out`, each JSON taken by the
+/// paper and experiment it names. One experiment named: its JSON must be in `--out` and redraw.
+/// Several: every JSON of theirs in `--out` and below is redrawn where it can be, every file
+/// left is listed with why, and the command fails if one was not drawn.
 fn replot(args: &Args) -> anyhow::Result<()> {
     let name = args.name.as_deref().unwrap_or_default();
-    let wanted = if name == "all" { None } else { Some(resolve(name, args.paper.as_deref())?) };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&args.out)
-        .with_context(|| format!("--replot reads --out {}", args.out.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
+    let chosen = resolve(name, args.paper.as_deref())?;
+    if let [(paper, e)] = chosen[..] {
+        let out = replot_experiment(paper, e.name, &args.out, |_| {})?;
+        print_replot(paper, e, &out);
+        return Ok(());
+    }
+    let mut files = Vec::new();
+    json_under(&args.out, &mut files)
+        .with_context(|| format!("--replot reads --out {}", args.out.display()))?;
     files.sort();
-    let mut drawn = 0;
+    let (mut drawn, mut left) = (0, 0);
     for file in files {
-        let Some((paper, e)) = recorded_experiment(&file) else { continue };
-        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
-        let chosen = wanted
-            .as_ref()
-            .is_none_or(|w| w.iter().any(|(p, x)| p.name == paper.name && x.name == e.name));
-        if !chosen || stem != e.name {
+        let dir = file.parent().unwrap_or(&args.out);
+        let (paper, e) = match recorded_experiment(&file) {
+            Ok(found) => found,
+            Err(why) => {
+                println!("{}: skipped ({why})", file.display());
+                continue;
+            }
+        };
+        if !chosen.iter().any(|(p, x)| p.name == paper.name && x.name == e.name) {
             continue;
         }
-        let out = replot_experiment(paper, e.name, &args.out, |_| {});
-        match out {
+        let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+        if stem != e.name {
+            println!(
+                "{}: not drawn ({}/{} reads {}.json; this file is named otherwise)",
+                file.display(),
+                paper.name,
+                e.name,
+                e.name
+            );
+            left += 1;
+            continue;
+        }
+        match replot_experiment(paper, e.name, dir, |_| {}) {
             Ok(out) => {
                 drawn += 1;
-                println!(
-                    "{}/{}: charts of {} runs drawn again",
-                    paper.name,
-                    e.name,
-                    out.runs.len()
-                );
-                for f in &out.files {
-                    println!("  wrote {}", f.display());
-                }
+                print_replot(paper, e, &out);
             }
-            Err(err) if wanted.is_none() => {
-                println!("{}/{}: not drawn ({err:#})", paper.name, e.name)
+            Err(err) => {
+                left += 1;
+                println!("{}: not drawn ({err:#})", file.display());
             }
-            Err(err) => return Err(err),
         }
     }
-    if drawn == 0 && wanted.is_some() {
-        bail!("--replot: no JSON of {name} in {}", args.out.display());
+    if left > 0 || drawn == 0 {
+        bail!("--replot: {drawn} experiments drawn again, {left} not (listed above)");
     }
     Ok(())
 }
 
-/// The paper and experiment an experiment's JSON names, if it is one of ours.
+fn print_replot(paper: &Paper, e: &dmindex_bench::experiment::Experiment, out: &Outcome) {
+    println!("{}/{}: charts of {} runs drawn again", paper.name, e.name, out.runs.len());
+    for f in &out.files {
+        println!("  wrote {}", f.display());
+    }
+}
+
+/// Every `.json` file in `dir` and its subdirectories.
+fn json_under(dir: &std::path::Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            json_under(&path, out)?;
+        } else if path.extension().is_some_and(|x| x == "json") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The paper and experiment an experiment's JSON names, or why it names none.
 fn recorded_experiment(
     file: &std::path::Path,
-) -> Option<(&'static Paper, &'static dmindex_bench::experiment::Experiment)> {
-    let text = std::fs::read_to_string(file).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let paper = PAPERS.iter().find(|p| Some(p.name) == v["paper"].as_str())?;
-    let e = paper.experiments.iter().find(|e| Some(e.name) == v["experiment"].as_str())?;
-    Some((paper, e))
+) -> Result<(&'static Paper, &'static dmindex_bench::experiment::Experiment), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))?;
+    let (Some(p), Some(x)) = (v["paper"].as_str(), v["experiment"].as_str()) else {
+        return Err("not an experiment's JSON: no paper and experiment named".into());
+    };
+    let paper = PAPERS.iter().find(|q| q.name == p).ok_or(format!("no paper named {p}"))?;
+    let e = paper
+        .experiments
+        .iter()
+        .find(|e| e.name == x)
+        .ok_or(format!("{p} has no experiment {x}"))?;
+    Ok((paper, e))
 }
 
 /// The experiments `args` name and the scale of each, every flag checked against every paper

@@ -373,6 +373,15 @@ fn bench_refuses_bad_input() {
         (&["experiment", "chime/ycsb", "--workloads", "load", "--fast-load"][..], "nothing to run"),
         (&["experiment", "ycsb"][..], "an experiment of several papers"),
         (&["experiment", "sephash/insert", "--clients", "0"][..], "must be positive"),
+        (&["experiment", "chime/span", "--replot", "--items", "5"][..], "cannot be used with"),
+        (
+            &["experiment", "chime/span", "--replot", "--out", "/definitely/not/here"][..],
+            "run the experiment first",
+        ),
+        (
+            &["experiment", "all", "--replot", "--out", "/definitely/not/here"][..],
+            "--replot reads --out /definitely/not/here",
+        ),
         (&["bench", "--zipf-theta", "1"][..], "zipfian skew 1 is outside (0, 1)"),
         (&["bench", "--distribution", "gauss"][..], "unknown request distribution 'gauss'"),
         (&["bench", "--folded", "--key-size", "16"][..], "--folded makes 8-byte integer keys"),

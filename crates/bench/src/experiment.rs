@@ -109,9 +109,10 @@ pub struct Experiment {
     pub figure: &'static str,
     /// Issues the runs and charts.
     pub body: fn(&mut Session<'_>) -> anyhow::Result<()>,
-    /// Real seconds its last recorded run took at the paper's default scale on the 2-core
-    /// development host (`--list` shows it as the time to expect); `None`: not run here (it
-    /// needs traces this host does not have).
+    /// Real seconds it takes at the paper's default scale on the 2-core development host,
+    /// from its last recorded run there (or, where a line was added since, that run's time
+    /// grown by the line's share, said where it is given); `--list` shows it as the time to
+    /// expect. `None`: not run here (it needs traces this host does not have).
     pub took_s: Option<u32>,
 }
 

@@ -11,7 +11,7 @@
 //! afresh: they take seconds.
 
 use std::cell::{Cell, RefCell};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
@@ -26,18 +26,27 @@ struct Recorded {
     runs: Vec<Run>,
 }
 
-/// Whether `report` can be what `cfg` measured: the same index on as many compute nodes and
-/// clients, and the same workload (a report names it as the run resolved it, `c+uniform` for a
-/// `c` made uniform, `trace` for a replayed trace).
+/// Whether `report` can be what `cfg` measured: the same index on as many compute nodes,
+/// clients and coroutines, the same seed, loaded the same way, measured over a window or not,
+/// and the same workload and items (a report names the workload as the run resolved it,
+/// `c+uniform` for a `c` made uniform, `trace` for a replayed trace, whose items come from the
+/// trace). Options are not in a report: runs alike but for them are told apart by the line
+/// and x they land on (see [`replot_experiment`]).
 fn matches(cfg: &BenchConfig, report: &BenchReport) -> bool {
-    let workload = match cfg.workload.trace {
+    let w = &cfg.workload;
+    let workload = match w.trace {
         Some(_) => report.workload == "trace",
-        None => report.workload.split('+').next() == Some(cfg.workload.name.as_str()),
+        None => {
+            report.workload.split('+').next() == Some(w.name.as_str()) && report.items == w.items
+        }
     };
     workload
         && cfg.index.name == report.index
-        && cfg.cluster.cns == report.cns
-        && cfg.cluster.clients == report.clients
+        && (cfg.cluster.cns, cfg.cluster.clients, cfg.cluster.coroutines)
+            == (report.cns, report.clients, report.coroutines)
+        && w.seed == report.seed
+        && w.fast_load == report.load_fast_forward
+        && w.window.is_some() == report.window.is_some()
 }
 
 /// Draws the charts of experiment `name` of `paper` again from `dir/<name>.json`, into `dir`.
@@ -79,7 +88,10 @@ pub fn replot_experiment(
         answered.borrow_mut().push(k);
         Ok(run.report.clone())
     };
-    let scale = Scale { memnode_exe: None, ..recorded.scale.clone() };
+    // An experiment that starts memnode processes names the executable in its runs; nothing
+    // is started here, so any name does.
+    let not_run = PathBuf::from("(a replot runs nothing)");
+    let scale = Scale { memnode_exe: Some(not_run), ..recorded.scale.clone() };
     let (mut outcome, charts) = play(paper, name, &scale, &runner, log)?;
     let left = taken.iter().filter(|t| !t.get()).count();
     if left > 0 {

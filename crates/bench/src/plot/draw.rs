@@ -91,10 +91,10 @@ fn fmt(v: &f64) -> String {
     }
 }
 
-/// `[lo, hi]` of the y axis: from zero (or below, for negative values) to a little above the
-/// highest value; a flat or empty chart gets a unit range.
+/// `[lo, hi]` of the y axis: zero and every finite value in it, a little room above; a flat
+/// or empty chart gets a unit range.
 fn y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (mut lo, mut hi) = (0f64, f64::MIN);
+    let (mut lo, mut hi) = (0f64, 0f64);
     for v in values.filter(|v| v.is_finite()) {
         lo = lo.min(v);
         hi = hi.max(v);
@@ -105,10 +105,16 @@ fn y_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     (lo, hi + (hi - lo) * 0.08)
 }
 
+/// The points of `s` that can be drawn: a value that is not a number or infinite (a ratio to
+/// a zero baseline) is left out, a gap in its line.
+fn finite(s: &Series) -> impl Iterator<Item = (f64, f64)> + Clone + '_ {
+    s.points.iter().copied().filter(|p| p.0.is_finite() && p.1.is_finite())
+}
+
 fn lines(chart: &Chart, plot: &Area<'_>, colours: &Colours) -> anyhow::Result<()> {
-    let all = chart.series.iter().chain(&chart.paper).flat_map(|s| s.points.iter());
+    let all = chart.series.iter().chain(&chart.paper).flat_map(finite);
     let (mut x0, mut x1) = (f64::MAX, f64::MIN);
-    for &(x, _) in all.clone().filter(|p| p.0.is_finite()) {
+    for (x, _) in all.clone() {
         x0 = x0.min(x);
         x1 = x1.max(x);
     }
@@ -133,13 +139,12 @@ fn lines(chart: &Chart, plot: &Area<'_>, colours: &Colours) -> anyhow::Result<()
         .y_label_formatter(&fmt)
         .draw()?;
     for (s, &c) in chart.series.iter().zip(&colours.ours) {
-        ctx.draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))?;
-        ctx.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
+        ctx.draw_series(LineSeries::new(finite(s), c.stroke_width(2)))?;
+        ctx.draw_series(finite(s).map(|p| Circle::new(p, 3, c.filled())))?;
     }
     for (s, &c) in chart.paper.iter().zip(&colours.paper) {
-        let dashed = DashedLineSeries::new(s.points.iter().copied(), 6, 4, c.stroke_width(2));
-        ctx.draw_series(dashed)?;
-        ctx.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, c.stroke_width(2))))?;
+        ctx.draw_series(DashedLineSeries::new(finite(s), 6, 4, c.stroke_width(2)))?;
+        ctx.draw_series(finite(s).map(|p| Circle::new(p, 4, c.stroke_width(2))))?;
     }
     Ok(())
 }
@@ -167,8 +172,8 @@ fn slots(chart: &Chart) -> Vec<Vec<Member>> {
     let mut v = Vec::new();
     for i in 0..chart.series.len() {
         v.push(vec![ours(i)]);
-        let paired = chart.paper.iter().position(|p| namesake(chart, p) == Some(i));
-        v.extend(paired.map(|j| vec![paper(j)]));
+        let paired = chart.paper.iter().enumerate().filter(|(_, p)| namesake(chart, p) == Some(i));
+        v.extend(paired.map(|(j, _)| vec![paper(j)]));
     }
     for (j, p) in chart.paper.iter().enumerate() {
         if namesake(chart, p).is_none() {
@@ -178,9 +183,9 @@ fn slots(chart: &Chart) -> Vec<Vec<Member>> {
     v
 }
 
-/// The value of `series` at category `x`, if it has one.
+/// The value of `series` at category `x`, if it has a finite one.
 fn at(series: &Series, x: usize) -> Option<f64> {
-    series.points.iter().find(|p| p.0.round() as i64 == x as i64).map(|p| p.1)
+    finite(series).find(|p| p.0.round() as i64 == x as i64).map(|p| p.1)
 }
 
 /// Category names broken into lines of at most `width` characters at spaces.
@@ -201,12 +206,20 @@ fn wrap(name: &str, width: usize) -> Vec<String> {
 fn bars(chart: &Chart, root: &Area<'_>, plot: &Area<'_>, colours: &Colours) -> anyhow::Result<()> {
     let n = chart.x_names.len();
     let slots = slots(chart);
-    let stack = |set: &[Series], x: usize| set.iter().filter_map(|s| at(s, x)).sum::<f64>();
-    let values: Vec<f64> = if chart.stacked {
-        (0..n).flat_map(|x| [stack(&chart.series, x), stack(&chart.paper, x)]).collect()
-    } else {
-        chart.series.iter().chain(&chart.paper).flat_map(|s| s.points.iter().map(|p| p.1)).collect()
-    };
+    // Every height a bar or a part of a stack reaches: stacked parts start where the part
+    // below ended, so a negative part brings the running sum down.
+    let mut values: Vec<f64> = Vec::new();
+    for x in 0..n {
+        for slot in &slots {
+            let mut base = 0.0;
+            for m in slot {
+                let s = if m.paper { &chart.paper[m.i] } else { &chart.series[m.i] };
+                let Some(v) = at(s, x) else { continue };
+                base = if chart.stacked { base + v } else { v };
+                values.push(base);
+            }
+        }
+    }
     let (y0, y1) = y_range(values.into_iter());
     let group_px = (f64::from(W - LEGEND) - 100.0) / n as f64;
     let width = ((group_px / CHAR_PX) as usize).max(6);
@@ -276,11 +289,12 @@ fn draw_legend(chart: &Chart, area: &Area<'_>, colours: &Colours) -> anyhow::Res
         } else {
             area.draw(&PathElement::new(vec![(8, y), (30, y)], c.stroke_width(2)))?;
         }
-        for (r, line) in wrap(&name, 26).iter().enumerate() {
-            area.draw(&Text::new(line.as_str(), (36, y + 14 * r as i32), font.clone()))?;
-            y += if r > 0 { 14 } else { 0 };
+        let lines = wrap(&name, 26);
+        for line in &lines {
+            area.draw(&Text::new(line.as_str(), (36, y), font.clone()))?;
+            y += 14;
         }
-        y += 20;
+        y += 20 - 14 * i32::from(!lines.is_empty());
     }
     Ok(())
 }

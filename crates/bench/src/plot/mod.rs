@@ -143,13 +143,34 @@ mod tests {
         assert!(svg.contains(">\n70\n<") || svg.contains(">70<"), "a tick at the stack's height");
     }
 
-    /// An empty chart, a single point and a negative value draw without a panic or a NaN.
+    /// A stack with a negative part reaches its highest running sum: +30 then -10 is a bar
+    /// to 30 whose top part comes back down to 20, and the axis covers 30.
+    #[test]
+    fn a_stack_with_a_negative_part_fits_its_axis() {
+        let mut c = two_lines();
+        c.series = vec![
+            Series { name: "up".into(), points: vec![(0.0, 30.0)] },
+            Series { name: "down".into(), points: vec![(0.0, -10.0)] },
+        ];
+        c.x_names = vec!["one".into()];
+        c.stacked = true;
+        let svg = c.svg().expect("drawn");
+        assert!(svg.contains(">\n30\n<") || svg.contains(">30<"), "a tick at the stack's top");
+    }
+
+    /// An empty chart, a single point, negative values and values that are not numbers draw
+    /// without a panic, and nothing that is not a number reaches the SVG.
     #[test]
     fn degenerate_charts_draw() {
         for series in [
             vec![],
             vec![Series { name: "p".into(), points: vec![(3.0, 3.0)] }],
             vec![Series { name: "n".into(), points: vec![(0.0, -1.0), (1.0, 2.0)] }],
+            vec![Series { name: "all below".into(), points: vec![(0.0, -3.0), (1.0, -2.0)] }],
+            vec![Series {
+                name: "x / 0".into(),
+                points: vec![(0.0, f64::NAN), (1.0, f64::INFINITY)],
+            }],
         ] {
             let mut c = two_lines();
             c.series = series;

@@ -8,7 +8,6 @@
 use dmindex_bench::experiment::{
     cache_mb, chart, lines, model_and_published, mops, Point, Session,
 };
-use dmindex_bench::plot::Series;
 use dmindex_chime::layout::{LeafKind, LeafLayout, ENTRY, REPLICA_FENCED};
 use dmindex_sim::microbench::{run, Meta, Verb, VerbBench};
 
@@ -194,7 +193,7 @@ pub(super) fn metadata_accesses(s: &mut Session<'_>) -> anyhow::Result<()> {
         });
     }
     for (file, figure) in [("metadata-vacancy", "Fig. 4a"), ("metadata-leaf-meta", "Fig. 4b")] {
-        let series = points_of(&s.points, figure, "M reads/s");
+        let series = model_and_published(&s.points, figure, "M reads/s").0;
         let title = format!("{figure}: extra metadata READ (per CN)");
         s.chart(file, chart(&title, "clients per CN", "M reads/s", series));
     }
@@ -248,7 +247,7 @@ pub(super) fn sibling(s: &mut Session<'_>) -> anyhow::Result<()> {
             source: if published.is_some() { SOURCE.into() } else { "(layout)".into() },
         });
     }
-    let series = points_of(&s.points, "replicas per leaf", "B");
+    let series = model_and_published(&s.points, "replicas per leaf", "B").0;
     s.chart(
         "sibling",
         chart("Metadata replicas per leaf (span 64, H 8)", "key size (B)", "bytes", series),
@@ -260,18 +259,6 @@ pub(super) fn sibling(s: &mut Session<'_>) -> anyhow::Result<()> {
         chart(title, "key size (B)", "fence keys / sibling", saving).with_paper(published),
     );
     Ok(())
-}
-
-/// Lines of the points whose series contains `filter` and whose unit is `unit`.
-fn points_of(points: &[Point], filter: &str, unit: &str) -> Vec<Series> {
-    let mut out: Vec<Series> = Vec::new();
-    for p in points.iter().filter(|p| p.series.contains(filter) && p.unit == unit) {
-        match out.iter_mut().find(|s| s.name == p.series) {
-            Some(s) => s.points.push((p.x, p.model)),
-            None => out.push(Series { name: p.series.clone(), points: vec![(p.x, p.model)] }),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use dmindex_bench::config::Deal;
 use dmindex_bench::experiment::{
     cache_mb, chart, lines, mops, Experiment, Line, Paper, Scale, Session,
 };
-use dmindex_bench::plot::{paper_series, Series};
+use dmindex_bench::plot::paper_series;
 use dmindex_bench::{BenchConfig, BenchReport};
 
 pub static PAPER: Paper = Paper {
@@ -166,28 +166,33 @@ fn p99(r: &BenchReport) -> f64 {
     r.latency_us.p99
 }
 
-/// The operations of the round-trip figure: name, workload, mix.
-/// The paper's round trips per operation where it states them (§I, §III): a cached search
-/// takes one (Marlin two, its items out of place), Dolphin's update two against the others'
-/// three, an insert three. At the x of [`RTT_OPS`].
+/// The paper's round trips per operation where it states them, at the x of [`RTT_OPS`]: a
+/// search takes one for Dolphin and Sherman and two for Marlin, whose items are out of place
+/// (§I; Fig. 7b's text); an update two for Dolphin and at least three for the others, here
+/// Sherman's and Marlin's three (§III; Fig. 7a's text; SMART's "at least" is not drawn); an
+/// insert three for Dolphin, Sherman and Marlin (Fig. 7c's text).
 const PAPER_RTT: [(&str, &[(f64, f64)]); 3] = [
     ("dolphin", &[(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]),
-    ("sherman", &[(0.0, 1.0), (1.0, 3.0)]),
-    ("marlin", &[(0.0, 2.0), (1.0, 3.0)]),
+    ("sherman", &[(0.0, 1.0), (1.0, 3.0), (2.0, 3.0)]),
+    ("marlin", &[(0.0, 2.0), (1.0, 3.0), (2.0, 3.0)]),
 ];
 
-/// Table II at 512 M items: the CN cache holding every inner node (MB) and the memory-side
-/// bytes (GB), Dolphin, Sherman, Marlin, SMART.
-const TABLE_II_CS: [(&str, f64); 4] =
-    [("dolphin", 320.0), ("sherman", 460.0), ("marlin", 460.0), ("smart", 5200.0)];
-const TABLE_II_MS: [(&str, f64); 4] =
-    [("dolphin", 14.0), ("sherman", 12.0), ("marlin", 26.0), ("smart", 156.0)];
+/// Table II at 512 M items, Dolphin, Sherman, Marlin, SMART: the CN cache holding every inner
+/// node (MB) and the memory-side bytes (GB), each at the chart's one category.
+const TABLE_II_CS: [(&str, &[(f64, f64)]); 4] = [
+    ("dolphin", &[(0.0, 320.0)]),
+    ("sherman", &[(0.0, 460.0)]),
+    ("marlin", &[(0.0, 460.0)]),
+    ("smart", &[(0.0, 5200.0)]),
+];
+const TABLE_II_MS: [(&str, &[(f64, f64)]); 4] = [
+    ("dolphin", &[(0.0, 14.0)]),
+    ("sherman", &[(0.0, 12.0)]),
+    ("marlin", &[(0.0, 26.0)]),
+    ("smart", &[(0.0, 156.0)]),
+];
 
-/// A paper series per index with its one value at x = 0.
-fn one_category(values: &[(&str, f64)]) -> Vec<Series> {
-    values.iter().map(|&(n, v)| Series { name: n.into(), points: vec![(0.0, v)] }).collect()
-}
-
+/// The operations of the round-trip figure: name, workload, mix.
 const RTT_OPS: [(&str, &str, Option<&str>); 4] = [
     ("search", "c", None),
     ("update", "a", Some("update=1")),
@@ -240,11 +245,11 @@ fn memory(s: &mut Session<'_>) -> anyhow::Result<()> {
     let cn = lines(&s.runs, |r| at_paper_scale(r, r.cache_bytes));
     let mn = lines(&s.runs, |r| at_paper_scale(r, r.index_bytes) / 1024.0);
     let mut ch = chart("CN cache holding every inner node, at 512 M items", "", "MB per CN", cn)
-        .with_paper(one_category(&TABLE_II_CS));
+        .with_paper(paper_series(&TABLE_II_CS));
     ch.x_names = vec!["Table II: CS".into()];
     s.chart("memory-cn", ch);
     let mut ch = chart("Memory-side bytes, at 512 M items", "", "GB", mn)
-        .with_paper(one_category(&TABLE_II_MS));
+        .with_paper(paper_series(&TABLE_II_MS));
     ch.x_names = vec!["Table II: MS".into()];
     s.chart("memory-mn", ch);
     Ok(())
