@@ -53,15 +53,13 @@ impl<T: Transport> Repair<T> for LeafRepair<'_> {
             return Ok(LockWord { full: 0, argmax: 0 }.encode(&l));
         }
         let mut buf = self.tree.read_whole(c, self.leaf).await?;
-        if l.kind.hopscotch {
-            let changed = buf.settle();
-            if let (Some(&lo), Some(&hi)) = (changed.first(), changed.last()) {
-                // Slots lo ..= hi (ascending: no wrap), one WRITE that leaves the lock held.
-                let (d0, d1) = (l.entry(lo), l.entry(hi) + l.entry_len);
-                let mut out = vec![0u8; l.physical()];
-                let n = buf.encode(d0, d1, &mut out);
-                c.write(self.leaf.add(phys_range(d0, d1).0 as u64), &out[..n]).await?;
-            }
+        let changed = buf.settle();
+        if let (Some(&lo), Some(&hi)) = (changed.first(), changed.last()) {
+            // Slots lo ..= hi (ascending: no wrap), one WRITE that leaves the lock held.
+            let (d0, d1) = (l.entry(lo), l.entry(hi) + l.entry_len);
+            let mut out = vec![0u8; l.physical()];
+            let n = buf.encode(d0, d1, &mut out);
+            c.write(self.leaf.add(phys_range(d0, d1).0 as u64), &out[..n]).await?;
         }
         let keys: Vec<u64> = (0..l.span).map(|i| buf.key(i)).collect();
         Ok(crate::split::lock_word(&l, &keys).encode(&l))
