@@ -10,7 +10,7 @@
 //! runs alike, was changed since the JSON was written, and the experiment must be run again. Values measured outside runs (the testbed's microbenchmark points) are measured
 //! afresh: they take seconds.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -61,19 +61,13 @@ pub fn replot_experiment(
         .with_context(|| format!("--replot reads {}: run the experiment first", json.display()))?;
     let recorded: Recorded = serde_json::from_str(&text)
         .with_context(|| format!("{}: not an experiment's JSON", json.display()))?;
-    // Each call takes the first recorded run not yet taken that matches it: the body asks for
-    // its runs in the recorded order unless it was reordered since, and matching keeps a
-    // reordering harmless.
-    let taken: Vec<Cell<bool>> = recorded.runs.iter().map(|_| Cell::new(false)).collect();
+    // The recorded runs answered so far, in the order they were asked for. Each call takes the
+    // first recorded run not yet answered that matches it.
     let answered = RefCell::new(Vec::with_capacity(recorded.runs.len()));
     let runner = |cfg: &BenchConfig| -> anyhow::Result<BenchReport> {
-        let free = recorded
-            .runs
-            .iter()
-            .zip(&taken)
-            .enumerate()
-            .find(|(_, (r, t))| !t.get() && matches(cfg, &r.report));
-        let Some((k, (run, t))) = free else {
+        let free = (0..recorded.runs.len())
+            .find(|k| !answered.borrow().contains(k) && matches(cfg, &recorded.runs[*k].report));
+        let Some(k) = free else {
             bail!(
                 "{} holds no run of {} {} on {} CNs × {} clients left: the experiment changed since, run it \
                  again",
@@ -84,8 +78,8 @@ pub fn replot_experiment(
                 cfg.cluster.clients
             );
         };
-        t.set(true);
         answered.borrow_mut().push(k);
+        let run = &recorded.runs[k];
         Ok(run.report.clone())
     };
     // An experiment that starts memnode processes names the executable in its runs; nothing
@@ -93,7 +87,7 @@ pub fn replot_experiment(
     let not_run = PathBuf::from("(a replot runs nothing)");
     let scale = Scale { memnode_exe: Some(not_run), ..recorded.scale.clone() };
     let (mut outcome, charts) = play(paper, name, &scale, &runner, log)?;
-    let left = taken.iter().filter(|t| !t.get()).count();
+    let left = recorded.runs.len() - answered.borrow().len();
     if left > 0 {
         bail!(
             "{} holds {left} runs the experiment no longer asks for: run it again",

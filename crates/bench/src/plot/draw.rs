@@ -203,24 +203,46 @@ fn wrap(name: &str, width: usize) -> Vec<String> {
     lines
 }
 
-fn bars(chart: &Chart, root: &Area<'_>, plot: &Area<'_>, colours: &Colours) -> anyhow::Result<()> {
-    let n = chart.x_names.len();
+/// One bar, or one part of a stack: its left edge and width in category units, the heights
+/// it spans, and how it is drawn.
+struct Bar {
+    left: f64,
+    width: f64,
+    lo: f64,
+    hi: f64,
+    style: ShapeStyle,
+}
+
+/// Every bar of `chart`, category by category and slot by slot: a stacked part starts where
+/// the part below it ended (a negative one comes back down).
+fn layout(chart: &Chart, colours: &Colours) -> Vec<Bar> {
     let slots = slots(chart);
-    // Every height a bar or a part of a stack reaches: stacked parts start where the part
-    // below ended, so a negative part brings the running sum down.
-    let mut values: Vec<f64> = Vec::new();
-    for x in 0..n {
-        for slot in &slots {
+    let width = GROUP / slots.len().max(1) as f64;
+    let mut out = Vec::new();
+    for x in 0..chart.x_names.len() {
+        for (k, slot) in slots.iter().enumerate() {
+            let left = x as f64 - GROUP / 2.0 + k as f64 * width;
             let mut base = 0.0;
-            for m in slot {
-                let s = if m.paper { &chart.paper[m.i] } else { &chart.series[m.i] };
+            for &Member { paper, i } in slot {
+                let (s, c) = match paper {
+                    true => (&chart.paper[i], colours.paper[i]),
+                    false => (&chart.series[i], colours.ours[i]),
+                };
                 let Some(v) = at(s, x) else { continue };
-                base = if chart.stacked { base + v } else { v };
-                values.push(base);
+                let style = if paper { c.stroke_width(2) } else { c.filled() };
+                let (lo, hi) = if chart.stacked { (base, base + v) } else { (0.0, v) };
+                out.push(Bar { left, width: width * 0.92, lo, hi, style });
+                base += v;
             }
         }
     }
-    let (y0, y1) = y_range(values.into_iter());
+    out
+}
+
+fn bars(chart: &Chart, root: &Area<'_>, plot: &Area<'_>, colours: &Colours) -> anyhow::Result<()> {
+    let n = chart.x_names.len();
+    let bars = layout(chart, colours);
+    let (y0, y1) = y_range(bars.iter().map(|b| b.hi));
     let group_px = (f64::from(W - LEGEND) - 100.0) / n as f64;
     let width = ((group_px / CHAR_PX) as usize).max(6);
     let names: Vec<Vec<String>> = chart.x_names.iter().map(|s| wrap(s, width)).collect();
@@ -238,25 +260,9 @@ fn bars(chart: &Chart, root: &Area<'_>, plot: &Area<'_>, colours: &Colours) -> a
         .y_desc(chart.y_label.as_str())
         .y_label_formatter(&fmt)
         .draw()?;
-    let w = GROUP / slots.len().max(1) as f64;
-    for x in 0..n {
-        for (k, slot) in slots.iter().enumerate() {
-            let left = x as f64 - GROUP / 2.0 + k as f64 * w;
-            let mut base = 0.0;
-            for &Member { paper, i } in slot {
-                let (s, c) = if paper {
-                    (&chart.paper[i], colours.paper[i])
-                } else {
-                    (&chart.series[i], colours.ours[i])
-                };
-                let Some(v) = at(s, x) else { continue };
-                let style = if paper { c.stroke_width(2) } else { c.filled() };
-                let (lo, hi) = if chart.stacked { (base, base + v) } else { (0.0, v) };
-                ctx.draw_series([Rectangle::new([(left, lo), (left + w * 0.92, hi)], style)])?;
-                base += v;
-            }
-        }
-    }
+    ctx.draw_series(
+        bars.iter().map(|b| Rectangle::new([(b.left, b.lo), (b.left + b.width, b.hi)], b.style)),
+    )?;
     let label = ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Top));
     for (x, lines) in names.iter().enumerate() {
         let (px, py) = ctx.backend_coord(&(x as f64, y0));
