@@ -18,6 +18,10 @@
 //! [`can_sleep`] says this executor drives the thread (under another executor it yields as
 //! before, so it cannot wait forever). When no task is runnable the executor:
 //!
+//! 0. tells every source to send what its tasks posted ([`WaitSource::flush`]: a transport may
+//!    hold messages back until then, to send them together), and progresses every source at
+//!    least once even if a task is runnable again already (one that keeps yielding must not
+//!    starve those that wait on a source);
 //! 1. progresses every source for up to [`SPIN`](super::spin::SPIN) (a reply on loopback or RDMA often comes
 //!    within it, and blocking and waking cost two system calls and a context switch) — or not
 //!    at all while the thread keeps being preempted ([`super::spin`]);
@@ -52,6 +56,9 @@ pub const NAP: Duration = Duration::from_millis(5);
 
 /// Something a thread's tasks wait for that can wake the thread: a transport's worker.
 pub trait WaitSource {
+    /// Sends what the thread's tasks posted and the source holds back until they all wait
+    /// (to send it together): called before every wait, and when the thread's future is done.
+    fn flush(&self) {}
     /// Makes progress on outstanding communication, waking the tasks it completes; whether
     /// anything happened.
     fn progress(&self) -> bool;
@@ -242,16 +249,33 @@ fn block_on_napping<F: Future>(fut: F, nap: Duration) -> F::Output {
     let mut fut = pin!(fut);
     loop {
         if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            // What the last tasks posted without waiting (a zero-wait WRITE) still goes out.
+            flush_sources();
             return out;
         }
         wait_for_wake(&signal, nap);
     }
 }
 
+/// Tells every source of this thread to send what it holds back ([`WaitSource::flush`]).
+fn flush_sources() {
+    let (mut sources, fds) = SCRATCH.take();
+    SOURCES.with(|s| sources.extend(s.borrow().iter().filter_map(Weak::upgrade)));
+    for s in &sources {
+        s.flush();
+    }
+    sources.clear();
+    SCRATCH.set((sources, fds));
+}
+
 /// Returns once a task was woken: progresses the sources, spins a little, then blocks.
 fn wait_for_wake(signal: &Signal, nap: Duration) {
     let (mut sources, mut fds) = SCRATCH.take();
     SOURCES.with(|s| sources.extend(s.borrow().iter().filter_map(Weak::upgrade)));
+    // What the tasks posted goes out before anything waits for its answer.
+    for s in &sources {
+        s.flush();
+    }
     wait_on(signal, &sources, &mut fds, nap);
     sources.clear();
     SCRATCH.set((sources, fds));
@@ -272,11 +296,19 @@ fn wait_on(
         spin
     });
     let mut quiet_since = Instant::now();
+    let mut progressed = false;
     // Ends when a task is woken: by a source's progress, from another thread, or after a nap.
     loop {
         // Due pauses wake their tasks (and so this thread's signal) here.
         let next = timer::wake_due();
         if signal.woken.swap(false, Ordering::Acquire) {
+            // Every wait progresses the sources at least once, so that a task that keeps
+            // yielding (polling a channel) cannot starve the tasks that wait on them.
+            if !progressed {
+                for s in sources {
+                    s.progress();
+                }
+            }
             return;
         }
         let readers = READERS.with(|r| r.borrow().len());
@@ -302,6 +334,7 @@ fn wait_on(
         for s in sources {
             busy |= s.progress();
         }
+        progressed = true;
         if busy {
             quiet_since = Instant::now();
             continue;
@@ -370,10 +403,19 @@ mod tests {
         arrived: Cell<bool>,
         progressed: Cell<u64>,
         naps: Cell<u64>,
+        /// Flushes, and progress calls made before the first flush.
+        flushed: Cell<u64>,
+        unflushed_progress: Cell<u64>,
     }
 
     impl WaitSource for Pipe {
+        fn flush(&self) {
+            self.flushed.set(self.flushed.get() + 1);
+        }
         fn progress(&self) -> bool {
+            if self.flushed.get() == 0 {
+                self.unflushed_progress.set(self.unflushed_progress.get() + 1);
+            }
             self.progressed.set(self.progressed.get() + 1);
             let mut b = [0u8; 1];
             // SAFETY: reads at most one byte into `b` from a non-blocking pipe we own.
@@ -407,6 +449,8 @@ mod tests {
                 arrived: Cell::new(false),
                 progressed: Cell::new(0),
                 naps: Cell::new(0),
+                flushed: Cell::new(0),
+                unflushed_progress: Cell::new(0),
             });
             register(Rc::downgrade(&(source.clone() as Rc<dyn WaitSource>)));
             source
@@ -420,6 +464,55 @@ mod tests {
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) }, 0);
         // SAFETY: both descriptors were just made and are owned by nobody else.
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    #[test]
+    fn sources_send_what_they_hold_before_each_wait_and_when_the_future_is_done() {
+        let (read, write) = pipe();
+        let source = Pipe::registered(read);
+        // Done at once: nothing waited, but what the future posted still goes out.
+        block_on(async {});
+        assert_eq!(source.flushed.get(), 1);
+        // One wait (the byte is there already), then done: a flush before the wait's first
+        // progress, and one at the end.
+        // SAFETY: writes one byte from a live buffer to the pipe's write end.
+        assert_eq!(unsafe { libc::write(write.as_raw_fd(), [7u8].as_ptr().cast(), 1) }, 1);
+        source.flushed.set(0);
+        block_on(poll_fn(|cx| {
+            if source.arrived.get() {
+                return Poll::Ready(());
+            }
+            *source.waiter.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        }));
+        assert_eq!(source.flushed.get(), 2);
+        assert_eq!(source.unflushed_progress.get(), 0, "progressed before it was flushed");
+    }
+
+    #[test]
+    fn a_task_that_keeps_yielding_does_not_starve_one_that_waits_on_a_source() {
+        let (read, write) = pipe();
+        let source = Pipe::registered(read);
+        // SAFETY: writes one byte from a live buffer to the pipe's write end.
+        assert_eq!(unsafe { libc::write(write.as_raw_fd(), [7u8].as_ptr().cast(), 1) }, 1);
+        let waiter = poll_fn(|cx| {
+            if source.arrived.get() {
+                return Poll::Ready(());
+            }
+            *source.waiter.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        });
+        let yielder = async {
+            // Bounded: a starved waiter fails the test instead of hanging it.
+            for _ in 0..10_000 {
+                if source.arrived.get() {
+                    return;
+                }
+                crate::exec::yield_now().await;
+            }
+            panic!("the waiting task was starved: its source was never progressed");
+        };
+        block_on(futures::future::join(waiter, yielder));
     }
 
     #[test]
