@@ -8,10 +8,10 @@
 //! memnode executes itself ([`message_verbs`]).
 //!
 //! Only [`admission`], [`auth`], [`tls`], [`proto`], [`control`], [`peers`], [`testhosts`],
-//! [`message_verbs`] and [`sessions`] (wire formats, TCP) build without the `ucx` cargo feature; the
-//! rest links libucp (Debian's libucx-dev 1.13.1, found with pkg-config). So do, on Linux, the
-//! guard over UCX's own TCP listener ([`ucx_guard`]) and its parts ([`descriptors`],
-//! [`own_sockets`], [`syn_gate`], [`ucx_caps`]), which need no UCX call. See `docs/ucx.md`.
+//! [`message_verbs`], [`envelope`] and [`sessions`] (wire formats, TCP) build without the `ucx`
+//! cargo feature; the rest links libucp (Debian's libucx-dev 1.13.1, found with pkg-config). So
+//! do, on Linux, the guard over UCX's own TCP listener ([`ucx_guard`]) and its parts
+//! ([`descriptors`], [`own_sockets`], [`syn_gate`], [`ucx_caps`]), which need no UCX call. See `docs/ucx.md`.
 
 /// What commands that need UCX say in a build without the `ucx` feature.
 pub const NOT_BUILT: &str = "this dmindex was built without UCX: rebuild with \
@@ -20,6 +20,7 @@ pub const NOT_BUILT: &str = "this dmindex was built without UCX: rebuild with \
 pub mod admission;
 pub mod auth;
 pub mod control;
+pub mod envelope;
 pub mod message_verbs;
 pub mod peers;
 pub mod proto;

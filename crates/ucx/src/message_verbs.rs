@@ -76,6 +76,12 @@
 //! refused whole and touches nothing; one whose payload does not parse is dropped whole before
 //! any of its verbs runs.
 //!
+//! # Envelopes
+//!
+//! The messages a client thread's tasks post while they run travel in one active message, with
+//! one reply message for those that ask: [`crate::envelope`], told from a lone request by its
+//! header's length.
+//!
 //! # Ordering and atomicity
 //!
 //! An endpoint's messages travel in order on its one eager lane (`Worker::new` pins

@@ -34,6 +34,7 @@ use dmindex_fabric::FabricError;
 use crate::admission::{often, BootstrapSlots, Slot};
 use crate::auth::{self, VERB_KEY};
 use crate::control;
+use crate::envelope;
 use crate::message_verbs::{self, Request, Status, Verb, REPLY_AM, REPLY_LEN, REQUEST_AM};
 use crate::peers::TcpPeers;
 use crate::proto::{self, Reply, Welcome};
@@ -180,7 +181,7 @@ pub fn serve(
         .on_message(
             REQUEST_AM,
             Box::new(move |header, payload, reply| {
-                match execute_message(&verbs_mem, &mut sessions, header, payload, reply) {
+                let mut note = |handled| match handled {
                     Handled::Done => {}
                     Handled::Fence { member, sessions, status } => {
                         fences += 1;
@@ -218,6 +219,12 @@ pub fn serve(
                             );
                         }
                     }
+                };
+                match header.len() {
+                    envelope::ENVELOPE_LEN => {
+                        execute_envelope(&verbs_mem, &mut sessions, header, payload, reply, note)
+                    }
+                    _ => note(execute_message(&verbs_mem, &mut sessions, header, payload, reply)),
                 }
             }),
         )
@@ -470,15 +477,7 @@ fn execute_message(
     let Some(answer) = message_verbs::execute(mem, sessions, &req, payload, &mut message) else {
         return Handled::Malformed;
     };
-    let done = match (answer.status, req.verb) {
-        (Status::Refused, _) => Handled::Refused,
-        (Status::Fenced, Verb::Register { .. }) => Handled::Done,
-        (Status::Fenced, _) => Handled::Fenced,
-        (status, Verb::Fence { member }) => {
-            Handled::Fence { member, sessions: answer.value, status }
-        }
-        _ => Handled::Done,
-    };
+    let done = handled(Some((&req, &answer)));
     if req.tag == 0 {
         return done;
     }
@@ -486,6 +485,38 @@ fn execute_message(
     message[..REPLY_LEN].copy_from_slice(&answer.encode());
     ep.send(REPLY_AM, message, REPLY_LEN);
     done
+}
+
+/// Executes an envelope's verb messages in order and replies to those that ask for it in one
+/// envelope ([`envelope::execute`]); `note` hears what became of each.
+fn execute_envelope(
+    mem: &SharedWords<'_>,
+    sessions: &mut Sessions,
+    header: &[u8],
+    payload: &[u8],
+    reply: Option<ReplyEndpoint>,
+    mut note: impl FnMut(Handled),
+) {
+    let answered = envelope::execute(mem, sessions, header, payload, |r| note(handled(r)));
+    match (answered, reply) {
+        (Some(message), Some(ep)) => ep.send(REPLY_AM, message, envelope::ENVELOPE_LEN),
+        (Some(_), None) => note(Handled::Malformed),
+        (None, _) => {}
+    }
+}
+
+/// What became of a request, from its reply (`None`: it did not parse).
+fn handled(executed: Option<(&Request, &message_verbs::Reply)>) -> Handled {
+    let Some((req, answer)) = executed else { return Handled::Malformed };
+    match (answer.status, req.verb) {
+        (Status::Refused, _) => Handled::Refused,
+        (Status::Fenced, Verb::Register { .. }) => Handled::Done,
+        (Status::Fenced, _) => Handled::Fenced,
+        (status, Verb::Fence { member }) => {
+            Handled::Fence { member, sessions: answer.value, status }
+        }
+        _ => Handled::Done,
+    }
 }
 
 /// What a control connection's calls run on.

@@ -10,6 +10,12 @@ fn conformance_over_tcp() {
 }
 
 #[test]
+fn verbs_share_messages_over_tcp() {
+    common::use_tls("tcp");
+    common::a_threads_verbs_share_messages();
+}
+
+#[test]
 fn bad_connections_over_tcp() {
     common::use_tls("tcp");
     common::bad_connections_are_refused();

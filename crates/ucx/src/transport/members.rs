@@ -94,13 +94,6 @@ impl UcxTransport {
         };
         let at = GlobalAddr::new(node, 0);
         // A failed send leaves the session unused; nothing else depends on it.
-        let _ = self.send_request(
-            &to,
-            at,
-            Verb::End,
-            vec![0; crate::message_verbs::REQUEST_LEN],
-            false,
-            (s.slot, s.key),
-        );
+        let _ = self.post_request(&to, at, Verb::End, false, (s.slot, s.key), 0, |_| {});
     }
 }

@@ -1,19 +1,21 @@
 //! Verbs as messages the memnode executes (transports with no one-sided lane: TCP): one
-//! request and one reply per verb, one of each per doorbell batch ([`crate::message_verbs`]).
+//! request and one reply per verb, one of each per doorbell batch ([`crate::message_verbs`]);
+//! the requests a thread's tasks post while they run travel together ([`crate::envelope`]).
 
 use std::rc::Rc;
 
+use dmindex_fabric::exec::block;
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, GlobalAddr, NodeId, Result};
 
 use super::wait::{verb_result, Awaited, ReplySlot};
-use super::{unavailable, NodeConn, UcxTransport};
+use super::{unavailable, NodeConn, ThreadConn, UcxTransport};
 use crate::auth::VERB_KEY;
 use crate::message_verbs::{self as msg, Request, Verb, REQUEST_AM, REQUEST_LEN};
 use crate::ucp::Posted;
 
 impl UcxTransport {
-    /// Sends `verb` on `addr` (a WRITE's bytes in `payload`) as a message over `to`; returns
+    /// Posts `verb` on `addr` (a WRITE's bytes in `payload`) as a message over `to`; returns
     /// the reply to await, or nothing when `reply` is false (a zero-wait WRITE).
     pub(super) fn post_message(
         &self,
@@ -23,38 +25,36 @@ impl UcxTransport {
         payload: &[u8],
         reply: bool,
     ) -> Result<Option<Awaited<'_>>> {
-        let mut message = Vec::with_capacity(REQUEST_LEN + payload.len());
-        message.resize(REQUEST_LEN, 0);
-        message.extend_from_slice(payload);
-        self.post_request(to, addr, verb, message, reply)
+        let credentials = self.credentials(addr.node(), to, verb)?;
+        self.post_request(to, addr, verb, reply, credentials, payload.len(), |b| {
+            b.extend_from_slice(payload)
+        })
     }
 
-    /// Sends `message` (room for the request header, then the payload) as the request `verb`
-    /// on `addr`, as [`Self::post_message`] does, speaking for this client's session there.
+    /// Posts the request `verb` on `addr`, speaking for `session` with `key`, its payload (of
+    /// about `len` bytes) appended by `write`: into `to`'s outbox, sent when this thread's tasks
+    /// all wait, with whatever else they posted to that memnode ([`crate::envelope`]), or at
+    /// once under an executor that does not say when that is. Returns the reply to await, or
+    /// nothing when `reply` is false.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn post_request(
         &self,
         to: &Rc<NodeConn>,
         addr: GlobalAddr,
         verb: Verb,
-        message: Vec<u8>,
-        reply: bool,
-    ) -> Result<Option<Awaited<'_>>> {
-        let credentials = self.credentials(addr.node(), to, verb)?;
-        self.send_request(to, addr, verb, message, reply, credentials)
-    }
-
-    /// [`Self::post_request`] speaking for `session` with `key`.
-    pub(super) fn send_request(
-        &self,
-        to: &Rc<NodeConn>,
-        addr: GlobalAddr,
-        verb: Verb,
-        mut message: Vec<u8>,
         reply: bool,
         (session, key): (u32, [u8; VERB_KEY]),
+        len: usize,
+        write: impl FnOnce(&mut Vec<u8>),
     ) -> Result<Option<Awaited<'_>>> {
         let (c, node) = (&*self.conn, addr.node());
         self.before(node)?;
+        if let Some(e) = to.unsent_failure() {
+            return Err(unavailable(node, e));
+        }
+        if to.outbox.borrow().full_for(len) {
+            c.send(to);
+        }
         let awaited = reply.then(|| {
             let tag = c.replies.last_tag.get() + 1;
             c.replies.last_tag.set(tag);
@@ -62,16 +62,17 @@ impl UcxTransport {
             Awaited { conn: c, to: Rc::clone(to), node, tag }
         });
         let tag = awaited.as_ref().map_or(0, |a| a.tag);
-        message[..REQUEST_LEN]
-            .copy_from_slice(&Request { session, tag, offset: addr.offset(), verb, key }.encode());
-        // SAFETY: if the send is still in flight, `message` moves into the pending list (its heap
-        // buffer does not move) and is dropped only after the send completes.
-        let p = unsafe {
-            to.ep.send_message(REQUEST_AM, &message[..REQUEST_LEN], &message[REQUEST_LEN..])
-        };
-        match p.map_err(|e| unavailable(node, e.to_string()))? {
-            Posted::Done => {}
-            Posted::Pending(r) => c.pending.borrow_mut().push((r, message)),
+        let header = Request { session, tag, offset: addr.offset(), verb, key }.encode();
+        let first = to.outbox.borrow().is_empty();
+        to.outbox.borrow_mut().push(&header, write);
+        if first {
+            c.unsent.borrow_mut().push(Rc::clone(to));
+        }
+        if !block::can_sleep() {
+            c.send_all();
+        }
+        if let Some(e) = to.unsent_failure() {
+            return Err(unavailable(node, e));
         }
         Ok(awaited)
     }
@@ -108,21 +109,23 @@ impl UcxTransport {
                 _ => 0,
             })
             .sum();
-        let mut message = Vec::with_capacity(REQUEST_LEN * (ops.len() + 1) + writes);
-        message.resize(REQUEST_LEN, 0);
-        for op in ops.iter() {
-            let (addr, verb, payload) = match op {
-                BatchOp::Read { addr, buf } => {
-                    (*addr, Verb::Read { len: buf.len() as u64 }, &[][..])
-                }
-                BatchOp::Write { addr, data } => (*addr, Verb::Write, &data[..]),
-                BatchOp::Atomic { addr, op, .. } => (*addr, Verb::Atomic(*op), &[][..]),
-            };
-            msg::push_batched(&mut message, addr.offset(), verb, payload);
-        }
         let at = GlobalAddr::new(node, 0);
         let verb = Verb::Batch { count: ops.len() as u64 };
-        let a = self.post_request(to, at, verb, message, true)?.expect("a reply was asked for");
+        let credentials = self.credentials(node, to, verb)?;
+        let len = REQUEST_LEN * ops.len() + writes;
+        let a = self.post_request(to, at, verb, true, credentials, len, |message| {
+            for op in ops.iter() {
+                let (addr, verb, payload) = match op {
+                    BatchOp::Read { addr, buf } => {
+                        (*addr, Verb::Read { len: buf.len() as u64 }, &[][..])
+                    }
+                    BatchOp::Write { addr, data } => (*addr, Verb::Write, &data[..]),
+                    BatchOp::Atomic { addr, op, .. } => (*addr, Verb::Atomic(*op), &[][..]),
+                };
+                msg::push_batched(message, addr.offset(), verb, payload);
+            }
+        })?;
+        let a = a.expect("a reply was asked for");
         let (_, data) = a.reply(&self.info, at, 0, self.shared.timeout).await?;
         let mut reads = [0usize; MAX_BATCH];
         for (len, op) in reads.iter_mut().zip(ops.iter()) {
@@ -150,6 +153,48 @@ impl UcxTransport {
             }
         }
         Ok(())
+    }
+}
+
+impl ThreadConn {
+    /// Sends what waits in every outbox of this thread ([`crate::envelope`]): when its tasks
+    /// all wait, before a call, and before the thread goes.
+    pub(super) fn send_all(&self) {
+        // Taken out while the sends run, then put back empty with its room kept.
+        let mut unsent = self.unsent.take();
+        for to in unsent.drain(..) {
+            self.send(&to);
+        }
+        self.unsent.replace(unsent);
+    }
+
+    /// Sends what waits in `to`'s outbox: one lone message, or one envelope of several. A
+    /// send that fails is kept on `to` for the verbs that follow ([`NodeConn::unsent_failure`]);
+    /// the verbs it carried learn it from the endpoint's failure or their deadline.
+    pub(super) fn send(&self, to: &NodeConn) {
+        let mut outbox = to.outbox.borrow_mut();
+        self.sent_messages.set(self.sent_messages.get() + u64::from(!outbox.is_empty()));
+        self.sent_requests.set(self.sent_requests.get() + outbox.frames());
+        let Some((header, payload)) = outbox.message() else { return };
+        // SAFETY: if the send is still in flight, the outbox's buffer moves into the pending
+        // list (its heap buffer does not move) and is dropped only after the send completes;
+        // otherwise UCX copied the bytes in the call.
+        let posted = unsafe { to.ep.send_message(REQUEST_AM, header, payload) };
+        match posted {
+            Ok(Posted::Done) => outbox.clear(),
+            Ok(Posted::Pending(r)) => self.pending.borrow_mut().push((r, outbox.take())),
+            Err(e) => {
+                outbox.clear();
+                to.failed.replace(Some(e.to_string()));
+            }
+        }
+    }
+}
+
+impl NodeConn {
+    /// Why the last send on this endpoint failed, if it did: the verbs after it fail too.
+    pub(super) fn unsent_failure(&self) -> Option<String> {
+        self.failed.borrow().clone()
     }
 }
 

@@ -28,6 +28,7 @@
 //! | masked CAS, lock pattern (compare bits 0, swap = compare mask = swap mask) | fetch-OR | MASKED message | 1 |
 //! | masked CAS, otherwise | READ of the word, then CSWAP until it holds or fails: 2 (+1 per lost race) | MASKED message: 1 | 1–2+ |
 //! | doorbell batch | every READ/WRITE posted, then all awaited | one BATCH message, one reply | 1 |
+//! | what a thread's clients post before they all wait | each on its own | one message (an envelope of them, [`crate::envelope`]), one reply | 1 each |
 //! | zero-wait WRITE | posted, reaped by `flush` or later verbs | WRITE message without reply | 0 |
 //! | call | request/reply on the client's own TCP control connection (yields while it waits) | same | 1 |
 //! | register as a member, fence a member | REGISTER / FENCE message and reply (a fence answers `Unsupported`) | same | 1 per memnode |
@@ -64,6 +65,11 @@
 //!
 //! # Waiting
 //!
+//! A verb message is not sent when it is posted: it waits in its endpoint's outbox until every
+//! task of the thread waits ([`WaitSource::flush`]), and then goes with the others posted
+//! meanwhile, in one message ([`crate::envelope`]); so do the replies. Under an executor that
+//! does not say when its tasks all wait, a message is sent when it is posted.
+//!
 //! A task waiting for a reply or a UCX request leaves its waker where the completion finds it
 //! (the reply handler, or the thread's list woken by progress) and returns `Pending`; the
 //! thread's UCX state is a [`WaitSource`], so once every task of the thread waits, the
@@ -97,7 +103,8 @@ use dmindex_fabric::{
 
 use crate::auth::VERB_KEY;
 use crate::control::{reply_result, unanswered, ConnPool, ControlConn};
-use crate::message_verbs::{self as msg, Verb, REPLY_AM};
+use crate::envelope::{self, Outbox};
+use crate::message_verbs::{Verb, REPLY_AM};
 use crate::proto::Welcome;
 use crate::sys::{UCP_ATOMIC_OP_ADD, UCP_ATOMIC_OP_CSWAP, UCP_ATOMIC_OP_OR};
 use crate::ucp::{Endpoint, Posted, RemoteKey, Request as UcxRequest, UcxError, Worker};
@@ -256,6 +263,14 @@ impl UcxFabric {
         self.per_node(|c| c.one_sided)
     }
 
+    /// The verb messages this thread sent over UCX, and the requests they carried: more
+    /// requests than messages where its clients' verbs travelled together
+    /// ([`crate::envelope`]).
+    pub fn messages_sent(&self) -> std::result::Result<(u64, u64), String> {
+        let c = self.thread_conn().map_err(|e| e.to_string())?;
+        Ok((c.sent_messages.get(), c.sent_requests.get()))
+    }
+
     /// `f` of this thread's endpoint to each memnode (made if need be).
     fn per_node<R>(&self, f: impl Fn(&NodeConn) -> R) -> std::result::Result<Vec<R>, String> {
         let t = dmindex_fabric::Fabric::client(self, 0).map_err(|e| e.to_string())?;
@@ -277,20 +292,25 @@ impl UcxFabric {
             let r = Rc::clone(&replies);
             worker.on_message(
                 REPLY_AM,
-                Box::new(move |header, payload, _| {
-                    let Some(reply) = msg::Reply::decode(header) else { return };
-                    // A reply nobody waits for any more (its verb was dropped) is discarded.
-                    if let Some(slot) = r.slots.borrow_mut().get_mut(&reply.tag) {
-                        slot.reply = Some((reply, payload.to_vec()));
-                        if let Some(w) = slot.waker.take() {
-                            w.wake();
+                Box::new(move |header, payload, _| match header.len() {
+                    envelope::ENVELOPE_LEN => {
+                        // A reply envelope that does not parse is dropped whole: its verbs
+                        // fail at their deadline.
+                        for (header, payload) in
+                            envelope::reply_frames(header, payload).into_iter().flatten()
+                        {
+                            r.deliver(header, payload);
                         }
                     }
+                    _ => r.deliver(header, payload),
                 }),
             )?;
             let c = Rc::new(ThreadConn {
                 nodes: RefCell::new(vec![None; self.shared.nodes.len()]),
                 pending: RefCell::new(Vec::new()),
+                unsent: RefCell::new(Vec::new()),
+                sent_messages: Cell::new(0),
+                sent_requests: Cell::new(0),
                 fence: Cell::new(false),
                 replies,
                 waiting: RefCell::new(Vec::new()),
@@ -358,6 +378,8 @@ impl Shared {
             one_sided,
             mapped,
             verb_key: inc.welcome.verb_key,
+            outbox: RefCell::default(),
+            failed: RefCell::default(),
             key,
             ep,
         }))
@@ -401,6 +423,10 @@ struct NodeConn {
     mapped: Option<(*mut u8, usize)>,
     /// What verb messages carry to be executed.
     verb_key: [u8; VERB_KEY],
+    /// Messages posted to this memnode since this thread's tasks last all waited ([`envelope`]).
+    outbox: RefCell<Outbox>,
+    /// Why a send on this endpoint failed, if one did.
+    failed: RefCell<Option<String>>,
     key: RemoteKey,
     ep: Endpoint,
 }
@@ -426,6 +452,11 @@ struct ThreadConn {
     nodes: RefCell<Vec<Option<Rc<NodeConn>>>>,
     /// Sends in flight that nobody awaits (zero-wait WRITEs, messages), with their bytes.
     pending: RefCell<Vec<(UcxRequest, Vec<u8>)>>,
+    /// Endpoints whose outbox holds messages not sent yet ([`envelope`]).
+    unsent: RefCell<Vec<Rc<NodeConn>>>,
+    /// Verb messages sent, and the requests they carried.
+    sent_messages: Cell<u64>,
+    sent_requests: Cell<u64>,
     /// A one-sided WRITE was posted since the last fence.
     fence: Cell<bool>,
     replies: Rc<Replies>,
@@ -437,6 +468,7 @@ struct ThreadConn {
 
 impl Drop for ThreadConn {
     fn drop(&mut self) {
+        self.send_all();
         for (r, _data) in self.pending.get_mut().drain(..) {
             let _ = self.worker.wait(Posted::Pending(r));
         }
@@ -768,6 +800,8 @@ impl Transport for UcxTransport {
     }
 
     async fn call(&self, node: NodeId, service: ServiceId, request: &[u8]) -> Result<Vec<u8>> {
+        // Verbs this thread posted go out before the call does, as they were posted first.
+        self.conn.send_all();
         let m = self
             .shared
             .nodes

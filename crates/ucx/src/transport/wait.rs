@@ -41,6 +41,18 @@ impl Replies {
         self.slots.borrow_mut().get_mut(&tag).and_then(|s| s.reply.take())
     }
 
+    /// Hands the reply `header` with its `payload` to the verb that waits for it, and wakes
+    /// its task; a reply nobody waits for any more (its verb was dropped) is discarded.
+    pub(super) fn deliver(&self, header: &[u8], payload: &[u8]) {
+        let Some(reply) = msg::Reply::decode(header) else { return };
+        if let Some(slot) = self.slots.borrow_mut().get_mut(&reply.tag) {
+            slot.reply = Some((reply, payload.to_vec()));
+            if let Some(w) = slot.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
     /// Waits until the reply to `tag` may have come: woken by its delivery, or by a nap
     /// ([`WaitSource::napped`]). Under another executor, yields instead.
     pub(super) async fn wait(&self, tag: u64) {
@@ -58,6 +70,10 @@ impl Replies {
 /// A thread whose tasks all wait blocks on its worker: progress wakes the tasks it completes
 /// (replies wake their own task in the handler; UCX requests every waiting task).
 impl WaitSource for ThreadConn {
+    fn flush(&self) {
+        self.send_all();
+    }
+
     fn progress(&self) -> bool {
         let did = self.worker.progress();
         if did {
@@ -155,12 +171,21 @@ impl Awaited<'_> {
         let node = self.node;
         let deadline = Instant::now() + timeout;
         loop {
-            self.conn.worker.progress();
+            // This thread's executor progresses the worker once every task waits, and the reply
+            // handler wakes this one; progressing here too would poll the sockets once more per
+            // task per wake (and before the request has even been sent: it waits in the
+            // outbox until then).
+            if !block::can_sleep() {
+                self.conn.worker.progress();
+            }
             if let Some(delivered) = self.conn.replies.take(self.tag) {
                 return Ok(delivered);
             }
             if let Some(e) = self.to.ep.failure() {
                 return Err(unavailable(node, format!("connection lost: {e}")));
+            }
+            if let Some(e) = self.to.unsent_failure() {
+                return Err(unavailable(node, format!("the verb could not be sent: {e}")));
             }
             // Looked at on every wake: a waiting task is polled once per reply or nap, not in
             // a loop (reading the clock every 64 polls put a SIGSTOPped memnode's report

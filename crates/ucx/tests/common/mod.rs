@@ -132,6 +132,36 @@ pub fn conformance_suite_with(one_sided: bool, map_shared: bool) {
     }
 }
 
+/// A thread's clients that wait together send together: two tasks' verbs travel in one
+/// message each way, executed in the order each task posted them.
+pub fn a_threads_verbs_share_messages() {
+    let mn = memnode(0, 16 << 20);
+    let f = UcxFabric::connect(std::slice::from_ref(&mn.addr), TOKEN, 1 << 20).unwrap();
+    let c = f.client(0).unwrap();
+    let a = run_tasks([c.alloc(64, 64)]).remove(0).unwrap();
+    let before = f.messages_sent().unwrap();
+    const ROUNDS: u64 = 200;
+    let seen = run_tasks((0..2u64).map(|t| {
+        let c = &c;
+        async move {
+            let word = a.add(8 * t);
+            let mut wrong = 0;
+            for i in 1..=ROUNDS {
+                // A zero-wait WRITE, then a READ that must see it (the same memnode, in order).
+                c.write_zero_wait(word, &(i * 10 + t).to_le_bytes()).unwrap();
+                wrong += u64::from(c.read_word(word).await.unwrap() != i * 10 + t);
+            }
+            wrong
+        }
+    }));
+    assert_eq!(seen, [0, 0], "a READ missed the WRITE its task posted before it");
+    let after = f.messages_sent().unwrap();
+    let (messages, requests) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(requests, 2 * 2 * ROUNDS, "every WRITE and READ was sent once");
+    // In lockstep every message carries both tasks' WRITE and READ; allow for drift.
+    assert!(requests >= 3 * messages, "{requests} requests in {messages} messages");
+}
+
 /// Refusals are clear errors, not hangs.
 pub fn bad_connections_are_refused() {
     let mn = memnode(0, 8 << 20);
