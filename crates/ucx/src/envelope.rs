@@ -28,8 +28,8 @@
 //!
 //! Each request frame is a whole request as [`crate::message_verbs`] draws it, with its own
 //! session and key, admitted on its own: an envelope grants nothing a lone message would not. An
-//! envelope whose frames do not tile its payload exactly, or whose count disagrees, is dropped
-//! whole before any frame runs. A frame whose tag is 0 (a zero-wait WRITE, an END) gets no reply
+//! envelope whose frames do not tile its payload exactly, whose count disagrees, or whose READs
+//! ask for more than [`MAX_ENVELOPE_READ`] bytes in all, is dropped whole before any frame runs. A frame whose tag is 0 (a zero-wait WRITE, an END) gets no reply
 //! frame; the reply envelope holds one frame per request frame that asked for a reply, in order.
 //!
 //! # Ordering
@@ -43,7 +43,7 @@
 
 use dmindex_fabric::service::MnMemory;
 
-use crate::message_verbs::{self, Reply, Request, REPLY_LEN, REQUEST_LEN};
+use crate::message_verbs::{self, Reply, Request, MAX_BATCH_READ, REPLY_LEN, REQUEST_LEN};
 use crate::sessions::Sessions;
 
 /// Length of an envelope's header: its number of frames.
@@ -53,6 +53,10 @@ pub const FRAME_LEN: usize = 4;
 /// An outbox is sent before a frame would take it past this many bytes (a frame bigger than
 /// that goes alone): enough for a thread's coroutines' verbs, small enough to stay eager.
 pub const MAX_ENVELOPE: usize = 64 << 10;
+/// Most bytes an envelope's requests may ask the memnode to send back (READs, BATCHes' READs),
+/// as for one BATCH: the memnode drops an envelope that asks for more, so that no client can
+/// make it build an unbounded reply; an outbox is sent before a frame would take it past this.
+pub const MAX_ENVELOPE_READ: u64 = MAX_BATCH_READ;
 
 /// The messages a client thread posted to one memnode since it last sent: one frame each,
 /// after room for an envelope's header, so that one buffer holds all a send needs (a send still
@@ -61,6 +65,8 @@ pub const MAX_ENVELOPE: usize = 64 << 10;
 pub struct Outbox {
     buf: Vec<u8>,
     frames: u64,
+    /// The bytes its frames ask to be sent back ([`MAX_ENVELOPE_READ`]).
+    reads: u64,
 }
 
 impl Outbox {
@@ -74,15 +80,23 @@ impl Outbox {
         self.frames
     }
 
-    /// Whether a frame of `len` more bytes should go in a message of its own after what waits:
-    /// send what waits first.
-    pub fn full_for(&self, len: usize) -> bool {
-        self.frames > 0 && self.buf.len() + FRAME_LEN + REQUEST_LEN + len > MAX_ENVELOPE
+    /// Whether a frame of `len` more bytes asking for `reads` bytes back should go in a message
+    /// after what waits: send what waits first.
+    pub fn full_for(&self, len: usize, reads: u64) -> bool {
+        self.frames > 0
+            && (self.buf.len() + FRAME_LEN + REQUEST_LEN + len > MAX_ENVELOPE
+                || self.reads.saturating_add(reads) > MAX_ENVELOPE_READ)
     }
 
     /// Appends a frame: the request `header`, then the payload `write` appends (so that a batch
-    /// is laid out in place, not built and copied).
-    pub fn push(&mut self, header: &[u8; REQUEST_LEN], write: impl FnOnce(&mut Vec<u8>)) {
+    /// is laid out in place, not built and copied); it asks for `reads` bytes back.
+    pub fn push(
+        &mut self,
+        header: &[u8; REQUEST_LEN],
+        reads: u64,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) {
+        self.reads = self.reads.saturating_add(reads);
         if self.buf.is_empty() {
             self.buf.resize(ENVELOPE_LEN, 0);
         }
@@ -115,12 +129,14 @@ impl Outbox {
     pub fn clear(&mut self) {
         self.buf.clear();
         self.frames = 0;
+        self.reads = 0;
     }
 
     /// Forgets what was sent and hands over the buffer holding it (a send still in flight owns
     /// its bytes until it completes).
     pub fn take(&mut self) -> Vec<u8> {
         self.frames = 0;
+        self.reads = 0;
         std::mem::take(&mut self.buf)
     }
 }
@@ -227,7 +243,13 @@ pub fn execute(
     payload: &[u8],
     mut each: impl FnMut(Option<(&Request, &Reply)>),
 ) -> Option<Vec<u8>> {
-    let Some(frames) = request_frames(header, payload) else {
+    let asked = request_frames(header, payload).map(|frames| {
+        frames
+            .map(|(h, p)| Request::decode(h).map_or(0, |r| message_verbs::reply_bytes(&r, p)))
+            .fold(0, u64::saturating_add)
+    });
+    let frames = request_frames(header, payload).filter(|_| asked <= Some(MAX_ENVELOPE_READ));
+    let Some(frames) = frames else {
         each(None);
         return None;
     };
@@ -298,7 +320,7 @@ mod tests {
         let mut o = Outbox::default();
         assert!(o.message().is_none());
         let h = request(1, Verb::Write);
-        o.push(&h, |b| b.extend_from_slice(b"abc"));
+        o.push(&h, 0, |b| b.extend_from_slice(b"abc"));
         let (head, payload) = o.message().expect("one frame");
         assert_eq!(head, &h[..]);
         assert_eq!(payload, b"abc");
@@ -308,8 +330,8 @@ mod tests {
     fn the_envelope_layout_is_pinned() {
         let mut o = Outbox::default();
         let (a, b) = (request(1, Verb::Read { len: 8 }), request(0, Verb::Write));
-        o.push(&a, |_| {});
-        o.push(&b, |buf| buf.extend_from_slice(&[0xee; 5]));
+        o.push(&a, 8, |_| {});
+        o.push(&b, 0, |buf| buf.extend_from_slice(&[0xee; 5]));
         assert_eq!(o.frames(), 2);
         let (head, payload) = o.message().expect("two frames");
         assert_eq!(head, &2u64.to_le_bytes());
@@ -330,8 +352,8 @@ mod tests {
     #[test]
     fn a_malformed_envelope_yields_nothing() {
         let mut o = Outbox::default();
-        o.push(&request(1, Verb::Flush), |_| {});
-        o.push(&request(2, Verb::Flush), |_| {});
+        o.push(&request(1, Verb::Flush), 0, |_| {});
+        o.push(&request(2, Verb::Flush), 0, |_| {});
         let (_, payload) = o.message().expect("two frames");
         let payload = payload.to_vec();
         let two = 2u64.to_le_bytes();
@@ -392,15 +414,17 @@ mod tests {
         let mut o = Outbox::default();
         // A zero-wait WRITE, a READ that must see it, a CAS, a READ with a wrong key, and a
         // BATCH: each frame on its own.
-        o.push(&request(0, Verb::Write), |b| b.extend_from_slice(&7u64.to_le_bytes()));
+        o.push(&request(0, Verb::Write), 0, |b| b.extend_from_slice(&7u64.to_le_bytes()));
         let read =
             Request { session: 0, tag: 1, offset: 0, verb: Verb::Read { len: 8 }, key: [9; 16] };
-        o.push(&read.encode(), |_| {});
+        o.push(&read.encode(), 8, |_| {});
         let cas = Verb::Atomic(AtomicOp::Cas { expected: 7, new: 8 });
-        o.push(&Request { tag: 2, verb: cas, ..read }.encode(), |_| {});
-        o.push(&Request { tag: 3, key: [1; 16], ..read }.encode(), |_| {});
+        o.push(&Request { tag: 2, verb: cas, ..read }.encode(), 0, |_| {});
+        o.push(&Request { tag: 3, key: [1; 16], ..read }.encode(), 8, |_| {});
         let batch = Request { tag: 4, verb: Verb::Batch { count: 1 }, ..read };
-        o.push(&batch.encode(), |b| message_verbs::push_batched(b, 0, Verb::Read { len: 8 }, &[]));
+        o.push(&batch.encode(), 8, |b| {
+            message_verbs::push_batched(b, 0, Verb::Read { len: 8 }, &[])
+        });
         let (reply, seen) = run(&mem, &mut o);
         let ok = Some(Status::Ok);
         assert_eq!(seen, vec![ok, ok, ok, Some(Status::Refused), ok]);
@@ -423,8 +447,8 @@ mod tests {
     fn a_malformed_envelope_runs_nothing() {
         let mem = Region::new(4096);
         let mut o = Outbox::default();
-        o.push(&request(0, Verb::Write), |b| b.extend_from_slice(&7u64.to_le_bytes()));
-        o.push(&request(0, Verb::Write), |b| b.extend_from_slice(&7u64.to_le_bytes()));
+        o.push(&request(0, Verb::Write), 0, |b| b.extend_from_slice(&7u64.to_le_bytes()));
+        o.push(&request(0, Verb::Write), 0, |b| b.extend_from_slice(&7u64.to_le_bytes()));
         let (_, payload) = o.message().expect("frames");
         let mut payload = payload.to_vec();
         payload.pop();
@@ -439,22 +463,42 @@ mod tests {
         assert_eq!(word, [0; 8], "the first WRITE did not run either");
         // A frame that parses as a frame but not as a request is dropped alone.
         let mut o = Outbox::default();
-        o.push(&[0xff; REQUEST_LEN], |_| {});
-        o.push(&request(0, Verb::Write), |b| b.extend_from_slice(&7u64.to_le_bytes()));
+        o.push(&[0xff; REQUEST_LEN], 0, |_| {});
+        o.push(&request(0, Verb::Write), 0, |b| b.extend_from_slice(&7u64.to_le_bytes()));
         let (reply, seen) = run(&mem, &mut o);
         assert!(reply.is_none(), "nothing asked for a reply");
         assert_eq!(seen, vec![None, Some(Status::Ok)]);
     }
 
     #[test]
+    fn an_envelope_that_asks_for_too_much_back_runs_nothing() {
+        let mem = Region::new(4096);
+        let mut o = Outbox::default();
+        let half = MAX_ENVELOPE_READ / 2 + 1;
+        o.push(&request(0, Verb::Write), 0, |b| b.extend_from_slice(&7u64.to_le_bytes()));
+        o.push(&request(1, Verb::Read { len: half }), half, |_| {});
+        let batch = request(2, Verb::Batch { count: 1 });
+        o.push(&batch, half, |b| message_verbs::push_batched(b, 0, Verb::Read { len: half }, &[]));
+        let (reply, seen) = run(&mem, &mut o);
+        assert!(reply.is_none());
+        assert_eq!(seen, vec![None], "dropped whole");
+        let mut word = [0u8; 8];
+        mem.read(0, &mut word);
+        assert_eq!(word, [0; 8], "the WRITE before the READs did not run");
+    }
+
+    #[test]
     fn a_full_outbox_says_so_before_a_frame_would_pass_the_cap() {
         let mut o = Outbox::default();
-        assert!(!o.full_for(MAX_ENVELOPE * 2), "an empty outbox takes any frame");
-        o.push(&request(1, Verb::Write), |b| b.resize(b.len() + 1000, 0));
-        assert!(!o.full_for(1000));
-        assert!(o.full_for(MAX_ENVELOPE));
+        assert!(!o.full_for(MAX_ENVELOPE * 2, u64::MAX), "an empty outbox takes any frame");
+        o.push(&request(1, Verb::Write), 0, |b| b.resize(b.len() + 1000, 0));
+        assert!(!o.full_for(1000, MAX_ENVELOPE_READ));
+        assert!(o.full_for(MAX_ENVELOPE, 0));
+        o.push(&request(2, Verb::Read { len: 8 }), 8, |_| {});
+        assert!(o.full_for(0, MAX_ENVELOPE_READ), "its READs' replies would pass the cap");
         let buf = o.take();
-        assert_eq!(buf.len(), ENVELOPE_LEN + FRAME_LEN + REQUEST_LEN + 1000);
+        assert_eq!(buf.len(), ENVELOPE_LEN + 2 * (FRAME_LEN + REQUEST_LEN) + 1000);
         assert!(o.is_empty());
+        assert!(!o.full_for(0, MAX_ENVELOPE_READ), "what was taken no longer counts");
     }
 }

@@ -387,6 +387,23 @@ impl<'a> Iterator for Batched<'a> {
     }
 }
 
+/// The bytes a request asks the memnode to send back: a READ's length, a BATCH's READs in all
+/// (`payload`: its verbs; a payload that does not parse asks for nothing, as it runs nothing);
+/// 0 for the rest.
+pub fn reply_bytes(req: &Request, payload: &[u8]) -> u64 {
+    match req.verb {
+        Verb::Read { len } => len,
+        Verb::Batch { .. } => (Batched { rest: payload })
+            .map_while(Result::ok)
+            .map(|(r, _)| match r.verb {
+                Verb::Read { len } => len,
+                _ => 0,
+            })
+            .fold(0, u64::saturating_add),
+        _ => 0,
+    }
+}
+
 /// Carries out a BATCH of `count` verbs (in `payload`) on `mem`, its session admitted, appending
 /// each verb's reply header and READ bytes to `out`; returns the batch's reply header (`tag`), or
 /// `None` if the payload is not exactly `count` well-formed verbs (then nothing was done).

@@ -94,6 +94,6 @@ impl UcxTransport {
         };
         let at = GlobalAddr::new(node, 0);
         // A failed send leaves the session unused; nothing else depends on it.
-        let _ = self.post_request(&to, at, Verb::End, false, (s.slot, s.key), 0, |_| {});
+        let _ = self.post_request(&to, at, Verb::End, false, (s.slot, s.key), (0, 0), |_| {});
     }
 }

@@ -26,16 +26,16 @@ impl UcxTransport {
         reply: bool,
     ) -> Result<Option<Awaited<'_>>> {
         let credentials = self.credentials(addr.node(), to, verb)?;
-        self.post_request(to, addr, verb, reply, credentials, payload.len(), |b| {
+        self.post_request(to, addr, verb, reply, credentials, (payload.len(), 0), |b| {
             b.extend_from_slice(payload)
         })
     }
 
     /// Posts the request `verb` on `addr`, speaking for `session` with `key`, its payload (of
-    /// about `len` bytes) appended by `write`: into `to`'s outbox, sent when this thread's tasks
-    /// all wait, with whatever else they posted to that memnode ([`crate::envelope`]), or at
-    /// once under an executor that does not say when that is. Returns the reply to await, or
-    /// nothing when `reply` is false.
+    /// `len` bytes, a BATCH asking for `reads` bytes back) appended by `write`: into `to`'s
+    /// outbox, sent when this thread's tasks all wait, with whatever else they posted to that
+    /// memnode ([`crate::envelope`]), or at once under an executor that does not say when that
+    /// is. Returns the reply to await, or nothing when `reply` is false.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn post_request(
         &self,
@@ -44,7 +44,7 @@ impl UcxTransport {
         verb: Verb,
         reply: bool,
         (session, key): (u32, [u8; VERB_KEY]),
-        len: usize,
+        (len, reads): (usize, u64),
         write: impl FnOnce(&mut Vec<u8>),
     ) -> Result<Option<Awaited<'_>>> {
         let (c, node) = (&*self.conn, addr.node());
@@ -52,7 +52,11 @@ impl UcxTransport {
         if let Some(e) = to.unsent_failure() {
             return Err(unavailable(node, e));
         }
-        if to.outbox.borrow().full_for(len) {
+        let reads = match verb {
+            Verb::Read { len } => len,
+            _ => reads,
+        };
+        if to.outbox.borrow().full_for(len, reads) {
             c.send(to);
         }
         let awaited = reply.then(|| {
@@ -64,7 +68,7 @@ impl UcxTransport {
         let tag = awaited.as_ref().map_or(0, |a| a.tag);
         let header = Request { session, tag, offset: addr.offset(), verb, key }.encode();
         let first = to.outbox.borrow().is_empty();
-        to.outbox.borrow_mut().push(&header, write);
+        to.outbox.borrow_mut().push(&header, reads, write);
         if first {
             c.unsent.borrow_mut().push(Rc::clone(to));
         }
@@ -102,18 +106,19 @@ impl UcxTransport {
         node: NodeId,
         ops: &mut [BatchOp<'_>],
     ) -> Result<()> {
-        let writes: usize = ops
-            .iter()
-            .map(|op| match op {
-                BatchOp::Write { data, .. } => data.len(),
-                _ => 0,
-            })
-            .sum();
+        let (mut writes, mut reads) = (0, 0);
+        for op in ops.iter() {
+            match op {
+                BatchOp::Write { data, .. } => writes += data.len(),
+                BatchOp::Read { buf, .. } => reads += buf.len() as u64,
+                BatchOp::Atomic { .. } => {}
+            }
+        }
         let at = GlobalAddr::new(node, 0);
         let verb = Verb::Batch { count: ops.len() as u64 };
         let credentials = self.credentials(node, to, verb)?;
         let len = REQUEST_LEN * ops.len() + writes;
-        let a = self.post_request(to, at, verb, true, credentials, len, |message| {
+        let a = self.post_request(to, at, verb, true, credentials, (len, reads), |message| {
             for op in ops.iter() {
                 let (addr, verb, payload) = match op {
                     BatchOp::Read { addr, buf } => {
