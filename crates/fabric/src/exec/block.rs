@@ -27,7 +27,8 @@
 //!    at all while the thread keeps being preempted ([`super::spin`]);
 //! 2. then arms every source and blocks in `poll(2)` on their descriptors for at most
 //!    [`NAP`]; a source that cannot be armed (events already pending) ends the wait at once;
-//! 3. after a nap that timed out, tells every source ([`WaitSource::napped`]), so that tasks
+//! 3. after a nap that timed out, or once a nap's time passed without one (a thread its other
+//!    tasks keep busy), tells every source ([`WaitSource::napped`]), so that tasks
 //!    waiting for a deadline or a failure look again.
 //!
 //! A task that pauses ([`super::timer::sleep`], a retry's backoff) cuts both the spin and the
@@ -79,6 +80,8 @@ thread_local! {
     static SPINNING: Cell<SpinPolicy> = const { Cell::new(SpinPolicy::new()) };
     /// The buffers a wait uses, kept between waits so that waiting allocates nothing.
     static SCRATCH: Cell<Scratch> = const { Cell::new((Vec::new(), Vec::new())) };
+    /// When waiting tasks were last told to look at their deadlines ([`look_again`]).
+    static LOOKED: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 type Scratch = (Vec<Rc<dyn WaitSource>>, Vec<libc::pollfd>);
@@ -246,39 +249,68 @@ fn block_on_napping<F: Future>(fut: F, nap: Duration) -> F::Output {
     let signal = Arc::new(Signal::new());
     let waker = Waker::from(Arc::clone(&signal));
     let mut cx = Context::from_waker(&waker);
+    // Declared before the future, so dropped after it: what the last tasks posted without
+    // waiting (a zero-wait WRITE), or posted while the future is dropped (a client's goodbye),
+    // still goes out, on return and on unwind alike.
+    let _flush = FlushOnDrop;
     let mut fut = pin!(fut);
     loop {
         if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            // What the last tasks posted without waiting (a zero-wait WRITE) still goes out.
-            flush_sources();
             return out;
         }
         wait_for_wake(&signal, nap);
     }
 }
 
-/// Tells every source of this thread to send what it holds back ([`WaitSource::flush`]).
-fn flush_sources() {
-    let (mut sources, fds) = SCRATCH.take();
-    SOURCES.with(|s| sources.extend(s.borrow().iter().filter_map(Weak::upgrade)));
-    for s in &sources {
-        s.flush();
+/// Tells every source of the thread to send what it holds back when dropped.
+struct FlushOnDrop;
+
+impl Drop for FlushOnDrop {
+    fn drop(&mut self) {
+        with_sources(|sources, _| sources.iter().for_each(|s| s.flush()));
     }
+}
+
+/// Runs `f` on this thread's live sources and the wait's poll set (kept between waits, so
+/// that waiting allocates nothing).
+fn with_sources<R>(f: impl FnOnce(&[Rc<dyn WaitSource>], &mut Vec<libc::pollfd>) -> R) -> R {
+    let (mut sources, mut fds) = SCRATCH.take();
+    SOURCES.with(|s| sources.extend(s.borrow().iter().filter_map(Weak::upgrade)));
+    let r = f(&sources, &mut fds);
     sources.clear();
     SCRATCH.set((sources, fds));
+    r
 }
 
 /// Returns once a task was woken: progresses the sources, spins a little, then blocks.
 fn wait_for_wake(signal: &Signal, nap: Duration) {
-    let (mut sources, mut fds) = SCRATCH.take();
-    SOURCES.with(|s| sources.extend(s.borrow().iter().filter_map(Weak::upgrade)));
-    // What the tasks posted goes out before anything waits for its answer.
-    for s in &sources {
-        s.flush();
+    with_sources(|sources, fds| {
+        // What the tasks posted goes out before anything waits for its answer.
+        for s in sources {
+            s.flush();
+        }
+        // Waiting tasks look at their deadlines at least once a nap, even on a thread that
+        // never naps because its other tasks keep it busy.
+        let now = Instant::now();
+        let last = LOOKED.with(|l| {
+            let last = l.get().unwrap_or(now);
+            l.set(Some(last));
+            last
+        });
+        if now.duration_since(last) >= nap {
+            look_again(sources, now);
+        }
+        wait_on(signal, sources, fds, nap);
+    })
+}
+
+/// Wakes every waiting task to look at its deadline ([`WaitSource::napped`]); `now` is when.
+fn look_again(sources: &[Rc<dyn WaitSource>], now: Instant) {
+    for s in sources {
+        s.napped();
     }
-    wait_on(signal, &sources, &mut fds, nap);
-    sources.clear();
-    SCRATCH.set((sources, fds));
+    wake_readers(None);
+    LOOKED.with(|l| l.set(Some(now)));
 }
 
 fn wait_on(
@@ -379,10 +411,7 @@ fn wait_on(
         if ready > 0 {
             wake_readers(Some(fds));
         } else if ready == 0 && napping {
-            for s in sources {
-                s.napped();
-            }
-            wake_readers(None);
+            look_again(sources, Instant::now());
         }
         quiet_since = Instant::now();
     }
@@ -513,6 +542,30 @@ mod tests {
             panic!("the waiting task was starved: its source was never progressed");
         };
         block_on(futures::future::join(waiter, yielder));
+    }
+
+    #[test]
+    fn a_thread_kept_busy_still_tells_its_waiting_tasks_to_look_again() {
+        let (read, _write) = pipe();
+        let source = Pipe::registered(read);
+        // One task waits for an event that never comes; another keeps the thread busy for
+        // three naps' time, so the thread never naps.
+        let waiter = poll_fn(|cx| {
+            if source.naps.get() > 0 {
+                return Poll::Ready(());
+            }
+            *source.waiter.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        });
+        let end = Instant::now() + 3 * NAP;
+        let busy = async {
+            while Instant::now() < end {
+                crate::exec::yield_now().await;
+            }
+            // Before the thread is idle and naps for real.
+            assert!(source.naps.get() >= 1, "the waiting task was not told to look again");
+        };
+        block_on(futures::future::join(waiter, busy));
     }
 
     #[test]
