@@ -9,8 +9,9 @@
 //! thread waits, the verbs they posted since the last wait are all known. So the transport keeps
 //! them in an [`Outbox`] per memnode and sends them as one message when the thread's executor
 //! runs out of tasks to poll; the memnode executes them in order and answers them in one message,
-//! whose replies wake their tasks together, which post their next verbs together. Nothing is
-//! held back: a thread whose tasks all wait would otherwise be blocked on exactly these replies.
+//! whose replies wake their tasks together, which post their next verbs together. A message
+//! waits only while the thread's executor polls its other runnable tasks (a task that blocks
+//! the thread or computes at length delays the verbs its siblings posted before it).
 //! A lone message goes as before ([`crate::message_verbs`]); an envelope is told from it by its
 //! header's length.
 //!
@@ -30,7 +31,8 @@
 //! session and key, admitted on its own: an envelope grants nothing a lone message would not. An
 //! envelope whose frames do not tile its payload exactly, whose count disagrees, or whose READs
 //! ask for more than [`MAX_ENVELOPE_READ`] bytes in all, is dropped whole before any frame runs. A frame whose tag is 0 (a zero-wait WRITE, an END) gets no reply
-//! frame; the reply envelope holds one frame per request frame that asked for a reply, in order.
+//! frame, nor does one that does not decode or a malformed BATCH (dropped, as lone messages
+//! are); the reply envelope holds one frame per request frame answered, in order.
 //!
 //! # Ordering
 //!
@@ -51,8 +53,10 @@ pub const ENVELOPE_LEN: usize = 8;
 /// Length of a frame's length field.
 pub const FRAME_LEN: usize = 4;
 /// An outbox is sent before a frame would take it past this many bytes (a frame bigger than
-/// that goes alone): enough for a thread's coroutines' verbs, small enough to stay eager.
+/// that goes alone): enough for a thread's coroutines' small verbs.
 pub const MAX_ENVELOPE: usize = 64 << 10;
+/// Longest frame (its length field is 4 bytes); a longer request cannot be posted.
+pub const MAX_FRAME: usize = u32::MAX as usize;
 /// Most bytes an envelope's requests may ask the memnode to send back (READs, BATCHes' READs),
 /// as for one BATCH: the memnode drops an envelope that asks for more, so that no client can
 /// make it build an unbounded reply; an outbox is sent before a frame would take it past this.
@@ -104,6 +108,7 @@ impl Outbox {
         self.buf.extend_from_slice(&[0; FRAME_LEN]);
         self.buf.extend_from_slice(header);
         write(&mut self.buf);
+        // The transport refuses longer requests before they get here ([`MAX_FRAME`]).
         let len = u32::try_from(self.buf.len() - at - FRAME_LEN).expect("a frame under 4 GiB");
         self.buf[at..at + FRAME_LEN].copy_from_slice(&len.to_le_bytes());
         self.frames += 1;
@@ -178,21 +183,21 @@ pub fn reply_frames<'a>(
 
 /// Builds a reply envelope: the memnode appends one frame per answered request.
 #[derive(Debug)]
-pub struct Replies {
+pub struct ReplyEnvelope {
     out: Vec<u8>,
     frames: u64,
 }
 
-impl Default for Replies {
-    fn default() -> Replies {
-        Replies::new()
+impl Default for ReplyEnvelope {
+    fn default() -> ReplyEnvelope {
+        ReplyEnvelope::new()
     }
 }
 
-impl Replies {
+impl ReplyEnvelope {
     /// An envelope with no frame yet (room for its header).
-    pub fn new() -> Replies {
-        Replies { out: vec![0; ENVELOPE_LEN], frames: 0 }
+    pub fn new() -> ReplyEnvelope {
+        ReplyEnvelope { out: vec![0; ENVELOPE_LEN], frames: 0 }
     }
 
     /// Starts a frame: room for its length and a reply header; the caller appends the data to
@@ -253,7 +258,7 @@ pub fn execute(
         each(None);
         return None;
     };
-    let mut replies = Replies::new();
+    let mut replies = ReplyEnvelope::new();
     for (header, payload) in frames {
         let at = replies.start();
         let req = Request::decode(header);
@@ -375,8 +380,8 @@ mod tests {
 
     #[test]
     fn replies_frame_what_was_answered_and_drop_what_was_not() {
-        let mut r = Replies::new();
-        assert!(Replies::new().into_message().is_none());
+        let mut r = ReplyEnvelope::new();
+        assert!(ReplyEnvelope::new().into_message().is_none());
         let at = r.start();
         r.out().extend_from_slice(b"data");
         let one = Reply { tag: 5, status: Status::Ok, value: 0 }.encode();

@@ -393,15 +393,23 @@ impl<'a> Iterator for Batched<'a> {
 pub fn reply_bytes(req: &Request, payload: &[u8]) -> u64 {
     match req.verb {
         Verb::Read { len } => len,
-        Verb::Batch { .. } => (Batched { rest: payload })
-            .map_while(Result::ok)
-            .map(|(r, _)| match r.verb {
-                Verb::Read { len } => len,
-                _ => 0,
-            })
-            .fold(0, u64::saturating_add),
+        Verb::Batch { .. } => batch_shape(payload).map_or(0, |(_, read)| read),
         _ => 0,
     }
+}
+
+/// A BATCH payload's number of verbs and the bytes its READs ask for, or `None` if it does not
+/// parse.
+fn batch_shape(payload: &[u8]) -> Option<(u64, u64)> {
+    let (mut n, mut read) = (0u64, 0u64);
+    for verb in (Batched { rest: payload }) {
+        let Ok((r, _)) = verb else { return None };
+        n += 1;
+        if let Verb::Read { len } = r.verb {
+            read = read.saturating_add(len);
+        }
+    }
+    Some((n, read))
 }
 
 /// Carries out a BATCH of `count` verbs (in `payload`) on `mem`, its session admitted, appending
@@ -415,14 +423,7 @@ fn execute_batch(
     out: &mut Vec<u8>,
 ) -> Option<Reply> {
     // Checked whole before any verb runs, so that a malformed batch does nothing.
-    let (mut n, mut read) = (0u64, 0u64);
-    for verb in (Batched { rest: payload }) {
-        let Ok((r, _)) = verb else { return None };
-        n += 1;
-        if let Verb::Read { len } = r.verb {
-            read = read.saturating_add(len);
-        }
-    }
+    let (n, read) = batch_shape(payload)?;
     if n != count || n == 0 || n > MAX_BATCH as u64 || read > MAX_BATCH_READ {
         return None;
     }

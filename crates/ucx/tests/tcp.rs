@@ -16,6 +16,12 @@ fn verbs_share_messages_over_tcp() {
 }
 
 #[test]
+fn the_last_posted_verb_goes_out_over_tcp() {
+    common::use_tls("tcp");
+    common::the_last_posted_verb_goes_out();
+}
+
+#[test]
 fn bad_connections_over_tcp() {
     common::use_tls("tcp");
     common::bad_connections_are_refused();

@@ -6,11 +6,12 @@ use std::rc::Rc;
 
 use dmindex_fabric::exec::block;
 use dmindex_fabric::verbs::MAX_BATCH;
-use dmindex_fabric::{BatchOp, GlobalAddr, NodeId, Result};
+use dmindex_fabric::{BatchOp, FabricError, GlobalAddr, NodeId, Result};
 
 use super::wait::{verb_result, Awaited, ReplySlot};
 use super::{unavailable, NodeConn, ThreadConn, UcxTransport};
 use crate::auth::VERB_KEY;
+use crate::envelope;
 use crate::message_verbs::{self as msg, Request, Verb, REQUEST_AM, REQUEST_LEN};
 use crate::ucp::Posted;
 
@@ -49,15 +50,22 @@ impl UcxTransport {
     ) -> Result<Option<Awaited<'_>>> {
         let (c, node) = (&*self.conn, addr.node());
         self.before(node)?;
-        if let Some(e) = to.unsent_failure() {
-            return Err(unavailable(node, e));
+        if REQUEST_LEN.checked_add(len).is_none_or(|l| l > envelope::MAX_FRAME) {
+            return Err(FabricError::Unsupported("a verb message of 4 GiB or more"));
         }
         let reads = match verb {
             Verb::Read { len } => len,
             _ => reads,
         };
-        if to.outbox.borrow().full_for(len, reads) {
+        // Listed in `unsent` while its outbox holds anything.
+        let listed = !to.outbox.borrow().is_empty();
+        if listed && to.outbox.borrow().full_for(len, reads) {
             c.send(to);
+        }
+        // After a failed send nothing more goes out on this endpoint: a verb after a lost one
+        // (an unlock after its data) must not land.
+        if let Some(e) = to.unsent_failure() {
+            return Err(unavailable(node, e));
         }
         let awaited = reply.then(|| {
             let tag = c.replies.last_tag.get() + 1;
@@ -67,9 +75,8 @@ impl UcxTransport {
         });
         let tag = awaited.as_ref().map_or(0, |a| a.tag);
         let header = Request { session, tag, offset: addr.offset(), verb, key }.encode();
-        let first = to.outbox.borrow().is_empty();
         to.outbox.borrow_mut().push(&header, reads, write);
-        if first {
+        if !listed {
             c.unsent.borrow_mut().push(Rc::clone(to));
         }
         if !block::can_sleep() {
@@ -174,25 +181,33 @@ impl ThreadConn {
     }
 
     /// Sends what waits in `to`'s outbox: one lone message, or one envelope of several. A
-    /// send that fails is kept on `to` for the verbs that follow ([`NodeConn::unsent_failure`]);
-    /// the verbs it carried learn it from the endpoint's failure or their deadline.
+    /// send that fails marks `to` failed ([`NodeConn::unsent_failure`]): nothing more is sent
+    /// on it (a reconnect replaces it), later verbs fail, and the tasks waiting for replies are
+    /// woken to learn it.
     pub(super) fn send(&self, to: &NodeConn) {
         let mut outbox = to.outbox.borrow_mut();
-        self.sent_messages.set(self.sent_messages.get() + u64::from(!outbox.is_empty()));
-        self.sent_requests.set(self.sent_requests.get() + outbox.frames());
+        if to.unsent_failure().is_some() {
+            outbox.clear();
+            return;
+        }
         let Some((header, payload)) = outbox.message() else { return };
         // SAFETY: if the send is still in flight, the outbox's buffer moves into the pending
         // list (its heap buffer does not move) and is dropped only after the send completes;
         // otherwise UCX copied the bytes in the call.
         let posted = unsafe { to.ep.send_message(REQUEST_AM, header, payload) };
+        let frames = outbox.frames();
         match posted {
             Ok(Posted::Done) => outbox.clear(),
             Ok(Posted::Pending(r)) => self.pending.borrow_mut().push((r, outbox.take())),
             Err(e) => {
                 outbox.clear();
                 to.failed.replace(Some(e.to_string()));
+                self.replies.wake_all();
+                return;
             }
         }
+        self.sent_messages.set(self.sent_messages.get() + 1);
+        self.sent_requests.set(self.sent_requests.get() + frames);
     }
 }
 

@@ -889,7 +889,8 @@ impl Transport for UcxTransport {
             Arc::clone(&current)
         };
         let keep = matches!(&self.conn.nodes.borrow()[node as usize],
-            Some(t) if t.generation == inc.generation && t.ep.failure().is_none());
+            Some(t) if t.generation == inc.generation && t.ep.failure().is_none()
+                && t.unsent_failure().is_none());
         if !keep {
             let t = self.shared.endpoint(&self.conn, node, &inc)?;
             self.conn.nodes.borrow_mut()[node as usize] = Some(t);

@@ -53,6 +53,15 @@ impl Replies {
         }
     }
 
+    /// Wakes every task waiting for a reply, to look at its endpoint again (a send failed).
+    pub(super) fn wake_all(&self) {
+        for s in self.slots.borrow_mut().values_mut() {
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        }
+    }
+
     /// Waits until the reply to `tag` may have come: woken by its delivery, or by a nap
     /// ([`WaitSource::napped`]). Under another executor, yields instead.
     pub(super) async fn wait(&self, tag: u64) {
@@ -93,11 +102,7 @@ impl WaitSource for ThreadConn {
         for w in self.waiting.borrow_mut().drain(..) {
             w.wake();
         }
-        for s in self.replies.slots.borrow_mut().values_mut() {
-            if let Some(w) = s.waker.take() {
-                w.wake();
-            }
-        }
+        self.replies.wake_all();
     }
 }
 

@@ -160,6 +160,57 @@ pub fn a_threads_verbs_share_messages() {
     assert_eq!(requests, 2 * 2 * ROUNDS, "every WRITE and READ was sent once");
     // In lockstep every message carries both tasks' WRITE and READ; allow for drift.
     assert!(requests >= 3 * messages, "{requests} requests in {messages} messages");
+    drop(c);
+    drop(f);
+    // Two READs whose replies together pass what one envelope may ask for go in two messages
+    // (the memnode would drop one that asked for both), and both succeed.
+    let mn = memnode(0, 192 << 20);
+    let f = UcxFabric::connect(std::slice::from_ref(&mn.addr), TOKEN, 1 << 20).unwrap();
+    let c = f.client(0).unwrap();
+    const BIG: usize = 40 << 20;
+    let at = run_tasks([c.alloc(2 * BIG as u64, 64)]).remove(0).unwrap();
+    run_tasks([c.write(at, &[7; 64]), c.write(at.add(BIG as u64), &[9; 64])]);
+    let before = f.messages_sent().unwrap();
+    let firsts = run_tasks((0..2u64).map(|t| {
+        let c = &c;
+        async move {
+            let mut buf = vec![0u8; BIG];
+            c.read(at.add(t * BIG as u64), &mut buf).await.unwrap();
+            buf[0]
+        }
+    }));
+    assert_eq!(firsts, [7, 9]);
+    let after = f.messages_sent().unwrap();
+    assert_eq!((after.0 - before.0, after.1 - before.1), (2, 2), "one READ per message");
+}
+
+/// What a thread's last task posted without waiting for it (a zero-wait WRITE) goes out when
+/// the thread's tasks are done, though the thread lives on and posts nothing more.
+pub fn the_last_posted_verb_goes_out() {
+    let mn = memnode(0, 16 << 20);
+    let f = UcxFabric::connect(std::slice::from_ref(&mn.addr), TOKEN, 1 << 20).unwrap();
+    let c = f.client(0).unwrap();
+    let a = run_tasks([c.alloc(64, 64)]).remove(0).unwrap();
+    let (posted_tx, posted_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let f = &f;
+        s.spawn(move || {
+            let c = f.client(0).unwrap();
+            run_tasks([async { c.write_zero_wait(a, &42u64.to_le_bytes()) }]).remove(0).unwrap();
+            posted_tx.send(()).unwrap();
+            // Alive, and posting nothing more, until the other thread has looked.
+            done_rx.recv().unwrap();
+        });
+        posted_rx.recv().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut seen = 0;
+        while seen != 42 && std::time::Instant::now() < deadline {
+            seen = run_tasks([c.read_word(a)]).remove(0).unwrap();
+        }
+        done_tx.send(()).unwrap();
+        assert_eq!(seen, 42, "the WRITE never left its thread");
+    });
 }
 
 /// Refusals are clear errors, not hangs.
