@@ -87,10 +87,7 @@ pub static PAPER: Paper = Paper {
             name: "ycsb",
             figure: "Fig. 12: throughput vs P99 latency, YCSB LOAD/A/B/C/D/E, CHIME vs Sherman, SMART, SMART-Opt",
             body: ycsb,
-            // An estimate: 2084 s recorded before ROLEX's line was added, plus about 930 s
-            // for it (a fifth of the 1162 s of the warm ROLEX run, which has all five lines at
-            // one client count, times four client counts).
-            took_s: Some(3014),
+            took_s: Some(2030),
         },
         Experiment { name: "cache", figure: "Fig. 14: CN cache consumption vs items loaded", body: cache, took_s: Some(17) },
         Experiment {
