@@ -71,8 +71,10 @@ fn partition_heal_and_kill_9_over_ucx_lose_nothing() {
     let logs = std::env::temp_dir().join(format!("dmx-histore-cluster-{}", std::process::id()));
     std::fs::create_dir_all(&logs).unwrap();
     let addrs: Vec<String> = (0..4).map(|i| format!("{}:7000", Net::addr(i))).collect();
-    let mut mns: Vec<Child> = (0..4).map(|i| memnode(&net, i, &addrs, &logs)).collect();
-    let (mut client, mut to_client, from_client) = start_client(&net, &addrs, &logs);
+    // Killed when the test ends, failed or not, before its hosts go.
+    let mut mns = Killed((0..4).map(|i| memnode(&net, i, &addrs, &logs)).collect());
+    let (client, mut to_client, from_client) = start_client(&net, &addrs, &logs);
+    let mut client = Killed(vec![client]);
     let fail = |what: &str| -> ! {
         panic!("{what}\n{}", tails(&logs));
     };
@@ -96,22 +98,32 @@ fn partition_heal_and_kill_9_over_ucx_lose_nothing() {
     tell("HEALED");
     expect("REBUILT", Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(300));
-    mns[PRIMARY].kill().unwrap();
-    mns[PRIMARY].wait().unwrap();
+    mns.0[PRIMARY].kill().unwrap();
+    mns.0[PRIMARY].wait().unwrap();
     std::thread::sleep(Duration::from_secs(1));
-    mns[PRIMARY] = memnode(&net, PRIMARY, &addrs, &logs);
+    mns.0[PRIMARY] = memnode(&net, PRIMARY, &addrs, &logs);
     tell("RESTARTED");
     let verdict = expect("VERDICT", Duration::from_secs(120));
-    let status = client.wait().unwrap();
+    let status = client.0[0].wait().unwrap();
     eprintln!("{verdict}");
     if !status.success() || !verdict.contains("linearizable") {
         fail(&format!("the client failed ({status}): {verdict}"));
     }
-    for mut m in mns {
-        let _ = m.kill();
-        let _ = m.wait();
-    }
+    drop(mns);
     let _ = std::fs::remove_dir_all(&logs);
+}
+
+/// Processes this test started, killed (and reaped) when dropped: a failing test leaves none
+/// running on its hosts.
+struct Killed(Vec<Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// This binary as memnode `id` on its host, once it serves.
@@ -137,7 +149,11 @@ fn memnode(net: &Net, id: usize, addrs: &[String], logs: &Path) -> Child {
     let lines = marked_lines(child.stdout.take().unwrap());
     match lines.recv_timeout(Duration::from_secs(30)) {
         Ok(l) if l.starts_with("MEMNODE READY") => child,
-        other => panic!("memnode {id} did not start ({other:?})\n{}", tails(logs)),
+        other => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("memnode {id} did not start ({other:?})\n{}", tails(logs))
+        }
     }
 }
 
