@@ -154,7 +154,7 @@ pub fn frames<'a>(
     header: &[u8],
     payload: &'a [u8],
     head_len: usize,
-) -> Option<impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a> {
+) -> Option<impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone + 'a> {
     let count = u64::from_le_bytes(header.try_into().ok()?);
     let mut n = 0u64;
     for frame in (Frames { rest: payload, head_len }) {
@@ -169,7 +169,7 @@ pub fn frames<'a>(
 pub fn request_frames<'a>(
     header: &[u8],
     payload: &'a [u8],
-) -> Option<impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a> {
+) -> Option<impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone + 'a> {
     frames(header, payload, REQUEST_LEN)
 }
 
@@ -177,7 +177,7 @@ pub fn request_frames<'a>(
 pub fn reply_frames<'a>(
     header: &[u8],
     payload: &'a [u8],
-) -> Option<impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a> {
+) -> Option<impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone + 'a> {
     frames(header, payload, REPLY_LEN)
 }
 
@@ -248,12 +248,12 @@ pub fn execute(
     payload: &[u8],
     mut each: impl FnMut(Option<(&Request, &Reply)>),
 ) -> Option<Vec<u8>> {
-    let asked = request_frames(header, payload).map(|frames| {
-        frames
-            .map(|(h, p)| Request::decode(h).map_or(0, |r| message_verbs::reply_bytes(&r, p)))
-            .fold(0, u64::saturating_add)
+    let frames = request_frames(header, payload).filter(|frames| {
+        let asked = frames
+            .clone()
+            .map(|(h, p)| Request::decode(h).map_or(0, |r| message_verbs::reply_bytes(&r, p)));
+        asked.fold(0, u64::saturating_add) <= MAX_ENVELOPE_READ
     });
-    let frames = request_frames(header, payload).filter(|_| asked <= Some(MAX_ENVELOPE_READ));
     let Some(frames) = frames else {
         each(None);
         return None;
@@ -276,6 +276,7 @@ pub fn execute(
 }
 
 /// Walks frames; yields `None` where they stop parsing.
+#[derive(Clone)]
 struct Frames<'a> {
     rest: &'a [u8],
     head_len: usize,
