@@ -80,6 +80,28 @@ pub struct MemberState {
     pub intents: Box<[Cell<u64>]>,
 }
 
+/// Most doorbells [`Client::doorbells`] rings before it waits (one round trip).
+pub const MAX_DOORBELLS: usize = 8;
+
+/// Regroups `ops` so that each node's verbs are contiguous, nodes in the order their first verb
+/// appears and each node's verbs in their order; no allocation (an insertion by group, cheap for
+/// the few nodes and the tens of verbs of a scan).
+fn group_by_node(ops: &mut [BatchOp<'_>]) {
+    let mut start = 0;
+    while start < ops.len() {
+        let node = ops[start].addr().node();
+        let mut end = start + 1;
+        for i in start + 1..ops.len() {
+            if ops[i].addr().node() == node {
+                // Moves verb i down to the end of the group, the verbs between shifted up by one.
+                ops[end..=i].rotate_right(1);
+                end += 1;
+            }
+        }
+        start = end;
+    }
+}
+
 impl<T: Transport> Client<T> {
     /// A client of compute node `cn` over `transport`, taking chunks of `chunk_size` bytes.
     pub fn new(transport: T, info: Arc<ClusterInfo>, cn: u16, chunk_size: u64) -> Client<T> {
@@ -330,16 +352,75 @@ impl<T: Transport> Client<T> {
             if op.addr().node() != first {
                 return Err(FabricError::MixedNodesInBatch { first, other: op.addr().node() });
             }
-            match op {
-                BatchOp::Atomic { addr, .. } => self.check_atomic(*addr)?,
-                _ => self.check(op.addr(), op.len() as u64)?,
-            }
+            self.check_op(op)?;
         }
         let s = &self.stats;
         bump(&s.round_trips, 1);
         bump(&s.batches, 1);
-        let mut atomics = false;
+        let atomics = self.count_ops(ops);
+        self.transport.batch(first, ops).await?;
+        if atomics {
+            self.count_failures(ops);
+        }
+        Ok(())
+    }
+
+    /// Independent verbs, on any memory nodes, posted as doorbells back to back and awaited
+    /// together: one round trip for up to [`MAX_DOORBELLS`] doorbells, as a requester that
+    /// rings several doorbells (on one queue pair or several) before it polls its completion
+    /// queue (SMART's range query reads a tree level this way). Each node's verbs go in
+    /// doorbells of at most [`MAX_BATCH`], in the order given (a lone verb is posted alone, not
+    /// as a batch); nodes are taken in the order their first verb appears, and `ops` is
+    /// regrouped by node in place, stably (each verb keeps its buffer). The verbs must not
+    /// depend on each other: doorbells in flight together promise no order among them. More
+    /// than [`MAX_DOORBELLS`] doorbells take one more round trip per [`MAX_DOORBELLS`]. Each
+    /// atomic's old word is in its [`BatchOp::old`] afterwards; on an error, every doorbell
+    /// of the round has still completed.
+    pub async fn doorbells(&self, ops: &mut [BatchOp<'_>]) -> Result<()> {
         for op in ops.iter() {
+            self.check_op(op)?;
+        }
+        group_by_node(ops);
+        let mut doorbells = ops
+            .chunk_by_mut(|a, b| a.addr().node() == b.addr().node())
+            .flat_map(|run| run.chunks_mut(MAX_BATCH))
+            .peekable();
+        let s = &self.stats;
+        while doorbells.peek().is_some() {
+            bump(&s.round_trips, 1);
+            let round = std::array::from_fn::<_, MAX_DOORBELLS, _>(|_| {
+                let d = doorbells.next()?;
+                if d.len() > 1 {
+                    bump(&s.batches, 1);
+                }
+                let atomics = self.count_ops(d);
+                let node = d[0].addr().node();
+                Some(async move {
+                    self.transport.batch(node, d).await?;
+                    if atomics {
+                        self.count_failures(d);
+                    }
+                    Ok(())
+                })
+            });
+            crate::join::join_results(round).await?;
+        }
+        Ok(())
+    }
+
+    /// Checks one verb of a batch against the cluster's shape.
+    fn check_op(&self, op: &BatchOp<'_>) -> Result<()> {
+        match op {
+            BatchOp::Atomic { addr, .. } => self.check_atomic(*addr),
+            _ => self.check(op.addr(), op.len() as u64),
+        }
+    }
+
+    /// Counts a batch's verbs by kind (not its round trip); whether it holds an atomic.
+    fn count_ops(&self, ops: &[BatchOp<'_>]) -> bool {
+        let s = &self.stats;
+        let mut atomics = false;
+        for op in ops {
             match op {
                 BatchOp::Read { buf, .. } => {
                     bump(&s.reads, 1);
@@ -355,15 +436,16 @@ impl<T: Transport> Client<T> {
                 }
             }
         }
-        self.transport.batch(first, ops).await?;
-        if atomics {
-            for op in ops.iter() {
-                if let BatchOp::Atomic { op, old, .. } = op {
-                    self.count_failure(*op, *old);
-                }
+        atomics
+    }
+
+    /// Counts the failed comparisons of a completed batch's atomics.
+    fn count_failures(&self, ops: &[BatchOp<'_>]) {
+        for op in ops {
+            if let BatchOp::Atomic { op, old, .. } = op {
+                self.count_failure(*op, *old);
             }
         }
-        Ok(())
     }
 
     /// A two-sided request to `service` on memory node `node`. One round trip.

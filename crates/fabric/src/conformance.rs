@@ -6,7 +6,7 @@
 //! rules hold everywhere.
 
 use crate::addr::GlobalAddr;
-use crate::client::Client;
+use crate::client::{Client, MAX_DOORBELLS};
 use crate::error::FabricError;
 use crate::layout::{self, Superblock};
 use crate::service::{ServiceId, NODE_INFO};
@@ -195,6 +195,71 @@ pub async fn single_client<T: Transport>(c: &Client<T>) {
         c.call(0, ServiceId(999), &[]).await,
         Err(FabricError::UnknownService { node: 0, service: ServiceId(999) })
     ));
+
+    // Independent verbs rung as doorbells back to back on every node and awaited together:
+    // every buffer filled, every atomic's old word back, one round trip per `MAX_DOORBELLS`
+    // doorbells.
+    let nodes = c.info().nodes();
+    let mut words = Vec::new();
+    for node in 0..nodes {
+        let a = c.alloc_on(node, 8 * 40, 64).await.expect("alloc_on");
+        let stamp: Vec<u8> =
+            (0..40u64).flat_map(|i| (u64::from(node) << 32 | i).to_le_bytes()).collect();
+        c.write(a, &stamp).await.unwrap();
+        words.push(a);
+    }
+    let w = words[0].add(8 * 39);
+    c.write(w, &5u64.to_le_bytes()).await.unwrap();
+    let s0 = c.counts();
+    // 39 READs dealt over the nodes and an FAA of a word none of them reads.
+    let mut bufs = [[0u8; 8]; 39];
+    let mut ops: Vec<BatchOp<'_>> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| {
+            let node = i % usize::from(nodes);
+            BatchOp::Read { addr: words[node].add(8 * i as u64), buf: b }
+        })
+        .collect();
+    ops.push(BatchOp::atomic(w, AtomicOp::Faa { delta: 2 }));
+    c.doorbells(&mut ops).await.expect("doorbells");
+    let d = diff(s0, c.counts());
+    let olds: Vec<u64> = ops.iter().filter_map(BatchOp::old).collect();
+    assert_eq!(olds, [5], "an atomic's old word comes back");
+    drop(ops);
+    for (i, b) in bufs.iter().enumerate() {
+        let node = (i % usize::from(nodes)) as u64;
+        assert_eq!(u64::from_le_bytes(*b), node << 32 | i as u64, "doorbell READ {i}");
+    }
+    assert_eq!(c.read_word(w).await.unwrap(), 7, "the FAA landed");
+    let per_node =
+        |n: usize| (0..39).filter(|i| i % usize::from(nodes) == n).count() + usize::from(n == 0);
+    let rung: usize = (0..usize::from(nodes)).map(|n| per_node(n).div_ceil(MAX_BATCH)).sum();
+    assert_eq!(
+        (d.round_trips, d.reads, d.faa),
+        (rung.div_ceil(MAX_DOORBELLS) as u64, 39, 1),
+        "doorbells: one round trip per {MAX_DOORBELLS} doorbells"
+    );
+    // More doorbells than one round rings: a second round trip.
+    let mut many = [[0u8; 8]; MAX_DOORBELLS * MAX_BATCH + 1];
+    let mut ops: Vec<BatchOp<'_>> =
+        many.iter_mut().map(|b| BatchOp::Read { addr: words[0], buf: b }).collect();
+    let s0 = c.counts();
+    c.doorbells(&mut ops).await.expect("doorbells");
+    drop(ops);
+    let d = diff(s0, c.counts());
+    assert_eq!((d.round_trips, d.batches, d.reads), (2, MAX_DOORBELLS as u64, many.len() as u64));
+    assert!(many.iter().all(|b| u64::from_le_bytes(*b) == 0), "node 0's stamp of word 0");
+    assert!(c.doorbells(&mut []).await.is_ok());
+    let s0 = c.counts();
+    let mut x = [0u8; 8];
+    let size0 = c.info().node_size(0).unwrap();
+    let mut bad = [
+        BatchOp::Read { addr: words[0], buf: &mut x },
+        BatchOp::Write { addr: GlobalAddr::new(0, size0), data: &[1] },
+    ];
+    assert!(matches!(c.doorbells(&mut bad).await, Err(FabricError::OutOfBounds { .. })));
+    assert_eq!(c.counts(), s0, "a refused round is not counted, nor any of its verbs");
 
     // Errors, not panics, and nothing counted for a refused verb.
     let s0 = c.counts();

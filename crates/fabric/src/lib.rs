@@ -63,6 +63,7 @@ mod dma_window;
 pub mod error;
 pub mod exec;
 mod ids;
+mod join;
 pub mod layout;
 pub mod local;
 pub mod memory;

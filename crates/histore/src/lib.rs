@@ -22,7 +22,7 @@
 //! | GET | 2 (bucket, item) | READ the key's bucket (and chain), match signatures, READ the item and the view word (one doorbell), check its key (a miss: the bucket, then the view word) |
 //! | PUT / UPDATE | 2 (item, request) | WRITE the item to a data server, then WRITE to the primary: log, ship to both backups, wait, CAS the slot, answer |
 //! | DELETE | 1 | the same request without an item |
-//! | SCAN | 1 + ⌈items / 16⌉ per data server | SCAN to a backup, which takes the primary's cut, applies its log to it, merges its partitions; the client READs the items, 16 to a doorbell |
+//! | SCAN | 2 (1 + ⌈⌈items / 16⌉ / 8⌉) | SCAN to a backup, which takes the primary's cut, applies its log to it, merges its partitions; the client READs the items, 16 to a doorbell, every doorbell rung before any is awaited |
 //!
 //! The write protocol, group commit, asynchronous apply and the cut that closes the paper's
 //! scan race are in [`replica`]. Failures: each group has a view word (`dmindex_prim::view`);

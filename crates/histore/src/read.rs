@@ -201,8 +201,9 @@ impl<const MODE: u8> Store<MODE> {
         Ok(true)
     }
 
-    /// SCAN: one request per group to a skiplist replica, then the items, a doorbell per node
-    /// (with the view words, which validate the replies); retried whole if a group missed.
+    /// SCAN: one request per group to a skiplist replica, then the items in doorbells rung
+    /// together (with the view words, which validate the replies); retried whole if a group
+    /// missed.
     /// Into `out` (cleared first), with the working vectors from the handle's pool: nothing is
     /// allocated per pair (each request's reply is the fabric's).
     pub(crate) async fn scan_between<T: Transport>(

@@ -27,7 +27,7 @@
 //! | insert, new key | 3 doorbells | 3: `[FAA +1, READ leaf]`, `[WRITE item, CAS key]`, `[CAS ptr, FAA −1]` |
 //! | insert, present key / update | 3 doorbells (≥ 3) | 3: `[FAA +1, READ leaf]`, `[WRITE item, CAS ptr]`, `FAA −1` |
 //! | delete | — | 2: `[FAA +1, READ leaf]`, `[CAS ptr → null, FAA −1]` |
-//! | scan of 100 items | ≥ 100 READs | leaves in one doorbell per memory node, then ~100 item READs, 16 to a doorbell (`scan`) |
+//! | scan of 100 items | ≥ 100 READs in 2 round trips | leaves in one doorbell per memory node, then ~100 item READs, 16 to a doorbell, every doorbell rung before any is awaited (`scan`) |
 //! | insert that splits | — | +3, then the separator (3) ([`smo`]) |
 //!
 //! # Races the published protocol leaves open, and how they are closed

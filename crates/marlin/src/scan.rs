@@ -13,8 +13,9 @@
 //! # Items
 //!
 //! Leaves hold pointers, so the values of the pairs kept are READ one item each, at most
-//! [`MAX_BATCH`] to a doorbell per memory node ([`doorbell::post_per_node`]): a 100-item scan costs about 100 item
-//! READs in 7 or more round trips, which is Marlin's scan cost as the Dolphin paper measures it.
+//! [`MAX_BATCH`] to a doorbell per memory node, every doorbell rung before any is awaited
+//! ([`doorbell::read_per_node`]): a 100-item scan costs about 100 item READs in one round trip
+//! after its leaves', the READ per pair the Dolphin paper counts against Marlin.
 //!
 //! # Linearizability
 //!

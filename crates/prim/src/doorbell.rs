@@ -12,8 +12,9 @@
 //! ```
 //!
 //! [`post_per_node`] is for independent verbs spread over memory nodes (a scan's items or
-//! leaves): per node, in node order, doorbells of at most [`MAX_BATCH`] verbs;
-//! [`read_per_node`] does the same for READs into one buffer without a vector of verbs.
+//! leaves): per node, doorbells of at most [`MAX_BATCH`] verbs, all rung before any is awaited
+//! (one round trip for up to [`MAX_DOORBELLS`] of them); [`read_per_node`] does the same for
+//! READs into one buffer without a vector of verbs.
 //!
 //! The shapes the designs use: several ranges of one node READ at once (a neighbourhood that
 //! wraps around, a header with it), several whole nodes READ at once (a scan), and the pieces a
@@ -26,6 +27,7 @@
 //! visible before any later one is. So the last WRITE may publish (or unlock, see
 //! [`crate::lock`]) what the earlier ones wrote.
 
+use dmindex_fabric::client::MAX_DOORBELLS;
 use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
@@ -50,47 +52,39 @@ pub async fn post<T: Transport>(c: &Client<T>, ops: &mut [BatchOp<'_>]) -> Index
 }
 
 /// Posts independent `ops` spread over memory nodes: grouped by node (the slice is reordered,
-/// stably, each op keeping its buffer), each node's ops in doorbells of at most [`MAX_BATCH`]
-/// ([`post`] each), one round trip after another.
+/// stably, each op keeping its buffer), each node's ops in doorbells of at most [`MAX_BATCH`],
+/// every doorbell rung before any is awaited ([`Client::doorbells`]): one round trip for up to
+/// [`MAX_DOORBELLS`] doorbells.
 pub async fn post_per_node<T: Transport>(
     c: &Client<T>,
     ops: &mut [BatchOp<'_>],
 ) -> IndexResult<()> {
-    ops.sort_by_key(|op| op.addr().node());
-    for node in ops.chunk_by_mut(|a, b| a.addr().node() == b.addr().node()) {
-        for doorbell in node.chunks_mut(MAX_BATCH) {
-            post(c, doorbell).await?;
-        }
-    }
+    c.doorbells(ops).await?;
     Ok(())
 }
 
+/// Most READs [`read_per_node`] rings in one round trip: [`MAX_DOORBELLS`] doorbells of
+/// [`MAX_BATCH`] if they fall on one node (gathered on the stack, so a round allocates nothing).
+pub const ROUND_READS: usize = MAX_DOORBELLS * MAX_BATCH;
+
 /// READs pieces laid end to end in `buf`, each of the length `pieces` gives with its address, as
-/// [`post_per_node`] would (per memory node in node order, doorbells of at most [`MAX_BATCH`]),
-/// but a doorbell's verbs are gathered on the stack: nothing is allocated (a scan's items).
+/// [`post_per_node`] would (doorbells of at most [`MAX_BATCH`] per memory node, rung together),
+/// but the verbs are gathered on the stack, [`ROUND_READS`] at a time: nothing is allocated (a
+/// scan's items).
 pub async fn read_per_node<T: Transport>(
     c: &Client<T>,
     pieces: &[(GlobalAddr, usize)],
     buf: &mut [u8],
 ) -> IndexResult<()> {
-    let mut node = pieces.iter().map(|p| p.0.node()).min();
-    while let Some(n) = node {
-        let mut rest = &mut *buf;
-        let mut ops = SmallVec::<[BatchOp<'_>; MAX_BATCH]>::new();
-        for &(addr, len) in pieces {
+    let mut rest = buf;
+    for round in pieces.chunks(ROUND_READS) {
+        let mut ops = SmallVec::<[BatchOp<'_>; ROUND_READS]>::new();
+        for &(addr, len) in round {
             let (piece, tail) = std::mem::take(&mut rest).split_at_mut(len);
             rest = tail;
-            if addr.node() != n {
-                continue;
-            }
             ops.push(BatchOp::Read { addr, buf: piece });
-            if ops.len() == MAX_BATCH {
-                post(c, &mut ops).await?;
-                ops.clear();
-            }
         }
-        post(c, &mut ops).await?;
-        node = pieces.iter().map(|p| p.0.node()).filter(|&m| m > n).min();
+        c.doorbells(&mut ops).await?;
     }
     Ok(())
 }
@@ -175,8 +169,8 @@ mod tests {
         }]);
     }
 
-    /// Verbs over two nodes, interleaved: each node's in doorbells of at most `MAX_BATCH`, every
-    /// buffer filled from its own address.
+    /// Verbs over two nodes, interleaved: each node's in doorbells of at most `MAX_BATCH`, rung
+    /// together, every buffer filled from its own address.
     #[test]
     fn per_node_doorbells_of_at_most_max_batch() {
         let f =
@@ -204,8 +198,8 @@ mod tests {
             drop(ops);
             assert_eq!(
                 c.counts().round_trips - rt,
-                2 + 1,
-                "20 on node 0 in two, 3 on node 1 in one"
+                1,
+                "20 on node 0 in two doorbells, 3 on node 1 in one, rung together"
             );
             for (i, b) in bufs.iter().enumerate() {
                 assert_eq!(*b, [i as u8; 8], "read {i}");
@@ -216,7 +210,7 @@ mod tests {
             let (rt, batches) = (c.counts().round_trips, c.counts().batches);
             read_per_node(&c, &pieces, &mut buf).await.unwrap();
             let n = c.counts();
-            assert_eq!((n.round_trips - rt, n.batches - batches), (3, 3));
+            assert_eq!((n.round_trips - rt, n.batches - batches), (1, 3));
             let mut at = 0;
             for (i, &(_, len)) in pieces.iter().enumerate() {
                 assert_eq!(buf[at..at + len], vec![i as u8; len], "piece {i}");

@@ -279,7 +279,12 @@ impl Transport for SimTransport {
             }
             ids
         };
-        // Completions arrive in order; waiting on each in turn waits for the last.
+        // Completions arrive in order: the last one's wakes the task once for the whole
+        // doorbell (a task ringing several doorbells together is polled once per doorbell, not
+        // once per verb); any verb still out after it is waited for below.
+        if let Some(&last) = ids[..ops.len()].last() {
+            OpWait { shared: &self.shared, op: last, taken: false }.await;
+        }
         let mut result = Ok(());
         for (i, op) in ops.iter_mut().enumerate() {
             OpWait { shared: &self.shared, op: ids[i], taken: false }.await;
