@@ -149,11 +149,37 @@ impl RadixCache {
         key: &[u8],
         floor_depth: Option<usize>,
     ) -> Walk {
+        self.walk_recording(root, kind, key, floor_depth, None)
+    }
+
+    /// [`RadixCache::walk`] that also appends to `path` every node it passes, root first and
+    /// the node it stops at last, with its kind: addresses a scan READs afresh in one round.
+    pub fn walk_path(
+        &self,
+        root: GlobalAddr,
+        kind: Kind,
+        key: &[u8],
+        path: &mut Vec<(GlobalAddr, Kind)>,
+    ) -> Walk {
+        self.walk_recording(root, kind, key, None, Some(path))
+    }
+
+    fn walk_recording(
+        &self,
+        root: GlobalAddr,
+        kind: Kind,
+        key: &[u8],
+        floor_depth: Option<usize>,
+        mut path: Option<&mut Vec<(GlobalAddr, Kind)>>,
+    ) -> Walk {
         let g = self.inner.read().expect("radix cache");
         let mut w = Walk { node: root, kind, copy: None, slot: None, link: None, probes: 0 };
         // The copy is cloned out once, where the walk stops: an `Arc` clone per level would
         // write the hot upper copies' counts from every client thread.
         loop {
+            if let Some(p) = path.as_deref_mut() {
+                p.push((w.node, w.kind));
+            }
             w.probes += 1;
             let Some(copy) = g.nodes.get(&w.node) else { return w };
             let h = copy.header;
@@ -215,6 +241,9 @@ mod tests {
         assert_eq!(w.probes, 2);
         assert_eq!(w.slot.map(|s| s.1.addr()), Some(Some(leaf)));
         // The key leaves mid's prefix: the walk stops before trusting mid's copy.
+        let mut path = Vec::new();
+        assert_eq!(c.walk_path(root, Kind::N4, b"abc", &mut path), c.walk(root, Kind::N4, b"abc"));
+        assert_eq!(path, [(root, Kind::N4), (mid, Kind::N4)], "the nodes passed, root first");
         let w = c.walk(root, Kind::N4, b"aXc");
         assert_eq!((w.node, w.copy, w.slot), (mid, None, None));
         let w = c.walk(root, Kind::N4, b"b");

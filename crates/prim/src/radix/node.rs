@@ -134,6 +134,17 @@ impl NodeImage {
         Some(NodeImage::new(GlobalAddr::from_raw(word(0)), header, slots))
     }
 
+    /// Whether `buf`, a READ of `kind`'s bytes, holds exactly this image: a node read again
+    /// and found unchanged, judged without decoding or allocating anything.
+    pub fn is_read_of(&self, buf: &[u8], kind: Kind) -> bool {
+        let word = |i: usize| u64::from_le_bytes(buf[8 * i..8 * i + 8].try_into().unwrap());
+        buf.len() >= kind.bytes()
+            && self.header.kind == kind
+            && word(0) == self.rev.raw()
+            && Header::decode(word(1)) == Some(self.header)
+            && self.slots.iter().enumerate().all(|(i, s)| word(2 + i) == s.0)
+    }
+
     /// An image of these slots.
     pub fn new(rev: GlobalAddr, header: Header, slots: SmallVec<[Slot; 16]>) -> NodeImage {
         NodeImage { rev, header, slots, by_partial: OnceLock::new() }
@@ -253,14 +264,31 @@ impl NodeImage {
     /// Used, non-tombstone children sorted by partial key (what a type switch copies and a scan
     /// visits).
     pub fn live_sorted(&self) -> Vec<Slot> {
-        let mut v: Vec<Slot> = self
-            .slots
-            .iter()
-            .map(|s| s.thawed())
-            .filter(|s| !s.is_empty() && !s.is_tombstone())
-            .collect();
-        v.sort_by_key(|s| s.partial());
+        let mut v = Vec::new();
+        self.live_sorted_into(&mut v);
         v
+    }
+
+    /// [`NodeImage::live_sorted`] appended to `out`: walked in partial-key order through the
+    /// index if the image has one (no sort), else collected and sorted.
+    pub fn live_sorted_into(&self, out: &mut Vec<Slot>) {
+        let live = |s: &Slot| !s.is_empty() && !s.is_tombstone();
+        match self.by_partial.get() {
+            // The end of the key sorts first (its ordinal is the last).
+            Some(ix) => out.extend(
+                ix[256..]
+                    .iter()
+                    .chain(&ix[..256])
+                    .filter(|&&i| i > 0)
+                    .map(|&i| self.slots[i as usize - 1].thawed())
+                    .filter(live),
+            ),
+            None => {
+                let from = out.len();
+                out.extend(self.slots.iter().map(|s| s.thawed()).filter(live));
+                out[from..].sort_unstable_by_key(|s| s.partial());
+            }
+        }
     }
 }
 
@@ -318,6 +346,17 @@ mod tests {
                     let want = scan.map_or(Lookup::Absent(empty), |(i, &s)| Lookup::Found(i, s));
                     assert_eq!(n.lookup(p), want);
                 }
+                let mut indexed = vec![Slot::EMPTY];
+                n.live_sorted_into(&mut indexed);
+                let mut sorted: Vec<Slot> = n
+                    .slots
+                    .iter()
+                    .map(|s| s.thawed())
+                    .filter(|s| !s.is_empty() && !s.is_tombstone())
+                    .collect();
+                sorted.sort_by_key(|s| s.partial());
+                assert_eq!(indexed[1..], sorted, "{kind:?}: in partial-key order, appended");
+                assert_eq!(scanned.live_sorted(), sorted);
             }
         }
     }
@@ -349,6 +388,12 @@ mod tests {
         assert_eq!(n.lookup(Partial::Byte(8)), Lookup::Absent(Some(2)));
         assert_eq!(n.live_sorted(), vec![s0, s1]);
         assert!(NodeImage::decode(&buf, Kind::N16).is_none(), "wrong kind");
+        assert!(n.is_read_of(&buf, Kind::N4), "the bytes it was decoded from");
+        for at in [0, 8, 16, 47] {
+            let mut changed = buf.clone();
+            changed[at] ^= 1;
+            assert!(!n.is_read_of(&changed, Kind::N4), "a byte changed at {at}");
+        }
         // Floor: the largest partial key at most the one asked for, frozen or not, never a
         // tombstone.
         assert_eq!(n.floor(Partial::Byte(200)), Some((0, s1)));

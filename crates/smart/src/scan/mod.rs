@@ -1,70 +1,68 @@
-//! Ordered scans: a depth-first walk in partial-key order, every inner node read afresh and
-//! every item read from its own leaf (as SMART does: one READ per key returned).
+//! Ordered scans, level by level, as SMART's range query runs: each round READs a frontier of
+//! subtrees and leaves in one round trip (every doorbell rung before any is awaited,
+//! [`Client::doorbells`]), and every item comes from its own leaf (one READ per key returned).
 //!
-//! Subtrees wholly below the start or at or above the end are skipped by their position (the
-//! key bytes above them, known from the path and the nodes' prefixes). A frozen node met on
-//! the way has its switch finished and the scan resumes after the last key it returned, so
-//! every key it skips was absent at the instant its slot was read from a reachable node.
+//! # Rounds
+//!
+//! ```text
+//! round 1   the nodes the CN cache knows on the start key's path, root first, READ afresh
+//!           together: the copies give their addresses, never their contents
+//! round k   the first entries of the frontier (in key order), enough for the pairs still
+//!           wanted: leaves become items, inner nodes become their children in range
+//! emit      items at the front of the frontier, in key order, until `count`
+//! ```
+//!
+//! A node lists as many of its children as the scan still wants and keeps the rest for later
+//! ([`list`]), so a round READs few nodes it will not need. SMART's own range query looks each key of the range up in the cache and trusts the
+//! cached nodes' slots for which children exist; here every node whose children are listed is
+//! READ afresh (a cached copy may miss a child inserted since), which costs the first round.
+//!
+//! # Linearizability
+//!
+//! Every node is judged as a point search judges a node read afresh: unfrozen, its slots are what
+//! it held at the instant it was read, and positions are permanent. A child whose image came in
+//! the same round as its parent's (the cached path) is used only if the parent's fresh slot names
+//! its address: such a node was reachable from the copy's time to the parent's READ, so what it
+//! lacked was absent at its own READ. Subtrees wholly below the start or at or above the end are
+//! skipped by their position. A frozen node met on the way has its switch finished and the scan
+//! starts again after the last key it returned, so every key it skips was absent at the instant
+//! its slot was read from a reachable node.
 
-use std::cmp::Ordering;
 use std::ops::Range;
+use std::sync::Arc;
 
-use dmindex_fabric::verbs::MAX_BATCH;
-use dmindex_fabric::{BatchOp, Client, Transport, Work};
-use dmindex_index::{IndexResult, ScanBuf};
+use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
+use dmindex_index::{IndexError, IndexResult, ScanBuf};
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::doorbell;
-use dmindex_prim::radix::node::slot_addr;
 use dmindex_prim::radix::slot::{Child, MAX_LEAF};
-use dmindex_prim::radix::{Link, Partial, Slot};
+use dmindex_prim::radix::{Kind, NodeImage, Partial, Slot};
 
 use crate::leaf::{LeafView, State};
 use crate::{bump, SmartIndex, Variant, ROOT_KIND};
 
-/// A subtree still to visit.
-struct Frame {
-    slot: Slot,
-    link: Option<Link>,
-    /// Key bytes above the child (its parent's position and its partial key byte), in the
-    /// scratch's `positions`.
-    pos: Range<usize>,
-    /// Every key below is at or after the start.
-    all: bool,
-}
+mod list;
+
+use list::{read_len, round_cut, Bounds, Entry, Frame, Listed};
 
 /// A scan's working vectors, kept in a per-compute-node pool (`SmartIndex::scans`) so that a
-/// scan allocates only the inner-node images it reads.
+/// scan allocates only the images of inner nodes it finds changed.
 #[derive(Default)]
 pub(crate) struct ScanScratch {
-    stack: Vec<Frame>,
+    frontier: Vec<Entry>,
+    next: Vec<Entry>,
     /// Every frame's position, end to end (a scan's are a few hundred bytes).
     positions: Vec<u8>,
-    /// An inner node's live children, in partial-key order.
+    /// Items' keys and values, end to end.
+    items: Vec<u8>,
+    /// Inner nodes' live children in partial-key order, a stretch per node being listed.
     children: Vec<Slot>,
-    /// One doorbell's leaves, and their bytes end to end.
-    leaves: Vec<Slot>,
+    /// The cached path's nodes, and the images READ of them in the first round.
+    path: Vec<(GlobalAddr, Kind)>,
+    known: Vec<(GlobalAddr, Arc<NodeImage>)>,
+    /// One round's READs, and their bytes end to end.
+    pieces: Vec<(GlobalAddr, usize)>,
     bytes: Vec<u8>,
-}
-
-/// Compares a position (a key prefix) with `bound` over the position's length.
-fn cmp_prefix(pos: &[u8], bound: &[u8]) -> Ordering {
-    let n = pos.len().min(bound.len());
-    match pos[..n].cmp(&bound[..n]) {
-        Ordering::Equal if pos.len() > bound.len() => Ordering::Greater,
-        o => o,
-    }
-}
-
-/// Appends a copy of `positions[from]` followed by `more` to `positions`; where it is.
-fn extend_position(
-    positions: &mut Vec<u8>,
-    from: Range<usize>,
-    more: impl IntoIterator<Item = u8>,
-) -> Range<usize> {
-    let at = positions.len();
-    positions.extend_from_within(from);
-    positions.extend(more);
-    at..positions.len()
 }
 
 impl<V: Variant> SmartIndex<V> {
@@ -77,169 +75,218 @@ impl<V: Variant> SmartIndex<V> {
         out: &mut ScanBuf,
     ) -> IndexResult<()> {
         out.clear();
+        let b = Bounds { lo, hi };
         let mut scratch = self.scans.get(c, ScanScratch::default);
-        let ScanScratch { stack, positions, children, leaves, bytes } = &mut *scratch;
+        let s = &mut *scratch;
         let root = Slot::inner(Partial::Byte(0), self.root, ROOT_KIND);
         let mut restarts = Attempts::new();
+        // Each pass ends in a return or a restart; restarts are bounded by `restarts`.
         'restart: loop {
-            stack.clear();
-            positions.clear();
-            stack.push(Frame { slot: root, link: None, pos: 0..0, all: false });
-            while let Some(f) = stack.pop() {
-                if out.len() >= count {
-                    return Ok(());
-                }
-                match f.slot.child() {
-                    Some(Child::Leaf { addr, .. }) => {
-                        // This leaf and the next ones on the stack on the same memory node, up
-                        // to what the scan still needs, in one doorbell.
-                        let want = (count - out.len()).min(MAX_BATCH);
-                        leaves.clear();
-                        leaves.push(f.slot);
-                        while leaves.len() < want {
-                            match stack.last().and_then(|g| g.slot.child()) {
-                                Some(Child::Leaf { addr: a, .. }) if a.node() == addr.node() => {
-                                    leaves.push(stack.pop().expect("peeked").slot);
-                                }
-                                _ => break,
-                            }
-                        }
-                        self.scan_leaves(c, leaves, bytes, lo, hi, out).await?;
-                    }
-                    Some(Child::Inner { addr, kind }) => {
-                        let img = self.tree().read_node(c, addr, kind).await?;
-                        if img.any_frozen() {
-                            if let Some(l) = f.link {
-                                self.tree().switch(c, &l, addr, &img).await?;
-                            }
-                            restarts.failed(addr, "radix node frozen for a type switch")?;
-                            // Resume after the last key returned (pairs returned were each
-                            // the key's value at an instant of the scan).
-                            bump(&self.counters.descent.fresh_restarts);
-                            continue 'restart;
-                        }
-                        let h = img.header;
-                        let depth = h.depth as usize;
-                        if depth < f.pos.len() || depth - (h.len as usize) > f.pos.len() {
-                            restarts.failed(addr, "radix node depth and prefix")?;
-                            bump(&self.counters.descent.fresh_restarts);
-                            continue 'restart;
-                        }
-                        let more = (f.pos.len()..depth).map(|i| h.byte_at(i));
-                        let pos = extend_position(positions, f.pos, more);
-                        let mut all = f.all;
-                        if !all {
-                            match cmp_prefix(&positions[pos.clone()], lo) {
-                                Ordering::Less => continue,
-                                Ordering::Greater => all = true,
-                                Ordering::Equal => {}
-                            }
-                        }
-                        let here = &positions[pos.clone()];
-                        if hi.is_some_and(|hi| cmp_prefix(here, hi) == Ordering::Greater) {
-                            continue;
-                        }
-                        children.clear();
-                        children.extend(
-                            img.slots()
-                                .iter()
-                                .map(|s| s.thawed())
-                                .filter(|s| !s.is_empty() && !s.is_tombstone()),
-                        );
-                        children.sort_unstable_by_key(|s| s.partial());
-                        for &s in children.iter().rev() {
-                            let byte = match s.partial() {
-                                Partial::Byte(b) => Some(b),
-                                Partial::End => None,
-                            };
-                            let child = extend_position(positions, pos.clone(), byte);
-                            let p = &positions[child.clone()];
-                            // Children wholly outside the range are not read at all: an
-                            // end-of-key child is the key `p`; any other holds keys that start
-                            // with `p`.
-                            let (below, above) = match s.partial() {
-                                Partial::End => (p < lo, hi.is_some_and(|hi| p >= hi)),
-                                Partial::Byte(_) => (
-                                    cmp_prefix(p, lo) == Ordering::Less,
-                                    hi.is_some_and(|hi| cmp_prefix(p, hi) == Ordering::Greater),
-                                ),
-                            };
-                            if (!all && below) || above {
-                                positions.truncate(child.start);
-                                continue;
-                            }
-                            let i = img.slots().iter().position(|x| x.thawed() == s).unwrap_or(0);
-                            let link = Link { slot: slot_addr(addr, i), word: s, depth };
-                            let all = all || cmp_prefix(p, lo) == Ordering::Greater;
-                            stack.push(Frame { slot: s, link: Some(link), pos: child, all });
-                        }
-                    }
-                    None => {}
+            s.frontier.clear();
+            s.positions.clear();
+            s.items.clear();
+            // Round 1: the cached path along the start, READ afresh together.
+            s.path.clear();
+            let walk = self.tree().cache.walk_path(self.root, ROOT_KIND, lo, &mut s.path);
+            c.compute(Work::RadixStep, walk.probes);
+            s.pieces.clear();
+            s.pieces.extend(s.path.iter().map(|&(a, k)| (a, k.bytes())));
+            self.read_round(c, s).await?;
+            s.known.clear();
+            let mut at = 0;
+            for &(addr, kind) in &s.path {
+                let buf = &s.bytes[at..at + kind.bytes()];
+                at += kind.bytes();
+                c.compute(Work::BytesScanned, buf.len() as u64);
+                // A stale address may hold no node: it is then simply not used.
+                if let Some(img) = self.adopt(addr, buf, kind) {
+                    s.known.push((addr, img));
                 }
             }
-            return Ok(());
+            if !s.known.iter().any(|(a, _)| *a == self.root) {
+                return Err(IndexError::Corrupt(format!("no radix root at {:?}", self.root)));
+            }
+            let top = Frame { slot: root, link: None, pos: 0..0, all: false };
+            let mut frontier = std::mem::take(&mut s.frontier);
+            let listed = s.list(&top, self.root, b, &mut frontier, count);
+            s.frontier = frontier;
+            if self.settle(c, listed, &mut restarts).await? {
+                continue 'restart;
+            }
+            // Later rounds: each READs the frontier's first entries. Bounded by the tree's
+            // depth plus the pairs wanted: every round turns at least its first entry into
+            // items or children, and the frontier holds only the range's nodes and leaves.
+            loop {
+                s.emit(out, count);
+                if out.len() >= count || s.frontier.is_empty() {
+                    return Ok(());
+                }
+                let wanted = count - out.len();
+                s.list_rests(b, wanted);
+                let cut = round_cut(&s.frontier, wanted);
+                s.pieces.clear();
+                s.pieces.extend(s.frontier[..cut].iter().filter_map(|e| match e {
+                    Entry::Unread(f) => Some((f.slot.addr()?, read_len(f.slot))),
+                    Entry::Rest(_) | Entry::Item { .. } => None,
+                }));
+                self.read_round(c, s).await?;
+                let mut next = std::mem::take(&mut s.next);
+                next.clear();
+                let mut at = 0;
+                let mut frontier = std::mem::take(&mut s.frontier);
+                let mut outcome = Ok(false);
+                for (j, e) in frontier.drain(..).enumerate() {
+                    let f = match e {
+                        Entry::Unread(f) if j < cut => f,
+                        other => {
+                            next.push(other);
+                            continue;
+                        }
+                    };
+                    let (Some(addr), len) = (f.slot.addr(), read_len(f.slot)) else { continue };
+                    let range = at..at + len;
+                    at += len;
+                    if outcome.as_ref().is_ok_and(|again| *again) {
+                        // Starting again: the rest of the round is not used.
+                        continue;
+                    }
+                    match f.slot.child() {
+                        Some(Child::Leaf { .. }) => {
+                            if let Err(e) = self.take_leaf(c, s, f.slot, range, b, &mut next).await
+                            {
+                                outcome = Err(e);
+                                break;
+                            }
+                        }
+                        Some(Child::Inner { kind, .. }) => {
+                            let buf = &s.bytes[range];
+                            c.compute(Work::BytesScanned, buf.len() as u64);
+                            let Some(img) = self.adopt(addr, buf, kind) else {
+                                outcome = Err(IndexError::Corrupt(format!(
+                                    "no radix node of {kind:?} at {addr:?}"
+                                )));
+                                break;
+                            };
+                            s.known.clear();
+                            s.known.push((addr, img));
+                            let listed = s.list(&f, addr, b, &mut next, wanted);
+                            outcome = self.settle(c, listed, &mut restarts).await;
+                            if outcome.is_err() {
+                                break;
+                            }
+                        }
+                        None => {}
+                    }
+                }
+                s.frontier = frontier;
+                s.next = next;
+                match outcome {
+                    Err(e) => return Err(e),
+                    Ok(true) => continue 'restart,
+                    Ok(false) => std::mem::swap(&mut s.frontier, &mut s.next),
+                }
+            }
         }
     }
 
-    /// Reads the leaves `slots` name in one doorbell (one memory node, into `bytes`) and
-    /// appends the live items in range that come after every pair already returned; a moved
-    /// item is followed.
-    async fn scan_leaves<T: Transport>(
+    /// Finishes what listing a node found: whether the scan must start again.
+    async fn settle<T: Transport>(
         &self,
         c: &Client<T>,
-        slots: &[Slot],
-        bytes: &mut Vec<u8>,
-        lo: &[u8],
-        hi: Option<&[u8]>,
-        out: &mut ScanBuf,
+        listed: Listed,
+        restarts: &mut Attempts,
+    ) -> IndexResult<bool> {
+        match listed {
+            Listed::Keys(_) => Ok(false),
+            Listed::Frozen { addr, link, img } => {
+                if let Some(l) = link {
+                    self.tree().switch(c, &l, addr, &img).await?;
+                }
+                restarts.failed(addr, "radix node frozen for a type switch")?;
+                // Resume after the last key returned (pairs returned were each the key's value
+                // at an instant of the scan).
+                bump(&self.counters.descent.fresh_restarts);
+                Ok(true)
+            }
+            Listed::Misplaced(addr) => {
+                restarts.failed(addr, "radix node depth and prefix")?;
+                bump(&self.counters.descent.fresh_restarts);
+                Ok(true)
+            }
+        }
+    }
+
+    /// The image of the node at `addr` whose READ is `buf`, shared with the CN cache: the
+    /// cached copy if the READ found it unchanged (nothing decoded or allocated), else the READ
+    /// decoded and cached in its place, as SMART's range query caches the nodes it reads.
+    /// `None` if `buf` holds no node of `kind`.
+    fn adopt(&self, addr: GlobalAddr, buf: &[u8], kind: Kind) -> Option<Arc<NodeImage>> {
+        let cache = self.tree().cache;
+        if let Some(old) = cache.get(addr).filter(|old| old.is_read_of(buf, kind)) {
+            return Some(old);
+        }
+        let img = Arc::new(NodeImage::decode(buf, kind)?);
+        cache.insert_shared(addr, Arc::clone(&img));
+        Some(img)
+    }
+
+    /// READs the round's `pieces` into `bytes`: every doorbell rung before any is awaited.
+    async fn read_round<T: Transport>(
+        &self,
+        c: &Client<T>,
+        s: &mut ScanScratch,
     ) -> IndexResult<()> {
-        let len = |s: &Slot| match s.child() {
-            Some(Child::Leaf { len, .. }) => len,
-            _ => 0,
-        };
-        bytes.clear();
-        bytes.resize(slots.iter().map(len).sum(), 0);
-        let mut rest = &mut bytes[..];
-        let reads = slots.iter().filter_map(|s| {
-            let (buf, tail) = std::mem::take(&mut rest).split_at_mut(len(s));
-            rest = tail;
-            Some(BatchOp::Read { addr: s.addr()?, buf })
-        });
-        doorbell::post_iter(c, reads).await?;
-        let take = |out: &mut ScanBuf, key: &[u8], value: &[u8], state: State| {
+        s.bytes.clear();
+        s.bytes.resize(s.pieces.iter().map(|p| p.1).sum(), 0);
+        doorbell::read_per_node(c, &s.pieces, &mut s.bytes).await
+    }
+
+    /// Turns the leaf READ into `bytes[range]` into an item of `next` if it is live and in
+    /// range; a torn READ or a moved leaf is followed one leaf at a time.
+    async fn take_leaf<T: Transport>(
+        &self,
+        c: &Client<T>,
+        s: &mut ScanScratch,
+        slot: Slot,
+        range: Range<usize>,
+        b: Bounds<'_>,
+        next: &mut Vec<Entry>,
+    ) -> IndexResult<()> {
+        let mut take = |s: &mut ScanScratch, key: &[u8], value: &[u8], state: State| {
             let live = matches!(state, State::Live { .. });
-            let in_range = key >= lo && hi.is_none_or(|hi| key < hi);
-            let fresh = out.last_key().is_none_or(|k| key > k);
-            if live && in_range && fresh {
-                out.push(key, value);
+            let in_range = key >= b.lo && b.hi.is_none_or(|hi| key < hi);
+            if live && in_range {
+                let k = s.items.len();
+                s.items.extend_from_slice(key);
+                let v = s.items.len();
+                s.items.extend_from_slice(value);
+                next.push(Entry::Item { key: k..v, value: v..s.items.len() });
             }
         };
-        let mut one = [0u8; MAX_LEAF];
-        let mut at = 0;
-        for s in slots {
-            let buf = &bytes[at..at + len(s)];
-            at += len(s);
-            c.compute(Work::BytesScanned, buf.len() as u64);
-            let mut state = match LeafView::decode(buf) {
-                Ok(v) => match v.status.state() {
-                    State::Moved(t) => State::Moved(t),
-                    st => {
-                        take(out, v.key, v.value, st);
-                        continue;
-                    }
-                },
-                Err(_) => State::Moved(*s),
-            };
-            // A torn read (in-place update in flight) or a move: read on, one leaf at a time.
-            let mut moves = Attempts::new();
-            while let State::Moved(t) = state {
-                let Some(Child::Leaf { addr, len }) = t.child() else { break };
-                moves.failed(addr, "chain of moved leaves")?;
-                let v = self.read_leaf(c, addr, len, &mut one).await?;
-                state = v.status.state();
-                if !matches!(state, State::Moved(_)) {
-                    take(out, v.key, v.value, state);
+        c.compute(Work::BytesScanned, range.len() as u64);
+        let bytes = std::mem::take(&mut s.bytes);
+        let mut state = match LeafView::decode(&bytes[range]) {
+            Ok(v) => match v.status.state() {
+                State::Moved(t) => State::Moved(t),
+                st => {
+                    take(s, v.key, v.value, st);
+                    s.bytes = bytes;
+                    return Ok(());
                 }
+            },
+            Err(_) => State::Moved(slot),
+        };
+        s.bytes = bytes;
+        // A torn read (in-place update in flight) or a move: read on, one leaf at a time.
+        let mut one = [0u8; MAX_LEAF];
+        let mut moves = Attempts::new();
+        while let State::Moved(t) = state {
+            let Some(Child::Leaf { addr, len }) = t.child() else { break };
+            moves.failed(addr, "chain of moved leaves")?;
+            let v = self.read_leaf(c, addr, len, &mut one).await?;
+            state = v.status.state();
+            if !matches!(state, State::Moved(_)) {
+                take(s, v.key, v.value, state);
             }
         }
         Ok(())
