@@ -183,6 +183,10 @@ pub(crate) struct ClientState {
     /// them in posting order).
     posted: Vec<u64>,
     started: Vec<u64>,
+    /// Per memory node: verbs that arrived before their turn, in arrival (so posting) order;
+    /// the first is let in when its predecessor starts, so a queue pair of n waiting verbs
+    /// costs O(n) events, not a re-arrival of each at every start.
+    parked: Vec<VecDeque<u32>>,
     pub(crate) outstanding: u32,
     pub(crate) quiesce_waker: Option<Waker>,
     pub(crate) crashed: bool,
@@ -366,6 +370,7 @@ impl World {
             qp_free: vec![0; nodes],
             posted: vec![0; nodes],
             started: vec![0; nodes],
+            parked: vec![VecDeque::new(); nodes],
             outstanding: 0,
             quiesce_waker: None,
             crashed: false,
@@ -619,16 +624,25 @@ impl World {
         let node = addr.node() as usize;
         let c = &mut self.clients[client as usize];
         let (qp_free, turn) = (c.qp_free[node], self.ops[i as usize].qp_seq == c.started[node]);
-        if qp_free > self.now || !turn {
-            // Its queue pair still serves the client's previous verb: the request waits in
-            // its own queue, holding no engine and no link other connections could use. A verb
-            // whose predecessor waits too (rescheduled for this very instant, after this verb's
-            // own arrival was scheduled) waits behind it: the predecessor's event is at or
-            // before `now`, so this one, scheduled later, comes after it.
-            self.schedule(qp_free.max(self.now), EventKind::Arrive, i, 0);
+        if !turn {
+            // Its predecessor on the queue pair has not started: the request waits in its own
+            // queue, holding no engine and no link other connections could use, until the
+            // predecessor's start lets it in (below).
+            c.parked[node].push_back(i);
+            return;
+        }
+        if qp_free > self.now {
+            // Its queue pair still serves the client's previous verb.
+            self.schedule(qp_free, EventKind::Arrive, i, 0);
             return;
         }
         c.started[node] += 1;
+        if let Some(next) = c.parked[node].pop_front() {
+            // Its successor arrived already: it comes again at this instant, after this
+            // verb has set when the queue pair frees, and waits for that.
+            debug_assert_eq!(self.ops[next as usize].qp_seq, c.started[node]);
+            self.schedule(self.now, EventKind::Arrive, next, 0);
+        }
         if self.now >= self.dead_at[node] {
             return self.time_out(i, Lost::Crashed);
         }
