@@ -51,10 +51,12 @@ impl SimTransport {
     }
 }
 
-/// Waits for one op's completion event; frees the op if dropped early.
+/// Waits for one op's completion event; abandons the op if dropped early, unless `taken`.
 struct OpWait<'a> {
     shared: &'a Shared,
     op: u32,
+    /// The op is not this wait's to abandon: done and taken, or left to a guard (a doorbell's
+    /// [`Unfinished`]).
     taken: bool,
 }
 
@@ -78,6 +80,26 @@ impl Drop for OpWait<'_> {
     fn drop(&mut self) {
         if !self.taken {
             self.shared.world.borrow_mut().abandon(self.op);
+        }
+    }
+}
+
+/// A doorbell's ops from `from` to `to` of `ids`, not finished yet: abandoned when dropped
+/// before they are (see [`World::abandon`](crate::world)).
+struct Unfinished<'a> {
+    shared: &'a Shared,
+    ids: [u32; dmindex_fabric::verbs::MAX_BATCH],
+    from: usize,
+    to: usize,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if self.from < self.to {
+            let mut w = self.shared.world.borrow_mut();
+            for &op in &self.ids[self.from..self.to] {
+                w.abandon(op);
+            }
         }
     }
 }
@@ -279,15 +301,20 @@ impl Transport for SimTransport {
             }
             ids
         };
+        // The doorbell's ops not finished yet are abandoned if this future is dropped (its
+        // client crashed at another doorbell of the same round), so that each frees its slot
+        // when it completes; the waits below leave that to this guard.
+        let mut unfinished = Unfinished { shared: &self.shared, ids, from: 0, to: ops.len() };
         // Completions arrive in order: the last one's wakes the task once for the whole
         // doorbell (a task ringing several doorbells together is polled once per doorbell, not
         // once per verb); any verb still out after it is waited for below.
         if let Some(&last) = ids[..ops.len()].last() {
-            OpWait { shared: &self.shared, op: last, taken: false }.await;
+            OpWait { shared: &self.shared, op: last, taken: true }.await;
         }
         let mut result = Ok(());
         for (i, op) in ops.iter_mut().enumerate() {
-            OpWait { shared: &self.shared, op: ids[i], taken: false }.await;
+            OpWait { shared: &self.shared, op: ids[i], taken: true }.await;
+            unfinished.from = i + 1;
             let r = match op {
                 BatchOp::Read { buf, .. } => self.finish(ids[i], Out::CopyTo(buf)).map(drop),
                 BatchOp::Write { .. } => self.finish(ids[i], Out::Discard).map(drop),

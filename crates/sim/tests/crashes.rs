@@ -187,3 +187,41 @@ fn an_armed_crash_strikes_at_its_post() {
     let out = s.run([Box::pin(async { c.write(addr, &[1; 8]).await.unwrap() }) as Task]);
     assert!(out.crashed.is_empty() && out.all_finished(), "{out:?}");
 }
+
+/// A client that crashes at one doorbell of a round rung together (`Client::doorbells`) rings
+/// none after it: with a crash armed at the round's second doorbell, the first lands whole, the
+/// second a prefix or nothing, the third nothing, so what landed is a prefix of the round. (A
+/// dead client once went on ringing the rest of the round, and could crash a second time.)
+#[test]
+fn a_crash_in_a_round_of_doorbells_rings_none_after_it() {
+    use dmindex_fabric::verbs::MAX_BATCH;
+    let n = 3 * MAX_BATCH;
+    let mut partial = 0;
+    for seed in 0..32 {
+        let (s, addr) = setup(seed, NetParams::stress(), 8 * n as u64);
+        s.set_faults(Faults::none());
+        let c = s.client_on_own_thread(0);
+        c.transport().crash_within(2);
+        let task = Box::pin(async {
+            let words = [[0xA5u8; 8]; 3 * MAX_BATCH];
+            let mut ops: Vec<dmindex_fabric::BatchOp<'_>> = words
+                .iter()
+                .enumerate()
+                .map(|(i, w)| dmindex_fabric::BatchOp::Write {
+                    addr: addr.add(8 * i as u64),
+                    data: w,
+                })
+                .collect();
+            let _ = c.doorbells(&mut ops).await;
+            unreachable!("the round's second doorbell crashes its client");
+        });
+        let mem = run_crashing(&s, addr, 8 * n, task);
+        let landed: Vec<bool> = mem.chunks(8).map(|w| w == [0xA5; 8]).collect();
+        let k = landed.iter().take_while(|&&l| l).count();
+        assert!(landed[k..].iter().all(|&l| !l), "seed {seed}: not a prefix: {landed:?}");
+        assert!((MAX_BATCH..=2 * MAX_BATCH).contains(&k), "seed {seed}: {k} WRITEs landed");
+        partial += usize::from(k > MAX_BATCH && k < 2 * MAX_BATCH);
+        assert_eq!(s.crashes().len(), 1, "seed {seed}: one crash");
+    }
+    assert!(partial > 0, "some seeds land part of the second doorbell");
+}

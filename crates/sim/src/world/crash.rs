@@ -92,9 +92,15 @@ impl World {
 
     /// Whether `client` crashes at an awaited post of `verbs` work requests (one doorbell), and
     /// if so how many of them went out before it died: `None`, no crash; `Some(0)`, the doorbell
-    /// was never rung; `Some(k)`, the first `k` (uniform in `1..=verbs`) go out. Draws from the
-    /// RNG only when a crash fires, so runs without crashes replay as before.
+    /// was never rung (always, for a client already crashed); `Some(k)`, the first `k` (uniform
+    /// in `1..=verbs`) go out. Draws from the RNG only when a crash fires, so runs without
+    /// crashes replay as before.
     pub(crate) fn crash_at_post(&mut self, client: u32, verbs: usize) -> Option<usize> {
+        if self.clients[client as usize].crashed {
+            // Dead already: a doorbell of the same round, rung after the one it died at, never
+            // goes out (its task is dropped at its next yield; nothing it rings lands).
+            return Some(0);
+        }
         if !self.crash_here(client) {
             return None;
         }
