@@ -75,6 +75,9 @@ impl<V: Variant> SmartIndex<V> {
         out: &mut ScanBuf,
     ) -> IndexResult<()> {
         out.clear();
+        if count == 0 {
+            return Ok(());
+        }
         let b = Bounds { lo, hi };
         let mut scratch = self.scans.get(c, ScanScratch::default);
         let s = &mut *scratch;
