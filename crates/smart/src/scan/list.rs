@@ -269,7 +269,10 @@ impl ScanScratch {
                 self.positions.truncate(child.start);
                 continue;
             }
-            let i = img.slots().iter().position(|x| x.thawed() == child_slot).unwrap_or(0);
+            // Its slot, through the image's own lookup (indexed for the large kinds): partial
+            // keys are unique in a node, and the child was listed from this image.
+            let i = img.find(child_slot.partial()).map_or(0, |(i, _)| i);
+            debug_assert_eq!(img.slots()[i].thawed(), child_slot);
             let link = Link { slot: slot_addr(addr, i), word: child_slot, depth };
             let all = all || cmp_prefix(p, b.lo) == Ordering::Greater;
             let frame = Frame { slot: child_slot, link: Some(link), pos: child, all };

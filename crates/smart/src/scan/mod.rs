@@ -100,9 +100,8 @@ impl<V: Variant> SmartIndex<V> {
             for &(addr, kind) in &s.path {
                 let buf = &s.bytes[at..at + kind.bytes()];
                 at += kind.bytes();
-                c.compute(Work::BytesScanned, buf.len() as u64);
                 // A stale address may hold no node: it is then simply not used.
-                if let Some(img) = self.adopt(addr, buf, kind) {
+                if let Some(img) = self.adopt(c, addr, buf, kind) {
                     s.known.push((addr, img));
                 }
             }
@@ -162,9 +161,7 @@ impl<V: Variant> SmartIndex<V> {
                             }
                         }
                         Some(Child::Inner { kind, .. }) => {
-                            let buf = &s.bytes[range];
-                            c.compute(Work::BytesScanned, buf.len() as u64);
-                            let Some(img) = self.adopt(addr, buf, kind) else {
+                            let Some(img) = self.adopt(c, addr, &s.bytes[range], kind) else {
                                 outcome = Err(IndexError::Corrupt(format!(
                                     "no radix node of {kind:?} at {addr:?}"
                                 )));
@@ -206,8 +203,9 @@ impl<V: Variant> SmartIndex<V> {
                     self.tree().switch(c, &l, addr, &img).await?;
                 }
                 restarts.failed(addr, "radix node frozen for a type switch")?;
-                // Resume after the last key returned (pairs returned were each the key's value
-                // at an instant of the scan).
+                // The pairs already returned stay (each was the key's value at an instant of the
+                // scan); the next pass starts from the start key and returns only keys after
+                // the last of them (`emit`).
                 bump(&self.counters.descent.fresh_restarts);
                 Ok(true)
             }
@@ -219,11 +217,18 @@ impl<V: Variant> SmartIndex<V> {
         }
     }
 
-    /// The image of the node at `addr` whose READ is `buf`, shared with the CN cache: the
-    /// cached copy if the READ found it unchanged (nothing decoded or allocated), else the READ
-    /// decoded and cached in its place, as SMART's range query caches the nodes it reads.
-    /// `None` if `buf` holds no node of `kind`.
-    fn adopt(&self, addr: GlobalAddr, buf: &[u8], kind: Kind) -> Option<Arc<NodeImage>> {
+    /// The image of the node at `addr` whose READ is `buf` (its bytes checked, charged as such),
+    /// shared with the CN cache: the cached copy if the READ found it unchanged (nothing decoded
+    /// or allocated), else the READ decoded and cached in its place, as SMART's range query
+    /// caches the nodes it reads. `None` if `buf` holds no node of `kind`.
+    fn adopt<T: Transport>(
+        &self,
+        c: &Client<T>,
+        addr: GlobalAddr,
+        buf: &[u8],
+        kind: Kind,
+    ) -> Option<Arc<NodeImage>> {
+        c.compute(Work::BytesScanned, buf.len() as u64);
         let cache = self.tree().cache;
         if let Some(old) = cache.get(addr).filter(|old| old.is_read_of(buf, kind)) {
             return Some(old);
@@ -255,31 +260,28 @@ impl<V: Variant> SmartIndex<V> {
         b: Bounds<'_>,
         next: &mut Vec<Entry>,
     ) -> IndexResult<()> {
-        let mut take = |s: &mut ScanScratch, key: &[u8], value: &[u8], state: State| {
+        let mut take = |items: &mut Vec<u8>, key: &[u8], value: &[u8], state: State| {
             let live = matches!(state, State::Live { .. });
             let in_range = key >= b.lo && b.hi.is_none_or(|hi| key < hi);
             if live && in_range {
-                let k = s.items.len();
-                s.items.extend_from_slice(key);
-                let v = s.items.len();
-                s.items.extend_from_slice(value);
-                next.push(Entry::Item { key: k..v, value: v..s.items.len() });
+                let k = items.len();
+                items.extend_from_slice(key);
+                let v = items.len();
+                items.extend_from_slice(value);
+                next.push(Entry::Item { key: k..v, value: v..items.len() });
             }
         };
         c.compute(Work::BytesScanned, range.len() as u64);
-        let bytes = std::mem::take(&mut s.bytes);
-        let mut state = match LeafView::decode(&bytes[range]) {
+        let mut state = match LeafView::decode(&s.bytes[range]) {
             Ok(v) => match v.status.state() {
                 State::Moved(t) => State::Moved(t),
                 st => {
-                    take(s, v.key, v.value, st);
-                    s.bytes = bytes;
+                    take(&mut s.items, v.key, v.value, st);
                     return Ok(());
                 }
             },
             Err(_) => State::Moved(slot),
         };
-        s.bytes = bytes;
         // A torn read (in-place update in flight) or a move: read on, one leaf at a time.
         let mut one = [0u8; MAX_LEAF];
         let mut moves = Attempts::new();
@@ -289,7 +291,7 @@ impl<V: Variant> SmartIndex<V> {
             let v = self.read_leaf(c, addr, len, &mut one).await?;
             state = v.status.state();
             if !matches!(state, State::Moved(_)) {
-                take(s, v.key, v.value, state);
+                take(&mut s.items, v.key, v.value, state);
             }
         }
         Ok(())
