@@ -80,7 +80,10 @@ pub struct MemberState {
     pub intents: Box<[Cell<u64>]>,
 }
 
-/// Most doorbells [`Client::doorbells`] rings before it waits (one round trip).
+/// Most doorbells [`Client::doorbells`] rings before it waits (one round trip). A bound of this
+/// client, not a measured NIC limit: 8 × [`MAX_BATCH`] = 128 verbs, which covers a 100-item
+/// scan's round and keeps the verbs a caller gathers on the stack small (SMART's code rings a
+/// doorbell of up to 1 024 READs per memory node).
 pub const MAX_DOORBELLS: usize = 8;
 
 /// Regroups `ops` so that each node's verbs are contiguous, nodes in the order their first verb
@@ -369,8 +372,8 @@ impl<T: Transport> Client<T> {
     /// together: one round trip for up to [`MAX_DOORBELLS`] doorbells, as a requester that
     /// rings several doorbells (on one queue pair or several) before it polls its completion
     /// queue (SMART's range query reads a tree level this way). Each node's verbs go in
-    /// doorbells of at most [`MAX_BATCH`], in the order given (a lone verb is posted alone, not
-    /// as a batch); nodes are taken in the order their first verb appears, and `ops` is
+    /// doorbells of at most [`MAX_BATCH`], in the order given (a doorbell of one verb counts as
+    /// that verb, not as a batch); nodes are taken in the order their first verb appears, and `ops` is
     /// regrouped by node in place, stably (each verb keeps its buffer). The verbs must not
     /// depend on each other: doorbells in flight together promise no order among them. More
     /// than [`MAX_DOORBELLS`] doorbells take one more round trip per [`MAX_DOORBELLS`]. Each

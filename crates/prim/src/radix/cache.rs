@@ -240,10 +240,10 @@ mod tests {
         // The root's copy and mid's: the leaf is not looked up.
         assert_eq!(w.probes, 2);
         assert_eq!(w.slot.map(|s| s.1.addr()), Some(Some(leaf)));
-        // The key leaves mid's prefix: the walk stops before trusting mid's copy.
         let mut path = Vec::new();
         assert_eq!(c.walk_path(root, Kind::N4, b"abc", &mut path), c.walk(root, Kind::N4, b"abc"));
         assert_eq!(path, [(root, Kind::N4), (mid, Kind::N4)], "the nodes passed, root first");
+        // The key leaves mid's prefix: the walk stops before trusting mid's copy.
         let w = c.walk(root, Kind::N4, b"aXc");
         assert_eq!((w.node, w.copy, w.slot), (mid, None, None));
         let w = c.walk(root, Kind::N4, b"b");
