@@ -57,9 +57,9 @@ impl<const MODE: u8> Store<MODE> {
         }
     }
 
-    /// READs the item `s` points to and, when `check`, group `g`'s view word in the same doorbell
-    /// (or alongside, if another node holds the item); whether the item holds `key` (its value
-    /// then in `out`).
+    /// READs the item `s` points to and, when `check`, group `g`'s view word in the same round
+    /// trip (one doorbell, or two rung together if another node holds the item); whether the
+    /// item holds `key` (its value then in `out`).
     async fn item_checked<T: Transport>(
         &self,
         c: &Client<T>,
@@ -74,19 +74,13 @@ impl<const MODE: u8> Store<MODE> {
             None => c.read(s.item, &mut buf).await?,
             Some((g, _)) => {
                 let at = self.view_word(g).at;
-                if at.node() == s.item.node() {
-                    let mut ops = [
-                        BatchOp::Read { addr: s.item, buf: &mut buf },
-                        BatchOp::Read { addr: at, buf: &mut word },
-                    ];
-                    c.batch(&mut ops).await?;
-                } else {
-                    let (a, b) =
-                        futures::future::join(c.read(s.item, &mut buf), c.read(at, &mut word))
-                            .await;
-                    a?;
-                    b?;
-                }
+                // One doorbell if both are on one node, else two rung together: one round
+                // trip either way.
+                let mut ops = [
+                    BatchOp::Read { addr: s.item, buf: &mut buf },
+                    BatchOp::Read { addr: at, buf: &mut word },
+                ];
+                c.doorbells(&mut ops).await?;
             }
         }
         if let Some((_, v)) = check {

@@ -14,8 +14,13 @@ fn key(n: u64) -> [u8; 8] {
 }
 
 fn cluster() -> LocalFabric {
+    cluster_of(4)
+}
+
+/// One data server (node 0), three index servers (1–3), and data servers past them.
+fn cluster_of(memory_nodes: u16) -> LocalFabric {
     let services = mn_services(2, dmindex_histore::SERVICES).unwrap();
-    LocalFabric::with_services(LocalConfig { memory_nodes: 4, ..LocalConfig::default() }, services)
+    LocalFabric::with_services(LocalConfig { memory_nodes, ..LocalConfig::default() }, services)
         .unwrap()
 }
 
@@ -75,5 +80,27 @@ fn all_skiplist_gets_are_requests() {
             2 + 2,
             "LOOKUP, then item and view word; LOOKUP, then the view word"
         );
+    }]);
+}
+
+/// An item on another data server than the view word's (node 0): the item and the view word
+/// are two doorbells rung together, one round trip, so every GET is two.
+#[test]
+fn a_get_of_an_item_on_another_node_than_the_view_word_is_still_two_round_trips() {
+    let f = cluster_of(6);
+    let c = f.client(0).unwrap();
+    let cfg = IndexConfig { expected_items: 1000, ..IndexConfig::default() };
+    run_tasks([async {
+        let ix = <HiStore as PointIndex<LocalTransport>>::create(&c, &cfg, 0).await.unwrap();
+        for n in 1..=200 {
+            ix.insert(&c, &key(n), &n.to_le_bytes()).await.unwrap();
+        }
+        let (rt, reads) = (c.counts().round_trips, c.counts().reads);
+        for n in 1..=200 {
+            assert_eq!(ix.search(&c, &key(n)).await.unwrap(), Some(n.to_le_bytes().to_vec()));
+        }
+        // Nodes 0, 4 and 5 are data servers and items go to one by hash: about two in three
+        // GETs read an item off node 0 here.
+        assert_eq!((c.counts().round_trips - rt, c.counts().reads - reads), (400, 600));
     }]);
 }
