@@ -17,7 +17,7 @@ use smallvec::SmallVec;
 use crate::layout::{self, Place, Slot, BUCKET};
 use crate::proto::{self, Put};
 use crate::route::{status, Miss};
-use crate::{Store, SERVICE};
+use crate::{ScanReads, Store, SERVICE};
 
 impl<const MODE: u8> Store<MODE> {
     /// Bytes to READ for the item `s` names: all of it, but no more than the longest item this
@@ -196,8 +196,8 @@ impl<const MODE: u8> Store<MODE> {
     }
 
     /// SCAN: one request per group to a skiplist replica, then the items in doorbells rung
-    /// together (with the view words, which validate the replies); retried whole if a group
-    /// missed.
+    /// together (with the view words, which validate the replies), or one after another with
+    /// [`ScanReads::Each`]; retried whole if a group missed.
     /// Into `out` (cleared first), with the working vectors from the handle's pool: nothing is
     /// allocated per pair (each request's reply is the fabric's).
     pub(crate) async fn scan_between<T: Transport>(
@@ -287,7 +287,19 @@ impl<const MODE: u8> Store<MODE> {
         reads.extend((0..checks).map(|g| (self.view_word(g).at, 8)));
         bytes.clear();
         bytes.resize(items + 8 * checks, 0);
-        doorbell::read_per_node(c, reads, bytes).await.map_err(|e| (0, e.into()))?;
+        let (mut one_by_one, mut rest) = (&reads[..0], &reads[..]);
+        if self.scan_reads == ScanReads::Each && !found.is_empty() {
+            // The paper's client: each item READ and awaited in turn; the last rides with the
+            // view words, which must be read after every item.
+            (one_by_one, rest) = reads.split_at(found.len() - 1);
+        }
+        let mut tail = &mut bytes[..];
+        for &(addr, len) in one_by_one {
+            let (piece, after) = std::mem::take(&mut tail).split_at_mut(len);
+            c.read(addr, piece).await.map_err(|e| (0, e.into()))?;
+            tail = after;
+        }
+        doorbell::read_per_node(c, rest, tail).await.map_err(|e| (0, e.into()))?;
         for (g, w) in bytes[items..].chunks_exact(8).enumerate() {
             self.still(views[g], w.try_into().expect("8 bytes")).map_err(|m| (g, m))?;
         }

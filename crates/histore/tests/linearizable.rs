@@ -28,6 +28,18 @@ fn histore_hot_keys_long_chains() {
     suite::<HiStore, Ordered>("histore_hot_keys", &cfg, 0..60);
 }
 
+/// The paper's SCAN client (each item READ in turn, the view words after the last): items on
+/// three data servers, written while the READs go on.
+#[test]
+fn histore_scans_reading_each_item_in_turn() {
+    let cfg = CheckConfig {
+        keys: 16,
+        index_options: vec![("scan_reads".into(), "each".into())],
+        ..on(6)
+    };
+    suite::<HiStore, Ordered>("histore_scan_each", &cfg, 0..40);
+}
+
 #[test]
 fn baselines() {
     suite::<AllSkiplist, Ordered>("all_skiplist", &on(4), 0..40);

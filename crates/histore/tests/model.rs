@@ -50,6 +50,13 @@ fn long_keys_and_values() {
     model_test::<HiStore, Ordered>(&cfg);
 }
 
+/// The paper's SCAN client, items on three data servers.
+#[test]
+fn histore_reading_scan_items_in_turn() {
+    model_test::<HiStore, Ordered>(&config(6, &[("scan_reads", "each")], 8));
+    model_test::<AllSkiplist, Ordered>(&config(6, &[("scan_reads", "each")], 8));
+}
+
 #[test]
 fn baselines() {
     model_test::<AllHashtable, PointOnly>(&config(4, &[], 8));

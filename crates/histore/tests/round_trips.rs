@@ -1,7 +1,8 @@
 //! Round trips per operation, one client, pinned against the paper's operations (§4.2): a GET is
 //! two one-sided READs (bucket, item), a PUT or UPDATE one WRITE of the item and one request, a
-//! DELETE one request, a SCAN one request plus the item READs, 16 to a doorbell; the baselines'
-//! GETs are a request and an item READ.
+//! DELETE one request, a SCAN one request plus the item READs, 16 to a doorbell (or one after
+//! another, as the paper's client reads them); the baselines' GETs are a request and an item
+//! READ.
 
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::local::LocalTransport;
@@ -80,6 +81,34 @@ fn all_skiplist_gets_are_requests() {
             2 + 2,
             "LOOKUP, then item and view word; LOOKUP, then the view word"
         );
+    }]);
+}
+
+/// With `scan_reads=each` a SCAN is the paper's client's: the request, then each item READ in
+/// turn, the last with the view word.
+#[test]
+fn a_scan_reading_each_item_in_turn_takes_a_round_trip_per_item() {
+    let f = cluster();
+    let c = f.client(0).unwrap();
+    let extra = vec![("scan_reads".to_string(), "each".to_string())];
+    let cfg = IndexConfig { expected_items: 1000, extra, ..IndexConfig::default() };
+    run_tasks([async {
+        let ix = <HiStore as PointIndex<LocalTransport>>::create(&c, &cfg, 0).await.unwrap();
+        for n in 1..=300 {
+            ix.insert(&c, &key(n), &n.to_le_bytes()).await.unwrap();
+        }
+        let (rt, reads) = (c.counts().round_trips, c.counts().reads);
+        let mut out = Vec::new();
+        ix.scan(&c, &key(11), 100, &mut out).await.unwrap();
+        let want: Vec<_> =
+            (11..111u64).map(|n| (key(n).to_vec(), n.to_le_bytes().to_vec())).collect();
+        assert_eq!(out, want);
+        assert_eq!((c.counts().round_trips - rt, c.counts().reads - reads), (1 + 100, 101));
+        let rt = c.counts().round_trips;
+        let mut none = Vec::new();
+        ix.scan(&c, &key(1000), 100, &mut none).await.unwrap();
+        assert!(none.is_empty(), "{none:?}");
+        assert_eq!(c.counts().round_trips - rt, 1 + 1, "the request, then the view word");
     }]);
 }
 
