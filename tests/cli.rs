@@ -890,6 +890,50 @@ fn sephash_ablation_runs_each_step_with_its_options() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// SepHash's Fig. 22: inserts then searches at each KV size, 16-byte keys; a search reads its
+/// item in one READ at every size up to 1 KB, so its verbs stay flat while its bytes grow.
+#[test]
+fn sephash_kv_size_grows_the_values_and_reads_each_item_once() {
+    let dir = std::env::temp_dir().join(format!("dmindex-exp-kv-{}", std::process::id()));
+    let out = dmindex(&[
+        "experiment",
+        "sephash/kv-size",
+        "--items",
+        "3000",
+        "--ops",
+        "2000",
+        "--peak-clients",
+        "4",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("kv-size.json")).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 12);
+    let of = |series: &str| -> Vec<(f64, f64, f64)> {
+        let per_op = |r: &serde_json::Value, k: &str| r["report"][k].as_f64().unwrap();
+        runs.iter()
+            .filter(|r| r["series"] == series)
+            .map(|r| {
+                assert_eq!(r["report"]["index"], "sephash");
+                let x = r["x"].as_f64().unwrap();
+                (x, per_op(r, "verbs_per_op"), per_op(r, "bytes_read_per_op"))
+            })
+            .collect()
+    };
+    let (inserts, searches) = (of("SepHash insert"), of("SepHash search"));
+    let xs: Vec<f64> = searches.iter().map(|s| s.0).collect();
+    assert_eq!(xs, [32.0, 64.0, 128.0, 256.0, 512.0, 1024.0]);
+    assert_eq!(inserts.len(), 6);
+    let (small, large) = (searches[0], searches[5]);
+    assert!(large.2 > small.2 + 900.0, "a 1 KB item is read whole: {small:?} {large:?}");
+    assert!(large.1 < small.1 + 0.1, "and in one READ: {small:?} {large:?}");
+    assert!(std::fs::read_to_string(dir.join("kv-size.svg")).unwrap().starts_with("<svg"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A paper-scale style run, small: memory filled by fast-forward (no LOAD figure, the load
 /// untimed), only the workloads asked for, the testbed's costs overridden.
 #[test]

@@ -96,6 +96,11 @@ pub static PAPER: Paper = Paper {
             figure: "Fig. 21: insert and search throughput vs memory nodes",
             body: memory_nodes, took_s: Some(478),
         },
+        Experiment {
+            name: "kv-size",
+            figure: "Fig. 22: SepHash insert and search throughput vs KV size (16-byte keys)",
+            body: kv_size, took_s: Some(125),
+        },
     ],
 };
 
@@ -450,6 +455,28 @@ fn memory_nodes(s: &mut Session<'_>) -> anyhow::Result<()> {
     }
     let t = lines(&s.runs, mops);
     s.chart("memory-nodes", chart("Memory nodes", "memory nodes", "Mops/s", t));
+    Ok(())
+}
+
+/// KV sizes of Fig. 22 (key and value bytes; keys stay 16 bytes).
+const KV_BYTES: [usize; 6] = [32, 64, 128, 256, 512, 1024];
+
+/// Fig. 22: SepHash's inserts and searches at peak threads as its items grow. The paper finds
+/// inserts flat (bound by CAS) and searches falling past 256 bytes (its Fig. 3: a READ's latency
+/// rises past the PCIe packet size).
+fn kv_size(s: &mut Session<'_>) -> anyhow::Result<()> {
+    let peak = s.scale.peak_clients;
+    for (op, make) in
+        [("insert", inserts as fn(&Session<'_>, &str, usize) -> BenchConfig), ("search", searches)]
+    {
+        sweep(s, &format!("SepHash {op}"), &KV_BYTES, |s, kv| {
+            let mut c = make(s, "sephash", peak);
+            c.keys.value_size = kv - c.keys.size;
+            c
+        })?;
+    }
+    let t = lines(&s.runs, mops);
+    s.chart("kv-size", chart("Fig. 22: KV size", "KV size (bytes)", "Mops/s", t));
     Ok(())
 }
 
