@@ -179,6 +179,20 @@ impl Shape {
         Ok(Shape { slots, value, width, per_line, cell, key_lines, cells_at, bytes })
     }
 
+    /// The shape with the most slots whose leaf takes at most `bytes` (at least 2 slots, which
+    /// take more than `bytes` only with values of hundreds of bytes).
+    pub fn fitting(bytes: usize, value: usize) -> IndexResult<Shape> {
+        let mut best = Shape::new(2, value)?;
+        for slots in 3..=MAX_SLOTS {
+            let s = Shape::new(slots, value)?;
+            if s.bytes > bytes {
+                break;
+            }
+            best = s;
+        }
+        Ok(best)
+    }
+
     /// Offset of the word holding key `j`.
     pub const fn key_at(&self, j: usize) -> usize {
         let i = j % KEYS_PER_LINE;

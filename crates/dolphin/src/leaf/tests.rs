@@ -18,6 +18,7 @@ fn layout_is_pinned() {
     // 84 slots is the most a 1 KB leaf holds with 8-byte values (the first build: 36).
     let per_kb = (2..=MAX_SLOTS).take_while(|&n| Shape::new(n, 8).unwrap().bytes <= 1024).last();
     assert_eq!(per_kb, Some(84));
+    assert_eq!(Shape::fitting(1024, 8).unwrap(), s, "the default leaf");
     assert_eq!(Shape::new(85, 8).unwrap().bytes, 1152, "a key line and a value line more");
     assert_eq!(Shape::new(36, 8).unwrap().bytes, 64 * (1 + 2 + 6));
     assert_eq!(Shape::new(65, 8).unwrap().bytes, 64 * (1 + 3 + 10), "the paper's 65 slots");
@@ -197,4 +198,35 @@ fn split_or_compact() {
     assert_eq!(split_at(&s, 84), Some(42));
     assert_eq!(split_at(&s, 64), Some(32));
     assert_eq!(split_at(&s, 63), None, "three quarters live: compact in place");
+}
+
+/// The default leaf is the paper's 1 KB at every value size: fewer slots as values grow, never
+/// fewer than 2.
+#[test]
+fn the_default_leaf_fits_in_a_kilobyte_at_every_value_size() {
+    let got: Vec<(usize, usize, usize)> = [8, 16, 32, 56, 100, 400, 1000]
+        .iter()
+        .map(|&v| {
+            let f = Shape::fitting(1024, v).unwrap();
+            (v, f.slots, f.bytes)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (8, 84, 1024),
+            (16, 39, 1024),
+            (32, 14, 1024),
+            (56, 14, 1024),
+            (100, 7, 1024),
+            (400, 2, 1024),
+            (1000, 2, 2176)
+        ]
+    );
+    for &(v, slots, bytes) in &got {
+        assert!(bytes <= 1024 || slots == 2, "{v}-byte values");
+        if bytes <= 1024 && slots < MAX_SLOTS {
+            assert!(Shape::new(slots + 1, v).unwrap().bytes > 1024, "{v}: one more would fit");
+        }
+    }
 }
