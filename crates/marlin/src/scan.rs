@@ -194,14 +194,18 @@ impl Marlin {
         out: &mut ScanBuf,
     ) -> IndexResult<()> {
         let ScanScratch { pairs, reads, bytes, value } = scratch;
-        let len = self.items.first_read();
         reads.clear();
-        reads.extend(pairs.iter().map(|&(_, item)| (item, len)));
+        // Each item's first READ, cut at the end of its node's region (items are packed, so a
+        // short one there has no room for the longest item's READ).
+        reads.extend(pairs.iter().map(|&(_, item)| (item, self.items.first_read_at(c, item))));
         bytes.clear();
-        bytes.resize(pairs.len() * len, 0);
+        bytes.resize(reads.iter().map(|r| r.1).sum(), 0);
         doorbell::read_per_node(c, reads, bytes).await?;
         add(&self.counters.scan_items, pairs.len() as u64);
-        for (&(k, item), b) in pairs.iter().zip(bytes.chunks(len)) {
+        let mut at = 0;
+        for (&(k, item), &(_, len)) in pairs.iter().zip(reads.iter()) {
+            let b = &bytes[at..at + len];
+            at += len;
             let key = k.to_be_bytes();
             match self.items.parse(item, b)? {
                 Some((ik, v)) if ik == key => out.push(&key, v),
