@@ -22,7 +22,7 @@
 //! | GET | 2 (bucket, item) | READ the key's bucket (and chain), match signatures, READ the item and the view word (one doorbell), check its key (a miss: the bucket, then the view word) |
 //! | PUT / UPDATE | 2 (item, request) | WRITE the item to a data server, then WRITE to the primary: log, ship to both backups, wait, CAS the slot, answer |
 //! | DELETE | 1 | the same request without an item |
-//! | SCAN | 2 (1 + ⌈⌈items / 16⌉ / 8⌉) | SCAN to a backup, which takes the primary's cut, applies its log to it, merges its partitions; the client READs the items, 16 to a doorbell, every doorbell rung before any is awaited (with `scan_reads=each`, as the paper's client: 1 + items, one READ after another) |
+//! | SCAN | 2 (1 + ⌈⌈items / 16⌉ / 8⌉) | SCAN to a backup, which takes the primary's cut, applies its log to it, merges its partitions; the client READs the items, 16 to a doorbell, every doorbell rung before any is awaited (with `scan_reads=each`, as the paper's client: 1 + max(items, 1), one READ after another) |
 //!
 //! The write protocol, group commit, asynchronous apply and the cut that closes the paper's
 //! scan race are in [`replica`]. Failures: each group has a view word (`dmindex_prim::view`);
@@ -106,8 +106,9 @@ pub enum ScanReads {
     /// [`dmindex_fabric::client::MAX_DOORBELLS`] doorbells of 16 (`scan_reads=together`, the default).
     Together,
     /// One at a time in key order, each awaited before the next, the last with the view words
-    /// (`scan_reads=each`): the paper's client, whose SCAN spends about 96 % of its time in data
-    /// access (§5.3), which only a READ per item in turn accounts for.
+    /// (`scan_reads=each`; 1 + max(items, 1) round trips): the paper's client, whose SCAN spends
+    /// about 96 % of its time in data access (§5.3), which only a READ per item in turn
+    /// accounts for.
     Each,
 }
 

@@ -290,7 +290,8 @@ impl<const MODE: u8> Store<MODE> {
         let (mut one_by_one, mut rest) = (&reads[..0], &reads[..]);
         if self.scan_reads == ScanReads::Each && !found.is_empty() {
             // The paper's client: each item READ and awaited in turn; the last rides with the
-            // view words, which must be read after every item.
+            // view words. Those must be read after the replies (the replicas' state they
+            // validate), which they are; items are immutable, so any order among them will do.
             (one_by_one, rest) = reads.split_at(found.len() - 1);
         }
         let mut tail = &mut bytes[..];
