@@ -236,17 +236,9 @@ impl Blocks {
         }
         let mut head = [0u8; GUESS];
         c.read(a, &mut head[..guess]).await?;
-        let (klen, vlen) = self.lengths(a, &head[..guess])?;
-        let probe = |k: &[u8]| key.is_none_or(|key| key == k);
-        // The block's header and key are checked, its value copied out: at most what came back.
-        let total = HEADER + klen + vlen;
-        c.compute(Work::BytesScanned, total.min(guess) as u64);
-        c.compute(Work::KeyCompare, u64::from(key.is_some()));
-        if key.is_some_and(|key| klen != key.len())
-            || (HEADER + klen <= guess && !probe(&head[HEADER..HEADER + klen]))
-        {
+        let Some((klen, total)) = self.first_holds(c, a, &head[..guess], key)? else {
             return Ok(false);
-        }
+        };
         // Up to [`GUESS`] the first READ is the longest block these blocks hold, so a block
         // longer than it was cut by the end of its node's region: not a block.
         if total > guess {
@@ -268,21 +260,15 @@ impl Blocks {
         let guess = self.first_read_at(c, a);
         out.resize(guess, 0);
         c.read(a, out).await?;
-        let (klen, vlen) = self.lengths(a, out)?;
-        let total = HEADER + klen + vlen;
-        c.compute(Work::BytesScanned, total.min(guess) as u64);
-        c.compute(Work::KeyCompare, u64::from(key.is_some()));
-        let probe = |b: &[u8]| key.is_none_or(|key| key == &b[HEADER..HEADER + klen]);
-        // The key is checked before a second READ when the first brought it whole.
-        if key.is_some_and(|key| klen != key.len()) || (HEADER + klen <= guess && !probe(out)) {
+        let Some((klen, total)) = self.first_holds(c, a, out, key)? else {
             out.clear();
             return Ok(false);
-        }
+        };
         if total > guess {
             out.resize(total, 0);
             c.read(a.add(guess as u64), &mut out[guess..]).await?;
             c.compute(Work::BytesScanned, (total - guess) as u64);
-            if !probe(out) {
+            if key.is_some_and(|key| key != &out[HEADER..HEADER + klen]) {
                 out.clear();
                 return Ok(false);
             }
@@ -290,6 +276,27 @@ impl Blocks {
         out.truncate(total);
         out.drain(..HEADER + klen);
         Ok(true)
+    }
+
+    /// What the first READ `first` of the block at `a` says, its work charged: `None` if the
+    /// block cannot hold `key` (its key's length differs, or the key came whole and differs),
+    /// else its key's length and the block's. The key is checked here when the first READ
+    /// brought it whole, so that a block of another key costs no second READ.
+    fn first_holds<T: Transport>(
+        &self,
+        c: &Client<T>,
+        a: GlobalAddr,
+        first: &[u8],
+        key: Option<&[u8]>,
+    ) -> IndexResult<Option<(usize, usize)>> {
+        let (klen, vlen) = self.lengths(a, first)?;
+        let total = HEADER + klen + vlen;
+        c.compute(Work::BytesScanned, total.min(first.len()) as u64);
+        c.compute(Work::KeyCompare, u64::from(key.is_some()));
+        let differs = key.is_some_and(|key| {
+            klen != key.len() || first.get(HEADER..HEADER + klen).is_some_and(|k| k != key)
+        });
+        Ok((!differs).then_some((klen, total)))
     }
 
     /// `f` of the key of the block at `a`: one READ of the header and the longest key, onto the
