@@ -232,7 +232,7 @@ impl Blocks {
         out.clear();
         let guess = self.first_read_at(c, a);
         if guess > GUESS {
-            return self.long_value_into(c, a, key, out).await;
+            return self.long_value_into(c, a, guess, key, out).await;
         }
         let mut head = [0u8; GUESS];
         c.read(a, &mut head[..guess]).await?;
@@ -248,16 +248,16 @@ impl Blocks {
         Ok(true)
     }
 
-    /// [`Blocks::value_into`] for blocks that may be longer than [`GUESS`]: the first READ lands
-    /// in `out` itself, and the header and key are dropped from its front.
+    /// [`Blocks::value_into`] for blocks that may be longer than [`GUESS`]: the first READ, of
+    /// `guess` bytes, lands in `out` itself, and the header and key are dropped from its front.
     async fn long_value_into<T: Transport>(
         &self,
         c: &Client<T>,
         a: GlobalAddr,
+        guess: usize,
         key: Option<&[u8]>,
         out: &mut Vec<u8>,
     ) -> IndexResult<bool> {
-        let guess = self.first_read_at(c, a);
         out.resize(guess, 0);
         c.read(a, out).await?;
         let Some((klen, total)) = self.first_holds(c, a, out, key)? else {

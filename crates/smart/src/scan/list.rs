@@ -123,28 +123,21 @@ pub(super) fn round_cut(frontier: &[Entry], wanted: usize) -> usize {
         if keys >= wanted || reads == ROUND_READS {
             return j.max(1);
         }
-        match e {
-            Entry::Item { .. } => keys += 1,
-            Entry::Rest(r) => keys += r.left,
-            Entry::Unread(f) => {
-                keys += keys_at_least(f.slot);
-                reads += 1;
-            }
-        }
+        keys += e.keys_at_least();
+        reads += usize::from(matches!(e, Entry::Unread(_)));
     }
     frontier.len()
 }
 
-/// Keys the frontier's first `n` entries hold at least.
-fn keys_before(frontier: &[Entry], n: usize) -> usize {
-    frontier[..n]
-        .iter()
-        .map(|e| match e {
+impl Entry {
+    /// Keys this entry holds at least.
+    fn keys_at_least(&self) -> usize {
+        match self {
             Entry::Item { .. } => 1,
             Entry::Rest(r) => r.left,
             Entry::Unread(f) => keys_at_least(f.slot),
-        })
-        .sum()
+        }
+    }
 }
 
 impl ScanScratch {
@@ -159,7 +152,8 @@ impl ScanScratch {
                 return;
             };
             let Entry::Rest(rest) = self.frontier.remove(r) else { unreachable!("found above") };
-            let budget = wanted.saturating_sub(keys_before(&self.frontier, r)).max(1);
+            let before: usize = self.frontier[..r].iter().map(Entry::keys_at_least).sum();
+            let budget = wanted.saturating_sub(before).max(1);
             let mut listed = std::mem::take(&mut self.next);
             listed.clear();
             self.known.clear();
