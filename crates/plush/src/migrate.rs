@@ -1,0 +1,350 @@
+//! Migrations, all under the top group's lock: a full top bucket sends its group's entries one
+//! level down, a group that lists its most runs sends its own down first, and the deepest
+//! level compacts in place (crate docs).
+//!
+//! Every step copies before it clears: runs are appended below (run WRITE, then the WRITE of
+//! the descriptor line that lists it, one doorbell on the group's node) before the group above
+//! is cleared or reset. A writer that stops anywhere leaves copies, never a gap.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
+use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::counter::{add, bump};
+use dmindex_prim::doorbell;
+use dmindex_prim::kv_block;
+use dmindex_prim::lease;
+use smallvec::SmallVec;
+
+use crate::layout::{
+    entry_block, is_deleted, run_word, words, Desc, Hashes, Record, FANOUT, GROUP, GROUP_CHILDREN,
+    MAX_RUN, TOP_BUCKETS, TOP_CHILDREN,
+};
+use crate::Plush;
+
+/// An entry on its way down, with its key (to merge versions) and the key's hashes (to place
+/// it and fill a filter).
+struct Item {
+    h: Hashes,
+    entry: u64,
+    key: SmallVec<[u8; 24]>,
+}
+
+/// Zeros to clear a top group's buckets with (16 buckets of at most 16 entries).
+static ZEROS: [u8; FANOUT * 16 * 8] = [0; FANOUT * 16 * 8];
+
+/// One list of items per child digit.
+type Lists = Vec<Vec<Item>>;
+
+/// A migration step that may recurse one level down.
+type Step<'a> = Pin<Box<dyn Future<Output = IndexResult<()>> + 'a>>;
+
+/// The children words of a group, from the 128 bytes at its children array.
+fn children(b: &[u8]) -> [u64; FANOUT] {
+    let mut out = [0u64; FANOUT];
+    for (o, w) in out.iter_mut().zip(words(b)) {
+        *o = w;
+    }
+    out
+}
+
+/// The newest item of each key, from items oldest first (a later one replaces an earlier).
+fn newest_per_key(items: Vec<Item>) -> Vec<Item> {
+    let mut at: HashMap<SmallVec<[u8; 24]>, usize> = HashMap::with_capacity(items.len());
+    let mut out: Vec<Item> = Vec::with_capacity(items.len());
+    for it in items {
+        match at.get(&it.key) {
+            Some(&i) => out[i] = it,
+            None => {
+                at.insert(it.key.clone(), out.len());
+                out.push(it);
+            }
+        }
+    }
+    out
+}
+
+impl Plush {
+    /// Moves every entry of the top group at `top` to level 1 and clears its buckets.
+    pub(crate) async fn migrate_top<T: Transport>(
+        &self,
+        c: &Client<T>,
+        top: GlobalAddr,
+    ) -> IndexResult<()> {
+        bump(&self.counters.top_migrations);
+        let buckets = FANOUT * self.shape.bucket_bytes();
+        let mut image = vec![0u8; (TOP_BUCKETS - TOP_CHILDREN) as usize + buckets];
+        c.read(top.add(TOP_CHILDREN), &mut image).await?;
+        let (kids, slots) = image.split_at((TOP_BUCKETS - TOP_CHILDREN) as usize);
+        // A top group holds one entry per key (one bucket per key, one slot per key in it).
+        let entries: Vec<u64> = words(slots).filter(|&e| e != 0).collect();
+        let items = self.items(c, &entries).await?;
+        add(&self.counters.migrated_entries, items.len() as u64);
+        let lists = self.split(items, 1);
+        self.publish(c, top.node(), top.add(TOP_CHILDREN), children(kids), 1, lists).await?;
+        c.write(top.add(TOP_BUCKETS), &ZEROS[..buckets]).await?;
+        Ok(())
+    }
+
+    /// Items with keys for `entries`: one READ of each block's header and longest key, rung
+    /// together per memory node.
+    async fn items<T: Transport>(&self, c: &Client<T>, entries: &[u64]) -> IndexResult<Vec<Item>> {
+        let want = kv_block::HEADER + self.config.max_key;
+        let mut pieces = Vec::with_capacity(entries.len());
+        for &e in entries {
+            self.check_entry(c, e)?;
+            let a = entry_block(e);
+            let room = c.info().node_size(a.node()).unwrap_or(0).saturating_sub(a.offset());
+            pieces.push((a, want.min(usize::try_from(room).unwrap_or(usize::MAX))));
+        }
+        let mut buf = vec![0u8; pieces.iter().map(|p| p.1).sum()];
+        if self.keys_each {
+            let mut rest = &mut buf[..];
+            for &(a, len) in &pieces {
+                let (piece, tail) = std::mem::take(&mut rest).split_at_mut(len);
+                c.read(a, piece).await?;
+                rest = tail;
+                // A long migration holds the lock for many round trips: keep the lease.
+                lease::renew_if_due(c).await?;
+            }
+        } else {
+            doorbell::read_per_node(c, &pieces, &mut buf).await?;
+        }
+        let mut items = Vec::with_capacity(entries.len());
+        let mut at = 0;
+        for (&e, &(a, len)) in entries.iter().zip(&pieces) {
+            let piece = &buf[at..at + len];
+            at += len;
+            let Some(key) = self.blocks.parse_key(a, piece)? else {
+                return Err(IndexError::Corrupt(format!("block at {a} runs past its node")));
+            };
+            items.push(Item { h: Hashes::of(key), entry: e, key: SmallVec::from_slice(key) });
+        }
+        c.compute(Work::KeyHash, items.len() as u64);
+        c.compute(Work::BytesScanned, buf.len() as u64);
+        Ok(items)
+    }
+
+    /// `items` split by their digit at `level`.
+    fn split(&self, items: Vec<Item>, level: usize) -> Lists {
+        let mut lists: Lists = (0..self.shape.fanout()).map(|_| Vec::new()).collect();
+        for it in items {
+            lists[it.h.digit(level, self.shape.fanout_bits)].push(it);
+        }
+        lists
+    }
+
+    /// Appends each non-empty list as a new run of the level-`level` child of its digit (the
+    /// children array at `children_at`, holding `kids`), creating the child if there is none.
+    /// Tombstones bound for a child created here are dropped: nothing lies below it.
+    fn publish<'a, T: Transport>(
+        &'a self,
+        c: &'a Client<T>,
+        node: u16,
+        children_at: GlobalAddr,
+        kids: [u64; FANOUT],
+        level: usize,
+        lists: Lists,
+    ) -> Step<'a> {
+        Box::pin(async move {
+            for (d, mut list) in lists.into_iter().enumerate() {
+                if list.is_empty() {
+                    continue;
+                }
+                // Each child costs round trips under the lock (and may cascade): keep the
+                // lease, so that waiters do not judge this holder dead.
+                lease::renew_if_due(c).await?;
+                let mut group = GlobalAddr::from_raw(kids[d]);
+                let desc = if group.is_null() {
+                    let before = list.len();
+                    list.retain(|it| !is_deleted(it.entry));
+                    add(&self.counters.tombstones_dropped, (before - list.len()) as u64);
+                    if list.is_empty() {
+                        continue;
+                    }
+                    // Zeroed memory: epoch 0, no runs, no children.
+                    group = c.alloc_on(node, GROUP, 64).await?;
+                    c.write(children_at.add(8 * d as u64), &group.raw().to_le_bytes()).await?;
+                    Desc::default()
+                } else {
+                    if !Self::fits(c, group, GROUP, Some(node)) {
+                        return Err(IndexError::Corrupt(format!("plush group at {group}")));
+                    }
+                    self.read_desc(c, group, None).await?.0
+                };
+                self.append_run(c, node, group, level, desc, list).await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Appends `list` (newer than everything in the group) to the group at `group` as a run;
+    /// a group that lists its most runs migrates first, or at the deepest level compacts with
+    /// it.
+    async fn append_run<T: Transport>(
+        &self,
+        c: &Client<T>,
+        node: u16,
+        group: GlobalAddr,
+        level: usize,
+        mut desc: Desc,
+        list: Vec<Item>,
+    ) -> IndexResult<()> {
+        if self.size(group, &desc)? >= self.shape.runs {
+            if level == self.shape.levels {
+                return self.compact(c, node, group, desc, list).await;
+            }
+            self.migrate_group(c, node, group, level, &desc).await?;
+            desc = desc.next_epoch(None);
+        }
+        let Some(record) = self.write_entries(c, node, &list).await? else {
+            return Ok(());
+        };
+        let n = self.size(group, &desc)?;
+        desc.records[n] = record;
+        desc.valid |= 1 << n;
+        let line = desc.line(n / 2);
+        let run = record.run;
+        let (at, len) = self.run_range(c, run, node)?;
+        debug_assert_eq!(len, 8 * list.len());
+        // The run's entries land before the line that lists it (one doorbell, in order); the
+        // line is one cache line, written whole even if this client stops in the WRITE.
+        let data = entries_bytes(&list);
+        let mut ops = [
+            BatchOp::Write { addr: at, data: &data },
+            BatchOp::Write { addr: group.add(64 * (n / 2) as u64), data: &line },
+        ];
+        doorbell::post(c, &mut ops).await
+    }
+
+    /// The runs a writer's image of the group at `group` lists (its valid records must be a
+    /// prefix: a writer holds the lock).
+    fn size(&self, group: GlobalAddr, desc: &Desc) -> IndexResult<usize> {
+        match desc.size() {
+            Some(n) if n <= self.shape.runs => Ok(n),
+            _ => Err(IndexError::Corrupt(format!(
+                "plush group at {group}: runs {:#b} listed",
+                desc.valid
+            ))),
+        }
+    }
+
+    /// Allocates a run for `list` on `node` and returns its record (filter and run word),
+    /// `None` for an empty list; the caller WRITEs the entries ([`entries_bytes`]) before the
+    /// line that lists them.
+    async fn write_entries<T: Transport>(
+        &self,
+        c: &Client<T>,
+        node: u16,
+        list: &[Item],
+    ) -> IndexResult<Option<Record>> {
+        if list.is_empty() {
+            return Ok(None);
+        }
+        if list.len() > MAX_RUN {
+            return Err(IndexError::Full(format!(
+                "a plush run of {} entries (at most {MAX_RUN}: the deepest level holds at most \
+                 that many keys a group)",
+                list.len()
+            )));
+        }
+        let mut filter = [0u64; 2];
+        for it in list {
+            let f = it.h.filter();
+            filter = [filter[0] | f[0], filter[1] | f[1]];
+        }
+        let run = c.alloc_on(node, 8 * list.len() as u64, 64).await?;
+        Ok(Some(Record { filter, run: run_word(list.len(), run) }))
+    }
+
+    /// Every entry the runs of `desc` list, oldest first, with keys.
+    async fn run_items<T: Transport>(
+        &self,
+        c: &Client<T>,
+        node: u16,
+        desc: &Desc,
+    ) -> IndexResult<Vec<Item>> {
+        let n = desc.valid.count_ones() as usize;
+        let mut pieces = Vec::with_capacity(n);
+        for r in &desc.records[..n] {
+            pieces.push(self.run_range(c, r.run, node)?);
+        }
+        let mut runs = vec![0u8; pieces.iter().map(|p| p.1).sum()];
+        doorbell::read_per_node(c, &pieces, &mut runs).await?;
+        let entries: Vec<u64> = words(&runs).collect();
+        if entries.contains(&0) {
+            return Err(IndexError::Corrupt("plush run with an empty entry".into()));
+        }
+        self.items(c, &entries).await
+    }
+
+    /// Sends the group at `group` (level `level`, above the deepest) down: its runs merged,
+    /// the newest entry of each key kept, appended to its children, then its descriptor reset
+    /// to no runs.
+    async fn migrate_group<T: Transport>(
+        &self,
+        c: &Client<T>,
+        node: u16,
+        group: GlobalAddr,
+        level: usize,
+        desc: &Desc,
+    ) -> IndexResult<()> {
+        bump(&self.counters.group_migrations);
+        let items = newest_per_key(self.run_items(c, node, desc).await?);
+        add(&self.counters.migrated_entries, items.len() as u64);
+        let mut kids = [0u8; 8 * FANOUT];
+        c.read(group.add(GROUP_CHILDREN), &mut kids).await?;
+        let lists = self.split(items, level + 1);
+        self.publish(c, node, group.add(GROUP_CHILDREN), children(&kids), level + 1, lists).await?;
+        // Line 0 alone, with the next epoch: every run the group listed drops out at once.
+        c.write(group, &desc.next_epoch(None).line(0)).await?;
+        Ok(())
+    }
+
+    /// The deepest level's migration: the group's runs and `incoming` (newer) merged into one
+    /// run, tombstones dropped (nothing lies below).
+    async fn compact<T: Transport>(
+        &self,
+        c: &Client<T>,
+        node: u16,
+        group: GlobalAddr,
+        desc: Desc,
+        incoming: Vec<Item>,
+    ) -> IndexResult<()> {
+        bump(&self.counters.compactions);
+        let mut items = self.run_items(c, node, &desc).await?;
+        items.extend(incoming);
+        let mut merged = newest_per_key(items);
+        let before = merged.len();
+        merged.retain(|it| !is_deleted(it.entry));
+        add(&self.counters.tombstones_dropped, (before - merged.len()) as u64);
+        let record = self.write_entries(c, node, &merged).await?;
+        let line = desc.next_epoch(record).line(0);
+        match record {
+            Some(r) => {
+                let (at, _) = self.run_range(c, r.run, node)?;
+                let data = entries_bytes(&merged);
+                let mut ops = [
+                    BatchOp::Write { addr: at, data: &data },
+                    BatchOp::Write { addr: group, data: &line },
+                ];
+                doorbell::post(c, &mut ops).await
+            }
+            None => {
+                c.write(group, &line).await?;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The entries of `list`, little-endian, as a run holds them.
+fn entries_bytes(list: &[Item]) -> Vec<u8> {
+    let mut data = Vec::with_capacity(8 * list.len());
+    for it in list {
+        data.extend_from_slice(&it.entry.to_le_bytes());
+    }
+    data
+}
