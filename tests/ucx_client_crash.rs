@@ -82,6 +82,7 @@ macro_rules! with_index {
             "sephash" => $f::<dmindex_sephash::SepHash>(),
             "race" => $f::<dmindex_race::Race>(),
             "race-sephash" => $f::<dmindex_race::RaceSepHash>(),
+            "plush" => $f::<dmindex_plush::Plush>(),
             "smart" => $f::<dmindex_smart::Smart>(),
             "smart-opt" => $f::<dmindex_smart::SmartOpt>(),
             "dolphin" => $f::<dmindex_dolphin::Dolphin>(),

@@ -166,6 +166,12 @@ pub static INDEXES: &[IndexEntry] = &[
         PointOnly
     ),
     index!(
+        "plush",
+        "Plush (PVLDB '22) as the SepHash paper ported it: log-structured leveled hash, runs migrated down by 16",
+        dmindex_plush::Plush,
+        PointOnly
+    ),
+    index!(
         "smart",
         "SMART (OSDI '23): adaptive radix tree, lock-free inner nodes, one item per leaf",
         dmindex_smart::Smart,
