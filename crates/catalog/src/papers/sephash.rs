@@ -48,6 +48,16 @@ pub static PAPER: Paper = Paper {
             why: "RACE as the SepHash authors ran it: one global split lock, the whole \
                   directory re-read on every conflict, entries moved one by one",
         },
+        Line {
+            label: "Plush",
+            index: "plush",
+            options: &[],
+            scaled: None,
+            why: "Plush in the SepHash authors' shape (128 top groups of 16 buckets of 16 \
+                  entries, fanout 16), each migration one immutable run per child group with a \
+                  Bloom filter; the figures also run it as their port reads, every run of a \
+                  group and each key one READ at a time (series \"plush (SepHash's)\")",
+        },
     ],
     experiments: &[
         Experiment {
@@ -123,8 +133,43 @@ fn scale() -> Scale {
 /// Threads per compute node in the paper's placement.
 const PER_CN: usize = 16;
 
-/// SepHash and its baselines: RACE as its paper describes it, and as the SepHash authors ran it.
-const INDEXES: [&str; 3] = ["sephash", "race", "race-sephash"];
+/// One line of the figures: a catalog index as the paper's table runs it, with `options` on
+/// top (a second variant of the same index under its own name).
+#[derive(Clone, Copy)]
+struct Variant {
+    series: &'static str,
+    index: &'static str,
+    options: &'static [(&'static str, &'static str)],
+}
+
+const fn plain(index: &'static str) -> Variant {
+    Variant { series: index, index, options: &[] }
+}
+
+/// Plush as the SepHash authors' port runs it: every run of each group on a search's path read
+/// (its Table 1 counts 34 buckets a search), and a migration's keys read one READ at a time.
+const PLUSH_SEPHASH: Variant = Variant {
+    series: "plush (SepHash's)",
+    index: "plush",
+    options: &[("filters", "0"), ("key_reads", "each")],
+};
+
+/// SepHash and its baselines: RACE as its paper describes it and as the SepHash authors ran it,
+/// and Plush with its filters and batched key reads and as the authors' port ran it.
+const INDEXES: [Variant; 5] =
+    [plain("sephash"), plain("race"), plain("race-sephash"), plain("plush"), PLUSH_SEPHASH];
+
+/// The run `make` builds for `v`'s index, with `v`'s options added.
+fn variant(
+    s: &Session<'_>,
+    v: Variant,
+    x: usize,
+    make: fn(&Session<'_>, &str, usize) -> BenchConfig,
+) -> BenchConfig {
+    let mut c = make(s, v.index, x);
+    c.index.options.extend(opts(v.options));
+    c
+}
 
 /// A run of `index` on `workload` with `threads` client threads placed as the paper places
 /// them, 16-byte keys and 32-byte values.
@@ -172,13 +217,15 @@ fn p99(r: &BenchReport) -> f64 {
     r.latency_us.p99
 }
 
-/// Combined buckets (RACE) or segment parts (SepHash) read per search: the paper's ReadBuc.
+/// Combined buckets (RACE), segment parts (SepHash) or top buckets and runs (Plush) read per
+/// search: the paper's ReadBuc.
 fn buckets_per_search(r: &BenchReport) -> f64 {
     let searches = stat(r, "searches");
     if searches == 0.0 {
         return 0.0;
     }
-    (stat(r, "search_segment_reads") + stat(r, "search_combined_buckets_read")) / searches
+    let read = ["search_segment_reads", "search_combined_buckets_read", "search_buckets_read"];
+    read.iter().map(|n| stat(r, n)).sum::<f64>() / searches
 }
 
 /// Index entries per stored key (1 / entry utilisation with distinct keys).
@@ -202,8 +249,8 @@ fn sweep(
 
 fn insert(s: &mut Session<'_>) -> anyhow::Result<()> {
     let threads = s.scale.clients.clone();
-    for index in INDEXES {
-        sweep(s, index, &threads, |s, t| inserts(s, index, t))?;
+    for v in INDEXES {
+        sweep(s, v.series, &threads, |s, t| variant(s, v, t, inserts))?;
     }
     let runs = &s.runs;
     let (t, m, l) = (lines(runs, mops), lines(runs, p50), lines(runs, p99));
@@ -215,8 +262,8 @@ fn insert(s: &mut Session<'_>) -> anyhow::Result<()> {
 
 fn search(s: &mut Session<'_>) -> anyhow::Result<()> {
     let threads = s.scale.clients.clone();
-    for index in INDEXES {
-        sweep(s, index, &threads, |s, t| searches(s, index, t))?;
+    for v in INDEXES {
+        sweep(s, v.series, &threads, |s, t| variant(s, v, t, searches))?;
     }
     let (t, m) = (lines(&s.runs, mops), lines(&s.runs, p50));
     s.chart("search-throughput", chart("Search throughput", "client threads", "Mops/s", t));
@@ -229,10 +276,10 @@ const INSERT_RATIOS: [usize; 6] = [0, 20, 40, 60, 80, 100];
 
 fn hybrid(s: &mut Session<'_>) -> anyhow::Result<()> {
     let peak = s.scale.peak_clients;
-    for index in INDEXES {
-        sweep(s, index, &INSERT_RATIOS, |s, pct| {
+    for v in INDEXES {
+        sweep(s, v.series, &INSERT_RATIOS, |s, pct| {
             // As the paper: as many operations as keys pre-inserted.
-            let mut c = searches(s, index, peak);
+            let mut c = variant(s, v, peak, searches);
             c.workload.ops = Some(s.scale.items.max(s.scale.ops));
             let ins = pct as f64 / 100.0;
             c.workload.mix = Some(format!("insert={ins},read={}", 1.0 - ins));
@@ -249,10 +296,11 @@ const YCSB: [&str; 4] = ["a", "b", "c", "d"];
 fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
     let peak = s.scale.peak_clients;
     let workloads = s.workloads(&YCSB);
-    for index in INDEXES {
+    for v in INDEXES {
         for (i, w) in workloads.iter().enumerate() {
-            let c = base(s, index, w, peak);
-            s.go(index, i as f64, c)?;
+            let mut c = base(s, v.index, w, peak);
+            c.index.options.extend(opts(v.options));
+            s.go(v.series, i as f64, c)?;
         }
     }
     let mut ch = chart("YCSB", "workload", "Mops/s", lines(&s.runs, mops));
@@ -265,16 +313,16 @@ fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
 /// peak threads, then uniform searches of an index loaded the same way.
 fn resize(s: &mut Session<'_>) -> anyhow::Result<()> {
     let peak = s.scale.peak_clients;
-    for index in INDEXES {
+    for v in INDEXES {
         for t in [1, peak] {
-            let mut c = inserts(s, index, t);
+            let mut c = variant(s, v, t, inserts);
             c.workload.items = 1;
             c.workload.ops = Some(s.scale.items);
             c.workload.fast_load = false;
-            s.go(&format!("{index} insert"), t as f64, c)?;
-            let mut c = searches(s, index, t);
+            s.go(&format!("{} insert", v.series), t as f64, c)?;
+            let mut c = variant(s, v, t, searches);
             c.workload.fast_load = false;
-            s.go(&format!("{index} search"), t as f64, c)?;
+            s.go(&format!("{} search", v.series), t as f64, c)?;
         }
     }
     let per_insert = |name: &'static str| {
@@ -334,9 +382,9 @@ fn resize(s: &mut Session<'_>) -> anyhow::Result<()> {
 /// Fig. 18: entry utilisation after inserting 10 k, 20 k, … keys (4 clients on one CN).
 fn utilisation(s: &mut Session<'_>) -> anyhow::Result<()> {
     let steps: Vec<usize> = (1..=20).map(|k| k * 10_000).collect();
-    for index in INDEXES {
-        sweep(s, index, &steps, |s, n| {
-            let mut c = searches(s, index, 4);
+    for v in INDEXES {
+        sweep(s, v.series, &steps, |s, n| {
+            let mut c = variant(s, v, 4, searches);
             c.workload.items = n as u64;
             c.workload.ops = Some(1000);
             c.workload.fast_load = false;
@@ -441,14 +489,14 @@ fn segment_size(s: &mut Session<'_>) -> anyhow::Result<()> {
 /// Fig. 21: 1–4 memory nodes (the directory on the first), inserts and searches at peak.
 fn memory_nodes(s: &mut Session<'_>) -> anyhow::Result<()> {
     let peak = s.scale.peak_clients;
-    for index in INDEXES {
-        sweep(s, &format!("{index} insert"), &[1, 2, 3, 4], |s, m| {
-            let mut c = inserts(s, index, peak);
+    for v in INDEXES {
+        sweep(s, &format!("{} insert", v.series), &[1, 2, 3, 4], |s, m| {
+            let mut c = variant(s, v, peak, inserts);
             c.cluster.memory_nodes = Some(m as u16);
             c
         })?;
-        sweep(s, &format!("{index} search"), &[1, 2, 3, 4], |s, m| {
-            let mut c = searches(s, index, peak);
+        sweep(s, &format!("{} search", v.series), &[1, 2, 3, 4], |s, m| {
+            let mut c = variant(s, v, peak, searches);
             c.cluster.memory_nodes = Some(m as u16);
             c
         })?;
