@@ -284,11 +284,6 @@ impl Hashes {
         }
         f
     }
-
-    /// Whether `filter` may hold this key.
-    pub fn in_filter(self, filter: [u64; 2]) -> bool {
-        in_filter(self.filter(), filter)
-    }
 }
 
 /// Whether `filter` may hold the key whose own bits ([`Hashes::filter`]) are `mine`.
@@ -409,17 +404,23 @@ mod tests {
 
     #[test]
     fn hashes_are_pinned_and_digits_disjoint() {
+        // Key 42's hash (prim's, pinned there) and what Plush derives from it, stored in every
+        // entry and filter.
         let h = Hashes::of(&42u64.to_be_bytes());
-        assert_eq!(h.0, hash_bytes(&42u64.to_be_bytes()));
+        assert_eq!(h.0, 0xBD40_0FDD_996C_B43D);
+        assert_eq!((h.fp(), h.filter()), (0xDB, [0x10, 0x2_1000_0000_0000]));
+        assert_eq!((h.top_bucket(), h.top_group(128)), (13, 15));
         assert_eq!(Hashes(0x0123_4567_89AB_CDEF).top_bucket(), 0xF);
         let d: Vec<usize> =
             (1..=MAX_LEVELS).map(|l| Hashes(0x0123_4567_89AB_CDEF).digit(l, 4)).collect();
         assert_eq!(d, [0xE, 0xD, 0xC, 0xB, 0xA, 0x9, 0x8, 0x7, 0x6], "bits 4..40, low digit first");
         assert_eq!(Hashes(0x0123_4567_89AB_CDEF).top_group(1 << 24), 0x01_2345);
-        for k in 1..200u64 {
-            let h = Hashes::of(&k.to_be_bytes());
-            let f = h.filter();
-            assert!(h.in_filter(f) && (1..=3).contains(&(f[0].count_ones() + f[1].count_ones())));
-        }
+        // A run's filter admits each of its 16 keys and rules most other keys out.
+        let run: Vec<Hashes> = (1..=16u64).map(|k| Hashes::of(&k.to_be_bytes())).collect();
+        let f = run.iter().fold([0, 0], |f, h| [f[0] | h.filter()[0], f[1] | h.filter()[1]]);
+        assert!(run.iter().all(|h| in_filter(h.filter(), f)));
+        let admitted =
+            (1000..2000u64).filter(|k| in_filter(Hashes::of(&k.to_be_bytes()).filter(), f));
+        assert!(admitted.count() < 100, "a 16-key filter admits under 10 % of other keys");
     }
 }

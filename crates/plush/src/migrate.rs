@@ -199,24 +199,14 @@ impl Plush {
             self.migrate_group(c, node, group, level, &desc).await?;
             desc = desc.next_epoch(None);
         }
-        let Some(record) = self.write_entries(c, node, &list).await? else {
+        let Some((record, at)) = self.new_run(c, node, &list).await? else {
             return Ok(());
         };
         let n = self.size(group, &desc)?;
         desc.records[n] = record;
         desc.valid |= 1 << n;
-        let line = desc.line(n / 2);
-        let run = record.run;
-        let (at, len) = self.run_range(c, run, node)?;
-        debug_assert_eq!(len, 8 * list.len());
-        // The run's entries land before the line that lists it (one doorbell, in order); the
-        // line is one cache line, written whole even if this client stops in the WRITE.
-        let data = entries_bytes(&list);
-        let mut ops = [
-            BatchOp::Write { addr: at, data: &data },
-            BatchOp::Write { addr: group.add(64 * (n / 2) as u64), data: &line },
-        ];
-        doorbell::post(c, &mut ops).await
+        let line_at = group.add(64 * (n / 2) as u64);
+        publish_run(c, at, &list, line_at, &desc.line(n / 2)).await
     }
 
     /// The runs a writer's image of the group at `group` lists (its valid records must be a
@@ -231,15 +221,14 @@ impl Plush {
         }
     }
 
-    /// Allocates a run for `list` on `node` and returns its record (filter and run word),
-    /// `None` for an empty list; the caller WRITEs the entries ([`entries_bytes`]) before the
-    /// line that lists them.
-    async fn write_entries<T: Transport>(
+    /// Allocates a run for `list` on `node` and returns its record (filter and run word) and
+    /// address, `None` for an empty list; [`publish_run`] writes it.
+    async fn new_run<T: Transport>(
         &self,
         c: &Client<T>,
         node: u16,
         list: &[Item],
-    ) -> IndexResult<Option<Record>> {
+    ) -> IndexResult<Option<(Record, GlobalAddr)>> {
         if list.is_empty() {
             return Ok(None);
         }
@@ -256,7 +245,7 @@ impl Plush {
             filter = [filter[0] | f[0], filter[1] | f[1]];
         }
         let run = c.alloc_on(node, 8 * list.len() as u64, 64).await?;
-        Ok(Some(Record { filter, run: run_word(list.len(), run) }))
+        Ok(Some((Record { filter, run: run_word(list.len(), run) }, run)))
     }
 
     /// Every entry the runs of `desc` list, oldest first, with keys.
@@ -320,18 +309,10 @@ impl Plush {
         let before = merged.len();
         merged.retain(|it| !is_deleted(it.entry));
         add(&self.counters.tombstones_dropped, (before - merged.len()) as u64);
-        let record = self.write_entries(c, node, &merged).await?;
-        let line = desc.next_epoch(record).line(0);
-        match record {
-            Some(r) => {
-                let (at, _) = self.run_range(c, r.run, node)?;
-                let data = entries_bytes(&merged);
-                let mut ops = [
-                    BatchOp::Write { addr: at, data: &data },
-                    BatchOp::Write { addr: group, data: &line },
-                ];
-                doorbell::post(c, &mut ops).await
-            }
+        let run = self.new_run(c, node, &merged).await?;
+        let line = desc.next_epoch(run.map(|(r, _)| r)).line(0);
+        match run {
+            Some((_, at)) => publish_run(c, at, &merged, group, &line).await,
             None => {
                 c.write(group, &line).await?;
                 Ok(())
@@ -340,11 +321,21 @@ impl Plush {
     }
 }
 
-/// The entries of `list`, little-endian, as a run holds them.
-fn entries_bytes(list: &[Item]) -> Vec<u8> {
+/// WRITEs `list`'s entries as the run at `at`, then `line`, the descriptor line that lists it,
+/// at `line_at`: one doorbell on the group's node, so the run lands first; the line is one
+/// cache line, written whole even if this client stops in the WRITE.
+async fn publish_run<T: Transport>(
+    c: &Client<T>,
+    at: GlobalAddr,
+    list: &[Item],
+    line_at: GlobalAddr,
+    line: &[u8; 64],
+) -> IndexResult<()> {
     let mut data = Vec::with_capacity(8 * list.len());
     for it in list {
         data.extend_from_slice(&it.entry.to_le_bytes());
     }
-    data
+    let mut ops =
+        [BatchOp::Write { addr: at, data: &data }, BatchOp::Write { addr: line_at, data: line }];
+    doorbell::post(c, &mut ops).await
 }
