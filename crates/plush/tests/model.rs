@@ -1,5 +1,5 @@
-//! Plush against a `HashMap`, on shapes small enough that every case migrates top groups,
-//! migrates groups down level after level and compacts the deepest level.
+//! Plush against a `HashMap`, on shapes small enough that cases migrate top groups, migrate
+//! groups down level after level and compact the deepest level.
 
 use dmindex_conformance::{model_test, ModelConfig};
 use dmindex_index::{IndexConfig, IndexStats, PointOnly};
@@ -19,19 +19,45 @@ fn get(s: &IndexStats, n: &str) -> u64 {
 }
 
 fn migrated_at_every_level(s: &IndexStats, items: usize) {
-    // 32 slots at the top: more distinct keys than that forced migrations, and every few
-    // dozen more a group migration and, two levels down, compactions.
+    // 32 slots at the top: more live keys than that cannot all sit there.
     if items > 32 {
         assert!(get(s, "top_migrations") > 0, "{items} keys and no migration: {s:?}");
     }
-    if items > 80 {
-        assert!(get(s, "group_migrations") > 0, "{items} keys: {s:?}");
-        assert!(get(s, "level_compactions") > 0, "{items} keys: {s:?}");
-    }
+    // How many keys force a group migration or a compaction depends on their digits and on
+    // tombstones (one dropped into a group not yet made appends nothing), so a random case
+    // pins no count; `tiny_shape_reaches_the_deepest_level` pins that every path runs.
+}
+
+/// Loads 400 distinct keys into the tiny shape, in one order, and checks that they took
+/// every migration path (top, group, compaction) and are all found.
+#[test]
+fn tiny_shape_reaches_the_deepest_level() {
+    use dmindex_fabric::exec::run_tasks;
+    use dmindex_fabric::local::LocalTransport;
+    use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+    use dmindex_index::PointIndex;
+
+    let f = LocalFabric::new(LocalConfig { node_size: 64 << 20, ..Default::default() }).unwrap();
+    let c = f.client(0).unwrap();
+    let config = IndexConfig { extra: tiny(), ..IndexConfig::default() };
+    run_tasks([async {
+        let index = Plush::create(&c, &config, 0).await.unwrap();
+        for k in 1..=400u64 {
+            index.insert(&c, &k.to_be_bytes(), &k.to_le_bytes()).await.unwrap();
+        }
+        let s = PointIndex::<LocalTransport>::stats(&index);
+        for counter in ["top_migrations", "group_migrations", "level_compactions"] {
+            assert!(get(&s, counter) > 0, "400 keys and no {counter}: {s:?}");
+        }
+        for k in 1..=400u64 {
+            let v = index.search(&c, &k.to_be_bytes()).await.unwrap();
+            assert_eq!(v.as_deref(), Some(&k.to_le_bytes()[..]), "key {k}");
+        }
+    }]);
 }
 
 #[test]
-fn tiny_shape_migrates_every_level() {
+fn tiny_shape_against_a_hashmap() {
     let index = IndexConfig { extra: tiny(), ..IndexConfig::default() };
     let mut cfg = ModelConfig::new(index, 400, 200);
     cfg.after = Some(migrated_at_every_level);
