@@ -1,7 +1,7 @@
 //! The load and run phases on each transport: the simulator (virtual time, one thread), real
 //! threads over the in-process fabric, and memnodes over OpenUCX.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -64,6 +64,9 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
         })
         .collect();
     let n = clients.len();
+    // A design's own background client (CLevel's rehasher), on a thread of its own on CN 0.
+    let background =
+        <I as PointIndex<SimTransport>>::BACKGROUND.then(|| sim.client_on_own_thread(0));
     let now = || sim.now_ns();
     let shared = Shared::new(plan.spec.clone(), plan.format, plan.items, plan.ops);
 
@@ -73,7 +76,11 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
         let bar = phase_progress(cfg.output.progress, total, name);
         // The simulation runs on this one thread: one set of histograms for every task.
         let metrics = RefCell::new(ClientMetrics::default());
-        let (t0, v0) = (sim.now_ns(), clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>());
+        let all_counts = || {
+            let fg = clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>();
+            fg + background.as_ref().map(Client::counts).unwrap_or_default()
+        };
+        let (t0, v0) = (sim.now_ns(), all_counts());
         let measure = measure_window(cfg, plan, load, &snapshot, t0);
         if !load {
             let mut m = metrics.borrow_mut();
@@ -108,9 +115,20 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
                 }
             }) as Task
         });
+        let finished = Cell::new(0usize);
+        let background = background.as_ref().map(|c| {
+            let (idx, metrics, finished) = (&handles[0], &metrics, &finished);
+            Box::pin(async move {
+                let stop = || finished.get() == n;
+                if let Err(e) = PointIndex::<SimTransport>::background(idx, c, &stop).await {
+                    metrics.borrow_mut().first_error.get_or_insert(e);
+                }
+            }) as Task
+        });
         let tasks = clients.iter().enumerate().map(|(i, (cn, c))| {
             let (idx, bar, metrics, now, shared, measure) =
                 (&handles[*cn as usize], &bar, &metrics, &now, &shared, measure.as_ref());
+            let finished = &finished;
             Box::pin(async move {
                 let rec = Recorder {
                     now,
@@ -125,15 +143,16 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
                     .then(|| streams::planned_source(plan, shared, i, n));
                 client_phase::<_, _, S>(plan, shared, idx, c, &env, phase, load, source, None)
                     .await;
+                finished.set(finished.get() + 1);
             }) as Task
         });
-        let out = sim.run(tasks.chain(rebuild));
+        let out = sim.run(tasks.chain(rebuild).chain(background));
         bar.finish_and_clear();
         if !out.all_finished() {
             bail!("{name} phase did not finish: {out:?}");
         }
         let metrics = metrics.into_inner();
-        let counts = clients.iter().map(|(_, c)| c.counts()).sum::<VerbCounts>() - v0;
+        let counts = all_counts() - v0;
         let window = finish_window(cfg, measure, (t0, sim.now_ns()));
         Ok(Phase { metrics, ns: sim.now_ns() - t0, busy_ns: 0, counts, window })
     };
@@ -266,6 +285,16 @@ where
                 let injected = fault.is_some();
                 scope.spawn(move || monitor(fabric, idx, node, run_clock, recovery, injected));
             }
+            // A design's own background client (CLevel's rehasher), on a thread of its own.
+            let background = I::BACKGROUND.then(|| {
+                let (idx, stop) = (&handles[0], &stop);
+                scope.spawn(move || -> anyhow::Result<VerbCounts> {
+                    let c = fabric.client(0)?;
+                    let halt = || stop.load(Ordering::Relaxed);
+                    run_tasks([idx.background(&c, &halt)]).remove(0)?;
+                    Ok(c.counts())
+                })
+            });
             let results = run_on_threads_with(threads, cfg.cluster.coroutines, init, |m, t, co| {
                 let cn = (t / cfg.cluster.clients) as u16;
                 let i = t * cfg.cluster.coroutines + co;
@@ -302,16 +331,22 @@ where
                 }
             });
             stop.store(true, Ordering::Relaxed);
+            let background =
+                match background.map(|h| h.join().expect("the background thread panicked")) {
+                    Some(Err(e)) => return Err(e.context("the index's background client")),
+                    Some(Ok(counts)) => counts,
+                    None => VerbCounts::default(),
+                };
             match injector.map(|h| h.join().expect("the fault thread panicked")) {
                 Some(Err(e)) => Err(e.context("injecting the memory-node fault")),
-                _ => Ok(results),
+                _ => Ok((results, background)),
             }
         })?;
         let ns = now() - t0;
         bar.finish_and_clear();
         let mut metrics = ClientMetrics::default();
         (metrics.timeline_from, metrics.timeline_ns) = (t0, timeline);
-        let mut counts = VerbCounts::default();
+        let (results, mut counts) = results;
         for (m, c) in results {
             metrics.merge(m.into_inner());
             counts += c.into_iter().sum::<VerbCounts>();

@@ -632,11 +632,25 @@ where
             progress.set(now());
         }) as Task
     });
+    // Clients whose task has ended, normally or by a crash (which drops it): a design's own
+    // background client (CLevel's rehasher) runs until every one has. Liveness is judged on
+    // the clients, not on it.
+    let ended = Cell::new(0usize);
+    let background = I::BACKGROUND.then(|| {
+        let (idx, errors, ended, c) = (&handles[0], &errors, &ended, sim.client_on_own_thread(0));
+        Box::pin(async move {
+            let stop = || ended.get() == cfg.clients;
+            if let Err(e) = idx.background(&c, &stop).await {
+                errors.borrow_mut().push((configuration(&e), format!("background client: {e}")));
+            }
+        }) as Task
+    });
     let tasks = clients.iter().zip(seeds).enumerate().map(|(i, (c, s))| {
         let (idx, history, errors, now, completed, progress) =
             (&handles[i % cns as usize], &history, &errors, &now, &completed, &progress[i]);
-        let (done, armed) = (&done[i], &armed);
+        let (done, armed, ended) = (&done[i], &armed, &ended);
         Box::pin(async move {
+            let _ends = Ends(ended);
             let rec = Recorder {
                 now,
                 history: Some(history),
@@ -693,8 +707,10 @@ where
     // The run goes on while some task made progress within the last window, up to the bound.
     let (window, bound) = (cfg.window_ns(), start.saturating_add(cfg.run_bound_ns()));
     let latest = || progress.iter().map(Cell::get).max().unwrap_or(start);
-    let out =
-        sim.run_until_with(tasks.chain(repair), |_| latest().saturating_add(window).min(bound));
+    let tasks = tasks.chain(repair).chain(background);
+    let mut out = sim.run_until_with(tasks, |_| latest().saturating_add(window).min(bound));
+    // The background client is left out of the stuck (it waits for the clients).
+    out.stuck.retain(|&t| t < progress.len());
     let errors = errors.into_inner();
     if let Some((_, e)) = errors.iter().find(|(unrunnable, _)| *unrunnable) {
         return Err(unfit(format!("the index cannot hold this workload: {e}")));
@@ -875,4 +891,13 @@ where
         );
     }
     sum
+}
+
+/// Counts its task as ended when dropped: at the task's end, or when a crash drops the task.
+struct Ends<'a>(&'a Cell<usize>);
+
+impl Drop for Ends<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() + 1);
+    }
 }

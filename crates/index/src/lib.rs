@@ -318,6 +318,21 @@ pub trait PointIndex<T: Transport>: Sized {
         Ok(None)
     }
 
+    /// Whether the index runs work of its own beside the workload ([`PointIndex::background`]):
+    /// a harness that drives the index gives it a client of its own for the whole of each
+    /// phase.
+    const BACKGROUND: bool = false;
+
+    /// Work the design runs on a client of its own, beside the clients that run operations
+    /// (CLevel's rehashing thread): runs until `stop()` turns true (the harness's foreground
+    /// clients are done), checking it between steps and pausing ([`Client::pause`]) when there
+    /// is nothing to do. The index stays correct and live without it (its clients then do that
+    /// work themselves when they must), and a crash of this client is one more client crash.
+    async fn background(&self, c: &Client<T>, stop: &dyn Fn() -> bool) -> IndexResult<()> {
+        let _ = (c, stop);
+        Ok(())
+    }
+
     /// Memory node `node` came back empty after a crash (restarted in its place): rebuild what
     /// the index kept there and return once it is whole again, while other clients go on.
     /// Only indexes that survive memory-node crashes can; fails if the node does not answer.

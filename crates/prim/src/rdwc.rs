@@ -553,6 +553,7 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     const SURVIVES_MN_CRASH: bool = I::SURVIVES_MN_CRASH;
     const RECOVERS_CLIENT_CRASHES: bool = I::RECOVERS_CLIENT_CRASHES;
     const LEVELS: &'static [&'static str] = I::LEVELS;
+    const BACKGROUND: bool = I::BACKGROUND;
 
     fn recovers_client_crashes(cfg: &IndexConfig) -> bool {
         I::recovers_client_crashes(cfg)
@@ -638,6 +639,10 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     /// Rebuilding a memory node is the wrapped index's: RDWC keeps nothing remote.
     async fn recover_memory_node(&self, c: &Client<T>, node: NodeId) -> IndexResult<()> {
         self.inner.recover_memory_node(c, node).await
+    }
+
+    async fn background(&self, c: &Client<T>, stop: &dyn Fn() -> bool) -> IndexResult<()> {
+        self.inner.background(c, stop).await
     }
 }
 
