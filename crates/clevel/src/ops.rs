@@ -1,0 +1,343 @@
+//! Search, insert (upsert), update and delete.
+//!
+//! # Insert of an absent key: place, re-read, commit
+//!
+//! 1. CAS an empty slot from 0 to our entry with the tentative bit set (in the highest level
+//!    with room, never in a bottom level being drained).
+//! 2. Re-read the key's buckets and, in the last round, the context word. Then:
+//!    * the context word changed: withdraw ours (CAS to 0) and start again under the new one;
+//!    * ours is gone (another insert of the key or the rehasher aborted it): start again;
+//!    * a frozen entry of the key: the rehasher is moving it; wait, then re-read;
+//!    * another *committed* entry: the key is present. Withdraw ours and start again, which
+//!      upserts that entry;
+//!    * a *lower* (by slot address) tentative entry: its insert goes first; re-read until it
+//!      commits or goes. One unchanged for [`PATIENCE`] re-reads is presumed to belong to a
+//!      stopped client and is aborted (CAS to 0; if its client was only slow, its commit fails
+//!      and it starts again);
+//!    * *higher* tentative entries: abort them (a failed abort means it changed: re-read);
+//!    * then commit: CAS ours from tentative to committed. The insert takes effect there.
+//!
+//! Two inserts of one absent key that both commit would need each one's deciding re-read to
+//! miss the other's entry. The one that placed later re-read the key's buckets after both were
+//! placed: under a context that lists the other's level too (levels leave a context only from
+//! the bottom, after a rehash aborted every tentative entry there), so it saw the other entry
+//! and waited, withdrew or aborted it; a CAS decides every abort against a commit.
+//!
+//! # Why one committed entry makes stale images harmless
+//!
+//! * A reader returns a committed entry it saw: at the instant its line was READ that entry was
+//!   the key's only committed one (or a moving entry's copy, with the same word): the value then.
+//! * Writers CAS the committed entry they saw; the CAS succeeds only if it is still the value.
+//!   A writer that sees a frozen entry of the key anywhere, or two committed ones (a copy, and
+//!   its original READ before it was frozen), waits for the move, so it never changes a copy
+//!   while the original it was copied from can still be READ.
+//! * A reader that saw no committed entry confirms its context (crate docs).
+
+use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
+use dmindex_index::{IndexError, IndexResult};
+use dmindex_prim::attempts::Attempts;
+use dmindex_prim::kv_block;
+use smallvec::SmallVec;
+
+use crate::image::{At, Image, Seen};
+use crate::layout::{self, entry, is_frozen, is_tentative, Hashes, TENTATIVE};
+use crate::resize::MoveWait;
+use crate::{bump, CLevel};
+
+/// Re-reads an insert waits on an unchanged lower tentative entry before aborting it.
+pub const PATIENCE: u32 = 64;
+
+/// What a re-read after placing our tentative entry decided.
+enum Settle {
+    Committed,
+    /// Re-read and decide again.
+    Wait,
+    /// Ours is withdrawn: start the insert again.
+    Restart,
+    /// The rehasher is moving the key: wait for it, then re-read.
+    Moving,
+}
+
+/// The lower tentative entry an insert is waiting on, and for how many re-reads.
+#[derive(Default)]
+struct Waiting {
+    word: u64,
+    reads: u32,
+}
+
+/// What an image holds of a key.
+pub(crate) enum Found {
+    /// A committed entry, not frozen, and no frozen one.
+    Live(Seen),
+    /// A frozen entry: the rehasher is moving the key.
+    Moving,
+    Absent,
+}
+
+impl CLevel {
+    /// Whether the entry `w` is of `key` (`mine`: our own entry's word, known without a READ).
+    async fn holds<T: Transport>(
+        &self,
+        c: &Client<T>,
+        w: u64,
+        key: &[u8],
+        mine: u64,
+    ) -> IndexResult<bool> {
+        if mine != 0 && entry(w) == mine {
+            return Ok(true);
+        }
+        let block = layout::slot_block(w);
+        if !Self::fits(c, block, (kv_block::HEADER + key.len()) as u64) {
+            return Err(IndexError::Corrupt(format!("clevel slot names a block at {block}")));
+        }
+        self.blocks.holds_key(c, block, key).await
+    }
+
+    /// The key's committed entry in `img`, unless the image shows it moving: a frozen entry of
+    /// the key, or two committed ones (the rehasher's copy above, and the original, READ in the
+    /// bottom before the rehasher froze it: a CAS of the copy would change the key while the
+    /// frozen original can still be READ).
+    pub(crate) async fn committed<T: Transport>(
+        &self,
+        c: &Client<T>,
+        img: &Image,
+        key: &[u8],
+        h: &Hashes,
+    ) -> IndexResult<Found> {
+        let mut live = None;
+        for cand in img.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
+            if self.holds(c, cand.word, key, 0).await? {
+                if is_frozen(cand.word) || live.is_some() {
+                    return Ok(Found::Moving);
+                }
+                live = Some(cand);
+            }
+        }
+        Ok(live.map_or(Found::Absent, Found::Live))
+    }
+
+    /// Whether the context word still names `img`'s context (one READ, after the image's):
+    /// if not, the new context is cached for the next attempt.
+    async fn confirm<T: Transport>(&self, c: &Client<T>, img: &Image) -> IndexResult<bool> {
+        let word = c.read_word(self.header.add(layout::CONTEXT_WORD)).await?;
+        if word == img.cached.addr.raw() {
+            return Ok(true);
+        }
+        bump(&self.counters.retries, 1);
+        self.refresh(c, word).await?;
+        Ok(false)
+    }
+
+    pub(crate) async fn search_key<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        out: &mut Vec<u8>,
+    ) -> IndexResult<bool> {
+        out.clear();
+        let h = Hashes::of(key);
+        c.compute(Work::KeyHash, 2);
+        bump(&self.counters.searches, 1);
+        let mut attempts = Attempts::new();
+        // Ends at a committed entry of the key, or at an absence its context confirms; a
+        // context that keeps changing under it ends in `Attempts`' bound.
+        loop {
+            let mut img = Image::new(self.cached(), &h);
+            self.read_image(c, &mut img, None).await?;
+            bump(&self.counters.search_buckets, img.n as u64);
+            bump(&self.counters.search_levels, img.cached.ctx.count as u64);
+            for cand in img.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
+                let block = layout::slot_block(cand.word);
+                if !Self::fits(c, block, kv_block::HEADER as u64) {
+                    return Err(IndexError::Corrupt(format!(
+                        "clevel slot names a block at {block}"
+                    )));
+                }
+                if self.blocks.value_into(c, block, Some(key), out).await? {
+                    return Ok(true);
+                }
+            }
+            if self.confirm(c, &img).await? {
+                return Ok(false);
+            }
+            attempts.failed(self.header, "context word")?;
+        }
+    }
+
+    /// The committed slot word of `key`'s block of `value` at `block`.
+    fn word(&self, h: &Hashes, key: &[u8], value: &[u8], block: GlobalAddr) -> u64 {
+        let len = (kv_block::HEADER + key.len() + value.len())
+            .max(kv_block::HEADER + self.config.max_key);
+        layout::slot(h.fp(), layout::units(len), block)
+    }
+
+    pub(crate) async fn insert_key<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        value: &[u8],
+    ) -> IndexResult<()> {
+        let h = Hashes::of(key);
+        c.compute(Work::KeyHash, 2);
+        // Written and awaited before any CAS publishes it: blocks and levels may be on
+        // different memory nodes.
+        let block = self.blocks.write(c, key, value).await?;
+        let word = self.word(&h, key, value, block);
+        let tentative = word | TENTATIVE;
+        let mut wait = MoveWait::default();
+        let mut attempts = Attempts::new();
+        // Ends at a CAS that upserts the key's entry or commits ours; every other way round
+        // (a lost CAS, a withdrawal, a move waited on, a grown table) saw another client's
+        // progress, and a context that keeps changing ends in `Attempts`' bound.
+        'fresh: loop {
+            let cached = self.cached();
+            let mut img = Image::new(cached, &h);
+            self.read_image(c, &mut img, None).await?;
+            bump(&self.counters.insert_levels, cached.ctx.count as u64);
+            match self.committed(c, &img, key, &h).await? {
+                Found::Live(live) => {
+                    if c.cas(live.addr, live.word, word).await? == live.word {
+                        return Ok(());
+                    }
+                    bump(&self.counters.retries, 1);
+                    continue;
+                }
+                Found::Moving => {
+                    self.wait_move(c, &mut wait).await?;
+                    continue;
+                }
+                Found::Absent => {}
+            }
+            let Some(at) = img.empty_slot() else {
+                self.grow(c, cached).await?;
+                attempts.failed(self.header, "a table that grows")?;
+                continue;
+            };
+            let addr = img.slot_addr(at);
+            if c.cas(addr, 0, tentative).await? != 0 {
+                bump(&self.counters.retries, 1);
+                continue;
+            }
+            let mut waiting = Waiting::default();
+            loop {
+                let mut re = Image::new(cached, &h);
+                let mut ctx_word = 0;
+                self.read_image(c, &mut re, Some(&mut ctx_word)).await?;
+                if ctx_word != cached.addr.raw() {
+                    if c.cas(addr, tentative, 0).await? == tentative {
+                        bump(&self.counters.insert_withdrawals, 1);
+                    }
+                    self.refresh(c, ctx_word).await?;
+                    attempts.failed(self.header, "context word")?;
+                    continue 'fresh;
+                }
+                if re.word(at) != tentative {
+                    // Aborted by another insert of the key or by the rehasher.
+                    continue 'fresh;
+                }
+                match self.settle(c, &re, at, key, &h, word, &mut waiting).await? {
+                    Settle::Committed => return Ok(()),
+                    Settle::Restart => continue 'fresh,
+                    Settle::Wait => bump(&self.counters.retries, 1),
+                    Settle::Moving => self.wait_move(c, &mut wait).await?,
+                }
+            }
+        }
+    }
+
+    /// One decision after a re-read `re` that shows our tentative entry at `at` under the
+    /// current context (the module docs give the rules).
+    #[allow(clippy::too_many_arguments)]
+    async fn settle<T: Transport>(
+        &self,
+        c: &Client<T>,
+        re: &Image,
+        at: At,
+        key: &[u8],
+        h: &Hashes,
+        word: u64,
+        waiting: &mut Waiting,
+    ) -> IndexResult<Settle> {
+        let mut copies = SmallVec::<[Seen; 8]>::new();
+        for cand in re.candidates(h.fp()) {
+            if self.holds(c, cand.word, key, word).await? {
+                copies.push(cand);
+            }
+        }
+        if copies.iter().any(|x| is_frozen(x.word)) {
+            return Ok(Settle::Moving);
+        }
+        let ours = re.slot_addr(at);
+        let tentative = word | TENTATIVE;
+        let others = || copies.iter().filter(|x| x.addr != ours);
+        if others().any(|x| !is_tentative(x.word)) {
+            // The key is present: withdraw ours, then upsert that entry.
+            if c.cas(ours, tentative, 0).await? == tentative {
+                bump(&self.counters.insert_withdrawals, 1);
+                return Ok(Settle::Restart);
+            }
+            return Ok(Settle::Wait);
+        }
+        if let Some(lower) = others().find(|x| x.addr.raw() < ours.raw()) {
+            if lower.word == waiting.word {
+                waiting.reads += 1;
+            } else {
+                *waiting = Waiting { word: lower.word, reads: 1 };
+            }
+            if waiting.reads >= PATIENCE && c.cas(lower.addr, lower.word, 0).await? == lower.word {
+                bump(&self.counters.tentative_aborts, 1);
+            }
+            return Ok(Settle::Wait);
+        }
+        for higher in others() {
+            if c.cas(higher.addr, higher.word, 0).await? != higher.word {
+                return Ok(Settle::Wait);
+            }
+            bump(&self.counters.tentative_aborts, 1);
+        }
+        if c.cas(ours, tentative, word).await? == tentative {
+            return Ok(Settle::Committed);
+        }
+        Ok(Settle::Wait)
+    }
+
+    /// Update (`value` given) or delete: CAS the key's committed entry to a new block's entry
+    /// or to 0. Whether the key was present.
+    pub(crate) async fn change_key<T: Transport>(
+        &self,
+        c: &Client<T>,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> IndexResult<bool> {
+        let h = Hashes::of(key);
+        c.compute(Work::KeyHash, 2);
+        let mut word = 0;
+        let mut wait = MoveWait::default();
+        let mut attempts = Attempts::new();
+        // Ends at a CAS that wins, or at an absence its context confirms; a lost CAS saw
+        // another writer, a frozen entry the rehasher, which is waited on.
+        loop {
+            let mut img = Image::new(self.cached(), &h);
+            self.read_image(c, &mut img, None).await?;
+            match self.committed(c, &img, key, &h).await? {
+                Found::Live(live) => {
+                    if let (Some(value), 0) = (value, word) {
+                        let block = self.blocks.write(c, key, value).await?;
+                        word = self.word(&h, key, value, block);
+                    }
+                    if c.cas(live.addr, live.word, word).await? == live.word {
+                        return Ok(true);
+                    }
+                    bump(&self.counters.retries, 1);
+                }
+                Found::Moving => self.wait_move(c, &mut wait).await?,
+                Found::Absent => {
+                    if self.confirm(c, &img).await? {
+                        return Ok(false);
+                    }
+                    attempts.failed(self.header, "context word")?;
+                }
+            }
+        }
+    }
+}
