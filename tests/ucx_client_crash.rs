@@ -83,6 +83,7 @@ macro_rules! with_index {
             "race" => $f::<dmindex_race::Race>(),
             "race-sephash" => $f::<dmindex_race::RaceSepHash>(),
             "plush" => $f::<dmindex_plush::Plush>(),
+            "clevel" => $f::<dmindex_clevel::CLevel>(),
             "smart" => $f::<dmindex_smart::Smart>(),
             "smart-opt" => $f::<dmindex_smart::SmartOpt>(),
             "dolphin" => $f::<dmindex_dolphin::Dolphin>(),

@@ -166,6 +166,12 @@ pub static INDEXES: &[IndexEntry] = &[
         PointOnly
     ),
     index!(
+        "clevel",
+        "CLevel (ATC '20) as the SepHash paper ported it: lock-free level hashing, bottom level rehashed upward",
+        dmindex_clevel::CLevel,
+        PointOnly
+    ),
+    index!(
         "plush",
         "Plush (PVLDB '22) as the SepHash paper ported it: log-structured leveled hash, runs migrated down by 16",
         dmindex_plush::Plush,
