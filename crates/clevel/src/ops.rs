@@ -34,7 +34,7 @@
 //! * A reader that saw no committed entry confirms its context (crate docs).
 
 use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
-use dmindex_index::{IndexError, IndexResult};
+use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::kv_block;
 use smallvec::SmallVec;
@@ -86,11 +86,8 @@ impl CLevel {
         if mine != 0 && entry(w) == mine {
             return Ok(true);
         }
-        let block = layout::slot_block(w);
-        if !Self::fits(c, block, (kv_block::HEADER + key.len()) as u64) {
-            return Err(IndexError::Corrupt(format!("clevel slot names a block at {block}")));
-        }
-        self.blocks.holds_key(c, block, key).await
+        // `w` is from an image, whose every used slot `read_image` checked names a block.
+        self.blocks.holds_key(c, layout::slot_block(w), key).await
     }
 
     /// The key's committed entry in `img`, unless the image shows it moving: a frozen entry of
@@ -147,12 +144,8 @@ impl CLevel {
             bump(&self.counters.search_buckets, img.n as u64);
             bump(&self.counters.search_levels, img.cached.ctx.count as u64);
             for cand in img.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
+                // Checked by `read_image`: the slot names a block on a memory node.
                 let block = layout::slot_block(cand.word);
-                if !Self::fits(c, block, kv_block::HEADER as u64) {
-                    return Err(IndexError::Corrupt(format!(
-                        "clevel slot names a block at {block}"
-                    )));
-                }
                 if self.blocks.value_into(c, block, Some(key), out).await? {
                     return Ok(true);
                 }

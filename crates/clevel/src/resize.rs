@@ -271,9 +271,10 @@ impl CLevel {
         at: GlobalAddr,
         line: &[u8],
     ) -> IndexResult<()> {
-        let seen: [u64; SLOTS] = std::array::from_fn(|i| {
-            u64::from_le_bytes(line[8 * i..8 * i + 8].try_into().expect("8 bytes"))
-        });
+        let mut seen = [0u64; SLOTS];
+        for (s, w) in seen.iter_mut().zip(words(line)) {
+            *s = w;
+        }
         let want = |w: u64| match w {
             0 => None,
             w if is_frozen(w) => None,
@@ -341,7 +342,7 @@ impl CLevel {
             if w == 0 {
                 return Ok(());
             }
-            if is_tentative(w) && !is_frozen(w) {
+            if is_tentative(w) {
                 let old = c.cas(slot, w, 0).await?;
                 if old == w {
                     bump(&self.counters.tentative_aborts, 1);
