@@ -4,6 +4,7 @@
 //! are one round trip and the levels above the next, so that an entry the rehasher moves out of
 //! the bottom after the first is READ above in the second (crate docs). Otherwise every bucket
 //! is one round trip. The context word can ride with the last READs (an insert's re-read).
+//! A search with `search=levels` READs as the SepHash port does: a level at a time, bottom first.
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
@@ -167,13 +168,53 @@ impl CLevel {
         if let Some(w) = ctx_word {
             *w = u64::from_le_bytes(word);
         }
+        self.check_image(c, img)
+    }
+
+    /// READs `img`'s buckets as the SepHash port's search does (option `search=levels`): level
+    /// after level from the bottom, two round trips each, the level's word in the context (the
+    /// port's level header: capacity and the next level up) and then the level's buckets. Bottom
+    /// first, so an entry moved up during the READs is READ above after it left the bottom, as
+    /// with [`Self::read_image`]'s two rounds.
+    pub(crate) async fn read_image_by_level<T: Transport>(
+        &self,
+        c: &Client<T>,
+        img: &mut Image,
+    ) -> IndexResult<()> {
+        let n = img.n;
+        let mut first = 0;
+        // Ends after the top level: `end` grows past `first` every round.
+        while first < n {
+            let level = usize::from(img.level[first]);
+            let end = (first..n).find(|&b| usize::from(img.level[b]) != level).unwrap_or(n);
+            let at = img.cached.addr.add(layout::Context::level_word_at(level));
+            let word = c.read_word(at).await?;
+            if word != img.cached.ctx.levels[level].word() {
+                // Contexts are written once, before they are published.
+                return Err(IndexError::Corrupt(format!(
+                    "clevel context word at {at} changed to {word:#x}"
+                )));
+            }
+            let mut ops = Ops::new();
+            for (i, line) in img.lines[first..end].iter_mut().enumerate() {
+                ops.push(BatchOp::Read { addr: img.addr[first + i], buf: line });
+            }
+            doorbell::post_per_node(c, &mut ops).await?;
+            first = end;
+        }
+        self.check_image(c, img)
+    }
+
+    /// Checks every used slot of a READ image names a block, and charges the scan of its
+    /// buckets.
+    fn check_image<T: Transport>(&self, c: &Client<T>, img: &Image) -> IndexResult<()> {
         if let Some(bad) = img.used().find(|x| !self.valid_slot(c, x.word)) {
             return Err(IndexError::Corrupt(format!(
                 "clevel slot at {} holds {:#x}, no entry",
                 bad.addr, bad.word
             )));
         }
-        c.compute(dmindex_fabric::Work::BytesScanned, BUCKET * n as u64);
+        c.compute(dmindex_fabric::Work::BytesScanned, BUCKET * img.n as u64);
         Ok(())
     }
 }

@@ -232,12 +232,18 @@ impl Context {
         next
     }
 
+    /// Offset in a context of level `i`'s word (the port's per-level header stands here).
+    pub const fn level_word_at(i: usize) -> u64 {
+        16 + 8 * i as u64
+    }
+
     pub fn to_bytes(&self) -> [u8; CONTEXT as usize] {
         let mut b = [0u8; CONTEXT as usize];
         b[0..8].copy_from_slice(&self.generation.to_le_bytes());
         b[8..16].copy_from_slice(&(self.count as u64).to_le_bytes());
         for (i, l) in self.levels().iter().enumerate() {
-            b[16 + 8 * i..24 + 8 * i].copy_from_slice(&l.word().to_le_bytes());
+            let at = Self::level_word_at(i) as usize;
+            b[at..at + 8].copy_from_slice(&l.word().to_le_bytes());
         }
         b
     }
@@ -296,6 +302,7 @@ mod tests {
         assert_eq!(&b[0..16], &[1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(u64::from_le_bytes(b[16..24].try_into().unwrap()), 11 << 58 | 0x4000);
         assert_eq!(u64::from_le_bytes(b[24..32].try_into().unwrap()), 12 << 58 | 1 << 48 | 0x8000);
+        assert_eq!((Context::level_word_at(0), Context::level_word_at(13)), (16, 120));
         assert_eq!(b.len(), 128);
         assert!(b[32..].iter().all(|&x| x == 0));
         assert_eq!(Context::from_bytes(&b), Some(c));

@@ -138,15 +138,29 @@ impl CLevel {
         let mut attempts = Attempts::new();
         // Ends at a committed entry of the key, or at an absence its context confirms; a
         // context that keeps changing under it ends in `Attempts`' bound.
-        loop {
-            let mut img = Image::new(self.cached(), &h);
-            self.read_image(c, &mut img, None).await?;
+        'fresh: loop {
+            let mut img;
+            if self.port_search {
+                // The port READs its directory first, then each level's header and buckets.
+                img = Image::new(self.reload(c).await?, &h);
+                self.read_image_by_level(c, &mut img).await?;
+            } else {
+                img = Image::new(self.cached(), &h);
+                self.read_image(c, &mut img, None).await?;
+            }
             bump(&self.counters.search_buckets, img.n as u64);
             bump(&self.counters.search_levels, img.cached.ctx.count as u64);
             for cand in img.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
                 // Checked by `read_image`: the slot names a block on a memory node.
                 let block = layout::slot_block(cand.word);
                 if self.blocks.value_into(c, block, Some(key), out).await? {
+                    // A committed entry is the key's value when READ (module docs); the port
+                    // re-READs its directory after every search all the same, and starts
+                    // again if it changed.
+                    if self.port_search && !self.confirm(c, &img).await? {
+                        attempts.failed(self.header, "context word")?;
+                        continue 'fresh;
+                    }
                     return Ok(true);
                 }
             }

@@ -35,6 +35,17 @@ fn tiny_shape_against_a_hashmap() {
     model_test::<CLevel, PointOnly>(&cfg);
 }
 
+/// The same with the port's search (`search=levels`).
+#[test]
+fn port_search_against_a_hashmap() {
+    let mut extra = tiny();
+    extra.push(("search".into(), "levels".into()));
+    let mut cfg = ModelConfig::new(IndexConfig { extra, ..IndexConfig::default() }, 400, 200);
+    cfg.after = Some(grew);
+    cfg.search_again = true;
+    model_test::<CLevel, PointOnly>(&cfg);
+}
+
 #[test]
 fn long_keys_and_values_on_three_nodes() {
     let index = IndexConfig {
@@ -114,6 +125,10 @@ fn options_are_checked() {
         for bad in [&[("log2_buckets", 0)][..], &[("log2_buckets", 31)], &[("max_levels", 2)]] {
             let e = CLevel::create(&c, &with(bad), 0).await.unwrap_err();
             assert!(matches!(e, IndexError::Config(_)), "{bad:?}: {e}");
+        }
+        for choice in [("rehash", "eager"), ("search", "level")] {
+            let e = CLevel::create(&c, &IndexConfig::with_options(&[choice]), 0).await.unwrap_err();
+            assert!(matches!(e, IndexError::Config(ref m) if m.contains(choice.0)), "{e}");
         }
         let big = IndexConfig { max_value: 9000, ..IndexConfig::default() };
         assert!(matches!(CLevel::create(&c, &big, 0).await, Err(IndexError::Config(_))));

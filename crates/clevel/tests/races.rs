@@ -26,9 +26,12 @@ fn delays() -> Faults {
     Faults { delay_prob: 0.3, delay_max_ns: 50_000, ..Faults::none() }
 }
 
-/// Each grower drains (no background client here), so moves run while the others work.
-fn config() -> IndexConfig {
-    IndexConfig::with_options(&[("log2_buckets", "2"), ("rehash", "inline")])
+/// Each grower drains (no background client here), so moves run while the others work;
+/// `extra` options on top.
+fn config(extra: &[(&str, &str)]) -> IndexConfig {
+    let mut options = vec![("log2_buckets", "2"), ("rehash", "inline")];
+    options.extend_from_slice(extra);
+    IndexConfig::with_options(&options)
 }
 
 fn stat(idx: &CLevel, name: &str) -> u64 {
@@ -39,9 +42,11 @@ fn stat(idx: &CLevel, name: &str) -> u64 {
 /// One seed of a race: keys 1..=40 loaded with `value(k)`; then, with delayed verbs, one client
 /// inserts 600 new keys (the table grows five times and each grower drains the bottom level,
 /// moving the loaded keys up level by level) while eight clients run `worker` on the loaded
-/// keys until it is done. Returns the entries the drains moved.
+/// keys until it is done, the index opened with `extra` options. Returns the entries the drains
+/// moved.
 fn while_keys_move(
     seed: u64,
+    extra: &[(&str, &str)],
     value: fn(u64) -> u64,
     worker: for<'a> fn(
         u64,
@@ -53,7 +58,7 @@ fn while_keys_move(
 ) -> u64 {
     let sim = sim(seed, 2);
     let setup = sim.client_on_own_thread(0);
-    let idx = sim.block_on(CLevel::create(&setup, &config(), 0)).unwrap();
+    let idx = sim.block_on(CLevel::create(&setup, &config(extra), 0)).unwrap();
     sim.block_on(async {
         for k in 1..=40u64 {
             idx.insert(&setup, &k.to_be_bytes(), &value(k).to_le_bytes()).await.unwrap();
@@ -80,6 +85,24 @@ fn while_keys_move(
     stat(idx, "moved_entries")
 }
 
+/// Searches the loaded keys round and round; each must be found with its value.
+fn searcher<'a>(
+    seed: u64,
+    i: usize,
+    c: &'a Client<SimTransport>,
+    idx: &'a CLevel,
+    done: &'a Cell<bool>,
+) -> Task<'a> {
+    Box::pin(async move {
+        let mut k = 1 + i as u64 * 5;
+        while !done.get() {
+            let v = idx.search(c, &k.to_be_bytes()).await.unwrap();
+            assert_eq!(v.as_deref(), Some(&k.to_le_bytes()[..]), "seed {seed}: key {k}");
+            k = k % 40 + 1;
+        }
+    })
+}
+
 /// The searchers search the loaded keys round and round. A loaded key is never absent, so
 /// every search must find it with its value: one that READ a key's upper buckets before the
 /// rehasher's copy landed and its bottom buckets after the rehasher cleared them would miss it
@@ -88,23 +111,16 @@ fn while_keys_move(
 /// seeds (seed 0 fails).
 #[test]
 fn searches_never_miss_a_moving_key() {
-    fn searcher<'a>(
-        seed: u64,
-        i: usize,
-        c: &'a Client<SimTransport>,
-        idx: &'a CLevel,
-        done: &'a Cell<bool>,
-    ) -> Task<'a> {
-        Box::pin(async move {
-            let mut k = 1 + i as u64 * 5;
-            while !done.get() {
-                let v = idx.search(c, &k.to_be_bytes()).await.unwrap();
-                assert_eq!(v.as_deref(), Some(&k.to_le_bytes()[..]), "seed {seed}: key {k}");
-                k = k % 40 + 1;
-            }
-        })
-    }
-    let moved: u64 = (0..60).map(|seed| while_keys_move(seed, |k| k, searcher)).sum();
+    let moved: u64 = (0..60).map(|seed| while_keys_move(seed, &[], |k| k, searcher)).sum();
+    assert!(moved > 0);
+}
+
+/// The same with the SepHash port's search (`search=levels`): each level READ a round trip
+/// after the one below it, and the context word before and after.
+#[test]
+fn port_searches_never_miss_a_moving_key() {
+    let port = [("search", "levels")];
+    let moved: u64 = (0..60).map(|seed| while_keys_move(seed, &port, |k| k, searcher)).sum();
     assert!(moved > 0);
 }
 
@@ -151,6 +167,6 @@ fn writers_never_lose_a_moving_key() {
         })
     }
     for seed in 0..60 {
-        while_keys_move(seed, |_| 0, writer);
+        while_keys_move(seed, &[], |_| 0, writer);
     }
 }

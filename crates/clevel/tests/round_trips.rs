@@ -1,0 +1,88 @@
+//! The crate docs' table of round trips per operation (two levels, no rehash, blocks of one
+//! READ), and the SepHash port's search (`search=levels`): the context word, then each level's
+//! word and buckets a round trip each, the block, the context word again.
+
+use dmindex_clevel::CLevel;
+use dmindex_fabric::exec::run_tasks;
+use dmindex_fabric::local::LocalTransport;
+use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric};
+use dmindex_index::{IndexConfig, PointIndex};
+
+fn k(x: u64) -> [u8; 8] {
+    x.to_be_bytes()
+}
+
+/// Round trips of `f`'s operation.
+async fn rts<F: std::future::Future>(c: &Client<LocalTransport>, f: F) -> u64 {
+    let before = c.counts().round_trips;
+    f.await;
+    c.counts().round_trips - before
+}
+
+fn levels_read(idx: &CLevel) -> u64 {
+    let s = <CLevel as PointIndex<LocalTransport>>::stats(idx);
+    s.extra.iter().find(|(k, _)| *k == "search_levels_read").map(|&(_, v)| v).unwrap()
+}
+
+#[test]
+fn each_operation_costs_its_round_trips() {
+    let f = LocalFabric::new(LocalConfig::default()).unwrap();
+    let c = f.client(0).unwrap();
+    run_tasks([async {
+        let idx = CLevel::create(&c, &IndexConfig::default(), 0).await.unwrap();
+        for i in 1..=100 {
+            idx.insert(&c, &k(i), &k(i)).await.unwrap();
+        }
+        let search = rts(&c, async { assert!(idx.search(&c, &k(7)).await.unwrap().is_some()) });
+        assert_eq!(search.await, 2, "search, key present");
+        let absent = rts(&c, async { assert!(idx.search(&c, &k(7000)).await.unwrap().is_none()) });
+        assert_eq!(absent.await, 2, "search, key absent");
+        assert_eq!(rts(&c, idx.insert(&c, &k(7), &k(1))).await, 4, "insert, key present");
+        assert_eq!(rts(&c, idx.insert(&c, &k(101), &k(1))).await, 5, "insert, key absent");
+        let update = rts(&c, async { assert!(idx.update(&c, &k(8), &k(2)).await.unwrap()) });
+        assert_eq!(update.await, 4, "update");
+        let delete = rts(&c, async { assert!(idx.delete(&c, &k(9)).await.unwrap()) });
+        assert_eq!(delete.await, 3, "delete");
+    }]);
+}
+
+/// The port's search on two levels, and on the levels a table without a rehasher piles up: two
+/// round trips a level plus three (context word, block, context word again); an absent key
+/// READs no block. The same table searched with the default reads costs two throughout.
+#[test]
+fn the_ports_search_costs_two_round_trips_a_level() {
+    let f = LocalFabric::new(LocalConfig::default()).unwrap();
+    let c = f.client(0).unwrap();
+    run_tasks([async {
+        let small = [("log2_buckets", "1")];
+        let port = IndexConfig::with_options(&[("log2_buckets", "1"), ("search", "levels")]);
+        let idx = CLevel::create(&c, &port, 0).await.unwrap();
+        idx.insert(&c, &k(1), &k(1)).await.unwrap();
+        let present = rts(&c, async { assert!(idx.search(&c, &k(1)).await.unwrap().is_some()) });
+        assert_eq!(present.await, 2 * 2 + 3);
+        let absent = rts(&c, async { assert!(idx.search(&c, &k(99)).await.unwrap().is_none()) });
+        assert_eq!(absent.await, 2 * 2 + 2);
+        // No background client: levels pile up (2 + 4 buckets hold few keys).
+        for i in 2..=60 {
+            idx.insert(&c, &k(i), &k(i)).await.unwrap();
+        }
+        // A handle with the default reads, opened on the grown table (a handle refreshes its
+        // context only when it must: a search that finds its key never does).
+        let doorbell = CLevel::open(&c, &IndexConfig::with_options(&small), 0).await.unwrap();
+        for i in [1, 30, 60] {
+            let before = levels_read(&idx);
+            let port = rts(&c, async { assert!(idx.search(&c, &k(i)).await.unwrap().is_some()) });
+            let port = port.await;
+            let levels = levels_read(&idx) - before;
+            assert!(levels > 2, "{levels} levels: the table grew");
+            let ours =
+                rts(&c, async { assert!(doorbell.search(&c, &k(i)).await.unwrap().is_some()) });
+            // Ours: the bottom level a round trip before the others while a rehash is due,
+            // then the blocks of fingerprint matches up to the key's (one, or two after a false
+            // match); the port READs those blocks too.
+            let ours = ours.await;
+            assert!((3..=4).contains(&ours), "key {i}: {ours} round trips");
+            assert_eq!(port, 2 * levels + 2 + (ours - 2), "key {i} over {levels} levels");
+        }
+    }]);
+}
