@@ -2,23 +2,15 @@
 //!
 //! # Slot (8 B, aligned; changed only by CAS)
 //!
-//! ```text
-//!  63      56 55 54     48 47 46          41 40                                  0
-//! +----------+--+---------+--+--------------+-------------------------------------+
-//! | fp (8)   |F | units(7)|T |block node (6)| block offset / 64 (41)              |
-//! +----------+--+---------+--+--------------+-------------------------------------+
-//! ```
+//! The slot word RACE uses too, drawn and pinned in [`dmindex_prim::kv_slot`]: fingerprint,
+//! frozen bit, block length in 64-B units, tentative bit, block address. Here:
 //!
-//! * `0` is an empty slot; a used one never is (its block address is not null).
-//! * `fp`: 8 bits of a third hash of the key ([`Hashes::fp`]): a reader READs a block only when
-//!   the fingerprint matches, and the key in the block decides.
+//! * `fp`: 8 bits of a third hash of the key ([`Hashes::fp`]).
 //! * `F` (frozen): set by the rehasher on a committed entry of the bottom level it is moving
 //!   up. No writer's CAS expects a frozen word, so the entry can no longer change; it stays the
 //!   key's value, and so does its copy above, which holds the same word.
-//! * `T` (tentative): an insert of an absent key placed the entry and has not committed it. It
-//!   is no value: readers skip it; another insert of the key or the rehasher may abort it.
-//! * `units`: the block's length in 64-B units (1..=127): blocks are at most 8 128 B.
-//! * The block address: the memory node in 6 bits (at most 64) and the offset over 64 in 41.
+//! * `T` (tentative): an insert of an absent key placed the entry and has not committed it;
+//!   another insert of the key or the rehasher may abort it.
 //!
 //! # Bucket (64 B = one cache line, 64-B aligned): 8 slots
 //!
@@ -56,20 +48,15 @@ use dmindex_fabric::GlobalAddr;
 use dmindex_prim::hash::{hash_bytes, mix64};
 use dmindex_prim::root::Magic;
 
+pub use dmindex_prim::kv_slot::{
+    entry, is_frozen, is_tentative, slot, slot_block, slot_fp, slot_units, units, FROZEN,
+    MAX_BLOCK, MAX_NODES, MAX_NODE_BYTES, TENTATIVE,
+};
+
 /// Slots in a bucket (8, the port's: one cache line).
 pub const SLOTS: usize = 8;
 /// Bytes in a bucket.
 pub const BUCKET: u64 = 64;
-/// The frozen bit of a slot.
-pub const FROZEN: u64 = 1 << 55;
-/// The tentative bit of a slot.
-pub const TENTATIVE: u64 = 1 << 47;
-/// Memory nodes a slot's block address can name.
-pub const MAX_NODES: u16 = 64;
-/// Bytes of a memory node a slot's block address can reach.
-pub const MAX_NODE_BYTES: u64 = 64 << 41;
-/// The longest block a slot can name (127 units of 64 B).
-pub const MAX_BLOCK: usize = 127 * 64;
 /// Levels a context can list (the paper's CLevel reached 8.28 at 128 threads, Table 1).
 pub const MAX_LEVELS: usize = 14;
 /// The largest level: 2^40 buckets.
@@ -119,45 +106,6 @@ impl Hashes {
         let mask = (1u64 << log2) - 1;
         [self.h1 & mask, self.h2 & mask]
     }
-}
-
-/// The slot word of a committed entry.
-pub fn slot(fp: u8, units: u8, block: GlobalAddr) -> u64 {
-    debug_assert!((1..=127).contains(&units) && block.node() < MAX_NODES);
-    debug_assert!(block.offset() % 64 == 0 && block.offset() < MAX_NODE_BYTES);
-    (fp as u64) << 56 | (units as u64) << 48 | (block.node() as u64) << 41 | block.offset() >> 6
-}
-
-/// The block address a slot word names.
-pub fn slot_block(w: u64) -> GlobalAddr {
-    GlobalAddr::new(((w >> 41) & 0x3F) as u16, (w & ((1 << 41) - 1)) << 6)
-}
-
-pub const fn slot_fp(w: u64) -> u8 {
-    (w >> 56) as u8
-}
-
-/// The block's length in 64-B units.
-pub const fn slot_units(w: u64) -> u8 {
-    ((w >> 48) & 0x7F) as u8
-}
-
-pub const fn is_frozen(w: u64) -> bool {
-    w & FROZEN != 0
-}
-
-pub const fn is_tentative(w: u64) -> bool {
-    w & TENTATIVE != 0
-}
-
-/// The word with the frozen and tentative bits clear: the committed entry it stands for.
-pub const fn entry(w: u64) -> u64 {
-    w & !(FROZEN | TENTATIVE)
-}
-
-/// 64-B units of a block of `len` bytes.
-pub const fn units(len: usize) -> u8 {
-    len.div_ceil(64) as u8
 }
 
 /// A level: its address and log2 of its buckets.
@@ -268,19 +216,6 @@ pub fn words(b: &[u8]) -> impl Iterator<Item = u64> + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slot_words_are_pinned() {
-        let w = slot(0xAB, 3, GlobalAddr::new(5, 0x1_0000_0040));
-        assert_eq!(w, 0xAB03_0A00_0400_0001);
-        assert_eq!(slot_block(w), GlobalAddr::new(5, 0x1_0000_0040));
-        assert_eq!(slot_fp(w), 0xAB);
-        assert_eq!(slot_units(w | FROZEN), 3);
-        assert!(!is_frozen(w) && !is_tentative(w));
-        assert!(is_frozen(w | FROZEN) && is_tentative(w | TENTATIVE));
-        assert_eq!(entry(w | FROZEN | TENTATIVE), w);
-        assert_eq!(units(65), 2);
-    }
 
     #[test]
     fn hashes_are_pinned() {

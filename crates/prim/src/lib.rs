@@ -39,6 +39,7 @@ pub mod doorbell;
 pub mod hash;
 pub mod key;
 pub mod kv_block;
+pub mod kv_slot;
 pub mod lease;
 pub mod lock;
 pub mod names;

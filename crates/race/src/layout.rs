@@ -3,26 +3,16 @@
 //! # Slot (8 B, aligned; changed only by CAS, except the splitter's clearing WRITE of a slot it
 //! froze)
 //!
-//! ```text
-//!  63      56 55 54     48 47 46          41 40                                  0
-//! +----------+--+---------+--+--------------+-------------------------------------+
-//! | fp (8)   |F | units(7)|T |block node (6)| block offset / 64 (41)              |
-//! +----------+--+---------+--+--------------+-------------------------------------+
-//! byte 7 = fp, byte 6 = F << 7 | units, bytes 0..6 = T << 47 | the 47-bit block address
-//! ```
+//! The slot word CLevel uses too, drawn and pinned in [`dmindex_prim::kv_slot`]: fingerprint,
+//! frozen bit, block length in 64-B units, tentative bit, block address. Here:
 //!
-//! * `0` is an empty slot; a used slot is never 0 (its block address is not null).
-//! * `fp`: 8 bits of the key's second hash ([`Hashes::fp`]); a reader reads a block only when the
-//!   fingerprint matches, and the key in the block decides.
-//! * `units`: the block's length in 64-B units (1..=127), so blocks are at most 8 128 B.
+//! * `fp`: 8 bits of the key's second hash ([`Hashes::fp`]).
 //! * `F` (frozen): set by a splitter on an entry it is moving to the new segment. No CAS expects a
 //!   frozen word, so a frozen entry can no longer be updated or deleted in the old segment; it
 //!   still holds the key's current value until the split switches the bucket's header.
 //! * `T` (tentative): set on an entry an insert of an absent key has placed but not yet
 //!   committed. A tentative entry is no value: readers skip it, and another insert of the same
 //!   key may abort it (CAS to 0). Its inserter commits it by CAS'ing `T` off (see `ops`).
-//! * The 47-bit block address: the memory node in 6 bits (at most 64 memory nodes) and the
-//!   offset divided by 64 (blocks are 64-B aligned) in 41 bits (128 TiB per node).
 //!
 //! # Bucket (64 B = one cache line, 64-B aligned): header + 7 slots
 //!
@@ -142,6 +132,11 @@ use dmindex_fabric::GlobalAddr;
 use dmindex_prim::hash::{hash_bytes, mix64};
 use dmindex_prim::root::Magic;
 
+pub use dmindex_prim::kv_slot::{
+    entry, is_frozen, is_tentative, slot, slot_block, slot_fp, slot_units, units, FROZEN,
+    MAX_BLOCK, MAX_NODES, MAX_NODE_BYTES, TENTATIVE,
+};
+
 /// Slots per bucket: header + 7 slots = one 64-B cache line.
 pub const SLOTS: usize = 7;
 /// Bytes per bucket.
@@ -150,18 +145,8 @@ pub const BUCKET: u64 = 64;
 pub const SEG_META: u64 = 64;
 /// Bytes of the directory's header line.
 pub const DIR_HEADER: u64 = 64;
-/// The frozen bit of a slot.
-pub const FROZEN: u64 = 1 << 55;
-/// The tentative bit of a slot word.
-pub const TENTATIVE: u64 = 1 << 47;
-/// Largest memory node a 41-bit block offset / 64 can address (128 TiB).
-pub const MAX_NODE_BYTES: u64 = 64 << 41;
 /// The lock bit of a segment's lock word and of the directory header word.
 pub const LOCK: u64 = 1 << 63;
-/// Most memory nodes a slot's 6 node bits can name.
-pub const MAX_NODES: u16 = 64;
-/// Longest block a slot can describe (127 units of 64 B).
-pub const MAX_BLOCK: usize = 127 * 64;
 /// Largest maximum depth (a 2^24-entry directory is 128 MiB).
 pub const MAX_DEPTH: usize = 24;
 /// Most groups in a segment (the descriptor has 11 bits for them).
@@ -324,49 +309,6 @@ pub const fn bucket_offset(b: usize) -> u64 {
     SEG_META + b as u64 * BUCKET
 }
 
-/// A slot word: fingerprint, length in 64-B units, block address (committed, not frozen).
-pub fn slot(fp: u8, units: u8, block: GlobalAddr) -> u64 {
-    debug_assert!(units > 0 && units < 128 && block.is_aligned(64));
-    debug_assert!(block.node() < MAX_NODES && block.offset() < MAX_NODE_BYTES);
-    (fp as u64) << 56 | (units as u64) << 48 | (block.node() as u64) << 41 | block.offset() >> 6
-}
-
-/// The block a used slot points to.
-pub fn slot_block(w: u64) -> GlobalAddr {
-    let node = (w >> 41 & 0x3F) as u16;
-    GlobalAddr::new(node, (w & low_mask(41)) << 6)
-}
-
-/// A slot's fingerprint.
-pub const fn slot_fp(w: u64) -> u8 {
-    (w >> 56) as u8
-}
-
-/// A slot's block length in 64-B units.
-pub const fn slot_units(w: u64) -> u8 {
-    (w >> 48 & 0x7F) as u8
-}
-
-/// Whether a slot word is frozen by a split.
-pub const fn is_frozen(w: u64) -> bool {
-    w & FROZEN != 0
-}
-
-/// Whether a slot word is an insert's uncommitted entry.
-pub const fn is_tentative(w: u64) -> bool {
-    w & TENTATIVE != 0
-}
-
-/// A used slot word without its frozen and tentative bits: which block, of which length.
-pub const fn entry(w: u64) -> u64 {
-    w & !(FROZEN | TENTATIVE)
-}
-
-/// Units of 64 B a block of `len` bytes takes.
-pub const fn units(len: usize) -> u8 {
-    len.div_ceil(64) as u8
-}
-
 /// Directory entry word.
 pub fn dir_entry(seg: GlobalAddr, depth: u32) -> u64 {
     debug_assert!(seg.is_aligned(64) && depth < 64);
@@ -405,38 +347,6 @@ impl Shape {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slot_bytes_are_pinned() {
-        let block = GlobalAddr::new(3, 0x1234_5640);
-        let w = slot(0xAB, 2, block);
-        assert_eq!(
-            w.to_le_bytes(),
-            [0x59, 0xD1, 0x48, 0x00, 0x00, 0x06, 0x02, 0xAB],
-            "offset / 64 = 0x48D159 in bits 0..41, node 3 in bits 41..47, units, fp"
-        );
-        assert_eq!(slot_block(w), block);
-        assert_eq!(
-            (slot_fp(w), slot_units(w), is_frozen(w), is_tentative(w)),
-            (0xAB, 2, false, false)
-        );
-        let f = w | FROZEN;
-        assert_eq!(f.to_le_bytes()[6], 0x82, "the frozen bit is the top bit of byte 6");
-        assert_eq!((slot_block(f), slot_units(f), is_frozen(f)), (block, 2, true));
-        let t = w | TENTATIVE;
-        assert_eq!(t.to_le_bytes()[5], 0x86, "the tentative bit is the top bit of byte 5");
-        assert_eq!(
-            (slot_block(t), slot_units(t), is_tentative(t), entry(t | FROZEN)),
-            (block, 2, true, w)
-        );
-        let far = GlobalAddr::new(63, MAX_NODE_BYTES - 64);
-        assert_eq!(slot_block(slot(0, 127, far)), far);
-        assert!(!is_tentative(slot(0xFF, 127, far)) && !is_frozen(slot(0xFF, 127, far)));
-        assert_eq!(units(1), 1);
-        assert_eq!(units(64), 1);
-        assert_eq!(units(65), 2);
-        assert_eq!(units(MAX_BLOCK), 127);
-    }
 
     #[test]
     fn bucket_and_segment_bytes_are_pinned() {
