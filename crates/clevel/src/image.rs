@@ -27,12 +27,8 @@ pub(crate) struct At {
     pub s: usize,
 }
 
-/// A slot seen in an image.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Seen {
-    pub addr: GlobalAddr,
-    pub word: u64,
-}
+/// A slot seen in an image: where, and the word there.
+pub(crate) use dmindex_prim::tentative::Seen;
 
 /// A key's buckets under `cached`: for each, its level (0 = bottom) and address, and its slots.
 #[derive(Clone, Debug)]

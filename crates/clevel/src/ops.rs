@@ -7,15 +7,12 @@
 //! 2. Re-read the key's buckets and, in the last round, the context word. Then:
 //!    * the context word changed: withdraw ours (CAS to 0) and start again under the new one;
 //!    * ours is gone (another insert of the key or the rehasher aborted it): start again;
-//!    * a frozen entry of the key: the rehasher is moving it; wait, then re-read;
-//!    * another *committed* entry: the key is present. Withdraw ours and start again, which
-//!      upserts that entry;
-//!    * a *lower* (by slot address) tentative entry: its insert goes first; re-read until it
-//!      commits or goes. One unchanged for [`PATIENCE`] re-reads is presumed to belong to a
-//!      stopped client and is aborted (CAS to 0; if its client was only slow, its commit fails
-//!      and it starts again);
-//!    * *higher* tentative entries: abort them (a failed abort means it changed: re-read);
-//!    * then commit: CAS ours from tentative to committed. The insert takes effect there.
+//!    * otherwise [`dmindex_prim::tentative`]'s rule, which RACE shares: a frozen entry of the
+//!      key (the rehasher is moving it) is waited on; another committed entry means the key is
+//!      present (withdraw ours, start again: an upsert of that entry); a lower-addressed
+//!      tentative entry goes first (aborted after [`PATIENCE`] unchanged re-reads: its client
+//!      probably stopped); higher ones are aborted; then ours is committed by CAS. The insert
+//!      takes effect there.
 //!
 //! Two inserts of one absent key that both commit would need each one's deciding re-read to
 //! miss the other's entry. The one that placed later re-read the key's buckets after both were
@@ -37,6 +34,7 @@ use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::kv_block;
+use dmindex_prim::tentative::{self, Settle, Waiting};
 use smallvec::SmallVec;
 
 use crate::image::{At, Image, Seen};
@@ -44,26 +42,7 @@ use crate::layout::{self, entry, is_frozen, is_tentative, Hashes, TENTATIVE};
 use crate::resize::MoveWait;
 use crate::{bump, CLevel};
 
-/// Re-reads an insert waits on an unchanged lower tentative entry before aborting it.
-pub const PATIENCE: u32 = 64;
-
-/// What a re-read after placing our tentative entry decided.
-enum Settle {
-    Committed,
-    /// Re-read and decide again.
-    Wait,
-    /// Ours is withdrawn: start the insert again.
-    Restart,
-    /// The rehasher is moving the key: wait for it, then re-read.
-    Moving,
-}
-
-/// The lower tentative entry an insert is waiting on, and for how many re-reads.
-#[derive(Default)]
-struct Waiting {
-    word: u64,
-    reads: u32,
-}
+pub use dmindex_prim::tentative::PATIENCE;
 
 /// What an image holds of a key.
 pub(crate) enum Found {
@@ -253,7 +232,7 @@ impl CLevel {
     }
 
     /// One decision after a re-read `re` that shows our tentative entry at `at` under the
-    /// current context (the module docs give the rules).
+    /// current context ([`dmindex_prim::tentative`] gives the rule).
     #[allow(clippy::too_many_arguments)]
     async fn settle<T: Transport>(
         &self,
@@ -271,41 +250,13 @@ impl CLevel {
                 copies.push(cand);
             }
         }
-        if copies.iter().any(|x| is_frozen(x.word)) {
-            return Ok(Settle::Moving);
+        let ours = Seen { addr: re.slot_addr(at), word };
+        let settled = tentative::settle(c, &copies, ours, waiting).await?;
+        bump(&self.counters.tentative_aborts, settled.aborted);
+        if settled.decision == Settle::Restart {
+            bump(&self.counters.insert_withdrawals, 1);
         }
-        let ours = re.slot_addr(at);
-        let tentative = word | TENTATIVE;
-        let others = || copies.iter().filter(|x| x.addr != ours);
-        if others().any(|x| !is_tentative(x.word)) {
-            // The key is present: withdraw ours, then upsert that entry.
-            if c.cas(ours, tentative, 0).await? == tentative {
-                bump(&self.counters.insert_withdrawals, 1);
-                return Ok(Settle::Restart);
-            }
-            return Ok(Settle::Wait);
-        }
-        if let Some(lower) = others().find(|x| x.addr.raw() < ours.raw()) {
-            if lower.word == waiting.word {
-                waiting.reads += 1;
-            } else {
-                *waiting = Waiting { word: lower.word, reads: 1 };
-            }
-            if waiting.reads >= PATIENCE && c.cas(lower.addr, lower.word, 0).await? == lower.word {
-                bump(&self.counters.tentative_aborts, 1);
-            }
-            return Ok(Settle::Wait);
-        }
-        for higher in others() {
-            if c.cas(higher.addr, higher.word, 0).await? != higher.word {
-                return Ok(Settle::Wait);
-            }
-            bump(&self.counters.tentative_aborts, 1);
-        }
-        if c.cas(ours, tentative, word).await? == tentative {
-            return Ok(Settle::Committed);
-        }
-        Ok(Settle::Wait)
+        Ok(settled.decision)
     }
 
     /// Update (`value` given) or delete: CAS the key's committed entry to a new block's entry

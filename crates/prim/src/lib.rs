@@ -50,6 +50,7 @@ pub mod radix;
 pub mod rdwc;
 pub mod root;
 pub mod spear;
+pub mod tentative;
 pub mod version;
 pub mod view;
 pub mod work;

@@ -18,14 +18,16 @@
 //!
 //! # Insert of an absent key: place, re-read, commit
 //!
+//! The rule CLevel shares, in [`dmindex_prim::tentative`]:
+//!
 //! 1. CAS an empty slot from 0 to our entry with the tentative bit set.
 //! 2. Re-read the key's buckets (every header must still match), then:
 //!    * another *committed* entry: the key is present. Withdraw ours (CAS to 0) and start again,
 //!      which upserts that entry;
 //!    * a *lower* tentative entry: its insert goes first; re-read until it commits or goes. One
-//!      that stays unchanged for [`PATIENCE`] re-reads is presumed to belong to a stopped client
-//!      and is aborted (CAS to 0; if its client was only slow, its commit fails and it starts
-//!      again);
+//!      that stays unchanged for [`PATIENCE`](dmindex_prim::tentative::PATIENCE) re-reads is
+//!      presumed to belong to a stopped client and is aborted (CAS to 0; if its client was only
+//!      slow, its commit fails and it starts again);
 //!    * *higher* tentative entries: abort them (a failed abort means it committed or moved:
 //!      re-read);
 //!    * then commit: CAS ours from tentative to committed. The insert takes effect there.
@@ -65,37 +67,17 @@
 //! WRITE, bucket READ, CAS, re-read, commit CAS = 5. Upserts, updates and deletes cost what
 //! RACE's do and never clear duplicates.
 
+use arrayvec::ArrayVec;
 use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::kv_block;
+use dmindex_prim::tentative::{self, Settle, Waiting};
 
 use crate::bucket::{At, Copy, Snap};
 use crate::layout::{self, dir_entry_parts, is_frozen, is_tentative, Hashes, FROZEN, TENTATIVE};
 use crate::recover::SplitWait;
 use crate::{bump, Race, Resize};
-
-/// Re-reads an insert waits on an unchanged lower tentative entry before aborting it.
-pub const PATIENCE: u32 = 64;
-
-/// What a re-read after placing our tentative entry decided.
-enum Settle {
-    /// Committed: the insert is done.
-    Committed,
-    /// Re-read and decide again.
-    Wait,
-    /// Ours is withdrawn: start the insert again.
-    Restart,
-    /// A split is moving the key: wait for it, then re-read.
-    Split,
-}
-
-/// The lower tentative entry an insert is waiting on, and for how many re-reads.
-#[derive(Default)]
-struct Waiting {
-    word: u64,
-    reads: u32,
-}
 
 impl Race {
     /// The key's buckets in the segment whose headers all match it, into `snap`: the cached entry
@@ -237,7 +219,7 @@ impl Race {
                                 bump(&self.counters.retries, 1);
                                 continue;
                             }
-                            Settle::Split => {
+                            Settle::Moving => {
                                 bump(&self.counters.retries, 1);
                                 self.wait_split(c, seg, None, &mut wait).await?;
                                 continue;
@@ -281,7 +263,8 @@ impl Race {
     }
 
     /// One decision after a re-read `re` whose headers match and which shows our tentative entry
-    /// at `at` (the module docs give the rules).
+    /// at `at` ([`dmindex_prim::tentative`] gives the rule; a snapshot's slots are in address
+    /// order, so its lower entries are the lower positions).
     #[allow(clippy::too_many_arguments)]
     async fn settle<T: Transport>(
         &self,
@@ -294,43 +277,16 @@ impl Race {
         waiting: &mut Waiting,
     ) -> IndexResult<Settle> {
         let copies = self.copies(c, re, key, h, word).await?;
-        if copies.iter().any(|x| is_frozen(x.word)) {
-            return Ok(Settle::Split);
+        let seen = |x: &Copy| tentative::Seen { addr: re.addr(x.at), word: x.word };
+        let copies: ArrayVec<tentative::Seen, { 4 * layout::SLOTS }> =
+            copies.iter().map(seen).collect();
+        let ours = tentative::Seen { addr: re.addr(at), word };
+        let settled = tentative::settle(c, &copies, ours, waiting).await?;
+        bump(&self.counters.aborted, settled.aborted);
+        if settled.decision == Settle::Restart {
+            bump(&self.counters.withdrawn, 1);
         }
-        let mut others = copies.iter().filter(|x| x.at != at);
-        if others.clone().any(|x| !is_tentative(x.word)) {
-            // The key is present: withdraw ours, then upsert that entry.
-            if c.cas(re.addr(at), word | TENTATIVE, 0).await? == word | TENTATIVE {
-                bump(&self.counters.withdrawn, 1);
-                return Ok(Settle::Restart);
-            }
-            // Aborted or frozen meanwhile: the next re-read says which.
-            return Ok(Settle::Wait);
-        }
-        if let Some(lower) = others.clone().find(|x| x.at < at) {
-            if lower.word == waiting.word {
-                waiting.reads += 1;
-            } else {
-                *waiting = Waiting { word: lower.word, reads: 1 };
-            }
-            if waiting.reads >= PATIENCE
-                && c.cas(re.addr(lower.at), lower.word, 0).await? == lower.word
-            {
-                bump(&self.counters.aborted, 1);
-            }
-            return Ok(Settle::Wait);
-        }
-        for higher in &mut others {
-            if c.cas(re.addr(higher.at), higher.word, 0).await? != higher.word {
-                // Committed or moved since the re-read: look again.
-                return Ok(Settle::Wait);
-            }
-            bump(&self.counters.aborted, 1);
-        }
-        if c.cas(re.addr(at), word | TENTATIVE, word).await? == word | TENTATIVE {
-            return Ok(Settle::Committed);
-        }
-        Ok(Settle::Wait)
+        Ok(settled.decision)
     }
 
     /// The key's committed entry in `snap` that is not frozen, if any; else whether a frozen one
