@@ -43,8 +43,9 @@
 //! its lock: READ the 16 buckets and every entry's key (Plush reads each block: the next digit
 //! is in the key's hash), split the entries by their level-1 digit, append each share to its
 //! level-1 group as a new run (run WRITE, then the WRITE of the descriptor line that lists it,
-//! one doorbell), then clear the 16 buckets with one WRITE. A level-1 group that already lists
-//! 16 runs migrates first, the same way one level down: its runs merged (newest entry of each
+//! adjacent in one doorbell; the groups' descriptors READ in one round trip and every group's
+//! run and line WRITTEN in one more), then clear the 16 buckets with one WRITE. A level-1
+//! group that already lists 16 runs migrates first, the same way one level down: its runs merged (newest entry of each
 //! key kept), split by the next digit, appended to its children, then its descriptor reset to
 //! no runs. The deepest level (`levels` below the top, 9 by default) compacts its runs into
 //! one instead, so a group there holds at most 65 535 keys (a run's most entries; more is
@@ -158,9 +159,9 @@ pub struct Plush {
     /// Whether searches skip the runs whose filters rule the key out (`filters=1`, the
     /// default); `filters=0` reads every run of each group on the key's path, newest first.
     filters: bool,
-    /// How a migration READs its entries' keys: all rung together per memory node
-    /// (`key_reads=together`, the default), or one READ awaited after another
-    /// (`key_reads=each`, the SepHash port's).
+    /// How a migration READs its entries' keys and appends to its children: all rung together
+    /// per memory node (`key_reads=together`, the default), or one READ awaited after another
+    /// and one child after another (`key_reads=each`, the SepHash port's).
     keys_each: bool,
     /// Value buffers of the searches updates and deletes make under the lock, one per pool
     /// shard (no allocation per operation once grown).

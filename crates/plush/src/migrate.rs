@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use dmindex_fabric::verbs::MAX_BATCH;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::counter::{add, bump};
@@ -19,8 +20,8 @@ use dmindex_prim::lease;
 use smallvec::SmallVec;
 
 use crate::layout::{
-    entry_block, is_deleted, run_word, words, Desc, Hashes, Record, FANOUT, GROUP, GROUP_CHILDREN,
-    MAX_RUN, TOP_BUCKETS, TOP_CHILDREN,
+    entry_block, is_deleted, run_word, words, Desc, Hashes, Record, DESC, FANOUT, GROUP,
+    GROUP_CHILDREN, MAX_RUN, TOP_BUCKETS, TOP_CHILDREN,
 };
 use crate::Plush;
 
@@ -139,6 +140,10 @@ impl Plush {
     /// Appends each non-empty list as a new run of the level-`level` child of its digit (the
     /// children array at `children_at`, holding `kids`), creating the child if there is none.
     /// Tombstones bound for a child created here are dropped: nothing lies below it.
+    ///
+    /// The children's descriptors are READ in one round trip and their runs published in
+    /// another (a child that must migrate first does so on its own); with `key_reads=each`, as
+    /// the SepHash port's bulk insert does, one child after another ([`Self::publish_each`]).
     fn publish<'a, T: Transport>(
         &'a self,
         c: &'a Client<T>,
@@ -146,38 +151,112 @@ impl Plush {
         children_at: GlobalAddr,
         kids: [u64; FANOUT],
         level: usize,
-        lists: Lists,
+        mut lists: Lists,
     ) -> Step<'a> {
         Box::pin(async move {
-            for (d, mut list) in lists.into_iter().enumerate() {
-                if list.is_empty() {
-                    continue;
-                }
-                // Each child costs round trips under the lock (and may cascade): keep the
-                // lease, so that waiters do not judge this holder dead.
-                lease::renew_if_due(c).await?;
-                let mut group = GlobalAddr::from_raw(kids[d]);
-                let desc = if group.is_null() {
+            if self.keys_each {
+                return self.publish_each(c, node, children_at, kids, level, lists).await;
+            }
+            // Each child costs round trips under the lock (and may cascade): keep the lease,
+            // so that waiters do not judge this holder dead.
+            lease::renew_if_due(c).await?;
+            for (d, list) in lists.iter_mut().enumerate() {
+                let group = GlobalAddr::from_raw(kids[d]);
+                if group.is_null() {
                     let before = list.len();
                     list.retain(|it| !is_deleted(it.entry));
                     add(&self.counters.tombstones_dropped, (before - list.len()) as u64);
-                    if list.is_empty() {
-                        continue;
-                    }
-                    // Zeroed memory: epoch 0, no runs, no children.
-                    group = c.alloc_on(node, GROUP, 64).await?;
-                    c.write(children_at.add(8 * d as u64), &group.raw().to_le_bytes()).await?;
-                    Desc::default()
-                } else {
-                    if !Self::fits(c, group, GROUP, Some(node)) {
-                        return Err(IndexError::Corrupt(format!("plush group at {group}")));
-                    }
-                    self.read_desc(c, group, None).await?.0
-                };
-                self.append_run(c, node, group, level, desc, list).await?;
+                } else if !list.is_empty() && !Self::fits(c, group, GROUP, Some(node)) {
+                    return Err(IndexError::Corrupt(format!("plush group at {group}")));
+                }
             }
-            Ok(())
+            let descs = self.children_descs(c, &kids, &lists).await?;
+            let mut appends: Vec<Append> = Vec::new();
+            let mut pointers: Vec<(GlobalAddr, [u8; 8])> = Vec::new();
+            for (d, list) in lists.into_iter().enumerate() {
+                if list.is_empty() {
+                    continue;
+                }
+                let (group, desc) = match descs[d] {
+                    Some(desc) => (GlobalAddr::from_raw(kids[d]), desc),
+                    None => {
+                        // Zeroed memory: epoch 0, no runs, no children; its pointer is written
+                        // with its first run (write_appends says why in any order).
+                        let group = c.alloc_on(node, GROUP, 64).await?;
+                        pointers.push((children_at.add(8 * d as u64), group.raw().to_le_bytes()));
+                        (group, Desc::default())
+                    }
+                };
+                if self.size(group, &desc)? >= self.shape.runs {
+                    // The child migrates (or compacts) first, on its own round trips.
+                    self.append_run(c, node, group, level, desc, list).await?;
+                    lease::renew_if_due(c).await?;
+                } else if let Some(a) = self.prepare_append(c, node, group, desc, &list).await? {
+                    appends.push(a);
+                }
+            }
+            write_appends(c, &appends, &pointers).await
         })
+    }
+
+    /// [`Self::publish`] as the SepHash port's bulk insert runs (`key_reads=each`): one child
+    /// after another, its descriptor READ and then its run appended, two round trips each.
+    async fn publish_each<T: Transport>(
+        &self,
+        c: &Client<T>,
+        node: u16,
+        children_at: GlobalAddr,
+        kids: [u64; FANOUT],
+        level: usize,
+        lists: Lists,
+    ) -> IndexResult<()> {
+        for (d, mut list) in lists.into_iter().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            lease::renew_if_due(c).await?;
+            let mut group = GlobalAddr::from_raw(kids[d]);
+            let desc = if group.is_null() {
+                let before = list.len();
+                list.retain(|it| !is_deleted(it.entry));
+                add(&self.counters.tombstones_dropped, (before - list.len()) as u64);
+                if list.is_empty() {
+                    continue;
+                }
+                // Zeroed memory: epoch 0, no runs, no children.
+                group = c.alloc_on(node, GROUP, 64).await?;
+                c.write(children_at.add(8 * d as u64), &group.raw().to_le_bytes()).await?;
+                Desc::default()
+            } else {
+                if !Self::fits(c, group, GROUP, Some(node)) {
+                    return Err(IndexError::Corrupt(format!("plush group at {group}")));
+                }
+                self.read_desc(c, group, None).await?.0
+            };
+            self.append_run(c, node, group, level, desc, list).await?;
+        }
+        Ok(())
+    }
+
+    /// The descriptors of the children that lists go to (`None` for a child not made yet), one
+    /// round trip for all of them.
+    async fn children_descs<T: Transport>(
+        &self,
+        c: &Client<T>,
+        kids: &[u64; FANOUT],
+        lists: &Lists,
+    ) -> IndexResult<[Option<Desc>; FANOUT]> {
+        let mut out = [None; FANOUT];
+        let wanted: SmallVec<[usize; FANOUT]> =
+            (0..lists.len()).filter(|&d| kids[d] != 0 && !lists[d].is_empty()).collect();
+        let pieces: SmallVec<[(GlobalAddr, usize); FANOUT]> =
+            wanted.iter().map(|&d| (GlobalAddr::from_raw(kids[d]), DESC as usize)).collect();
+        let mut images = vec![0u8; DESC as usize * pieces.len()];
+        doorbell::read_per_node(c, &pieces, &mut images).await?;
+        for (&d, image) in wanted.iter().zip(images.chunks_exact(DESC as usize)) {
+            out[d] = Some(self.decode_desc(c, GlobalAddr::from_raw(kids[d]), image)?);
+        }
+        Ok(out)
     }
 
     /// Appends `list` (newer than everything in the group) to the group at `group` as a run;
@@ -199,14 +278,30 @@ impl Plush {
             self.migrate_group(c, node, group, level, &desc).await?;
             desc = desc.next_epoch(None);
         }
-        let Some((record, at)) = self.new_run(c, node, &list).await? else {
-            return Ok(());
+        match self.prepare_append(c, node, group, desc, &list).await? {
+            Some(a) => write_appends(c, &[a], &[]).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The run of `list` allocated and the descriptor line of the group at `group` (image
+    /// `desc`, with room) that lists it: what [`write_appends`] WRITEs.
+    async fn prepare_append<T: Transport>(
+        &self,
+        c: &Client<T>,
+        node: u16,
+        group: GlobalAddr,
+        mut desc: Desc,
+        list: &[Item],
+    ) -> IndexResult<Option<Append>> {
+        let Some((record, at)) = self.new_run(c, node, list).await? else {
+            return Ok(None);
         };
         let n = self.size(group, &desc)?;
         desc.records[n] = record;
         desc.valid |= 1 << n;
         let line_at = group.add(64 * (n / 2) as u64);
-        publish_run(c, at, &list, line_at, &desc.line(n / 2)).await
+        Ok(Some(Append::new(at, list, line_at, desc.line(n / 2))))
     }
 
     /// The runs a writer's image of the group at `group` lists (its valid records must be a
@@ -222,7 +317,7 @@ impl Plush {
     }
 
     /// Allocates a run for `list` on `node` and returns its record (filter and run word) and
-    /// address, `None` for an empty list; [`publish_run`] writes it.
+    /// address, `None` for an empty list; [`write_appends`] writes it.
     async fn new_run<T: Transport>(
         &self,
         c: &Client<T>,
@@ -312,7 +407,7 @@ impl Plush {
         let run = self.new_run(c, node, &merged).await?;
         let line = desc.next_epoch(run.map(|(r, _)| r)).line(0);
         match run {
-            Some((_, at)) => publish_run(c, at, &merged, group, &line).await,
+            Some((_, at)) => write_appends(c, &[Append::new(at, &merged, group, line)], &[]).await,
             None => {
                 c.write(group, &line).await?;
                 Ok(())
@@ -321,21 +416,51 @@ impl Plush {
     }
 }
 
-/// WRITEs `list`'s entries as the run at `at`, then `line`, the descriptor line that lists it,
-/// at `line_at`: one doorbell on the group's node, so the run lands first; the line is one
-/// cache line, written whole even if this client stops in the WRITE.
-async fn publish_run<T: Transport>(
-    c: &Client<T>,
+/// A run to append: its entries to WRITE at `at`, then `line`, the descriptor line that lists
+/// it, at `line_at`.
+struct Append {
     at: GlobalAddr,
-    list: &[Item],
+    data: Vec<u8>,
     line_at: GlobalAddr,
-    line: &[u8; 64],
-) -> IndexResult<()> {
-    let mut data = Vec::with_capacity(8 * list.len());
-    for it in list {
-        data.extend_from_slice(&it.entry.to_le_bytes());
-    }
-    let mut ops =
-        [BatchOp::Write { addr: at, data: &data }, BatchOp::Write { addr: line_at, data: line }];
-    doorbell::post(c, &mut ops).await
+    line: [u8; 64],
 }
+
+impl Append {
+    fn new(at: GlobalAddr, list: &[Item], line_at: GlobalAddr, line: [u8; 64]) -> Append {
+        let mut data = Vec::with_capacity(8 * list.len());
+        for it in list {
+            data.extend_from_slice(&it.entry.to_le_bytes());
+        }
+        Append { at, data, line_at, line }
+    }
+}
+
+/// WRITEs each append's run and then its line, and then the `pointers` to new children, all
+/// on the group's node in one round trip. The line is one cache line, written whole even if this
+/// client stops in the WRITE. A run lands before its line: the two are adjacent in one doorbell
+/// (doorbells of [`MAX_BATCH`] verbs, an even number, so no pair is split), and a doorbell's
+/// verbs execute in order. Doorbells in flight together promise no order among them, and need
+/// none: each line lists only its own run, and a new child is zeroed memory, empty to a reader
+/// that follows its pointer before its line lands.
+async fn write_appends<T: Transport>(
+    c: &Client<T>,
+    appends: &[Append],
+    pointers: &[(GlobalAddr, [u8; 8])],
+) -> IndexResult<()> {
+    let mut ops: Vec<BatchOp<'_>> = Vec::with_capacity(2 * appends.len() + pointers.len());
+    for a in appends {
+        ops.push(BatchOp::Write { addr: a.at, data: &a.data });
+        ops.push(BatchOp::Write { addr: a.line_at, data: &a.line });
+    }
+    for (at, word) in pointers {
+        ops.push(BatchOp::Write { addr: *at, data: word });
+    }
+    if ops.len() <= MAX_BATCH {
+        // One doorbell (or, across nodes, one verb after another in order).
+        doorbell::post(c, &mut ops).await
+    } else {
+        doorbell::post_per_node(c, &mut ops).await
+    }
+}
+
+const _: () = assert!(MAX_BATCH % 2 == 0, "a run and its line never straddle two doorbells");

@@ -215,14 +215,26 @@ impl Plush {
             }
             None => c.read(group, &mut image).await?,
         }
+        let d = self.decode_desc(c, group, &image)?;
+        Ok((d, GlobalAddr::from_raw(u64::from_le_bytes(next))))
+    }
+
+    /// The descriptor of the group at `group` from its READ `image`, checked: at most `runs`
+    /// runs listed.
+    pub(crate) fn decode_desc<T: Transport>(
+        &self,
+        c: &Client<T>,
+        group: GlobalAddr,
+        image: &[u8],
+    ) -> IndexResult<Desc> {
         c.compute(Work::BytesScanned, DESC);
-        let d = Desc::decode(&image);
+        let d = Desc::decode(image);
         if d.valid.count_ones() as usize > self.shape.runs {
             return Err(IndexError::Corrupt(format!(
                 "plush group at {group} lists {} runs",
                 d.valid.count_ones()
             )));
         }
-        Ok((d, GlobalAddr::from_raw(u64::from_le_bytes(next))))
+        Ok(d)
     }
 }
