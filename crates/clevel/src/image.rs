@@ -4,7 +4,8 @@
 //! are one round trip and the levels above the next, so that an entry the rehasher moves out of
 //! the bottom after the first is READ above in the second (crate docs). Otherwise every bucket
 //! is one round trip. The context word can ride with the last READs (an insert's re-read).
-//! A search with `search=levels` READs as the SepHash port does: a level at a time, bottom first.
+//! With `reads=levels` an operation's first read is the SepHash port's: a level at a time, bottom
+//! first.
 
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
@@ -167,7 +168,7 @@ impl CLevel {
         self.check_image(c, img)
     }
 
-    /// READs `img`'s buckets as the SepHash port's search does (option `search=levels`): level
+    /// READs `img`'s buckets as the SepHash port does (option `reads=levels`): level
     /// after level from the bottom, two round trips each, the level's word in the context (the
     /// port's level header: capacity and the next level up) and then the level's buckets. Bottom
     /// first, so an entry moved up during the READs is READ above after it left the bottom, as

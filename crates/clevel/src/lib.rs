@@ -104,14 +104,15 @@
 //! * The port READs each level's header and buckets one level after another and re-READs the
 //!   directory after every operation; here the key's buckets in all levels are one doorbell,
 //!   and the context word is READ only to confirm an absence (and with an insert's re-read).
-//!   Option `search=levels` searches as the port does, to measure what that costs: the context
-//!   word, then for each level from the bottom its word in the context (the port's level
-//!   header) and its buckets, a round trip each, the blocks of fingerprint matches, and the
-//!   context word again, starting over if it changed: 2 × levels + 3 round trips for a present
-//!   key (7 at rest), 2 × levels + 2 for an absent one. Inserts, updates and deletes read as
-//!   the default does. Correct for the same reasons: the levels are READ bottom first, so a
-//!   moving entry missed in the bottom is READ above later, and an absence is confirmed by the
-//!   context word.
+//!   Option `reads=levels` reads as the port does, to measure what that costs: an operation
+//!   first READs the context word, then for each level from the bottom its word in the context
+//!   (the port's level header) and its buckets, a round trip each. A search then READs the
+//!   blocks of fingerprint matches and the context word again, starting over if it changed:
+//!   2 × levels + 3 round trips for a present key (7 at rest), 2 × levels + 2 for an absent
+//!   one. Inserts, updates and deletes go on as the default does after their first read (an
+//!   insert's re-read is one doorbell). Correct for the default's reasons: the levels are READ
+//!   bottom first, so a moving entry missed in the bottom is READ above later, and an absence
+//!   is confirmed by the context word.
 //! * The port keeps the resize lock in NIC device memory; here it is a lock word with a lease.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -138,7 +139,7 @@ pub const OPTIONS: Options = Options {
         Opt::number("log2_buckets", &[], 1..=30),
         Opt::number("max_levels", &[], 3..=DEFAULT_MAX_LEVELS),
         Opt::choice("rehash", &[], &["background", "inline"]),
-        Opt::choice("search", &[], &["doorbell", "levels"]),
+        Opt::choice("reads", &[], &["doorbell", "levels"]),
     ],
 };
 
@@ -198,9 +199,10 @@ pub struct CLevel {
     /// Who drains: a background client (`rehash=background`, the default, as the paper runs
     /// CLevel) or the client that grew the table (`rehash=inline`).
     inline_rehash: bool,
-    /// How a search READs (`search`): the key's buckets in one doorbell (`doorbell`, the
-    /// default), or level after level as the SepHash port does (`levels`).
-    port_search: bool,
+    /// How an operation first READs a key's buckets (`reads`): in one doorbell under the cached
+    /// context (`doorbell`, the default), or as the SepHash port does (`levels`): the context
+    /// word, then level after level.
+    port_reads: bool,
     counters: Counters,
 }
 
@@ -217,7 +219,7 @@ struct Parsed {
     log2: u32,
     max_levels: usize,
     inline_rehash: bool,
-    port_search: bool,
+    port_reads: bool,
 }
 
 fn parse(config: &IndexConfig) -> IndexResult<Parsed> {
@@ -237,7 +239,7 @@ fn parse(config: &IndexConfig) -> IndexResult<Parsed> {
         log2: p.number("log2_buckets").map_or(DEFAULT_LOG2_BUCKETS, |n| n as u32),
         max_levels: p.number("max_levels").unwrap_or(DEFAULT_MAX_LEVELS),
         inline_rehash: p.number("rehash") == Some(1),
-        port_search: p.number("search") == Some(1),
+        port_reads: p.number("reads") == Some(1),
     })
 }
 
@@ -371,7 +373,7 @@ impl<T: Transport> PointIndex<T> for CLevel {
     }
 
     async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        let Parsed { log2, max_levels, inline_rehash, port_search } = parse(config)?;
+        let Parsed { log2, max_levels, inline_rehash, port_reads } = parse(config)?;
         check_nodes(c)?;
         let root = RootSlot::with_descriptor(config.root_slot)?;
         root.check(c, &layout::MAGIC, u64::from(log2)).await?;
@@ -399,7 +401,7 @@ impl<T: Transport> PointIndex<T> for CLevel {
             config: config.clone(),
             max_levels,
             inline_rehash,
-            port_search,
+            port_reads,
             counters: Counters::default(),
         };
         let ctx_word = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));

@@ -104,6 +104,20 @@ impl CLevel {
         Ok(false)
     }
 
+    /// The key's buckets as an operation first READs them: under the cached context, one
+    /// doorbell a round (`read_image`), or, with `reads=levels`, as the SepHash port does: the
+    /// context word (the context too if it changed), then level after level.
+    async fn first_image<T: Transport>(&self, c: &Client<T>, h: &Hashes) -> IndexResult<Image> {
+        if self.port_reads {
+            let mut img = Image::new(self.reload(c).await?, h);
+            self.read_image_by_level(c, &mut img).await?;
+            return Ok(img);
+        }
+        let mut img = Image::new(self.cached(), h);
+        self.read_image(c, &mut img, None).await?;
+        Ok(img)
+    }
+
     pub(crate) async fn search_key<T: Transport>(
         &self,
         c: &Client<T>,
@@ -118,15 +132,7 @@ impl CLevel {
         // Ends at a committed entry of the key, or at an absence its context confirms; a
         // context that keeps changing under it ends in `Attempts`' bound.
         'fresh: loop {
-            let mut img;
-            if self.port_search {
-                // The port READs its directory first, then each level's header and buckets.
-                img = Image::new(self.reload(c).await?, &h);
-                self.read_image_by_level(c, &mut img).await?;
-            } else {
-                img = Image::new(self.cached(), &h);
-                self.read_image(c, &mut img, None).await?;
-            }
+            let img = self.first_image(c, &h).await?;
             bump(&self.counters.search_buckets, img.n as u64);
             bump(&self.counters.search_levels, img.cached.ctx.count as u64);
             for cand in img.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
@@ -136,7 +142,7 @@ impl CLevel {
                     // A committed entry is the key's value when READ (module docs); the port
                     // re-READs its directory after every search all the same, and starts
                     // again if it changed.
-                    if self.port_search && !self.confirm(c, &img).await? {
+                    if self.port_reads && !self.confirm(c, &img).await? {
                         attempts.failed(self.header, "context word")?;
                         continue 'fresh;
                     }
@@ -176,9 +182,8 @@ impl CLevel {
         // (a lost CAS, a withdrawal, a move waited on, a grown table) saw another client's
         // progress, and a context that keeps changing ends in `Attempts`' bound.
         'fresh: loop {
-            let cached = self.cached();
-            let mut img = Image::new(cached, &h);
-            self.read_image(c, &mut img, None).await?;
+            let img = self.first_image(c, &h).await?;
+            let cached = img.cached;
             bump(&self.counters.insert_levels, cached.ctx.count as u64);
             match self.committed(c, &img, key, &h).await? {
                 Found::Live(live) => {
@@ -275,8 +280,7 @@ impl CLevel {
         // Ends at a CAS that wins, or at an absence its context confirms; a lost CAS saw
         // another writer, a frozen entry the rehasher, which is waited on.
         loop {
-            let mut img = Image::new(self.cached(), &h);
-            self.read_image(c, &mut img, None).await?;
+            let img = self.first_image(c, &h).await?;
             match self.committed(c, &img, key, &h).await? {
                 Found::Live(live) => {
                     if let (Some(value), 0) = (value, word) {

@@ -31,14 +31,14 @@ fn inline_rehash_with_crashes() {
     suite::<CLevel, PointOnly>("clevel_inline_rehash", &cfg, 0..200);
 }
 
-/// The SepHash port's search (`search=levels`: a level a round trip, bottom first, the context
-/// word before and after) while levels grow, drain and clients crash.
+/// The SepHash port's reads (`reads=levels`: an operation's first read a level a round trip,
+/// bottom first, after the context word) while levels grow, drain and clients crash.
 #[test]
-fn port_search_with_crashes() {
+fn port_reads_with_crashes() {
     let mut options = tiny();
-    options.push(("search".into(), "levels".into()));
+    options.push(("reads".into(), "levels".into()));
     let cfg = CheckConfig { index_options: options, ..CheckConfig::default() };
-    suite::<CLevel, PointOnly>("clevel_port_search", &cfg, 0..200);
+    suite::<CLevel, PointOnly>("clevel_port_reads", &cfg, 0..200);
 }
 
 /// At most three levels: inserts that find no room wait for the rehash, and take it over

@@ -35,11 +35,11 @@ fn tiny_shape_against_a_hashmap() {
     model_test::<CLevel, PointOnly>(&cfg);
 }
 
-/// The same with the port's search (`search=levels`).
+/// The same with the port's reads (`reads=levels`).
 #[test]
-fn port_search_against_a_hashmap() {
+fn port_reads_against_a_hashmap() {
     let mut extra = tiny();
-    extra.push(("search".into(), "levels".into()));
+    extra.push(("reads".into(), "levels".into()));
     let mut cfg = ModelConfig::new(IndexConfig { extra, ..IndexConfig::default() }, 400, 200);
     cfg.after = Some(grew);
     cfg.search_again = true;
@@ -126,7 +126,7 @@ fn options_are_checked() {
             let e = CLevel::create(&c, &with(bad), 0).await.unwrap_err();
             assert!(matches!(e, IndexError::Config(_)), "{bad:?}: {e}");
         }
-        for choice in [("rehash", "eager"), ("search", "level")] {
+        for choice in [("rehash", "eager"), ("reads", "level")] {
             let e = CLevel::create(&c, &IndexConfig::with_options(&[choice]), 0).await.unwrap_err();
             assert!(matches!(e, IndexError::Config(ref m) if m.contains(choice.0)), "{e}");
         }

@@ -1,6 +1,7 @@
 //! The crate docs' table of round trips per operation (two levels, no rehash, blocks of one
-//! READ), and the SepHash port's search (`search=levels`): the context word, then each level's
-//! word and buckets a round trip each, the block, the context word again.
+//! READ), and with the SepHash port's reads (`reads=levels`): the context word, then each
+//! level's word and buckets a round trip each, and for a search the block and the context word
+//! again.
 
 use dmindex_clevel::CLevel;
 use dmindex_fabric::exec::run_tasks;
@@ -49,13 +50,37 @@ fn each_operation_costs_its_round_trips() {
 /// The port's search on two levels, and on the levels a table without a rehasher piles up: two
 /// round trips a level plus three (context word, block, context word again); an absent key
 /// READs no block. The same table searched with the default reads costs two throughout.
+/// Writes with the port's first read: the default's table with the context word and one more
+/// round trip a level in place of the one doorbell.
+#[test]
+fn the_ports_writes_read_level_by_level_first() {
+    let f = LocalFabric::new(LocalConfig::default()).unwrap();
+    let c = f.client(0).unwrap();
+    run_tasks([async {
+        let port = IndexConfig::with_options(&[("reads", "levels")]);
+        let idx = CLevel::create(&c, &port, 0).await.unwrap();
+        for i in 1..=100 {
+            idx.insert(&c, &k(i), &k(i)).await.unwrap();
+        }
+        // Two levels: 1 + 2 x 2 round trips where the default takes 1.
+        assert_eq!(rts(&c, idx.insert(&c, &k(7), &k(1))).await, 4 + 4, "insert, key present");
+        assert_eq!(rts(&c, idx.insert(&c, &k(101), &k(1))).await, 5 + 4, "insert, key absent");
+        let update = rts(&c, async { assert!(idx.update(&c, &k(8), &k(2)).await.unwrap()) });
+        assert_eq!(update.await, 4 + 4, "update");
+        let delete = rts(&c, async { assert!(idx.delete(&c, &k(9)).await.unwrap()) });
+        assert_eq!(delete.await, 3 + 4, "delete");
+        let absent = rts(&c, async { assert!(!idx.delete(&c, &k(999)).await.unwrap()) });
+        assert_eq!(absent.await, 2 + 4, "delete, key absent");
+    }]);
+}
+
 #[test]
 fn the_ports_search_costs_two_round_trips_a_level() {
     let f = LocalFabric::new(LocalConfig::default()).unwrap();
     let c = f.client(0).unwrap();
     run_tasks([async {
         let small = [("log2_buckets", "1")];
-        let port = IndexConfig::with_options(&[("log2_buckets", "1"), ("search", "levels")]);
+        let port = IndexConfig::with_options(&[("log2_buckets", "1"), ("reads", "levels")]);
         let idx = CLevel::create(&c, &port, 0).await.unwrap();
         idx.insert(&c, &k(1), &k(1)).await.unwrap();
         let present = rts(&c, async { assert!(idx.search(&c, &k(1)).await.unwrap().is_some()) });

@@ -171,7 +171,7 @@ const PLUSH_SEPHASH: Variant = Variant {
 /// (its Table 1 counts 16.6 buckets a search over 8.28 levels). Only searches read this way;
 /// inserts keep this crate's reads, so the series runs in the search-bound figures only.
 const CLEVEL_SEPHASH: Variant =
-    Variant { series: "clevel (SepHash's)", index: "clevel", options: &[("search", "levels")] };
+    Variant { series: "clevel (SepHash's)", index: "clevel", options: &[("reads", "levels")] };
 
 /// SepHash and its baselines: RACE as its paper describes it and as the SepHash authors ran it,
 /// CLevel, and Plush with its filters and batched key reads and as the authors' port ran it.
