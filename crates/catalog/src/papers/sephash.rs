@@ -56,8 +56,8 @@ pub static PAPER: Paper = Paper {
             why: "CLevel in the SepHash authors' shape (8-slot buckets, a first bottom level of \
                   16 x 128 buckets under one twice its size), its rehash run by a background \
                   client of its own as the paper runs it; racing inserts committed one at a \
-                  time and moving entries frozen, which the port does not do; the search \
-                  figures also run it as its port searches, a level a round trip (series \
+                  time and moving entries frozen, which the port does not do; the figures also \
+                  run it as its port reads, a level a round trip (series \
                   \"clevel (SepHash's)\")",
         },
         Line {
@@ -166,26 +166,15 @@ const PLUSH_SEPHASH: Variant = Variant {
     options: &[("filters", "0"), ("key_reads", "each")],
 };
 
-/// CLevel with the SepHash authors' port's search: the directory READ first, then each level's
-/// header and its two buckets a round trip each from the bottom up, then the directory again
-/// (its Table 1 counts 16.6 buckets a search over 8.28 levels). Only searches read this way;
-/// inserts keep this crate's reads, so the series runs in the search-bound figures only.
+/// CLevel with the SepHash authors' port's reads: every operation first READs the directory,
+/// then each level's header and its two buckets a round trip each from the bottom up; a search
+/// then the directory again (its Table 1 counts 16.6 buckets a search over 8.28 levels).
 const CLEVEL_SEPHASH: Variant =
     Variant { series: "clevel (SepHash's)", index: "clevel", options: &[("reads", "levels")] };
 
 /// SepHash and its baselines: RACE as its paper describes it and as the SepHash authors ran it,
-/// CLevel, and Plush with its filters and batched key reads and as the authors' port ran it.
-const INDEXES: [Variant; 6] = [
-    plain("sephash"),
-    plain("race"),
-    plain("race-sephash"),
-    plain("clevel"),
-    plain("plush"),
-    PLUSH_SEPHASH,
-];
-
-/// The figures' lines where searches decide: [`INDEXES`] and CLevel as its port searches.
-const SEARCHERS: [Variant; 7] = [
+/// CLevel and Plush as built here and as the authors' ports read.
+const INDEXES: [Variant; 7] = [
     plain("sephash"),
     plain("race"),
     plain("race-sephash"),
@@ -298,7 +287,7 @@ fn insert(s: &mut Session<'_>) -> anyhow::Result<()> {
 
 fn search(s: &mut Session<'_>) -> anyhow::Result<()> {
     let threads = s.scale.clients.clone();
-    for v in SEARCHERS {
+    for v in INDEXES {
         sweep(s, v.series, &threads, |s, t| variant(s, v, t, searches))?;
     }
     let (t, m) = (lines(&s.runs, mops), lines(&s.runs, p50));
@@ -332,7 +321,7 @@ const YCSB: [&str; 4] = ["a", "b", "c", "d"];
 fn ycsb(s: &mut Session<'_>) -> anyhow::Result<()> {
     let peak = s.scale.peak_clients;
     let workloads = s.workloads(&YCSB);
-    for v in SEARCHERS {
+    for v in INDEXES {
         for (i, w) in workloads.iter().enumerate() {
             let mut c = base(s, v.index, w, peak);
             c.index.options.extend(opts(v.options));
