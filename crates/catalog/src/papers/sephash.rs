@@ -598,6 +598,32 @@ mod tests {
         assert_eq!(searches(&s, "race", 4).workload.distribution.as_deref(), Some("uniform"));
     }
 
+    /// Every series' index accepts the options the figures give it (the paper's line and the
+    /// variant's): one short seed of `check` on each.
+    #[test]
+    fn every_series_options_are_known_to_its_index() {
+        use dmindex_conformance::{CheckConfig, Crashes};
+        let scale = scale();
+        let mut log = |_: &str| {};
+        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
+        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+        for v in INDEXES {
+            let options = variant(&s, v, 1, searches).index.options;
+            let cfg = CheckConfig {
+                clients: 2,
+                ops_per_client: 4,
+                keys: 8,
+                crashes: Crashes::Never,
+                index_options: options.clone(),
+                ..CheckConfig::default()
+            };
+            let entry = crate::find(v.index).unwrap();
+            if let Err(e) = (entry.check)(&cfg, 0) {
+                panic!("{} with {options:?}: {e:#}", v.series);
+            }
+        }
+    }
+
     /// An insert run grows the index through four doublings, from items / 16 to items.
     #[test]
     fn inserts_span_four_doublings() {
