@@ -115,11 +115,12 @@
 //!   is confirmed by the context word.
 //! * The port keeps the resize lock in NIC device memory; here it is a lock word with a lease.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::RwLock;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexConfig, IndexError, IndexResult, IndexStats, PointIndex};
+use dmindex_prim::counter::{bump, get};
 use dmindex_prim::kv_block::{self, Blocks};
 use dmindex_prim::options::{Opt, Options};
 use dmindex_prim::root::RootSlot;
@@ -176,10 +177,6 @@ struct Counters {
     context_refreshes: AtomicU64,
     /// Rehashes taken over from a holder found dead.
     rehash_takeovers: AtomicU64,
-}
-
-fn bump(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
 }
 
 /// The context a handle last saw, and where it is.
@@ -299,7 +296,7 @@ impl CLevel {
         if addr == cached.addr {
             return Ok(cached);
         }
-        bump(&self.counters.context_refreshes, 1);
+        bump(&self.counters.context_refreshes);
         let ctx = self.read_context(c, addr).await?;
         self.remember(Cached { addr, ctx });
         Ok(Cached { addr, ctx })
@@ -443,7 +440,6 @@ impl<T: Transport> PointIndex<T> for CLevel {
 
     fn stats(&self) -> IndexStats {
         let n = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         IndexStats {
             // The cached context: all a handle keeps.
             cache_bytes: layout::CONTEXT + 8,

@@ -33,6 +33,7 @@
 use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
+use dmindex_prim::counter::{add, bump};
 use dmindex_prim::kv_block;
 use dmindex_prim::tentative::{self, Settle, Waiting};
 use smallvec::SmallVec;
@@ -40,7 +41,7 @@ use smallvec::SmallVec;
 use crate::image::{At, Image, Seen};
 use crate::layout::{self, entry, is_frozen, is_tentative, Hashes, TENTATIVE};
 use crate::resize::MoveWait;
-use crate::{bump, CLevel};
+use crate::CLevel;
 
 pub use dmindex_prim::tentative::PATIENCE;
 
@@ -99,7 +100,7 @@ impl CLevel {
         if word == img.cached.addr.raw() {
             return Ok(true);
         }
-        bump(&self.counters.retries, 1);
+        bump(&self.counters.retries);
         self.refresh(c, word).await?;
         Ok(false)
     }
@@ -127,14 +128,14 @@ impl CLevel {
         out.clear();
         let h = Hashes::of(key);
         c.compute(Work::KeyHash, 2);
-        bump(&self.counters.searches, 1);
+        bump(&self.counters.searches);
         let mut attempts = Attempts::new();
         // Ends at a committed entry of the key, or at an absence its context confirms; a
         // context that keeps changing under it ends in `Attempts`' bound.
         'fresh: loop {
             let img = self.first_image(c, &h).await?;
-            bump(&self.counters.search_buckets, img.n as u64);
-            bump(&self.counters.search_levels, img.cached.ctx.count as u64);
+            add(&self.counters.search_buckets, img.n as u64);
+            add(&self.counters.search_levels, img.cached.ctx.count as u64);
             for cand in img.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
                 // Checked by `read_image`: the slot names a block on a memory node.
                 let block = layout::slot_block(cand.word);
@@ -184,13 +185,13 @@ impl CLevel {
         'fresh: loop {
             let img = self.first_image(c, &h).await?;
             let cached = img.cached;
-            bump(&self.counters.insert_levels, cached.ctx.count as u64);
+            add(&self.counters.insert_levels, cached.ctx.count as u64);
             match self.committed(c, &img, key, &h).await? {
                 Found::Live(live) => {
                     if c.cas(live.addr, live.word, word).await? == live.word {
                         return Ok(());
                     }
-                    bump(&self.counters.retries, 1);
+                    bump(&self.counters.retries);
                     continue;
                 }
                 Found::Moving => {
@@ -206,7 +207,7 @@ impl CLevel {
             };
             let addr = img.slot_addr(at);
             if c.cas(addr, 0, tentative).await? != 0 {
-                bump(&self.counters.retries, 1);
+                bump(&self.counters.retries);
                 continue;
             }
             let mut waiting = Waiting::default();
@@ -216,7 +217,7 @@ impl CLevel {
                 self.read_image(c, &mut re, Some(&mut ctx_word)).await?;
                 if ctx_word != cached.addr.raw() {
                     if c.cas(addr, tentative, 0).await? == tentative {
-                        bump(&self.counters.insert_withdrawals, 1);
+                        bump(&self.counters.insert_withdrawals);
                     }
                     self.refresh(c, ctx_word).await?;
                     attempts.failed(self.header, "context word")?;
@@ -229,7 +230,7 @@ impl CLevel {
                 match self.settle(c, &re, at, key, &h, word, &mut waiting).await? {
                     Settle::Committed => return Ok(()),
                     Settle::Restart => continue 'fresh,
-                    Settle::Wait => bump(&self.counters.retries, 1),
+                    Settle::Wait => bump(&self.counters.retries),
                     Settle::Moving => self.wait_move(c, &mut wait).await?,
                 }
             }
@@ -257,9 +258,9 @@ impl CLevel {
         }
         let ours = Seen { addr: re.slot_addr(at), word };
         let settled = tentative::settle(c, &copies, ours, waiting).await?;
-        bump(&self.counters.tentative_aborts, settled.aborted);
+        add(&self.counters.tentative_aborts, settled.aborted);
         if settled.decision == Settle::Restart {
-            bump(&self.counters.insert_withdrawals, 1);
+            bump(&self.counters.insert_withdrawals);
         }
         Ok(settled.decision)
     }
@@ -290,7 +291,7 @@ impl CLevel {
                     if c.cas(live.addr, live.word, word).await? == live.word {
                         return Ok(true);
                     }
-                    bump(&self.counters.retries, 1);
+                    bump(&self.counters.retries);
                 }
                 Found::Moving => self.wait_move(c, &mut wait).await?,
                 Found::Absent => {

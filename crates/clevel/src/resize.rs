@@ -37,6 +37,7 @@ use dmindex_fabric::verbs::AtomicOp;
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::backoff::Backoff;
+use dmindex_prim::counter::bump;
 use dmindex_prim::doorbell;
 use dmindex_prim::lease::{self, Verdict, WaitWatch, Watch};
 use dmindex_prim::lock::{self, holder};
@@ -46,7 +47,7 @@ use crate::image::Image;
 use crate::layout::{
     self, entry, is_frozen, is_tentative, words, Hashes, BUCKET, FROZEN, MAX_LEVELS, SLOTS,
 };
-use crate::{bump, CLevel, Cached};
+use crate::{CLevel, Cached};
 
 /// Buckets of the bottom level one READ of a drain takes.
 const DRAIN_BUCKETS: u64 = 16;
@@ -72,7 +73,7 @@ impl CLevel {
         c: &Client<T>,
         w: &mut MoveWait,
     ) -> IndexResult<()> {
-        bump(&self.counters.retries, 1);
+        bump(&self.counters.retries);
         let lock = self.header.add(layout::REHASH_LOCK);
         if w.wait.due(c) {
             lease::renew_if_due(c).await?;
@@ -89,7 +90,7 @@ impl CLevel {
                     w.wait.watch = Watch::new();
                     let mine = lock::next_held_word(c).await?;
                     if c.cas(lock, word, mine).await? == word {
-                        bump(&self.counters.rehash_takeovers, 1);
+                        bump(&self.counters.rehash_takeovers);
                         self.drain_and_release(c).await?;
                     }
                 }
@@ -104,7 +105,7 @@ impl CLevel {
     pub(crate) async fn grow<T: Transport>(&self, c: &Client<T>, seen: Cached) -> IndexResult<()> {
         if seen.ctx.count >= self.max_levels {
             let held = lock::acquire_whole(c, self.header.add(layout::REHASH_LOCK), || {
-                bump(&self.counters.retries, 1)
+                bump(&self.counters.retries)
             })
             .await?;
             let drained = self.drain(c, &|| false).await;
@@ -112,7 +113,7 @@ impl CLevel {
             return drained;
         }
         let held = lock::acquire_whole(c, self.header.add(layout::RESIZE_LOCK), || {
-            bump(&self.counters.retries, 1)
+            bump(&self.counters.retries)
         })
         .await?;
         let grew = self.grow_locked(c, seen, self.max_levels).await;
@@ -155,7 +156,7 @@ impl CLevel {
             let at = Self::write_context(c, &next).await?;
             let old = c.cas(word_at, cur.addr.raw(), at.raw()).await?;
             if old == cur.addr.raw() {
-                bump(&self.counters.resizes, 1);
+                bump(&self.counters.resizes);
                 self.remember(Cached { addr: at, ctx: next });
                 return Ok(true);
             }
@@ -200,7 +201,7 @@ impl CLevel {
                 continue;
             }
             let held = lock::acquire_whole(c, self.header.add(layout::REHASH_LOCK), || {
-                bump(&self.counters.retries, 1)
+                bump(&self.counters.retries)
             })
             .await?;
             let drained = self.drain(c, stop).await;
@@ -249,7 +250,7 @@ impl CLevel {
                 let at = Self::write_context(c, &next).await?;
                 let old = c.cas(word_at, cur.addr.raw(), at.raw()).await?;
                 if old == cur.addr.raw() {
-                    bump(&self.counters.rehashes, 1);
+                    bump(&self.counters.rehashes);
                     self.remember(Cached { addr: at, ctx: next });
                     break;
                 }
@@ -299,7 +300,7 @@ impl CLevel {
             };
             now[i] = if old == expected { new } else { old };
             if old == expected && is_tentative(expected) {
-                bump(&self.counters.tentative_aborts, 1);
+                bump(&self.counters.tentative_aborts);
             }
         }
         drop(ops);
@@ -345,7 +346,7 @@ impl CLevel {
             if is_tentative(w) {
                 let old = c.cas(slot, w, 0).await?;
                 if old == w {
-                    bump(&self.counters.tentative_aborts, 1);
+                    bump(&self.counters.tentative_aborts);
                     return Ok(());
                 }
                 w = old;
@@ -366,7 +367,7 @@ impl CLevel {
                     "clevel frozen slot at {slot} changed under the rehash lock"
                 )));
             }
-            bump(&self.counters.moved_entries, 1);
+            bump(&self.counters.moved_entries);
             return Ok(());
         }
     }
@@ -403,7 +404,7 @@ impl CLevel {
                 )));
             }
             let held = lock::acquire_whole(c, self.header.add(layout::RESIZE_LOCK), || {
-                bump(&self.counters.retries, 1)
+                bump(&self.counters.retries)
             })
             .await?;
             let grew = self.grow_locked(c, *cur, MAX_LEVELS).await;
