@@ -34,7 +34,7 @@ use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::counter::{add, bump};
-use dmindex_prim::kv_block;
+use dmindex_prim::kv_slot;
 use dmindex_prim::tentative::{self, Settle, Waiting};
 use smallvec::SmallVec;
 
@@ -159,9 +159,7 @@ impl CLevel {
 
     /// The committed slot word of `key`'s block of `value` at `block`.
     fn word(&self, h: &Hashes, key: &[u8], value: &[u8], block: GlobalAddr) -> u64 {
-        let len = (kv_block::HEADER + key.len() + value.len())
-            .max(kv_block::HEADER + self.config.max_key);
-        layout::slot(h.fp(), layout::units(len), block)
+        kv_slot::for_block(h.fp(), key.len(), value.len(), self.config.max_key, block)
     }
 
     pub(crate) async fn insert_key<T: Transport>(

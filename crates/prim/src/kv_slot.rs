@@ -42,6 +42,14 @@ pub fn slot(fp: u8, units: u8, block: GlobalAddr) -> u64 {
     (fp as u64) << 56 | (units as u64) << 48 | (block.node() as u64) << 41 | block.offset() >> 6
 }
 
+/// The committed slot word of a KV block of a `key`-byte key and a `value`-byte value at
+/// `block`, its length counted as at least a header and the table's longest key (`max_key`),
+/// the most a reader that knows only the key READs to check it.
+pub fn for_block(fp: u8, key: usize, value: usize, max_key: usize, block: GlobalAddr) -> u64 {
+    let len = (crate::kv_block::HEADER + key + value).max(crate::kv_block::HEADER + max_key);
+    slot(fp, units(len), block)
+}
+
 /// The block a used slot names.
 pub fn slot_block(w: u64) -> GlobalAddr {
     GlobalAddr::new(((w >> 41) & 0x3F) as u16, (w & ((1 << 41) - 1)) << 6)
@@ -109,5 +117,9 @@ mod tests {
         assert_eq!(slot_block(slot(0, 127, far)), far);
         assert!(!is_tentative(slot(0xFF, 127, far)) && !is_frozen(slot(0xFF, 127, far)));
         assert_eq!((units(1), units(64), units(65), units(MAX_BLOCK)), (1, 1, 2, 127));
+        // An 8-byte header, key and value: 24 bytes, one unit; counted with a longest key of
+        // 100 bytes: 108, two units.
+        assert_eq!(slot_units(for_block(1, 8, 8, 8, block)), 1);
+        assert_eq!(slot_units(for_block(1, 8, 8, 100, block)), 2);
     }
 }

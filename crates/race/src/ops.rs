@@ -71,7 +71,7 @@ use arrayvec::ArrayVec;
 use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
-use dmindex_prim::kv_block;
+use dmindex_prim::kv_slot;
 use dmindex_prim::tentative::{self, Settle, Waiting};
 
 use crate::bucket::{At, Copy, Snap};
@@ -155,9 +155,7 @@ impl Race {
 
     /// The committed slot word of a block of `len` bytes at `block` for a key with hashes `h`.
     fn word(&self, h: &Hashes, key: &[u8], value: &[u8], block: GlobalAddr) -> u64 {
-        let len =
-            (kv_block::HEADER + key.len() + value.len()).max(kv_block::HEADER + self.shape.max_key);
-        layout::slot(h.fp(), layout::units(len), block)
+        kv_slot::for_block(h.fp(), key.len(), value.len(), self.shape.max_key, block)
     }
 
     pub(crate) async fn insert_key<T: Transport>(
