@@ -333,6 +333,19 @@ pub trait PointIndex<T: Transport>: Sized {
         Ok(())
     }
 
+    /// Whether the design loads a sorted key set in one pass ([`PointIndex::bulk_load`]).
+    const BULK_LOAD: bool = false;
+
+    /// Loads `pairs` (sorted by key, distinct) into an index fresh from `create`, in one pass
+    /// rather than by inserts: what a paper's harness does when it pre-trains or bulk-loads a
+    /// design before measuring it (CHIME's ROLEX is trained once on every loaded key). One
+    /// client calls it, before any other operation on the index; handles opened before it see
+    /// its result. Designs without such a load refuse it.
+    async fn bulk_load(&self, c: &Client<T>, pairs: &[(Vec<u8>, Vec<u8>)]) -> IndexResult<()> {
+        let _ = (c, pairs);
+        Err(IndexError::Unsupported("this index has no bulk load: it loads by inserts".into()))
+    }
+
     /// Memory node `node` came back empty after a crash (restarted in its place): rebuild what
     /// the index kept there and return once it is whole again, while other clients go on.
     /// Only indexes that survive memory-node crashes can; fails if the node does not answer.

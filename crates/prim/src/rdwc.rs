@@ -554,6 +554,7 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
     const RECOVERS_CLIENT_CRASHES: bool = I::RECOVERS_CLIENT_CRASHES;
     const LEVELS: &'static [&'static str] = I::LEVELS;
     const BACKGROUND: bool = I::BACKGROUND;
+    const BULK_LOAD: bool = I::BULK_LOAD;
 
     fn recovers_client_crashes(cfg: &IndexConfig) -> bool {
         I::recovers_client_crashes(cfg)
@@ -643,6 +644,11 @@ impl<T: Transport, I: PointIndex<T>> PointIndex<T> for Rdwc<I> {
 
     async fn background(&self, c: &Client<T>, stop: &dyn Fn() -> bool) -> IndexResult<()> {
         self.inner.background(c, stop).await
+    }
+
+    /// A bulk load writes no key through the combining table: it is the wrapped index's.
+    async fn bulk_load(&self, c: &Client<T>, pairs: &[(Vec<u8>, Vec<u8>)]) -> IndexResult<()> {
+        self.inner.bulk_load(c, pairs).await
     }
 }
 

@@ -310,6 +310,16 @@ impl<T: Transport> PointIndex<T> for Rolex {
     /// Every base leaf lock names its holder, a writer or a retrainer's freeze, and a waiter
     /// that finds it dead repairs it ([`recover`]).
     const RECOVERS_CLIENT_CRASHES: bool = true;
+    /// The CHIME paper trains its ROLEX once on every loaded key ([`Rolex::pretrain`]).
+    const BULK_LOAD: bool = true;
+
+    async fn bulk_load(&self, c: &Client<T>, pairs: &[(Vec<u8>, Vec<u8>)]) -> IndexResult<()> {
+        let mut words = Vec::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            words.push((Self::key_of(k)?, v.clone()));
+        }
+        self.pretrain(c, &words).await
+    }
 
     async fn create(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
         let shape = Shape::from_config(cfg)?;

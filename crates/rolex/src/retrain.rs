@@ -264,10 +264,11 @@ impl Rolex {
         }
     }
 
-    /// Bulk-loads `pairs` (sorted, distinct, non-zero keys; values of the index's value
-    /// length) into an index that was never retrained: retrains its one model on its pairs
-    /// and these (linearizable like any retrain). For tests and pre-trained experiments.
-    pub async fn bulk_load<T: Transport>(
+    /// Trains the models once on `pairs` (sorted, distinct, non-zero keys; values of the
+    /// index's value length), in an index that was never retrained: retrains its one model on
+    /// its pairs and these (linearizable like any retrain). CHIME's harness loads its ROLEX so
+    /// (`PointIndex::bulk_load` decodes the keys and calls this).
+    pub async fn pretrain<T: Transport>(
         &self,
         c: &Client<T>,
         pairs: &[(u64, Vec<u8>)],
@@ -284,7 +285,7 @@ impl Rolex {
         }
         let dir = self.cache.refresh(c).await?;
         if dir.models.len() != 1 || !self.retrain_with(c, &dir, 0, &slots, Until::Retired).await? {
-            return Err(IndexError::Config("bulk_load needs an index fresh from create".into()));
+            return Err(IndexError::Config("a pre-train needs an index fresh from create".into()));
         }
         Ok(())
     }

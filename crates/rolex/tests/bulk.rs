@@ -34,7 +34,7 @@ fn bulk_trained_search_and_update() {
         run_tasks([async {
             let idx = Rolex::create(&c, &cfg(opts), 0).await.unwrap();
             let pairs: Vec<_> = ks.iter().map(|&k| (k, k.to_le_bytes().to_vec())).collect();
-            idx.bulk_load(&c, &pairs).await.unwrap();
+            idx.pretrain(&c, &pairs).await.unwrap();
             assert!(idx.models() >= 8, "eight clusters need eight models: {}", idx.models());
             for &k in &ks {
                 let got = idx.search(&c, &k.to_be_bytes()).await.unwrap();
@@ -73,5 +73,37 @@ fn refusals() {
         assert!(Rolex::open(&c, &other, 0).await.is_err(), "an empty slot");
         let long = IndexConfig { max_key: 16, ..cfg(&[]) };
         assert!(Rolex::open(&c, &long, 0).await.is_err());
+    }]);
+}
+
+/// The contract's bulk load, as `bench --bulk-load` drives it: byte keys, a handle of another
+/// compute node opened before the load finds every key through its own (stale) directory,
+/// its scans see them in order, and a second load or an unsorted one is refused.
+#[test]
+fn bulk_load_through_the_contract() {
+    use dmindex_index::RangeIndex;
+    let f = LocalFabric::new(LocalConfig { memory_nodes: 2, ..LocalConfig::default() }).unwrap();
+    let c = f.client(0).unwrap();
+    let ks = keys(3000);
+    run_tasks([async {
+        let opts = [("fill", "16")];
+        let idx = Rolex::create(&c, &cfg(&opts), 0).await.unwrap();
+        let before = Rolex::open(&c, &cfg(&opts), 1).await.unwrap();
+        let pairs: Vec<_> =
+            ks.iter().map(|&k| (k.to_be_bytes().to_vec(), k.to_le_bytes().to_vec())).collect();
+        let unsorted: Vec<_> = pairs.iter().rev().take(2).cloned().collect();
+        assert!(PointIndex::bulk_load(&idx, &c, &unsorted).await.is_err());
+        PointIndex::bulk_load(&idx, &c, &pairs).await.unwrap();
+        assert!(idx.models() >= 8, "models: {}", idx.models());
+        for &k in &ks {
+            let got = before.search(&c, &k.to_be_bytes()).await.unwrap();
+            assert_eq!(got, Some(k.to_le_bytes().to_vec()), "key {k:#x}");
+        }
+        let mut out = Vec::new();
+        before.scan(&c, &ks[100].to_be_bytes(), 50, &mut out).await.unwrap();
+        let want: Vec<_> = ks[100..150].iter().map(|k| k.to_be_bytes().to_vec()).collect();
+        assert_eq!(out.into_iter().map(|p| p.0).collect::<Vec<_>>(), want);
+        let again = PointIndex::bulk_load(&idx, &c, &pairs[..1]).await;
+        assert!(again.is_err(), "a second load into a trained index");
     }]);
 }

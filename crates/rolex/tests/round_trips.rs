@@ -35,7 +35,7 @@ fn each_operation_costs_its_round_trips() {
     run_tasks([async {
         let idx = Rolex::create(&c, &cfg(), 0).await.unwrap();
         let pairs: Vec<(u64, Vec<u8>)> = (1..=3000u64).map(|i| (i * 1000, vec![1; 8])).collect();
-        idx.bulk_load(&c, &pairs).await.unwrap();
+        idx.pretrain(&c, &pairs).await.unwrap();
         assert_eq!(idx.models(), 1, "evenly spaced keys: one line");
         // Warm the leaf table.
         idx.search(&c, &k(500_000)).await.unwrap();
