@@ -368,6 +368,8 @@ fn bench_refuses_bad_input() {
         (&["bench", "--trace", "/definitely/not/here"][..], "cannot read trace"),
         (&["check", "--index", "nope"][..], "unknown index 'nope'"),
         (&["bench", "--fast-load"][..], "--fast-load goes with --transport sim"),
+        (&["bench", "--bulk-load"][..], "index 'chime' has no bulk load"),
+        (&["bench", "--index", "rolex", "--bulk-load", "--check"][..], "drop --bulk-load"),
         (&["experiment", "chime/ycsb", "--set", "nope=1"][..], "unknown fabric parameter 'nope'"),
         (&["experiment", "chime/ycsb", "--workloads", "z"][..], "invalid value 'z'"),
         (&["experiment", "chime/ycsb", "--workloads", "load", "--fast-load"][..], "nothing to run"),
@@ -685,6 +687,36 @@ fn bench_measures_a_window_and_says_so() {
         assert!(table.contains("window 0.25:0.75 of the run phase: operations 1000 to 3000"));
         let plain = json(&dmindex(&["bench", "--transport", transport, "--ops", "400", "--json"]));
         assert!(plain.get("window").is_none(), "{transport}: no window unless asked");
+    }
+}
+
+/// `--bulk-load` loads ROLEX as CHIME's harness does: every loaded key found, the load untimed
+/// and said so, the compute nodes on the trained models from their first operation, on both
+/// transports.
+#[test]
+fn bench_bulk_loads_rolex_and_says_so() {
+    for transport in ["local", "sim"] {
+        let args = ["bench", "--transport", transport, "--index", "rolex", "--items", "5000"];
+        let args = [&args[..], &["--workload", "c", "--ops", "3000", "--bulk-load"]].concat();
+        let v = json(&dmindex(&[&args[..], &["--json"]].concat()));
+        assert_eq!(v["load_bulk"].as_bool(), Some(true), "{transport}: {v}");
+        assert_eq!(v["load_throughput_ops"].as_f64(), Some(0.0));
+        let read = v["per_op"].as_array().and_then(|k| k.iter().find(|o| o["op"] == "read"));
+        let read = read.unwrap_or_else(|| panic!("{transport}: no read row: {v}"));
+        assert_eq!(read["not_found"].as_u64(), Some(0), "{transport}: every loaded key found");
+        assert_eq!(read["found"].as_u64(), Some(3000));
+        // Trained before the compute nodes opened: none retrains or finds its directory stale.
+        let stat = |k: &str| v["index_stats"][k].as_u64();
+        assert_eq!(
+            (stat("retrains"), stat("directory_refreshes")),
+            (Some(0), Some(0)),
+            "{transport}"
+        );
+        assert!(stat("models") > Some(1), "{transport}: {v}");
+        // The bulk load's memory is the load's: at least a 16-byte slot for each key.
+        assert!(v["index_bytes"].as_u64() >= Some(5000 * 16), "{transport}: {v}");
+        let out = dmindex(&args);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("load untimed (bulk load)"));
     }
 }
 

@@ -205,6 +205,11 @@ pub struct Workload {
     /// runs of a workload; the load throughput is then not measured.
     #[arg(long)]
     pub fast_load: bool,
+    /// Load by the index's bulk load instead of by inserts (an index that has one: rolex): one
+    /// client makes every load key's pair, sorts them and loads them in one pass, untimed, as
+    /// the CHIME paper's harness trains its ROLEX once on every loaded key.
+    #[arg(long)]
+    pub bulk_load: bool,
 }
 
 /// The part of the run phase a report measures (`--window`): from the moment the run's
@@ -364,6 +369,15 @@ impl BenchConfig {
         self.faults.validate(&self.cluster)?;
         if self.workload.fast_load && self.cluster.transport != TransportKind::Sim {
             bail!("--fast-load goes with --transport sim");
+        }
+        if self.workload.bulk_load && self.cluster.attach {
+            bail!("--bulk-load loads a new index; --attach runs on one already loaded");
+        }
+        if self.workload.bulk_load && self.output.check {
+            bail!(
+                "--bulk-load with --check: a bulk load is not an operation the history can \
+                 check; check the index loaded by inserts (drop --bulk-load)"
+            );
         }
         if self.output.check && self.cluster.transport == TransportKind::Sim {
             bail!(

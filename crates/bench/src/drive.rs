@@ -50,7 +50,17 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     .map_err(anyhow::Error::msg)?;
     let setup = sim.client_on_own_thread(0);
     let icfg = index_config(cfg, plan, sim.block_on(root_slot(&setup, cfg))?);
-    sim.block_on(<I as PointIndex<SimTransport>>::create(&setup, &icfg, 0))?;
+    let created = sim.block_on(<I as PointIndex<SimTransport>>::create(&setup, &icfg, 0))?;
+    let mut bulk = VerbCounts::default();
+    if plan.bulk {
+        let v0 = setup.counts();
+        sim.set_direct(cfg.workload.fast_load);
+        let loaded = sim.block_on(bulk_load(cfg, plan, &created, &setup));
+        sim.set_direct(false);
+        loaded?;
+        bulk = setup.counts() - v0;
+    }
+    drop(created);
     let mut handles: Vec<I> = Vec::new();
     for cn in 0..cfg.cluster.cns {
         let c = sim.client_on_own_thread(cn);
@@ -159,7 +169,9 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     sim.set_direct(cfg.workload.fast_load);
     let load = phase("load", plan.items, true);
     sim.set_direct(false);
-    let load = load?;
+    let mut load = load?;
+    // The bulk load's verbs and memory are the load phase's (`bulk_load`).
+    load.counts += bulk;
     let wall = Instant::now();
     sim.take_phases();
     let run = phase("run", plan.ops, false)?;
@@ -184,6 +196,52 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
             check: None,
         },
     )
+}
+
+/// `--bulk-load`: the load phase's work, on the handle `create` returned, before any compute
+/// node opens its own, so that every handle starts on the trained index as the paper's compute
+/// nodes do (none pays for finding its directory stale in the run). Its verbs and memory are
+/// counted into the load phase; its counters (ROLEX's pre-train) are the loading handle's, not
+/// the compute nodes' the report sums. The load phase that follows has nothing left to do.
+async fn bulk_load<T: dmindex_fabric::Transport, I: PointIndex<T>>(
+    cfg: &BenchConfig,
+    plan: &Plan,
+    idx: &I,
+    c: &Client<T>,
+) -> anyhow::Result<()> {
+    let now = || 0;
+    let rec = Recorder { now: &now, history: None, client: 0, value_size: cfg.keys.value_size };
+    let pairs = bulk_pairs(plan, &rec);
+    match idx.bulk_load(c, &pairs).await {
+        Ok(()) => Ok(()),
+        Err(e) => bail!("the bulk load of {} pairs failed: {e}", pairs.len()),
+    }
+}
+
+/// Every load key's pair for `--bulk-load`, sorted by key, each value stamped as a write of
+/// `rec`'s client (its sequence the key's place in the load); of repeated keys the last, as
+/// inserts in load order would leave it.
+fn bulk_pairs(plan: &Plan, rec: &Recorder<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut value = Vec::new();
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = match &plan.load {
+        Some(keys) => keys.iter().map(|k| (k.clone(), Vec::new())).collect(),
+        None => dmindex_ycsb::workload::load_keys(plan.format, plan.items, 0, 1)
+            .map(|k| (k, Vec::new()))
+            .collect(),
+    };
+    for (seq, p) in pairs.iter_mut().enumerate() {
+        p.1 = rec.value_into(seq as u64, &mut value).to_vec();
+    }
+    // A stable sort keeps repeats in load order; each later one's value replaces the kept one's.
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    pairs.dedup_by(|later, kept| {
+        let repeat = later.0 == kept.0;
+        if repeat {
+            std::mem::swap(&mut later.1, &mut kept.1);
+        }
+        repeat
+    });
+    pairs
 }
 
 pub(crate) fn run_local<I: Runnable, S: RunnableScans<I>>(
@@ -223,8 +281,14 @@ where
     }
     let setup = fabric.client(0)?;
     let icfg = index_config(cfg, plan, run_tasks([root_slot(&setup, cfg)]).remove(0)?);
+    let mut bulk = VerbCounts::default();
     if !cfg.cluster.attach {
-        run_tasks([I::create(&setup, &icfg, 0)]).remove(0)?;
+        let created = run_tasks([I::create(&setup, &icfg, 0)]).remove(0)?;
+        if plan.bulk {
+            let v0 = setup.counts();
+            run_tasks([bulk_load(cfg, plan, &created, &setup)]).remove(0)?;
+            bulk = setup.counts() - v0;
+        }
     }
     let mut handles = Vec::new();
     for cn in 0..cfg.cluster.cns {
@@ -365,7 +429,12 @@ where
             counts: VerbCounts::default(),
             window: None,
         },
-        false => phase("load", plan.items, true)?,
+        false => {
+            let mut load = phase("load", plan.items, true)?;
+            // The bulk load's verbs and memory are the load phase's (`bulk_load`).
+            load.counts += bulk;
+            load
+        }
     };
     // A client that failed has stopped, and its error is the report: the next phase and the
     // probes after the run would only wait on what failed (a memnode gone: a timeout each).
@@ -513,5 +582,37 @@ pub(crate) mod ucx {
         };
         let control = cluster.as_ref().map(|c| c as &dyn NodeControl);
         run_threads::<I, S, _>(cfg, plan, &fabric, remote, control)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use dmindex_ycsb::{KeyFormat, WorkloadSpec};
+
+    use super::*;
+
+    /// A bulk load's pairs are in key order, and a key the load repeats keeps the value of its
+    /// later write, as inserts in load order would leave it.
+    #[test]
+    fn bulk_pairs_are_sorted_and_keep_a_repeated_key_s_last_value() {
+        let keys = [b"b", b"a", b"b"].map(|k| k.to_vec()).to_vec();
+        let plan = Plan {
+            format: KeyFormat::new(8, false).unwrap(),
+            spec: WorkloadSpec::named("c").unwrap(),
+            trace: None,
+            dealt: None,
+            load: Some(Arc::new(keys)),
+            bulk: true,
+            items: 3,
+            ops: 1,
+            stream: 1,
+            seed: 1,
+        };
+        let now = || 0;
+        let rec = Recorder { now: &now, history: None, client: 0, value_size: 8 };
+        let pairs = bulk_pairs(&plan, &rec);
+        assert_eq!(pairs, [(b"a".to_vec(), rec.value(1)), (b"b".to_vec(), rec.value(2))]);
     }
 }

@@ -99,6 +99,12 @@ pub fn run<I: Runnable, S: RunnableScans<I>>(cfg: &BenchConfig) -> anyhow::Resul
             cfg.index.name
         );
     }
+    if cfg.workload.bulk_load && !<I as PointIndex<LocalTransport>>::BULK_LOAD {
+        bail!(
+            "--bulk-load: index '{}' has no bulk load (it loads by inserts); drop the flag",
+            cfg.index.name
+        );
+    }
     if kind_of::<I, S>() == IndexKind::Point {
         let scans = match &plan.trace {
             Some(t) => t.iter().any(|op| op.kind == OpKind::Scan),
@@ -262,7 +268,8 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
         _ => None,
     };
     let seed = cfg.workload.seed;
-    let plan = Plan { format, spec, trace, dealt, load, items, ops, stream, seed };
+    let bulk = cfg.workload.bulk_load;
+    let plan = Plan { format, spec, trace, dealt, load, bulk, items, ops, stream, seed };
     streams::check_planned(cfg, &plan, machine_bytes())?;
     Ok(plan)
 }
@@ -281,6 +288,8 @@ pub(crate) struct Plan {
     pub(crate) dealt: Option<Arc<streams::Dealt>>,
     /// The keys of a load trace, when one is given.
     pub(crate) load: Option<Arc<Vec<Vec<u8>>>>,
+    /// The load phase is the index's bulk load, by client 0 (`--bulk-load`).
+    pub(crate) bulk: bool,
     /// Items loaded: the load trace's length, or `--items`.
     pub(crate) items: u64,
     pub(crate) ops: u64,
@@ -344,7 +353,9 @@ pub(crate) async fn client_phase<T: Transport, I: PointIndex<T>, S: Scans<T, I>>
     source: Option<OpSource>,
     window: Option<&runner::BusyWindow>,
 ) {
-    if load {
+    if load && plan.bulk {
+        // Loaded before the compute nodes opened their handles (`drive::bulk_load`).
+    } else if load {
         match &plan.load {
             Some(keys) => {
                 let mut keys = keys.iter().skip(i).step_by(n);

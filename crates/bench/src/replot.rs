@@ -46,6 +46,7 @@ fn matches(cfg: &BenchConfig, report: &BenchReport) -> bool {
             == (report.cns, report.clients, report.coroutines)
         && w.seed == report.seed
         && w.fast_load == report.load_fast_forward
+        && w.bulk_load == report.load_bulk
         && w.window.is_some() == report.window.is_some()
 }
 

@@ -73,11 +73,15 @@ pub struct BenchReport {
     pub clients: usize,
     pub coroutines: usize,
     pub seed: u64,
-    /// Load phase inserts per second (real time on local, virtual on sim; 0 when fast-forward).
+    /// Load phase inserts per second (real time on local, virtual on sim; 0 when fast-forward
+    /// or bulk-loaded).
     pub load_throughput_ops: f64,
     /// Whether the load phase ran by fast-forward (untimed, `--fast-load`).
     #[serde(default)]
     pub load_fast_forward: bool,
+    /// Whether the load phase was the index's bulk load (untimed, `--bulk-load`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub load_bulk: bool,
     /// Run phase operations per second (real time on local, virtual on sim); with a `window`,
     /// the completions between its marks over the time between them.
     pub throughput_ops: f64,
@@ -155,7 +159,9 @@ impl BenchReport {
                 self.ops
             );
         }
-        let load = if self.load_fast_forward {
+        let load = if self.load_bulk {
+            "load untimed (bulk load)".to_string()
+        } else if self.load_fast_forward {
             "load untimed (fast-forward)".to_string()
         } else {
             format!("load {}", rate(self.load_throughput_ops))
@@ -516,7 +522,8 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         coroutines: cfg.cluster.coroutines,
         seed: cfg.workload.seed,
         load_fast_forward: cfg.workload.fast_load,
-        load_throughput_ops: load.throughput(load_ops),
+        load_bulk: cfg.workload.bulk_load,
+        load_throughput_ops: if cfg.workload.bulk_load { 0.0 } else { load.throughput(load_ops) },
         throughput_ops: run.window.as_ref().map_or_else(|| run.throughput(ops), |w| w.throughput()),
         window: run.window.as_ref().map(|w| w.report(plan.ops)),
         latency_us: latency(&all),

@@ -105,6 +105,7 @@ mod tests {
             trace: None,
             dealt: None,
             load: None,
+            bulk: false,
             items: 5000,
             ops,
             stream,
