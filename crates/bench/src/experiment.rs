@@ -49,8 +49,21 @@ pub struct Line {
     /// a run gets the value times its items over the paper's, rounded, at least 1, so that it
     /// covers the same share of the keys (CHIME's hotspot buffer).
     pub scaled: Option<(&'static str, f64)>,
+    /// How the paper loaded it before measuring: by inserts, or trained once on every loaded
+    /// key (`bench --bulk-load`).
+    pub load: LoadBy,
     /// Why this variant, in one sentence.
     pub why: &'static str,
+}
+
+/// How a paper's line is loaded before its run phases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadBy {
+    /// By inserts through the index, as a user would.
+    Inserts,
+    /// By the index's bulk load, sorted keys in one pass (`bench --bulk-load`): CHIME's ROLEX,
+    /// whose models the paper trains once on every loaded key.
+    Bulk,
 }
 
 impl Line {
@@ -94,6 +107,9 @@ impl Paper {
             let mut o: Vec<String> = l.options.iter().map(|(k, v)| format!("`{k}={v}`")).collect();
             if let Some((k, v)) = l.scaled {
                 o.push(format!("`{k}` = {v} at {} items, scaled by items", count(self.items)));
+            }
+            if l.load == LoadBy::Bulk {
+                o.push("bulk-loaded (`--bulk-load`)".into());
             }
             let o = if o.is_empty() { "—".to_string() } else { o.join(", ") };
             t.push_str(&format!("| {} | `{}` | {o} | {} |\n", l.label, l.index, l.why));
@@ -307,6 +323,7 @@ impl<'a> Session<'a> {
         let mut c = self.base(index, workload);
         c.workload.items = items;
         c.index.options = l.options_at(items, paper_items);
+        c.workload.bulk_load = l.load == LoadBy::Bulk;
         c
     }
 
@@ -597,6 +614,7 @@ mod tests {
             index: "chime",
             options: &[("speculative", "1")],
             scaled: Some(("hotspot_kb", 1000.0)),
+            load: LoadBy::Inserts,
             why: "a test line",
         }],
         experiments: &[],

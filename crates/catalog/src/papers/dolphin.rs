@@ -11,7 +11,7 @@
 
 use dmindex_bench::config::Deal;
 use dmindex_bench::experiment::{
-    cache_mb, chart, lines, mops, Experiment, Line, Paper, Scale, Session,
+    cache_mb, chart, lines, mops, Experiment, Line, LoadBy, Paper, Scale, Session,
 };
 use dmindex_bench::plot::paper_series;
 use dmindex_bench::{BenchConfig, BenchReport};
@@ -29,6 +29,7 @@ pub static PAPER: Paper = Paper {
             index: "dolphin",
             options: &[],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "the paper's Dolphin: radix inner nodes, B+ leaves, Spear, MS-RNIC writes",
         },
         Line {
@@ -36,6 +37,7 @@ pub static PAPER: Paper = Paper {
             index: "sherman",
             options: &[("cache_charge", "page")],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "the original Sherman's cache, as the paper counts it: whole 1 KB internal \
                   pages (CHIME's enhanced Sherman counts entries)",
         },
@@ -44,6 +46,7 @@ pub static PAPER: Paper = Paper {
             index: "marlin",
             options: &[("cache_charge", "page")],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "the paper's B-link baseline, unsorted {key, item pointer} leaves; Sherman's \
                   cache of whole internal pages",
         },
@@ -52,6 +55,7 @@ pub static PAPER: Paper = Paper {
             index: "smart",
             options: &[],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "radix cache within the paper's budgets, scaled by items",
         },
         Line {
@@ -59,6 +63,7 @@ pub static PAPER: Paper = Paper {
             index: "smart-opt",
             options: &[],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "SMART with an unlimited radix cache, for Table II's cache need",
         },
     ],

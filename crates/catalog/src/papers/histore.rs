@@ -11,7 +11,9 @@
 //! table or skiplist, at the CPU cost per pair that HiStore's services charge
 //! (`dmindex_histore::cpu`); the rebuild's real time on this machine is charted beside it.
 
-use dmindex_bench::experiment::{chart, lines, mops, Experiment, Line, Paper, Run, Scale, Session};
+use dmindex_bench::experiment::{
+    chart, lines, mops, Experiment, Line, LoadBy, Paper, Run, Scale, Session,
+};
 use dmindex_bench::plot::Series;
 use dmindex_bench::BenchConfig;
 
@@ -28,6 +30,7 @@ pub static PAPER: Paper = Paper {
             index: "histore",
             options: &[("scan_reads", "each")],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "hash table on the primary, skiplists on two backups, batched log sync; a SCAN's items READ one after another, as the paper's client (96 % of a SCAN is data access, §5.3)",
         },
         Line {
@@ -35,6 +38,7 @@ pub static PAPER: Paper = Paper {
             index: "all-hashtable",
             options: &[],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "three hash tables per group, no scans",
         },
         Line {
@@ -42,6 +46,7 @@ pub static PAPER: Paper = Paper {
             index: "all-skiplist",
             options: &[("scan_reads", "each")],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "three skiplists per group; SCAN items READ one after another, as HiStore's",
         },
         Line {
@@ -49,6 +54,7 @@ pub static PAPER: Paper = Paper {
             index: "single-hashtable",
             options: &[],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "one unreplicated hash table",
         },
         Line {
@@ -56,6 +62,7 @@ pub static PAPER: Paper = Paper {
             index: "single-skiplist",
             options: &[("scan_reads", "each")],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "one unreplicated skiplist; SCAN items READ one after another, as HiStore's",
         },
     ],

@@ -11,7 +11,7 @@
 //! paper's 100 M keys).
 
 use dmindex_bench::experiment::{
-    cache_mb, chart, lines, mops, opts, stat, Experiment, Line, Paper, Run, Scale, Session,
+    cache_mb, chart, lines, mops, opts, stat, Experiment, Line, LoadBy, Paper, Run, Scale, Session,
 };
 use dmindex_bench::plot::Series;
 use dmindex_bench::{BenchConfig, BenchReport};
@@ -29,6 +29,7 @@ pub static PAPER: Paper = Paper {
             index: "sephash",
             options: &[("update", "upsert")],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "the paper's SepHash (1 KB CurSegment, 8-slot window, FPTable, filter), an \
                   update or delete appended blind as the paper describes",
         },
@@ -37,6 +38,7 @@ pub static PAPER: Paper = Paper {
             index: "race",
             options: &[],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "RACE as its own paper describes it (a lock per segment, lock-free reads): \
                   stronger than the RACE the SepHash paper measured",
         },
@@ -45,6 +47,7 @@ pub static PAPER: Paper = Paper {
             index: "race-sephash",
             options: &[],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "RACE as the SepHash authors ran it: one global split lock, the whole \
                   directory re-read on every conflict, entries moved one by one",
         },
@@ -53,6 +56,7 @@ pub static PAPER: Paper = Paper {
             index: "clevel",
             options: &[],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "CLevel in the SepHash authors' shape (8-slot buckets, a first bottom level of \
                   16 x 128 buckets under one twice its size), its rehash run by a background \
                   client of its own as the paper runs it; racing inserts committed one at a \
@@ -65,6 +69,7 @@ pub static PAPER: Paper = Paper {
             index: "plush",
             options: &[],
             scaled: None,
+            load: LoadBy::Inserts,
             why: "Plush in the SepHash authors' shape (128 top groups of 16 buckets of 16 \
                   entries, fanout 16), each migration one immutable run per child group with a \
                   Bloom filter; the figures also run it as their port reads, every run of a \
