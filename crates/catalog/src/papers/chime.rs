@@ -88,7 +88,7 @@ pub static PAPER: Paper = Paper {
         },
         Experiment {
             name: "motivation",
-            figure: "Fig. 3b/c: Sherman vs SMART peak, YCSB C, 1 MN + 1000 MB cache and 10 MNs + 100 MB",
+            figure: "Fig. 3b/c: Sherman, ROLEX and SMART peaks, YCSB C, 1 MN + 1000 MB cache and 10 MNs + 100 MB",
             body: motivation, took_s: Some(33),
         },
         Experiment {
@@ -130,22 +130,22 @@ pub static PAPER: Paper = Paper {
         },
         Experiment {
             name: "skew",
-            figure: "Fig. 18a: 50 % search + 50 % update vs zipfian skew, CHIME, Sherman, SMART",
+            figure: "Fig. 18a: 50 % search + 50 % update vs zipfian skew, CHIME, Sherman, ROLEX, SMART",
             body: sensitivity::skew, took_s: Some(232),
         },
         Experiment {
             name: "value-size",
-            figure: "Fig. 18c/d: YCSB C vs value size (CHIME, Sherman: indirect above 8 B)",
+            figure: "Fig. 18c/d: YCSB C vs value size (CHIME, Sherman, ROLEX: indirect above 8 B)",
             body: sensitivity::value_size, took_s: Some(146),
         },
         Experiment {
             name: "variable",
-            figure: "Fig. 13: variable-length items, YCSB A-E, CHIME-Indirect, Marlin, SMART",
+            figure: "Fig. 13: variable-length items, YCSB A-E, CHIME-Indirect, ROLEX-Indirect, Marlin, SMART",
             body: sensitivity::variable, took_s: Some(174),
         },
         Experiment {
             name: "amplification",
-            figure: "Fig. 3a: cache consumption vs read amplification, Sherman spans and SMART",
+            figure: "Fig. 3a: cache consumption vs read amplification, Sherman and ROLEX spans, SMART",
             body: sensitivity::amplification, took_s: Some(13),
         },
         Experiment {
@@ -424,11 +424,24 @@ pub(super) fn rolex_whole_cache(c: &mut BenchConfig) {
     c.workload.distribution = Some("uniform".into());
 }
 
+/// ROLEX with leaves of `span` slots, filled whole, and the model error equal to the span
+/// (the paper keeps ROLEX's error equal to its span, §2.2).
+pub(super) fn rolex_span(c: &mut BenchConfig, span: usize) {
+    for o in ["span", "epsilon", "fill"] {
+        c.index.options.push((o.into(), span.to_string()));
+    }
+}
+
 fn span(s: &mut Session<'_>) -> anyhow::Result<()> {
-    for index in ["chime", "sherman"] {
+    for index in ["chime", "sherman", "rolex"] {
         for span in [16usize, 32, 64, 128, 256] {
             let mut c = s.as_paper(index, "c");
-            c.index.options.push(("span".into(), span.to_string()));
+            match index {
+                // A ROLEX leaf holds at most 128 slots (its count is a byte).
+                "rolex" if span > dmindex_rolex::layout::MAX_SPAN => continue,
+                "rolex" => rolex_span(&mut c, span),
+                _ => c.index.options.push(("span".into(), span.to_string())),
+            }
             s.go(index, span as f64, warm(s, c))?;
         }
     }
@@ -509,7 +522,7 @@ fn hotspot(s: &mut Session<'_>) -> anyhow::Result<()> {
 fn motivation(s: &mut Session<'_>) -> anyhow::Result<()> {
     let settings = [("1 MN, 1000 MB", 1u16, 1000.0), ("10 MNs, 100 MB", 10, 100.0)];
     for (i, (label, mns, mb)) in settings.into_iter().enumerate() {
-        for index in ["sherman", "smart"] {
+        for index in ["sherman", "rolex", "smart"] {
             let mut c = with_cache(s, index, "c", mb);
             c.cluster.memory_nodes = Some(mns);
             let run = s.go(&format!("{index} {label}"), i as f64, warm(s, c))?;

@@ -2,7 +2,7 @@
 //! workload skew (Fig. 18a), value size (Fig. 18c/d), variable-length items (Fig. 13), cache
 //! against read amplification (Fig. 3a), the extra metadata accesses CHIME removes (Fig. 4a/b)
 //! and the replica bytes sibling-based validation saves (Fig. 16). What none of them can run
-//! (ROLEX, SMART-RCU, CHIME's inline values longer than 8 bytes) is listed in
+//! (CHIME-Learned, SMART-RCU, CHIME's inline values longer than 8 bytes) is listed in
 //! `docs/reproduce.md`.
 
 use dmindex_bench::experiment::{
@@ -11,7 +11,7 @@ use dmindex_bench::experiment::{
 use dmindex_chime::layout::{LeafKind, LeafLayout, ENTRY, REPLICA_FENCED};
 use dmindex_sim::microbench::{run, Meta, Verb, VerbBench};
 
-use super::{warm, with_cache, PAPER};
+use super::{rolex_span, rolex_whole_cache, warm, with_cache, PAPER};
 
 /// Clients per CN of the sensitivity analysis: twice the factor analysis' (the paper's §5.4
 /// runs 640 clients where §5.3 runs 320).
@@ -30,7 +30,7 @@ const THETAS: [f64; 6] = [0.5, 0.6, 0.7, 0.8, 0.9, 0.99];
 /// Fig. 18a: 50 % search + 50 % update (YCSB A's mix) as the zipfian skew grows. RDWC
 /// combines more of the hot keys' writes the more skewed they are.
 pub(super) fn skew(s: &mut Session<'_>) -> anyhow::Result<()> {
-    for index in ["chime", "sherman", "smart"] {
+    for index in ["chime", "sherman", "rolex", "smart"] {
         for theta in THETAS {
             let mut c = with_cache(s, index, "a", 100.0);
             c.workload.zipf_theta = Some(theta);
@@ -52,9 +52,9 @@ const VALUE_SIZES: [usize; 4] = [8, 32, 128, 512];
 /// Fig. 18c/d: YCSB C as values grow. CHIME and Sherman keep an 8-byte value in the leaf and
 /// any longer one in a block behind an 8-byte pointer (`ChimeShape::indirect`), so from 8 to
 /// 512 bytes their lines are Fig. 18d's indirect values; SMART's leaf holds the value itself
-/// (Fig. 18c's SMART).
+/// (Fig. 18c's SMART). ROLEX keeps its values as CHIME and Sherman do.
 pub(super) fn value_size(s: &mut Session<'_>) -> anyhow::Result<()> {
-    for index in ["chime", "sherman", "smart"] {
+    for index in ["chime", "sherman", "rolex", "smart"] {
         for v in VALUE_SIZES {
             let mut c = with_cache(s, index, "c", 100.0);
             c.keys.value_size = v;
@@ -78,16 +78,20 @@ pub(super) fn value_size(s: &mut Session<'_>) -> anyhow::Result<()> {
 const VARIABLE_VALUE: usize = 16;
 
 /// Fig. 13: YCSB A–E with variable-length items at the factor analysis' clients (320 in the
-/// paper). CHIME with its values in blocks (CHIME-Indirect), Marlin (items always out of
-/// place), and SMART, whose leaf holds the item (standing in for SMART-RCU, which this
-/// workspace lacks).
+/// paper). CHIME with its values in blocks (CHIME-Indirect), ROLEX likewise (ROLEX-Indirect),
+/// Marlin (items always out of place), and SMART, whose leaf holds the item (standing in for
+/// SMART-RCU, which this workspace lacks).
 pub(super) fn variable(s: &mut Session<'_>) -> anyhow::Result<()> {
     let workloads = s.workloads(&["a", "b", "c", "d", "e"]);
     for (i, w) in workloads.iter().enumerate() {
-        for index in ["chime", "marlin", "smart"] {
+        for index in ["chime", "rolex", "marlin", "smart"] {
             let mut c = with_cache(s, index, w, 100.0);
             c.keys.value_size = VARIABLE_VALUE;
-            let series = if index == "chime" { "CHIME-Indirect" } else { label(index) };
+            let series = match index {
+                "chime" => "CHIME-Indirect",
+                "rolex" => "ROLEX-Indirect",
+                _ => label(index),
+            };
             s.go(series, i as f64, warm(s, c))?;
         }
     }
@@ -104,8 +108,9 @@ pub(super) fn variable(s: &mut Session<'_>) -> anyhow::Result<()> {
 }
 
 /// Fig. 3a: cache each CN needs (all internal nodes cached) against the read amplification
-/// factor, entries read per search: a B+ tree's leaf span (Sherman) or 1 (SMART, one item per
-/// leaf). ROLEX is not built.
+/// factor, entries read per search: a B+ tree's leaf span (Sherman), twice the span for a
+/// learned index (ROLEX, its model error equal to the span: two leaves a search, as the paper
+/// counts it) or 1 (SMART, one item per leaf).
 pub(super) fn amplification(s: &mut Session<'_>) -> anyhow::Result<()> {
     let sufficient = |s: &Session<'_>, index: &str| {
         let mut c = s.as_paper(index, "c");
@@ -119,6 +124,12 @@ pub(super) fn amplification(s: &mut Session<'_>) -> anyhow::Result<()> {
         let mut c = sufficient(s, "sherman");
         c.index.options.push(("span".into(), span.to_string()));
         s.go("Sherman", span as f64, warm(s, c))?;
+    }
+    for span in [16usize, 32, 64, 128] {
+        let mut c = sufficient(s, "rolex");
+        rolex_span(&mut c, span);
+        rolex_whole_cache(&mut c);
+        s.go("ROLEX", 2.0 * span as f64, warm(s, c))?;
     }
     let c = sufficient(s, "smart-opt");
     s.go("SMART", 1.0, warm(s, c))?;
@@ -300,19 +311,21 @@ mod tests {
         (seen.into_inner(), runs)
     }
 
-    /// Fig. 18a: the three systems as the paper ran them at twice the factor analysis'
+    /// Fig. 18a: the four systems as the paper ran them at twice the factor analysis'
     /// clients, over every θ, on YCSB A's 50/50 mix.
     #[test]
     fn skew_sweeps_theta_over_the_paper_s_systems() {
         let (cs, runs) = configs(skew);
-        assert_eq!(cs.len(), 3 * THETAS.len());
+        assert_eq!(cs.len(), 4 * THETAS.len());
         for (i, c) in cs.iter().enumerate() {
             assert_eq!(c.workload.zipf_theta, Some(THETAS[i % THETAS.len()]));
             assert_eq!((c.workload.name.as_str(), c.cluster.clients), ("a", 4));
         }
         assert_eq!(cs[0].index.options, PAPER.lines[0].options_at(2000, PAPER.items));
-        assert_eq!((cs[6].index.name.as_str(), cs[12].index.name.as_str()), ("sherman", "smart"));
-        assert!(cs[12].cluster.cache_mb < 1.0, "SMART's budget scaled by items");
+        let names = [6, 12, 18].map(|i| cs[i].index.name.as_str());
+        assert_eq!(names, ["sherman", "rolex", "smart"]);
+        assert!(cs[12].workload.bulk_load, "ROLEX trained once on every key");
+        assert!(cs[18].cluster.cache_mb < 1.0, "SMART's budget scaled by items");
         let updates = |r: &BenchReport| r.per_op.iter().any(|o| o.op == "update" && o.count > 0);
         assert!(runs.iter().all(|r| updates(&r.report)));
     }
@@ -322,10 +335,10 @@ mod tests {
     #[test]
     fn value_size_reads_more_bytes_for_longer_values() {
         let (cs, runs) = configs(value_size);
-        assert_eq!(cs.len(), 3 * VALUE_SIZES.len());
+        assert_eq!(cs.len(), 4 * VALUE_SIZES.len());
         assert!(cs.iter().all(|c| c.workload.name == "c"));
         assert_eq!(cs.iter().map(|c| c.keys.value_size).take(4).collect::<Vec<_>>(), VALUE_SIZES);
-        for series in ["CHIME", "Sherman", "SMART"] {
+        for series in ["CHIME", "Sherman", "ROLEX", "SMART"] {
             let (short, long) = (at(&runs, series, 8.0), at(&runs, series, 512.0));
             assert!(
                 long.bytes_read_per_op > short.bytes_read_per_op + 400.0,
@@ -338,30 +351,43 @@ mod tests {
         assert!(indirect.round_trips_per_op > inline.round_trips_per_op + 0.5);
     }
 
-    /// Fig. 13: CHIME-Indirect, Marlin and SMART on A–E, values behind pointers.
+    /// Fig. 13: CHIME-Indirect, ROLEX-Indirect, Marlin and SMART on A–E, values behind
+    /// pointers.
     #[test]
-    fn variable_runs_three_systems_on_a_to_e() {
+    fn variable_runs_four_systems_on_a_to_e() {
         let (cs, runs) = configs(variable);
-        assert_eq!(cs.len(), 3 * 5);
+        assert_eq!(cs.len(), 4 * 5);
         assert!(cs.iter().all(|c| c.keys.value_size == VARIABLE_VALUE && c.cluster.clients == 2));
-        let names: Vec<&str> = cs[..3].iter().map(|c| c.index.name.as_str()).collect();
-        assert_eq!(names, ["chime", "marlin", "smart"]);
-        assert_eq!(cs[14].workload.name, "e");
-        assert!(cs[14].keys.ordered, "YCSB E scans dense keys");
-        assert_eq!(runs[0].series, "CHIME-Indirect");
+        let names: Vec<&str> = cs[..4].iter().map(|c| c.index.name.as_str()).collect();
+        assert_eq!(names, ["chime", "rolex", "marlin", "smart"]);
+        assert_eq!(cs[19].workload.name, "e");
+        assert!(cs[19].keys.ordered, "YCSB E scans dense keys");
+        assert_eq!(
+            (runs[0].series.as_str(), runs[1].series.as_str()),
+            ("CHIME-Indirect", "ROLEX-Indirect")
+        );
+        assert!(runs.iter().all(|r| r
+            .report
+            .per_op
+            .iter()
+            .all(|o| o.op != "read" || o.not_found == Some(0))));
     }
 
-    /// Fig. 3a: Sherman's cache falls as its span (read amplification) grows; SMART, reading
-    /// one item, needs more cache than any of them.
+    /// Fig. 3a: Sherman's and ROLEX's caches fall as their spans (read amplification) grow;
+    /// SMART, reading one item, needs more cache than any of them.
     #[test]
     fn amplification_trades_cache_for_span() {
         let (cs, runs) = configs(amplification);
-        assert_eq!(cs.len(), 6);
+        assert_eq!(cs.len(), 10);
         assert!(cs.iter().all(|c| c.cluster.cache_mb == 4096.0));
-        assert_eq!(cs[5].index.name, "smart-opt");
+        assert_eq!(cs[9].index.name, "smart-opt");
+        assert!(cs[5..9].iter().all(|c| c.index.name == "rolex" && c.workload.bulk_load));
+        let xs: Vec<f64> = runs[5..9].iter().map(|r| r.x).collect();
+        assert_eq!(xs, [32.0, 64.0, 128.0, 256.0], "ROLEX reads two leaves a search");
         let cache: Vec<f64> = runs.iter().map(|r| cache_mb(&r.report)).collect();
-        assert!(cache[0] > cache[4], "span 16 against 256: {cache:?}");
-        assert!(cache[5] > cache[0], "SMART against Sherman at span 16: {cache:?}");
+        assert!(cache[0] > cache[4], "Sherman span 16 against 256: {cache:?}");
+        assert!(cache[5] > cache[8], "ROLEX span 16 against 128: {cache:?}");
+        assert!(cache[9] > cache[0], "SMART against Sherman at span 16: {cache:?}");
     }
 
     /// Fig. 4a/b: the extra access never helps, the vacancy bitmap READ (in turn) costs
