@@ -95,7 +95,7 @@ pub static PAPER: Paper = Paper {
             name: "ycsb",
             figure: "Fig. 12: throughput vs P99 latency, YCSB LOAD/A/B/C/D/E, CHIME vs Sherman, SMART, SMART-Opt",
             body: ycsb,
-            took_s: Some(2030),
+            took_s: Some(1213),
         },
         Experiment { name: "cache", figure: "Fig. 14: CN cache consumption vs items loaded", body: cache, took_s: Some(17) },
         Experiment {
