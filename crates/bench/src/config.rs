@@ -205,9 +205,9 @@ pub struct Workload {
     /// runs of a workload; the load throughput is then not measured.
     #[arg(long)]
     pub fast_load: bool,
-    /// Load by the index's bulk load instead of by inserts (an index that has one: rolex): one
-    /// client makes every load key's pair, sorts them and loads them in one pass, untimed, as
-    /// the CHIME paper's harness trains its ROLEX once on every loaded key.
+    /// Load by the index's bulk load instead of by inserts (an index that has one: rolex):
+    /// every load key's pair, sorted, loaded in one pass before the compute nodes open the
+    /// index, untimed, as the CHIME paper's harness trains its ROLEX once on every loaded key.
     #[arg(long)]
     pub bulk_load: bool,
 }

@@ -53,12 +53,10 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
     let created = sim.block_on(<I as PointIndex<SimTransport>>::create(&setup, &icfg, 0))?;
     let mut bulk = VerbCounts::default();
     if plan.bulk {
-        let v0 = setup.counts();
         sim.set_direct(cfg.workload.fast_load);
         let loaded = sim.block_on(bulk_load(cfg, plan, &created, &setup));
         sim.set_direct(false);
-        loaded?;
-        bulk = setup.counts() - v0;
+        bulk = loaded?;
     }
     drop(created);
     let mut handles: Vec<I> = Vec::new();
@@ -200,20 +198,22 @@ pub(crate) fn run_sim<I: Runnable, S: RunnableScans<I>>(
 
 /// `--bulk-load`: the load phase's work, on the handle `create` returned, before any compute
 /// node opens its own, so that every handle starts on the trained index as the paper's compute
-/// nodes do (none pays for finding its directory stale in the run). Its verbs and memory are
-/// counted into the load phase; its counters (ROLEX's pre-train) are the loading handle's, not
-/// the compute nodes' the report sums. The load phase that follows has nothing left to do.
+/// nodes do (none pays for finding its directory stale in the run). Returns the verbs it took,
+/// which the load phase counts as its own; its counters (ROLEX's pre-train) are the loading
+/// handle's, not the compute nodes' the report sums. The load phase that follows has nothing
+/// left to do.
 async fn bulk_load<T: dmindex_fabric::Transport, I: PointIndex<T>>(
     cfg: &BenchConfig,
     plan: &Plan,
     idx: &I,
     c: &Client<T>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<VerbCounts> {
     let now = || 0;
     let rec = Recorder { now: &now, history: None, client: 0, value_size: cfg.keys.value_size };
     let pairs = bulk_pairs(plan, &rec);
+    let v0 = c.counts();
     match idx.bulk_load(c, &pairs).await {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(c.counts() - v0),
         Err(e) => bail!("the bulk load of {} pairs failed: {e}", pairs.len()),
     }
 }
@@ -222,16 +222,14 @@ async fn bulk_load<T: dmindex_fabric::Transport, I: PointIndex<T>>(
 /// `rec`'s client (its sequence the key's place in the load); of repeated keys the last, as
 /// inserts in load order would leave it.
 fn bulk_pairs(plan: &Plan, rec: &Recorder<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut value = Vec::new();
+    let stamp = |(seq, k): (usize, Vec<u8>)| (k, rec.value(seq as u64));
     let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = match &plan.load {
-        Some(keys) => keys.iter().map(|k| (k.clone(), Vec::new())).collect(),
+        Some(keys) => keys.iter().cloned().enumerate().map(stamp).collect(),
         None => dmindex_ycsb::workload::load_keys(plan.format, plan.items, 0, 1)
-            .map(|k| (k, Vec::new()))
+            .enumerate()
+            .map(stamp)
             .collect(),
     };
-    for (seq, p) in pairs.iter_mut().enumerate() {
-        p.1 = rec.value_into(seq as u64, &mut value).to_vec();
-    }
     // A stable sort keeps repeats in load order; each later one's value replaces the kept one's.
     pairs.sort_by(|a, b| a.0.cmp(&b.0));
     pairs.dedup_by(|later, kept| {
@@ -285,9 +283,7 @@ where
     if !cfg.cluster.attach {
         let created = run_tasks([I::create(&setup, &icfg, 0)]).remove(0)?;
         if plan.bulk {
-            let v0 = setup.counts();
-            run_tasks([bulk_load(cfg, plan, &created, &setup)]).remove(0)?;
-            bulk = setup.counts() - v0;
+            bulk = run_tasks([bulk_load(cfg, plan, &created, &setup)]).remove(0)?;
         }
     }
     let mut handles = Vec::new();

@@ -288,7 +288,8 @@ pub(crate) struct Plan {
     pub(crate) dealt: Option<Arc<streams::Dealt>>,
     /// The keys of a load trace, when one is given.
     pub(crate) load: Option<Arc<Vec<Vec<u8>>>>,
-    /// The load phase is the index's bulk load, by client 0 (`--bulk-load`).
+    /// The index is bulk-loaded before the compute nodes open it, and the load phase has
+    /// nothing to do (`--bulk-load`).
     pub(crate) bulk: bool,
     /// Items loaded: the load trace's length, or `--items`.
     pub(crate) items: u64,

@@ -523,7 +523,7 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         seed: cfg.workload.seed,
         load_fast_forward: cfg.workload.fast_load,
         load_bulk: cfg.workload.bulk_load,
-        load_throughput_ops: if cfg.workload.bulk_load { 0.0 } else { load.throughput(load_ops) },
+        load_throughput_ops: load.throughput(load_ops),
         throughput_ops: run.window.as_ref().map_or_else(|| run.throughput(ops), |w| w.throughput()),
         window: run.window.as_ref().map(|w| w.report(plan.ops)),
         latency_us: latency(&all),
