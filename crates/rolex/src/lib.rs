@@ -316,7 +316,7 @@ impl<T: Transport> PointIndex<T> for Rolex {
     async fn bulk_load(&self, c: &Client<T>, pairs: &[(Vec<u8>, Vec<u8>)]) -> IndexResult<()> {
         let mut words = Vec::with_capacity(pairs.len());
         for (k, v) in pairs {
-            words.push((Self::key_of(k)?, v.clone()));
+            words.push((Self::key_of(k)?, v.as_slice()));
         }
         self.pretrain(c, &words).await
     }

@@ -268,10 +268,10 @@ impl Rolex {
     /// index's value length), in an index that was never retrained: retrains its one model on
     /// its pairs and these (linearizable like any retrain). CHIME's harness loads its ROLEX so
     /// (`PointIndex::bulk_load` decodes the keys and calls this).
-    pub async fn pretrain<T: Transport>(
+    pub async fn pretrain<T: Transport, V: AsRef<[u8]>>(
         &self,
         c: &Client<T>,
-        pairs: &[(u64, Vec<u8>)],
+        pairs: &[(u64, V)],
     ) -> IndexResult<()> {
         let sorted = pairs.windows(2).all(|w| w[0].0 < w[1].0);
         if !sorted || pairs.first().is_some_and(|p| p.0 == 0) {
@@ -281,7 +281,7 @@ impl Rolex {
         }
         let mut slots = Vec::with_capacity(pairs.len());
         for (k, v) in pairs {
-            slots.push((*k, self.slot_of(c, v).await?));
+            slots.push((*k, self.slot_of(c, v.as_ref()).await?));
         }
         let dir = self.cache.refresh(c).await?;
         if dir.models.len() != 1 || !self.retrain_with(c, &dir, 0, &slots, Until::Retired).await? {
