@@ -1,6 +1,9 @@
 //! The compute node's cache: the directory of models and, per model, its leaf table (fetched on
 //! first use) and the first synonym leaf of each base leaf as last seen (a hint that lets a
-//! READ of a base leaf and its synonym share one doorbell).
+//! READ of a base leaf and its synonym share one doorbell). A table's hints are allocated when
+//! the first synonym of any of its leaves is seen: a model without synonym leaves (every model
+//! of an index trained once and only read, as the CHIME paper measures ROLEX's cache) costs 8
+//! bytes a leaf, the paper's leaf table, not 16.
 //!
 //! The cache is never validated on its own: a model that was retrained has every leaf retired
 //! before anyone can tell, so an operation that READs a retired leaf refreshes the directory
@@ -20,8 +23,40 @@ use crate::layout::{parse_root, DirEntry, DIR_ENTRY, PAGE_MODELS, TABLE_HEADER, 
 pub struct Table {
     /// Base leaf addresses.
     pub leaves: Box<[GlobalAddr]>,
-    /// Per base leaf, its first synonym leaf as last seen (raw address; 0 = none seen).
-    pub hints: Box<[AtomicU64]>,
+    /// Per base leaf, its first synonym leaf as last seen (raw address; 0 = none seen),
+    /// allocated at the first synonym seen.
+    hints: OnceLock<Box<[AtomicU64]>>,
+}
+
+impl Table {
+    /// A table of `leaves` with no synonym seen.
+    pub fn new(leaves: Box<[GlobalAddr]>) -> Table {
+        Table { leaves, hints: OnceLock::new() }
+    }
+
+    /// Base leaf `i`'s first synonym leaf as last seen (raw address; 0 = none seen).
+    pub fn hint(&self, i: usize) -> u64 {
+        self.hints.get().map_or(0, |h| h[i].load(Ordering::Relaxed))
+    }
+
+    /// Records `next` (raw; 0 = none) as base leaf `i`'s first synonym leaf.
+    pub fn set_hint(&self, i: usize, next: u64) {
+        let hints = match self.hints.get() {
+            Some(h) => h,
+            // Nothing to record until some leaf of the table has a synonym.
+            None if next == 0 => return,
+            None => {
+                self.hints.get_or_init(|| self.leaves.iter().map(|_| AtomicU64::new(0)).collect())
+            }
+        };
+        hints[i].store(next, Ordering::Relaxed);
+    }
+
+    /// Bytes cached: 8 per base leaf, and 8 more per base leaf once a synonym was seen.
+    pub fn bytes(&self) -> u64 {
+        let per_leaf = if self.hints.get().is_some() { 16 } else { 8 };
+        per_leaf * self.leaves.len() as u64
+    }
 }
 
 /// One model of a cached directory.
@@ -136,18 +171,13 @@ impl Cache {
         if leaves.iter().any(|a| a.is_null() || a.node() != m.node() || !a.is_aligned(64)) {
             return Err(IndexError::Corrupt(format!("leaf table at {} names no leaf", m.e.table)));
         }
-        let hints = (0..n).map(|_| AtomicU64::new(0)).collect();
-        Ok(m.table.get_or_init(|| Table { leaves, hints }))
+        Ok(m.table.get_or_init(|| Table::new(leaves)))
     }
 
-    /// Bytes cached: 48 per model, and 16 per base leaf of each fetched leaf table (its address
-    /// and its synonym hint).
+    /// Bytes cached: 48 per model, and each fetched leaf table's ([`Table::bytes`]).
     pub fn bytes(&self) -> u64 {
         let dir = self.current();
-        dir.models
-            .iter()
-            .map(|m| DIR_ENTRY as u64 + m.table.get().map_or(0, |t| 16 * t.leaves.len() as u64))
-            .sum()
+        dir.models.iter().map(|m| DIR_ENTRY as u64 + m.table.get().map_or(0, Table::bytes)).sum()
     }
 }
 

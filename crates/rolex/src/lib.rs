@@ -21,8 +21,8 @@
 //! * **Directory**: the models' entries (low, prediction, leaf table) in immutable pages of up
 //!   to 64 models, under an immutable top array the root word names; a retrain rewrites its
 //!   model's page and the top array. A compute node caches the models and, per model, the leaf
-//!   table (8 bytes a leaf) and the first synonym leaf of each base as last seen (8 bytes a
-//!   leaf) — [`cache`].
+//!   table (8 bytes a leaf) and, once it has seen a synonym of one of the table's leaves, the
+//!   first synonym leaf of each base as last seen (8 bytes a leaf more) — [`cache`].
 //!
 //! ## Prediction and the leaves read
 //!

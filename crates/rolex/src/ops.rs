@@ -18,8 +18,6 @@
 //! and the operation starts over. A base leaf whose word says RETIRING is being retrained: what
 //! was read is current unless the retrain was published, so one READ of the root word decides.
 
-use std::sync::atomic::Ordering;
-
 use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
@@ -159,7 +157,7 @@ impl Rolex {
         s.addrs.clear();
         for i in lo..=hi {
             s.addrs.push(t.leaves[i]);
-            match t.hints[i].load(Ordering::Relaxed) {
+            match t.hint(i) {
                 h if hints && h != 0 => s.addrs.push(GlobalAddr::from_raw(h)),
                 _ => {}
             }
@@ -257,7 +255,7 @@ impl Rolex {
             return Ok(Pass::Stale);
         }
         let next = layout::next(s.leaf(self.layout.decoded, b)).map_or(0, |a| a.raw());
-        t.hints[leaf].store(next, Ordering::Relaxed);
+        t.set_hint(leaf, next);
         c.compute(Work::KeyCompare, s.chain.len() as u64 * 4);
         let found = self
             .find_in_chain(s, k)
@@ -319,7 +317,7 @@ impl Rolex {
             return Err(IndexError::Corrupt(format!("a retired synonym under locked {base}")));
         }
         let next = layout::next(s.leaf(d, 0)).map_or(0, |a| a.raw());
-        t.hints[leaf].store(next, Ordering::Relaxed);
+        t.set_hint(leaf, next);
         let found = self.find_in_chain(s, k);
         let (i, existed) = match (op, found) {
             (Op::Insert(v) | Op::Update(v), Some((i, slot))) => {
@@ -345,7 +343,7 @@ impl Rolex {
                     let synonyms = s.chain.len();
                     let at = self.append_synonym(c, s, k, v, held, base).await?;
                     if synonyms == 1 {
-                        t.hints[leaf].store(at.raw(), Ordering::Relaxed);
+                        t.set_hint(leaf, at.raw());
                     }
                     self.synonym_added(c, dir, j, synonyms).await?;
                     return Ok(Pass::Done(false));

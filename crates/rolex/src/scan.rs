@@ -52,7 +52,7 @@ impl Rolex {
                 s.addrs.clear();
                 for i in leaf..end {
                     s.addrs.push(t.leaves[i]);
-                    let h = t.hints[i].load(std::sync::atomic::Ordering::Relaxed);
+                    let h = t.hint(i);
                     if h != 0 {
                         s.addrs.push(GlobalAddr::from_raw(h));
                     }
@@ -73,7 +73,7 @@ impl Rolex {
                         break;
                     }
                     let next = layout::next(s.leaf(d, b)).map_or(0, |a| a.raw());
-                    t.hints[n].store(next, std::sync::atomic::Ordering::Relaxed);
+                    t.set_hint(n, next);
                     for ci in 0..s.chain.len() {
                         let img = &s.dec[s.chain[ci] * d..(s.chain[ci] + 1) * d];
                         for x in 0..layout::count(img) {

@@ -107,3 +107,46 @@ fn bulk_load_through_the_contract() {
         assert!(again.is_err(), "a second load into a trained index");
     }]);
 }
+
+/// The compute node's cache of a model trained once on every key and only read is the
+/// paper's leaf table, 8 bytes a base leaf (and 48 a model); a leaf table's synonym hints
+/// (8 bytes a base leaf more) appear with the first synonym seen.
+#[test]
+fn leaf_tables_without_synonyms_cost_eight_bytes_a_leaf() {
+    let f = LocalFabric::new(LocalConfig { memory_nodes: 2, ..LocalConfig::default() }).unwrap();
+    let c = f.client(0).unwrap();
+    let ks = keys(4000);
+    run_tasks([async {
+        let opts = [("fill", "16"), ("retrain", "0")];
+        let idx = Rolex::create(&c, &cfg(&opts), 0).await.unwrap();
+        let pairs: Vec<_> =
+            ks.iter().map(|&k| (k.to_be_bytes().to_vec(), k.to_le_bytes().to_vec())).collect();
+        PointIndex::bulk_load(&idx, &c, &pairs).await.unwrap();
+        let reader = Rolex::open(&c, &cfg(&opts), 1).await.unwrap();
+        for &k in &ks {
+            assert!(reader.search(&c, &k.to_be_bytes()).await.unwrap().is_some());
+        }
+        let models = reader.models() as u64;
+        let n = ks.len() as u64;
+        // Full leaves of 16: between n / 16 and n / 16 + one partial leaf per model.
+        let (least, most) = (48 * models + 8 * (n / 16), 48 * models + 8 * (n / 16 + models));
+        let read_only = reader.cache_bytes();
+        assert!((least..=most).contains(&read_only), "{read_only} not in {least}..={most}");
+        // Every leaf but each model's last is full: an insert next to a key of a full leaf
+        // grows a synonym leaf, which the inserting handle hints from then on. (Keys are even,
+        // so key + 1 is new; a model's last leaf may have room, so go on to the next key.)
+        let mut hinted = read_only;
+        for &key in ks[ks.len() / 2..].iter().take(64) {
+            let k = key + 1;
+            reader.insert(&c, &k.to_be_bytes(), &[7; 8]).await.unwrap();
+            assert_eq!(reader.search(&c, &k.to_be_bytes()).await.unwrap(), Some(vec![7; 8]));
+            hinted = reader.cache_bytes();
+            if hinted > read_only {
+                break;
+            }
+        }
+        assert!(hinted > read_only, "no hints after a synonym: {hinted} B");
+        let one_table = 8 * dmindex_rolex::build::MAX_MODEL_LEAVES as u64;
+        assert!(hinted <= read_only + one_table, "hints beyond one table: {hinted} B");
+    }]);
+}
