@@ -38,6 +38,10 @@ const LABELS: &[(&str, &str)] = &[
     ("half_splits_finished", "separators put in a parent for a splitter that did not (it died)"),
     ("insert_levels_read", "levels inserts read (CLevel; per insert attempt: this / inserts)"),
     ("insert_withdrawals", "inserts that placed an entry, found the key present, and took it back"),
+    (
+        "kv_cache_hits",
+        "searches answered from the client's copy of a block it published (no block READ)",
+    ),
     ("leaf_keys_at_split", "keys the leaves held when they split, summed"),
     ("leaf_lock_waits", "looks at a leaf that another client held locked"),
     ("leaf_moves", "leaves rewritten elsewhere because a new value did not fit in place"),

@@ -114,6 +114,7 @@
 //!   bottom first, so a moving entry missed in the bottom is READ above later, and an absence
 //!   is confirmed by the context word.
 //! * The port keeps the resize lock in NIC device memory; here it is a lock word with a lease.
+//! * The port's client KV cache is option `kv_cache` (`src/kv_cache.rs`), off by default.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::RwLock;
@@ -128,6 +129,7 @@ use dmindex_prim::root::RootSlot;
 pub mod layout;
 
 mod image;
+mod kv_cache;
 pub mod ops;
 mod resize;
 
@@ -141,6 +143,7 @@ pub const OPTIONS: Options = Options {
         Opt::number("max_levels", &[], 3..=DEFAULT_MAX_LEVELS),
         Opt::choice("rehash", &[], &["background", "inline"]),
         Opt::choice("reads", &[], &["doorbell", "levels"]),
+        Opt::number("kv_cache", &[], 0..=4096),
     ],
 };
 
@@ -156,6 +159,8 @@ pub const DEFAULT_MAX_LEVELS: usize = MAX_LEVELS - 2;
 struct Counters {
     retries: AtomicU64,
     searches: AtomicU64,
+    /// Searches answered from the client's KV cache instead of a block READ.
+    kv_cache_hits: AtomicU64,
     /// Buckets READ by searches (SepHash's Table 1 "buckets read per search").
     search_buckets: AtomicU64,
     /// Levels searches READ buckets of.
@@ -200,6 +205,8 @@ pub struct CLevel {
     /// context (`doorbell`, the default), or as the SepHash port does (`levels`): the context
     /// word, then level after level.
     port_reads: bool,
+    /// The port's client KV cache (`kv_cache`, MiB a client), if any.
+    kv_cache: Option<kv_cache::KvCache>,
     counters: Counters,
 }
 
@@ -217,6 +224,7 @@ struct Parsed {
     max_levels: usize,
     inline_rehash: bool,
     port_reads: bool,
+    kv_cache_mib: usize,
 }
 
 fn parse(config: &IndexConfig) -> IndexResult<Parsed> {
@@ -237,6 +245,7 @@ fn parse(config: &IndexConfig) -> IndexResult<Parsed> {
         max_levels: p.number("max_levels").unwrap_or(DEFAULT_MAX_LEVELS),
         inline_rehash: p.number("rehash") == Some(1),
         port_reads: p.number("reads") == Some(1),
+        kv_cache_mib: p.number("kv_cache").unwrap_or(0),
     })
 }
 
@@ -370,7 +379,7 @@ impl<T: Transport> PointIndex<T> for CLevel {
     }
 
     async fn open(c: &Client<T>, config: &IndexConfig, _cn: u16) -> IndexResult<Self> {
-        let Parsed { log2, max_levels, inline_rehash, port_reads } = parse(config)?;
+        let Parsed { log2, max_levels, inline_rehash, port_reads, kv_cache_mib } = parse(config)?;
         check_nodes(c)?;
         let root = RootSlot::with_descriptor(config.root_slot)?;
         root.check(c, &layout::MAGIC, u64::from(log2)).await?;
@@ -399,6 +408,7 @@ impl<T: Transport> PointIndex<T> for CLevel {
             max_levels,
             inline_rehash,
             port_reads,
+            kv_cache: (kv_cache_mib > 0).then(|| kv_cache::KvCache::new(kv_cache_mib)),
             counters: Counters::default(),
         };
         let ctx_word = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
@@ -441,11 +451,12 @@ impl<T: Transport> PointIndex<T> for CLevel {
     fn stats(&self) -> IndexStats {
         let n = &self.counters;
         IndexStats {
-            // The cached context: all a handle keeps.
-            cache_bytes: layout::CONTEXT + 8,
+            // The cached context, and the clients' KV caches if any.
+            cache_bytes: layout::CONTEXT + 8 + self.kv_cache.as_ref().map_or(0, |k| k.bytes()),
             retries: get(&n.retries),
             extra: vec![
                 ("searches", get(&n.searches)),
+                ("kv_cache_hits", get(&n.kv_cache_hits)),
                 ("search_buckets_read", get(&n.search_buckets)),
                 ("search_levels_read", get(&n.search_levels)),
                 ("insert_levels_read", get(&n.insert_levels)),

@@ -139,7 +139,15 @@ impl CLevel {
             for cand in img.candidates(h.fp()).filter(|x| !is_tentative(x.word)) {
                 // Checked by `read_image`: the slot names a block on a memory node.
                 let block = layout::slot_block(cand.word);
-                if self.blocks.value_into(c, block, Some(key), out).await? {
+                let copy = self.kv_cache.as_ref().and_then(|k| k.value_into(c, block, key, out));
+                if copy == Some(true) {
+                    bump(&self.counters.kv_cache_hits);
+                }
+                let found = match copy {
+                    Some(found) => found,
+                    None => self.blocks.value_into(c, block, Some(key), out).await?,
+                };
+                if found {
                     // A committed entry is the key's value when READ (module docs); the port
                     // re-READs its directory after every search all the same, and starts
                     // again if it changed.
@@ -154,6 +162,13 @@ impl CLevel {
                 return Ok(false);
             }
             attempts.failed(self.header, "context word")?;
+        }
+    }
+
+    /// Keeps a copy of the block `c` just published, if clients keep them (`kv_cache`).
+    fn keep<T: Transport>(&self, c: &Client<T>, block: GlobalAddr, key: &[u8], value: &[u8]) {
+        if let Some(k) = &self.kv_cache {
+            k.keep(c, block, key, value);
         }
     }
 
@@ -187,6 +202,7 @@ impl CLevel {
             match self.committed(c, &img, key, &h).await? {
                 Found::Live(live) => {
                     if c.cas(live.addr, live.word, word).await? == live.word {
+                        self.keep(c, block, key, value);
                         return Ok(());
                     }
                     bump(&self.counters.retries);
@@ -226,7 +242,10 @@ impl CLevel {
                     continue 'fresh;
                 }
                 match self.settle(c, &re, at, key, &h, word, &mut waiting).await? {
-                    Settle::Committed => return Ok(()),
+                    Settle::Committed => {
+                        self.keep(c, block, key, value);
+                        return Ok(());
+                    }
                     Settle::Restart => continue 'fresh,
                     Settle::Wait => bump(&self.counters.retries),
                     Settle::Moving => self.wait_move(c, &mut wait).await?,
@@ -274,6 +293,7 @@ impl CLevel {
         let h = Hashes::of(key);
         c.compute(Work::KeyHash, 2);
         let mut word = 0;
+        let mut block = GlobalAddr::new(0, 0);
         let mut wait = MoveWait::default();
         let mut attempts = Attempts::new();
         // Ends at a CAS that wins, or at an absence its context confirms; a lost CAS saw
@@ -283,10 +303,13 @@ impl CLevel {
             match self.committed(c, &img, key, &h).await? {
                 Found::Live(live) => {
                     if let (Some(value), 0) = (value, word) {
-                        let block = self.blocks.write(c, key, value).await?;
+                        block = self.blocks.write(c, key, value).await?;
                         word = self.word(&h, key, value, block);
                     }
                     if c.cas(live.addr, live.word, word).await? == live.word {
+                        if let Some(value) = value {
+                            self.keep(c, block, key, value);
+                        }
                         return Ok(true);
                     }
                     bump(&self.counters.retries);

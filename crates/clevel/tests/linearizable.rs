@@ -32,11 +32,13 @@ fn inline_rehash_with_crashes() {
 }
 
 /// The SepHash port's reads (`reads=levels`: an operation's first read a level a round trip,
-/// bottom first, after the context word) while levels grow, drain and clients crash.
+/// bottom first, after the context word) and its client KV cache (searches of blocks the
+/// client published answered from its copies) while levels grow, drain and clients crash.
 #[test]
 fn port_reads_with_crashes() {
     let mut options = tiny();
     options.push(("reads".into(), "levels".into()));
+    options.push(("kv_cache".into(), "1".into()));
     let cfg = CheckConfig { index_options: options, ..CheckConfig::default() };
     suite::<CLevel, PointOnly>("clevel_port_reads", &cfg, 0..200);
 }

@@ -35,13 +35,22 @@ fn tiny_shape_against_a_hashmap() {
     model_test::<CLevel, PointOnly>(&cfg);
 }
 
-/// The same with the port's reads (`reads=levels`).
+/// `grew`, and the one client's searches of keys it wrote answered from its KV cache.
+fn grew_and_hit(s: &IndexStats, items: usize) {
+    grew(s, items);
+    if items > 0 {
+        assert!(get(s, "kv_cache_hits") > 0, "{items} keys written, no search hit a copy: {s:?}");
+    }
+}
+
+/// The same with the port's reads (`reads=levels`) and its client KV cache.
 #[test]
 fn port_reads_against_a_hashmap() {
     let mut extra = tiny();
     extra.push(("reads".into(), "levels".into()));
+    extra.push(("kv_cache".into(), "1".into()));
     let mut cfg = ModelConfig::new(IndexConfig { extra, ..IndexConfig::default() }, 400, 200);
-    cfg.after = Some(grew);
+    cfg.after = Some(grew_and_hit);
     cfg.search_again = true;
     model_test::<CLevel, PointOnly>(&cfg);
 }

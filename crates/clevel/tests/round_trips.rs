@@ -1,7 +1,8 @@
 //! The crate docs' table of round trips per operation (two levels, no rehash, blocks of one
 //! READ), and with the SepHash port's reads (`reads=levels`): the context word, then each
 //! level's word and buckets a round trip each, and for a search the block and the context word
-//! again.
+//! again; and the port's client KV cache, which saves a search the block READ when the
+//! searching client published the key's value.
 
 use dmindex_clevel::CLevel;
 use dmindex_fabric::exec::run_tasks;
@@ -110,4 +111,45 @@ fn the_ports_search_costs_two_round_trips_a_level() {
             assert_eq!(port, 2 * levels + 2 + (ours - 2), "key {i} over {levels} levels");
         }
     }]);
+}
+
+/// With the port's client KV cache, a search of a key whose current value the searching client
+/// published takes its buckets only; another client's search, or a search after another client
+/// replaced the value, READs the block as before. The same with the port's reads.
+#[test]
+fn the_kv_cache_saves_the_block_read_of_a_clients_own_keys() {
+    // Round trips of a search answered from the cache, and of one of an absent key (which
+    // confirms its context: a READ more by default, the port's last READ otherwise).
+    for (reads, bucket_rts, absent_rts) in [("doorbell", 1, 2), ("levels", 2 * 2 + 2, 2 * 2 + 2)] {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let (c, other) = (f.client(0).unwrap(), f.client(0).unwrap());
+        run_tasks([async {
+            let cfg = IndexConfig::with_options(&[("kv_cache", "40"), ("reads", reads)]);
+            let idx = CLevel::create(&c, &cfg, 0).await.unwrap();
+            for i in 1..=100 {
+                idx.insert(&c, &k(i), &k(i)).await.unwrap();
+            }
+            let own = rts(&c, async {
+                assert_eq!(idx.search(&c, &k(7)).await.unwrap(), Some(k(7).to_vec()))
+            });
+            assert_eq!(own.await, bucket_rts, "{reads}: own key");
+            let theirs = rts(&other, async {
+                assert_eq!(idx.search(&other, &k(7)).await.unwrap(), Some(k(7).to_vec()))
+            });
+            assert_eq!(theirs.await, bucket_rts + 1, "{reads}: another client's key");
+            assert!(idx.update(&other, &k(7), &k(70)).await.unwrap());
+            let replaced = rts(&c, async {
+                assert_eq!(idx.search(&c, &k(7)).await.unwrap(), Some(k(70).to_vec()))
+            });
+            assert_eq!(replaced.await, bucket_rts + 1, "{reads}: replaced by another client");
+            assert!(idx.update(&c, &k(8), &k(80)).await.unwrap());
+            let updated = rts(&c, async {
+                assert_eq!(idx.search(&c, &k(8)).await.unwrap(), Some(k(80).to_vec()))
+            });
+            assert_eq!(updated.await, bucket_rts, "{reads}: own update");
+            let absent =
+                rts(&c, async { assert!(idx.search(&c, &k(7000)).await.unwrap().is_none()) });
+            assert_eq!(absent.await, absent_rts, "{reads}: absent key");
+        }]);
+    }
 }
