@@ -51,6 +51,10 @@ const LABELS: &[(&str, &str)] = &[
         "slots the leaves that split had, summed (fill at split = keys / this)",
     ),
     ("leaf_splits", "leaves split in two"),
+    (
+        "leaf_table_evictions",
+        "learned models' leaf tables dropped from the cache to keep its budget",
+    ),
     ("level_compactions", "deepest-level groups whose runs were merged into one (Plush)"),
     ("lock_repairs", "leaf locks taken over from a dead holder and repaired"),
     ("lookup_requests", "lookups sent to a memory node's CPU (two-sided requests)"),

@@ -114,6 +114,8 @@ pub struct CheckConfig {
     pub key_list: Vec<u64>,
     /// Use string keys of 8 to 11 bytes, three per 8-byte prefix.
     pub long_keys: bool,
+    /// Compute-node cache budget of each handle, bytes.
+    pub cache_bytes: u64,
     /// Memory nodes of the simulated cluster.
     pub memory_nodes: u16,
     /// Crash one memory node other than node 0 (which holds the root table) per seed, at a
@@ -143,6 +145,7 @@ impl Default for CheckConfig {
             index_options: Vec::new(),
             key_list: Vec::new(),
             long_keys: false,
+            cache_bytes: 1 << 20,
             memory_nodes: 1,
             memory_node_crash_ns: 0,
             memory_node_restart_ns: 0,
@@ -450,7 +453,7 @@ impl CheckConfig {
         IndexConfig {
             max_key: if self.long_keys { 11 } else { 8 },
             max_value: self.value_size,
-            cache_bytes: 1 << 20,
+            cache_bytes: self.cache_bytes,
             expected_items: self.universe(),
             root_slot: 0,
             extra: self.index_options.clone(),

@@ -5,13 +5,24 @@
 //! of an index trained once and only read, as the CHIME paper measures ROLEX's cache) costs 8
 //! bytes a leaf, the paper's leaf table, not 16.
 //!
+//! **The budget** (the index configuration's `cache_bytes`, per compute node): the models are
+//! always cached (a client cannot find a leaf without them: 48 bytes a model); leaf tables are
+//! evicted oldest-fetched first when fetching one takes the cache over its budget, and fetched
+//! again (one READ) on their next use. A client that holds an evicted table goes on with it:
+//! its leaf addresses stay right for the model's whole life. The budget is checked when a table
+//! is fetched: a table's hints, allocated at its first synonym, count from then on but make
+//! room only at the next fetch.
+//!
 //! The cache is never validated on its own: a model that was retrained has every leaf retired
 //! before anyone can tell, so an operation that READs a retired leaf refreshes the directory
 //! ([`Cache::refresh`]: one READ of the root word, one of the top array, one of each page it has
 //! not seen) and starts over.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+
+use arc_swap::ArcSwapOption;
 
 use dmindex_fabric::{Client, GlobalAddr, NodeId, Transport};
 use dmindex_index::{IndexError, IndexResult};
@@ -26,12 +37,16 @@ pub struct Table {
     /// Per base leaf, its first synonym leaf as last seen (raw address; 0 = none seen),
     /// allocated at the first synonym seen.
     hints: OnceLock<Box<[AtomicU64]>>,
+    /// The bytes of every live table of the compute node, which this one's are part of until
+    /// it drops.
+    counted: Arc<AtomicU64>,
 }
 
 impl Table {
-    /// A table of `leaves` with no synonym seen.
-    pub fn new(leaves: Box<[GlobalAddr]>) -> Table {
-        Table { leaves, hints: OnceLock::new() }
+    /// A table of `leaves` with no synonym seen, its bytes added to `counted`.
+    pub fn new(leaves: Box<[GlobalAddr]>, counted: Arc<AtomicU64>) -> Table {
+        counted.fetch_add(8 * leaves.len() as u64, Ordering::Relaxed);
+        Table { leaves, hints: OnceLock::new(), counted }
     }
 
     /// Base leaf `i`'s first synonym leaf as last seen (raw address; 0 = none seen).
@@ -45,9 +60,10 @@ impl Table {
             Some(h) => h,
             // Nothing to record until some leaf of the table has a synonym.
             None if next == 0 => return,
-            None => {
-                self.hints.get_or_init(|| self.leaves.iter().map(|_| AtomicU64::new(0)).collect())
-            }
+            None => self.hints.get_or_init(|| {
+                self.counted.fetch_add(8 * self.leaves.len() as u64, Ordering::Relaxed);
+                self.leaves.iter().map(|_| AtomicU64::new(0)).collect()
+            }),
         };
         hints[i].store(next, Ordering::Relaxed);
     }
@@ -59,11 +75,20 @@ impl Table {
     }
 }
 
+impl Drop for Table {
+    fn drop(&mut self) {
+        self.counted.fetch_sub(self.bytes(), Ordering::Relaxed);
+    }
+}
+
+/// Where a model's leaf table is cached: empty until fetched, and again once evicted.
+pub type TableSlot = ArcSwapOption<Table>;
+
 /// One model of a cached directory.
 pub struct Model {
     pub e: DirEntry,
     /// Shared by every directory this compute node caches that still holds the model.
-    pub table: Arc<OnceLock<Table>>,
+    pub table: Arc<TableSlot>,
 }
 
 impl Model {
@@ -123,14 +148,30 @@ impl Dir {
 pub struct Cache {
     dir: RwLock<Arc<Dir>>,
     root: RootSlot,
+    /// Bytes the cache may hold (the models are held whatever their size).
+    budget: u64,
+    /// Bytes of the live leaf tables.
+    table_bytes: Arc<AtomicU64>,
+    /// Slots of fetched tables, oldest first: the eviction order.
+    fetched: Mutex<VecDeque<Weak<TableSlot>>>,
     /// Directory READs after the first.
     pub refreshes: AtomicU64,
+    /// Leaf tables evicted to keep the budget.
+    pub evictions: AtomicU64,
 }
 
 impl Cache {
-    /// A cache holding `dir`, read from `root`.
-    pub fn new(root: RootSlot, dir: Dir) -> Cache {
-        Cache { dir: RwLock::new(Arc::new(dir)), root, refreshes: AtomicU64::new(0) }
+    /// A cache holding `dir`, read from `root`, of at most `budget` bytes.
+    pub fn new(root: RootSlot, dir: Dir, budget: u64) -> Cache {
+        Cache {
+            dir: RwLock::new(Arc::new(dir)),
+            root,
+            budget,
+            table_bytes: Arc::new(AtomicU64::new(0)),
+            fetched: Mutex::new(VecDeque::new()),
+            refreshes: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+        }
     }
 
     /// The directory as cached now.
@@ -152,13 +193,9 @@ impl Cache {
         Ok(dir)
     }
 
-    /// The leaf table of `m`, READ on first use.
-    pub async fn table<'m, T: Transport>(
-        &self,
-        c: &Client<T>,
-        m: &'m Model,
-    ) -> IndexResult<&'m Table> {
-        if let Some(t) = m.table.get() {
+    /// The leaf table of `m`, READ on first use (and after an eviction).
+    pub async fn table<T: Transport>(&self, c: &Client<T>, m: &Model) -> IndexResult<Arc<Table>> {
+        if let Some(t) = m.table.load_full() {
             return Ok(t);
         }
         let n = m.e.leaves as usize;
@@ -171,13 +208,53 @@ impl Cache {
         if leaves.iter().any(|a| a.is_null() || a.node() != m.node() || !a.is_aligned(64)) {
             return Err(IndexError::Corrupt(format!("leaf table at {} names no leaf", m.e.table)));
         }
-        Ok(m.table.get_or_init(|| Table::new(leaves)))
+        let fresh = Arc::new(Table::new(leaves, self.table_bytes.clone()));
+        // Another client of this node may have fetched it meanwhile: keep the first.
+        let prev = m.table.compare_and_swap(&None::<Arc<Table>>, Some(fresh.clone()));
+        if let Some(t) = prev.as_ref() {
+            return Ok(t.clone());
+        }
+        {
+            let mut fetched = self.fetched.lock().expect("no panics under the lock");
+            fetched.push_back(Arc::downgrade(&m.table));
+            // Slots of models retrained away die without an eviction: drop them whenever the
+            // queue reaches another power of two, so it stays within twice the live tables.
+            if fetched.len() >= 64 && fetched.len().is_power_of_two() {
+                fetched.retain(|w| w.strong_count() > 0);
+            }
+        }
+        self.keep_budget(&m.table);
+        Ok(fresh)
     }
 
-    /// Bytes cached: 48 per model, and each fetched leaf table's ([`Table::bytes`]).
+    /// Evicts the oldest-fetched tables but `kept` until the cache is within its budget (or
+    /// holds no other table). A table a client still holds counts until that client drops it,
+    /// so the bytes to free are counted from the tables taken out, not read again.
+    fn keep_budget(&self, kept: &Arc<TableSlot>) {
+        let over = self.bytes().saturating_sub(self.budget);
+        let mut fetched = self.fetched.lock().expect("no panics under the lock");
+        let mut freed = 0;
+        // Ends when enough is freed or every slot fetched before was looked at once.
+        let mut left = fetched.len();
+        while freed < over && left > 0 {
+            left -= 1;
+            let Some(slot) = fetched.pop_front() else { break };
+            let Some(slot) = slot.upgrade() else { continue };
+            if Arc::ptr_eq(&slot, kept) {
+                fetched.push_back(Arc::downgrade(&slot));
+                continue;
+            }
+            if let Some(t) = slot.swap(None) {
+                freed += t.bytes();
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Bytes cached: 48 per model, and each live leaf table's ([`Table::bytes`]).
     pub fn bytes(&self) -> u64 {
-        let dir = self.current();
-        dir.models.iter().map(|m| DIR_ENTRY as u64 + m.table.get().map_or(0, Table::bytes)).sum()
+        let models = self.current().models.len() as u64;
+        DIR_ENTRY as u64 * models + self.table_bytes.load(Ordering::Relaxed)
     }
 }
 
@@ -222,7 +299,7 @@ pub async fn read_dir<T: Transport>(
                 let Some(e) = DirEntry::decode(chunk) else { return Err(corrupt()) };
                 let table = match old.and_then(|o| o.position(&e).map(|i| &o.models[i])) {
                     Some(m) if m.e == e => m.table.clone(),
-                    _ => Arc::new(OnceLock::new()),
+                    _ => Arc::new(TableSlot::empty()),
                 };
                 models.push(Model { e, table });
             }

@@ -22,7 +22,8 @@
 //!   to 64 models, under an immutable top array the root word names; a retrain rewrites its
 //!   model's page and the top array. A compute node caches the models and, per model, the leaf
 //!   table (8 bytes a leaf) and, once it has seen a synonym of one of the table's leaves, the
-//!   first synonym leaf of each base as last seen (8 bytes a leaf more) — [`cache`].
+//!   first synonym leaf of each base as last seen (8 bytes a leaf more) — [`cache`], which
+//!   keeps to the configured budget by evicting leaf tables.
 //!
 //! ## Prediction and the leaves read
 //!
@@ -185,12 +186,12 @@ pub struct Rolex {
 }
 
 impl Rolex {
-    fn new(shape: Shape, root: RootSlot, dir: Dir) -> Rolex {
+    fn new(shape: Shape, root: RootSlot, dir: Dir, cache_bytes: u64) -> Rolex {
         Rolex {
             shape,
             layout: shape.layout(),
             root,
-            cache: Cache::new(root, dir),
+            cache: Cache::new(root, dir, cache_bytes),
             locks: LocalLocks::default(),
             blocks: Blocks::new(0, shape.value_len),
             scratch: Pool::new(SCRATCH),
@@ -329,7 +330,7 @@ impl<T: Transport> PointIndex<T> for Rolex {
         root.claim(c, w).await?;
         root.publish(c, &MAGIC, shape.descriptor()).await?;
         let dir = read_dir(c, w, None).await?;
-        Ok(Rolex::new(shape, root, dir))
+        Ok(Rolex::new(shape, root, dir, cfg.cache_bytes))
     }
 
     async fn open(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
@@ -338,7 +339,7 @@ impl<T: Transport> PointIndex<T> for Rolex {
         root.check(c, &MAGIC, shape.descriptor()).await?;
         let w = root.load(c).await?;
         let dir = read_dir(c, w, None).await?;
-        Ok(Rolex::new(shape, root, dir))
+        Ok(Rolex::new(shape, root, dir, cfg.cache_bytes))
     }
 
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
@@ -395,6 +396,7 @@ impl<T: Transport> PointIndex<T> for Rolex {
                 ("retrained_keys", get(&n.retrained_keys)),
                 ("publish_retries", get(&n.publish_retries)),
                 ("directory_refreshes", get(&self.cache.refreshes)),
+                ("leaf_table_evictions", get(&self.cache.evictions)),
                 ("retiring_checks", get(&n.retiring_checks)),
                 ("torn_reads", get(&n.torn_reads)),
                 ("lock_repairs", get(&n.lock_repairs)),

@@ -245,7 +245,7 @@ impl Rolex {
         let m = &dir.models[dir.find(k)];
         let t = self.cache.table(c, m).await?;
         let (lo, hi) = m.range(k, self.shape.eps);
-        self.push_bases(s, t, lo, hi, true);
+        self.push_bases(s, &t, lo, hi, true);
         self.read_from(c, s, 0, attempts).await?;
         if s.words.iter().any(|w| w & RETIRED != 0) {
             return Ok(Pass::Stale);
@@ -293,7 +293,7 @@ impl Rolex {
         let m = &dir.models[j];
         let t = self.cache.table(c, m).await?;
         let (lo, hi) = m.range(k, self.shape.eps);
-        self.push_bases(s, t, lo, hi, false);
+        self.push_bases(s, &t, lo, hi, false);
         self.read_from(c, s, 0, attempts).await?;
         if s.words.iter().any(|w| w & RETIRED != 0) {
             return Ok(Pass::Stale);
@@ -311,7 +311,7 @@ impl Rolex {
             return Ok(Pass::Stale);
         }
         // Under the lock the chain cannot change: READ it again (the first READ may be old).
-        self.push_bases(s, t, leaf, leaf, true);
+        self.push_bases(s, &t, leaf, leaf, true);
         self.read_from(c, s, 0, attempts).await?;
         if let Pass::Stale = self.walk(c, s, 0, attempts).await? {
             return Err(IndexError::Corrupt(format!("a retired synonym under locked {base}")));

@@ -2,7 +2,8 @@
 //! between, below and above them not found, updates seen by a second handle.
 
 use dmindex_fabric::exec::run_tasks;
-use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
+use dmindex_fabric::local::LocalTransport;
+use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric};
 use dmindex_index::{IndexConfig, PointIndex};
 use dmindex_rolex::Rolex;
 
@@ -22,6 +23,16 @@ fn keys(n: u64) -> Vec<u64> {
     v.sort_unstable();
     v.dedup();
     v
+}
+
+/// A ROLEX created on `c` with `opts` and loaded through the contract's bulk load with `ks`,
+/// each key's value its little-endian bytes.
+async fn bulk_loaded(c: &Client<LocalTransport>, opts: &[(&str, &str)], ks: &[u64]) -> Rolex {
+    let idx = Rolex::create(c, &cfg(opts), 0).await.unwrap();
+    let pairs: Vec<_> =
+        ks.iter().map(|&k| (k.to_be_bytes().to_vec(), k.to_le_bytes().to_vec())).collect();
+    PointIndex::bulk_load(&idx, c, &pairs).await.unwrap();
+    idx
 }
 
 #[test]
@@ -118,10 +129,7 @@ fn leaf_tables_without_synonyms_cost_eight_bytes_a_leaf() {
     let ks = keys(4000);
     run_tasks([async {
         let opts = [("fill", "16"), ("retrain", "0")];
-        let idx = Rolex::create(&c, &cfg(&opts), 0).await.unwrap();
-        let pairs: Vec<_> =
-            ks.iter().map(|&k| (k.to_be_bytes().to_vec(), k.to_le_bytes().to_vec())).collect();
-        PointIndex::bulk_load(&idx, &c, &pairs).await.unwrap();
+        let _idx = bulk_loaded(&c, &opts, &ks).await;
         let reader = Rolex::open(&c, &cfg(&opts), 1).await.unwrap();
         for &k in &ks {
             assert!(reader.search(&c, &k.to_be_bytes()).await.unwrap().is_some());
@@ -149,4 +157,51 @@ fn leaf_tables_without_synonyms_cost_eight_bytes_a_leaf() {
         let one_table = 8 * dmindex_rolex::build::MAX_MODEL_LEAVES as u64;
         assert!(hinted <= read_only + one_table, "hints beyond one table: {hinted} B");
     }]);
+}
+
+/// The cache keeps to its budget: every model, and as many leaf tables as fit, the oldest
+/// fetched evicted first and fetched again on their next use; with no room for tables, one is
+/// kept at a time. Every key is still found.
+#[test]
+fn leaf_tables_are_evicted_to_keep_the_cache_budget() {
+    // Enough keys that all their tables (about 20 KB) far exceed one table (at most 2 KB).
+    let ks = keys(40_000);
+    for tables_room in [0u64, 8 * 64, 1 << 20] {
+        let f =
+            LocalFabric::new(LocalConfig { memory_nodes: 2, ..LocalConfig::default() }).unwrap();
+        let c = f.client(0).unwrap();
+        run_tasks([async {
+            let opts = [("fill", "16"), ("retrain", "0")];
+            let _idx = bulk_loaded(&c, &opts, &ks).await;
+            let models = Rolex::open(&c, &cfg(&opts), 1).await.unwrap().models() as u64;
+            let budget = 48 * models + tables_room;
+            let small = IndexConfig { cache_bytes: budget, ..cfg(&opts) };
+            let reader = Rolex::open(&c, &small, 1).await.unwrap();
+            for round in 0..2 {
+                for &k in &ks {
+                    let got = reader.search(&c, &k.to_be_bytes()).await.unwrap();
+                    assert_eq!(got, Some(k.to_le_bytes().to_vec()), "key {k:#x}, round {round}");
+                }
+            }
+            let held = reader.cache_bytes();
+            let evictions =
+                <Rolex as PointIndex<dmindex_fabric::local::LocalTransport>>::stats(&reader)
+                    .extra
+                    .iter()
+                    .find(|(n, _)| *n == "leaf_table_evictions")
+                    .map(|&(_, v)| v)
+                    .unwrap();
+            // Over the budget by at most the one table just fetched (at most 256 leaves).
+            let one_table = 8 * dmindex_rolex::build::MAX_MODEL_LEAVES as u64;
+            assert!(held <= budget.max(48 * models + one_table), "{held} B over {budget}");
+            let all_tables = 8 * (ks.len() as u64 / 16);
+            assert!(all_tables > 4 * one_table, "a bound that cannot fail");
+            if tables_room < (1 << 20) {
+                assert!(evictions > 0, "room for {tables_room} B of tables, nothing evicted");
+            } else {
+                assert_eq!(evictions, 0, "room for every table");
+                assert!(held > 48 * models + 8 * (ks.len() as u64 / 16), "every table held");
+            }
+        }]);
+    }
 }

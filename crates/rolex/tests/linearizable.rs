@@ -36,6 +36,20 @@ fn linearizable_default_shape_many_keys() {
     suite::<Rolex, Ordered>("linearizable_default_shape_many_keys", &cfg, 0..30);
 }
 
+/// A cache with room for the models only: each handle keeps one leaf table at a time, so
+/// operations fetch tables that others of the node evict while they use them, as retrains
+/// replace the models.
+#[test]
+fn linearizable_with_leaf_tables_evicted() {
+    let cfg = CheckConfig {
+        index_options: opts(4, 2, 3, 25),
+        keys: 200,
+        cache_bytes: 0,
+        ..CheckConfig::default()
+    };
+    suite::<Rolex, Ordered>("linearizable_with_leaf_tables_evicted", &cfg, 0..100);
+}
+
 /// No retraining: chains only grow, every write races readers of long chains.
 #[test]
 fn linearizable_long_chains() {
