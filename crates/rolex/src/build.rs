@@ -30,15 +30,17 @@ pub fn node_for<T: Transport>(c: &Client<T>, low: u64) -> NodeId {
 }
 
 /// Writes the models, leaves and leaf tables of `pairs` (sorted by key, distinct, every key at
-/// least `low`), the first model starting at `low`; returns their directory entries.
+/// least `low`), `fill` keys a leaf, the first model starting at `low`; returns their directory
+/// entries.
 pub async fn build<T: Transport>(
     c: &Client<T>,
     shape: &Shape,
+    fill: usize,
     low: u64,
     pairs: &[Pair],
 ) -> IndexResult<Vec<DirEntry>> {
     let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
-    let mut segs = pla::segments(&keys, shape.eps, MAX_MODEL_LEAVES * shape.fill);
+    let mut segs = pla::segments(&keys, shape.eps, MAX_MODEL_LEAVES * fill);
     if segs.is_empty() {
         segs.push(pla::Segment { start: 0, len: 0, slope: 0.0, intercept: 0.0 });
     }
@@ -48,7 +50,7 @@ pub async fn build<T: Transport>(
         let seg_low = if i == 0 { low } else { run[0].0 };
         let anchor = run.first().map_or(seg_low, |p| p.0);
         let node = node_for(c, seg_low);
-        let (table, leaves) = write_model(c, shape, node, seg_low, run).await?;
+        let (table, leaves) = write_model(c, shape, fill, node, seg_low, run).await?;
         // A retrainer holds its model's leaves while it builds: it renews its lease as it goes.
         dmindex_prim::lease::renew_if_due(c).await?;
         out.push(DirEntry {
@@ -58,7 +60,7 @@ pub async fn build<T: Transport>(
             intercept: s.intercept,
             table,
             leaves,
-            per_leaf: shape.fill as u16,
+            per_leaf: fill as u16,
         });
     }
     Ok(out)
@@ -68,18 +70,19 @@ pub async fn build<T: Transport>(
 async fn write_model<T: Transport>(
     c: &Client<T>,
     shape: &Shape,
+    fill: usize,
     node: NodeId,
     low: u64,
     run: &[Pair],
 ) -> IndexResult<(GlobalAddr, u32)> {
     let l: LeafLayout = shape.layout();
-    let n = run.len().div_ceil(shape.fill).max(1);
+    let n = run.len().div_ceil(fill).max(1);
     let base = c.alloc_on(node, (n * l.stride) as u64, 64).await?;
     let mut img = vec![0u8; n * l.stride];
     let (mut d, mut enc) = (vec![0u8; l.decoded], Vec::with_capacity(l.data));
     let mut table = vec![0u8; TABLE_HEADER as usize + 8 * n];
     for i in 0..n {
-        let part = run.get(i * shape.fill..run.len().min((i + 1) * shape.fill)).unwrap_or(&[]);
+        let part = run.get(i * fill..run.len().min((i + 1) * fill)).unwrap_or(&[]);
         let fence = if i == 0 { low } else { part[0].0 };
         layout::init(&l, BASE, fence, &mut d);
         for (j, &(k, v)) in part.iter().enumerate() {

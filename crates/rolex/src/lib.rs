@@ -12,8 +12,10 @@
 //! * **Models**: piecewise-linear, built by the optimal streaming PLA with error `epsilon`
 //!   (16 by default; [`pla`]). Each model covers a key range `[low, next model's low)` and
 //!   has its own **leaf table** in memory-node memory, the addresses of its base leaves; a
-//!   retrain puts `fill` keys (¾ of the span by default) in each leaf, so position `p` is in leaf
-//!   `p / fill`, and each leaf's **fence** is its first key. Fences never change.
+//!   model trained on a given key set (the bulk load) puts `fill` keys (¾ of the span by
+//!   default) in each leaf, a retrain after inserts at most ¾ of the span, so position `p` is in
+//!   leaf `p / fill` (each model records its own), and each leaf's **fence** is its first key.
+//!   Fences never change.
 //! * **Synonym leaves**: a base leaf that is full grows a chain of synonym leaves on the same
 //!   memory node. A key lives in the chain of the last base leaf whose fence is at most the key,
 //!   for the model's whole life (ROLEX's data-movement constraint), so inserts never invalidate a
@@ -31,9 +33,10 @@
 //! `p = intercept + slope · (key − anchor)`, monotone in the key. Every trained key is within
 //! `ε + ½` of its position (the PLA's bound plus the check of its `f64` line), and a key that was
 //! not trained lies between two trained keys `a` (position `i`) and `b` (position `i + 1`) of its
-//! model (or before the first, or after the last), and belongs to leaf `i / fill`, `a`'s leaf.
+//! model (or before the first, or after the last), and belongs to leaf `i / f`, `a`'s leaf, where
+//! `f` is the keys a leaf the model was built with (its directory entry's `per_leaf`).
 //! By monotonicity `p(a) ≤ p(key) ≤ p(b)`, so `p(key) + ε + 1 ≥ i` and `p(key) − ε − 1 < i + 1`:
-//! leaves `[(p − ε − 1) / fill, (p + ε + 1) / fill]`, clamped to the model's, always include
+//! leaves `[(p − ε − 1) / f, (p + ε + 1) / f]`, clamped to the model's, always include
 //! the key's leaf. One doorbell READs them (two or three with the defaults), each with its
 //! hinted synonym.
 //!
@@ -325,7 +328,7 @@ impl<T: Transport> PointIndex<T> for Rolex {
     async fn create(c: &Client<T>, cfg: &IndexConfig, _cn: u16) -> IndexResult<Self> {
         let shape = Shape::from_config(cfg)?;
         let root = RootSlot::with_descriptor(cfg.root_slot)?;
-        let entries = build::build(c, &shape, 0, &[]).await?;
+        let entries = build::build(c, &shape, shape.fill, 0, &[]).await?;
         let w = build::write_dir(c, &entries).await?;
         root.claim(c, w).await?;
         root.publish(c, &MAGIC, shape.descriptor()).await?;

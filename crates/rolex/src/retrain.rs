@@ -120,7 +120,10 @@ impl Rolex {
             }
         }
         crate::add(&self.counters.retrained_keys, pairs.len() as u64);
-        let entries = build::build(c, &self.shape, m.e.low, &pairs).await?;
+        // A pre-train (keys given) fills leaves as configured; a retrain leaves room for the
+        // inserts that overflowed the model.
+        let fill = if extra.is_empty() { self.shape.refill() } else { self.shape.fill };
+        let entries = build::build(c, &self.shape, fill, m.e.low, &pairs).await?;
         self.publish(c, dir, &m.e, &entries).await?;
         if until == Until::Published {
             return Ok(true);
@@ -299,6 +302,41 @@ mod tests {
 
     use super::*;
     use crate::testkit::{cfg, k};
+
+    /// A pre-train fills leaves to `fill`; a retrain after inserts overflowed a model leaves a
+    /// quarter of each leaf free (6 of 8 slots), and every key stays found.
+    #[test]
+    fn a_retrain_leaves_room_that_a_pre_train_may_not() {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let c = f.client(0).unwrap();
+        run_tasks([async {
+            let opts = [("span", "8"), ("epsilon", "4"), ("fill", "8"), ("retrain", "25")];
+            let config = dmindex_index::IndexConfig::with_options(&opts);
+            let a = Rolex::create(&c, &config, 0).await.unwrap();
+            let evens: Vec<(u64, [u8; 8])> = (1..=400u64).map(|x| (2 * x * 1000, [1; 8])).collect();
+            a.pretrain(&c, &evens).await.unwrap();
+            let per_leaf = |a: &Rolex| -> Vec<u16> {
+                a.cache.current().models.iter().map(|m| m.e.per_leaf).collect()
+            };
+            assert!(per_leaf(&a).iter().all(|&n| n == 8), "{:?}", per_leaf(&a));
+            // Odd keys between the full leaves' keys: each grows a synonym leaf, until the
+            // model is retrained.
+            let retrains = || a.counters.retrains.load(std::sync::atomic::Ordering::Relaxed);
+            let before = retrains();
+            let mut x = 1u64;
+            while retrains() == before && x < 800 {
+                a.insert(&c, &k(x), &[2; 8]).await.unwrap();
+                x += 2;
+            }
+            assert!(retrains() > before, "no retrain after {x} inserts");
+            // The keys fit one model; its replacements hold 6 keys a leaf.
+            let after = per_leaf(&a);
+            assert!(after.iter().all(|&n| n == 6), "{after:?}");
+            for y in (1..=400u64).map(|x| 2 * x).chain((1..x).step_by(2)) {
+                assert!(a.search(&c, &k(y)).await.unwrap().is_some(), "key {y}");
+            }
+        }]);
+    }
 
     /// A retrainer stopped after its freeze (crashed, or slow): the old leaves stay current
     /// for searches and scans, and the root word is unchanged.

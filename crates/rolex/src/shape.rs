@@ -33,7 +33,8 @@ pub const MAX_VALUE: usize = 4096;
 pub struct Shape {
     pub span: usize,
     pub eps: u64,
-    /// Keys a retrain puts in each leaf (the rest is room for inserts).
+    /// Keys a training on a given key set (the bulk load) puts in each leaf; a retrain after
+    /// inserts puts at most ¾ of the span ([`Shape::refill`]).
     pub fill: usize,
     /// Synonym leaves, in percent of base leaves, that trigger a model's retrain (0: never).
     pub retrain_pct: usize,
@@ -72,6 +73,14 @@ impl Shape {
         })
     }
 
+    /// Keys a retrain puts in each leaf: `fill`, but at most ¾ of the span. A model is
+    /// retrained because inserts overflowed its leaves; rebuilt full, it would overflow again at
+    /// the next insert into each leaf, and every overflow is a step towards the next retrain,
+    /// which every compute node then pays for by re-reading the directory.
+    pub fn refill(&self) -> usize {
+        self.fill.min((self.span * 3 / 4).max(1))
+    }
+
     pub fn layout(&self) -> LeafLayout {
         LeafLayout::new(self.span)
     }
@@ -104,7 +113,7 @@ mod tests {
         assert_eq!((s.span, s.eps, s.fill, s.retrain_pct, s.value_len), (16, 16, 12, 25, 8));
         assert_eq!(s.descriptor(), (16 << 32) | (16 << 21) | (12 << 13) | 8);
         let s = Shape::from_config(&cfg(&[("span", "8"), ("eps", "4"), ("fill", "8")])).unwrap();
-        assert_eq!((s.span, s.eps, s.fill), (8, 4, 8));
+        assert_eq!((s.span, s.eps, s.fill, s.refill()), (8, 4, 8, 6));
         let e = Shape::from_config(&cfg(&[("span", "8"), ("fill", "9")])).unwrap_err();
         assert_eq!(e, IndexError::Config("option fill=9: at most the span (8)".into()));
         let long = IndexConfig { max_key: 16, ..IndexConfig::default() };

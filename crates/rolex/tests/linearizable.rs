@@ -22,8 +22,9 @@ fn linearizable_small_leaves_with_retrains_and_crashes() {
     suite::<Rolex, Ordered>("linearizable_small_leaves_with_retrains_and_crashes", &cfg, 0..100);
 }
 
-/// Full leaves and a bound of one synonym leaf: nearly every insert of a new key retrains its
-/// model, so freezes, publishes and retirements overlap most operations.
+/// Leaves of four and a bound of one synonym leaf: a retrain leaves one free slot a leaf, so a
+/// model is retrained every few inserts of new keys, and freezes, publishes and retirements
+/// overlap most operations.
 #[test]
 fn linearizable_constant_retraining() {
     let cfg = CheckConfig { index_options: opts(4, 2, 4, 1), ..CheckConfig::default() };
