@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
+use dmindex_prim::hash::AddrHash;
 
 /// Shards of the clients' caches, so that clients on different threads seldom share a lock.
 const SHARDS: usize = 64;
@@ -43,7 +44,7 @@ fn charge(key: &[u8], value: &[u8]) -> usize {
 #[derive(Default)]
 struct Copies {
     /// Block address → (start in `bytes`, key length, value length).
-    at: HashMap<u64, (usize, u32, u32)>,
+    at: HashMap<GlobalAddr, (usize, u32, u32), AddrHash>,
     /// The copies' keys and values, one after another.
     bytes: Vec<u8>,
     /// Bytes charged against the budget.
@@ -82,13 +83,13 @@ impl KvCache {
         let mut shard = self.shard(c).lock().unwrap_or_else(|e| e.into_inner());
         let own = shard.entry(c.ordinal()).or_default();
         let cost = charge(key, value);
-        if own.charged + cost > self.budget || own.at.contains_key(&block.raw()) {
+        if own.charged + cost > self.budget || own.at.contains_key(&block) {
             return;
         }
         let start = own.bytes.len();
         own.bytes.extend_from_slice(key);
         own.bytes.extend_from_slice(value);
-        own.at.insert(block.raw(), (start, key.len() as u32, value.len() as u32));
+        own.at.insert(block, (start, key.len() as u32, value.len() as u32));
         own.charged += cost;
     }
 
@@ -104,7 +105,7 @@ impl KvCache {
         c.compute(Work::TableProbe, 1);
         let shard = self.shard(c).lock().unwrap_or_else(|e| e.into_inner());
         let own = shard.get(&c.ordinal())?;
-        let &(start, klen, vlen) = own.at.get(&block.raw())?;
+        let &(start, klen, vlen) = own.at.get(&block)?;
         let (klen, vlen) = (klen as usize, vlen as usize);
         if &own.bytes[start..start + klen] != key {
             return Some(false);
