@@ -16,7 +16,10 @@
 //! The cache is never validated on its own: a model that was retrained has every leaf retired
 //! before anyone can tell, so an operation that READs a retired leaf refreshes the directory
 //! ([`Cache::refresh`]: one READ of the root word, one of the top array, one of each page it has
-//! not seen) and starts over.
+//! not seen) and starts over. A retrain retires leaves every client of the node may be reading,
+//! so many find it at once: one of them READs the new directory and the others, having read the
+//! same root word, wait for it and take its copy (about one directory read a node a retrain,
+//! where every client read its own).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -154,6 +157,8 @@ pub struct Cache {
     table_bytes: Arc<AtomicU64>,
     /// Slots of fetched tables, oldest first: the eviction order.
     fetched: Mutex<VecDeque<Weak<TableSlot>>>,
+    /// Held by the client READing a new directory; the node's other clients wait on it.
+    reading: futures::lock::Mutex<()>,
     /// Directory READs after the first.
     pub refreshes: AtomicU64,
     /// Leaf tables evicted to keep the budget.
@@ -169,6 +174,7 @@ impl Cache {
             budget,
             table_bytes: Arc::new(AtomicU64::new(0)),
             fetched: Mutex::new(VecDeque::new()),
+            reading: futures::lock::Mutex::new(()),
             refreshes: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
         }
@@ -180,15 +186,25 @@ impl Cache {
     }
 
     /// READs the root word and, if it names another directory than the cached one, that
-    /// directory, which is cached and returned.
+    /// directory, which is cached and returned: a directory the root word named during the call.
+    ///
+    /// One client of the node READs a directory at a time. A client that finds, once its turn
+    /// comes, the directory of the root word it read already cached (read by the client before
+    /// it) takes that one. Any other cached directory may be older than its root word, so it
+    /// READs its own.
     pub async fn refresh<T: Transport>(&self, c: &Client<T>) -> IndexResult<Arc<Dir>> {
         let root = self.root.load(c).await?;
         let old = self.current();
         if root == old.root {
             return Ok(old);
         }
+        let _turn = self.reading.lock().await;
+        let now = self.current();
+        if now.root == root {
+            return Ok(now);
+        }
         self.refreshes.fetch_add(1, Ordering::Relaxed);
-        let dir = Arc::new(read_dir(c, root, Some(&old)).await?);
+        let dir = Arc::new(read_dir(c, root, Some(&now)).await?);
         *self.dir.write().expect("no panics under the lock") = dir.clone();
         Ok(dir)
     }

@@ -88,3 +88,69 @@ fn every_acknowledged_key_survives_constant_retraining() {
     // More models than a directory page holds: retrains rewrote pages and split them.
     assert!(models > 2 * dmindex_rolex::layout::PAGE_MODELS, "{models} models");
 }
+
+fn extra(idx: &Rolex, name: &str) -> u64 {
+    let stats = PointIndex::<dmindex_fabric::local::LocalTransport>::stats(idx);
+    stats.extra.iter().find(|e| e.0 == name).unwrap().1
+}
+
+/// A retrain published by another compute node retires leaves that all eight clients of this
+/// node are reading: one of them READs the new directory, the others take its copy.
+#[test]
+fn a_retrain_is_read_once_by_the_clients_of_a_node() {
+    let f = LocalFabric::new(LocalConfig {
+        yield_per_verb: true,
+        memory_nodes: 2,
+        ..LocalConfig::default()
+    })
+    .unwrap();
+    let opts = cfg(&[("span", "4"), ("epsilon", "2"), ("fill", "4"), ("retrain", "1")]);
+    let cs: Vec<_> = (0..8).map(|_| f.client(0).unwrap()).collect();
+    let other = f.client(1).unwrap();
+    let ks: Vec<u64> = (1..=400).map(|i| i * 16).collect();
+    let (node, retrainer) = run_tasks([async {
+        let node = Rolex::create(&cs[0], &opts, 0).await.unwrap();
+        let pairs: Vec<_> = ks.iter().map(|&k| (k, k.to_le_bytes().to_vec())).collect();
+        node.pretrain(&cs[0], &pairs).await.unwrap();
+        (node, Rolex::open(&other, &opts, 1).await.unwrap())
+    }])
+    .pop()
+    .unwrap();
+    // Every client caches the directory's leaf tables before the retrain.
+    let warm = cs.iter().map(|c| {
+        let (node, ks) = (&node, &ks);
+        Box::pin(async move {
+            for &k in ks {
+                assert!(node.search(c, &k.to_be_bytes()).await.unwrap().is_some());
+            }
+        }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>
+    });
+    run_tasks(warm);
+    // The other node inserts between full leaves' keys until a model is retrained.
+    let hot = run_tasks([async {
+        for i in 0..ks.len() as u64 {
+            let k = 1000 + i;
+            retrainer.insert(&other, &k.to_be_bytes(), &k.to_le_bytes()).await.unwrap();
+            if extra(&retrainer, "retrains") > 0 {
+                return k;
+            }
+        }
+        panic!("no retrain after {} inserts into full leaves", ks.len())
+    }])
+    .pop()
+    .unwrap();
+    let before = extra(&node, "directory_refreshes");
+    let readers = cs.iter().map(|c| {
+        let node = &node;
+        Box::pin(async move {
+            let got = node.search(c, &hot.to_be_bytes()).await.unwrap();
+            assert_eq!(got, Some(hot.to_le_bytes().to_vec()));
+        }) as std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>
+    });
+    run_tasks(readers);
+    assert_eq!(
+        extra(&node, "directory_refreshes") - before,
+        1,
+        "eight clients, one directory read"
+    );
+}
