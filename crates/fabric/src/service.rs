@@ -24,6 +24,9 @@
 //! A service that needs more CPU than a plain request says so with [`MnContext::charge`], which
 //! the simulator adds to the core's busy time and to the reply's delay (others ignore it); work
 //! charged inside [`MnContext::after_reply`] keeps the core busy without delaying the reply.
+//! A request's waits on its peers hold its core (a blocking handler's thread), unless the
+//! service says it waits as a continuation ([`MnContext::continue_after_calls`]: eRPC's nested
+//! requests, whose handler returns and resumes when the answer comes).
 //!
 //! # Batches
 //!
@@ -64,6 +67,8 @@ pub struct MnContext<'a> {
     /// CPU charged for work after the reply (see [`MnContext::after_reply`]).
     after_ns: Cell<u64>,
     in_after: Cell<bool>,
+    /// Whether the request's waits on peers leave its core free ([`MnContext::continue_after_calls`]).
+    continues: Cell<bool>,
 }
 
 impl<'a> MnContext<'a> {
@@ -76,6 +81,7 @@ impl<'a> MnContext<'a> {
             cpu_ns: Cell::new(0),
             after_ns: Cell::new(0),
             in_after: Cell::new(false),
+            continues: Cell::new(false),
         }
     }
 
@@ -97,6 +103,20 @@ impl<'a> MnContext<'a> {
         let r = f();
         self.in_after.set(was);
         r
+    }
+
+    /// Marks the request's calls to peers as a continuation's: the core serves other requests
+    /// while their answers are out, and resumes this one when they are in (an eRPC handler
+    /// that sends a nested request and returns). Without it the core is held through every
+    /// wait, as a thread blocked on its calls is. Only the simulator's timing depends on it.
+    pub fn continue_after_calls(&self) {
+        self.continues.set(true);
+    }
+
+    /// Whether the request's waits on peers hold its core (see
+    /// [`MnContext::continue_after_calls`]).
+    pub fn waits_hold_core(&self) -> bool {
+        !self.continues.get()
     }
 
     /// CPU time charged so far before the reply.

@@ -33,7 +33,9 @@
 //! exactly the entries up to them), applies its log up to exactly those, and reads. Every key's
 //! result is then its value at the WATERMARK's instant, inside the SCAN. Cost: one
 //! backup-to-primary round trip per SCAN or LOOKUP on a backup; the client still waits one round
-//! trip of its own.
+//! trip of its own. The backup's core does not wait with it: the WATERMARK goes out as an eRPC
+//! handler sends a nested request, and the core serves other requests until its answer is in
+//! ([`MnContext::continue_after_calls`]); the primary's core answers it in one request's time.
 //!
 //! # Views
 //!
@@ -507,6 +509,7 @@ impl Replica {
             return Ok(None);
         }
         ctx.charge(cpu::SEND_NS);
+        ctx.continue_after_calls();
         let mut ask = Vec::with_capacity(proto::HEAD);
         ask.head(self.head(proto::WATERMARK, view.leader, view.epoch));
         let reply = ctx

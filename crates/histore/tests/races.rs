@@ -53,6 +53,30 @@ impl Peers for Window<'_> {
     }
 }
 
+impl<'a> Window<'a> {
+    fn new(server: &'a Server, memory: &'a Region) -> Window<'a> {
+        Window { server, memory, hook: RefCell::new(None), ships: Cell::new(0) }
+    }
+
+    /// Sets up store `store`'s one group of three replicas in `mode`, all on this node.
+    fn group(&self, mode: Mode, store: u16) {
+        let setup = Setup {
+            mode,
+            store,
+            group: 0,
+            replica: 0,
+            groups: 1,
+            partitions: 2,
+            nodes: [0, 0, 0],
+            buckets: 16,
+        };
+        for replica in 0..3 {
+            let m = setup_request(&Setup { replica, ..setup });
+            self.call(0, dmindex_histore::SERVICE, &m).unwrap();
+        }
+    }
+}
+
 fn head(op: u8, replica: u8, store: u16) -> Head {
     Head { op, replica, group: 0, store, epoch: 1 }
 }
@@ -89,26 +113,8 @@ fn a_backup_never_shows_a_write_the_primary_has_not_applied() {
     let word = Slot::new(place.signature, GlobalAddr::new(0, 1 << 20), 64).word();
     for (store, mode) in [(3, Mode::HiStore), (4, Mode::AllSkiplist)] {
         let seen = RefCell::new(None);
-        let window = Window {
-            server: &server,
-            memory: &region,
-            hook: RefCell::new(None),
-            ships: Cell::new(0),
-        };
-        let setup = Setup {
-            mode,
-            store,
-            group: 0,
-            replica: 0,
-            groups: 1,
-            partitions: 2,
-            nodes: [0, 0, 0],
-            buckets: 16,
-        };
-        for replica in 0..3 {
-            let m = setup_request(&Setup { replica, ..setup });
-            window.call(0, dmindex_histore::SERVICE, &m).unwrap();
-        }
+        let window = Window::new(&server, &region);
+        window.group(mode, store);
         *window.hook.borrow_mut() = Some(Box::new(|peers: &dyn Peers| {
             let backup = server.replica(0, head(0, 1, store)).unwrap();
             let primary = server.replica(0, head(0, 0, store)).unwrap();
@@ -133,5 +139,41 @@ fn a_backup_never_shows_a_write_the_primary_has_not_applied() {
             assert_eq!(lookup(&window, store, r as u8, &key), word, "{mode:?} replica {r}");
             assert_eq!(scan(&window, store, r as u8), 1, "{mode:?} replica {r}");
         }
+    }
+}
+
+/// A backup's LOOKUP and SCAN wait for the primary's WATERMARK as an eRPC continuation (the
+/// core serves others meanwhile); a primary's WRITE holds its core while its backups answer,
+/// as the paper's worker thread waits.
+#[test]
+fn only_the_cut_waits_as_a_continuation() {
+    let region = Region::new(8 << 20);
+    layout::format(&region, 0);
+    let server = Server::default();
+    let window = Window::new(&server, &region);
+    window.group(Mode::AllSkiplist, 5);
+    let holds = |m: &[u8]| {
+        let ctx = MnContext::new(0, &region).with_peers(&window);
+        let reply = server.handle(&ctx, m).unwrap();
+        assert_eq!(reply[0], proto::DONE);
+        ctx.waits_hold_core()
+    };
+    let mut w = Vec::new();
+    w.head(head(proto::WRITE, 0, 5));
+    let place = Place::of(hash_bytes(b"k"), 1, 2, 16);
+    let word = Slot::new(place.signature, GlobalAddr::new(0, 1 << 20), 64).word();
+    w.entry_of(Kind::Upsert, 1, 1, b"k", word);
+    assert!(holds(&w), "a write waits for its backups on its core");
+    for replica in [1, 2] {
+        let mut l = Vec::new();
+        l.head(head(proto::LOOKUP, replica, 5));
+        l.key(b"k");
+        assert!(!holds(&l), "LOOKUP on backup {replica}");
+        let mut s = Vec::new();
+        s.head(head(proto::SCAN, replica, 5));
+        s.u32(100);
+        s.key(&[0]);
+        s.u8(0);
+        assert!(!holds(&s), "SCAN on backup {replica}");
     }
 }

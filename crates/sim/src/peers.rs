@@ -10,7 +10,9 @@
 //! peers; its reply leaves when all that is over. A service's code calls its peers and waits for
 //! their answers, so the thread that runs it is held while it waits, as a blocking handler's
 //! thread is: a design that hands the wait to another thread runs that part on another node's
-//! or a worker's time, not inside the request. CPU charged for work after the reply
+//! or a worker's time, not inside the request. A request whose service waits as a continuation
+//! ([`MnContext::continue_after_calls`], an eRPC handler's nested request) holds its core for
+//! its CPU only, taken in one stretch from its start; its reply still leaves after its waits. CPU charged for work after the reply
 //! ([`MnContext::after_reply`]) goes to the node's `mn_workers` worker cores, the one that frees
 //! up first (its backlog delays no request: the paper's asynchronous worker threads), or, with
 //! no workers, keeps the request's own core busy longer; either way it does not delay the reply.
@@ -130,8 +132,8 @@ impl Servers<'_> {
 
     /// Runs `dispatch` for `n` requests on `node` at `now` on `core`, which stays busy until
     /// the replies leave (the CPU and every wait on peers: the thread that waits for its
-    /// peers' answers is held, as a blocking RPC handler is) and then for the work left for
-    /// after the reply, unless worker cores take that. What `dispatch` answered, when after
+    /// peers' answers is held, as a blocking RPC handler is; a continuation's, for its CPU
+    /// only) and then for the work left for after the reply, unless worker cores take that. What `dispatch` answered, when after
     /// `now` the replies leave, and the CPU part of that.
     fn run<R>(
         &self,
@@ -149,8 +151,12 @@ impl Servers<'_> {
         let after_ps = ctx.charged_after_reply_ns().saturating_mul(PS_PER_NS);
         let waited = peers.clock.get() - now;
         let done_ps = cpu_ps.saturating_add(waited);
+        // A continuation's core serves others while its calls are out: it is busy for the
+        // request's CPU only, taken in one stretch from the start (the same core time as a
+        // stretch before the calls and one after them; the reply's time is the same).
+        let held_ps = if ctx.waits_hold_core() { done_ps } else { cpu_ps };
         let mut cores = self.cores.borrow_mut();
-        let mut free = now.saturating_add(done_ps);
+        let mut free = now.saturating_add(held_ps);
         cores.occupy(node as usize, core, now, free);
         if after_ps > 0 {
             // The request core frees up when its own work (and any left on it) is done.
@@ -269,34 +275,62 @@ mod tests {
         }
     }
 
+    /// A request's `rpc_ns` and a one-way trip between nodes, in the rigs below.
+    const RPC: u64 = 100 * PS_PER_NS;
+    const ONE_WAY: u64 = 1000 * PS_PER_NS;
+
+    /// `nodes` memory nodes of one core each, no workers, `service` registered as [`LOG`].
+    struct Rig {
+        services: Services,
+        regions: Vec<Region>,
+        cores: RefCell<Cores>,
+        frees: RefCell<Vec<(u64, u16, u32)>>,
+        dead_at: Vec<u64>,
+    }
+
+    impl Rig {
+        fn new(nodes: u16, service: Arc<dyn Service>) -> Rig {
+            let mut services = Services::new(1);
+            services.register(LOG, service).unwrap();
+            let regions = (0..nodes)
+                .map(|n| {
+                    let r = Region::new(layout::MIN_REGION);
+                    layout::format(&r, n);
+                    r
+                })
+                .collect();
+            Rig {
+                services,
+                regions,
+                cores: RefCell::new(Cores::new(nodes, 1, 0)),
+                frees: RefCell::new(Vec::new()),
+                dead_at: vec![u64::MAX; nodes as usize],
+            }
+        }
+
+        fn servers(&self) -> Servers<'_> {
+            Servers {
+                services: &self.services,
+                regions: &self.regions,
+                cores: &self.cores,
+                frees: &self.frees,
+                rpc_ps: RPC,
+                one_way_ps: ONE_WAY,
+                dead_at: &self.dead_at,
+                timeout_ps: 100_000 * PS_PER_NS,
+            }
+        }
+    }
+
     /// A batch of eight requests ships once to each backup, its replies leave together after
     /// eight requests' CPU and one round trip to the backups, and its one core is busy all
     /// that time, waits included.
     #[test]
     fn a_batch_ships_once_and_holds_its_core_through_the_wait() {
         let log = Arc::new(Log::default());
-        let mut services = Services::new(1);
-        services.register(LOG, log.clone()).unwrap();
-        let regions: Vec<Region> = (0..3)
-            .map(|n| {
-                let r = Region::new(layout::MIN_REGION);
-                layout::format(&r, n);
-                r
-            })
-            .collect();
-        let cores = RefCell::new(Cores::new(3, 1, 0));
-        let frees = RefCell::new(Vec::new());
-        let (rpc, one_way) = (100 * PS_PER_NS, 1000 * PS_PER_NS);
-        let s = Servers {
-            services: &services,
-            regions: &regions,
-            cores: &cores,
-            frees: &frees,
-            rpc_ps: rpc,
-            one_way_ps: one_way,
-            dead_at: &[u64::MAX; 3],
-            timeout_ps: 100_000 * PS_PER_NS,
-        };
+        let rig = Rig::new(3, log.clone());
+        let (s, cores, frees) = (rig.servers(), &rig.cores, &rig.frees);
+        let (rpc, one_way) = (RPC, ONE_WAY);
         let requests: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i; 3]).collect();
         let refs: Vec<&[u8]> = requests.iter().map(|r| &r[..]).collect();
         let b = s.serve_batch(0, 0, 0, LOG, &refs);
@@ -314,5 +348,41 @@ mod tests {
         let one = s.serve(b.done_ps, 0, 0, LOG, b"x");
         assert_eq!((one.reply.unwrap(), one.done_ps), (b"x".to_vec(), rpc + trip));
         assert_eq!(log.messages[1].load(Ordering::Relaxed), 2);
+    }
+
+    /// On node 0, asks node 1 one question as a continuation (an eRPC nested request) and
+    /// answers; node 1 answers after 1 µs of CPU.
+    struct Ask;
+
+    impl Service for Ask {
+        fn name(&self) -> &str {
+            "ask"
+        }
+        fn handle(&self, ctx: &MnContext<'_>, r: &[u8]) -> Result<Vec<u8>, ServiceError> {
+            if ctx.node != 0 {
+                ctx.charge(1000);
+                return Ok(r.to_vec());
+            }
+            ctx.continue_after_calls();
+            ctx.charge(300);
+            ctx.peers.call(1, LOG, r).map_err(|e| ServiceError::Failed(e.to_string()))
+        }
+    }
+
+    /// A continuation's reply leaves after its wait, as a blocking request's does, but its core
+    /// is free again once its own CPU is done.
+    #[test]
+    fn a_continuation_frees_its_core_while_its_call_is_out() {
+        let rig = Rig::new(2, Arc::new(Ask));
+        let (s, cores, frees) = (rig.servers(), &rig.cores, &rig.frees);
+        let (rpc, one_way) = (RPC, ONE_WAY);
+        let served = s.serve(0, 0, 0, LOG, b"q");
+        assert_eq!(served.reply.unwrap(), b"q".to_vec());
+        let cpu = rpc + 300 * PS_PER_NS;
+        let trip = 2 * one_way + rpc + 1000 * PS_PER_NS;
+        assert_eq!((served.cpu_ps, served.done_ps), (cpu, cpu + trip));
+        let mut c = cores.borrow_mut();
+        assert_eq!(c.free_at(0, cpu), Some(0), "free while the question is out");
+        assert!(frees.borrow().contains(&(cpu, 0, 0)));
     }
 }
