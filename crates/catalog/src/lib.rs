@@ -11,7 +11,8 @@
 //! What an index is and how `bench` runs it, by name. A library uses the index's own type
 //! instead (the catalog's line names it): `dmindex_chime::ChimeRdwc` for `chime`, which `bench`
 //! runs behind RDWC ([`RdwcPolicy::On`], the type [`dmindex_prim::rdwc::Rdwc`] around the
-//! index), or `dmindex_sephash::SepHash` for `sephash`.
+//! index; each index crate names its wrapped type, e.g. `dmindex_smart::SmartRdwc`), or
+//! `dmindex_sephash::SepHash` for `sephash`.
 //!
 //! ```
 //! use dmindex_catalog::{find, RdwcPolicy};

@@ -182,6 +182,11 @@ struct Counters {
     leaf_fill: LeafFill,
 }
 
+/// [`Dolphin`] behind read delegation and write combining ([`dmindex_prim::rdwc::Rdwc`]), as
+/// `dmindex bench --index dolphin` runs it: created and opened like [`Dolphin`], with the same
+/// configuration; option `rdwc=0` turns the layer off.
+pub type DolphinRdwc = dmindex_prim::rdwc::Rdwc<Dolphin>;
+
 /// A compute node's handle on a Dolphin index.
 pub struct Dolphin {
     root: GlobalAddr,

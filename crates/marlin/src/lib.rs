@@ -123,6 +123,11 @@ struct Counters {
     leaf_fill: LeafFill,
 }
 
+/// [`Marlin`] behind read delegation and write combining ([`dmindex_prim::rdwc::Rdwc`]), as
+/// `dmindex bench --index marlin` runs it: created and opened like [`Marlin`], with the same
+/// configuration; option `rdwc=0` turns the layer off.
+pub type MarlinRdwc = dmindex_prim::rdwc::Rdwc<Marlin>;
+
 /// A compute node's handle on a Marlin tree.
 pub struct Marlin {
     shape: Shape,

@@ -174,6 +174,11 @@ pub(crate) fn add(c: &AtomicU64, n: u64) {
 /// Idle scratch buffers kept per compute node.
 const SCRATCH: usize = 256;
 
+/// [`Rolex`] behind read delegation and write combining ([`dmindex_prim::rdwc::Rdwc`]), as
+/// `dmindex bench --index rolex` runs it: created and opened like [`Rolex`], with the same
+/// configuration; option `rdwc=0` turns the layer off.
+pub type RolexRdwc = dmindex_prim::rdwc::Rdwc<Rolex>;
+
 /// A compute node's handle on a ROLEX index.
 pub struct Rolex {
     shape: Shape,

@@ -131,6 +131,12 @@ pub struct SmartIndex<V> {
 pub type Smart = SmartIndex<Budgeted>;
 /// SMART-Opt.
 pub type SmartOpt = SmartIndex<Unlimited>;
+/// [`Smart`] behind read delegation and write combining ([`dmindex_prim::rdwc::Rdwc`]), as
+/// the CHIME paper measures it and `dmindex bench --index smart` runs it; option `rdwc=0`
+/// turns the layer off.
+pub type SmartRdwc = dmindex_prim::rdwc::Rdwc<Smart>;
+/// [`SmartOpt`] behind [`dmindex_prim::rdwc::Rdwc`], as `dmindex bench --index smart-opt` runs it.
+pub type SmartOptRdwc = dmindex_prim::rdwc::Rdwc<SmartOpt>;
 
 /// The root is the largest kind: it never grows, so the root word never changes.
 const ROOT_KIND: Kind = Kind::N256;
