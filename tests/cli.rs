@@ -385,6 +385,11 @@ fn bench_refuses_bad_input() {
             "--replot reads --out /definitely/not/here",
         ),
         (&["bench", "--zipf-theta", "1"][..], "zipfian skew 1 is outside (0, 1)"),
+        (&["bench", "--zipf-ranks", "0"][..], "zipfian ranks 0 are outside 1..="),
+        (
+            &["bench", "--distribution", "uniform", "--zipf-ranks", "9"][..],
+            "ranks shape the scrambled zipfian only",
+        ),
         (&["bench", "--distribution", "gauss"][..], "unknown request distribution 'gauss'"),
         (&["bench", "--folded", "--key-size", "16"][..], "--folded makes 8-byte integer keys"),
         (&["bench", "--folded", "--ordered"][..], "cannot be used with"),

@@ -163,6 +163,11 @@ pub struct Workload {
     /// Skew θ of the zipfian and latest distributions, in (0, 1) (YCSB: 0.99).
     #[arg(long)]
     pub zipf_theta: Option<f64>,
+    /// Ranks the zipfian draws from before scattering them over the keys (YCSB: 10^10): the
+    /// requests past the keys loaded, which land like uniform ones, are 1 − ζ(items)/ζ(ranks)
+    /// of all, so a run on fewer keys than a paper's keeps the paper's share with fewer ranks.
+    #[arg(long)]
+    pub zipf_ranks: Option<u64>,
     /// Every scan asks for exactly this many pairs (default: YCSB's uniform 1 to 100).
     #[arg(long)]
     pub scan_len: Option<u64>,

@@ -156,6 +156,9 @@ fn plan(cfg: &BenchConfig) -> anyhow::Result<Plan> {
         }
         spec = spec.with_theta(t).map_err(anyhow::Error::msg).context("--zipf-theta")?;
     }
+    if let Some(n) = cfg.workload.zipf_ranks {
+        spec = spec.with_zipf_ranks(n).map_err(anyhow::Error::msg).context("--zipf-ranks")?;
+    }
     if let Some(n) = cfg.workload.scan_len {
         spec = spec.with_scan_len(n).map_err(anyhow::Error::msg).context("--scan-len")?;
     }

@@ -171,6 +171,24 @@ impl ScrambledZipfian {
         }
     }
 
+    /// Over `[min, max]` with skew `theta`, drawing from `ranks` ranks instead of YCSB's
+    /// 10^10 (ζ(ranks, θ) is `zetan` if given).
+    pub fn with_ranks(
+        min: u64,
+        max: u64,
+        theta: f64,
+        ranks: u64,
+        zetan: Option<f64>,
+    ) -> ScrambledZipfian {
+        if ranks == SCRAMBLED_ITEM_COUNT {
+            return ScrambledZipfian::with_theta(min, max, theta, zetan);
+        }
+        let zetan = zetan.unwrap_or_else(|| zeta_of(ranks, theta));
+        // Ranks 0..ranks: exactly `ranks` of them (YCSB's own 10^10 is `0..=10^10`).
+        let gen = Zipfian::new(0, ranks - 1, theta, Some(zetan));
+        ScrambledZipfian { min, items: max - min + 1, gen }
+    }
+
     /// The next key number.
     pub fn next(&mut self, rng: &mut ChaCha8Rng) -> u64 {
         let rank = self.gen.next(rng);

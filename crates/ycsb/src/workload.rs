@@ -45,6 +45,11 @@ pub struct WorkloadSpec {
     /// `zipfianconstant`, 0.99).
     #[serde(default = "default_theta")]
     pub theta: f64,
+    /// Ranks the scrambled zipfian draws from before scattering them over the keys (YCSB's
+    /// `ItemCount`, 10^10): ranks past the keys loaded land like uniform draws, a share of
+    /// 1 − ζ(keys)/ζ(ranks) of the requests that depends on the keys loaded.
+    #[serde(default = "default_ranks")]
+    pub zipf_ranks: u64,
     /// Scan lengths are uniform in `[min_scan, max_scan]` (YCSB: `[1, maxscanlength]`).
     pub max_scan: u64,
     #[serde(default = "one")]
@@ -68,6 +73,10 @@ fn short(x: f64) -> String {
 
 fn default_theta() -> f64 {
     ZIPFIAN_CONSTANT
+}
+
+fn default_ranks() -> u64 {
+    SCRAMBLED_ITEM_COUNT
 }
 
 impl WorkloadSpec {
@@ -104,6 +113,7 @@ impl WorkloadSpec {
             delete: 0.0,
             distribution,
             theta: ZIPFIAN_CONSTANT,
+            zipf_ranks: SCRAMBLED_ITEM_COUNT,
             max_scan: 100,
             min_scan: 1,
         })
@@ -160,6 +170,23 @@ impl WorkloadSpec {
         }
         self.theta = theta;
         self.name = format!("{}+theta{}", self.name, short(theta));
+        Ok(self)
+    }
+
+    /// Sets the ranks the scrambled zipfian draws from (YCSB: 10^10), in `1..=10^10`: with
+    /// fewer, fewer requests land past the keys loaded. A run on fewer keys than a paper's can
+    /// so keep the paper's share of such requests (1 − ζ(keys)/ζ(ranks)).
+    pub fn with_zipf_ranks(mut self, ranks: u64) -> Result<WorkloadSpec, String> {
+        if self.distribution != Distribution::Zipfian {
+            return Err("ranks shape the scrambled zipfian only; this run's distribution is \
+                        another"
+                .into());
+        }
+        if !(1..=SCRAMBLED_ITEM_COUNT).contains(&ranks) {
+            return Err(format!("zipfian ranks {ranks} are outside 1..={SCRAMBLED_ITEM_COUNT}"));
+        }
+        self.zipf_ranks = ranks;
+        self.name = format!("{}+ranks{ranks}", self.name);
         Ok(self)
     }
 
@@ -448,8 +475,10 @@ impl Shared {
             Distribution::Latest | Distribution::PlainZipfian => {
                 zeta_of(records.max(1), spec.theta)
             }
-            Distribution::Zipfian if spec.theta != ZIPFIAN_CONSTANT => {
-                zeta_of(SCRAMBLED_ITEM_COUNT, spec.theta)
+            Distribution::Zipfian
+                if spec.theta != ZIPFIAN_CONSTANT || spec.zipf_ranks != SCRAMBLED_ITEM_COUNT =>
+            {
+                zeta_of(spec.zipf_ranks, spec.theta)
             }
             _ => 0.0,
         };
@@ -487,10 +516,11 @@ impl ClientStream {
         let records = shared.records.max(1);
         let (theta, zetan) = (shared.spec.theta, Some(shared.zetan));
         let chooser = match shared.spec.distribution {
-            Distribution::Zipfian => Chooser::Scrambled(ScrambledZipfian::with_theta(
+            Distribution::Zipfian => Chooser::Scrambled(ScrambledZipfian::with_ranks(
                 0,
                 shared.key_space - 1,
                 theta,
+                shared.spec.zipf_ranks,
                 zetan,
             )),
             Distribution::PlainZipfian => {
@@ -615,7 +645,11 @@ mod tests {
 
     /// The share of reads that hit the most requested key of a zipfian run at skew `theta`.
     fn hottest_share(theta: f64) -> f64 {
-        let spec = WorkloadSpec::named("c").unwrap().with_theta(theta).unwrap();
+        hottest_share_of(WorkloadSpec::named("c").unwrap().with_theta(theta).unwrap())
+    }
+
+    /// The share of `spec`'s reads of 100 000 keys that go to its hottest key.
+    fn hottest_share_of(spec: WorkloadSpec) -> f64 {
         let shared = Shared::new(spec, KeyFormat::new(8, true).unwrap(), 100_000, 0);
         let mut s = ClientStream::new(shared, 3, 0);
         let mut counts = std::collections::HashMap::new();
@@ -653,6 +687,37 @@ mod tests {
         let tiny = WorkloadSpec::named("a").unwrap().with_theta(1e-300).unwrap();
         assert_eq!(tiny.name, "a+theta1e-300");
         assert_eq!(WorkloadSpec::named("a").unwrap().with_theta(0.9).unwrap().name, "a+theta0.9");
+    }
+
+    /// The share of a zipfian run's reads of 100 000 keys that go to its hottest key, with
+    /// `ranks` ranks.
+    fn hottest_share_over(ranks: u64) -> f64 {
+        hottest_share_of(WorkloadSpec::named("c").unwrap().with_zipf_ranks(ranks).unwrap())
+    }
+
+    #[test]
+    fn zipf_ranks_set_the_share_past_the_keys() {
+        // The hottest key takes 1/ζ(ranks): 3.8 % over YCSB's 10^10 ranks, 5.9 % over 3.9 M
+        // (where 14 % of requests land past 500 000 keys, as past the Dolphin paper's 512 M
+        // over 10^10), every request with one rank.
+        let default = hottest_share_over(SCRAMBLED_ITEM_COUNT);
+        let fewer = hottest_share_over(3_885_969);
+        let want = 1.0 / crate::generators::zeta_of(3_885_969, ZIPFIAN_CONSTANT);
+        assert!((default - 0.0383).abs() < 0.003, "10^10 ranks: {default}");
+        assert!(
+            (fewer - want).abs() < 0.003 && want > 0.055,
+            "3.9 M ranks: {fewer}, ζ says {want}"
+        );
+        assert_eq!(hottest_share_over(1), 1.0);
+        let c = || WorkloadSpec::named("c").unwrap();
+        assert_eq!(c().with_zipf_ranks(SCRAMBLED_ITEM_COUNT).unwrap().zipf_ranks, c().zipf_ranks);
+        for bad in [0, SCRAMBLED_ITEM_COUNT + 1] {
+            let e = c().with_zipf_ranks(bad).unwrap_err();
+            assert!(e.contains("outside 1..="), "{e}");
+        }
+        let e = c().with_distribution("uniform").unwrap().with_zipf_ranks(10).unwrap_err();
+        assert!(e.contains("scrambled zipfian only"), "{e}");
+        assert_eq!(c().with_zipf_ranks(10).unwrap().name, "c+ranks10");
     }
 
     #[test]
