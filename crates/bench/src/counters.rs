@@ -124,6 +124,10 @@ const LABELS: &[(&str, &str)] = &[
     ("torn_reads", "reads seen torn by a concurrent write, and read again"),
     ("turned_away_by_smo", "operations turned away by a structure change in progress, retried"),
     ("type_switches", "radix-tree nodes switched to a larger node type"),
+    (
+        "updates_superseded",
+        "updates and upserts whose CAS lost to a later write of their key: done",
+    ),
 ];
 
 /// What the counter `name` counts, if it is listed.

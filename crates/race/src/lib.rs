@@ -135,6 +135,9 @@ struct Counters {
     splits: AtomicU64,
     moved: AtomicU64,
     retries: AtomicU64,
+    /// Updates and upserts whose CAS lost to a later write of their own key, done without a
+    /// retry.
+    superseded: AtomicU64,
     withdrawn: AtomicU64,
     aborted: AtomicU64,
     /// Bumped by every search: striped ([`Striped`]).
@@ -299,6 +302,8 @@ impl Race {
                 ("insert_withdrawals", get(&n.withdrawn)),
                 // Other inserts' tentative entries aborted (racing inserts of one absent key).
                 ("tentative_aborts", get(&n.aborted)),
+                // Updates and upserts whose CAS lost to a later write of their key: done, no retry.
+                ("updates_superseded", get(&n.superseded)),
                 ("directory_refreshes", get(&n.refreshes)),
                 ("directory_refresh_bytes", get(&n.refresh_bytes)),
                 // Splits and locks a dead client left, taken over and repaired.

@@ -75,7 +75,9 @@ use dmindex_prim::kv_slot;
 use dmindex_prim::tentative::{self, Settle, Waiting};
 
 use crate::bucket::{At, Copy, Snap};
-use crate::layout::{self, dir_entry_parts, is_frozen, is_tentative, Hashes, FROZEN, TENTATIVE};
+use crate::layout::{
+    self, dir_entry_parts, is_frozen, is_tentative, slot_fp, Hashes, FROZEN, TENTATIVE,
+};
 use crate::recover::SplitWait;
 use crate::{bump, Race, Resize};
 
@@ -177,9 +179,11 @@ impl Race {
         'fresh: loop {
             self.locate(c, &h, true, &mut reads, &mut snap).await?;
             match self.committed(c, &snap, key, &h).await? {
-                // Present: an upsert of its committed entry.
+                // Present: an upsert of its committed entry (done, as an update is, when it
+                // loses to a later write of the key).
                 (Some(live), _) => {
-                    if c.cas(snap.addr(live.at), live.word, word).await? == live.word {
+                    let seen = c.cas(snap.addr(live.at), live.word, word).await?;
+                    if seen == live.word || self.superseded(c, seen, key, &h).await? {
                         return Ok(());
                     }
                     bump(&self.counters.retries, 1);
@@ -320,8 +324,9 @@ impl Race {
         let mut word = 0;
         let (mut reads, mut snap) = (0, Snap::default());
         let mut wait = SplitWait::default();
-        // Ends at a CAS that wins, or at an image without the key; a lost CAS saw another
-        // client's write, and a frozen entry a split, which is waited on.
+        // Ends at a CAS that wins, at a lost CAS that found a later write of the key, or at an
+        // image without the key; another lost CAS saw a delete or a split (a frozen entry,
+        // waited on) and starts over.
         loop {
             self.locate(c, &h, false, &mut reads, &mut snap).await?;
             match self.committed(c, &snap, key, &h).await? {
@@ -331,7 +336,8 @@ impl Race {
                         let block = self.blocks.write(c, key, value).await?;
                         word = self.word(&h, key, value, block);
                     }
-                    if c.cas(snap.addr(live.at), live.word, word).await? == live.word {
+                    let seen = c.cas(snap.addr(live.at), live.word, word).await?;
+                    if seen == live.word || self.superseded(c, seen, key, &h).await? {
                         return Ok(true);
                     }
                 }
@@ -340,6 +346,31 @@ impl Race {
             }
             bump(&self.counters.retries, 1);
         }
+    }
+
+    /// Whether a lost update (or upsert) CAS found, in place of the entry it read, a committed
+    /// entry of its own key (one READ of that entry's block). Then another write of the key landed after
+    /// the update's READ and before its CAS, both inside the update, and the update takes
+    /// effect just before that write, its value overwritten at once: it is done, with no
+    /// second search. Blocks are never reused, so a word once replaced never returns; a split
+    /// freezes an entry before it moves, and leaves no committed entry of a moved key behind
+    /// (`crate::split`), so such an entry is the key's own later write in this segment. Not for
+    /// deletes: an update that found the key cannot follow a delete that removed it.
+    async fn superseded<T: Transport>(
+        &self,
+        c: &Client<T>,
+        seen: u64,
+        key: &[u8],
+        h: &Hashes,
+    ) -> IndexResult<bool> {
+        if seen == 0 || is_tentative(seen) || is_frozen(seen) || slot_fp(seen) != h.fp() {
+            return Ok(false);
+        }
+        let mine = self.holds(c, seen, key, 0).await?;
+        if mine {
+            bump(&self.counters.superseded, 1);
+        }
+        Ok(mine)
     }
 
     pub(crate) async fn delete_key<T: Transport>(
