@@ -95,7 +95,7 @@ pub static PAPER: Paper = Paper {
         },
         Experiment {
             name: "ycsb",
-            figure: "Fig. 12: throughput vs P99 latency, YCSB LOAD/A/B/C/D/E, CHIME vs Sherman, SMART, SMART-Opt",
+            figure: "Fig. 12: throughput vs P99 latency, YCSB LOAD/A/B/C/D/E, CHIME vs Sherman, SMART, SMART-Opt, ROLEX",
             body: ycsb,
             took_s: Some(1213),
         },
