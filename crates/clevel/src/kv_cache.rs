@@ -28,10 +28,13 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crossbeam_utils::CachePadded;
 use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_prim::hash::AddrHash;
 
-/// Shards of the clients' caches, so that clients on different threads seldom share a lock.
+/// Shards of the clients' caches, so that clients on different threads seldom share a lock;
+/// each on its own cache line, as `dmindex_prim::pool`'s, since every search of a client that
+/// keeps copies takes its shard's lock.
 const SHARDS: usize = 64;
 
 /// What the port charges a copy against the budget: its block, a 16-byte header (the lengths)
@@ -51,11 +54,14 @@ struct Copies {
     charged: usize,
 }
 
+/// The copies of the clients whose ordinals share a shard, by ordinal.
+type Shard = Mutex<HashMap<u32, Copies>>;
+
 /// The clients' caches of one compute node's handle.
 pub(crate) struct KvCache {
     /// Bytes a client may charge.
     budget: usize,
-    shards: Box<[Mutex<HashMap<u32, Copies>>]>,
+    shards: Box<[CachePadded<Shard>]>,
 }
 
 impl KvCache {
@@ -63,11 +69,11 @@ impl KvCache {
     pub(crate) fn new(mib: usize) -> KvCache {
         KvCache {
             budget: mib << 20,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| CachePadded::new(Mutex::new(HashMap::new()))).collect(),
         }
     }
 
-    fn shard<T: Transport>(&self, c: &Client<T>) -> &Mutex<HashMap<u32, Copies>> {
+    fn shard<T: Transport>(&self, c: &Client<T>) -> &Shard {
         &self.shards[c.ordinal() as usize % SHARDS]
     }
 
