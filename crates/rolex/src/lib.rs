@@ -103,7 +103,7 @@
 //! A synonym not yet hinted costs a READ each; a RETIRING leaf, a READ of the root word; a
 //! stale model, a READ of the root word, one of the top array and one of each page not seen
 //! before (and the leaf tables of new models, one READ each on first use).
-//! `tests/round_trips.rs` pins this table.
+//! `tests/suite/round_trips.rs` pins this table.
 //!
 //! ## Where we differ from the paper and its codes
 //!

@@ -2,7 +2,7 @@
 //! pairs, for CHIME, Sherman and Dolphin. A measurement, not a check (ignored by default):
 //!
 //! ```text
-//! cargo test --release -p dmindex-catalog --test scan_cost -- --ignored --nocapture
+//! cargo test --release -p dmindex-catalog --test suite scan_cost -- --ignored --nocapture
 //! ```
 //!
 //! Time is the thread's own CPU time (the kernel's per-thread schedstat), so that other work on

@@ -1,7 +1,7 @@
 //! RACE under the simulator (torn reads, delays, crashes, every history checked) and on real
 //! threads, through the conformance kit, on shapes that split all the time.
 
-mod common;
+use crate::common;
 
 use common::opts;
 use dmindex_conformance::{on_local_threads, suite, CheckConfig, Crashes};

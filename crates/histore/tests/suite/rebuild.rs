@@ -10,7 +10,7 @@ use dmindex_histore::HiStore;
 use dmindex_index::{mn_services, IndexConfig, PointIndex, RangeIndex};
 use dmindex_sim::{NetParams, Sim, SimConfig, Task};
 
-mod common;
+use crate::common;
 
 use common::{key, stat, stats};
 

@@ -2,7 +2,7 @@
 //! split all the time, a model against a `HashMap`, and a storm of inserts racing one-by-one
 //! moves under the simulator, checked in remote memory afterwards.
 
-mod common;
+use crate::common;
 
 use common::{opts, sim};
 use dmindex_conformance::{

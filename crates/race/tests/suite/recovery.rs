@@ -4,7 +4,7 @@
 //! split), and afterwards every key must hold its value in exactly one slot. Without the repair
 //! the waiter never finishes.
 
-mod common;
+use crate::common;
 
 use dmindex_fabric::Client;
 use dmindex_index::{IndexConfig, PointIndex};

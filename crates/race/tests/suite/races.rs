@@ -2,7 +2,7 @@
 //! racing inserts of one absent key, and splits under a storm of concurrent inserts. Each test
 //! looks at remote memory afterwards, not only at what the operations returned.
 
-mod common;
+use crate::common;
 
 use common::sim;
 use dmindex_fabric::Client;

@@ -7,7 +7,7 @@ use dmindex_histore::HiStore;
 use dmindex_index::{mn_services, IndexConfig, PointIndex, RangeIndex};
 use dmindex_sim::{NetParams, Sim, SimConfig};
 
-mod common;
+use crate::common;
 
 use common::{key, stat, stats};
 
