@@ -1,64 +1,19 @@
 //! Group commit over a batch: writes that waited together for a core are logged first and then
 //! shipped to each backup in one SHIP, and each is answered as if alone.
 
-use std::cell::Cell;
-
 use dmindex_fabric::layout;
 use dmindex_fabric::memory::Region;
-use dmindex_fabric::service::{MnContext, Peers, Service};
-use dmindex_fabric::{FabricError, GlobalAddr, NodeId, ServiceId};
+use dmindex_fabric::service::{MnContext, Service};
+use dmindex_fabric::GlobalAddr;
 use dmindex_histore::layout::{Place, Slot};
 use dmindex_histore::mode::Mode;
 use dmindex_histore::proto::{self, Head, Kind, Put};
-use dmindex_histore::replica::Setup;
-use dmindex_histore::server::{setup_request, Server};
+use dmindex_histore::server::Server;
 use dmindex_prim::hash::hash_bytes;
 
-/// Every replica on node 0; counts the SHIPs the primary sends.
-struct Counting<'a> {
-    server: &'a Server,
-    memory: &'a Region,
-    ships: Cell<u32>,
-}
-
-impl Peers for Counting<'_> {
-    fn call_all(
-        &self,
-        service: ServiceId,
-        calls: &[(NodeId, &[u8])],
-    ) -> Vec<Result<Vec<u8>, FabricError>> {
-        calls
-            .iter()
-            .map(|&(node, request)| {
-                if request[0] == proto::SHIP {
-                    self.ships.set(self.ships.get() + 1);
-                }
-                let ctx = MnContext::new(node, self.memory).with_peers(self);
-                self.server.handle(&ctx, request).map_err(|e| e.into_fabric(node, service))
-            })
-            .collect()
-    }
-}
+use crate::common::one_node::OneNode;
 
 const PARTITIONS: u8 = 2;
-
-/// A store of `mode` at root slot `store`, its three replicas on node 0.
-fn store(peers: &Counting<'_>, store: u16, mode: Mode) {
-    let setup = Setup {
-        mode,
-        store,
-        group: 0,
-        replica: 0,
-        groups: 1,
-        partitions: PARTITIONS,
-        nodes: [0, 0, 0],
-        buckets: 64,
-    };
-    for replica in 0..3 {
-        let m = setup_request(&Setup { replica, ..setup });
-        peers.call(0, dmindex_histore::SERVICE, &m).unwrap();
-    }
-}
 
 /// WRITE of key `k` by writer `k` (its `seq`-th write) to the primary of `store`.
 fn write(store: u16, k: u32, seq: u32) -> Vec<u8> {
@@ -82,11 +37,11 @@ fn writes_that_wait_together_ship_once_per_backup_and_partition() {
     let region = Region::new(8 << 20);
     layout::format(&region, 0);
     let server = Server::default();
-    let peers = Counting { server: &server, memory: &region, ships: Cell::new(0) };
+    let peers = OneNode::new(&server, &region);
     let parts = (0..N).map(partition).collect::<std::collections::BTreeSet<_>>().len() as u32;
     assert_eq!(parts, PARTITIONS as u32, "the keys fall in both partitions");
     for (s, mode) in [(3, Mode::HiStore), (4, Mode::AllSkiplist)] {
-        store(&peers, s, mode);
+        peers.group(mode, s, PARTITIONS, 64);
         let ctx = MnContext::new(0, &region).with_peers(&peers);
         let requests: Vec<Vec<u8>> = (0..N).map(|k| write(s, k, 1)).collect();
         // A core takes together the writes of one log: one key per partition, none for reads.

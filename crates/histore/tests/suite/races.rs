@@ -3,83 +3,19 @@
 //! the backup then must not return it (the primary's GETs do not see it yet, and it may still be
 //! lost), and once the write is acknowledged every read must.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 
 use dmindex_fabric::layout;
 use dmindex_fabric::memory::Region;
 use dmindex_fabric::service::{MnContext, Peers, Service};
-use dmindex_fabric::{FabricError, GlobalAddr, NodeId, ServiceId};
+use dmindex_fabric::GlobalAddr;
 use dmindex_histore::layout::{Place, Slot};
 use dmindex_histore::mode::Mode;
-use dmindex_histore::proto::{self, Head, Kind, Put, Reader};
-use dmindex_histore::replica::Setup;
-use dmindex_histore::server::{setup_request, Server};
+use dmindex_histore::proto::{self, Kind, Put, Reader};
+use dmindex_histore::server::Server;
 use dmindex_prim::hash::hash_bytes;
 
-/// What runs inside the window.
-type Hook<'a> = Box<dyn FnOnce(&dyn Peers) + 'a>;
-
-/// Peers on one node that run a hook once, between the backups' SHIP answers and the primary's
-/// apply.
-struct Window<'a> {
-    server: &'a Server,
-    memory: &'a Region,
-    hook: RefCell<Option<Hook<'a>>>,
-    ships: Cell<u32>,
-}
-
-impl Peers for Window<'_> {
-    fn call_all(
-        &self,
-        service: ServiceId,
-        calls: &[(NodeId, &[u8])],
-    ) -> Vec<Result<Vec<u8>, FabricError>> {
-        let replies: Vec<_> = calls
-            .iter()
-            .map(|&(node, request)| {
-                if request[0] == proto::SHIP {
-                    self.ships.set(self.ships.get() + 1);
-                }
-                let ctx = MnContext::new(node, self.memory).with_peers(self);
-                self.server.handle(&ctx, request).map_err(|e| e.into_fabric(node, service))
-            })
-            .collect();
-        if calls.iter().any(|(_, r)| r[0] == proto::SHIP) {
-            if let Some(hook) = self.hook.borrow_mut().take() {
-                hook(self);
-            }
-        }
-        replies
-    }
-}
-
-impl<'a> Window<'a> {
-    fn new(server: &'a Server, memory: &'a Region) -> Window<'a> {
-        Window { server, memory, hook: RefCell::new(None), ships: Cell::new(0) }
-    }
-
-    /// Sets up store `store`'s one group of three replicas in `mode`, all on this node.
-    fn group(&self, mode: Mode, store: u16) {
-        let setup = Setup {
-            mode,
-            store,
-            group: 0,
-            replica: 0,
-            groups: 1,
-            partitions: 2,
-            nodes: [0, 0, 0],
-            buckets: 16,
-        };
-        for replica in 0..3 {
-            let m = setup_request(&Setup { replica, ..setup });
-            self.call(0, dmindex_histore::SERVICE, &m).unwrap();
-        }
-    }
-}
-
-fn head(op: u8, replica: u8, store: u16) -> Head {
-    Head { op, replica, group: 0, store, epoch: 1 }
-}
+use crate::common::one_node::{head, OneNode};
 
 /// How many keys a SCAN on `replica` returns.
 fn scan(peers: &dyn Peers, store: u16, replica: u8) -> u32 {
@@ -113,8 +49,8 @@ fn a_backup_never_shows_a_write_the_primary_has_not_applied() {
     let word = Slot::new(place.signature, GlobalAddr::new(0, 1 << 20), 64).word();
     for (store, mode) in [(3, Mode::HiStore), (4, Mode::AllSkiplist)] {
         let seen = RefCell::new(None);
-        let window = Window::new(&server, &region);
-        window.group(mode, store);
+        let window = OneNode::new(&server, &region);
+        window.group(mode, store, 2, 16);
         *window.hook.borrow_mut() = Some(Box::new(|peers: &dyn Peers| {
             let backup = server.replica(0, head(0, 1, store)).unwrap();
             let primary = server.replica(0, head(0, 0, store)).unwrap();
@@ -150,8 +86,8 @@ fn only_the_cut_waits_as_a_continuation() {
     let region = Region::new(8 << 20);
     layout::format(&region, 0);
     let server = Server::default();
-    let window = Window::new(&server, &region);
-    window.group(Mode::AllSkiplist, 5);
+    let window = OneNode::new(&server, &region);
+    window.group(Mode::AllSkiplist, 5, 2, 16);
     let holds = |m: &[u8]| {
         let ctx = MnContext::new(0, &region).with_peers(&window);
         let reply = server.handle(&ctx, m).unwrap();

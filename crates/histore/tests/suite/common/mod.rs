@@ -1,4 +1,7 @@
-//! What the step-by-step failure tests share: keys, and a handle's counters.
+//! What the tests share: keys, a handle's counters, and a store's replicas served in process
+//! ([`one_node`]).
+
+pub mod one_node;
 
 use dmindex_histore::HiStore;
 use dmindex_index::{IndexStats, PointIndex};
