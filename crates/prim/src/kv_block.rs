@@ -329,6 +329,34 @@ impl Blocks {
         Ok(klen == key.len() && &b[HEADER..] == key)
     }
 
+    /// The first of the blocks at `addrs` that holds key `key`: the header and `key.len()` bytes
+    /// of every block READ at once ([`crate::doorbell::read_per_node`]: one round trip for up to
+    /// [`crate::doorbell::ROUND_READS`] blocks), where [`Self::holds_key`] block after block takes
+    /// a round trip each. Blocks are immutable once published, so READing them together sees
+    /// what READing them one by one would. More bytes when an early block holds the key; the
+    /// same when none does (every block must then be read anyway).
+    pub async fn first_holding_key<T: Transport>(
+        &self,
+        c: &Client<T>,
+        addrs: &[GlobalAddr],
+        key: &[u8],
+    ) -> IndexResult<Option<usize>> {
+        let n = HEADER + key.len();
+        let mut b = smallvec::SmallVec::<[u8; 4 * GUESS]>::from_elem(0, n * addrs.len());
+        let mut pieces = smallvec::SmallVec::<[(GlobalAddr, usize); 16]>::new();
+        pieces.extend(addrs.iter().map(|&a| (a, n)));
+        crate::doorbell::read_per_node(c, &pieces, &mut b).await?;
+        c.compute(Work::BytesScanned, b.len() as u64);
+        for (i, (&a, block)) in addrs.iter().zip(b.chunks_exact(n)).enumerate() {
+            c.compute(Work::KeyCompare, 1);
+            let (klen, _) = self.lengths(a, block)?;
+            if klen == key.len() && &block[HEADER..] == key {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+
     /// The key and value lengths in the header `b` starts with, checked against the maxima.
     fn lengths(&self, a: GlobalAddr, b: &[u8]) -> IndexResult<(usize, usize)> {
         if b.len() < HEADER {
@@ -349,6 +377,44 @@ mod tests {
     use dmindex_fabric::{Fabric, LocalConfig, LocalFabric};
 
     use super::*;
+
+    /// Keys sharing a prefix: the first block holding the key, found in one round trip
+    /// whatever its position, none when no block holds it, the header's length checked (a
+    /// block of a longer key that starts with it does not hold it).
+    #[test]
+    fn first_holding_key_reads_every_block_in_one_round_trip() {
+        let f = LocalFabric::new(LocalConfig::default()).unwrap();
+        let c = f.client(0).unwrap();
+        let blocks = Blocks::new(24, 8);
+        run_tasks([async {
+            let keys: Vec<Vec<u8>> =
+                (0..20).map(|i| format!("user6542{i:03}").into_bytes()).collect();
+            let mut addrs = Vec::new();
+            for k in &keys {
+                addrs.push(blocks.write(&c, k, b"v").await.unwrap());
+            }
+            addrs.push(blocks.write(&c, b"user6542000x", b"v").await.unwrap());
+            for (i, k) in keys.iter().enumerate() {
+                let before = c.counts().round_trips;
+                assert_eq!(blocks.first_holding_key(&c, &addrs, k).await.unwrap(), Some(i));
+                assert_eq!(c.counts().round_trips - before, 1, "key {i}");
+            }
+            let before = c.counts().round_trips;
+            let absent = blocks.first_holding_key(&c, &addrs, b"user6542999").await.unwrap();
+            assert_eq!((absent, c.counts().round_trips - before), (None, 1));
+            assert_eq!(
+                blocks.first_holding_key(&c, &addrs[1..], b"user6542000").await.unwrap(),
+                None
+            );
+            assert_eq!(
+                blocks.first_holding_key(&c, &addrs[3..], b"user6542000x").await.unwrap(),
+                Some(17)
+            );
+            // A key held twice: the first block in the order given.
+            let again = [addrs[5], addrs[2], addrs[2]];
+            assert_eq!(blocks.first_holding_key(&c, &again, &keys[2]).await.unwrap(), Some(1));
+        }]);
+    }
 
     #[test]
     fn layout_is_pinned_and_reads_take_one_or_two_reads() {

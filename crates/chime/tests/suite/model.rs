@@ -263,6 +263,62 @@ fn more_than_h_keys_with_one_prefix_is_a_clear_error() {
     }]);
 }
 
+/// Keys that share their 8-byte prefix (YCSB's `user…` keys share them by the dozen) are told
+/// apart by their blocks, all READ in one round trip: a search of any of them costs what a
+/// search of a key with a prefix of its own costs, wherever its entry sits among the others.
+#[test]
+fn keys_sharing_a_prefix_are_told_apart_in_one_round_trip() {
+    let f = fabric(16 << 20, 1 << 20);
+    let c = f.client(0).unwrap();
+    let cfg = IndexConfig { max_key: 12, ..IndexConfig::default() };
+    let sharing =
+        |n: usize| (0..n).map(|i| format!("user6542{i:03}").into_bytes()).collect::<Vec<_>>();
+    run_tasks([async {
+        let chime = Chime::create(&c, &cfg, 0).await.unwrap();
+        let sherman =
+            Sherman::create(&c, &IndexConfig { root_slot: 2, ..cfg.clone() }, 0).await.unwrap();
+        // CHIME keeps at most H (8) keys of one prefix; Sherman's sorted leaf any number.
+        let (few, many) = (sharing(8), sharing(30));
+        for k in &few {
+            chime.insert(&c, k, &[1; 8]).await.unwrap();
+        }
+        for k in &many {
+            sherman.insert(&c, k, &[1; 8]).await.unwrap();
+        }
+        chime.insert(&c, b"lone-key", &[2; 8]).await.unwrap();
+        sherman.insert(&c, b"lone-key", &[2; 8]).await.unwrap();
+        let before = c.counts().round_trips;
+        assert!(chime.search(&c, b"lone-key").await.unwrap().is_some());
+        let lone = c.counts().round_trips - before;
+        for k in &few {
+            let before = c.counts().round_trips;
+            assert_eq!(chime.search(&c, k).await.unwrap(), Some(vec![1; 8]));
+            assert_eq!(
+                c.counts().round_trips - before,
+                lone,
+                "chime {}",
+                String::from_utf8_lossy(k)
+            );
+        }
+        let before = c.counts().round_trips;
+        assert!(sherman.search(&c, b"lone-key").await.unwrap().is_some());
+        let lone = c.counts().round_trips - before;
+        for k in &many {
+            let before = c.counts().round_trips;
+            assert_eq!(sherman.search(&c, k).await.unwrap(), Some(vec![1; 8]));
+            assert_eq!(
+                c.counts().round_trips - before,
+                lone,
+                "sherman {}",
+                String::from_utf8_lossy(k)
+            );
+        }
+        let before = c.counts().round_trips;
+        assert_eq!(sherman.search(&c, b"user6542999").await.unwrap(), None);
+        assert!(c.counts().round_trips - before <= lone, "an absent key of a shared prefix");
+    }]);
+}
+
 #[test]
 fn bad_input_is_refused() {
     let f = fabric(16 << 20, 1 << 20);
