@@ -50,8 +50,9 @@
 //!   [`dmindex_prim::kv_block`]), then
 //!   publishes its address in the entry's value slot. Long keys keep their first 8 bytes
 //!   (zero-padded) in the leaf: ordering, homes, pivots and bounds use that prefix, and entries
-//!   sharing it are told apart by reading their blocks (one READ each; all of them when several
-//!   share the prefix). A search reads the block after the leaf (one more round trip). Blocks
+//!   sharing it are told apart by reading their blocks (all of them in one round trip, which
+//!   for a search takes the value too). A search reads the block after the leaf (one more
+//!   round trip, however many entries share the prefix). Blocks
 //!   are immutable once published, so they need no versions; replaced blocks are not reclaimed
 //!   (as in the reference). Keys sharing a prefix share a home and cannot be split apart, so at
 //!   most H of them fit in the tree: one more is refused with [`IndexError::Full`]. (YCSB's
@@ -342,7 +343,12 @@ impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
     async fn search_into(&self, c: &Client<T>, key: &[u8], out: &mut Vec<u8>) -> IndexResult<bool> {
         let (k, probe) = self.key_of(key)?;
         out.clear();
-        let Some(SlotValue(slot)) = self.tree.search(c, k, probe).await? else { return Ok(false) };
+        let Some((SlotValue(slot), read)) = self.tree.search(c, k, probe, out).await? else {
+            return Ok(false);
+        };
+        if read {
+            return Ok(true);
+        }
         if self.shape.indirect() {
             let block = GlobalAddr::from_raw(u64::from_le_bytes(slot));
             self.tree.blocks.value_into(c, block, None, out).await?;

@@ -37,10 +37,11 @@ impl Tree {
         buf: &LeafBuf,
         k: u64,
         full: &[u8],
+        value: Option<&mut Vec<u8>>,
     ) -> IndexResult<Option<usize>> {
         let n = buf.sorted_len();
         c.compute(Work::KeyCompare, n as u64);
-        self.resolve_long(c, buf, 0..n, k, full).await
+        self.resolve_long(c, buf, 0..n, k, full, value).await
     }
 
     /// Search: READ the whole leaf, validate, binary search.
@@ -49,7 +50,8 @@ impl Tree {
         c: &Client<T>,
         k: u64,
         probe: Probe<'_>,
-    ) -> IndexResult<Option<SlotValue>> {
+        value: &mut Vec<u8>,
+    ) -> IndexResult<Option<(SlotValue, bool)>> {
         let mut restarts = Attempts::new();
         'outer: loop {
             let loc = match self.blink.cached(c, k) {
@@ -61,10 +63,10 @@ impl Tree {
                 let buf = self.read_whole_unlocked(c, cur).await?;
                 let found = match probe {
                     Probe::Exact => self.sorted_find(c, &buf, k),
-                    Probe::Full(full) => self.sorted_resolve(c, &buf, k, full).await?,
+                    Probe::Full(full) => self.sorted_resolve(c, &buf, k, full, Some(value)).await?,
                 };
                 if let Some(i) = found {
-                    return Ok(Some(SlotValue(buf.value(i))));
+                    return Ok(Some((SlotValue(buf.value(i)), matches!(probe, Probe::Full(_)))));
                 }
                 match self.judge(&loc, &*buf, k) {
                     Where::Absent => return Ok(None),
@@ -101,7 +103,7 @@ impl Tree {
         };
         let found = match probe {
             Probe::Exact => self.sorted_find(c, &buf, k),
-            Probe::Full(full) => self.sorted_resolve(c, &buf, k, full).await?,
+            Probe::Full(full) => self.sorted_resolve(c, &buf, k, full, None).await?,
         };
         if let Some(i) = found {
             self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
@@ -216,7 +218,7 @@ impl Tree {
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 let found = match probe {
                     Probe::Exact => self.sorted_find(c, &buf, k),
-                    Probe::Full(full) => self.sorted_resolve(c, &buf, k, full).await?,
+                    Probe::Full(full) => self.sorted_resolve(c, &buf, k, full, None).await?,
                 };
                 if let Some(i) = found {
                     match v {

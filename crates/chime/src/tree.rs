@@ -203,17 +203,19 @@ impl Tree {
         }
     }
 
-    /// Search: the value slot of the probed key, if present.
+    /// Search: the value slot of the probed key, if present, and whether its value is already
+    /// in `value` (a long key's: the block READ that told the key apart took it too).
     pub(crate) fn search<'a, T: Transport>(
         &'a self,
         c: &'a Client<T>,
         k: u64,
         probe: Probe<'a>,
-    ) -> impl Future<Output = IndexResult<Option<SlotValue>>> + 'a {
+        value: &'a mut Vec<u8>,
+    ) -> impl Future<Output = IndexResult<Option<(SlotValue, bool)>>> + 'a {
         // The leaf kind's own future, not a layer that awaits it.
         match self.paths() {
-            LeafPaths::Hopscotch => Either::Left(self.hopscotch_search(c, k, probe)),
-            LeafPaths::Sorted => Either::Right(self.sorted_search(c, k, probe)),
+            LeafPaths::Hopscotch => Either::Left(self.hopscotch_search(c, k, probe, value)),
+            LeafPaths::Sorted => Either::Right(self.sorted_search(c, k, probe, value)),
         }
     }
 

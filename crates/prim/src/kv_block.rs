@@ -335,13 +335,22 @@ impl Blocks {
     /// a round trip each. Blocks are immutable once published, so READing them together sees
     /// what READing them one by one would. More bytes when an early block holds the key; the
     /// same when none does (every block must then be read anyway).
+    ///
+    /// With `value`, each block's first [`Self::first_read`] bytes are READ instead, and the
+    /// holder's value is put in `value` (cleared first) from that same READ: a search needs no
+    /// second READ of the block it found (one more only for a block longer than that, as
+    /// [`Self::value_into`]).
     pub async fn first_holding_key<T: Transport>(
         &self,
         c: &Client<T>,
         addrs: &[GlobalAddr],
         key: &[u8],
+        mut value: Option<&mut Vec<u8>>,
     ) -> IndexResult<Option<usize>> {
-        let n = HEADER + key.len();
+        let n = match value {
+            Some(_) => self.first_read().max(HEADER + key.len()),
+            None => HEADER + key.len(),
+        };
         let mut b = smallvec::SmallVec::<[u8; 4 * GUESS]>::from_elem(0, n * addrs.len());
         let mut pieces = smallvec::SmallVec::<[(GlobalAddr, usize); 16]>::new();
         pieces.extend(addrs.iter().map(|&a| (a, n)));
@@ -349,10 +358,25 @@ impl Blocks {
         c.compute(Work::BytesScanned, b.len() as u64);
         for (i, (&a, block)) in addrs.iter().zip(b.chunks_exact(n)).enumerate() {
             c.compute(Work::KeyCompare, 1);
-            let (klen, _) = self.lengths(a, block)?;
-            if klen == key.len() && &block[HEADER..] == key {
-                return Ok(Some(i));
+            let (klen, vlen) = self.lengths(a, block)?;
+            if klen != key.len() || &block[HEADER..HEADER + klen] != key {
+                continue;
             }
+            if let Some(out) = value.as_deref_mut() {
+                match block.get(HEADER + klen..HEADER + klen + vlen) {
+                    Some(v) => {
+                        out.clear();
+                        out.extend_from_slice(v);
+                    }
+                    // Longer than the first READ: the rest as `value_into` reads it.
+                    None => {
+                        if !self.value_into(c, a, Some(key), out).await? {
+                            return Err(IndexError::Corrupt(format!("block at {a} changed")));
+                        }
+                    }
+                }
+            }
+            return Ok(Some(i));
         }
         Ok(None)
     }
@@ -396,23 +420,50 @@ mod tests {
             addrs.push(blocks.write(&c, b"user6542000x", b"v").await.unwrap());
             for (i, k) in keys.iter().enumerate() {
                 let before = c.counts().round_trips;
-                assert_eq!(blocks.first_holding_key(&c, &addrs, k).await.unwrap(), Some(i));
+                assert_eq!(blocks.first_holding_key(&c, &addrs, k, None).await.unwrap(), Some(i));
                 assert_eq!(c.counts().round_trips - before, 1, "key {i}");
             }
             let before = c.counts().round_trips;
-            let absent = blocks.first_holding_key(&c, &addrs, b"user6542999").await.unwrap();
+            let absent = blocks.first_holding_key(&c, &addrs, b"user6542999", None).await.unwrap();
             assert_eq!((absent, c.counts().round_trips - before), (None, 1));
             assert_eq!(
-                blocks.first_holding_key(&c, &addrs[1..], b"user6542000").await.unwrap(),
+                blocks.first_holding_key(&c, &addrs[1..], b"user6542000", None).await.unwrap(),
                 None
             );
             assert_eq!(
-                blocks.first_holding_key(&c, &addrs[3..], b"user6542000x").await.unwrap(),
+                blocks.first_holding_key(&c, &addrs[3..], b"user6542000x", None).await.unwrap(),
                 Some(17)
             );
+            // With a value: each block's first READ takes it, still one round trip.
+            let mut valued = Vec::new();
+            for (i, k) in keys.iter().enumerate() {
+                valued.push(blocks.write(&c, k, &[i as u8; 8]).await.unwrap());
+            }
+            let mut out = vec![9; 3];
+            for (i, k) in keys.iter().enumerate() {
+                let before = c.counts().round_trips;
+                let at = blocks.first_holding_key(&c, &valued, k, Some(&mut out)).await.unwrap();
+                assert_eq!((at, out.as_slice()), (Some(i), &[i as u8; 8][..]));
+                assert_eq!(c.counts().round_trips - before, 1, "key {i} and its value");
+            }
+            let absent = blocks.first_holding_key(&c, &valued, b"user6542999", Some(&mut out));
+            assert_eq!(absent.await.unwrap(), None);
+            // A value past the first READ: the rest READ as `value_into` reads it.
+            let huge = Blocks::new(24, 3 * MAX_FIRST_READ);
+            let big = [
+                huge.write(&c, &keys[0], b"v").await.unwrap(),
+                huge.write(&c, &keys[1], &[4; 2 * MAX_FIRST_READ]).await.unwrap(),
+            ];
+            let before = c.counts().round_trips;
+            let at = huge.first_holding_key(&c, &big, &keys[1], Some(&mut out)).await.unwrap();
+            assert_eq!((at, out.len(), out[0]), (Some(1), 2 * MAX_FIRST_READ, 4));
+            assert!(c.counts().round_trips - before > 1, "the long block READ again");
             // A key held twice: the first block in the order given.
             let again = [addrs[5], addrs[2], addrs[2]];
-            assert_eq!(blocks.first_holding_key(&c, &again, &keys[2]).await.unwrap(), Some(1));
+            assert_eq!(
+                blocks.first_holding_key(&c, &again, &keys[2], None).await.unwrap(),
+                Some(1)
+            );
         }]);
     }
 

@@ -155,7 +155,9 @@ impl Tree {
     /// holds the full key. The blocks of entries sharing the prefix are read (immutable once
     /// published, so any READ of them is consistent with the validated leaf READ that named
     /// them), all in one round trip when there are several: keys that share 8-byte prefixes by
-    /// the dozen (YCSB's `user…` keys) would otherwise take a round trip per block.
+    /// the dozen (YCSB's `user…` keys) would otherwise take a round trip per block. With
+    /// `value` (a search), the blocks' READs take the value too, into `value`: the block is not
+    /// READ again for it.
     pub(crate) async fn resolve_long<T: Transport>(
         &self,
         c: &Client<T>,
@@ -163,6 +165,7 @@ impl Tree {
         slots: impl IntoIterator<Item = usize>,
         k: u64,
         full: &[u8],
+        value: Option<&mut Vec<u8>>,
     ) -> IndexResult<Option<usize>> {
         let (mut at, mut blocks) =
             (SmallVec::<[usize; 16]>::new(), SmallVec::<[GlobalAddr; 16]>::new());
@@ -170,10 +173,10 @@ impl Tree {
             at.push(i);
             blocks.push(GlobalAddr::from_raw(u64::from_le_bytes(buf.value(i))));
         }
-        let found = match blocks[..] {
-            [] => None,
-            [block] => self.blocks.holds_key(c, block, full).await?.then_some(0),
-            _ => self.blocks.first_holding_key(c, &blocks, full).await?,
+        let found = match (&blocks[..], value) {
+            ([], _) => None,
+            (&[block], None) => self.blocks.holds_key(c, block, full).await?.then_some(0),
+            (_, value) => self.blocks.first_holding_key(c, &blocks, full, value).await?,
         };
         Ok(found.map(|j| at[j]))
     }

@@ -36,7 +36,7 @@ macro_rules! validate_or_update {
                 let (k, h) = (ins.k, tree.home_of(c, ins.k));
                 let found = match ins.probe {
                     Probe::Exact => Ok(tree.find_near(c, &*view, h, k)),
-                    Probe::Full(full) => tree.resolve(c, &*view, h, k, full).await,
+                    Probe::Full(full) => tree.resolve(c, &*view, h, k, full, None).await,
                 };
                 match found {
                     Err(e) => Err(e),
@@ -69,10 +69,12 @@ impl Tree {
         h: usize,
         k: u64,
         full: &[u8],
+        value: Option<&mut Vec<u8>>,
     ) -> IndexResult<Option<usize>> {
         let span = self.leaf.span;
         c.compute(Work::KeyCompare, self.leaf.h as u64);
-        self.resolve_long(c, buf, (0..self.leaf.h).map(|d| wrap(h + d, span)), k, full).await
+        let slots = (0..self.leaf.h).map(|d| wrap(h + d, span));
+        self.resolve_long(c, buf, slots, k, full, value).await
     }
 
     /// Hotness-aware speculative read through hotspot buffer `hs`: READ only the hottest
@@ -115,7 +117,8 @@ impl Tree {
         c: &Client<T>,
         k: u64,
         probe: Probe<'_>,
-    ) -> IndexResult<Option<SlotValue>> {
+        value: &mut Vec<u8>,
+    ) -> IndexResult<Option<(SlotValue, bool)>> {
         let h = self.home_of(c, k);
         let mut buf = self.neighbourhood(h);
         // Restarts, and READs that caught a hop in flight (the first at `hop_since`).
@@ -132,21 +135,21 @@ impl Tree {
             // `resolve`'s future.
             if let (Some(hs), Probe::Exact) = (&self.hotspots, probe) {
                 if let Some(v) = self.speculate(c, hs, cur, h, k, &mut buf).await? {
-                    return Ok(Some(v));
+                    return Ok(Some((v, false)));
                 }
             }
             loop {
                 await_neighbourhood!(self, c, cur, h, buf)?;
                 let found = match probe {
                     Probe::Exact => self.find_near(c, &buf, h, k),
-                    Probe::Full(full) => self.resolve(c, &buf, h, k, full).await?,
+                    Probe::Full(full) => self.resolve(c, &buf, h, k, full, Some(value)).await?,
                 };
                 if let Some(i) = found {
                     if let Some(hs) = &self.hotspots {
                         c.compute(Work::TableProbe, 1);
                         hs.touch(cur, h, i, k);
                     }
-                    return Ok(Some(SlotValue(buf.value(i))));
+                    return Ok(Some((SlotValue(buf.value(i)), matches!(probe, Probe::Full(_)))));
                 }
                 // The hop bitmap is rebuilt by hashing every key of the neighbourhood.
                 c.compute(Work::KeyHash, self.leaf.h as u64);
@@ -309,7 +312,7 @@ impl Tree {
                 await_neighbourhood!(self, c, cur, h, buf)?;
                 let found = match probe {
                     Probe::Exact => self.find_near(c, &buf, h, k),
-                    Probe::Full(full) => self.resolve(c, &buf, h, k, full).await?,
+                    Probe::Full(full) => self.resolve(c, &buf, h, k, full, None).await?,
                 };
                 if let Some(i) = found {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
