@@ -37,8 +37,13 @@ pub(crate) struct ScanScratch {
     /// The leaves the cached parent names after the first, not yet read (from `next_ahead`).
     ahead: Vec<GlobalAddr>,
     next_ahead: usize,
-    /// One block's bytes (indirect values, long keys).
+    /// One block's bytes (indirect values), or every pair's first READ of its block, end to
+    /// end (long keys).
     pub block: Vec<u8>,
+    /// Long keys: each pair's block and the bytes of its first READ.
+    pub reads: Vec<(GlobalAddr, usize)>,
+    /// Long keys: a block longer than its first READ, READ whole.
+    pub rest: Vec<u8>,
     /// A fine-grained scan's round ([`super::fine_scan`]): its leaves, their runs of slots to
     /// READ, the home of each key they want, and the slots a leaf's neighbourhoods cover.
     pub(super) trims: Vec<Trim>,

@@ -6,7 +6,7 @@ use dmindex_conformance::{model_test, ModelConfig};
 use dmindex_fabric::exec::run_tasks;
 use dmindex_fabric::local::LocalTransport;
 use dmindex_fabric::{Client, Fabric, LocalConfig, LocalFabric};
-use dmindex_index::{IndexConfig, IndexError, Ordered, PointIndex};
+use dmindex_index::{IndexConfig, IndexError, Ordered, PointIndex, RangeIndex};
 use futures::future::LocalBoxFuture;
 
 /// An in-process cluster of one memory node.
@@ -312,6 +312,33 @@ fn keys_sharing_a_prefix_are_told_apart_in_one_round_trip() {
             assert_eq!(t.get(&c, b"user6542999").await, None);
             assert!(rt(before) <= base + 1, "{n}: an absent key of a shared prefix");
         }
+    }]);
+}
+
+/// A scan over long keys READs its pairs' blocks together (they hold the keys), so a longer
+/// scan costs more leaves, not a round trip more a pair; what it returns is the model's.
+#[test]
+fn a_long_key_scan_reads_its_blocks_together() {
+    let f = fabric(16 << 20, 1 << 20);
+    let c = f.client(0).unwrap();
+    let cfg = IndexConfig { max_key: 12, ..IndexConfig::default() };
+    run_tasks([async {
+        let t = Sherman::create(&c, &cfg, 0).await.unwrap();
+        let keys: Vec<Vec<u8>> = (0..300).map(|i| format!("user{i:05}").into_bytes()).collect();
+        for (i, k) in keys.iter().enumerate() {
+            t.insert(&c, k, &[i as u8; 8]).await.unwrap();
+        }
+        let mut rts = Vec::new();
+        for count in [5, 60] {
+            let before = c.counts().round_trips;
+            let mut got = Vec::new();
+            RangeIndex::scan(&t, &c, b"user00100", count, &mut got).await.unwrap();
+            rts.push(c.counts().round_trips - before);
+            let want: Vec<(Vec<u8>, Vec<u8>)> =
+                (100..100 + count).map(|i| (keys[i].clone(), vec![i as u8; 8])).collect();
+            assert_eq!(got, want, "scan of {count}");
+        }
+        assert!(rts[1] <= rts[0] + 3, "a round trip a pair? {rts:?}");
     }]);
 }
 
