@@ -53,13 +53,13 @@ impl<V> ChimeIndex<V> {
         Ok(())
     }
 
-    /// [`Self::put`] for long keys, whose keys are in the blocks: every pair's block READ at
-    /// once (doorbells per memory node, [`doorbell::read_per_node`]: one round trip for up to
-    /// [`doorbell::ROUND_READS`] pairs, where one READ after another took a round trip a pair),
-    /// each its first READ's bytes, a block longer than that READ again whole. Blocks are
-    /// immutable once published, so READing them together sees what READing them in turn
-    /// would. (Indirect values with 8-byte keys keep one READ per pair, as the figures that
-    /// run CHIME-Indirect measured it.)
+    /// [`Self::put`] for long keys, whose keys are in the blocks: the pairs' blocks READ
+    /// together, [`doorbell::ROUND_READS`] pairs at a time (doorbells per memory node,
+    /// [`doorbell::read_per_node`]: one round trip for a round on one memory node, where one
+    /// READ after another took a round trip a pair), each its first READ's bytes; a block
+    /// longer than that READ has its rest READ by itself. Blocks are immutable once published,
+    /// so READing them together sees what READing them in turn would. (Indirect values with
+    /// 8-byte keys keep one READ per pair, as the figures that run CHIME-Indirect measured it.)
     async fn put_long<T: Transport>(
         &self,
         c: &Client<T>,
@@ -69,28 +69,31 @@ impl<V> ChimeIndex<V> {
     ) -> IndexResult<()> {
         let ScanScratch { pairs, block, reads, rest, .. } = s;
         let blocks = &self.tree.blocks;
-        reads.clear();
-        reads.extend(pairs.iter().map(|&(_, slot)| {
-            let at = GlobalAddr::from_raw(u64::from_le_bytes(slot));
-            (at, blocks.first_read_at(c, at))
-        }));
-        block.clear();
-        block.resize(reads.iter().map(|r| r.1).sum(), 0);
-        doorbell::read_per_node(c, reads, block).await?;
-        let mut from = 0;
-        for &(at, len) in reads.iter() {
-            let b = &block[from..from + len];
-            from += len;
-            match blocks.parse(at, b)? {
-                Some((key, value)) => {
-                    if keep(key) {
-                        out.push(key, value);
+        // A round at a time, so the buffer holds at most one round's first READs.
+        for round in pairs.chunks(doorbell::ROUND_READS) {
+            reads.clear();
+            reads.extend(round.iter().map(|&(_, slot)| {
+                let at = GlobalAddr::from_raw(u64::from_le_bytes(slot));
+                (at, blocks.first_read_at(c, at))
+            }));
+            block.clear();
+            block.resize(reads.iter().map(|r| r.1).sum(), 0);
+            doorbell::read_per_node(c, reads, block).await?;
+            let mut from = 0;
+            for &(at, len) in reads.iter() {
+                let b = &block[from..from + len];
+                from += len;
+                match blocks.parse(at, b)? {
+                    Some((key, value)) => {
+                        if keep(key) {
+                            out.push(key, value);
+                        }
                     }
-                }
-                None => {
-                    let (key, value) = blocks.read_into(c, at, rest).await?;
-                    if keep(&rest[key.clone()]) {
-                        out.push(&rest[key], &rest[value]);
+                    None => {
+                        let (key, value) = blocks.rest_into(c, at, b, rest).await?;
+                        if keep(&rest[key.clone()]) {
+                            out.push(&rest[key], &rest[value]);
+                        }
                     }
                 }
             }

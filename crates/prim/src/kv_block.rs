@@ -38,6 +38,11 @@ use dmindex_index::{IndexError, IndexResult};
 pub const HEADER: usize = 8;
 /// Bytes of the stack buffer a block's first READ lands in when it fits (two cache lines).
 pub const GUESS: usize = 128;
+
+/// Blocks [`Blocks::first_holding_key`] gathers on the stack: a leaf's entries sharing one
+/// 8-byte prefix (CHIME's default span is 64); more spill to the heap.
+pub const CANDIDATES: usize = 64;
+
 /// Most bytes the first READ of a block asks for: an InfiniBand MTU. A longer block (values of
 /// kilobytes) costs a second READ; a shorter cap would cost one to every item past it (at 128,
 /// every item whose key and value passed 120 bytes took two).
@@ -331,54 +336,95 @@ impl Blocks {
 
     /// The first of the blocks at `addrs` that holds key `key`: the header and `key.len()` bytes
     /// of every block READ at once ([`crate::doorbell::read_per_node`]: one round trip for up to
-    /// [`crate::doorbell::ROUND_READS`] blocks), where [`Self::holds_key`] block after block takes
-    /// a round trip each. Blocks are immutable once published, so READing them together sees
-    /// what READing them one by one would. More bytes when an early block holds the key; the
-    /// same when none does (every block must then be read anyway).
+    /// [`crate::doorbell::ROUND_READS`] blocks on one memory node), where [`Self::holds_key`]
+    /// block after block takes a round trip each. Blocks are immutable once published, so
+    /// READing them together sees what READing them one by one would. More bytes when an early
+    /// block holds the key; the same when none does (every block must then be read anyway).
     ///
-    /// With `value`, each block's first [`Self::first_read`] bytes are READ instead, and the
-    /// holder's value is put in `value` (cleared first) from that same READ: a search needs no
-    /// second READ of the block it found (one more only for a block longer than that, as
-    /// [`Self::value_into`]).
+    /// With `value` (a search), each block's first READ ([`Self::first_read_at`]: cut at the end
+    /// of its node's region) is taken instead, into `value` itself, and `value` is left holding
+    /// the holder's value (empty if none holds the key): the block is not READ again for it,
+    /// and nothing is allocated once `value` has grown. A block longer than its first READ is
+    /// READ again as [`Self::value_into`] reads it.
     pub async fn first_holding_key<T: Transport>(
         &self,
         c: &Client<T>,
         addrs: &[GlobalAddr],
         key: &[u8],
-        mut value: Option<&mut Vec<u8>>,
+        value: Option<&mut Vec<u8>>,
     ) -> IndexResult<Option<usize>> {
-        let n = match value {
-            Some(_) => self.first_read().max(HEADER + key.len()),
-            None => HEADER + key.len(),
-        };
+        let Some(out) = value else { return self.first_holding_key_only(c, addrs, key).await };
+        let mut pieces = smallvec::SmallVec::<[(GlobalAddr, usize); CANDIDATES]>::new();
+        pieces.extend(addrs.iter().map(|&a| (a, self.first_read_at(c, a))));
+        out.clear();
+        out.resize(pieces.iter().map(|p| p.1).sum(), 0);
+        crate::doorbell::read_per_node(c, &pieces, out).await?;
+        c.compute(Work::BytesScanned, out.len() as u64);
+        let mut from = 0;
+        for (i, &(a, len)) in pieces.iter().enumerate() {
+            let block = &out[from..from + len];
+            from += len;
+            c.compute(Work::KeyCompare, 1);
+            let (klen, vlen) = self.lengths(a, block)?;
+            if klen != key.len() || block.get(HEADER..HEADER + klen) != Some(key) {
+                continue;
+            }
+            let at = from - len + HEADER + klen;
+            if HEADER + klen + vlen <= len {
+                out.copy_within(at..at + vlen, 0);
+                out.truncate(vlen);
+            } else if !self.value_into(c, a, Some(key), out).await? {
+                return Err(IndexError::Corrupt(format!("block at {a} changed")));
+            }
+            return Ok(Some(i));
+        }
+        out.clear();
+        Ok(None)
+    }
+
+    /// [`Self::first_holding_key`] without a value: each block's header and key only.
+    async fn first_holding_key_only<T: Transport>(
+        &self,
+        c: &Client<T>,
+        addrs: &[GlobalAddr],
+        key: &[u8],
+    ) -> IndexResult<Option<usize>> {
+        let n = HEADER + key.len();
         let mut b = smallvec::SmallVec::<[u8; 4 * GUESS]>::from_elem(0, n * addrs.len());
-        let mut pieces = smallvec::SmallVec::<[(GlobalAddr, usize); 16]>::new();
+        let mut pieces = smallvec::SmallVec::<[(GlobalAddr, usize); CANDIDATES]>::new();
         pieces.extend(addrs.iter().map(|&a| (a, n)));
         crate::doorbell::read_per_node(c, &pieces, &mut b).await?;
         c.compute(Work::BytesScanned, b.len() as u64);
         for (i, (&a, block)) in addrs.iter().zip(b.chunks_exact(n)).enumerate() {
             c.compute(Work::KeyCompare, 1);
-            let (klen, vlen) = self.lengths(a, block)?;
-            if klen != key.len() || &block[HEADER..HEADER + klen] != key {
-                continue;
+            let (klen, _) = self.lengths(a, block)?;
+            if klen == key.len() && &block[HEADER..] == key {
+                return Ok(Some(i));
             }
-            if let Some(out) = value.as_deref_mut() {
-                match block.get(HEADER + klen..HEADER + klen + vlen) {
-                    Some(v) => {
-                        out.clear();
-                        out.extend_from_slice(v);
-                    }
-                    // Longer than the first READ: the rest as `value_into` reads it.
-                    None => {
-                        if !self.value_into(c, a, Some(key), out).await? {
-                            return Err(IndexError::Corrupt(format!("block at {a} changed")));
-                        }
-                    }
-                }
-            }
-            return Ok(Some(i));
         }
         Ok(None)
+    }
+
+    /// The block at `a` whose first READ gave `first`, shorter than the block: `first` copied
+    /// into `buf` (cleared first) and the rest READ after it, one READ; where its key and its
+    /// value are in `buf` (a scan that READ many blocks' first bytes together).
+    pub async fn rest_into<T: Transport>(
+        &self,
+        c: &Client<T>,
+        a: GlobalAddr,
+        first: &[u8],
+        buf: &mut Vec<u8>,
+    ) -> IndexResult<(Range<usize>, Range<usize>)> {
+        let (klen, vlen) = self.lengths(a, first)?;
+        let total = HEADER + klen + vlen;
+        buf.clear();
+        buf.extend_from_slice(first);
+        if total > first.len() {
+            buf.resize(total, 0);
+            c.read(a.add(first.len() as u64), &mut buf[first.len()..]).await?;
+        }
+        buf.truncate(total);
+        Ok((HEADER..HEADER + klen, HEADER + klen..total))
     }
 
     /// The key and value lengths in the header `b` starts with, checked against the maxima.
@@ -458,6 +504,16 @@ mod tests {
             let at = huge.first_holding_key(&c, &big, &keys[1], Some(&mut out)).await.unwrap();
             assert_eq!((at, out.len(), out[0]), (Some(1), 2 * MAX_FIRST_READ, 4));
             assert!(c.counts().round_trips - before > 1, "the long block READ again");
+            // A scan's rest: the first READ's bytes, then the rest of the block by itself.
+            let first = c.read_vec(big[1], huge.first_read()).await.unwrap();
+            let mut whole = Vec::new();
+            let before = c.counts().round_trips;
+            let (k, v) = huge.rest_into(&c, big[1], &first, &mut whole).await.unwrap();
+            assert_eq!(c.counts().round_trips - before, 1);
+            assert_eq!((&whole[k], whole[v].len()), (&keys[1][..], 2 * MAX_FIRST_READ));
+            let first = c.read_vec(big[0], huge.first_read_at(&c, big[0])).await.unwrap();
+            let (k, v) = huge.rest_into(&c, big[0], &first, &mut whole).await.unwrap();
+            assert_eq!((&whole[k], &whole[v]), (&keys[0][..], &b"v"[..]));
             // A key held twice: the first block in the order given.
             let again = [addrs[5], addrs[2], addrs[2]];
             assert_eq!(
@@ -566,6 +622,13 @@ mod tests {
             assert!(blocks.value_into(&c, near, Some(b"key"), &mut out).await.unwrap());
             assert_eq!((out.as_slice(), c.counts().round_trips - before), (&b"v200"[..], 1));
             assert!(!blocks.value_into(&c, near, Some(b"kex"), &mut out).await.unwrap());
+            // Told apart from another block with a value buffer: each READ cut at the end too.
+            let at = blocks.first_holding_key(&c, &[near, a], b"key", Some(&mut out)).await;
+            assert_eq!((at.unwrap(), out.as_slice()), (Some(0), &b"v200"[..]));
+            let at = blocks.first_holding_key(&c, &[a], b"key", Some(&mut out)).await;
+            assert_eq!((at.unwrap(), out.as_slice()), (Some(0), &b"v2"[..]));
+            let at = blocks.first_holding_key(&c, &[near, a], b"kez", Some(&mut out)).await;
+            assert_eq!((at.unwrap(), out.len()), (None, 0), "no holder: the buffer left empty");
             let last = GlobalAddr::new(0, size - 4);
             assert!(matches!(blocks.read(&c, last).await, Err(IndexError::Corrupt(_))));
             let e = blocks.value_into(&c, last, None, &mut out).await;

@@ -12,6 +12,7 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::Located;
+use dmindex_prim::kv_block::CANDIDATES;
 use smallvec::SmallVec;
 
 use super::{Attempt, Insert, LockedLeaf, Tree};
@@ -168,7 +169,7 @@ impl Tree {
         value: Option<&mut Vec<u8>>,
     ) -> IndexResult<Option<usize>> {
         let (mut at, mut blocks) =
-            (SmallVec::<[usize; 16]>::new(), SmallVec::<[GlobalAddr; 16]>::new());
+            (SmallVec::<[usize; CANDIDATES]>::new(), SmallVec::<[GlobalAddr; CANDIDATES]>::new());
         for i in slots.into_iter().filter(|&i| buf.key(i) == k) {
             at.push(i);
             blocks.push(GlobalAddr::from_raw(u64::from_le_bytes(buf.value(i))));
