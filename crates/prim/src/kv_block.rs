@@ -344,8 +344,8 @@ impl Blocks {
     /// With `value` (a search), each block's first READ ([`Self::first_read_at`]: cut at the end
     /// of its node's region) is taken instead, into `value` itself, and `value` is left holding
     /// the holder's value (empty if none holds the key): the block is not READ again for it,
-    /// and nothing is allocated once `value` has grown. A block longer than its first READ is
-    /// READ again as [`Self::value_into`] reads it.
+    /// and nothing is allocated once `value` has grown. A block longer than its first READ has
+    /// its rest READ by itself.
     pub async fn first_holding_key<T: Transport>(
         &self,
         c: &Client<T>,
@@ -369,13 +369,13 @@ impl Blocks {
             if klen != key.len() || block.get(HEADER..HEADER + klen) != Some(key) {
                 continue;
             }
-            let at = from - len + HEADER + klen;
-            if HEADER + klen + vlen <= len {
-                out.copy_within(at..at + vlen, 0);
-                out.truncate(vlen);
-            } else if !self.value_into(c, a, Some(key), out).await? {
-                return Err(IndexError::Corrupt(format!("block at {a} changed")));
-            }
+            // The holder's bytes to the front, completed if its first READ cut it short, then
+            // its value to the front.
+            out.copy_within(from - len..from, 0);
+            out.truncate(len);
+            self.read_rest(c, a, out, HEADER + klen + vlen).await?;
+            out.copy_within(HEADER + klen..HEADER + klen + vlen, 0);
+            out.truncate(vlen);
             return Ok(Some(i));
         }
         out.clear();
@@ -419,12 +419,26 @@ impl Blocks {
         let total = HEADER + klen + vlen;
         buf.clear();
         buf.extend_from_slice(first);
-        if total > first.len() {
+        self.read_rest(c, a, buf, total).await?;
+        Ok((HEADER..HEADER + klen, HEADER + klen..total))
+    }
+
+    /// `buf` holds the first bytes of the block at `a`, which is `total` bytes long: the rest
+    /// READ after them, if any (one READ), and `buf` cut to the block.
+    async fn read_rest<T: Transport>(
+        &self,
+        c: &Client<T>,
+        a: GlobalAddr,
+        buf: &mut Vec<u8>,
+        total: usize,
+    ) -> IndexResult<()> {
+        let have = buf.len();
+        if total > have {
             buf.resize(total, 0);
-            c.read(a.add(first.len() as u64), &mut buf[first.len()..]).await?;
+            c.read(a.add(have as u64), &mut buf[have..]).await?;
         }
         buf.truncate(total);
-        Ok((HEADER..HEADER + klen, HEADER + klen..total))
+        Ok(())
     }
 
     /// The key and value lengths in the header `b` starts with, checked against the maxima.

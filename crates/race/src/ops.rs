@@ -352,10 +352,10 @@ impl Race {
     /// entry of its own key (one READ of that entry's block). Then another write of the key
     /// landed after the update's READ and before its CAS, both inside the update, and the
     /// update takes effect just before that write, its value overwritten at once: it is done,
-    /// with no second search. Blocks are never reused, so a word once replaced never returns; a split
-    /// freezes an entry before it moves, and leaves no committed entry of a moved key behind
-    /// (`crate::split`), so such an entry is the key's own later write in this segment. Not for
-    /// deletes: an update that found the key cannot follow a delete that removed it.
+    /// with no second search. Blocks are never reused, so a word once replaced never returns; a
+    /// split freezes an entry before it moves, and leaves no committed entry of a moved key
+    /// behind (`crate::split`), so such an entry is the key's own later write in this segment.
+    /// Not for deletes: an update that found the key cannot follow a delete that removed it.
     async fn superseded<T: Transport>(
         &self,
         c: &Client<T>,

@@ -219,8 +219,8 @@ const REPLAYS: u64 = 5;
 /// `c` measured as the paper measured it: its harness replays each client's trace for 10 s
 /// and counts seconds 4 to 8, with the hotspot buffer and caches warm. Here each client's
 /// share of `ops` operations is replayed [`REPLAYS`] times and the middle 0.4 to 0.8 of the
-/// run measured (two passes warm the buffer: `tests/suite/window.rs`). Workloads with inserts (LOAD,
-/// D, E) cannot replay a stream (a replayed insert is an update) and run one cold pass.
+/// run measured (two passes warm the buffer: `tests/suite/window.rs`). Workloads with inserts
+/// (LOAD, D, E) cannot replay a stream (a replayed insert is an update) and run one cold pass.
 pub(super) fn warm(s: &Session<'_>, mut c: BenchConfig) -> BenchConfig {
     if !["a", "b", "c"].contains(&c.workload.name.as_str()) {
         return c;

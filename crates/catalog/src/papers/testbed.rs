@@ -150,7 +150,8 @@ mod tests {
     use super::*;
 
     /// The whole experiment in one go: every calibration point within 15 % of its published
-    /// value but the two known misses (`crates/sim/tests/suite/calibration.rs`), and charts written.
+    /// value but the two known misses (`crates/sim/tests/suite/calibration.rs`), and charts
+    /// written.
     #[test]
     fn every_point_has_its_published_value_beside_it() {
         let scale = Scale::default();

@@ -174,11 +174,11 @@ impl Tree {
             at.push(i);
             blocks.push(GlobalAddr::from_raw(u64::from_le_bytes(buf.value(i))));
         }
-        let found = match (&blocks[..], value) {
-            ([], _) => None,
-            (&[block], None) => self.blocks.holds_key(c, block, full).await?.then_some(0),
-            (_, value) => self.blocks.first_holding_key(c, &blocks, full, value).await?,
-        };
+        if blocks.is_empty() {
+            return Ok(None);
+        }
+        // One block is one READ alone, as `holds_key` would post it.
+        let found = self.blocks.first_holding_key(c, &blocks, full, value).await?;
         Ok(found.map(|j| at[j]))
     }
 }
