@@ -80,6 +80,10 @@ pub struct CheckArgs {
     /// String keys of 8 to 11 bytes, three sharing each 8-byte prefix.
     #[arg(long)]
     long_keys: bool,
+    /// With --long-keys: this many keys share each 8-byte prefix (CHIME and Sherman keep more
+    /// than a few in collision groups).
+    #[arg(long, value_name = "N", requires = "long_keys", value_parser = clap::value_parser!(u64).range(1..=100))]
+    keys_per_prefix: Option<u64>,
     /// No client crashes.
     #[arg(long)]
     no_crashes: bool,
@@ -182,6 +186,7 @@ pub fn check_plan(
         index_options: a.index.options.clone(),
         value_size: a.value_size,
         long_keys: a.long_keys,
+        keys_per_prefix: a.keys_per_prefix.unwrap_or(CheckConfig::default().keys_per_prefix),
         memory_nodes: a.mns,
         memory_node_crash_ns: a.mn_crash_us.unwrap_or(0) * 1000,
         memory_node_restart_ns: a.mn_restart_us.unwrap_or(0) * 1000,
@@ -310,6 +315,9 @@ fn replay_flags(a: &CheckArgs) -> String {
     flag(a.preset != d.preset, format!("--preset {}", a.preset));
     flag(a.value_size != d.value_size, format!("--value-size {}", a.value_size));
     flag(a.long_keys, "--long-keys".into());
+    if let Some(n) = a.keys_per_prefix {
+        flag(true, format!("--keys-per-prefix {n}"));
+    }
     flag(a.no_crashes, "--no-crashes".into());
     flag(a.crash_every != 4, format!("--crash-every {}", a.crash_every));
     flag(a.crash_clock == ClockArg::Operation, "--crash-clock operation".into());

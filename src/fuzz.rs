@@ -56,6 +56,7 @@ const FLAGS: &[&str] = &[
     "--first-seed",
     "--keys",
     "--long-keys",
+    "--keys-per-prefix",
     "--no-crashes",
     "--crash-every",
     "--no-delays",

@@ -112,8 +112,10 @@ pub struct CheckConfig {
     pub index_options: Vec<(String, String)>,
     /// Use exactly these keys (8-byte big-endian integers, non-zero) instead of `1 ..= keys`.
     pub key_list: Vec<u64>,
-    /// Use string keys of 8 to 11 bytes, three per 8-byte prefix.
+    /// Use string keys of 8 to 11 bytes, [`CheckConfig::keys_per_prefix`] per 8-byte prefix.
     pub long_keys: bool,
+    /// With long keys: keys sharing each 8-byte prefix (1 ..= 100; three unless set).
+    pub keys_per_prefix: u64,
     /// Compute-node cache budget of each handle, bytes.
     pub cache_bytes: u64,
     /// Memory nodes of the simulated cluster.
@@ -145,6 +147,7 @@ impl Default for CheckConfig {
             index_options: Vec::new(),
             key_list: Vec::new(),
             long_keys: false,
+            keys_per_prefix: 3,
             cache_bytes: 1 << 20,
             memory_nodes: 1,
             memory_node_crash_ns: 0,
@@ -470,9 +473,18 @@ impl CheckConfig {
 
     /// The `i`-th key of the run.
     fn key(&self, i: u64) -> Vec<u8> {
-        if self.long_keys {
+        if self.long_keys && self.keys_per_prefix == 3 {
             let suffix: &[u8] = [&b""[..], b"-x", b"-yy"][(i % 3) as usize];
             return [format!("k{:07}", i / 3).as_bytes(), suffix].concat();
+        }
+        if self.long_keys {
+            // "k0000012", then "k0000012-1" … "k0000012-99": 8 to 11 bytes.
+            let per = self.keys_per_prefix.clamp(1, 100);
+            let key = format!("k{:07}", i / per);
+            return match i % per {
+                0 => key.into_bytes(),
+                j => format!("{key}-{j}").into_bytes(),
+            };
         }
         match self.key_list.get(i as usize) {
             Some(k) => k.to_be_bytes().to_vec(),
