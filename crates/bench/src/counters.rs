@@ -17,6 +17,10 @@ const LABELS: &[(&str, &str)] = &[
     ),
     ("closed_wait_reads", "reads of a closed segment's metadata while waiting for it"),
     ("closed_waits", "waits for a closed segment (being merged or split) to reopen"),
+    (
+        "collision_groups_formed",
+        "prefixes whose long keys a leaf gathered into one collision group (CHIME, Sherman)",
+    ),
     ("compactions", "leaves compacted to make room (dropping deleted or superseded pairs)"),
     (
         "context_refreshes",

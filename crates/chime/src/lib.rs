@@ -54,10 +54,13 @@
 //!   for a search takes the value too). A search reads the block after the leaf (one more
 //!   round trip, however many entries share the prefix). Blocks
 //!   are immutable once published, so they need no versions; replaced blocks are not reclaimed
-//!   (as in the reference). Keys sharing a prefix share a home and cannot be split apart, so at
-//!   most H of them fit in the tree: one more is refused with [`IndexError::Full`]. (YCSB's
-//!   zero-padded `user…` keys share few prefixes and hit this limit quickly; the paper assumes
-//!   rare prefix collisions.)
+//!   (as in the reference). Keys sharing a prefix share a home and cannot be split apart; the
+//!   paper assumes such collisions are rare. Real keys share
+//!   prefixes by the thousand (YCSB's `user…`), so past H / 2 of them in a leaf (half a sorted
+//!   leaf for Sherman) the leaf keeps one entry for the prefix, naming a **collision group**
+//!   that holds every key of the prefix in order ([`collision`]): a search of such a key is one
+//!   round trip more (the group, then the key's block), and any number of keys may share a
+//!   prefix.
 //! * **Local lock table** (from Sherman, used by the reference through RDWC): clients of one
 //!   compute node queue on a CN-local async lock (4096 slots, hashed by lock address) before
 //!   spinning on the remote lock word, so at most one client per CN spins remotely. A slot is
@@ -92,6 +95,7 @@
 //! key beyond the range (later leaves hold only larger keys); a fine-grained one plans exactly
 //! [lo, hi).
 
+pub mod collision;
 pub mod hotspot;
 pub mod layout;
 pub mod leaf;
@@ -225,10 +229,12 @@ impl<V> ChimeIndex<V> {
                 hotspots: shape.speculative.then(|| hotspot::Hotspots::new(hotspot, leaf)),
                 bufs: Pool::new(tree::LEAF_BUFS),
                 scans: Pool::new(tree::SCAN_SCRATCH),
+                group_bufs: Pool::new(tree::LEAF_BUFS),
                 splits: AtomicU64::new(0),
                 moves_right: AtomicU64::new(0),
                 half_splits: tree::smo::HalfSplits::new(),
                 half_splits_finished: AtomicU64::new(0),
+                groups_formed: AtomicU64::new(0),
                 keys_at_split: AtomicU64::new(0),
             },
             shape,
@@ -344,6 +350,8 @@ impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
         let (k, probe) = self.key_of(key)?;
         out.clear();
         let Some((SlotValue(slot), read)) = self.tree.search(c, k, probe, out).await? else {
+            // A long key's search may have used `out` for the blocks or the group it READ.
+            out.clear();
             return Ok(false);
         };
         if read {
@@ -385,6 +393,7 @@ impl<T: Transport, V: Variant> PointIndex<T> for ChimeIndex<V> {
                 ("leaf_splits", splits),
                 ("leaf_moves_right", t.moves_right.load(Ordering::Relaxed)),
                 ("half_splits_finished", t.half_splits_finished.load(Ordering::Relaxed)),
+                ("collision_groups_formed", t.groups_formed.load(Ordering::Relaxed)),
                 ("leaf_keys_at_split", t.keys_at_split.load(Ordering::Relaxed)),
                 ("leaf_slots_at_split", splits * t.leaf.span as u64),
                 ("speculative_reads", t.hotspots.as_ref().map_or(0, |h| h.attempts.get())),

@@ -10,6 +10,7 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::{IndexError, IndexResult, RangeIndex, ScanBuf};
 use dmindex_prim::doorbell;
 
+use crate::collision::{self, Group};
 use crate::tree::{ScanScratch, Trimmed, MOST_RESERVED};
 use crate::{prefix_of, ChimeIndex, Variant};
 
@@ -24,16 +25,18 @@ impl<V> ChimeIndex<V> {
 
     /// Appends the pairs the tree's walk left in `s.pairs` to `out` with their full keys and
     /// values, those whose key `keep` accepts (a range's ends; long keys are learnt from their
-    /// blocks first).
+    /// blocks first). Long keys: the keys of collision groups past the first `most` keys kept
+    /// (in the walk's order) are left out, as their runs end.
     async fn put<T: Transport>(
         &self,
         c: &Client<T>,
         s: &mut ScanScratch,
         out: &mut ScanBuf,
         keep: impl Fn(&[u8]) -> bool,
+        most: usize,
     ) -> IndexResult<()> {
         if self.shape.long_keys() {
-            return self.put_long(c, s, out, keep).await;
+            return self.put_long(c, s, out, keep, most).await;
         }
         let ScanScratch { pairs, block, .. } = s;
         let blocks = &self.tree.blocks;
@@ -54,45 +57,105 @@ impl<V> ChimeIndex<V> {
     }
 
     /// [`Self::put`] for long keys, whose keys are in the blocks: the pairs' blocks READ
-    /// together, [`doorbell::ROUND_READS`] pairs at a time (doorbells per memory node,
-    /// [`doorbell::read_per_node`]: one round trip for a round on one memory node, where one
-    /// READ after another took a round trip a pair), each its first READ's bytes; a block
-    /// longer than that READ has its rest READ by itself. Blocks are immutable once published,
-    /// so READing them together sees what READing them in turn would. (Indirect values with
-    /// 8-byte keys keep one READ per pair, as the figures that run CHIME-Indirect measured it.)
+    /// together ([`Self::put_blocks`]), then the blocks of the records their groups hold in
+    /// range ([`crate::collision`]), READ together the same way. A group wins over plain entries
+    /// of its prefix (only a sorted leaf's rewrite cut short by a dying writer leaves both).
     async fn put_long<T: Transport>(
         &self,
         c: &Client<T>,
         s: &mut ScanScratch,
         out: &mut ScanBuf,
         keep: impl Fn(&[u8]) -> bool,
+        most: usize,
     ) -> IndexResult<()> {
-        let ScanScratch { pairs, block, reads, rest, .. } = s;
+        let ScanScratch { pairs, block, reads, rest, grouped, .. } = s;
+        drop_shadowed(pairs);
+        grouped.clear();
+        let bufs = (&mut *block, &mut *reads, &mut *rest);
+        let mut taken = Taken { most, taken: 0, last: None };
+        self.put_blocks(c, pairs, bufs, Some(&mut *grouped), out, (&keep, &mut taken)).await?;
+        if !grouped.is_empty() {
+            let records = std::mem::take(grouped);
+            let mut all = Taken { most: usize::MAX, taken: 0, last: None };
+            let bufs = (block, reads, rest);
+            let put = self.put_blocks(c, &records, bufs, None, out, (&keep, &mut all)).await;
+            *grouped = records;
+            put?;
+        }
+        Ok(())
+    }
+
+    /// The blocks the value slots of `pairs` name, READ together, [`doorbell::ROUND_READS`] at
+    /// a time (doorbells per memory node, [`doorbell::read_per_node`]: one round trip for a
+    /// round on one memory node, where one READ after another took a round trip a pair), each
+    /// its first READ's bytes; a block longer than that READ has its rest READ by itself.
+    /// Blocks are immutable once published, so READing them together sees what READing them
+    /// in turn would. A key-value block's pair goes to `out` if `keep` takes its key; a
+    /// group's records that `keep` takes go to `grouped` (their blocks are READ next), as
+    /// many as `taken` still takes. (Indirect values with 8-byte keys keep one READ per pair,
+    /// as the figures that run CHIME-Indirect measured it.)
+    async fn put_blocks<T: Transport>(
+        &self,
+        c: &Client<T>,
+        pairs: &[(u64, [u8; 8])],
+        (block, reads, rest): (&mut Vec<u8>, &mut Vec<(GlobalAddr, usize)>, &mut Vec<u8>),
+        mut grouped: Option<&mut Vec<(u64, [u8; 8])>>,
+        out: &mut ScanBuf,
+        (keep, taken): (&impl Fn(&[u8]) -> bool, &mut Taken),
+    ) -> IndexResult<()> {
         let blocks = &self.tree.blocks;
         // A round at a time, so the buffer holds at most one round's first READs.
         for round in pairs.chunks(doorbell::ROUND_READS) {
+            if taken.done(round[0].0) {
+                break;
+            }
             reads.clear();
-            reads.extend(round.iter().map(|&(_, slot)| {
-                let at = GlobalAddr::from_raw(u64::from_le_bytes(slot));
-                (at, blocks.first_read_at(c, at))
+            reads.extend(round.iter().map(|&(_, slot)| match collision::group_of(slot) {
+                Some((at, first)) => (at, self.tree.within_region(c, at, first)),
+                None => {
+                    let at = GlobalAddr::from_raw(u64::from_le_bytes(slot));
+                    (at, blocks.first_read_at(c, at))
+                }
             }));
             block.clear();
             block.resize(reads.iter().map(|r| r.1).sum(), 0);
             doorbell::read_per_node(c, reads, block).await?;
             let mut from = 0;
-            for &(at, len) in reads.iter() {
+            for (&(at, len), &(k, slot)) in reads.iter().zip(round) {
                 let b = &block[from..from + len];
                 from += len;
+                if taken.done(k) {
+                    return Ok(());
+                }
+                if collision::group_of(slot).is_some() {
+                    let Some(grouped) = grouped.as_deref_mut() else {
+                        return Err(IndexError::Corrupt(format!(
+                            "a group's record names group {at}"
+                        )));
+                    };
+                    rest.clear();
+                    rest.extend_from_slice(b);
+                    self.tree.group_rest(c, at, rest).await?;
+                    let g = Group::parse(at, rest)?;
+                    // Records are in key order: the first the scan still takes are its smallest.
+                    let wanted = g.records().filter(|r| keep(r.key)).take(taken.left());
+                    let before = grouped.len();
+                    grouped.extend(wanted.map(|r| (0, r.slot)));
+                    taken.took(k, grouped.len() - before);
+                    continue;
+                }
                 match blocks.parse(at, b)? {
                     Some((key, value)) => {
                         if keep(key) {
                             out.push(key, value);
+                            taken.took(k, 1);
                         }
                     }
                     None => {
                         let (key, value) = blocks.rest_into(c, at, b, rest).await?;
                         if keep(&rest[key.clone()]) {
                             out.push(&rest[key], &rest[value]);
+                            taken.took(k, 1);
                         }
                     }
                 }
@@ -100,6 +163,55 @@ impl<V> ChimeIndex<V> {
         }
         Ok(())
     }
+}
+
+/// How many keys a long-key scan has taken of the most it takes, and the prefix of the last.
+/// Keys come in prefix order, a collision group's in key order, but plain entries of one
+/// prefix in no order: so a prefix whose keys were being taken is taken whole, and only
+/// groups are cut.
+struct Taken {
+    most: usize,
+    taken: usize,
+    last: Option<u64>,
+}
+
+impl Taken {
+    /// Whether the scan has all it takes before a pair of prefix `k`.
+    fn done(&self, k: u64) -> bool {
+        self.taken >= self.most && self.last != Some(k)
+    }
+
+    /// Keys it may still take (a plain run's may pass it).
+    fn left(&self) -> usize {
+        self.most.saturating_sub(self.taken)
+    }
+
+    fn took(&mut self, k: u64, n: usize) {
+        self.taken += n;
+        if n > 0 {
+            self.last = Some(k);
+        }
+    }
+}
+
+/// Drops from `pairs` (in 8-byte key order) the plain entries of a prefix that a group entry
+/// also holds in the same run (a group wins: [`crate::collision`]).
+fn drop_shadowed(pairs: &mut Vec<(u64, [u8; 8])>) {
+    let is_group = |p: &(u64, [u8; 8])| collision::group_of(p.1).is_some();
+    let (n, mut kept, mut i) = (pairs.len(), 0, 0);
+    while i < n {
+        let k = pairs[i].0;
+        let end = i + pairs[i..].iter().take_while(|p| p.0 == k).count();
+        let grouped = pairs[i..end].iter().any(is_group);
+        for j in i..end {
+            if !grouped || is_group(&pairs[j]) {
+                pairs[kept] = pairs[j];
+                kept += 1;
+            }
+        }
+        i = end;
+    }
+    pairs.truncate(kept);
 }
 
 impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
@@ -126,17 +238,17 @@ impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
             if let Some(pos) = on.filter(|_| s.pairs.len() < count) {
                 self.tree.scan_on(c, pos, count, false, None, &mut s).await?;
             }
-            return self.put(c, &mut s, out, |_| true).await;
+            return self.put(c, &mut s, out, |_| true, usize::MAX).await;
         }
         if !self.shape.long_keys() {
             self.tree.scan(c, start, count, false, None, &mut s).await?;
-            return self.put(c, &mut s, out, |_| true).await;
+            return self.put(c, &mut s, out, |_| true, usize::MAX).await;
         }
-        // Keys sharing a prefix stay in one leaf and come back as whole groups; up to H of
-        // them may sort before `from`, so ask for that many more, then order by full key.
-        let extra = self.tree.leaf.prefix_run();
-        self.tree.scan(c, start, count.saturating_add(extra), true, None, &mut s).await?;
-        self.put(c, &mut s, out, |k| k >= from).await?;
+        // Keys sharing a prefix stay in one leaf and come back as whole runs, counted by the
+        // keys they hold past `from`'s prefix (a collision group's, at least what its value
+        // slot vouches for), then are ordered by full key.
+        self.tree.scan(c, start, count, true, None, &mut s).await?;
+        self.put(c, &mut s, out, |k| k >= from, count).await?;
         out.sort_from(0);
         out.truncate(count);
         Ok(())
@@ -166,10 +278,10 @@ impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
             if let Trimmed::From(pos) = self.tree.scan_fine(c, start, end, false, &mut s).await? {
                 self.tree.scan_on(c, pos, usize::MAX, false, Some(until), &mut s).await?;
             }
-            return self.put(c, &mut s, out, |k| k >= lo && k < hi).await;
+            return self.put(c, &mut s, out, |k| k >= lo && k < hi, usize::MAX).await;
         }
         self.tree.scan(c, start, usize::MAX, long, Some(until), &mut s).await?;
-        self.put(c, &mut s, out, |k| k >= lo && k < hi).await?;
+        self.put(c, &mut s, out, |k| k >= lo && k < hi, usize::MAX).await?;
         if long {
             out.sort_from(0);
         }

@@ -22,26 +22,95 @@ use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
 
+use crate::collision;
 use crate::leaf::LeafBuf;
 use crate::tree::sorted_write::Moves;
-use crate::tree::{Attempt, Insert, LockedLeaf, Probe, Tree, Where};
+use crate::tree::{Attempt, InLeaf, Insert, LockedLeaf, Probe, Resolved, Tree, Where};
 use crate::view::{LeafView, SlotValue};
 
 impl Tree {
-    /// The slot of long key `full` (leaf key `k`) in sorted leaf `buf` (whole): every entry
-    /// sharing the prefix, told apart by its block. An exact key is binary-searched by the
+    /// Where long key `full` (leaf key `k`) is in sorted leaf `buf` (whole): every entry
+    /// sharing the prefix, [`Tree::resolve_long`]. An exact key is binary-searched by the
     /// caller, without making this future.
     async fn sorted_resolve<T: Transport>(
         &self,
         c: &Client<T>,
         buf: &LeafBuf,
-        k: u64,
-        full: &[u8],
-        value: Option<&mut Vec<u8>>,
-    ) -> IndexResult<Option<usize>> {
+        (k, full): (u64, &[u8]),
+        scratch: &mut Vec<u8>,
+        value: bool,
+    ) -> IndexResult<Resolved> {
         let n = buf.sorted_len();
         c.compute(Work::KeyCompare, n as u64);
-        self.resolve_long(c, buf, 0..n, k, full, value).await
+        self.resolve_long(c, buf, 0..n, (k, full), scratch, value).await
+    }
+
+    /// Forms the group of prefix `k` in locked leaf `leaf` (READ whole into `buf`) from its
+    /// plain entries of the prefix and key `full` (value slot `v`): the group posted, then the
+    /// first entry names it, the others leave (a shift left), and the leaf is rewritten under
+    /// a new node version, as a delete's shift is ([`crate::collision`]).
+    async fn sorted_form_group<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: LockedLeaf<'_>,
+        buf: &mut LeafBuf,
+        (k, full): (u64, &[u8]),
+        v: [u8; 8],
+    ) -> IndexResult<()> {
+        let n = buf.sorted_len();
+        let slots: Vec<usize> = (0..n).filter(|&i| buf.key(i) == k).collect();
+        let group = self.post_new_group(c, leaf.addr.node(), &*buf, &slots, full, v).await;
+        let (group, leaf) = self.or_unlock(c, leaf, group).await?;
+        buf.set_entry(slots[0], k, group);
+        for &i in slots[1..].iter().rev() {
+            buf.sorted_remove(i);
+        }
+        self.rewrite_sorted_leaf(c, leaf, buf, Moves::Left).await?;
+        self.groups_formed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Ends a write in prefix `k`'s collision group in locked sorted leaf `leaf` (READ whole
+    /// into `buf`): the change [`Tree::write_in_group`] left, and any plain entries of the
+    /// prefix the group shadows removed (only a rewrite cut short by a dying writer leaves
+    /// them). A copy named by its entry alone is one entry's WRITE; an entry leaving is a shift
+    /// left under a new node version; nothing to change is the unlock.
+    async fn sorted_finish_in_group<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: LockedLeaf<'_>,
+        buf: &mut LeafBuf,
+        k: u64,
+        change: InLeaf,
+    ) -> IndexResult<()> {
+        let n = buf.sorted_len();
+        let shadowed = |buf: &LeafBuf, i: usize| {
+            buf.key(i) == k && collision::group_of(buf.value(i)).is_none()
+        };
+        let mut leaving: Vec<usize> = (0..n).filter(|&i| shadowed(buf, i)).collect();
+        let (change, leaf) = match change {
+            // Its entry goes only when no shadowed entry is left to speak again.
+            InLeaf::Drop(e) if !leaving.is_empty() => {
+                let empty = self.post_empty_group(c, leaf.addr.node()).await;
+                let (empty, leaf) = self.or_unlock(c, leaf, empty).await?;
+                (InLeaf::Name(e, empty), leaf)
+            }
+            change => (change, leaf),
+        };
+        match change {
+            InLeaf::Name(e, slot) if leaving.is_empty() => {
+                return self.update_in_place(c, leaf, buf, e, k, slot).await
+            }
+            InLeaf::Nothing if leaving.is_empty() => return self.unlock_leaf(c, leaf).await,
+            InLeaf::Name(e, slot) => buf.set_entry(e, k, slot),
+            InLeaf::Drop(e) => leaving.push(e),
+            InLeaf::Nothing => {}
+        }
+        leaving.sort_unstable();
+        for &i in leaving.iter().rev() {
+            buf.sorted_remove(i);
+        }
+        self.rewrite_sorted_leaf(c, leaf, buf, Moves::Left).await
     }
 
     /// Search: READ the whole leaf, validate, binary search.
@@ -63,7 +132,16 @@ impl Tree {
                 let buf = self.read_whole_unlocked(c, cur).await?;
                 let found = match probe {
                     Probe::Exact => self.sorted_find(c, &buf, k),
-                    Probe::Full(full) => self.sorted_resolve(c, &buf, k, full, Some(value)).await?,
+                    Probe::Full(full) => {
+                        match self.sorted_resolve(c, &buf, (k, full), value, true).await? {
+                            Resolved::Entry(i) => Some(i),
+                            // The key's block, which holds its value, is READ by the caller.
+                            Resolved::InGroup { slot, .. } => {
+                                return Ok(Some((SlotValue(slot), false)))
+                            }
+                            Resolved::Absent { .. } => None,
+                        }
+                    }
                 };
                 if let Some(i) = found {
                     return Ok(Some((SlotValue(buf.value(i)), matches!(probe, Probe::Full(_)))));
@@ -101,14 +179,46 @@ impl Tree {
             Ok(leaf) => leaf,
             Err(next) => return Ok(next),
         };
-        let found = match probe {
-            Probe::Exact => self.sorted_find(c, &buf, k),
-            Probe::Full(full) => self.sorted_resolve(c, &buf, k, full, None).await?,
+        let leaf = match probe {
+            Probe::Exact => match self.sorted_find(c, &buf, k) {
+                Some(i) => {
+                    self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
+                    return Ok(Attempt::Done);
+                }
+                None => leaf,
+            },
+            Probe::Full(full) => {
+                let mut scratch = self.group_bufs.get(c, Vec::new);
+                let found = self.sorted_resolve(c, &buf, (k, full), &mut scratch, false).await;
+                let (found, leaf) = self.or_unlock(c, leaf, found).await?;
+                let in_group = match found {
+                    Resolved::Entry(i) => {
+                        self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
+                        return Ok(Attempt::Done);
+                    }
+                    Resolved::InGroup { entry, slot_at, .. } => Some((entry, Some(slot_at))),
+                    Resolved::Absent { group: Some(entry), .. } => Some((entry, None)),
+                    Resolved::Absent { group: None, plain }
+                        if plain >= collision::plain_limit(&self.leaf) =>
+                    {
+                        self.sorted_form_group(c, leaf, &mut buf, (k, full), v).await?;
+                        return Ok(Attempt::Done);
+                    }
+                    Resolved::Absent { .. } => None,
+                };
+                match in_group {
+                    None => leaf,
+                    Some((entry, record)) => {
+                        let at = (entry, buf.value(entry), &scratch[..]);
+                        let change =
+                            self.write_in_group(c, leaf.addr, at, (full, record), Some(v)).await;
+                        let (change, leaf) = self.or_unlock(c, leaf, change).await?;
+                        self.sorted_finish_in_group(c, leaf, &mut buf, k, change).await?;
+                        return Ok(Attempt::Done);
+                    }
+                }
+            }
         };
-        if let Some(i) = found {
-            self.update_in_place(c, leaf, &mut *buf, i, k, v).await?;
-            return Ok(Attempt::Done);
-        }
         let (at, compared) = buf.sorted_search_compares(k);
         let at = at.unwrap_or_else(|i| i);
         c.compute(Work::KeyCompare, compared);
@@ -166,10 +276,12 @@ impl Tree {
             }
         }
         let Some(cut) = cut else {
+            // A leaf keeps at most half its span of entries of one prefix (past that, a
+            // collision group), so this is a leaf that breaks that rule.
             let n = all.len();
             self.unlock_leaf(c, leaf).await?;
-            return Err(IndexError::Full(format!(
-                "all {n} keys of a leaf share the 8-byte prefix {:016x}",
+            return Err(IndexError::Corrupt(format!(
+                "all {n} entries of a leaf share the 8-byte prefix {:016x}",
                 kv.0
             )));
         };
@@ -214,11 +326,40 @@ impl Tree {
             };
             let (mut cur, mut moves) = (loc.leaf, Attempts::new());
             loop {
-                let leaf = self.lock_leaf(c, cur).await?;
+                let mut leaf = self.lock_leaf(c, cur).await?;
                 let mut buf = self.read_slots(c, cur, 0, self.leaf.span).await?;
                 let found = match probe {
                     Probe::Exact => self.sorted_find(c, &buf, k),
-                    Probe::Full(full) => self.sorted_resolve(c, &buf, k, full, None).await?,
+                    Probe::Full(full) => {
+                        let mut scratch = self.group_bufs.get(c, Vec::new);
+                        let found = self.sorted_resolve(c, &buf, (k, full), &mut scratch, false);
+                        let (found, locked) = self.or_unlock(c, leaf, found.await).await?;
+                        leaf = locked;
+                        let (entry, record) = match found {
+                            Resolved::Entry(i) => (Some(i), None),
+                            Resolved::InGroup { entry, slot_at, .. } => {
+                                (Some(entry), Some(slot_at))
+                            }
+                            Resolved::Absent { group: Some(entry), .. } => (Some(entry), None),
+                            Resolved::Absent { group: None, .. } => (None, None),
+                        };
+                        let group = entry.filter(|&e| collision::group_of(buf.value(e)).is_some());
+                        if let Some(e) = group {
+                            // The prefix's group is here, so its keys are: a key absent from
+                            // it is absent.
+                            let in_leaf = match record {
+                                None => Ok(InLeaf::Nothing),
+                                Some(_) => {
+                                    let at = (e, buf.value(e), &scratch[..]);
+                                    self.write_in_group(c, leaf.addr, at, (full, record), v).await
+                                }
+                            };
+                            let (in_leaf, leaf) = self.or_unlock(c, leaf, in_leaf).await?;
+                            self.sorted_finish_in_group(c, leaf, &mut buf, k, in_leaf).await?;
+                            return Ok(record.is_some());
+                        }
+                        entry
+                    }
                 };
                 if let Some(i) = found {
                     match v {

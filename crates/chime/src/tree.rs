@@ -23,6 +23,7 @@
 mod cut_short;
 mod descent;
 mod fine_scan;
+mod groups;
 mod hopscotch;
 mod leaf_io;
 mod scan;
@@ -48,6 +49,7 @@ use crate::view::{home, LeafView, SlotValue};
 
 pub(crate) use descent::Where;
 pub(crate) use fine_scan::Trimmed;
+pub(crate) use groups::{InLeaf, Resolved};
 pub(crate) use leaf_io::LockedLeaf;
 pub(crate) use scan::{ScanScratch, MOST_RESERVED};
 
@@ -82,6 +84,8 @@ pub(crate) struct Tree {
     pub bufs: Pool<LeafBuf>,
     /// Scans' working vectors, reused across scans ([`ScanScratch`]).
     pub scans: Pool<ScanScratch>,
+    /// Long keys: buffers for a group's bytes and a group's copy, reused across operations.
+    pub group_bufs: Pool<Vec<u8>>,
     /// Leaf splits by this CN.
     pub splits: AtomicU64,
     /// Moves right along the leaf chain (half splits crossed, [`Tree::walk_on`]).
@@ -92,6 +96,8 @@ pub(crate) struct Tree {
     pub half_splits: smo::HalfSplits,
     /// Half splits this CN finished for a splitter that did not ([`Tree::crossed_half_split`]).
     pub half_splits_finished: AtomicU64,
+    /// Collision groups this CN formed ([`crate::collision`]).
+    pub groups_formed: AtomicU64,
 }
 
 /// Leaf buffers each compute node's pool keeps (more operations in flight allocate).
@@ -114,10 +120,24 @@ pub(crate) enum Probe<'a> {
 pub(crate) enum Attempt {
     /// The key is in place.
     Done,
+    /// The key is in place, in the collision group its insert formed, whose entry shadows the
+    /// plain entries of its prefix until they are cleared ([`Tree::tidy_group`]).
+    Grouped,
     /// Move right to this leaf (half split: the key is beyond this leaf's bound).
     Right(GlobalAddr),
     /// Start over from the root (stale cache, or a split that did not place the key).
     Restart,
+}
+
+/// What a hopscotch leaf's update path does to the key it finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Rewrite its value slot.
+    Update([u8; 8]),
+    /// Remove it.
+    Delete,
+    /// Clear the plain entries its prefix's collision group shadows (long keys).
+    Tidy,
 }
 
 /// One insert (upsert) as a descent found it: the key's 8-byte field and probe, the value slot
@@ -243,6 +263,10 @@ impl Tree {
                 };
                 match attempt {
                     Attempt::Done => return Ok(()),
+                    Attempt::Grouped => {
+                        self.groups_formed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        return self.tidy_group(c, k, probe).await;
+                    }
                     Attempt::Right(next) if self.walk_on(c, &ins.loc, next, &mut moves).await? => {
                         cur = next
                     }
@@ -264,8 +288,24 @@ impl Tree {
         probe: Probe<'_>,
     ) -> IndexResult<bool> {
         match self.paths() {
-            LeafPaths::Hopscotch => self.hopscotch_modify(c, k, v, probe).await,
+            LeafPaths::Hopscotch => {
+                let change = v.map_or(Change::Delete, Change::Update);
+                self.hopscotch_modify(c, k, change, probe).await
+            }
             LeafPaths::Sorted => self.sorted_modify(c, k, v, probe).await,
         }
+    }
+
+    /// Clears the plain entries of long key `probe`'s prefix `k` that the collision group an
+    /// insert of it just formed shadows ([`Attempt::Grouped`]): a hopscotch leaf's later
+    /// write under its lock ([`crate::collision`]). A client that dies first leaves them to
+    /// the next write of the prefix in that leaf; the group wins over them meanwhile.
+    async fn tidy_group<T: Transport>(
+        &self,
+        c: &Client<T>,
+        k: u64,
+        probe: Probe<'_>,
+    ) -> IndexResult<()> {
+        self.hopscotch_modify(c, k, Change::Tidy, probe).await.map(|_| ())
     }
 }

@@ -3,8 +3,8 @@
 //! reached through a cached parent must have the sibling that parent expects, else the cached
 //! parent is stale and dropped; reached through a remote parent, a mismatch is a half split and
 //! the key may have moved right along the sibling chain. With fence keys (sibling-based
-//! validation off) the key must lie within the leaf's fences instead. Once a leaf is read,
-//! long keys sharing an 8-byte prefix are told apart here by their blocks.
+//! validation off) the key must lie within the leaf's fences instead. Long keys sharing an
+//! 8-byte prefix are told apart in `groups`.
 
 use std::sync::atomic::Ordering;
 
@@ -12,8 +12,6 @@ use dmindex_fabric::{Client, GlobalAddr, Transport};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
 use dmindex_prim::blink::Located;
-use dmindex_prim::kv_block::CANDIDATES;
-use smallvec::SmallVec;
 
 use super::{Attempt, Insert, LockedLeaf, Tree};
 use crate::layout::LockWord;
@@ -150,35 +148,5 @@ impl Tree {
     /// The key at the lock word `lw`'s argmax, if that slot was read into `buf`.
     pub(super) fn argmax_key(&self, buf: &impl LeafView, lw: LockWord) -> Option<u64> {
         (lw.argmax < self.leaf.span && buf.is_loaded(lw.argmax)).then(|| buf.key(lw.argmax))
-    }
-
-    /// Long keys: the slot among `slots` (loaded) whose entry holds prefix `k` and whose block
-    /// holds the full key. The blocks of entries sharing the prefix are read (immutable once
-    /// published, so any READ of them is consistent with the validated leaf READ that named
-    /// them), all in one round trip when there are several: keys that share 8-byte prefixes by
-    /// the dozen (YCSB's `user…` keys) would otherwise take a round trip per block. With
-    /// `value` (a search), the blocks' READs take the value too, into `value`: the block is not
-    /// READ again for it.
-    pub(crate) async fn resolve_long<T: Transport>(
-        &self,
-        c: &Client<T>,
-        buf: &impl LeafView,
-        slots: impl IntoIterator<Item = usize>,
-        k: u64,
-        full: &[u8],
-        value: Option<&mut Vec<u8>>,
-    ) -> IndexResult<Option<usize>> {
-        let (mut at, mut blocks) =
-            (SmallVec::<[usize; CANDIDATES]>::new(), SmallVec::<[GlobalAddr; CANDIDATES]>::new());
-        for i in slots.into_iter().filter(|&i| buf.key(i) == k) {
-            at.push(i);
-            blocks.push(GlobalAddr::from_raw(u64::from_le_bytes(buf.value(i))));
-        }
-        if blocks.is_empty() {
-            return Ok(None);
-        }
-        // One block is one READ alone, as `holds_key` would post it.
-        let found = self.blocks.first_holding_key(c, &blocks, full, value).await?;
-        Ok(found.map(|j| at[j]))
     }
 }

@@ -9,18 +9,21 @@
 //! vacancy bit.
 
 use super::leaf_io::{await_neighbourhood, await_window, PooledLeaf};
-use super::{Attempt, Insert, LockedLeaf, Probe, Tree, Where};
+use super::{Attempt, Change, InLeaf, Insert, LockedLeaf, Probe, Resolved, Tree, Where};
+use crate::collision;
 use crate::hotspot::Hotspots;
-use crate::layout::LockWord;
+use crate::layout::{LockWord, MAX_H};
 use crate::leaf::{home, Hop};
 use crate::neighbourhood::Neighbourhood;
 use crate::view::{wrap, LeafView, SlotValue};
 use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::IndexResult;
 use dmindex_prim::attempts::Attempts;
+use smallvec::SmallVec;
 
 /// Validates the READ of locked leaf `$leaf` into `$view` (a `&mut impl LeafView`) for insert
-/// `$ins` and rewrites the key's entry in place if it is there (an upsert). Evaluates to an
+/// `$ins` and rewrites the key's entry in place if it is there (an upsert; a long key's, or
+/// its group, as [`Tree::long_upsert`] does). Evaluates to an
 /// `IndexResult` of a [`Validated`], which the caller matches and returns by itself: the macro
 /// never leaves the caller. A macro, so that the window's and the whole-leaf buffer's paths
 /// share it without a future of its own between them and the verbs: as an async fn returning
@@ -34,47 +37,150 @@ macro_rules! validate_or_update {
             Ok(Err(next)) => Ok(Validated::Ended(next)),
             Ok(Ok(leaf)) => {
                 let (k, h) = (ins.k, tree.home_of(c, ins.k));
-                let found = match ins.probe {
-                    Probe::Exact => Ok(tree.find_near(c, &*view, h, k)),
-                    Probe::Full(full) => tree.resolve(c, &*view, h, k, full, None).await,
-                };
-                match found {
-                    Err(e) => Err(e),
-                    Ok(Some(i)) => {
-                        let written = tree.update_in_place(c, leaf, view, i, k, ins.v).await;
-                        written.map(|()| Validated::Ended(Attempt::Done))
-                    }
-                    Ok(None) => Ok(Validated::Insert(leaf)),
+                match ins.probe {
+                    Probe::Exact => match tree.find_near(c, &*view, h, k) {
+                        Some(i) => {
+                            let written = tree.update_in_place(c, leaf, view, i, k, ins.v).await;
+                            written.map(|()| Validated::Ended(Attempt::Done))
+                        }
+                        None => Ok(Validated::Insert(leaf, None)),
+                    },
+                    Probe::Full(full) => tree.long_upsert(c, leaf, view, h, (k, full), ins.v).await,
                 }
             }
         }
     }};
 }
 
-/// What [`validate_or_update!`] found: the leaf, still locked, for the key to go in, or what
-/// ended the attempt (the key written in place, or where to go on; the leaf unlocked).
+/// What [`validate_or_update!`] found: the leaf, still locked, for the key to go in (with the
+/// value slot to insert instead of the key's own when the key forms its prefix's collision
+/// group: the group's), or what ended the attempt (the key written in place, or where to go
+/// on; the leaf unlocked).
 enum Validated<'t> {
-    Insert(LockedLeaf<'t>),
+    Insert(LockedLeaf<'t>, Option<[u8; 8]>),
     Ended(Attempt),
 }
 
 impl Tree {
-    /// The slot of long key `full` (leaf key `k`) in home `h`'s neighbourhood of hopscotch leaf
-    /// `buf` (loaded), told apart by its block. An exact key is looked up with `find` by the
+    /// Where long key `full` (leaf key `k`) is in home `h`'s neighbourhood of hopscotch leaf
+    /// `buf` (loaded): [`Tree::resolve_long`]. An exact key is looked up with `find` by the
     /// caller, without making this future.
     async fn resolve<T: Transport>(
         &self,
         c: &Client<T>,
         buf: &impl LeafView,
         h: usize,
-        k: u64,
-        full: &[u8],
-        value: Option<&mut Vec<u8>>,
-    ) -> IndexResult<Option<usize>> {
-        let span = self.leaf.span;
+        (k, full): (u64, &[u8]),
+        scratch: &mut Vec<u8>,
+        value: bool,
+    ) -> IndexResult<Resolved> {
         c.compute(Work::KeyCompare, self.leaf.h as u64);
-        let slots = (0..self.leaf.h).map(|d| wrap(h + d, span));
-        self.resolve_long(c, buf, slots, k, full, value).await
+        self.resolve_long(c, buf, self.near(h), (k, full), scratch, value).await
+    }
+
+    /// The slots of home `h`'s neighbourhood.
+    fn near(&self, h: usize) -> impl Iterator<Item = usize> + Clone {
+        let span = self.leaf.span;
+        (0..self.leaf.h).map(move |d| wrap(h + d, span))
+    }
+
+    /// A long key's upsert in locked leaf `leaf` (READ into `view`, validated): its entry or
+    /// its group record rewritten if it is there, else the key added to its prefix's group.
+    /// Else the leaf is returned for a plain insert, or, when [`collision::plain_limit`]
+    /// entries share the prefix already, for the insert of an entry naming the group they and
+    /// the key form (written first): that entry goes in as any key does (hops, a split), and
+    /// the plain entries it shadows are cleared later, under another lock
+    /// ([`Tree::tidy_group`]), since a READ torn across one WRITE that named the group and
+    /// cleared them could see neither.
+    async fn long_upsert<'t, T: Transport>(
+        &'t self,
+        c: &Client<T>,
+        leaf: LockedLeaf<'t>,
+        view: &mut impl LeafView,
+        h: usize,
+        (k, full): (u64, &[u8]),
+        v: [u8; 8],
+    ) -> IndexResult<Validated<'t>> {
+        let mut scratch = self.group_bufs.get(c, Vec::new);
+        let found = self.resolve(c, &*view, h, (k, full), &mut scratch, false).await;
+        let (found, leaf) = self.or_unlock(c, leaf, found).await?;
+        let (entry, record) = match found {
+            Resolved::Entry(i) => {
+                self.update_in_place(c, leaf, view, i, k, v).await?;
+                return Ok(Validated::Ended(Attempt::Done));
+            }
+            Resolved::InGroup { entry, slot_at, .. } => (entry, Some(slot_at)),
+            Resolved::Absent { group: Some(entry), .. } => (entry, None),
+            Resolved::Absent { group: None, plain }
+                if plain >= collision::plain_limit(&self.leaf) =>
+            {
+                let slots: SmallVec<[usize; MAX_H]> =
+                    self.near(h).filter(|&i| view.key(i) == k).collect();
+                let group = self.post_new_group(c, leaf.addr.node(), &*view, &slots, full, v);
+                let (group, leaf) = self.or_unlock(c, leaf, group.await).await?;
+                return Ok(Validated::Insert(leaf, Some(group)));
+            }
+            Resolved::Absent { .. } => return Ok(Validated::Insert(leaf, None)),
+        };
+        let group = (entry, view.value(entry), &scratch[..]);
+        let change = self.write_in_group(c, leaf.addr, group, (full, record), Some(v)).await;
+        let (change, leaf) = self.or_unlock(c, leaf, change).await?;
+        self.finish_in_group(c, leaf, view, h, k, change).await?;
+        Ok(Validated::Ended(Attempt::Done))
+    }
+
+    /// Ends a write in prefix `k`'s collision group (home `h`) in locked leaf `leaf`, READ
+    /// into `view`: the change [`Tree::write_in_group`] left, and the plain entries of the
+    /// prefix the group shadows cleared with their hop bits and vacancy bits, in one WRITE that
+    /// unlocks the leaf (just the unlock when nothing changed). The cleared entries' keys are
+    /// in the group, which wins over them; their bits leave only in this WRITE, so a reader
+    /// torn across it and the one that put the group's entry in finds a hop bit over an empty
+    /// slot and retries.
+    async fn finish_in_group<T: Transport>(
+        &self,
+        c: &Client<T>,
+        leaf: LockedLeaf<'_>,
+        view: &mut impl LeafView,
+        h: usize,
+        k: u64,
+        change: InLeaf,
+    ) -> IndexResult<()> {
+        let mut lw = leaf.lw;
+        let mut modified = SmallVec::<[usize; MAX_H + 1]>::new();
+        let shadowed: SmallVec<[usize; MAX_H]> = self
+            .near(h)
+            .filter(|&i| view.key(i) == k && collision::group_of(view.value(i)).is_none())
+            .collect();
+        let (change, leaf) = match change {
+            // Its entry goes only when no shadowed entry is left to speak again.
+            InLeaf::Drop(e) if !shadowed.is_empty() => {
+                let empty = self.post_empty_group(c, leaf.addr.node()).await;
+                let (empty, leaf) = self.or_unlock(c, leaf, empty).await?;
+                (InLeaf::Name(e, empty), leaf)
+            }
+            change => (change, leaf),
+        };
+        let dropped = match change {
+            InLeaf::Name(e, slot) => {
+                view.set_entry(e, k, slot);
+                view.bump_ev(e);
+                modified.push(e);
+                None
+            }
+            InLeaf::Drop(e) => Some(e),
+            InLeaf::Nothing => None,
+        };
+        for i in shadowed.iter().copied().chain(dropped) {
+            modified.extend(view.remove(h, i));
+            lw.full &= !(1 << self.leaf.bucket(i));
+        }
+        if modified.is_empty() {
+            return self.unlock_leaf(c, leaf).await;
+        }
+        modified.sort_unstable();
+        modified.dedup();
+        let span = self.span_of(h, &modified);
+        self.write_back(c, leaf, view, span, lw).await
     }
 
     /// Hotness-aware speculative read through hotspot buffer `hs`: READ only the hottest
@@ -142,7 +248,16 @@ impl Tree {
                 await_neighbourhood!(self, c, cur, h, buf)?;
                 let found = match probe {
                     Probe::Exact => self.find_near(c, &buf, h, k),
-                    Probe::Full(full) => self.resolve(c, &buf, h, k, full, Some(value)).await?,
+                    Probe::Full(full) => {
+                        match self.resolve(c, &buf, h, (k, full), value, true).await? {
+                            Resolved::Entry(i) => Some(i),
+                            // The key's block, which holds its value, is READ by the caller.
+                            Resolved::InGroup { slot, .. } => {
+                                return Ok(Some((SlotValue(slot), false)))
+                            }
+                            Resolved::Absent { .. } => None,
+                        }
+                    }
                 };
                 if let Some(i) = found {
                     if let Some(hs) = &self.hotspots {
@@ -200,10 +315,11 @@ impl Tree {
         if let Some(plan) = self.insert_plans[h].as_ref().filter(|p| p.count == n) {
             let mut nb = Neighbourhood::new(self.leaf, plan);
             await_window!(self, c, cur, plan, nb)?;
-            let leaf = match validate_or_update!(self, c, ins, leaf, &mut nb)? {
-                Validated::Insert(leaf) => leaf,
+            let (leaf, group) = match validate_or_update!(self, c, ins, leaf, &mut nb)? {
+                Validated::Insert(leaf, group) => (leaf, group),
                 Validated::Ended(a) => return Ok(a),
             };
+            let v = group.unwrap_or(v);
             let am_key = self.argmax_key(&nb, lw);
             if let Some(e) = nb.insert_near(h, k, v) {
                 // The slots changed are h and e: both their buckets' bits are brought up to date
@@ -211,20 +327,22 @@ impl Tree {
                 let argmax = self.argmax_after(&nb, lw.argmax, am_key, k, || e);
                 let new = LockWord { full: nb.vacancy_after(lw.full, &[h, e]), argmax };
                 self.write_back(c, leaf, &nb, (h, self.leaf.dist(h, e) + 1), new).await?;
-                return Ok(Attempt::Done);
+                return Ok(done(group));
             }
             // The free slot the bitmap shows is before the home (the window ends with the
             // neighbourhood): the whole leaf.
             let buf = self.read_slots(c, cur, 0, s).await?;
-            return self.hop_in(c, ins, cur, leaf, buf, am_key).await;
+            let ins = Insert { v, ..*ins };
+            return Ok(grouped(group, self.hop_in(c, &ins, cur, leaf, buf, am_key).await?));
         }
         let mut buf = self.read_slots(c, cur, lo, n).await?;
-        let leaf = match validate_or_update!(self, c, ins, leaf, &mut *buf)? {
-            Validated::Insert(leaf) => leaf,
+        let (leaf, group) = match validate_or_update!(self, c, ins, leaf, &mut *buf)? {
+            Validated::Insert(leaf, group) => (leaf, group),
             Validated::Ended(a) => return Ok(a),
         };
         let am_key = self.argmax_key(&*buf, lw);
-        self.hop_in(c, ins, cur, leaf, buf, am_key).await
+        let ins = Insert { v: group.unwrap_or(v), ..*ins };
+        Ok(grouped(group, self.hop_in(c, &ins, cur, leaf, buf, am_key).await?))
     }
 
     /// Inserts absent key `ins.k` into locked leaf `leaf` (at `cur`), READ into `buf`, by
@@ -288,14 +406,17 @@ impl Tree {
         }
     }
 
-    /// Update (`Some(v)`: the entry rewritten in place) or delete (`None`: the entry, its home's
-    /// hop bit and its vacancy bit cleared) under the leaf's lock; returns whether the key
-    /// existed.
+    /// Under the leaf's lock, [`Change::Update`] (the entry rewritten in place) or
+    /// [`Change::Delete`] (the entry, its home's hop bit and its vacancy bit cleared); a long
+    /// key in its prefix's collision group is changed there ([`Tree::write_in_group`]) and the
+    /// plain entries the group shadows are cleared in the same WRITE. Returns whether the key
+    /// existed. [`Change::Tidy`] only clears the shadowed entries of long key `probe`'s group
+    /// (and says whether it found the group).
     pub(super) async fn hopscotch_modify<T: Transport>(
         &self,
         c: &Client<T>,
         k: u64,
-        v: Option<[u8; 8]>,
+        change: Change,
         probe: Probe<'_>,
     ) -> IndexResult<bool> {
         let h = self.home_of(c, k);
@@ -308,11 +429,54 @@ impl Tree {
             };
             let (mut cur, mut moves) = (loc.leaf, Attempts::new());
             loop {
-                let leaf = self.lock_hopscotch_leaf(c, cur).await?;
+                let mut leaf = self.lock_hopscotch_leaf(c, cur).await?;
                 await_neighbourhood!(self, c, cur, h, buf)?;
                 let found = match probe {
                     Probe::Exact => self.find_near(c, &buf, h, k),
-                    Probe::Full(full) => self.resolve(c, &buf, h, k, full, None).await?,
+                    Probe::Full(full) => {
+                        let mut scratch = self.group_bufs.get(c, Vec::new);
+                        let found = self.resolve(c, &buf, h, (k, full), &mut scratch, false).await;
+                        let (found, locked) = self.or_unlock(c, leaf, found).await?;
+                        leaf = locked;
+                        let (entry, record) = match found {
+                            Resolved::Entry(_) | Resolved::Absent { group: None, .. }
+                                if change == Change::Tidy =>
+                            {
+                                (None, None)
+                            }
+                            Resolved::Entry(i) => (Some(i), None),
+                            Resolved::InGroup { entry, slot_at, .. } => {
+                                (Some(entry), Some(slot_at))
+                            }
+                            Resolved::Absent { group: Some(entry), .. } => (Some(entry), None),
+                            Resolved::Absent { group: None, .. } => (None, None),
+                        };
+                        let group = entry.filter(|&e| collision::group_of(buf.value(e)).is_some());
+                        if let Some(e) = group {
+                            // The prefix's group is here, so its keys are (a prefix lives in
+                            // one leaf): a key absent from it is absent.
+                            let existed = record.is_some();
+                            let v = match change {
+                                Change::Update(v) => Some(v),
+                                Change::Delete | Change::Tidy => None,
+                            };
+                            let at = (e, buf.value(e), &scratch[..]);
+                            let in_leaf = match (change, record) {
+                                (Change::Tidy, _) | (_, None) => Ok(InLeaf::Nothing),
+                                _ => self.write_in_group(c, leaf.addr, at, (full, record), v).await,
+                            };
+                            let (in_leaf, leaf) = self.or_unlock(c, leaf, in_leaf).await?;
+                            self.finish_in_group(c, leaf, &mut buf, h, k, in_leaf).await?;
+                            return Ok(existed || change == Change::Tidy);
+                        }
+                        entry
+                    }
+                };
+                // A tidy finds no entry to change: its prefix's group, if here, was met above.
+                let found = found.filter(|_| change != Change::Tidy);
+                let v = match change {
+                    Change::Update(v) => Some(v),
+                    Change::Delete | Change::Tidy => None,
                 };
                 if let Some(i) = found {
                     if let (Some(hs), Some(_)) = (&self.hotspots, v) {
@@ -358,5 +522,18 @@ impl Tree {
         let first = modified.iter().map(|&i| l.dist(h, i)).min().expect("non-empty");
         let last = modified.iter().map(|&i| l.dist(h, i)).max().expect("non-empty");
         (wrap(h + first, l.span), last - first + 1)
+    }
+}
+
+/// An insert done: [`Attempt::Grouped`] when it put in the entry of a group it formed.
+fn done(group: Option<[u8; 8]>) -> Attempt {
+    grouped(group, Attempt::Done)
+}
+
+/// `a`, or [`Attempt::Grouped`] for [`Attempt::Done`] when the insert formed a group.
+fn grouped(group: Option<[u8; 8]>, a: Attempt) -> Attempt {
+    match (group, a) {
+        (Some(_), Attempt::Done) => Attempt::Grouped,
+        (_, a) => a,
     }
 }

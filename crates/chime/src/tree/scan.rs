@@ -19,6 +19,7 @@ use dmindex_prim::work::bisect_compares;
 use super::fine_scan::Trim;
 use super::leaf_io::{at_least, PooledLeaf};
 use super::{Tree, Where};
+use crate::collision;
 use crate::leaf::SLACK;
 use crate::view::LeafView;
 
@@ -44,6 +45,8 @@ pub(crate) struct ScanScratch {
     pub reads: Vec<(GlobalAddr, usize)>,
     /// Long keys: a block longer than its first READ, READ whole.
     pub rest: Vec<u8>,
+    /// Long keys: the (unused key, value slot) of each record the scan's groups hold in range.
+    pub grouped: Vec<(u64, [u8; 8])>,
     /// A fine-grained scan's round ([`super::fine_scan`]): its leaves, their runs of slots to
     /// READ, the home of each key they want, and the slots a leaf's neighbourhoods cover.
     pub(super) trims: Vec<Trim>,
@@ -104,8 +107,11 @@ impl Tree {
 
     /// Up to `count` pairs with key ≥ `from`, ascending, into `s.pairs` (cleared first): whole
     /// leaves along the sibling chain, several per doorbell when the parent names the next
-    /// ones. With `whole_groups`, a group of equal 8-byte keys is never cut; with `until`, the
-    /// scan ends at the first leaf holding a key beyond it.
+    /// ones. With `whole_groups` (long keys), a run of equal 8-byte keys is never cut, and
+    /// `count` counts keys, not entries: a collision group's entry counts the keys its value
+    /// slot vouches for, plain entries beside it none, and `from`'s own run none (its keys may
+    /// sort before the scan's start). With `until`, the scan ends at the first leaf holding a
+    /// key beyond it.
     pub(crate) async fn scan<T: Transport>(
         &self,
         c: &Client<T>,
@@ -120,7 +126,7 @@ impl Tree {
     }
 
     /// [`Tree::scan`] after the pairs already in `s.pairs` (all below `from`), up to `count`
-    /// pairs in all.
+    /// pairs in all (without `whole_groups`).
     pub(crate) async fn scan_on<T: Transport>(
         &self,
         c: &Client<T>,
@@ -165,7 +171,10 @@ impl Tree {
             loop {
                 let mut batch = ArrayVec::<GlobalAddr, BATCH>::new();
                 batch.push(cur);
-                let need = (count - s.pairs.len()).div_ceil(self.leaf.span / 2).clamp(1, BATCH);
+                let need = count
+                    .saturating_sub(s.pairs.len())
+                    .div_ceil(self.leaf.span / 2)
+                    .clamp(1, BATCH);
                 while batch.len() < need {
                     match s.ahead.get(s.next_ahead) {
                         Some(&a) if a.node() == cur.node() => {
@@ -240,21 +249,49 @@ impl Tree {
                 out.truncate(keep);
                 beyond
             }
+            None if whole_groups => {
+                // Long keys: never cut a run of equal prefixes (the caller orders it by full
+                // key), and count keys, not entries: a collision group's entry counts the keys
+                // its value slot vouches for, and the start's own prefix counts nothing (its
+                // keys may sort before the scan's start).
+                // A run with a group counts the group only: plain entries beside it are
+                // shadowed (their keys are in it).
+                let stride = collision::stride(self.blocks.max_key);
+                let group = |slot: [u8; 8]| collision::group_of(slot).map(|g| g.1);
+                let keys = |run: &[(u64, [u8; 8])]| match run.iter().any(|p| group(p.1).is_some()) {
+                    _ if run[0].0 == from => 0,
+                    true => run
+                        .iter()
+                        .filter_map(|p| group(p.1))
+                        .map(|first| collision::records_at_least(first, stride))
+                        .sum(),
+                    false => run.len(),
+                };
+                let (mut taken, mut i) = (0, 0);
+                while i < out.len() {
+                    if i > 0 && taken >= count {
+                        out.truncate(i);
+                        return true;
+                    }
+                    let k = out[i].0;
+                    let end = i + out[i..].iter().take_while(|p| p.0 == k).count();
+                    taken += keys(&out[i..end]);
+                    i = end;
+                }
+                taken >= count
+            }
             None => {
-                // With long keys, never cut a group of equal prefixes: the caller orders them
-                // by full key.
-                let cut = (start.max(count)..out.len())
-                    .find(|&i| !(whole_groups && i > 0 && out[i - 1].0 == out[i].0));
-                if let Some(i) = cut {
-                    out.truncate(i);
+                if out.len() > count {
+                    out.truncate(count);
                     return true;
                 }
-                out.len() >= count
+                out.len() == count
             }
         }
     }
 
-    /// Keys per slot over all leaves, walking the leaf chain from the leftmost leaf.
+    /// Entries per slot over all leaves, walking the leaf chain from the leftmost leaf (a
+    /// collision group's entry is one).
     pub(crate) async fn load_factor<T: Transport>(&self, c: &Client<T>) -> IndexResult<f64> {
         let (height, mut addr) = self.blink.root(c).await?;
         for _ in 1..height {

@@ -44,12 +44,13 @@ impl Tree {
         let cur = leaf.addr;
         let Some(cut) = Cut::choose(buf, k) else {
             // Nothing can move: every key shares k's side, so only duplicate 8-byte prefixes
-            // (long keys) can be crowding the neighbourhood, and splits cannot separate them.
+            // could be crowding the neighbourhood, and splits cannot separate them. A leaf
+            // keeps at most H / 2 plain entries of one prefix (past that, a collision group,
+            // and for a moment the plain entries it shadows), so this leaf breaks that rule.
             self.unlock_leaf(c, leaf).await?;
-            return Err(IndexError::Full(format!(
-                "more than {} keys of one leaf share the 8-byte prefix {k:016x}; CHIME cannot \
-                 separate them (paper §4.5)",
-                self.leaf.h
+            return Err(IndexError::Corrupt(format!(
+                "a leaf's neighbourhood of prefix {k:016x} cannot be split apart: more entries \
+                 share the prefix than a leaf keeps"
             )));
         };
         self.splits.fetch_add(1, Ordering::Relaxed);

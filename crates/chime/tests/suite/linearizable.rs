@@ -110,6 +110,23 @@ fn chime_long_keys_sharing_prefixes_with_crashes() {
     chime("chime_long_keys_sharing_prefixes_with_crashes", cfg, 0..40);
 }
 
+/// Twelve keys per 8-byte prefix, past what a leaf keeps as plain entries: collision groups
+/// form, grow by copies, have slots rewritten in place and shrink, while splits, hops and
+/// crashes go on; on CHIME's default leaf (H = 8) and on tiny leaves (H = 4).
+#[test]
+fn chime_collision_groups_with_crashes() {
+    for (name, options) in [("default leaf", vec![]), ("tiny leaves", opts(8, 4, 4))] {
+        let cfg = CheckConfig {
+            index_options: options,
+            keys: 96,
+            long_keys: true,
+            keys_per_prefix: 12,
+            ..CheckConfig::default()
+        };
+        chime(&format!("chime_collision_groups_with_crashes ({name})"), cfg, 0..30);
+    }
+}
+
 /// Real threads on the `local` transport: hot keys on tiny nodes, every history checked.
 #[test]
 fn chime_on_local_threads_is_linearizable() {
@@ -179,6 +196,31 @@ fn sherman_long_keys_and_indirect_values_with_crashes() {
         ..CheckConfig::default()
     };
     sherman("sherman_long_keys_and_indirect_values_with_crashes", cfg, 0..40);
+}
+
+/// Sherman's sorted leaf with keys crowded on their prefixes past half a leaf: groups form in
+/// a shift's rewrite under crashes. On tiny leaves (8 slots, 12 keys a prefix), and on the
+/// default leaf (64 slots, 40 keys a prefix) on CHIME's testbed, whose 1024-byte path MTU lets a
+/// dying writer land part of the rewrite that forms a group: the group then wins over the
+/// plain entries of its prefix the cut left.
+#[test]
+fn sherman_collision_groups_with_crashes() {
+    for (name, options, per, preset) in [
+        ("tiny leaves", opts(8, 4, 4), 12, "stress"),
+        ("default leaf, 1024-byte MTU", vec![], 40, "chime-testbed"),
+    ] {
+        let cfg = CheckConfig {
+            index_options: options,
+            keys: 120,
+            long_keys: true,
+            keys_per_prefix: per,
+            value_size: 24,
+            preset: preset.into(),
+            crashes: Crashes::EverySeed,
+            ..CheckConfig::default()
+        };
+        sherman(&format!("sherman_collision_groups_with_crashes ({name})"), cfg, 0..40);
+    }
 }
 
 /// Each step of the factor staircase (Fig. 15) on hot keys of small nodes: the separate vacancy

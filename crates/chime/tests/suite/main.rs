@@ -5,6 +5,7 @@
 mod compute;
 mod fine_scan;
 mod garbage;
+mod groups;
 mod linearizable;
 mod load;
 mod model;

@@ -47,6 +47,19 @@ fn long_key(x: u64) -> Vec<u8> {
     key
 }
 
+/// Long keys crowded on few prefixes: groups of 24 keys share their first 8 bytes, past what
+/// any leaf keeps as plain entries, so they live in collision groups.
+fn crowded_key(x: u64) -> Vec<u8> {
+    let g = (x / 24).wrapping_mul(2_654_435_761) % 100_000_000;
+    let mut key = format!("{g:08}").into_bytes();
+    match x % 24 {
+        0 => {}
+        23 => key.truncate(6),
+        i => key.extend_from_slice(format!("-{}", i * 7).as_bytes()),
+    }
+    key
+}
+
 /// Values of `len` bytes derived from `v`, varying in length when indirect (> 8).
 fn val(v: u8, len: usize) -> Vec<u8> {
     if len <= 8 {
@@ -79,6 +92,13 @@ impl Model {
     fn long_keys(mut self) -> Model {
         self.cfg.index.max_key = 12;
         self.cfg.key = long_key;
+        self
+    }
+
+    /// Keys of up to 12 bytes, 24 per 8-byte prefix: collision groups.
+    fn crowded_keys(mut self) -> Model {
+        self.cfg.index.max_key = 12;
+        self.cfg.key = crowded_key;
         self
     }
 
@@ -154,6 +174,21 @@ fn short_inline_values() {
 #[test]
 fn long_keys_sharing_prefixes() {
     Model::new((8, 4, 4), 400, 24).long_keys().chime()
+}
+
+#[test]
+fn crowded_prefixes() {
+    Model::new((8, 4, 4), 400, 24).crowded_keys().chime()
+}
+
+#[test]
+fn crowded_prefixes_default_shape() {
+    Model::new((64, 8, 64), 2000, 12).crowded_keys().values(24).chime()
+}
+
+#[test]
+fn sherman_crowded_prefixes() {
+    Model::new((8, 4, 4), 400, 12).crowded_keys().values(24).sherman()
 }
 
 #[test]
@@ -234,29 +269,77 @@ fn bulk_load_grows_the_tree_and_reuses_deleted_slots() {
     }]);
 }
 
+/// Keys past what a leaf keeps of one 8-byte prefix go to the prefix's collision group (where
+/// the tree refused the fifth of H = 4 before): hundreds of keys of one prefix, beside keys of
+/// other prefixes, are inserted, found, updated, deleted down to none and inserted again, and
+/// scans return them in key order, against a `BTreeMap`; in CHIME and in Sherman.
 #[test]
-fn more_than_h_keys_with_one_prefix_is_a_clear_error() {
+fn keys_past_a_leafs_share_of_one_prefix_go_to_its_group() {
+    let f = fabric(64 << 20, 1 << 20);
+    let c = f.client(0).unwrap();
+    let chime = IndexConfig { max_key: 12, ..cfg(8, 4, 4) };
+    let sherman = IndexConfig { root_slot: 2, ..chime.clone() };
+    run_tasks([async {
+        let chime = Chime::create(&c, &chime, 0).await.unwrap();
+        let sherman = Sherman::create(&c, &sherman, 0).await.unwrap();
+        for t in [&chime as &dyn Probe, &sherman] {
+            let mut model = std::collections::BTreeMap::new();
+            // 300 keys of "prefix!!", and a few keys on either side of it.
+            let crowd = |i: u32| format!("prefix!!{i}").into_bytes();
+            let mut keys: Vec<Vec<u8>> = (0..300).map(crowd).collect();
+            keys.extend(
+                ["prefix!", "prefix!!", "prefix!\x7f", "prefiy", "a", "zzzzzzzzzzzz"]
+                    .map(|k| k.as_bytes().to_vec()),
+            );
+            for (i, k) in keys.iter().enumerate() {
+                t.put(&c, k, i as u8).await;
+                model.insert(k.clone(), i as u8);
+            }
+            for (k, &v) in &model {
+                assert_eq!(t.get(&c, k).await, Some(v), "{}", String::from_utf8_lossy(k));
+            }
+            assert_eq!(t.get(&c, b"prefix!!300").await, None);
+            assert_eq!(t.get(&c, b"prefix!!-").await, None);
+            for i in (0..300).step_by(3) {
+                t.put(&c, &crowd(i), 250).await;
+                model.insert(crowd(i), 250);
+            }
+            for i in (0..300).step_by(2) {
+                assert!(t.del(&c, &crowd(i)).await);
+                model.remove(&crowd(i));
+            }
+            assert!(!t.del(&c, &crowd(0)).await);
+            let scan = t.scan(&c, b"prefix!!1", 40).await;
+            let want: Vec<_> = model
+                .range(b"prefix!!1".to_vec()..)
+                .take(40)
+                .map(|(k, &v)| (k.clone(), v))
+                .collect();
+            assert_eq!(scan, want);
+            // Down to no key of the prefix, then back.
+            for i in (1..300).step_by(2) {
+                assert!(t.del(&c, &crowd(i)).await);
+                model.remove(&crowd(i));
+            }
+            assert!(!t.del(&c, b"prefix!!299").await);
+            for i in 0..20 {
+                t.put(&c, &crowd(i), i as u8).await;
+                model.insert(crowd(i), i as u8);
+            }
+            let scan = t.scan(&c, b"\x01", 1000).await;
+            let want: Vec<_> = model.iter().map(|(k, &v)| (k.clone(), v)).collect();
+            assert_eq!(scan, want);
+        }
+    }]);
+}
+
+#[test]
+fn bad_long_keys_are_refused() {
     let f = fabric(16 << 20, 1 << 20);
     let c = f.client(0).unwrap();
     let cfg = IndexConfig { max_key: 12, ..cfg(8, 4, 4) };
     run_tasks([async {
         let t = Chime::create(&c, &cfg, 0).await.unwrap();
-        for i in 0..4u8 {
-            t.insert(&c, &[b'p', b'r', b'e', b'f', b'i', b'x', b'!', b'!', i], &[i; 8])
-                .await
-                .unwrap();
-        }
-        let err = t.insert(&c, b"prefix!!zz", &[9; 8]).await.unwrap_err();
-        assert!(
-            matches!(&err, IndexError::Full(m) if m.contains("share the 8-byte prefix")),
-            "{err}"
-        );
-        // The tree is intact and unlocked afterwards.
-        for i in 0..4u8 {
-            let key = [b'p', b'r', b'e', b'f', b'i', b'x', b'!', b'!', i];
-            assert_eq!(t.search(&c, &key).await.unwrap(), Some(vec![i; 8]));
-            assert!(t.update(&c, &key, &[7; 8]).await.unwrap());
-        }
         assert!(matches!(t.insert(&c, &[0; 9], &[1; 8]).await, Err(IndexError::InvalidKey(_))));
         assert!(matches!(
             t.insert(&c, &[1; 13], &[1; 8]).await,
@@ -279,7 +362,8 @@ fn keys_sharing_a_prefix_are_told_apart_in_one_round_trip() {
     let sharing =
         |n: usize| (0..n).map(|i| format!("user6542{i:03}").into_bytes()).collect::<Vec<_>>();
     run_tasks([async {
-        // CHIME keeps at most H (8) keys of one prefix; Sherman's sorted leaf any number.
+        // CHIME keeps H / 2 (4) keys of one prefix as plain entries, Sherman half a leaf (32);
+        // past that they form a group (the next test).
         let chime = Chime::create(&c, &long, 0).await.unwrap();
         let long_sherman = IndexConfig { root_slot: 2, ..long.clone() };
         let sherman = Sherman::create(&c, &long_sherman, 0).await.unwrap();
@@ -289,7 +373,7 @@ fn keys_sharing_a_prefix_are_told_apart_in_one_round_trip() {
         );
         let rt = |before: u64| c.counts().round_trips - before;
         for (n, t, t8) in
-            [(8, &chime as &dyn Probe, &chime8 as &dyn Probe), (30, &sherman, &sherman8)]
+            [(4, &chime as &dyn Probe, &chime8 as &dyn Probe), (30, &sherman, &sherman8)]
         {
             let keys = sharing(n);
             for (i, k) in keys.iter().enumerate() {
@@ -311,6 +395,80 @@ fn keys_sharing_a_prefix_are_told_apart_in_one_round_trip() {
             let before = c.counts().round_trips;
             assert_eq!(t.get(&c, b"user6542999").await, None);
             assert!(rt(before) <= base + 1, "{n}: an absent key of a shared prefix");
+        }
+    }]);
+}
+
+/// A group, once formed, is the one entry its prefix has in the leaf: the plain entries it
+/// shadows are cleared (CHIME: by the forming insert's second write; Sherman: in the same
+/// shift), so keys of one prefix take one slot however many they are.
+#[test]
+fn a_formed_group_is_its_prefixs_one_entry() {
+    let f = fabric(16 << 20, 1 << 20);
+    let c = f.client(0).unwrap();
+    let long = |slot| IndexConfig { max_key: 16, root_slot: slot, ..IndexConfig::default() };
+    run_tasks([async {
+        let chime = Chime::create(&c, &long(0), 0).await.unwrap();
+        let sherman = Sherman::create(&c, &long(2), 0).await.unwrap();
+        for (t, limit) in [(&chime as &dyn Probe, 4), (&sherman, 32)] {
+            let slots = |lf: f64| (lf * 64.0).round() as u64;
+            for i in 0..limit {
+                t.put(&c, format!("crowded!{i}").as_bytes(), 1).await;
+            }
+            assert_eq!(slots(t.fill(&c).await), limit, "{limit} plain entries");
+            t.put(&c, b"crowded!x", 2).await;
+            assert_eq!(slots(t.fill(&c).await), 1, "a group of {}", limit + 1);
+            for i in 0..100 {
+                t.put(&c, format!("crowded!y{i}").as_bytes(), 3).await;
+            }
+            assert_eq!(slots(t.fill(&c).await), 1);
+            assert_eq!(t.get(&c, b"crowded!0").await, Some(1));
+            assert_eq!(t.get(&c, b"crowded!x").await, Some(2));
+        }
+    }]);
+}
+
+/// A key in its prefix's group costs one round trip more than a plain long key's search (the
+/// group, then the key's block), wherever it sits in the group, and one more when the group
+/// passes the 3968 bytes its value slot can name; an update of it costs what a
+/// plain long key's does (the group READ where the key's block was; the slot word written in
+/// place with the unlock).
+#[test]
+fn a_key_in_a_group_costs_one_round_trip_more() {
+    let f = fabric(16 << 20, 1 << 20);
+    let c = f.client(0).unwrap();
+    let long = |slot| IndexConfig { max_key: 16, root_slot: slot, ..IndexConfig::default() };
+    run_tasks([async {
+        let chime = Chime::create(&c, &long(0), 0).await.unwrap();
+        let sherman = Sherman::create(&c, &long(2), 0).await.unwrap();
+        let rt = |before: u64| c.counts().round_trips - before;
+        for (n, t) in [(5, &chime as &dyn Probe), (33, &sherman), (200, &chime), (200, &sherman)] {
+            t.put(&c, b"lone-key", 200).await;
+            let before = c.counts().round_trips;
+            assert_eq!(t.get(&c, b"lone-key").await, Some(200));
+            let plain = rt(before);
+            let before = c.counts().round_trips;
+            t.put(&c, b"lone-key", 201).await;
+            let plain_update = rt(before);
+            let keys: Vec<_> = (0..n).map(|i| format!("grouped{n}-{i}").into_bytes()).collect();
+            for (i, k) in keys.iter().enumerate() {
+                t.put(&c, k, i as u8).await;
+            }
+            // A group past 31 × 128 bytes (here 8 + 32 B a key) is READ in two.
+            let long_group = u64::from(8 + 32 * n > 31 * 128);
+            for (i, k) in keys.iter().enumerate() {
+                let before = c.counts().round_trips;
+                assert_eq!(t.get(&c, k).await, Some(i as u8));
+                let want = plain + 1 + long_group;
+                assert_eq!(rt(before), want, "{n}: {}", String::from_utf8_lossy(k));
+            }
+            let before = c.counts().round_trips;
+            t.put(&c, &keys[n / 2], 99).await;
+            assert_eq!(rt(before), plain_update + long_group, "{n}: an update in a group");
+            assert_eq!(t.get(&c, &keys[n / 2]).await, Some(99));
+            let before = c.counts().round_trips;
+            assert_eq!(t.get(&c, format!("grouped{n}-x").as_bytes()).await, None);
+            assert_eq!(rt(before), plain + long_group, "{n}: an absent key of a grouped prefix");
         }
     }]);
 }
@@ -355,6 +513,16 @@ trait Probe {
         c: &'a Client<LocalTransport>,
         k: &'a [u8],
     ) -> LocalBoxFuture<'a, Option<u8>>;
+    fn del<'a>(&'a self, c: &'a Client<LocalTransport>, k: &'a [u8]) -> LocalBoxFuture<'a, bool>;
+    /// Keys per slot over the leaves.
+    fn fill<'a>(&'a self, c: &'a Client<LocalTransport>) -> LocalBoxFuture<'a, f64>;
+    /// `count` pairs from `from`, each value's first byte.
+    fn scan<'a>(
+        &'a self,
+        c: &'a Client<LocalTransport>,
+        from: &'a [u8],
+        count: usize,
+    ) -> LocalBoxFuture<'a, Vec<(Vec<u8>, u8)>>;
 }
 
 impl<V: dmindex_chime::Variant> Probe for dmindex_chime::ChimeIndex<V> {
@@ -373,6 +541,27 @@ impl<V: dmindex_chime::Variant> Probe for dmindex_chime::ChimeIndex<V> {
         k: &'a [u8],
     ) -> LocalBoxFuture<'a, Option<u8>> {
         Box::pin(async move { self.search(c, k).await.unwrap().map(|v| v[0]) })
+    }
+
+    fn del<'a>(&'a self, c: &'a Client<LocalTransport>, k: &'a [u8]) -> LocalBoxFuture<'a, bool> {
+        Box::pin(async move { self.delete(c, k).await.unwrap() })
+    }
+
+    fn fill<'a>(&'a self, c: &'a Client<LocalTransport>) -> LocalBoxFuture<'a, f64> {
+        Box::pin(async move { self.load_factor(c).await.unwrap().unwrap() })
+    }
+
+    fn scan<'a>(
+        &'a self,
+        c: &'a Client<LocalTransport>,
+        from: &'a [u8],
+        count: usize,
+    ) -> LocalBoxFuture<'a, Vec<(Vec<u8>, u8)>> {
+        Box::pin(async move {
+            let mut got = Vec::new();
+            RangeIndex::scan(self, c, from, count, &mut got).await.unwrap();
+            got.into_iter().map(|(k, v)| (k, v[0])).collect()
+        })
     }
 }
 
