@@ -249,45 +249,49 @@ impl Tree {
                 out.truncate(keep);
                 beyond
             }
-            None if whole_groups => {
-                // Long keys: never cut a run of equal prefixes (the caller orders it by full
-                // key), and count keys, not entries: a collision group's entry counts the keys
-                // its value slot vouches for, and the start's own prefix counts nothing (its
-                // keys may sort before the scan's start).
-                // A run with a group counts the group only: plain entries beside it are
-                // shadowed (their keys are in it).
-                let stride = collision::stride(self.blocks.max_key);
-                let group = |slot: [u8; 8]| collision::group_of(slot).map(|g| g.1);
-                let keys = |run: &[(u64, [u8; 8])]| match run.iter().any(|p| group(p.1).is_some()) {
-                    _ if run[0].0 == from => 0,
-                    true => run
-                        .iter()
-                        .filter_map(|p| group(p.1))
-                        .map(|first| collision::records_at_least(first, stride))
-                        .sum(),
-                    false => run.len(),
-                };
-                let (mut taken, mut i) = (0, 0);
-                while i < out.len() {
-                    if i > 0 && taken >= count {
-                        out.truncate(i);
-                        return true;
-                    }
-                    let k = out[i].0;
-                    let end = i + out[i..].iter().take_while(|p| p.0 == k).count();
-                    taken += keys(&out[i..end]);
-                    i = end;
-                }
-                taken >= count
-            }
+            None if whole_groups => self.take_runs(out, from, count),
             None => {
-                if out.len() > count {
-                    out.truncate(count);
+                if let Some(i) = (start.max(count)..out.len()).next() {
+                    out.truncate(i);
                     return true;
                 }
-                out.len() == count
+                out.len() >= count
             }
         }
+    }
+
+    /// [`Tree::take_leaf`]'s end for long keys (`whole_groups`): never cut a run of equal
+    /// prefixes (the caller orders it by full key), and count keys, not entries: a collision
+    /// group's entry counts the keys its value slot vouches for, and the start's own prefix
+    /// counts nothing (its keys may sort before the scan's start). Whether the scan is done.
+    /// Kept out of line: 8-byte keys never come here.
+    #[inline(never)]
+    fn take_runs(&self, out: &mut Vec<(u64, [u8; 8])>, from: u64, count: usize) -> bool {
+        // A run with a group counts the group only: plain entries beside it are shadowed
+        // (their keys are in it).
+        let stride = collision::stride(self.blocks.max_key);
+        let group = |slot: [u8; 8]| collision::group_of(slot).map(|g| g.1);
+        let keys = |run: &[(u64, [u8; 8])]| match run.iter().any(|p| group(p.1).is_some()) {
+            _ if run[0].0 == from => 0,
+            true => run
+                .iter()
+                .filter_map(|p| group(p.1))
+                .map(|first| collision::records_at_least(first, stride))
+                .sum(),
+            false => run.len(),
+        };
+        let (mut taken, mut i) = (0, 0);
+        while i < out.len() {
+            if i > 0 && taken >= count {
+                out.truncate(i);
+                return true;
+            }
+            let k = out[i].0;
+            let end = i + out[i..].iter().take_while(|p| p.0 == k).count();
+            taken += keys(&out[i..end]);
+            i = end;
+        }
+        taken >= count
     }
 
     /// Entries per slot over all leaves, walking the leaf chain from the leftmost leaf (a
