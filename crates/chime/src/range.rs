@@ -111,7 +111,7 @@ impl<V> ChimeIndex<V> {
             }
             reads.clear();
             reads.extend(round.iter().map(|&(_, slot)| match collision::group_of(slot) {
-                Some((at, first)) => (at, self.tree.within_region(c, at, first)),
+                Some((at, first)) => (at, c.info().within_region(at, first)),
                 None => {
                     let at = GlobalAddr::from_raw(u64::from_le_bytes(slot));
                     (at, blocks.first_read_at(c, at))

@@ -160,6 +160,15 @@ impl ClusterInfo {
     pub fn node_size(&self, node: NodeId) -> Option<u64> {
         self.node_sizes.get(node as usize).copied()
     }
+
+    /// Bytes of a READ of `want` bytes at `a` that stay inside its node's region: `want`, or
+    /// fewer near the region's end (none from past it, or on a node that does not exist). What
+    /// a reader of objects whose length it learns from their first bytes asks for, since a READ
+    /// past the region is refused.
+    pub fn within_region(&self, a: GlobalAddr, want: usize) -> usize {
+        let room = self.node_size(a.node()).map_or(0, |size| size.saturating_sub(a.offset()));
+        want.min(usize::try_from(room).unwrap_or(usize::MAX))
+    }
 }
 
 /// A client's connection to every memory node: the raw verbs of one transport.
@@ -238,6 +247,17 @@ pub trait Transport {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_read_is_cut_at_its_regions_end() {
+        let info = ClusterInfo { node_sizes: vec![4096, 1 << 20] };
+        assert_eq!(info.within_region(GlobalAddr::new(0, 0), 128), 128);
+        assert_eq!(info.within_region(GlobalAddr::new(0, 4000), 128), 96);
+        assert_eq!(info.within_region(GlobalAddr::new(0, 4096), 128), 0);
+        assert_eq!(info.within_region(GlobalAddr::new(0, 9000), 128), 0);
+        assert_eq!(info.within_region(GlobalAddr::new(1, 4000), 128), 128);
+        assert_eq!(info.within_region(GlobalAddr::new(2, 0), 128), 0, "no such node");
+    }
 
     proptest! {
         /// Masked CAS, bit by bit: success iff every compared bit matches; on success each

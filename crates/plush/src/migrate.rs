@@ -15,7 +15,6 @@ use dmindex_fabric::{BatchOp, Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::counter::{add, bump};
 use dmindex_prim::doorbell;
-use dmindex_prim::kv_block;
 use dmindex_prim::lease;
 use smallvec::SmallVec;
 
@@ -92,13 +91,11 @@ impl Plush {
     /// Items with keys for `entries`: one READ of each block's header and longest key, rung
     /// together per memory node.
     async fn items<T: Transport>(&self, c: &Client<T>, entries: &[u64]) -> IndexResult<Vec<Item>> {
-        let want = kv_block::HEADER + self.config.max_key;
         let mut pieces = Vec::with_capacity(entries.len());
         for &e in entries {
             self.check_entry(c, e)?;
             let a = entry_block(e);
-            let room = c.info().node_size(a.node()).unwrap_or(0).saturating_sub(a.offset());
-            pieces.push((a, want.min(usize::try_from(room).unwrap_or(usize::MAX))));
+            pieces.push((a, self.blocks.key_read_at(c, a)));
         }
         let mut buf = vec![0u8; pieces.iter().map(|p| p.1).sum()];
         if self.keys_each {

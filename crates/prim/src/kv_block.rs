@@ -157,8 +157,13 @@ impl Blocks {
     /// block near the end is read to the end and no further (a READ past it is refused). What a
     /// caller batching block READs reads of each.
     pub fn first_read_at<T: Transport>(&self, c: &Client<T>, a: GlobalAddr) -> usize {
-        let room = c.info().node_size(a.node()).map_or(0, |size| size.saturating_sub(a.offset()));
-        self.first_read().min(usize::try_from(room).unwrap_or(usize::MAX))
+        c.info().within_region(a, self.first_read())
+    }
+
+    /// The header and the longest key of the block at `a`, cut at the end of its node's region:
+    /// what a caller READs of many blocks at once to learn their keys ([`Blocks::parse_key`]).
+    pub fn key_read_at<T: Transport>(&self, c: &Client<T>, a: GlobalAddr) -> usize {
+        c.info().within_region(a, HEADER + self.max_key)
     }
 
     /// The key and value of the block at `a` whose first bytes are `b`; `None` if the block is
@@ -204,10 +209,7 @@ impl Blocks {
         c.read(a, buf).await?;
         let (klen, vlen) = self.lengths(a, buf)?;
         let total = HEADER + klen + vlen;
-        if total > guess {
-            buf.resize(total, 0);
-            c.read(a.add(guess as u64), &mut buf[guess..]).await?;
-        }
+        self.read_rest(c, a, buf, total).await?;
         Ok((HEADER..HEADER + klen, HEADER + klen..total))
     }
 
@@ -269,16 +271,14 @@ impl Blocks {
             out.clear();
             return Ok(false);
         };
+        self.read_rest(c, a, out, total).await?;
         if total > guess {
-            out.resize(total, 0);
-            c.read(a.add(guess as u64), &mut out[guess..]).await?;
             c.compute(Work::BytesScanned, (total - guess) as u64);
             if key.is_some_and(|key| key != &out[HEADER..HEADER + klen]) {
                 out.clear();
                 return Ok(false);
             }
         }
-        out.truncate(total);
         out.drain(..HEADER + klen);
         Ok(true)
     }

@@ -6,7 +6,7 @@
 use dmindex_fabric::{Client, GlobalAddr, NodeId, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::doorbell;
-use dmindex_prim::kv_block::{self, CANDIDATES};
+use dmindex_prim::kv_block::CANDIDATES;
 use smallvec::SmallVec;
 
 use super::{LockedLeaf, Tree};
@@ -31,17 +31,6 @@ fn block_at(slot: [u8; 8]) -> GlobalAddr {
 }
 
 impl Tree {
-    /// Bytes from `a` to the end of its memory node's region, at most `want`: a READ cut there.
-    pub(crate) fn within_region<T: Transport>(
-        &self,
-        c: &Client<T>,
-        a: GlobalAddr,
-        want: usize,
-    ) -> usize {
-        let room = c.info().node_size(a.node()).map_or(0, |size| size.saturating_sub(a.offset()));
-        want.min(usize::try_from(room).unwrap_or(usize::MAX))
-    }
-
     /// Long keys: where key `full` (leaf key `k`) is among `slots` (loaded) of `buf`. Entries
     /// sharing the prefix are told apart by their blocks, all READ in one round trip (blocks
     /// are immutable once published, so any READ of them is consistent with the validated leaf
@@ -110,7 +99,7 @@ impl Tree {
         first: usize,
         buf: &mut Vec<u8>,
     ) -> IndexResult<()> {
-        let first = self.within_region(c, a, first);
+        let first = c.info().within_region(a, first);
         buf.clear();
         buf.resize(first, 0);
         c.read(a, buf).await?;
@@ -127,7 +116,7 @@ impl Tree {
         let (have, len) = (buf.len(), collision::len_of(a, buf)?);
         c.compute(Work::BytesScanned, have.min(len) as u64);
         if len > have {
-            if self.within_region(c, a, len) < len {
+            if c.info().within_region(a, len) < len {
                 return Err(IndexError::Corrupt(format!("group at {a} runs past its region")));
             }
             buf.resize(len, 0);
@@ -171,11 +160,10 @@ impl Tree {
         full: &[u8],
         v: [u8; 8],
     ) -> IndexResult<[u8; 8]> {
-        let want = kv_block::HEADER + self.blocks.max_key;
         let pieces: SmallVec<[(GlobalAddr, usize); CANDIDATES]> = slots
             .iter()
             .map(|&i| block_at(view.value(i)))
-            .map(|a| (a, self.within_region(c, a, want)))
+            .map(|a| (a, self.blocks.key_read_at(c, a)))
             .collect();
         // A group forms once per prefix and leaf: its buffers are not pooled.
         let mut heads = vec![0u8; pieces.iter().map(|p| p.1).sum()];
