@@ -178,16 +178,6 @@ impl LeafLayout {
         })
     }
 
-    /// Most keys that can share an 8-byte prefix in one leaf (one neighbourhood, or a whole
-    /// sorted leaf): they share a home and no split separates them.
-    pub fn prefix_run(&self) -> usize {
-        if self.kind.hopscotch {
-            self.h
-        } else {
-            self.span
-        }
-    }
-
     /// Metadata replicas per leaf.
     #[inline]
     pub fn groups(&self) -> usize {

@@ -55,12 +55,11 @@
 //!   round trip, however many entries share the prefix). Blocks
 //!   are immutable once published, so they need no versions; replaced blocks are not reclaimed
 //!   (as in the reference). Keys sharing a prefix share a home and cannot be split apart; the
-//!   paper assumes such collisions are rare. Real keys share
-//!   prefixes by the thousand (YCSB's `user…`), so past H / 2 of them in a leaf (half a sorted
-//!   leaf for Sherman) the leaf keeps one entry for the prefix, naming a **collision group**
-//!   that holds every key of the prefix in order ([`collision`]): a search of such a key is one
-//!   round trip more (the group, then the key's block), and any number of keys may share a
-//!   prefix.
+//!   paper assumes such collisions are rare. Real keys share prefixes by the dozen (YCSB's
+//!   `user…`) or the thousand (URLs), so past H / 2 of them in a leaf (half a sorted leaf for
+//!   Sherman) the leaf keeps one entry for the prefix, naming a **collision group** that holds
+//!   every key of the prefix in order ([`collision`]): a search of such a key is one round trip
+//!   more (the group, then the key's block), and any number of keys may share a prefix.
 //! * **Local lock table** (from Sherman, used by the reference through RDWC): clients of one
 //!   compute node queue on a CN-local async lock (4096 slots, hashed by lock address) before
 //!   spinning on the remote lock word, so at most one client per CN spins remotely. A slot is

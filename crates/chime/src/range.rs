@@ -133,10 +133,7 @@ impl<V> ChimeIndex<V> {
                             "a group's record names group {at}"
                         )));
                     };
-                    rest.clear();
-                    rest.extend_from_slice(b);
-                    self.tree.group_rest(c, at, rest).await?;
-                    let g = Group::parse(at, rest)?;
+                    let g = Group::parse(at, self.tree.whole_group(c, at, b, rest).await?)?;
                     // Records are in key order: the first the scan still takes are its smallest.
                     let wanted = g.records().filter(|r| keep(r.key)).take(taken.left());
                     let before = grouped.len();

@@ -21,6 +21,7 @@
 use dmindex_fabric::{Client, GlobalAddr, Transport, Work};
 use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::attempts::Attempts;
+use smallvec::SmallVec;
 
 use crate::collision;
 use crate::leaf::LeafBuf;
@@ -87,16 +88,9 @@ impl Tree {
         let shadowed = |buf: &LeafBuf, i: usize| {
             buf.key(i) == k && collision::group_of(buf.value(i)).is_none()
         };
-        let mut leaving: Vec<usize> = (0..n).filter(|&i| shadowed(buf, i)).collect();
-        let (change, leaf) = match change {
-            // Its entry goes only when no shadowed entry is left to speak again.
-            InLeaf::Drop(e) if !leaving.is_empty() => {
-                let empty = self.post_empty_group(c, leaf.addr.node()).await;
-                let (empty, leaf) = self.or_unlock(c, leaf, empty).await?;
-                (InLeaf::Name(e, empty), leaf)
-            }
-            change => (change, leaf),
-        };
+        let mut leaving: SmallVec<[usize; 16]> = (0..n).filter(|&i| shadowed(buf, i)).collect();
+        let silent = self.keep_shadowed_silent(c, leaf, change, !leaving.is_empty());
+        let (change, leaf) = silent.await?;
         match change {
             InLeaf::Name(e, slot) if leaving.is_empty() => {
                 return self.update_in_place(c, leaf, buf, e, k, slot).await
@@ -335,16 +329,7 @@ impl Tree {
                         let found = self.sorted_resolve(c, &buf, (k, full), &mut scratch, false);
                         let (found, locked) = self.or_unlock(c, leaf, found.await).await?;
                         leaf = locked;
-                        let (entry, record) = match found {
-                            Resolved::Entry(i) => (Some(i), None),
-                            Resolved::InGroup { entry, slot_at, .. } => {
-                                (Some(entry), Some(slot_at))
-                            }
-                            Resolved::Absent { group: Some(entry), .. } => (Some(entry), None),
-                            Resolved::Absent { group: None, .. } => (None, None),
-                        };
-                        let group = entry.filter(|&e| collision::group_of(buf.value(e)).is_some());
-                        if let Some(e) = group {
+                        if let Some((e, record)) = found.group() {
                             // The prefix's group is here, so its keys are: a key absent from
                             // it is absent.
                             let in_leaf = match record {
@@ -358,7 +343,10 @@ impl Tree {
                             self.sorted_finish_in_group(c, leaf, &mut buf, k, in_leaf).await?;
                             return Ok(record.is_some());
                         }
-                        entry
+                        match found {
+                            Resolved::Entry(i) => Some(i),
+                            _ => None,
+                        }
                     }
                 };
                 if let Some(i) = found {

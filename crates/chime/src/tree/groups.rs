@@ -26,6 +26,18 @@ pub(crate) enum Resolved {
     Absent { group: Option<usize>, plain: usize },
 }
 
+impl Resolved {
+    /// The prefix's group, when the leaf has one: its entry, and the address of the key's
+    /// record's slot word when the group holds the key.
+    pub(crate) fn group(self) -> Option<(usize, Option<GlobalAddr>)> {
+        match self {
+            Resolved::InGroup { entry, slot_at, .. } => Some((entry, Some(slot_at))),
+            Resolved::Absent { group: Some(entry), .. } => Some((entry, None)),
+            Resolved::Entry(_) | Resolved::Absent { group: None, .. } => None,
+        }
+    }
+}
+
 fn block_at(slot: [u8; 8]) -> GlobalAddr {
     GlobalAddr::from_raw(u64::from_le_bytes(slot))
 }
@@ -107,7 +119,7 @@ impl Tree {
     }
 
     /// `buf` holds the first bytes of the group at `a`: its rest READ after them, if any.
-    pub(crate) async fn group_rest<T: Transport>(
+    async fn group_rest<T: Transport>(
         &self,
         c: &Client<T>,
         a: GlobalAddr,
@@ -124,6 +136,27 @@ impl Tree {
             c.compute(Work::BytesScanned, (len - have) as u64);
         }
         Ok(())
+    }
+
+    /// The whole group at `a` whose first READ gave `first`: `first` itself when it holds the
+    /// group (most groups: the READ its slot names is the group), else `first` and the rest
+    /// READ after it, in `rest` (a scan that READ many blocks' first bytes together).
+    pub(crate) async fn whole_group<'b, T: Transport>(
+        &self,
+        c: &Client<T>,
+        a: GlobalAddr,
+        first: &'b [u8],
+        rest: &'b mut Vec<u8>,
+    ) -> IndexResult<&'b [u8]> {
+        let len = collision::len_of(a, first)?;
+        if len <= first.len() {
+            c.compute(Work::BytesScanned, len as u64);
+            return Ok(first);
+        }
+        rest.clear();
+        rest.extend_from_slice(first);
+        self.group_rest(c, a, rest).await?;
+        Ok(rest)
     }
 
     /// Writes group `bytes` to fresh memory on memory node `node` and returns the value slot
@@ -282,17 +315,23 @@ impl Tree {
         }
     }
 
-    /// An empty group posted (unawaited) on memory node `node`: what a group's entry names
-    /// when its last key leaves while plain entries it shadows are still beside it
-    /// ([`crate::collision`]). Its value slot.
-    pub(crate) async fn post_empty_group<T: Transport>(
+    /// `change`, unless it takes a group's entry away while plain entries it shadows are still
+    /// beside it (`shadowed`): the entry then names an empty group, posted (unawaited) on the
+    /// leaf's memory node, and they leave in the caller's WRITE. An entry removed in a WRITE cut
+    /// short could let them be read again ([`crate::collision`]).
+    pub(crate) async fn keep_shadowed_silent<'t, T: Transport>(
         &self,
         c: &Client<T>,
-        node: NodeId,
-    ) -> IndexResult<[u8; 8]> {
+        leaf: LockedLeaf<'t>,
+        change: InLeaf,
+        shadowed: bool,
+    ) -> IndexResult<(InLeaf, LockedLeaf<'t>)> {
+        let (InLeaf::Drop(e), true) = (change, shadowed) else { return Ok((change, leaf)) };
         let mut empty = Vec::new();
         collision::encode(collision::stride(self.blocks.max_key), [], &mut empty);
-        self.post_group(c, node, &empty, false).await
+        let posted = self.post_group(c, leaf.addr.node(), &empty, false).await;
+        let (slot, leaf) = self.or_unlock(c, leaf, posted).await?;
+        Ok((InLeaf::Name(e, slot), leaf))
     }
 }
 

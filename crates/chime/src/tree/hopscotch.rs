@@ -151,15 +151,8 @@ impl Tree {
             .near(h)
             .filter(|&i| view.key(i) == k && collision::group_of(view.value(i)).is_none())
             .collect();
-        let (change, leaf) = match change {
-            // Its entry goes only when no shadowed entry is left to speak again.
-            InLeaf::Drop(e) if !shadowed.is_empty() => {
-                let empty = self.post_empty_group(c, leaf.addr.node()).await;
-                let (empty, leaf) = self.or_unlock(c, leaf, empty).await?;
-                (InLeaf::Name(e, empty), leaf)
-            }
-            change => (change, leaf),
-        };
+        let silent = self.keep_shadowed_silent(c, leaf, change, !shadowed.is_empty());
+        let (change, leaf) = silent.await?;
         let dropped = match change {
             InLeaf::Name(e, slot) => {
                 view.set_entry(e, k, slot);
@@ -438,21 +431,7 @@ impl Tree {
                         let found = self.resolve(c, &buf, h, (k, full), &mut scratch, false).await;
                         let (found, locked) = self.or_unlock(c, leaf, found).await?;
                         leaf = locked;
-                        let (entry, record) = match found {
-                            Resolved::Entry(_) | Resolved::Absent { group: None, .. }
-                                if change == Change::Tidy =>
-                            {
-                                (None, None)
-                            }
-                            Resolved::Entry(i) => (Some(i), None),
-                            Resolved::InGroup { entry, slot_at, .. } => {
-                                (Some(entry), Some(slot_at))
-                            }
-                            Resolved::Absent { group: Some(entry), .. } => (Some(entry), None),
-                            Resolved::Absent { group: None, .. } => (None, None),
-                        };
-                        let group = entry.filter(|&e| collision::group_of(buf.value(e)).is_some());
-                        if let Some(e) = group {
+                        if let Some((e, record)) = found.group() {
                             // The prefix's group is here, so its keys are (a prefix lives in
                             // one leaf): a key absent from it is absent.
                             let existed = record.is_some();
@@ -469,11 +448,13 @@ impl Tree {
                             self.finish_in_group(c, leaf, &mut buf, h, k, in_leaf).await?;
                             return Ok(existed || change == Change::Tidy);
                         }
-                        entry
+                        // A tidy finds no entry to change: its prefix's group was met above.
+                        match found {
+                            Resolved::Entry(i) if change != Change::Tidy => Some(i),
+                            _ => None,
+                        }
                     }
                 };
-                // A tidy finds no entry to change: its prefix's group, if here, was met above.
-                let found = found.filter(|_| change != Change::Tidy);
                 let v = match change {
                     Change::Update(v) => Some(v),
                     Change::Delete | Change::Tidy => None,
