@@ -15,9 +15,9 @@ use dmindex_bench::plot::{paper_series, Series};
 use dmindex_bench::{BenchConfig, BenchReport};
 
 #[path = "chime_sensitivity.rs"]
-mod sensitivity;
+pub mod sensitivity;
 #[path = "chime_techniques.rs"]
-mod techniques;
+pub mod techniques;
 
 pub static PAPER: Paper = Paper {
     name: "chime",
@@ -168,7 +168,7 @@ const PAPER_ITEMS: f64 = 60e6;
 
 /// The radix-cache budget standing for `paper_mb` MB at the paper's 60 M items, for a run of
 /// `items` items.
-fn smart_cache(items: u64, paper_mb: f64) -> f64 {
+pub fn smart_cache(items: u64, paper_mb: f64) -> f64 {
     paper_mb * items as f64 / PAPER_ITEMS
 }
 
@@ -176,17 +176,17 @@ fn smart_cache(items: u64, paper_mb: f64) -> f64 {
 /// its radix tree's depth and cache need per item: at 200 k items its tree is one level
 /// shallower than at the paper's 60 M and needs 4–5 B of cache per item; at 2 M it needs
 /// 9.7 B, as at scale (CHIME's and Sherman's costs do not depend on the item count).
-const YCSB_ITEMS: u64 = 2_000_000;
+pub const YCSB_ITEMS: u64 = 2_000_000;
 
 /// A run of `index` as the paper ran it ([`PAPER`]'s lines) whose cache budget stands for
 /// `paper_mb` at 60 M items (SMART's; CHIME's and Sherman's caches fit either way at both
 /// scales, so they keep the paper's budget).
-fn with_cache(s: &Session<'_>, index: &str, workload: &str, paper_mb: f64) -> BenchConfig {
+pub fn with_cache(s: &Session<'_>, index: &str, workload: &str, paper_mb: f64) -> BenchConfig {
     with_cache_at(s, index, workload, paper_mb, s.scale.items)
 }
 
 /// [`with_cache`] for a run loading `items` items.
-fn with_cache_at(
+pub fn with_cache_at(
     s: &Session<'_>,
     index: &str,
     workload: &str,
@@ -209,19 +209,19 @@ fn with_cache_at(
 }
 
 /// ROLEX's retrain bound on YCSB E: its default, in % of a model's base leaves.
-fn rolex_e_retrain() -> String {
+pub fn rolex_e_retrain() -> String {
     dmindex_rolex::shape::DEFAULT_RETRAIN_PCT.to_string()
 }
 
 /// Passes over each client's stream in a warm run.
-const REPLAYS: u64 = 5;
+pub const REPLAYS: u64 = 5;
 
 /// `c` measured as the paper measured it: its harness replays each client's trace for 10 s
 /// and counts seconds 4 to 8, with the hotspot buffer and caches warm. Here each client's
 /// share of `ops` operations is replayed [`REPLAYS`] times and the middle 0.4 to 0.8 of the
 /// run measured (two passes warm the buffer: `tests/suite/window.rs`). Workloads with inserts
 /// (LOAD, D, E) cannot replay a stream (a replayed insert is an update) and run one cold pass.
-pub(super) fn warm(s: &Session<'_>, mut c: BenchConfig) -> BenchConfig {
+pub fn warm(s: &Session<'_>, mut c: BenchConfig) -> BenchConfig {
     if !["a", "b", "c"].contains(&c.workload.name.as_str()) {
         return c;
     }
@@ -244,13 +244,13 @@ fn split_load_factor(r: &BenchReport) -> f64 {
 }
 
 /// The line of [`split_load_factors`] runs in a figure whose other runs are warm.
-const LOADED: &str = "chime, as loaded";
+pub const LOADED: &str = "chime, as loaded";
 
 /// Runs CHIME cold at each value of its option `name` (YCSB C after the load, 4 clients per
 /// CN) as line `series`, and returns the load factor each saw when a hop first failed: the
 /// load phase's splits. A warm run measures only its window, where a read-only workload splits
 /// nothing, so the load factor comes from these runs and not from a figure's warm ones.
-fn split_load_factors(
+pub fn split_load_factors(
     s: &mut Session<'_>,
     series: &str,
     name: &str,
@@ -291,7 +291,7 @@ fn load_factor(s: &mut Session<'_>) -> anyhow::Result<()> {
 
 /// The indexes of Fig. 12 on `workload`: the paper's ROLEX line has no LOAD (its models are
 /// trained once on all keys, `--bulk-load`).
-fn ycsb_indexes(workload: &str) -> &'static [&'static str] {
+pub fn ycsb_indexes(workload: &str) -> &'static [&'static str] {
     match workload {
         "load" => &["chime", "sherman", "smart", "smart-opt"],
         _ => &["chime", "sherman", "smart", "smart-opt", "rolex"],
@@ -352,14 +352,14 @@ fn cache(s: &mut Session<'_>) -> anyhow::Result<()> {
 /// ROLEX's run for a figure of its whole cache: its models and each model's leaf table, which
 /// a compute node fetches when it first searches the model (the paper's compute nodes hold
 /// them all). Uniform searches, twice the items, reach every model from every compute node.
-pub(super) fn rolex_whole_cache(c: &mut BenchConfig) {
+pub fn rolex_whole_cache(c: &mut BenchConfig) {
     c.workload.ops = Some(2 * c.workload.items);
     c.workload.distribution = Some("uniform".into());
 }
 
 /// ROLEX with leaves of `span` slots, filled whole, and the model error equal to the span
 /// (the paper keeps ROLEX's error equal to its span, §2.2).
-pub(super) fn rolex_span(c: &mut BenchConfig, span: usize) {
+pub fn rolex_span(c: &mut BenchConfig, span: usize) {
     for o in ["span", "epsilon", "fill"] {
         c.index.options.push((o.into(), span.to_string()));
     }
@@ -383,108 +383,4 @@ fn motivation(s: &mut Session<'_>) -> anyhow::Result<()> {
     ch.x_names = settings.iter().map(|(l, ..)| l.to_string()).collect();
     s.chart("motivation", ch);
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// SMART's budget is the paper's, scaled by items / 60 M; CHIME's is the paper's.
-    #[test]
-    fn smart_budgets_scale_with_items() {
-        let scale = Scale { items: 600_000, ..Scale::default() };
-        let mut log = |_: &str| {};
-        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
-        assert!((with_cache(&s, "smart", "c", 100.0).cluster.cache_mb - 1.0).abs() < 1e-9);
-        assert!((with_cache(&s, "smart-opt", "c", 600.0).cluster.cache_mb - 6.0).abs() < 1e-9);
-        assert_eq!(with_cache(&s, "chime", "c", 100.0).cluster.cache_mb, 100.0);
-    }
-
-    /// Fig. 12's CHIME is the paper's: speculative reads with its 30 MB buffer at 60 M items,
-    /// scaled to the same share of the keys (600 k items: 307 KiB); Sherman has no options.
-    #[test]
-    fn the_paper_s_chime_has_speculative_reads_and_a_scaled_buffer() {
-        let scale = Scale { items: 600_000, ..Scale::default() };
-        let mut log = |_: &str| {};
-        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
-        let chime = with_cache(&s, "chime", "c", 100.0).index.options;
-        assert_eq!(chime, opts(&[("speculative", "1"), ("hotspot_kb", "307")]));
-        assert!(with_cache(&s, "sherman", "c", 100.0).index.options.is_empty());
-        assert_eq!(techniques::hotspot_kb(&s, 30.0), "307");
-    }
-
-    /// The load factor when a hop first fails comes from the load phase, so the runs that
-    /// measure it are cold (no window, no replayed stream) whatever the figure's other runs
-    /// are: a warm YCSB C window splits nothing, and Figs. 19a/b drew zeros from one.
-    #[test]
-    fn split_load_factors_are_measured_on_cold_loads() {
-        let c =
-            first_run(&Scale::default(), |s| split_load_factors(s, LOADED, "h", &[2]).map(drop));
-        assert_eq!((c.workload.window, c.workload.stream_ops), (None, None), "cold");
-        assert!(!c.workload.fast_load, "the load runs through the index, splits counted");
-        assert_eq!(c.index.options, opts(&[("h", "2")]));
-    }
-
-    /// The first run `body` configures at `scale`: a runner that records it stops the body.
-    fn first_run(
-        scale: &Scale,
-        body: impl FnOnce(&mut Session<'_>) -> anyhow::Result<()>,
-    ) -> BenchConfig {
-        let seen = std::cell::RefCell::new(None);
-        let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> {
-            seen.borrow_mut().get_or_insert_with(|| c.clone());
-            anyhow::bail!("recorded")
-        };
-        let mut log = |_: &str| {};
-        let mut s = Session::for_test(scale, &PAPER, &runner, &mut log);
-        assert!(body(&mut s).is_err(), "the recording runner stops the body");
-        seen.into_inner().expect("the body ran something")
-    }
-
-    /// The first run Fig. 12 configures for `workload` at the default scale.
-    fn first_ycsb_run(workload: &str) -> BenchConfig {
-        first_run(&Scale { workloads: vec![workload.into()], ..Scale::default() }, ycsb)
-    }
-
-    /// ROLEX runs as CHIME's harness loads it: bulk-loaded with full leaves and no retraining;
-    /// every other line loads by inserts.
-    #[test]
-    fn rolex_is_trained_once_on_every_loaded_key() {
-        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { anyhow::bail!("unused") };
-        let (mut log, scale) = (|_: &str| {}, Scale::default());
-        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
-        let c = s.as_paper_at("rolex", "c", YCSB_ITEMS);
-        assert!(c.workload.bulk_load);
-        assert_eq!(c.index.options, opts(&[("fill", "16"), ("retrain", "0")]));
-        let e = with_cache_at(&s, "rolex", "e", 100.0, 1000);
-        assert_eq!(e.index.options.last(), Some(&("retrain".into(), rolex_e_retrain())));
-        for l in PAPER.lines.iter().filter(|l| l.index != "rolex") {
-            assert!(!s.as_paper(l.index, "c").workload.bulk_load, "{}", l.label);
-        }
-        assert!(PAPER.lines_table().contains("bulk-loaded (`--bulk-load`)"));
-    }
-
-    /// Fig. 12 runs YCSB A–E on 2 M items filled by fast-forward (SMART's depth and cache need
-    /// per item as at scale, its budget and CHIME's buffer scaled to them), LOAD from empty.
-    #[test]
-    fn ycsb_runs_at_the_scale_that_decides_smart() {
-        let c = first_ycsb_run("c");
-        assert_eq!((c.index.name.as_str(), c.workload.items), ("chime", YCSB_ITEMS));
-        assert!(c.workload.fast_load);
-        assert!(c.index.options.contains(&("hotspot_kb".into(), "1024".into())));
-        // Warm: the scale's operations replayed REPLAYS times, the middle window measured.
-        let ops = Scale::default().ops;
-        assert_eq!((c.workload.ops, c.workload.stream_ops), (Some(ops * REPLAYS), Some(ops)));
-        assert!(c.workload.window.is_some());
-        assert!(["a", "b", "c", "d", "e"].iter().all(|w| ycsb_indexes(w).contains(&"rolex")));
-        assert!(!ycsb_indexes("load").contains(&"rolex"));
-        for timed in ["load", "e"] {
-            let c = first_ycsb_run(timed);
-            assert_eq!(c.workload.items, Scale::default().items);
-            assert!(!c.workload.fast_load);
-            assert!(c.workload.window.is_none() && c.workload.stream_ops.is_none());
-        }
-    }
 }

@@ -156,10 +156,10 @@ const PER_CN: usize = 16;
 /// One line of the figures: a catalog index as the paper's table runs it, with `options` on
 /// top (a second variant of the same index under its own name).
 #[derive(Clone, Copy)]
-struct Variant {
-    series: &'static str,
-    index: &'static str,
-    options: &'static [(&'static str, &'static str)],
+pub struct Variant {
+    pub series: &'static str,
+    pub index: &'static str,
+    pub options: &'static [(&'static str, &'static str)],
 }
 
 const fn plain(index: &'static str) -> Variant {
@@ -187,7 +187,7 @@ const CLEVEL_SEPHASH: Variant = Variant {
 
 /// SepHash and its baselines: RACE as its paper describes it and as the SepHash authors ran it,
 /// CLevel and Plush as built here and as the authors' ports read.
-const INDEXES: [Variant; 7] = [
+pub const INDEXES: [Variant; 7] = [
     plain("sephash"),
     plain("race"),
     plain("race-sephash"),
@@ -198,7 +198,7 @@ const INDEXES: [Variant; 7] = [
 ];
 
 /// The run `make` builds for `v`'s index, with `v`'s options added.
-fn variant(
+pub fn variant(
     s: &Session<'_>,
     v: Variant,
     x: usize,
@@ -211,7 +211,7 @@ fn variant(
 
 /// A run of `index` on `workload` with `threads` client threads placed as the paper places
 /// them, 16-byte keys and 32-byte values.
-fn base(s: &Session<'_>, index: &str, workload: &str, threads: usize) -> BenchConfig {
+pub fn base(s: &Session<'_>, index: &str, workload: &str, threads: usize) -> BenchConfig {
     let mut c = s.as_paper(index, workload);
     let cns = threads.div_ceil(PER_CN).clamp(1, s.scale.cns as usize);
     c.cluster.cns = cns as u16;
@@ -223,7 +223,7 @@ fn base(s: &Session<'_>, index: &str, workload: &str, threads: usize) -> BenchCo
 }
 
 /// Doublings an insert run grows the index through.
-const DOUBLINGS: u32 = 4;
+pub const DOUBLINGS: u32 = 4;
 
 /// Inserts of new keys only, growing the index from `items / 16` to `items` keys: four
 /// doublings, the paper's growth from empty in miniature. A doubling takes every segment
@@ -231,7 +231,7 @@ const DOUBLINGS: u32 = 4;
 /// so a window shorter than a doubling catches them between splits or all splitting at once;
 /// and one SepHash split in four (when the 4 depth bits stored in an entry are used up) must
 /// re-read every key's block, so fewer than four doublings over- or under-weight it.
-fn inserts(s: &Session<'_>, index: &str, threads: usize) -> BenchConfig {
+pub fn inserts(s: &Session<'_>, index: &str, threads: usize) -> BenchConfig {
     let mut c = base(s, index, "load", threads);
     let fill = (s.scale.items >> DOUBLINGS).max(1);
     c.workload.items = fill;
@@ -240,7 +240,7 @@ fn inserts(s: &Session<'_>, index: &str, threads: usize) -> BenchConfig {
 }
 
 /// Uniform searches of loaded keys.
-fn searches(s: &Session<'_>, index: &str, threads: usize) -> BenchConfig {
+pub fn searches(s: &Session<'_>, index: &str, threads: usize) -> BenchConfig {
     let mut c = base(s, index, "c", threads);
     c.workload.distribution = Some("uniform".into());
     c
@@ -455,67 +455,4 @@ fn utilisation(s: &mut Session<'_>) -> anyhow::Result<()> {
     s.chart("utilisation", chart("Entry utilisation", "keys inserted", "entry utilisation", u));
     s.chart("entries-per-key", chart("Entries per key", "keys inserted", "entries per key", e));
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Threads are placed as the paper places them: ≤ 16 on one CN, then 16 per CN.
-    #[test]
-    fn threads_are_placed_as_the_paper() {
-        let scale = scale();
-        let mut log = |_: &str| {};
-        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
-        let at = |t| {
-            let c = base(&s, "sephash", "c", t);
-            (c.cluster.cns, c.cluster.clients, c.keys.size, c.keys.value_size)
-        };
-        assert_eq!(at(1), (1, 1, 16, 32));
-        assert_eq!(at(16), (1, 16, 16, 32));
-        assert_eq!(at(32), (2, 16, 16, 32));
-        assert_eq!(at(128), (8, 16, 16, 32));
-        assert_eq!(searches(&s, "race", 4).workload.distribution.as_deref(), Some("uniform"));
-    }
-
-    /// Every series' index accepts the options the figures give it (the paper's line and the
-    /// variant's): one short seed of `check` on each.
-    #[test]
-    fn every_series_options_are_known_to_its_index() {
-        use dmindex_conformance::{CheckConfig, Crashes};
-        let scale = scale();
-        let mut log = |_: &str| {};
-        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
-        for v in INDEXES {
-            let options = variant(&s, v, 1, searches).index.options;
-            let cfg = CheckConfig {
-                clients: 2,
-                ops_per_client: 4,
-                keys: 8,
-                crashes: Crashes::Never,
-                index_options: options.clone(),
-                ..CheckConfig::default()
-            };
-            let entry = crate::find(v.index).unwrap();
-            if let Err(e) = (entry.check)(&cfg, 0) {
-                panic!("{} with {options:?}: {e:#}", v.series);
-            }
-        }
-    }
-
-    /// An insert run grows the index through four doublings, from items / 16 to items.
-    #[test]
-    fn inserts_span_four_doublings() {
-        let scale = scale();
-        let mut log = |_: &str| {};
-        let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-        let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
-        let c = inserts(&s, "sephash", 128);
-        let (fill, ops) = (c.workload.items, c.workload.ops.unwrap());
-        assert_eq!(fill + ops, scale.items);
-        assert_eq!((fill + ops) / fill, 1 << DOUBLINGS);
-        assert_eq!(c.workload.name, "load");
-    }
 }

@@ -4,5 +4,7 @@
 
 mod background;
 mod counters;
+mod indexes;
+mod papers;
 mod scan_cost;
 mod window;
