@@ -111,13 +111,8 @@ impl Plush {
             doorbell::read_per_node(c, &pieces, &mut buf).await?;
         }
         let mut items = Vec::with_capacity(entries.len());
-        let mut at = 0;
-        for (&e, &(a, len)) in entries.iter().zip(&pieces) {
-            let piece = &buf[at..at + len];
-            at += len;
-            let Some(key) = self.blocks.parse_key(a, piece)? else {
-                return Err(IndexError::Corrupt(format!("block at {a} runs past its node")));
-            };
+        for (&e, key) in entries.iter().zip(self.blocks.keys_of(&pieces, &buf)) {
+            let key = key?;
             items.push(Item { h: Hashes::of(key), entry: e, key: SmallVec::from_slice(key) });
         }
         c.compute(Work::KeyHash, items.len() as u64);

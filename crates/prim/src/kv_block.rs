@@ -166,6 +166,26 @@ impl Blocks {
         c.info().within_region(a, HEADER + self.max_key)
     }
 
+    /// The keys of blocks READ end to end into `buf`, in order: `pieces` gives each block's
+    /// address and the bytes READ of it ([`Blocks::key_read_at`]). A key longer than its piece
+    /// is a corrupt block, since a piece holds the header and the longest key or runs to the
+    /// end of the block's region; so is a `buf` shorter than the pieces.
+    pub fn keys_of<'b>(
+        &'b self,
+        pieces: &'b [(GlobalAddr, usize)],
+        buf: &'b [u8],
+    ) -> impl Iterator<Item = IndexResult<&'b [u8]>> + 'b {
+        let mut at = 0;
+        pieces.iter().map(move |&(a, len)| {
+            let piece = buf.get(at..at + len);
+            at += len;
+            match piece.map(|p| self.parse_key(a, p)).transpose()?.flatten() {
+                Some(key) => Ok(key),
+                None => Err(IndexError::Corrupt(format!("block at {a} runs past its region"))),
+            }
+        })
+    }
+
     /// The key and value of the block at `a` whose first bytes are `b`; `None` if the block is
     /// longer than `b` (READ the rest, or use [`Blocks::value_into`]).
     pub fn parse<'b>(
@@ -711,6 +731,18 @@ mod tests {
                 None,
                 "key longer than the bytes"
             );
+            // Keys READ end to end, as a merge or a group's forming READs them.
+            let pieces = [(b, 16), (a, 16)];
+            let mut buf = c.read_vec(b, 16).await.unwrap();
+            buf.extend(c.read_vec(a, 16).await.unwrap());
+            let keys: Vec<_> = items.keys_of(&pieces, &buf).map(Result::unwrap).collect();
+            assert_eq!(keys, [&8u64.to_be_bytes()[..], &7u64.to_be_bytes()[..]]);
+            let cut = [(b, 16), (a, 15)];
+            let mut keys = items.keys_of(&cut, &buf[..31]);
+            assert!(keys.next().unwrap().is_ok());
+            assert!(matches!(keys.next(), Some(Err(IndexError::Corrupt(_)))), "a cut key");
+            let short = items.keys_of(&pieces, &buf[..20]).nth(1);
+            assert!(matches!(short, Some(Err(IndexError::Corrupt(_)))), "buf shorter than pieces");
         }]);
     }
 }

@@ -203,14 +203,8 @@ impl Tree {
         doorbell::read_per_node(c, &pieces, &mut heads).await?;
         c.compute(Work::BytesScanned, heads.len() as u64);
         let mut records: Vec<(&[u8], [u8; 8])> = Vec::with_capacity(slots.len() + 1);
-        let mut from = 0;
-        for (&i, &(a, len)) in slots.iter().zip(&pieces) {
-            let head = &heads[from..from + len];
-            from += len;
-            let Some(key) = self.blocks.parse_key(a, head)? else {
-                return Err(IndexError::Corrupt(format!("block at {a} runs past its region")));
-            };
-            records.push((key, view.value(i)));
+        for (&i, key) in slots.iter().zip(self.blocks.keys_of(&pieces, &heads)) {
+            records.push((key?, view.value(i)));
         }
         records.push((full, v));
         records.sort_unstable_by(|x, y| x.0.cmp(y.0));
