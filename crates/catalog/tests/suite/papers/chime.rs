@@ -2,15 +2,13 @@ use dmindex_bench::experiment::{opts, Scale, Session};
 use dmindex_bench::{BenchConfig, BenchReport};
 use dmindex_catalog::papers::chime::*;
 
-use super::body;
+use super::{body, runs_nothing, session};
 
 /// SMART's budget is the paper's, scaled by items / 60 M; CHIME's is the paper's.
 #[test]
 fn smart_budgets_scale_with_items() {
     let scale = Scale { items: 600_000, ..Scale::default() };
-    let mut log = |_: &str| {};
-    let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-    let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let s = session(&scale, &PAPER, &runs_nothing);
     assert!((with_cache(&s, "smart", "c", 100.0).cluster.cache_mb - 1.0).abs() < 1e-9);
     assert!((with_cache(&s, "smart-opt", "c", 600.0).cluster.cache_mb - 6.0).abs() < 1e-9);
     assert_eq!(with_cache(&s, "chime", "c", 100.0).cluster.cache_mb, 100.0);
@@ -21,9 +19,7 @@ fn smart_budgets_scale_with_items() {
 #[test]
 fn the_paper_s_chime_has_speculative_reads_and_a_scaled_buffer() {
     let scale = Scale { items: 600_000, ..Scale::default() };
-    let mut log = |_: &str| {};
-    let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-    let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let s = session(&scale, &PAPER, &runs_nothing);
     let chime = with_cache(&s, "chime", "c", 100.0).index.options;
     assert_eq!(chime, opts(&[("speculative", "1"), ("hotspot_kb", "307")]));
     assert!(with_cache(&s, "sherman", "c", 100.0).index.options.is_empty());
@@ -51,8 +47,7 @@ fn first_run(
         seen.borrow_mut().get_or_insert_with(|| c.clone());
         anyhow::bail!("recorded")
     };
-    let mut log = |_: &str| {};
-    let mut s = Session::for_test(scale, &PAPER, &runner, &mut log);
+    let mut s = session(scale, &PAPER, &runner);
     assert!(body(&mut s).is_err(), "the recording runner stops the body");
     seen.into_inner().expect("the body ran something")
 }
@@ -69,9 +64,8 @@ fn first_ycsb_run(workload: &str) -> BenchConfig {
 /// every other line loads by inserts.
 #[test]
 fn rolex_is_trained_once_on_every_loaded_key() {
-    let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { anyhow::bail!("unused") };
-    let (mut log, scale) = (|_: &str| {}, Scale::default());
-    let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let scale = Scale::default();
+    let s = session(&scale, &PAPER, &runs_nothing);
     let c = s.as_paper_at("rolex", "c", YCSB_ITEMS);
     assert!(c.workload.bulk_load);
     assert_eq!(c.index.options, opts(&[("fill", "16"), ("retrain", "0")]));

@@ -4,7 +4,7 @@ use dmindex_catalog::papers::chime::sensitivity::*;
 use dmindex_catalog::papers::chime::PAPER;
 use std::cell::RefCell;
 
-use super::body;
+use super::{body, runs_nothing, session};
 
 /// The report of the run of `series` at `x`.
 fn at(runs: &[Run], series: &str, x: f64) -> BenchReport {
@@ -31,8 +31,7 @@ fn configs(body: fn(&mut Session<'_>) -> anyhow::Result<()>) -> (Vec<BenchConfig
         seen.borrow_mut().push(c.clone());
         dmindex_catalog::bench(c)
     };
-    let mut log = |_: &str| {};
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &runner);
     body(&mut s).unwrap();
     let runs = s.runs;
     (seen.into_inner(), runs)
@@ -122,9 +121,7 @@ fn amplification_trades_cache_for_span() {
 #[test]
 fn an_extra_metadata_read_slows_reads_down() {
     let scale = Scale { cns: 2, ..tiny() };
-    let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-    let mut log = |_: &str| {};
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &runs_nothing);
     body("chime", "metadata-reads")(&mut s).unwrap();
     let get = |series: &str, x: f64| {
         s.points.iter().find(|p| p.series == series && p.x == x).expect(series).model
@@ -144,9 +141,7 @@ fn sibling_validation_saves_more_as_keys_grow() {
     assert_eq!(replica_bytes(8).unwrap(), (8 * 26, 8 * 10));
     assert_eq!(replica_bytes(256).unwrap(), (8 * (10 + 512), 8 * 10));
     let scale = tiny();
-    let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-    let mut log = |_: &str| {};
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &runs_nothing);
     body("chime", "sibling")(&mut s).unwrap();
     let saving: Vec<f64> = s.points.iter().filter(|p| p.unit == "×").map(|p| p.model).collect();
     assert_eq!(saving.len(), KEY_SIZES.len());

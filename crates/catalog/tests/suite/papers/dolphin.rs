@@ -1,16 +1,14 @@
 use dmindex_bench::config::Deal;
-use dmindex_bench::experiment::{Scale, Session};
+use dmindex_bench::experiment::Scale;
 use dmindex_bench::{BenchConfig, BenchReport};
 use dmindex_catalog::papers::dolphin::*;
 
-use super::body;
+use super::{body, runs_nothing, session};
 
 #[test]
 fn runs_are_placed_as_the_paper_places_them() {
     let scale = (PAPER.scale)();
-    let mut log = |_: &str| {};
-    let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { anyhow::bail!("not run") };
-    let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let s = session(&scale, &PAPER, &runs_nothing);
     let c = base(&s, "dolphin", "a");
     assert_eq!(
         (c.cluster.cns, c.cluster.clients, c.cluster.memory_nodes(), c.keys.folded),
@@ -30,7 +28,6 @@ fn twitter_replays_each_cluster_after_loading_its_keys() {
     let dir = std::env::temp_dir().join(format!("dmindex-twitter-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut scale = (PAPER.scale)();
-    let mut log = |_: &str| {};
     let seen = std::cell::RefCell::new(Vec::new());
     let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> {
         // Round-robin: dealt by key, the hot keys' requests would bound the run.
@@ -44,7 +41,7 @@ fn twitter_replays_each_cluster_after_loading_its_keys() {
         anyhow::bail!("not run")
     };
     // No directory: the typed error that `all` skips on.
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &runner);
     let e = body("dolphin", "twitter")(&mut s).unwrap_err();
     assert!(e.downcast_ref::<dmindex_bench::experiment::NeedsTraces>().is_some(), "{e}");
     assert!(e.to_string().contains("--traces DIR"), "{e}");
@@ -53,11 +50,11 @@ fn twitter_replays_each_cluster_after_loading_its_keys() {
     std::fs::write(dir.join("cluster9.sort.zst"), "").unwrap();
     std::fs::write(dir.join("cluster90"), "0,k,1,1,1,get,0\n").unwrap();
     scale.traces = Some(dir.clone());
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &runner);
     let e = body("dolphin", "twitter")(&mut s).unwrap_err().to_string();
     assert!(e.contains("no decompressed file named cluster9"), "{e}");
     std::fs::write(dir.join("cluster9.csv"), "0,k,1,1,1,get,0\n").unwrap();
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &runner);
     assert!(format!("{:#}", body("dolphin", "twitter")(&mut s).unwrap_err()).contains("not run"));
     let first = seen.borrow().last().cloned().unwrap();
     assert_eq!(first, ("dolphin".into(), Some(dir.join("cluster8.sort")), true, true));
@@ -66,7 +63,6 @@ fn twitter_replays_each_cluster_after_loading_its_keys() {
 #[test]
 fn twitter_standin_replays_a_synthetic_trace_of_each_cluster() {
     let scale = Scale { items: 2_000, ops: 3_000, ..(PAPER.scale)() };
-    let mut log = |_: &str| {};
     let seen = std::cell::RefCell::new(Vec::new());
     let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> {
         let file = c.workload.trace.clone().expect("a trace");
@@ -82,7 +78,7 @@ fn twitter_standin_replays_a_synthetic_trace_of_each_cluster() {
         seen.borrow_mut().push((c.index.name.clone(), c.workload.trace_warm, reads, file));
         anyhow::bail!("not run")
     };
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &runner);
     assert!(format!("{:#}", body("dolphin", "twitter-standin")(&mut s).unwrap_err())
         .contains("not run"));
     let (index, warm, reads, file) = seen.borrow()[0].clone();

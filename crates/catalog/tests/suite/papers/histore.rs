@@ -1,8 +1,7 @@
-use dmindex_bench::experiment::{Run, Scale, Session};
-use dmindex_bench::{BenchConfig, BenchReport};
+use dmindex_bench::experiment::{Run, Scale};
 use dmindex_catalog::papers::histore::*;
 
-use super::body;
+use super::{body, session};
 
 /// Fig. 9–12 run end to end at a tiny scale: every scheme that serves an operation is run
 /// at every client count; a breakdown's phases add up to the mean latency and put each
@@ -13,9 +12,7 @@ use super::body;
 #[test]
 fn the_ucx_timeline_needs_a_ucx_build() {
     let scale = Scale { memnode_exe: None, ..(PAPER.scale)() };
-    let mut log = |_: &str| {};
-    let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> { dmindex_catalog::bench(c) };
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &dmindex_catalog::bench);
     let e = body("histore", "ucx-timeline")(&mut s).unwrap_err();
     assert!(e.downcast_ref::<dmindex_bench::experiment::NeedsUcx>().is_some(), "{e}");
     assert!(s.runs.is_empty());
@@ -25,9 +22,7 @@ fn the_ucx_timeline_needs_a_ucx_build() {
 fn basic_breakdown_and_ycsb_runs_report_what_the_figures_need() {
     let scale =
         Scale { items: 3000, ops: 2000, clients: vec![2, 8], peak_clients: 4, ..(PAPER.scale)() };
-    let mut log = |_: &str| {};
-    let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> { dmindex_catalog::bench(c) };
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &dmindex_catalog::bench);
     body("histore", "basic")(&mut s).unwrap();
     assert_eq!(s.runs.len(), (5 + 5 + 3) * 2, "SCAN on the three schemes with skiplists");
     assert!(s.runs.iter().all(|r| r.report.latency_us.mean > 0.0));
@@ -56,8 +51,7 @@ fn basic_breakdown_and_ycsb_runs_report_what_the_figures_need() {
     }
     s.runs.clear();
     let scale = Scale { workloads: vec!["a".into(), "e".into()], ..scale };
-    let mut log = |_: &str| {};
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &dmindex_catalog::bench);
     body("histore", "ycsb")(&mut s).unwrap();
     assert_eq!(s.runs.len(), 3 + 2, "no YCSB E on all-hashtable");
     assert!(s.runs.iter().all(|r| r.report.clients == PEAK));
@@ -70,9 +64,7 @@ fn basic_breakdown_and_ycsb_runs_report_what_the_figures_need() {
 #[test]
 fn recovery_and_degraded_runs_report_what_the_figures_need() {
     let scale = Scale { items: 3000, ops: 3000, peak_clients: 4, ..(PAPER.scale)() };
-    let mut log = |_: &str| {};
-    let runner = |c: &BenchConfig| -> anyhow::Result<BenchReport> { dmindex_catalog::bench(c) };
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &dmindex_catalog::bench);
     body("histore", "recovery")(&mut s).unwrap();
     assert_eq!(s.runs.len(), 6);
     for r in &s.runs {

@@ -9,12 +9,24 @@ mod histore;
 mod sephash;
 mod testbed;
 
-use dmindex_bench::experiment::Session;
+use dmindex_bench::experiment::{Paper, Runner, Scale, Session};
+use dmindex_bench::{BenchConfig, BenchReport};
 use dmindex_catalog::papers::{paper, resolve};
 
 /// The body of experiment `name` of paper `of`, as `dmindex experiment of/name` runs it.
 fn body(of: &str, name: &str) -> fn(&mut Session<'_>) -> anyhow::Result<()> {
     paper(of).and_then(|p| p.experiment(name)).expect("a catalogued experiment").body
+}
+
+/// A session of `paper` at `scale` whose runs `runner` answers, its log dropped.
+fn session<'a>(scale: &'a Scale, paper: &'a Paper, runner: Runner<'a>) -> Session<'a> {
+    // The log closure has no size, so its leaked box allocates nothing.
+    Session::for_test(scale, paper, runner, Box::leak(Box::new(|_: &str| {})))
+}
+
+/// The runner of a test of what a body configures, which asks for no run.
+fn runs_nothing(c: &BenchConfig) -> anyhow::Result<BenchReport> {
+    unreachable!("a configuration test ran {} on {}", c.index.name, c.workload.name)
 }
 
 /// Each paper's docs page shows its lines (which variant of each system its figures ran,

@@ -1,14 +1,12 @@
-use dmindex_bench::experiment::Session;
-use dmindex_bench::{BenchConfig, BenchReport};
 use dmindex_catalog::papers::sephash::*;
+
+use super::{runs_nothing, session};
 
 /// Threads are placed as the paper places them: ≤ 16 on one CN, then 16 per CN.
 #[test]
 fn threads_are_placed_as_the_paper() {
     let scale = (PAPER.scale)();
-    let mut log = |_: &str| {};
-    let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-    let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let s = session(&scale, &PAPER, &runs_nothing);
     let at = |t| {
         let c = base(&s, "sephash", "c", t);
         (c.cluster.cns, c.cluster.clients, c.keys.size, c.keys.value_size)
@@ -26,9 +24,7 @@ fn threads_are_placed_as_the_paper() {
 fn every_series_options_are_known_to_its_index() {
     use dmindex_conformance::{CheckConfig, Crashes};
     let scale = (PAPER.scale)();
-    let mut log = |_: &str| {};
-    let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-    let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let s = session(&scale, &PAPER, &runs_nothing);
     for v in INDEXES {
         let options = variant(&s, v, 1, searches).index.options;
         let cfg = CheckConfig {
@@ -50,9 +46,7 @@ fn every_series_options_are_known_to_its_index() {
 #[test]
 fn inserts_span_four_doublings() {
     let scale = (PAPER.scale)();
-    let mut log = |_: &str| {};
-    let runner = |_: &BenchConfig| -> anyhow::Result<BenchReport> { unreachable!() };
-    let s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let s = session(&scale, &PAPER, &runs_nothing);
     let c = inserts(&s, "sephash", 128);
     let (fill, ops) = (c.workload.items, c.workload.ops.unwrap());
     assert_eq!(fill + ops, scale.items);

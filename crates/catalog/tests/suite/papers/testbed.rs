@@ -1,7 +1,7 @@
-use dmindex_bench::experiment::{Scale, Session};
+use dmindex_bench::experiment::Scale;
 use dmindex_catalog::papers::testbed::PAPER;
 
-use super::body;
+use super::{body, runs_nothing, session};
 
 /// The whole experiment in one go: every calibration point within 15 % of its published
 /// value but the two known misses (`crates/sim/tests/suite/calibration.rs`), and charts
@@ -9,11 +9,7 @@ use super::body;
 #[test]
 fn every_point_has_its_published_value_beside_it() {
     let scale = Scale::default();
-    let runner = |_: &dmindex_bench::BenchConfig| -> anyhow::Result<dmindex_bench::BenchReport> {
-        anyhow::bail!("no index runs here")
-    };
-    let mut log = |_: &str| {};
-    let mut s = Session::for_test(&scale, &PAPER, &runner, &mut log);
+    let mut s = session(&scale, &PAPER, &runs_nothing);
     body("testbed", "verbs")(&mut s).unwrap();
     let known_misses = ["READ 8 B, 96 threads"];
     for p in &s.points {
