@@ -128,6 +128,10 @@ pub struct BenchReport {
     /// Where the run phase's client time went, per memory node (simulator only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phases: Vec<dmindex_sim::phases::NodePhases>,
+    /// The transports a run over UCX was given (`UCX_TLS` when it ran; `None`: unset, UCX's
+    /// choice, or not a UCX run), so a chart drawn again from the report names them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ucx_tls: Option<String>,
 }
 
 impl BenchReport {
@@ -558,6 +562,10 @@ pub(crate) fn summarise<T: Transport, I: PointIndex<T>>(
         timeline: (m.timeline_ns > 0)
             .then(|| crate::Timeline { interval_ns: m.timeline_ns, ops: m.timeline.clone() }),
         phases,
+        ucx_tls: match cfg.cluster.transport {
+            TransportKind::Ucx => std::env::var("UCX_TLS").ok(),
+            _ => None,
+        },
     })
 }
 

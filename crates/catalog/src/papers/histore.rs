@@ -243,7 +243,8 @@ fn ucx_timeline(s: &mut Session<'_>) -> anyhow::Result<()> {
         ((i as u64 * t.interval_ns) as f64 / 1e9, n as f64 * 1e6 / t.interval_ns as f64)
     });
     let series = vec![Series { name: "histore over UCX".into(), points: points.collect() }];
-    let tls = std::env::var("UCX_TLS").unwrap_or_else(|_| "UCX's choice".into());
+    // From the report, not this process's environment: a replot names what the run was given.
+    let tls = run.report.ucx_tls.as_deref().unwrap_or("UCX's choice");
     let title = format!("Primary killed at 3 s, restarted at 4 s (UCX_TLS={tls})");
     s.chart("ucx-timeline", chart(&title, "s", "Kops/s", series));
     Ok(())
