@@ -908,6 +908,50 @@ fn experiment_writes_json_and_svg_and_refuses_unknown_names() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown experiment 'fig99'"));
 }
 
+/// Every file under `from`, as paths relative to it, in order.
+fn files_under(from: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![from.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            match p.is_dir() {
+                true => dirs.push(p),
+                false => out.push(p.strip_prefix(from).unwrap().to_path_buf()),
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Every committed result set is a run of its experiment as the catalog has it today: drawn
+/// again from its JSON alone (`experiment all --replot`, on a copy without the charts), it gives
+/// each committed chart byte for byte and no other. An experiment changed since its committed
+/// run fails here: run it again (`docs/results-history/` keeps the runs quoted as before).
+#[test]
+fn the_committed_results_redraw_byte_for_byte() {
+    let results = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results");
+    let copy = std::env::temp_dir().join(format!("dmindex-redraw-{}", std::process::id()));
+    let files = files_under(&results);
+    let charts: Vec<_> = files.iter().filter(|f| f.extension() == Some("svg".as_ref())).collect();
+    assert!(charts.len() > 50, "{} charts committed", charts.len());
+    for f in files.iter().filter(|f| f.extension() == Some("json".as_ref())) {
+        std::fs::create_dir_all(copy.join(f).parent().unwrap()).unwrap();
+        std::fs::copy(results.join(f), copy.join(f)).unwrap();
+    }
+    let out = dmindex(&["experiment", "all", "--replot", "--out", copy.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let drawn: Vec<_> =
+        files_under(&copy).into_iter().filter(|f| f.extension() == Some("svg".as_ref())).collect();
+    assert_eq!(drawn.iter().collect::<Vec<_>>(), charts, "charts drawn vs committed");
+    for f in charts {
+        let (old, new) = (std::fs::read(results.join(f)).unwrap(), std::fs::read(copy.join(f)));
+        assert!(old == new.unwrap(), "{} differs when drawn again", f.display());
+    }
+    let _ = std::fs::remove_dir_all(&copy);
+}
+
 /// SepHash's ablation: RACE, then SepHash with its techniques added in turn, each an insert and
 /// a search run at the paper's placement (threads in total, 16 per CN), 16-B keys, 32-B values.
 #[test]
