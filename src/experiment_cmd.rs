@@ -64,12 +64,16 @@ pub struct Args {
     /// it those experiments are skipped by `all` and refused by name.
     #[arg(long, value_name = "DIR")]
     traces: Option<PathBuf>,
+    /// Memory per memory node in GiB for every run (as `bench --mn-gb`; default 4): the paper's
+    /// item counts need more for some indexes (SMART at 60 M items).
+    #[arg(long)]
+    mn_gb: Option<u64>,
     /// Draw the charts again from the JSON in --out (and its subdirectories, for `all`),
     /// running nothing: each run the experiment asks for is answered with the recorded one
     /// (a JSON the experiment no longer matches is an error). The scale is the JSON's.
     #[arg(long, conflicts_with_all = [
         "items", "ops", "cns", "clients", "peak_clients", "coroutines", "seed", "fast_load",
-        "workloads", "overrides", "traces",
+        "workloads", "overrides", "traces", "mn_gb",
     ])]
     replot: bool,
 }
@@ -284,6 +288,10 @@ fn scale_of(paper: &Paper, args: &Args) -> anyhow::Result<Scale> {
     }
     s.overrides.extend(args.overrides.iter().cloned());
     s.traces = args.traces.clone();
+    s.mn_gb = args.mn_gb;
+    if let Some(gb) = s.mn_gb {
+        limits::node_gib("--mn-gb", gb)?;
+    }
     if cfg!(feature = "ucx") {
         s.memnode_exe = Some(std::env::current_exe()?);
     }

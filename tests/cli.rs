@@ -376,6 +376,9 @@ fn bench_refuses_bad_input() {
         (&["experiment", "ycsb"][..], "an experiment of several papers"),
         (&["experiment", "sephash/insert", "--clients", "0"][..], "must be positive"),
         (&["experiment", "chime/span", "--replot", "--items", "5"][..], "cannot be used with"),
+        (&["experiment", "chime/span", "--replot", "--mn-gb", "8"][..], "cannot be used with"),
+        (&["experiment", "chime/ycsb", "--mn-gb", "0"][..], "--mn-gb 0 is not a positive size"),
+        (&["experiment", "chime/ycsb", "--mn-gb", "100000"][..], "more than this machine's"),
         (
             &["experiment", "chime/span", "--replot", "--out", "/definitely/not/here"][..],
             "run the experiment first",
@@ -906,6 +909,29 @@ fn experiment_writes_json_and_svg_and_refuses_unknown_names() {
     let out = dmindex(&["experiment", "fig99"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown experiment 'fig99'"));
+}
+
+/// A run that fills its memory nodes stops with the allocation that failed and the flag that
+/// sizes them (here 1 GiB of 4 KiB values and CHIME's leaves).
+#[test]
+fn running_out_of_remote_memory_names_the_flag_that_sizes_it() {
+    let out = dmindex(&[
+        "bench",
+        "--index",
+        "chime",
+        "--mn-gb",
+        "1",
+        "--value-size",
+        "4096",
+        "--items",
+        "255000",
+        "--ops",
+        "10",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("memory node 0 is out of memory"), "{err}");
+    assert!(err.contains("--mn-gb, 4 GiB unless given"), "{err}");
 }
 
 /// Every file under `from`, as paths relative to it, in order.

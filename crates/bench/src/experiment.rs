@@ -167,6 +167,10 @@ pub struct Scale {
     pub overrides: Vec<String>,
     /// Directory of the real-world traces that experiments replay (`--traces`).
     pub traces: Option<PathBuf>,
+    /// Memory per memory node in GiB (`--mn-gb`; `None`: `bench`'s default), for item counts
+    /// whose index outgrows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mn_gb: Option<u64>,
     /// The `dmindex` executable, for experiments that start memnode processes over UCX (set
     /// by a build with the `ucx` feature).
     #[serde(skip)]
@@ -187,6 +191,7 @@ impl Default for Scale {
             workloads: Vec::new(),
             overrides: Vec::new(),
             traces: None,
+            mn_gb: None,
             memnode_exe: None,
         }
     }
@@ -294,6 +299,7 @@ impl<'a> Session<'a> {
         cluster.transport = TransportKind::Sim;
         cluster.preset = Some(self.testbed.into());
         cluster.overrides.clone_from(&scale.overrides);
+        cluster.mn_gb = scale.mn_gb;
         (cluster.cns, cluster.clients, cluster.coroutines) =
             (scale.cns, scale.peak_clients, scale.coroutines);
         cluster.cache_mb = 100.0;

@@ -1,8 +1,8 @@
 //! What a run measured: [`BenchReport`] (table and JSON) and how client metrics are summed into it.
 
 use anyhow::bail;
-use dmindex_fabric::{Transport, VerbCounts};
-use dmindex_index::{IndexStats, PointIndex};
+use dmindex_fabric::{FabricError, Transport, VerbCounts};
+use dmindex_index::{IndexError, IndexStats, PointIndex};
 use dmindex_ycsb::OpKind;
 use serde::{Deserialize, Serialize};
 
@@ -425,6 +425,9 @@ impl Phase {
     /// The error a failed client stopped with, as the run reports it.
     pub(crate) fn failed(&self) -> anyhow::Result<()> {
         match &self.metrics.first_error {
+            Some(e @ IndexError::Fabric(FabricError::OutOfMemory { .. })) => bail!(
+                "an operation failed: {e} (a memory node's size is --mn-gb, 4 GiB unless given)"
+            ),
             Some(e) => bail!("an operation failed: {e}"),
             None => Ok(()),
         }

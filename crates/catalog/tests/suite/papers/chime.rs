@@ -60,6 +60,17 @@ fn first_ycsb_run(workload: &str) -> BenchConfig {
     )
 }
 
+/// `--mn-gb` sizes every run's memory nodes (SMART outgrows the default 4 GiB at 60 M items);
+/// without it a run keeps `bench`'s default.
+#[test]
+fn the_scale_s_memory_node_size_reaches_every_run() {
+    let at = |mn_gb| {
+        let scale = Scale { workloads: vec!["c".into()], mn_gb, ..Scale::default() };
+        first_run(&scale, body("chime", "ycsb")).cluster.mn_gb
+    };
+    assert_eq!((at(Some(12)), at(None)), (Some(12), None));
+}
+
 /// ROLEX runs as CHIME's harness loads it: bulk-loaded with full leaves and no retraining;
 /// every other line loads by inserts.
 #[test]
