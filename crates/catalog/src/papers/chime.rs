@@ -221,7 +221,7 @@ pub const REPLAYS: u64 = 5;
 /// share of `ops` operations is replayed [`REPLAYS`] times and the middle 0.4 to 0.8 of the
 /// run measured (two passes warm the buffer: `tests/suite/window.rs`). Workloads with inserts
 /// (LOAD, D, E) cannot replay a stream (a replayed insert is an update) and run one cold pass.
-pub fn warm(s: &Session<'_>, mut c: BenchConfig) -> BenchConfig {
+pub(super) fn warm(s: &Session<'_>, mut c: BenchConfig) -> BenchConfig {
     if !["a", "b", "c"].contains(&c.workload.name.as_str()) {
         return c;
     }
@@ -352,14 +352,14 @@ fn cache(s: &mut Session<'_>) -> anyhow::Result<()> {
 /// ROLEX's run for a figure of its whole cache: its models and each model's leaf table, which
 /// a compute node fetches when it first searches the model (the paper's compute nodes hold
 /// them all). Uniform searches, twice the items, reach every model from every compute node.
-pub fn rolex_whole_cache(c: &mut BenchConfig) {
+pub(super) fn rolex_whole_cache(c: &mut BenchConfig) {
     c.workload.ops = Some(2 * c.workload.items);
     c.workload.distribution = Some("uniform".into());
 }
 
 /// ROLEX with leaves of `span` slots, filled whole, and the model error equal to the span
 /// (the paper keeps ROLEX's error equal to its span, §2.2).
-pub fn rolex_span(c: &mut BenchConfig, span: usize) {
+pub(super) fn rolex_span(c: &mut BenchConfig, span: usize) {
     for o in ["span", "epsilon", "fill"] {
         c.index.options.push((o.into(), span.to_string()));
     }
