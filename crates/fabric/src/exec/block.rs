@@ -548,8 +548,11 @@ mod tests {
     fn a_thread_kept_busy_still_tells_its_waiting_tasks_to_look_again() {
         let (read, _write) = pipe();
         let source = Pipe::registered(read);
-        // One task waits for an event that never comes; another keeps the thread busy for
-        // three naps' time, so the thread never naps.
+        // One task waits for an event that never comes; another keeps the thread busy, so the
+        // thread never naps, until the waiting task is told to look again. Bounded by far more
+        // than a nap, not by a few naps' time: a thread descheduled for some milliseconds on a
+        // loaded host would pass a short bound before it looked, as a CI run beside a long
+        // simulation did.
         let waiter = poll_fn(|cx| {
             if source.naps.get() > 0 {
                 return Poll::Ready(());
@@ -557,9 +560,9 @@ mod tests {
             *source.waiter.borrow_mut() = Some(cx.waker().clone());
             Poll::Pending
         });
-        let end = Instant::now() + 3 * NAP;
+        let end = Instant::now() + 400 * NAP;
         let busy = async {
-            while Instant::now() < end {
+            while source.naps.get() == 0 && Instant::now() < end {
                 crate::exec::yield_now().await;
             }
             // Before the thread is idle and naps for real.
