@@ -125,6 +125,9 @@ fn lines(chart: &Chart, plot: &Area<'_>, colours: &Colours) -> anyhow::Result<()
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
+    // A little room right of the largest x, as y_range leaves above: a point there is drawn
+    // whole instead of cut by the plot's edge.
+    x1 += (x1 - x0) * 0.04;
     let (y0, y1) = y_range(all.map(|p| p.1));
     let mut ctx = ChartBuilder::on(plot)
         .margin(12)
