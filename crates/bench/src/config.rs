@@ -19,6 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::limits;
 
+/// GiB of each memory node when `--mn-gb` is not given.
+pub const DEFAULT_MN_GB: u64 = 4;
+
 /// The index a run takes when none is named (the catalog checks that it names one of its own).
 pub const DEFAULT_INDEX: &str = "chime";
 
@@ -443,7 +446,7 @@ impl Cluster {
 
     /// GiB of each memory node of a `local`, `sim` or spawned cluster.
     fn mn_gb(&self) -> u64 {
-        self.mn_gb.unwrap_or(4)
+        self.mn_gb.unwrap_or(DEFAULT_MN_GB)
     }
 
     /// Bytes of each memory node of a `local`, `sim` or spawned cluster.

@@ -426,7 +426,8 @@ impl Phase {
     pub(crate) fn failed(&self) -> anyhow::Result<()> {
         match &self.metrics.first_error {
             Some(e @ IndexError::Fabric(FabricError::OutOfMemory { .. })) => bail!(
-                "an operation failed: {e} (a memory node's size is --mn-gb, 4 GiB unless given)"
+                "an operation failed: {e} (a memory node's size is --mn-gb, {} GiB unless given)",
+                crate::config::DEFAULT_MN_GB
             ),
             Some(e) => bail!("an operation failed: {e}"),
             None => Ok(()),
