@@ -84,6 +84,10 @@ pub struct CheckArgs {
     /// than a few in collision groups).
     #[arg(long, value_name = "N", requires = "long_keys", value_parser = clap::value_parser!(u64).range(1..=100))]
     keys_per_prefix: Option<u64>,
+    /// With --long-keys: every key padded to this many bytes (CHIME's collision pages then
+    /// hold records of several cache lines).
+    #[arg(long, value_name = "N", requires = "long_keys", value_parser = clap::value_parser!(u64).range(11..=255))]
+    long_key_bytes: Option<u64>,
     /// No client crashes.
     #[arg(long)]
     no_crashes: bool,
@@ -160,7 +164,8 @@ pub fn check_plan(
     limits::count_u64("--ops", a.ops, limits::MAX_CHECK_OPS)?;
     limits::total("--ops", a.ops, a.clients as u64, limits::MAX_CHECK_HISTORY)?;
     limits::count("--value-size", a.value_size, limits::MAX_VALUE_SIZE)?;
-    let pair = (if a.long_keys { 11 } else { 8 }) + a.value_size as u64;
+    let key_bytes = a.long_key_bytes.unwrap_or(11);
+    let pair = (if a.long_keys { key_bytes } else { 8 }) + a.value_size as u64;
     let memory = a.mns as u64 * dmindex_conformance::linearizable::NODE_BYTES;
     let node_mib = dmindex_conformance::linearizable::NODE_BYTES >> 20;
     let memory_is = format!("a check runs on (--mns × {node_mib} MiB)");
@@ -187,6 +192,7 @@ pub fn check_plan(
         value_size: a.value_size,
         long_keys: a.long_keys,
         keys_per_prefix: a.keys_per_prefix.unwrap_or(CheckConfig::default().keys_per_prefix),
+        long_key_bytes: key_bytes as usize,
         memory_nodes: a.mns,
         memory_node_crash_ns: a.mn_crash_us.unwrap_or(0) * 1000,
         memory_node_restart_ns: a.mn_restart_us.unwrap_or(0) * 1000,
@@ -317,6 +323,9 @@ fn replay_flags(a: &CheckArgs) -> String {
     flag(a.long_keys, "--long-keys".into());
     if let Some(n) = a.keys_per_prefix {
         flag(true, format!("--keys-per-prefix {n}"));
+    }
+    if let Some(n) = a.long_key_bytes {
+        flag(true, format!("--long-key-bytes {n}"));
     }
     flag(a.no_crashes, "--no-crashes".into());
     flag(a.crash_every != 4, format!("--crash-every {}", a.crash_every));

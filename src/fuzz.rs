@@ -57,6 +57,7 @@ const FLAGS: &[&str] = &[
     "--keys",
     "--long-keys",
     "--keys-per-prefix",
+    "--long-key-bytes",
     "--no-crashes",
     "--crash-every",
     "--no-delays",

@@ -862,6 +862,15 @@ fn chime_takes_a_hundred_keys_on_each_prefix() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = dmindex(&["check", "--index", "chime", "--keys-per-prefix", "12"]);
     assert_eq!(out.status.code(), Some(2), "--keys-per-prefix needs --long-keys");
+    // Keys padded to 100 bytes, 60 a prefix: directories of two-line records.
+    let padded = ["--long-keys", "--keys-per-prefix", "60", "--keys", "120", "--long-key-bytes"];
+    let out =
+        dmindex(&[&["check", "--index", "chime", "--seeds", "2"][..], &padded, &["100"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for bad in [&["--long-key-bytes", "100"][..], &["--long-keys", "--long-key-bytes", "256"]] {
+        let out = dmindex(&[&["check", "--index", "chime"][..], bad].concat());
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 #[test]

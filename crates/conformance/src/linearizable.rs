@@ -116,6 +116,10 @@ pub struct CheckConfig {
     pub long_keys: bool,
     /// With long keys: keys sharing each 8-byte prefix (1 ..= 100; three unless set).
     pub keys_per_prefix: u64,
+    /// With long keys: every key padded with `.` to this many bytes (11 ..= 255; 11, none,
+    /// unless set), the index's longest key: CHIME's collision pages then take records of
+    /// several cache lines, which a READ can see torn.
+    pub long_key_bytes: usize,
     /// Compute-node cache budget of each handle, bytes.
     pub cache_bytes: u64,
     /// Memory nodes of the simulated cluster.
@@ -148,6 +152,7 @@ impl Default for CheckConfig {
             key_list: Vec::new(),
             long_keys: false,
             keys_per_prefix: 3,
+            long_key_bytes: 11,
             cache_bytes: 1 << 20,
             memory_nodes: 1,
             memory_node_crash_ns: 0,
@@ -454,7 +459,7 @@ impl CheckConfig {
     /// The configuration each seed builds the index with.
     pub fn index_config(&self) -> IndexConfig {
         IndexConfig {
-            max_key: if self.long_keys { 11 } else { 8 },
+            max_key: if self.long_keys { self.long_key_bytes.max(11) } else { 8 },
             max_value: self.value_size,
             cache_bytes: self.cache_bytes,
             expected_items: self.universe(),
@@ -473,6 +478,14 @@ impl CheckConfig {
 
     /// The `i`-th key of the run.
     fn key(&self, i: u64) -> Vec<u8> {
+        let mut key = self.unpadded_key(i);
+        if self.long_keys && key.len() < self.long_key_bytes {
+            key.resize(self.long_key_bytes, b'.');
+        }
+        key
+    }
+
+    fn unpadded_key(&self, i: u64) -> Vec<u8> {
         if self.long_keys && self.keys_per_prefix == 3 {
             let suffix: &[u8] = [&b""[..], b"-x", b"-yy"][(i % 3) as usize];
             return [format!("k{:07}", i / 3).as_bytes(), suffix].concat();
