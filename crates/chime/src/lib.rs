@@ -59,7 +59,9 @@
 //!   `user…`) or the thousand (URLs), so past H / 2 of them in a leaf (half a sorted leaf for
 //!   Sherman) the leaf keeps one entry for the prefix, naming a **collision group** that holds
 //!   every key of the prefix in order ([`collision`]): a search of such a key is one round trip
-//!   more (the group, then the key's block), and any number of keys may share a prefix.
+//!   more (the group, then the key's block), and any number of keys may share a prefix. Past 32
+//!   keys (at keys up to 48 bytes) the group is a directory of pages of keys, appended in place:
+//!   a search reads the directory and one page (two round trips more than a plain long key).
 //! * **Local lock table** (from Sherman, used by the reference through RDWC): clients of one
 //!   compute node queue on a CN-local async lock (4096 slots, hashed by lock address) before
 //!   spinning on the remote lock word, so at most one client per CN spins remotely. A slot is

@@ -32,11 +32,11 @@ impl<V> ChimeIndex<V> {
         c: &Client<T>,
         s: &mut ScanScratch,
         out: &mut ScanBuf,
-        keep: impl Fn(&[u8]) -> bool,
+        (from, keep): (&[u8], impl Fn(&[u8]) -> bool),
         most: usize,
     ) -> IndexResult<()> {
         if self.shape.long_keys() {
-            return self.put_long(c, s, out, keep, most).await;
+            return self.put_long(c, s, out, (from, keep), most).await;
         }
         let ScanScratch { pairs, block, .. } = s;
         let blocks = &self.tree.blocks;
@@ -65,7 +65,7 @@ impl<V> ChimeIndex<V> {
         c: &Client<T>,
         s: &mut ScanScratch,
         out: &mut ScanBuf,
-        keep: impl Fn(&[u8]) -> bool,
+        (from, keep): (&[u8], impl Fn(&[u8]) -> bool),
         most: usize,
     ) -> IndexResult<()> {
         let ScanScratch { pairs, block, reads, rest, grouped, .. } = s;
@@ -73,7 +73,8 @@ impl<V> ChimeIndex<V> {
         grouped.clear();
         let bufs = (&mut *block, &mut *reads, &mut *rest);
         let mut taken = Taken { most, taken: 0, last: None };
-        self.put_blocks(c, pairs, bufs, Some(&mut *grouped), out, (&keep, &mut taken)).await?;
+        let groups = Some((from, &mut *grouped));
+        self.put_blocks(c, pairs, bufs, groups, out, (&keep, &mut taken)).await?;
         if !grouped.is_empty() {
             let records = std::mem::take(grouped);
             let mut all = Taken { most: usize::MAX, taken: 0, last: None };
@@ -99,7 +100,7 @@ impl<V> ChimeIndex<V> {
         c: &Client<T>,
         pairs: &[(u64, [u8; 8])],
         (block, reads, rest): (&mut Vec<u8>, &mut Vec<(GlobalAddr, usize)>, &mut Vec<u8>),
-        mut grouped: Option<&mut Vec<(u64, [u8; 8])>>,
+        mut grouped: Option<Grouped<'_>>,
         out: &mut ScanBuf,
         (keep, taken): (&impl Fn(&[u8]) -> bool, &mut Taken),
     ) -> IndexResult<()> {
@@ -128,12 +129,18 @@ impl<V> ChimeIndex<V> {
                     return Ok(());
                 }
                 if collision::group_of(slot).is_some() {
-                    let Some(grouped) = grouped.as_deref_mut() else {
+                    let Some((from, grouped)) = grouped.as_mut() else {
                         return Err(IndexError::Corrupt(format!(
                             "a group's record names group {at}"
                         )));
                     };
                     let g = Group::parse(at, self.tree.whole_group(c, at, b, rest).await?)?;
+                    if g.is_directory() {
+                        let (left, grouped) = (taken.left(), &mut **grouped);
+                        let n = self.tree.scan_directory(c, &g, (from, keep), left, grouped);
+                        taken.took(k, n.await?);
+                        continue;
+                    }
                     // Records are in key order: the first the scan still takes are its smallest.
                     let wanted = g.records().filter(|r| keep(r.key)).take(taken.left());
                     let before = grouped.len();
@@ -161,6 +168,9 @@ impl<V> ChimeIndex<V> {
         Ok(())
     }
 }
+
+/// A long-key scan's start and the value slots of the group records it takes.
+type Grouped<'a> = (&'a [u8], &'a mut Vec<(u64, [u8; 8])>);
 
 /// How many keys a long-key scan has taken of the most it takes, and the prefix of the last.
 /// Keys come in prefix order, a collision group's in key order, but plain entries of one
@@ -235,17 +245,17 @@ impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
             if let Some(pos) = on.filter(|_| s.pairs.len() < count) {
                 self.tree.scan_on(c, pos, count, false, None, &mut s).await?;
             }
-            return self.put(c, &mut s, out, |_| true, usize::MAX).await;
+            return self.put(c, &mut s, out, (from, |_| true), usize::MAX).await;
         }
         if !self.shape.long_keys() {
             self.tree.scan(c, start, count, false, None, &mut s).await?;
-            return self.put(c, &mut s, out, |_| true, usize::MAX).await;
+            return self.put(c, &mut s, out, (from, |_| true), usize::MAX).await;
         }
         // Keys sharing a prefix stay in one leaf and come back as whole runs, counted by the
         // keys they hold past `from`'s prefix (a collision group's, at least what its value
         // slot vouches for), then are ordered by full key.
         self.tree.scan(c, start, count, true, None, &mut s).await?;
-        self.put(c, &mut s, out, |k| k >= from, count).await?;
+        self.put(c, &mut s, out, (from, |k| k >= from), count).await?;
         out.sort_from(0);
         out.truncate(count);
         Ok(())
@@ -275,10 +285,10 @@ impl<T: Transport, V: Variant> RangeIndex<T> for ChimeIndex<V> {
             if let Trimmed::From(pos) = self.tree.scan_fine(c, start, end, false, &mut s).await? {
                 self.tree.scan_on(c, pos, usize::MAX, false, Some(until), &mut s).await?;
             }
-            return self.put(c, &mut s, out, |k| k >= lo && k < hi, usize::MAX).await;
+            return self.put(c, &mut s, out, (lo, |k| k >= lo && k < hi), usize::MAX).await;
         }
         self.tree.scan(c, start, usize::MAX, long, Some(until), &mut s).await?;
-        self.put(c, &mut s, out, |k| k >= lo && k < hi, usize::MAX).await?;
+        self.put(c, &mut s, out, (lo, |k| k >= lo && k < hi), usize::MAX).await?;
         if long {
             out.sort_from(0);
         }

@@ -9,7 +9,10 @@
 //! refused the next; a sorted leaf, at most a leaf's span. Real keys share prefixes by the
 //! thousand (YCSB's `user…`, URLs, paths). So past [`plain_limit`] keys of one prefix in a leaf,
 //! the leaf keeps **one** entry for the prefix, whose value slot names a group block holding
-//! every key of the prefix, sorted, each with its value slot (a key-value block).
+//! every key of the prefix, sorted, each with its value slot (a key-value block). Past a page's
+//! records (32 keys of up to 48 bytes; [`page`]) the group becomes a **directory**: the same
+//! block, whose records name pages by their lowest keys, each page holding a key range, so a
+//! search reads one page and an insert writes one record in place.
 //!
 //! # Layout
 //!
@@ -21,6 +24,10 @@
 //! record (stride bytes: 16 + the tree's longest key rounded up to 8)
 //! +0                +4            +8                         +stride-8
 //! | key length u32  | zero u32    | key, zero-padded         | value slot u64 LE |
+//!
+//! directory: a group block with bit 31 of its stride word set; record j is page j's lowest
+//! key (record 0's empty) and the page's address in place of a value slot. Page j holds the
+//! keys from its lowest key to page j + 1's. Pages: [`page`].
 //! ```
 //!
 //! The leaf entry's value slot is the block's address with bit 0 set (a group; a key-value
@@ -30,7 +37,9 @@
 //!
 //! # Protocol (all under the leaf's lock)
 //!
-//! * **Keys in and out** (an insert of a new key of the prefix, a delete): copy on write. A new
+//! * **Keys in and out of a group** (an insert of a new key of the prefix, a delete): copy on
+//!   write, up to a page's records; the insert past that writes pages of half a page's records
+//!   each and their directory instead, posted as a copy is. A new
 //!   block with the key added or removed is posted on the leaf's memory node, then the leaf
 //!   entry is rewritten to name it (an entry update: its entry version bumped, the leaf
 //!   unlocked in the same WRITE); RC order on the one connection puts the block before the
@@ -45,6 +54,18 @@
 //!   in its value slots, each written whole, so any READ of it is a state it had. A block
 //!   replaced by a copy stops changing when the entry stops naming it, after the reader read
 //!   that entry: the reader sees the group as it was at that instant, within its operation.
+//! * **Keys in and out of a directory**: an insert appends its record to its page in place
+//!   (one WRITE; [`page`] says why a reader torn across it is right), unawaited when the page
+//!   lives on the leaf's node (RC order puts it before the unlock), else awaited. A full page
+//!   is split: its records and the key go to new pages of half a page's records each, and a
+//!   new directory naming them in its place is posted, then named by the leaf entry, as a
+//!   group's copy is; readers of the old directory read the old page, which stopped changing
+//!   when the entry stopped naming it. A delete writes a copy of its page without the key,
+//!   then the directory's 8-byte word for the page in place (both on the directory's node: in
+//!   that order on one connection); the old page stops changing when the word stops naming it.
+//!   A page left empty leaves by a new directory; the last key, as a group's last key does.
+//!   Every page a directory ever names holds a key, so a directory's slot vouches, for a
+//!   scan, for as many keys as it has pages.
 //! * **Forming a group** (the key past [`plain_limit`]): under the lock, the plain entries'
 //!   blocks give their keys and the group is written (awaited). A group wins over plain
 //!   entries of its prefix in the same leaf (it holds their keys, with the slots they had), so
@@ -67,21 +88,35 @@
 //! where a key with fewer sharers takes two). An update: as a plain long key's (the block, the
 //! lock, the leaf READ, the group READ, the slot WRITE with the unlock). Forming a group: the
 //! plain blocks' keys READ, the group written, and on a hopscotch leaf the clearing write (a
-//! lock, a READ, a WRITE) after the insert. An insert or a delete copies the group. A group
-//! past 3968 bytes takes one READ more on every access.
+//! lock, a READ, a WRITE) after the insert. An insert or a delete copies the group (at most a
+//! page's records, 32 × 40 B at 24-byte keys).
 //!
-//! A group is read and copied whole, so its costs grow with the keys sharing the prefix: a
-//! search reads all of them, and as replaced blocks are not reclaimed, loading n keys of one
-//! prefix leaves about n² / 2 records' bytes of old copies behind (YCSB's keys, `user` and
-//! four digits, are about 9 000 prefixes: 11 keys each at 100 000 keys, 1 100 at 10 M, where
-//! a search would read 44 KB). Groups serve keys that share prefixes by the dozen; prefixes
-//! shared by thousands want a layered tree keyed on the next 8 bytes, as Masstree's, and
-//! reclaimed copies, neither of which is built.
+//! A key in a directory: one round trip more than in a group (the leaf, the directory, the
+//! page, the block: four), reading the directory (40 B a page at 24-byte keys) and one page
+//! (2 112 B). An insert appends one record (a 64-byte WRITE at keys up to 48 bytes); one in
+//! about half a page's records splits a page, writing two or three pages and the directory.
+//! A delete writes a page. A scan READs the pages it needs in one doorbell. A directory past
+//! 3968 bytes (about 99 pages, 1 500–3 000 keys at 24-byte keys) takes one READ more, and
+//! each page split copies it.
+//!
+//! Replaced blocks, pages and directories are not reclaimed (no remote memory is, in CHIME):
+//! an insert into a directory leaves about a page's bytes behind per page split, a delete a
+//! page. YCSB's keys (`user` and the key's hash, about 9 000 prefixes) at 10 M records, about
+//! 1 100 keys a prefix: a search reads 5.2 KB in 4 round trips and the index takes 3.2 GB
+//! (measured, `bench --index chime --ycsb-keys --items 10000000`), where whole groups read
+//! about 44 KB a search and ran out of a 4 GB memory node during the load. A prefix shared by
+//! millions of keys (URLs' `https://`) makes a directory of tens of thousands of pages, read
+//! in several READs and copied at each page split: that wants a layered tree keyed on the next
+//! 8 bytes, as Masstree's, not built.
+
+pub mod page;
 
 use std::cmp::Ordering;
 
 use dmindex_fabric::GlobalAddr;
 use dmindex_index::{IndexError, IndexResult};
+
+pub use page::PageShape;
 
 /// Bytes before the first record: count u32 LE, stride u32 LE.
 pub const HEADER: usize = 8;
@@ -93,6 +128,8 @@ pub const UNIT: usize = 128;
 pub const MAX_UNITS: u64 = 31;
 /// Bit 0 of a value slot: a group, not a key-value block.
 const TAG: u64 = 1;
+/// Bit 31 of a group's stride word: a directory, whose records name pages by their lowest key.
+const DIRECTORY: u32 = 1 << 31;
 
 /// The record stride for keys of up to `max_key` bytes.
 pub const fn stride(max_key: usize) -> usize {
@@ -129,11 +166,13 @@ pub fn group_of(slot: [u8; 8]) -> Option<(GlobalAddr, usize)> {
 }
 
 /// The fewest records a group whose value slot names a first READ of `first` bytes can hold,
-/// at `stride` bytes a record: its length is above the units before the last (at least one).
+/// at `stride` bytes a record: its length is above the units before the last. One unit vouches
+/// for none: an empty group (the last key gone, shadowed entries beside it) is one unit long.
+/// A directory's records are its pages, each holding a key at least.
 pub fn records_at_least(first: usize, stride: usize) -> usize {
     match first.checked_sub(UNIT) {
         Some(below) if below > 0 => (below + 1 - HEADER).div_ceil(stride).max(1),
-        _ => 1,
+        _ => 0,
     }
 }
 
@@ -148,8 +187,8 @@ fn header(a: GlobalAddr, b: &[u8]) -> IndexResult<(usize, usize)> {
     let (Some(count), Some(stride)) = (word(0), word(4)) else {
         return Err(IndexError::Corrupt(format!("group at {a} ends its node's region")));
     };
-    let (count, stride) = (count as usize, stride as usize);
-    if stride < RECORD_EXTRA + 8 || stride % 8 != 0 || count == 0 || count > 1 << 24 {
+    let (count, stride) = (count as usize, (stride & !DIRECTORY) as usize);
+    if stride < RECORD_EXTRA + 8 || stride % 8 != 0 || count > 1 << 24 {
         return Err(IndexError::Corrupt(format!("group at {a}: {count} records of {stride} B")));
     }
     Ok((count, stride))
@@ -169,6 +208,7 @@ pub struct Group<'b> {
     bytes: &'b [u8],
     count: usize,
     stride: usize,
+    directory: bool,
 }
 
 impl<'b> Group<'b> {
@@ -180,7 +220,8 @@ impl<'b> Group<'b> {
         let Some(bytes) = b.get(..len) else {
             return Err(IndexError::Corrupt(format!("group at {a} runs past what was read")));
         };
-        let g = Group { bytes, count, stride };
+        let directory = u32::from_le_bytes(b[4..8].try_into().unwrap()) & DIRECTORY != 0;
+        let g = Group { bytes, count, stride, directory };
         if (0..count).any(|j| g.key_len(j) > stride - RECORD_EXTRA) {
             return Err(IndexError::Corrupt(format!("group at {a}: a key longer than a record")));
         }
@@ -195,6 +236,20 @@ impl<'b> Group<'b> {
     /// Bytes of a record.
     pub fn stride(&self) -> usize {
         self.stride
+    }
+
+    /// Whether the group is a directory: its records name pages ([`page`]) by their lowest
+    /// keys, the first's empty, each page holding the keys from its own lowest to the next's.
+    pub fn is_directory(&self) -> bool {
+        self.directory
+    }
+
+    /// A directory's page for `key`: the last whose lowest key is at most `key`.
+    pub fn page_for(&self, key: &[u8]) -> usize {
+        match self.search(key).0 {
+            Ok(j) => j,
+            Err(j) => j.saturating_sub(1),
+        }
     }
 
     fn key_len(&self, j: usize) -> usize {
@@ -258,6 +313,17 @@ pub fn encode<'k>(
     out[4..8].copy_from_slice(&(stride as u32).to_le_bytes());
 }
 
+/// Encodes a directory of `pages` (each page's lowest key, the first's empty, in key order,
+/// and the page's address) into `out` (cleared first).
+pub fn encode_directory<'k>(
+    stride: usize,
+    pages: impl IntoIterator<Item = (&'k [u8], GlobalAddr)>,
+    out: &mut Vec<u8>,
+) {
+    encode(stride, pages.into_iter().map(|(low, a)| (low, a.raw().to_le_bytes())), out);
+    out[4..8].copy_from_slice(&(stride as u32 | DIRECTORY).to_le_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,6 +355,32 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_and_an_empty_group_are_pinned() {
+        let (a, p0, p1) =
+            (GlobalAddr::new(1, 4096), GlobalAddr::new(1, 64), GlobalAddr::new(2, 128));
+        let mut b = Vec::new();
+        encode_directory(24, [(&b""[..], p0), (&b"m"[..], p1)], &mut b);
+        let mut want = vec![2, 0, 0, 0, 24, 0, 0, 0x80];
+        want.extend_from_slice(&[0; 8]);
+        want.extend_from_slice(&[0; 8]);
+        want.extend_from_slice(&p0.raw().to_le_bytes());
+        want.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, b'm', 0, 0, 0, 0, 0, 0, 0]);
+        want.extend_from_slice(&p1.raw().to_le_bytes());
+        assert_eq!(b, want);
+        let d = Group::parse(a, &b).unwrap();
+        assert!(d.is_directory() && d.stride() == 24 && d.count() == 2);
+        assert_eq!(
+            (d.page_for(b""), d.page_for(b"a"), d.page_for(b"m"), d.page_for(b"z")),
+            (0, 0, 1, 1)
+        );
+        // An empty group (its last key gone while shadowed entries remain) parses, empty.
+        encode(24, [], &mut b);
+        let g = Group::parse(a, &b).unwrap();
+        assert!(!g.is_directory() && g.count() == 0 && g.search(b"k").0 == Err(0));
+        assert_eq!(records_at_least(group_of(slot_of(a, b.len())).unwrap().1, 24), 0);
+    }
+
+    #[test]
     fn the_slot_names_the_block_and_its_length() {
         let a = GlobalAddr::new(3, 64 * 1000);
         assert_eq!(u64::from_le_bytes(slot_of(a, 72)), a.raw() | 0b11);
@@ -296,9 +388,9 @@ mod tests {
         assert_eq!(group_of(slot_of(a, 129)), Some((a, 256)));
         assert_eq!(group_of(slot_of(a, 100_000)), Some((a, 31 * 128)));
         // The records a slot's length vouches for, at 40 B a record: a group of 4 is 168 B.
-        assert_eq!(records_at_least(128, 40), 1);
+        assert_eq!(records_at_least(128, 40), 0);
         assert_eq!(records_at_least(256, 40), 4);
-        for count in 1..200 {
+        for count in 0..200 {
             let len = group_len(count, 40);
             let (_, first) = group_of(slot_of(a, len)).unwrap();
             assert!(records_at_least(first, 40) <= count, "{count}");
@@ -312,7 +404,6 @@ mod tests {
         let a = GlobalAddr::new(0, 0);
         assert!(Group::parse(a, &[1, 0, 0]).is_err());
         assert!(Group::parse(a, &[1, 0, 0, 0, 32, 0, 0, 0]).is_err(), "runs past the READ");
-        assert!(Group::parse(a, &[0, 0, 0, 0, 32, 0, 0, 0]).is_err(), "empty");
         assert!(Group::parse(a, &[1, 0, 0, 0, 12, 0, 0, 0]).is_err(), "stride");
         let mut b = Vec::new();
         encode(24, [(&b"k"[..], [1; 8])], &mut b);

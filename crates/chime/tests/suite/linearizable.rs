@@ -127,6 +127,45 @@ fn chime_collision_groups_with_crashes() {
     }
 }
 
+/// Prefixes shared by more keys than a page holds (32 one-line records; 10 of three lines at
+/// 120-byte keys): groups become directories whose pages take appends in place, split, and
+/// lose keys by copies, while torn reads, splits and crashes go on (a READ torn across a
+/// three-line append is read again).
+#[test]
+fn chime_directories_with_crashes() {
+    for (name, options, key_bytes) in [
+        ("default leaf", vec![], 11),
+        ("tiny leaves", opts(8, 4, 4), 11),
+        ("default leaf, 120-byte keys", vec![], 120),
+    ] {
+        let cfg = CheckConfig {
+            index_options: options,
+            keys: 160,
+            long_keys: true,
+            keys_per_prefix: 100,
+            long_key_bytes: key_bytes,
+            value_size: 16,
+            crashes: Crashes::EverySeed,
+            ..CheckConfig::default()
+        };
+        chime(&format!("chime_directories_with_crashes ({name})"), cfg, 0..30);
+    }
+}
+
+#[test]
+fn sherman_directories_with_crashes() {
+    let cfg = CheckConfig {
+        index_options: opts(8, 4, 4),
+        keys: 160,
+        long_keys: true,
+        keys_per_prefix: 100,
+        long_key_bytes: 120,
+        crashes: Crashes::EverySeed,
+        ..CheckConfig::default()
+    };
+    sherman("sherman_directories_with_crashes (tiny leaves, 120-byte keys)", cfg, 0..30);
+}
+
 /// Real threads on the `local` transport: hot keys on tiny nodes, every history checked.
 #[test]
 fn chime_on_local_threads_is_linearizable() {

@@ -444,9 +444,9 @@ fn a_key_in_a_group_costs_one_round_trip_more() {
         let rt = |before: u64| c.counts().round_trips - before;
         for (n, t) in [(5, &chime as &dyn Probe), (33, &sherman), (200, &chime), (200, &sherman)] {
             t.put(&c, b"lone-key", 200).await;
-            let before = c.counts().round_trips;
+            let (before, bytes) = (c.counts().round_trips, c.counts().bytes_read);
             assert_eq!(t.get(&c, b"lone-key").await, Some(200));
-            let plain = rt(before);
+            let (plain, plain_bytes) = (rt(before), c.counts().bytes_read - bytes);
             let before = c.counts().round_trips;
             t.put(&c, b"lone-key", 201).await;
             let plain_update = rt(before);
@@ -454,13 +454,21 @@ fn a_key_in_a_group_costs_one_round_trip_more() {
             for (i, k) in keys.iter().enumerate() {
                 t.put(&c, k, i as u8).await;
             }
-            // A group past 31 × 128 bytes (here 8 + 32 B a key) is READ in two.
-            let long_group = u64::from(8 + 32 * n > 31 * 128);
+            // Past a page's records (32 at 16-byte keys) a group is a directory of pages: the
+            // key's page is one READ more, and a search READs the page, not the whole group.
+            let long_group = u64::from(n > 33);
+            let page = dmindex_chime::collision::PageShape::for_keys(16).bytes() as u64;
             for (i, k) in keys.iter().enumerate() {
-                let before = c.counts().round_trips;
+                let (before, bytes) = (c.counts().round_trips, c.counts().bytes_read);
                 assert_eq!(t.get(&c, k).await, Some(i as u8));
                 let want = plain + 1 + long_group;
                 assert_eq!(rt(before), want, "{n}: {}", String::from_utf8_lossy(k));
+                if n > 33 {
+                    // The leaf and block as a plain key's, a page, and a directory of at
+                    // most 200 / 11 pages of 32 B each (the whole group: 6 408 B).
+                    let read = c.counts().bytes_read - bytes;
+                    assert!(read <= plain_bytes + page + 768, "{n}: {read} B a search");
+                }
             }
             let before = c.counts().round_trips;
             t.put(&c, &keys[n / 2], 99).await;
