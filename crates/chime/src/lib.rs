@@ -60,8 +60,8 @@
 //!   Sherman) the leaf keeps one entry for the prefix, naming a **collision group** that holds
 //!   every key of the prefix in order ([`collision`]): a search of such a key is one round trip
 //!   more (the group, then the key's block), and any number of keys may share a prefix. Past 32
-//!   keys (at keys up to 48 bytes) the group is a directory of pages of keys, appended in place:
-//!   a search reads the directory and one page (two round trips more than a plain long key).
+//!   keys (at keys up to 48 bytes) the group is a directory: pages of keys, appended in place,
+//!   under a copy-on-write tree of directory nodes; a search reads a node a level and a page.
 //! * **Local lock table** (from Sherman, used by the reference through RDWC): clients of one
 //!   compute node queue on a CN-local async lock (4096 slots, hashed by lock address) before
 //!   spinning on the remote lock word, so at most one client per CN spins remotely. A slot is

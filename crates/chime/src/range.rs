@@ -134,10 +134,12 @@ impl<V> ChimeIndex<V> {
                             "a group's record names group {at}"
                         )));
                     };
-                    let g = Group::parse(at, self.tree.whole_group(c, at, b, rest).await?)?;
+                    let whole = self.tree.whole_group(c, at, b, rest).await?;
+                    let g = Group::parse(at, whole)?;
                     if g.is_directory() {
                         let (left, grouped) = (taken.left(), &mut **grouped);
-                        let n = self.tree.scan_directory(c, &g, (from, keep), left, grouped);
+                        let n =
+                            self.tree.scan_directory(c, (at, whole), (from, keep), left, grouped);
                         taken.took(k, n.await?);
                         continue;
                     }

@@ -14,6 +14,8 @@
 //! * `scan` — whole leaves along the sibling chain;
 //! * `fine_scan` — CHIME's scans: whole leaves only where the scan covers them, else the
 //!   neighbourhoods of the keys it wants;
+//! * `groups`, `directory` — long keys sharing a prefix: collision groups, and past a page of
+//!   keys, directories of pages;
 //! * `sorted_write` — Sherman's sorted leaf rewritten in pieces a dying writer cannot tear into
 //!   a lost key, and the repair of what one left.
 //!
@@ -22,6 +24,7 @@
 #[cfg(test)]
 mod cut_short;
 mod descent;
+mod directory;
 mod fine_scan;
 mod groups;
 mod hopscotch;

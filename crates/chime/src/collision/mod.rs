@@ -10,9 +10,10 @@
 //! thousand (YCSB's `user…`, URLs, paths). So past [`plain_limit`] keys of one prefix in a leaf,
 //! the leaf keeps **one** entry for the prefix, whose value slot names a group block holding
 //! every key of the prefix, sorted, each with its value slot (a key-value block). Past a page's
-//! records (32 keys of up to 48 bytes; [`page`]) the group becomes a **directory**: the same
-//! block, whose records name pages by their lowest keys, each page holding a key range, so a
-//! search reads one page and an insert writes one record in place.
+//! records (32 keys of up to 48 bytes; [`page`]) the group becomes a **directory**: a tree of
+//! nodes in the same block format, whose records name pages (or nodes a level down) by their
+//! lowest keys, each page holding a key range, so a search reads a node a level and one page,
+//! and an insert writes one record in place.
 //!
 //! # Layout
 //!
@@ -25,9 +26,11 @@
 //! +0                +4            +8                         +stride-8
 //! | key length u32  | zero u32    | key, zero-padded         | value slot u64 LE |
 //!
-//! directory: a group block with bit 31 of its stride word set; record j is page j's lowest
-//! key (record 0's empty) and the page's address in place of a value slot. Page j holds the
-//! keys from its lowest key to page j + 1's. Pages: [`page`].
+//! directory node: a group block with bit 31 of its stride word set and its level (1 ..= 32)
+//! in bits 24–30, at most [`fanout`] records (64 at keys up to 232 bytes, one READ). Record j
+//! is child j's lowest key and, at level 1, the address of a page; above, the value slot
+//! ([`slot_of`]) of a node a level down. Child j holds the keys from its lowest key to child
+//! j + 1's; a key below record 0's goes to child 0. Pages: [`page`].
 //! ```
 //!
 //! The leaf entry's value slot is the block's address with bit 0 set (a group; a key-value
@@ -56,16 +59,16 @@
 //!   that entry: the reader sees the group as it was at that instant, within its operation.
 //! * **Keys in and out of a directory**: an insert appends its record to its page in place
 //!   (one WRITE; [`page`] says why a reader torn across it is right), unawaited when the page
-//!   lives on the leaf's node (RC order puts it before the unlock), else awaited. A full page
-//!   is split: its records and the key go to new pages of half a page's records each, and a
-//!   new directory naming them in its place is posted, then named by the leaf entry, as a
-//!   group's copy is; readers of the old directory read the old page, which stopped changing
-//!   when the entry stopped naming it. A delete writes a copy of its page without the key,
-//!   then the directory's 8-byte word for the page in place (both on the directory's node: in
-//!   that order on one connection); the old page stops changing when the word stops naming it.
-//!   A page left empty leaves by a new directory; the last key, as a group's last key does.
-//!   Every page a directory ever names holds a key, so a directory's slot vouches, for a
-//!   scan, for as many keys as it has pages.
+//!   lives on the leaf's node (RC order puts it before the unlock), else awaited. Any other
+//!   change copies: a full page is split into two new pages; a delete writes a copy of its page
+//!   without the key, or drops the page it was alone in. Then every directory node on the
+//!   key's path is copied with the change, bottom up (a node past [`fanout`] records splits in
+//!   two, one left empty leaves its parent, a root that splits gets a root above it), all
+//!   posted on the leaf's node, and the leaf entry names the new root, as a group's copy is.
+//!   Directory nodes are immutable: a reader of an old path reads old pages, each of which
+//!   stopped changing when the entry stopped naming a path to it, after the reader read that
+//!   entry. Every page and node a directory ever names holds a key, so a directory's slot
+//!   vouches, for a scan, for as many keys as its root has records.
 //! * **Forming a group** (the key past [`plain_limit`]): under the lock, the plain entries'
 //!   blocks give their keys and the group is written (awaited). A group wins over plain
 //!   entries of its prefix in the same leaf (it holds their keys, with the slots they had), so
@@ -91,23 +94,24 @@
 //! lock, a READ, a WRITE) after the insert. An insert or a delete copies the group (at most a
 //! page's records, 32 × 40 B at 24-byte keys).
 //!
-//! A key in a directory: one round trip more than in a group (the leaf, the directory, the
-//! page, the block: four), reading the directory (40 B a page at 24-byte keys) and one page
-//! (2 112 B). An insert appends one record (a 64-byte WRITE at keys up to 48 bytes); one in
-//! about half a page's records splits a page, writing two or three pages and the directory.
-//! A delete writes a page. A scan READs the pages it needs in one doorbell. A directory past
-//! 3968 bytes (about 99 pages, 1 500–3 000 keys at 24-byte keys) takes one READ more, and
-//! each page split copies it.
+//! A key in a directory of L levels: L round trips more than in a group (the leaf, a node a
+//! level, the page, the block: four at one level, which serves up to 64 pages, 1 000–2 000
+//! keys at 24-byte keys), reading up to 64 × 40 B a node and one page (2 112 B). An insert
+//! appends one record (a 64-byte WRITE at keys up to 48 bytes); one in about half a page's
+//! records splits a page, writing two pages and a copy of each node on the path. A delete
+//! writes a page and the path. A scan READs the pages it needs in one doorbell, and the nodes
+//! on its way as it reaches them.
 //!
-//! Replaced blocks, pages and directories are not reclaimed (no remote memory is, in CHIME):
-//! an insert into a directory leaves about a page's bytes behind per page split, a delete a
-//! page. YCSB's keys (`user` and the key's hash, about 9 000 prefixes) at 10 M records, about
-//! 1 100 keys a prefix: a search reads 5.2 KB in 4 round trips and the index takes 3.2 GB
-//! (measured, `bench --index chime --ycsb-keys --items 10000000`), where whole groups read
-//! about 44 KB a search and ran out of a 4 GB memory node during the load. A prefix shared by
-//! millions of keys (URLs' `https://`) makes a directory of tens of thousands of pages, read
-//! in several READs and copied at each page split: that wants a layered tree keyed on the next
-//! 8 bytes, as Masstree's, not built.
+//! Replaced blocks, pages and directory nodes are not reclaimed (no remote memory is, in
+//! CHIME): an insert into a directory leaves about a page and a path's bytes behind per page
+//! split, a delete the same. Measured (`dmindex bench --index chime` on `local`, `--workload
+//! c`): YCSB's keys (`--ycsb-keys`: `user` and the key's hash, about 9 000 prefixes) at 10 M
+//! records, about 1 100 keys a prefix: 4.00 round trips and 4.5 KB a search, 3.3 GB of remote
+//! memory, where whole groups would read about 44 KB a search and ran out of a 4 GB memory
+//! node during the load. One prefix shared by 1 M keys (`--key-size 24 --ordered`: every key
+//! `user0000…`): 7.00 round trips and 6.5 KB a search, 386 MB; with one directory node and no
+//! levels the load ran out of 4 GB there, copying a node of some 20 000 pages (810 KB, the
+//! failed allocation) at each page split.
 
 pub mod page;
 
@@ -128,8 +132,21 @@ pub const UNIT: usize = 128;
 pub const MAX_UNITS: u64 = 31;
 /// Bit 0 of a value slot: a group, not a key-value block.
 const TAG: u64 = 1;
-/// Bit 31 of a group's stride word: a directory, whose records name pages by their lowest key.
+/// Bit 31 of a group's stride word: a directory, whose records name pages (level 1) or
+/// directories a level down by their lowest keys; bits 24–30 give its level.
 const DIRECTORY: u32 = 1 << 31;
+const LEVEL_SHIFT: u32 = 24;
+/// The most levels a directory has (2^31 keys at 2-record nodes are far fewer).
+pub const MOST_LEVELS: u8 = 32;
+/// The most records of a directory node: 64, and fewer where 64 would not fit one READ.
+pub const fn fanout(stride: usize) -> usize {
+    let fit = (MAX_UNITS as usize * UNIT - HEADER) / stride;
+    if fit < 64 {
+        fit
+    } else {
+        64
+    }
+}
 
 /// The record stride for keys of up to `max_key` bytes.
 pub const fn stride(max_key: usize) -> usize {
@@ -187,7 +204,7 @@ fn header(a: GlobalAddr, b: &[u8]) -> IndexResult<(usize, usize)> {
     let (Some(count), Some(stride)) = (word(0), word(4)) else {
         return Err(IndexError::Corrupt(format!("group at {a} ends its node's region")));
     };
-    let (count, stride) = (count as usize, (stride & !DIRECTORY) as usize);
+    let (count, stride) = (count as usize, (stride & ((1 << LEVEL_SHIFT) - 1)) as usize);
     if stride < RECORD_EXTRA + 8 || stride % 8 != 0 || count > 1 << 24 {
         return Err(IndexError::Corrupt(format!("group at {a}: {count} records of {stride} B")));
     }
@@ -208,7 +225,7 @@ pub struct Group<'b> {
     bytes: &'b [u8],
     count: usize,
     stride: usize,
-    directory: bool,
+    level: u8,
 }
 
 impl<'b> Group<'b> {
@@ -220,8 +237,18 @@ impl<'b> Group<'b> {
         let Some(bytes) = b.get(..len) else {
             return Err(IndexError::Corrupt(format!("group at {a} runs past what was read")));
         };
-        let directory = u32::from_le_bytes(b[4..8].try_into().unwrap()) & DIRECTORY != 0;
-        let g = Group { bytes, count, stride, directory };
+        let word = u32::from_le_bytes(b[4..8].try_into().unwrap());
+        let level = ((word & !DIRECTORY) >> LEVEL_SHIFT) as u8;
+        let level = match (word & DIRECTORY != 0, level) {
+            (false, 0) => 0,
+            (true, l @ 1..=MOST_LEVELS) if count > 0 => l,
+            _ => {
+                return Err(IndexError::Corrupt(format!(
+                    "group at {a}: level {level} of {count} records"
+                )))
+            }
+        };
+        let g = Group { bytes, count, stride, level };
         if (0..count).any(|j| g.key_len(j) > stride - RECORD_EXTRA) {
             return Err(IndexError::Corrupt(format!("group at {a}: a key longer than a record")));
         }
@@ -238,13 +265,20 @@ impl<'b> Group<'b> {
         self.stride
     }
 
-    /// Whether the group is a directory: its records name pages ([`page`]) by their lowest
-    /// keys, the first's empty, each page holding the keys from its own lowest to the next's.
+    /// Whether the group is a directory: its records name pages ([`page`]) or directories
+    /// a level down by their lowest keys, each holding the keys from its own lowest to the
+    /// next's (the first: from the directory's own lowest).
     pub fn is_directory(&self) -> bool {
-        self.directory
+        self.level > 0
     }
 
-    /// A directory's page for `key`: the last whose lowest key is at most `key`.
+    /// A directory's level: 1 when its records name pages (0: a group).
+    pub fn level(&self) -> u8 {
+        self.level
+    }
+
+    /// A directory's record for `key`: the last whose lowest key is at most `key`, or the
+    /// first when `key` is below them all.
     pub fn page_for(&self, key: &[u8]) -> usize {
         match self.search(key).0 {
             Ok(j) => j,
@@ -313,15 +347,19 @@ pub fn encode<'k>(
     out[4..8].copy_from_slice(&(stride as u32).to_le_bytes());
 }
 
-/// Encodes a directory of `pages` (each page's lowest key, the first's empty, in key order,
-/// and the page's address) into `out` (cleared first).
+/// Encodes a directory node of `level` (1 ..= [`MOST_LEVELS`]) whose records are `children`
+/// (each child's lowest key, in key order, and its word: a page's address at level 1, a
+/// directory's value slot ([`slot_of`]) above) into `out` (cleared first).
 pub fn encode_directory<'k>(
     stride: usize,
-    pages: impl IntoIterator<Item = (&'k [u8], GlobalAddr)>,
+    level: u8,
+    children: impl IntoIterator<Item = (&'k [u8], [u8; 8])>,
     out: &mut Vec<u8>,
 ) {
-    encode(stride, pages.into_iter().map(|(low, a)| (low, a.raw().to_le_bytes())), out);
-    out[4..8].copy_from_slice(&(stride as u32 | DIRECTORY).to_le_bytes());
+    debug_assert!((1..=MOST_LEVELS).contains(&level));
+    encode(stride, children, out);
+    let word = stride as u32 | u32::from(level) << LEVEL_SHIFT | DIRECTORY;
+    out[4..8].copy_from_slice(&word.to_le_bytes());
 }
 
 #[cfg(test)]
@@ -359,8 +397,9 @@ mod tests {
         let (a, p0, p1) =
             (GlobalAddr::new(1, 4096), GlobalAddr::new(1, 64), GlobalAddr::new(2, 128));
         let mut b = Vec::new();
-        encode_directory(24, [(&b""[..], p0), (&b"m"[..], p1)], &mut b);
-        let mut want = vec![2, 0, 0, 0, 24, 0, 0, 0x80];
+        let children = [(&b""[..], p0.raw().to_le_bytes()), (&b"m"[..], p1.raw().to_le_bytes())];
+        encode_directory(24, 1, children, &mut b);
+        let mut want = vec![2, 0, 0, 0, 24, 0, 0, 0x81];
         want.extend_from_slice(&[0; 8]);
         want.extend_from_slice(&[0; 8]);
         want.extend_from_slice(&p0.raw().to_le_bytes());
@@ -368,11 +407,19 @@ mod tests {
         want.extend_from_slice(&p1.raw().to_le_bytes());
         assert_eq!(b, want);
         let d = Group::parse(a, &b).unwrap();
-        assert!(d.is_directory() && d.stride() == 24 && d.count() == 2);
+        assert!(d.is_directory() && d.level() == 1 && d.stride() == 24 && d.count() == 2);
         assert_eq!(
             (d.page_for(b""), d.page_for(b"a"), d.page_for(b"m"), d.page_for(b"z")),
             (0, 0, 1, 1)
         );
+        encode_directory(24, 3, children, &mut b);
+        assert_eq!(&b[4..8], &[24, 0, 0, 0x83]);
+        assert_eq!(Group::parse(a, &b).unwrap().level(), 3);
+        b[7] = 0xa1; // level 33
+        assert!(Group::parse(a, &b).is_err());
+        b[7] = 0x01; // a level without the directory bit
+        assert!(Group::parse(a, &b).is_err());
+        assert_eq!((fanout(40), fanout(64), fanout(272)), (64, 61, 14));
         // An empty group (its last key gone while shadowed entries remain) parses, empty.
         encode(24, [], &mut b);
         let g = Group::parse(a, &b).unwrap();
@@ -405,6 +452,7 @@ mod tests {
         assert!(Group::parse(a, &[1, 0, 0]).is_err());
         assert!(Group::parse(a, &[1, 0, 0, 0, 32, 0, 0, 0]).is_err(), "runs past the READ");
         assert!(Group::parse(a, &[1, 0, 0, 0, 12, 0, 0, 0]).is_err(), "stride");
+        assert!(Group::parse(a, &[0, 0, 0, 0, 40, 0, 0, 0x81]).is_err(), "an empty directory");
         let mut b = Vec::new();
         encode(24, [(&b"k"[..], [1; 8])], &mut b);
         b[8] = 9; // record 0's key length: 9 > 24 - 16

@@ -10,8 +10,7 @@ use dmindex_prim::kv_block::CANDIDATES;
 use smallvec::SmallVec;
 
 use super::{LockedLeaf, Tree};
-use crate::collision::page::{self, Gathered, Named, Page};
-use crate::collision::{self, Group, PageShape};
+use crate::collision::{self, Group};
 use crate::view::LeafView;
 
 /// Where a long key is in a leaf that was READ (and, for a writer, is locked).
@@ -47,11 +46,6 @@ fn block_at(slot: [u8; 8]) -> GlobalAddr {
 fn is_directory(slot: [u8; 8], bytes: &[u8]) -> bool {
     let a = collision::group_of(slot).map_or(GlobalAddr::NULL, |g| g.0);
     Group::parse(a, bytes).is_ok_and(|g| g.is_directory())
-}
-
-/// The address of directory `d`'s page `j`.
-pub(crate) fn page_at(d: &Group<'_>, j: usize) -> GlobalAddr {
-    block_at(d.record(j).slot)
 }
 
 impl Tree {
@@ -116,125 +110,6 @@ impl Tree {
         })
     }
 
-    /// Where key `full` is in the directory at `a` (entry `entry`), READ whole into `scratch`:
-    /// its page is READ after it, into `scratch` past the directory's bytes (a writer finds it
-    /// there, [`Tree::write_in_directory`]).
-    async fn resolve_in_page<T: Transport>(
-        &self,
-        c: &Client<T>,
-        entry: usize,
-        a: GlobalAddr,
-        full: &[u8],
-        scratch: &mut Vec<u8>,
-    ) -> IndexResult<Resolved> {
-        let (dir_len, page) = {
-            let d = Group::parse(a, scratch)?;
-            c.compute(Work::KeyCompare, u64::from(d.count().max(1).ilog2() + 1));
-            (collision::group_len(d.count(), d.stride()), page_at(&d, d.page_for(full)))
-        };
-        let mut keys = self.group_bufs.get(c, Vec::new);
-        let got = self.read_page(c, page, scratch, dir_len, &mut keys).await?;
-        c.compute(Work::KeyCompare, got.held.len() as u64);
-        Ok(match got.held.iter().find(|h| &keys[h.key.clone()] == full) {
-            Some(h) => {
-                Resolved::InGroup { entry, slot_at: page.add(h.slot_at as u64), slot: h.slot }
-            }
-            None => Resolved::Absent { group: Some(entry), plain: 0 },
-        })
-    }
-
-    /// A scan's keys in directory `d`: from the page of `from` on, in key order, as many as
-    /// `left` of those `keep` takes, their value slots pushed to `grouped` (as `(0, slot)`);
-    /// how many. Pages are READ a few at a time (one doorbell: as many as `left` keys need at
-    /// half a page's records each, up to a round's READs), each page's records sorted, as they
-    /// are appended in no order. A page whose lowest key is past `from` and not taken is past
-    /// the scan's end, and ends it.
-    pub(crate) async fn scan_directory<T: Transport>(
-        &self,
-        c: &Client<T>,
-        d: &Group<'_>,
-        (from, keep): (&[u8], &impl Fn(&[u8]) -> bool),
-        left: usize,
-        grouped: &mut Vec<(u64, [u8; 8])>,
-    ) -> IndexResult<usize> {
-        let shape = self.page_shape();
-        let (first, mut j, mut taken) = (d.page_for(from), d.page_for(from), 0);
-        let (mut buf, mut keys) =
-            (self.group_bufs.get(c, Vec::new), self.group_bufs.get(c, Vec::new));
-        let mut pieces = SmallVec::<[(GlobalAddr, usize); doorbell::ROUND_READS]>::new();
-        // Each round takes a page at least, and the pages are finite.
-        while j < d.count() && taken < left {
-            let want = (left - taken).div_ceil((shape.records / 2).max(1));
-            let n = want.clamp(1, doorbell::ROUND_READS).min(d.count() - j);
-            pieces.clear();
-            pieces.extend((j..j + n).map(|i| (page_at(d, i), shape.bytes())));
-            if pieces.iter().any(|p| c.info().within_region(p.0, p.1) < p.1) {
-                return Err(IndexError::Corrupt(format!(
-                    "a page of {} runs past its region",
-                    pieces[0].0
-                )));
-            }
-            buf.clear();
-            buf.resize(n * shape.bytes(), 0);
-            doorbell::read_per_node(c, &pieces, &mut buf).await?;
-            c.compute(Work::BytesScanned, buf.len() as u64);
-            for (i, &(page, len)) in pieces.iter().enumerate() {
-                if j + i > first && !keep(d.record(j + i).key) {
-                    return Ok(taken);
-                }
-                let bytes = &buf[i * len..(i + 1) * len];
-                let got = Page::parse(page, bytes, shape)?.gather(page, &mut keys)?;
-                let mut order: SmallVec<[usize; page::MOST_RECORDS]> =
-                    (0..got.held.len()).collect();
-                order.sort_unstable_by(|&x, &y| {
-                    keys[got.held[x].key.clone()].cmp(&keys[got.held[y].key.clone()])
-                });
-                c.compute(
-                    Work::KeyCompare,
-                    (order.len() * order.len().max(1).ilog2() as usize) as u64,
-                );
-                for h in order.iter().map(|&x| &got.held[x]) {
-                    if taken == left {
-                        return Ok(taken);
-                    }
-                    if keep(&keys[h.key.clone()]) {
-                        grouped.push((0, h.slot));
-                        taken += 1;
-                    }
-                }
-            }
-            j += n;
-        }
-        Ok(taken)
-    }
-
-    /// The shape of this tree's pages ([`crate::collision::page`]).
-    pub(crate) fn page_shape(&self) -> PageShape {
-        PageShape::for_keys(self.blocks.max_key)
-    }
-
-    /// READs the page at `page` into `buf` from offset `at` on (`buf` cut there first) and
-    /// gathers its records' keys into `keys` (a record seen torn is an append in flight, not
-    /// there yet: [`crate::collision::page`]).
-    pub(crate) async fn read_page<T: Transport>(
-        &self,
-        c: &Client<T>,
-        page: GlobalAddr,
-        buf: &mut Vec<u8>,
-        at: usize,
-        keys: &mut Vec<u8>,
-    ) -> IndexResult<Gathered> {
-        let shape = self.page_shape();
-        if c.info().within_region(page, shape.bytes()) < shape.bytes() {
-            return Err(IndexError::Corrupt(format!("page at {page} runs past its region")));
-        }
-        buf.truncate(at);
-        buf.resize(at + shape.bytes(), 0);
-        c.read(page, &mut buf[at..]).await?;
-        c.compute(Work::BytesScanned, shape.bytes() as u64);
-        Page::parse(page, &buf[at..], shape)?.gather(page, keys)
-    }
-
     /// READs the group at `a` whole into `buf` (cleared first): its first READ of `first`
     /// bytes (what its value slot names, cut at the end of its node's region), and the rest
     /// after it when longer.
@@ -253,7 +128,7 @@ impl Tree {
     }
 
     /// `buf` holds the first bytes of the group at `a`: its rest READ after them, if any.
-    async fn group_rest<T: Transport>(
+    pub(super) async fn group_rest<T: Transport>(
         &self,
         c: &Client<T>,
         a: GlobalAddr,
@@ -298,7 +173,7 @@ impl Tree {
     /// entry naming it, when the leaf lives there) execute after it; awaited, it is in place
     /// before an entry anywhere names it. Allocated in whole [`collision::UNIT`]s, so the READ
     /// its slot names stays inside it.
-    async fn post_group<T: Transport>(
+    pub(super) async fn post_group<T: Transport>(
         &self,
         c: &Client<T>,
         node: NodeId,
@@ -469,142 +344,6 @@ impl Tree {
         let posted = self.post_group(c, leaf.addr.node(), &empty, false).await;
         let (slot, leaf) = self.or_unlock(c, leaf, posted).await?;
         Ok((InLeaf::Name(e, slot), leaf))
-    }
-}
-
-impl Tree {
-    /// Pages holding `records` (in key order, no key twice, at least a page's worth), as
-    /// evenly as pages of half a page's records each allow, and the directory naming them,
-    /// written unawaited on memory node `node`: its value slot. The caller's later verbs to
-    /// `node` execute after them.
-    async fn post_directory<T: Transport>(
-        &self,
-        c: &Client<T>,
-        node: NodeId,
-        records: &[(&[u8], [u8; 8])],
-    ) -> IndexResult<[u8; 8]> {
-        self.post_directory_around(c, node, records, (&[], &[]), None).await
-    }
-
-    /// [`Tree::post_directory`] with pages of an old directory (each page's lowest key and
-    /// address) kept before the new ones and after them; `first_low`, when given, is the
-    /// lowest key of the first new page (that of the page they replace). No record: only the
-    /// old pages (one left the directory); the directory's first page's lowest key is empty.
-    async fn post_directory_around<T: Transport>(
-        &self,
-        c: &Client<T>,
-        node: NodeId,
-        records: &[(&[u8], [u8; 8])],
-        (before, after): (&[Named<'_>], &[Named<'_>]),
-        first_low: Option<&[u8]>,
-    ) -> IndexResult<[u8; 8]> {
-        let shape = self.page_shape();
-        let pages = records.len().div_ceil((shape.records / 2).max(1));
-        let mut out = self.group_bufs.get(c, Vec::new);
-        let mut new: SmallVec<[Named<'_>; 4]> = SmallVec::new();
-        for p in 0..pages {
-            let part = &records[p * records.len() / pages..(p + 1) * records.len() / pages];
-            page::encode(shape, part.iter().copied(), &mut out);
-            let a = c.alloc_on(node, shape.bytes() as u64, 64).await?;
-            c.write_zero_wait(a, &out)?;
-            let low = match (p, first_low) {
-                (0, Some(low)) => low,
-                _ => part[0].0,
-            };
-            new.push((low, a));
-        }
-        let mut all: Vec<Named<'_>> = before.iter().chain(&new).chain(after).copied().collect();
-        all[0].0 = &[];
-        collision::encode_directory(collision::stride(self.blocks.max_key), all, &mut out);
-        c.compute(Work::BytesScanned, out.len() as u64);
-        self.post_group(c, node, &out, false).await
-    }
-
-    /// The remote half of an insert (`Some(v)`) or a delete (`None`) of long key `full` in a
-    /// directory, the leaf at `leaf` locked: `bytes` holds the directory and, after it, the
-    /// key's page, as [`Tree::resolve_long`] READ them. An insert appends the key's record to
-    /// its page in place when the page has room (unawaited when the page lives on the leaf's
-    /// memory node, whose unlock comes after it on that connection; awaited first otherwise);
-    /// a full page is split into two new pages and a new directory, which the leaf entry will
-    /// name. A delete writes a new page without the key, and then the directory's word for the
-    /// page in place (both on the directory's node, so in that order); a page left empty leaves
-    /// the directory, a new one without it, and a directory left empty, the leaf.
-    async fn write_in_directory<T: Transport>(
-        &self,
-        c: &Client<T>,
-        leaf: GlobalAddr,
-        (entry, slot, bytes): (usize, [u8; 8], &[u8]),
-        full: &[u8],
-        v: Option<[u8; 8]>,
-    ) -> IndexResult<InLeaf> {
-        let (shape, a) =
-            (self.page_shape(), collision::group_of(slot).map_or(GlobalAddr::NULL, |g| g.0));
-        let d = Group::parse(a, bytes)?;
-        let (j, dir_len) = (d.page_for(full), collision::group_len(d.count(), d.stride()));
-        let page = page_at(&d, j);
-        let Some(page_bytes) = bytes.get(dir_len..) else {
-            return Err(IndexError::Corrupt(format!("directory at {a}: no page read")));
-        };
-        let mut keys = self.group_bufs.get(c, Vec::new);
-        let got = Page::parse(page, page_bytes, shape)?.gather(page, &mut keys)?;
-        let held = |h: &page::Held| (&keys[h.key.clone()], h.slot);
-        let at = got.held.iter().position(|h| &keys[h.key.clone()] == full);
-        let dir_pages = || (0..d.count()).map(|i| (d.record(i).key, page_at(&d, i)));
-        match (at, v) {
-            (None, Some(v)) => match got.first_empty {
-                Some(r) => {
-                    let mut rec = [0u8; 5 * page::LINE];
-                    let rec = &mut rec[..shape.record_len()];
-                    page::encode_record(shape, full, v, rec);
-                    let to = page.add(shape.record_at(r) as u64);
-                    match to.node() == leaf.node() {
-                        true => c.write_zero_wait(to, rec)?,
-                        false => c.write(to, rec).await?,
-                    }
-                    Ok(InLeaf::Nothing)
-                }
-                None => {
-                    let mut records: Vec<_> = got.held.iter().map(held).collect();
-                    records.push((full, v));
-                    records.sort_unstable_by(|x, y| x.0.cmp(y.0));
-                    c.compute(Work::KeyCompare, (records.len() * 5) as u64);
-                    let old: Vec<_> = dir_pages().collect();
-                    let around = (&old[..j], &old[j + 1..]);
-                    let posted = self.post_directory_around(
-                        c,
-                        leaf.node(),
-                        &records,
-                        around,
-                        Some(old[j].0),
-                    );
-                    Ok(InLeaf::Name(entry, posted.await?))
-                }
-            },
-            (Some(i), None) if got.held.len() > 1 => {
-                let mut out = self.group_bufs.get(c, Vec::new);
-                let kept =
-                    got.held.iter().enumerate().filter(|&(h, _)| h != i).map(|(_, h)| held(h));
-                page::encode(shape, kept, &mut out);
-                let new = c.alloc_on(a.node(), shape.bytes() as u64, 64).await?;
-                c.write_zero_wait(new, &out)?;
-                let word = a.add(d.record(j).slot_at as u64);
-                match word.node() == leaf.node() {
-                    true => c.write_zero_wait(word, &new.raw().to_le_bytes())?,
-                    false => c.write(word, &new.raw().to_le_bytes()).await?,
-                }
-                Ok(InLeaf::Nothing)
-            }
-            (Some(_), None) if d.count() == 1 => Ok(InLeaf::Drop(entry)),
-            (Some(_), None) => {
-                let old: Vec<_> = dir_pages().collect();
-                let around = (&old[..j], &old[j + 1..]);
-                let posted = self.post_directory_around(c, leaf.node(), &[], around, None);
-                Ok(InLeaf::Name(entry, posted.await?))
-            }
-            (Some(_), Some(_)) | (None, None) => {
-                Err(IndexError::Corrupt(format!("directory at {a} changed under the lock")))
-            }
-        }
     }
 }
 

@@ -253,3 +253,16 @@ fn chime_delete_copying_a_page_killed_at_every_point() {
 fn chime_delete_of_a_directorys_last_key_killed_at_every_point() {
     kill_the_last_delete::<Chime>(&long(&[]), 40, 0);
 }
+
+// At 255-byte keys a page holds 6 records and a directory node 14 pages: `crowd(45)` splits
+// the root of a one-level directory, and 51 keys make two levels.
+
+#[test]
+fn chime_root_split_of_a_directory_killed_at_every_point() {
+    kill_the_forming_insert::<Chime>(&IndexConfig { max_key: 255, ..long(&[]) }, 45, 9);
+}
+
+#[test]
+fn chime_delete_copying_a_two_level_path_killed_at_every_point() {
+    kill_the_last_delete::<Chime>(&IndexConfig { max_key: 255, ..long(&[]) }, 50, 50);
+}

@@ -128,15 +128,17 @@ fn chime_collision_groups_with_crashes() {
 }
 
 /// Prefixes shared by more keys than a page holds (32 one-line records; 10 of three lines at
-/// 120-byte keys): groups become directories whose pages take appends in place, split, and
-/// lose keys by copies, while torn reads, splits and crashes go on (a READ torn across a
-/// three-line append is read again).
+/// 120-byte keys; 6 of five lines at 250-byte keys, whose directory nodes hold 14 pages, so
+/// 100 keys make two levels): groups become directories whose pages take appends in place,
+/// split, and lose keys by copies of the path, while torn reads, splits and crashes go on (a
+/// READ torn across an append of several lines skips the record).
 #[test]
 fn chime_directories_with_crashes() {
     for (name, options, key_bytes) in [
         ("default leaf", vec![], 11),
         ("tiny leaves", opts(8, 4, 4), 11),
         ("default leaf, 120-byte keys", vec![], 120),
+        ("default leaf, 250-byte keys", vec![], 250),
     ] {
         let cfg = CheckConfig {
             index_options: options,
@@ -159,11 +161,11 @@ fn sherman_directories_with_crashes() {
         keys: 160,
         long_keys: true,
         keys_per_prefix: 100,
-        long_key_bytes: 120,
+        long_key_bytes: 250,
         crashes: Crashes::EverySeed,
         ..CheckConfig::default()
     };
-    sherman("sherman_directories_with_crashes (tiny leaves, 120-byte keys)", cfg, 0..30);
+    sherman("sherman_directories_with_crashes (tiny leaves, 250-byte keys)", cfg, 0..30);
 }
 
 /// Real threads on the `local` transport: hot keys on tiny nodes, every history checked.

@@ -333,6 +333,78 @@ fn keys_past_a_leafs_share_of_one_prefix_go_to_its_group() {
     }]);
 }
 
+/// A prefix shared by 1 500 keys at 255-byte keys (pages of 6 records, directory nodes of 14):
+/// the directory grows three levels as keys come in a scattered order, and shrinks back as
+/// they leave; reads and scans agree with a model throughout.
+#[test]
+fn a_directory_grows_levels_and_shrinks_back() {
+    let f = fabric(256 << 20, 1 << 20);
+    let c = f.client(0).unwrap();
+    let chime = IndexConfig { max_key: 255, ..IndexConfig::default() };
+    let sherman = IndexConfig { root_slot: 2, ..chime.clone() };
+    const N: u32 = 1500;
+    run_tasks([async {
+        let chime = Chime::create(&c, &chime, 0).await.unwrap();
+        let sherman = Sherman::create(&c, &sherman, 0).await.unwrap();
+        for t in [&chime as &dyn Probe, &sherman] {
+            let mut model = std::collections::BTreeMap::new();
+            let crowd = |i: u32| format!("prefix!!{:05}", i * 7919 % N).into_bytes();
+            for k in ["prefix!", "prefix!\x7f", "prefiy", "a"] {
+                t.put(&c, k.as_bytes(), 1).await;
+                model.insert(k.as_bytes().to_vec(), 1);
+            }
+            let before = c.counts().round_trips;
+            assert_eq!(t.get(&c, b"prefiy").await, Some(1));
+            let plain = c.counts().round_trips - before;
+            for i in 0..N {
+                t.put(&c, &crowd(i), i as u8).await;
+                model.insert(crowd(i), i as u8);
+            }
+            let before = c.counts().round_trips;
+            assert_eq!(t.get(&c, &crowd(7)).await, Some(7));
+            let levels = c.counts().round_trips - before - plain - 1;
+            assert!(levels >= 2, "{levels} directory levels");
+            let cr = &c;
+            let check = |model: &std::collections::BTreeMap<Vec<u8>, u8>, round: u32| {
+                let model = model.clone();
+                async move {
+                    let c = cr;
+                    for (k, &v) in model.iter().step_by(7) {
+                        assert_eq!(t.get(c, k).await, Some(v), "{}", String::from_utf8_lossy(k));
+                    }
+                    for s in 0..12u32 {
+                        let from = format!("prefix!!{:05}", (s * 131 + round) % (N + 5));
+                        let count = (s * 13 % 70 + 1) as usize;
+                        let got = t.scan(c, from.as_bytes(), count).await;
+                        let want: Vec<_> = model
+                            .range(from.clone().into_bytes()..)
+                            .take(count)
+                            .map(|(k, &v)| (k.clone(), v))
+                            .collect();
+                        assert_eq!(got, want, "scan of {count} from {from}");
+                    }
+                }
+            };
+            check(&model, 0).await;
+            for i in (0..N).rev() {
+                assert!(t.del(&c, &crowd(i)).await);
+                model.remove(&crowd(i));
+                if i % 250 == 0 {
+                    check(&model, i).await;
+                }
+            }
+            assert!(!t.del(&c, &crowd(3)).await);
+            for i in 0..40 {
+                t.put(&c, &crowd(i), 9).await;
+                model.insert(crowd(i), 9);
+            }
+            let scan = t.scan(&c, b"\x01", 1000).await;
+            let want: Vec<_> = model.iter().map(|(k, &v)| (k.clone(), v)).collect();
+            assert_eq!(scan, want);
+        }
+    }]);
+}
+
 #[test]
 fn bad_long_keys_are_refused() {
     let f = fabric(16 << 20, 1 << 20);
