@@ -74,25 +74,54 @@ fn node_at(addr: GlobalAddr, bytes: &[u8], at: usize, above: Option<u8>) -> Inde
     Ok(d)
 }
 
+/// One step of a descent: a directory node, the record the key goes down, and its child.
+struct Down {
+    step: Step,
+    /// Where the node's bytes end in the buffer.
+    next: usize,
+    level: u8,
+    /// The child: a node a level down (its address and the bytes of its first READ) or, at
+    /// level 1, a page (no length).
+    child: GlobalAddr,
+    first: Option<usize>,
+    /// Keys compared to choose the record.
+    compared: u64,
+}
+
+/// One step of a descent towards `key`: the directory node at `addr`, whose bytes start at
+/// `at` in `bytes`, one level below `above` (its parent's level).
+fn step_at(
+    (addr, bytes, at): (GlobalAddr, &[u8], usize),
+    above: Option<u8>,
+    key: &[u8],
+) -> IndexResult<Down> {
+    let d = node_at(addr, bytes, at, above)?;
+    let j = d.page_for(key);
+    let (step, next) = (Step { at, addr, j }, at + collision::group_len(d.count(), d.stride()));
+    let compared = u64::from(d.count().ilog2() + 1);
+    match (d.level(), child(&d, j)) {
+        (1, (child, None)) => Ok(Down { step, next, level: 1, child, first: None, compared }),
+        (level @ 2.., (child, Some(first))) => {
+            Ok(Down { step, next, level, child, first: Some(first), compared })
+        }
+        _ => Err(IndexError::Corrupt(format!(
+            "directory at {addr}: record {j} names a child of the wrong kind"
+        ))),
+    }
+}
+
 /// The path to `full`'s page through the directory at `a`, as `bytes` holds it (the root,
 /// each node below on the way, the page: what [`Tree::descend_directory`] READ).
 fn path_in(a: GlobalAddr, bytes: &[u8], full: &[u8]) -> IndexResult<Path> {
     let (mut at, mut addr, mut above, mut steps) = (0, a, None, SmallVec::new());
     // Each step goes a level down; `node_at` refuses a level that does not fall.
     loop {
-        let d = node_at(addr, bytes, at, above)?;
-        let j = d.page_for(full);
-        steps.push(Step { at, addr, j });
-        let next = at + collision::group_len(d.count(), d.stride());
-        match child(&d, j) {
-            (page, None) if d.level() == 1 => return Ok(Path { steps, page, page_at: next }),
-            (down, Some(_)) if d.level() > 1 => (at, addr, above) = (next, down, Some(d.level())),
-            _ => {
-                return Err(IndexError::Corrupt(format!(
-                    "directory at {addr}: record {j} names a child of the wrong kind"
-                )))
-            }
+        let down = step_at((addr, bytes, at), above, full)?;
+        steps.push(down.step);
+        if down.level == 1 {
+            return Ok(Path { steps, page: down.child, page_at: down.next });
         }
+        (at, addr, above) = (down.next, down.child, Some(down.level));
     }
 }
 
@@ -138,23 +167,14 @@ impl Tree {
         let (mut at, mut addr, mut above, mut steps) = (0, a, None, SmallVec::new());
         // Each step goes a level down; `node_at` refuses a level that does not fall.
         loop {
-            let (j, next, level, (down, first)) = {
-                let d = node_at(addr, buf, at, above)?;
-                c.compute(Work::KeyCompare, u64::from(d.count().ilog2() + 1));
-                let j = d.page_for(full);
-                (j, at + collision::group_len(d.count(), d.stride()), d.level(), child(&d, j))
-            };
-            steps.push(Step { at, addr, j });
-            match (level, first) {
-                (1, None) => return Ok(Path { steps, page: down, page_at: next }),
-                (2.., Some(first)) => self.read_node(c, down, first, buf, next).await?,
-                _ => {
-                    return Err(IndexError::Corrupt(format!(
-                        "directory at {addr}: record {j} names a child of the wrong kind"
-                    )))
-                }
+            let down = step_at((addr, buf, at), above, full)?;
+            c.compute(Work::KeyCompare, down.compared);
+            steps.push(down.step);
+            match down.first {
+                None => return Ok(Path { steps, page: down.child, page_at: down.next }),
+                Some(first) => self.read_node(c, down.child, first, buf, down.next).await?,
             }
-            (at, addr, above) = (next, down, Some(level));
+            (at, addr, above) = (down.next, down.child, Some(down.level));
         }
     }
 
@@ -490,26 +510,8 @@ impl Tree {
         a: GlobalAddr,
         from: &[u8],
     ) -> IndexResult<()> {
-        let (mut at, mut addr, mut above) = (0, a, None);
-        // Each step goes a level down; `node_at` refuses a level that does not fall.
-        loop {
-            let (j, next, level, (down, first)) = {
-                let d = node_at(addr, &walk.nodes, at, above)?;
-                let j = d.page_for(from);
-                (j, at + collision::group_len(d.count(), d.stride()), d.level(), child(&d, j))
-            };
-            walk.stack.push(Step { at, addr, j });
-            match (level, first) {
-                (1, _) => return Ok(()),
-                (_, Some(first)) => self.read_node(c, down, first, &mut walk.nodes, next).await?,
-                (_, None) => {
-                    return Err(IndexError::Corrupt(format!(
-                        "directory at {addr}: a page above level 1"
-                    )))
-                }
-            }
-            (at, addr, above) = (next, down, Some(level));
-        }
+        walk.stack = self.descend_directory(c, a, from, &mut walk.nodes).await?.steps;
+        Ok(())
     }
 
     /// The next page of `walk` and whether `keep` takes its lowest key; `None` past the last.
