@@ -28,9 +28,12 @@
 //!
 //! directory node: a group block with bit 31 of its stride word set and its level (1 ..= 32)
 //! in bits 24–30, at most [`fanout`] records (64 at keys up to 232 bytes, one READ). Record j
-//! is child j's lowest key and, at level 1, the address of a page; above, the value slot
-//! ([`slot_of`]) of a node a level down. Child j holds the keys from its lowest key to child
-//! j + 1's; a key below record 0's goes to child 0. Pages: [`page`].
+//! is a key and, at level 1, the address of a page; above, the value slot ([`slot_of`]) of a
+//! node a level down. Records are in key order, and child j holds the keys from record j's
+//! key to record j + 1's; child 0 also holds every key below record 0's (once a first child
+//! leaves, its successor's key bounds nothing below it), so record 0's key never ends a
+//! scan. A split keeps the order: the first new child takes the lower of its place's key and
+//! its own first key. Pages: [`page`].
 //! ```
 //!
 //! The leaf entry's value slot is the block's address with bit 0 set (a group; a key-value

@@ -61,6 +61,9 @@ const LINE_WORD: usize = 8;
 pub struct PageShape {
     pub lines: usize,
     pub records: usize,
+    /// The tree's longest key: a record's key past it is corrupt (the directory's copies
+    /// could not hold it).
+    pub max_key: usize,
 }
 
 impl PageShape {
@@ -68,7 +71,7 @@ impl PageShape {
     pub const fn for_keys(max_key: usize) -> PageShape {
         let lines = (max_key + 8).div_ceil(LINE - LINE_WORD);
         let lines = if lines == 0 { 1 } else { lines };
-        PageShape { lines, records: RECORD_BYTES / (lines * LINE) }
+        PageShape { lines, records: RECORD_BYTES / (lines * LINE), max_key }
     }
 
     /// Bytes of a page.
@@ -214,7 +217,7 @@ impl<'b> Page<'b> {
             let marked =
                 (1..shape.lines).all(|l| rec[LINE * l..LINE * l + 8] == (l as u64).to_le_bytes());
             let slot: [u8; 8] = rec[rec.len() - 8..].try_into().unwrap();
-            if lines != shape.lines || len > shape.key_room() || !marked || slot == [0; 8] {
+            if lines != shape.lines || len > shape.max_key || !marked || slot == [0; 8] {
                 return Err(IndexError::Corrupt(format!("page at {a}: record {r} is garbage")));
             }
             let start = keys.len();
@@ -236,10 +239,14 @@ mod tests {
 
     #[test]
     fn shapes_are_pinned() {
-        assert_eq!(PageShape::for_keys(24), PageShape { lines: 1, records: 32 });
-        assert_eq!(PageShape::for_keys(48), PageShape { lines: 1, records: 32 });
-        assert_eq!(PageShape::for_keys(49), PageShape { lines: 2, records: 16 });
-        assert_eq!(PageShape::for_keys(255), PageShape { lines: 5, records: 6 });
+        let shape = |max_key| {
+            let s = PageShape::for_keys(max_key);
+            (s.lines, s.records, s.max_key)
+        };
+        assert_eq!(shape(24), (1, 32, 24));
+        assert_eq!(shape(48), (1, 32, 48));
+        assert_eq!(shape(49), (2, 16, 49));
+        assert_eq!(shape(255), (5, 6, 255));
         for max_key in 8..=255 {
             let s = PageShape::for_keys(max_key);
             assert!(s.key_room() >= max_key, "{max_key}");
@@ -252,7 +259,7 @@ mod tests {
 
     #[test]
     fn layout_is_pinned() {
-        let shape = PageShape { lines: 2, records: 2 };
+        let shape = PageShape { lines: 2, records: 2, max_key: 104 };
         let mut b = Vec::new();
         let key: Vec<u8> = (1..=60).collect();
         encode(shape, [(&key[..], [9; 8])], &mut b);
@@ -278,7 +285,7 @@ mod tests {
 
     #[test]
     fn a_read_torn_across_an_append_is_told_from_garbage() {
-        let shape = PageShape { lines: 2, records: 2 };
+        let shape = PageShape { lines: 2, records: 2, max_key: 104 };
         let a = GlobalAddr::new(0, 0);
         let mut keys = Vec::new();
         let mut b = Vec::new();
@@ -298,6 +305,8 @@ mod tests {
         let mut bad = b.clone();
         bad[196] = 3; // record 1's line count
         assert!(Page::parse(a, &bad, shape).unwrap().gather(a, &mut keys).is_err());
+        let short = PageShape { max_key: 5, ..shape };
+        assert!(Page::parse(a, &b, short).unwrap().gather(a, &mut keys).is_err(), "past max_key");
         let mut bad = b.clone();
         bad[0] = b'X';
         assert!(Page::parse(a, &bad, shape).is_err(), "magic");

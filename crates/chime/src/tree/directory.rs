@@ -41,7 +41,7 @@ struct Step {
 /// page at `page_at`.
 #[derive(Debug)]
 struct Path {
-    steps: SmallVec<[Step; 4]>,
+    steps: SmallVec<[Step; 8]>,
     page: GlobalAddr,
     page_at: usize,
 }
@@ -56,15 +56,20 @@ fn child(d: &Group<'_>, j: usize) -> (GlobalAddr, Option<usize>) {
     }
 }
 
-/// Directory node `addr` in `bytes` from `at` on, checked: a directory, not empty, one level
-/// below `above` (the parent's level) when there is a parent.
-fn node_at(addr: GlobalAddr, bytes: &[u8], at: usize, above: Option<u8>) -> IndexResult<Group<'_>> {
+/// Directory node `addr` in `bytes` from `at` on, checked: a directory of the tree's record
+/// `stride` (so its keys fit the copies a writer makes), not empty, one level below `above`
+/// (the parent's level) when there is a parent.
+fn node_at(
+    (addr, bytes, at): (GlobalAddr, &[u8], usize),
+    stride: usize,
+    above: Option<u8>,
+) -> IndexResult<Group<'_>> {
     let Some(b) = bytes.get(at..) else {
         return Err(IndexError::Corrupt(format!("directory at {addr} runs past what was read")));
     };
     let d = Group::parse(addr, b)?;
     let level_ok = above.is_none_or(|l| d.level() + 1 == l);
-    if !d.is_directory() || d.count() == 0 || !level_ok {
+    if !d.is_directory() || d.count() == 0 || !level_ok || d.stride() != stride {
         return Err(IndexError::Corrupt(format!(
             "directory at {addr}: level {} with {} records under level {above:?}",
             d.level(),
@@ -92,10 +97,10 @@ struct Down {
 /// `at` in `bytes`, one level below `above` (its parent's level).
 fn step_at(
     (addr, bytes, at): (GlobalAddr, &[u8], usize),
-    above: Option<u8>,
+    (stride, above): (usize, Option<u8>),
     key: &[u8],
 ) -> IndexResult<Down> {
-    let d = node_at(addr, bytes, at, above)?;
+    let d = node_at((addr, bytes, at), stride, above)?;
     let j = d.page_for(key);
     let (step, next) = (Step { at, addr, j }, at + collision::group_len(d.count(), d.stride()));
     let compared = u64::from(d.count().ilog2() + 1);
@@ -112,11 +117,11 @@ fn step_at(
 
 /// The path to `full`'s page through the directory at `a`, as `bytes` holds it (the root,
 /// each node below on the way, the page: what [`Tree::descend_directory`] READ).
-fn path_in(a: GlobalAddr, bytes: &[u8], full: &[u8]) -> IndexResult<Path> {
+fn path_in(a: GlobalAddr, bytes: &[u8], full: &[u8], stride: usize) -> IndexResult<Path> {
     let (mut at, mut addr, mut above, mut steps) = (0, a, None, SmallVec::new());
     // Each step goes a level down; `node_at` refuses a level that does not fall.
     loop {
-        let down = step_at((addr, bytes, at), above, full)?;
+        let down = step_at((addr, bytes, at), (stride, above), full)?;
         steps.push(down.step);
         if down.level == 1 {
             return Ok(Path { steps, page: down.child, page_at: down.next });
@@ -129,6 +134,11 @@ impl Tree {
     /// The shape of this tree's pages ([`crate::collision::page`]).
     pub(crate) fn page_shape(&self) -> PageShape {
         PageShape::for_keys(self.blocks.max_key)
+    }
+
+    /// The record stride of this tree's groups and directory nodes.
+    pub(crate) fn stride(&self) -> usize {
+        collision::stride(self.blocks.max_key)
     }
 
     /// Where key `full` is in the directory at `a` (entry `entry`), its root READ into
@@ -167,7 +177,7 @@ impl Tree {
         let (mut at, mut addr, mut above, mut steps) = (0, a, None, SmallVec::new());
         // Each step goes a level down; `node_at` refuses a level that does not fall.
         loop {
-            let down = step_at((addr, buf, at), above, full)?;
+            let down = step_at((addr, buf, at), (self.stride(), above), full)?;
             c.compute(Work::KeyCompare, down.compared);
             steps.push(down.step);
             match down.first {
@@ -246,7 +256,7 @@ impl Tree {
     ) -> IndexResult<InLeaf> {
         let shape = self.page_shape();
         let a = collision::group_of(slot).map_or(GlobalAddr::NULL, |g| g.0);
-        let path = path_in(a, bytes, full)?;
+        let path = path_in(a, bytes, full, self.stride())?;
         let Some(page_bytes) = bytes.get(path.page_at..) else {
             return Err(IndexError::Corrupt(format!("directory at {a}: no page read")));
         };
@@ -313,9 +323,10 @@ impl Tree {
         for step in path.steps.iter().rev() {
             let d = Group::parse(step.addr, &bytes[step.at..])?;
             level = d.level();
-            // The first in the key's place keeps its place's lowest key.
+            // The first in the key's place keeps its place's key, or its own when lower (a
+            // first child takes keys below its record's: the records stay in order).
             if let Some(first) = repl.first_mut() {
-                first.0 = d.record(step.j).key;
+                first.0 = first.0.min(d.record(step.j).key);
             }
             let record = |i| {
                 let r = d.record(i);
@@ -339,7 +350,8 @@ impl Tree {
         level: u8,
         children: &[Child<'k>],
     ) -> IndexResult<Nodes<'k>> {
-        let stride = collision::stride(self.blocks.max_key);
+        debug_assert!(children.windows(2).all(|w| w[0].0 < w[1].0), "children in key order");
+        let stride = self.stride();
         let n = children.len();
         let parts = n.div_ceil(collision::fanout(stride));
         let mut out = self.group_bufs.get(c, Vec::new);
@@ -530,7 +542,8 @@ impl Tree {
             let (count, level, low_kept, (down, first)) = {
                 let d = Group::parse(addr, &walk.nodes[at..])?;
                 match j < d.count() {
-                    true => (d.count(), d.level(), keep(d.record(j).key), child(&d, j)),
+                    // A first record's key bounds nothing (module docs): never an end.
+                    true => (d.count(), d.level(), j == 0 || keep(d.record(j).key), child(&d, j)),
                     false => (d.count(), d.level(), false, (GlobalAddr::NULL, None)),
                 }
             };
@@ -553,7 +566,7 @@ impl Tree {
             };
             let next = walk.nodes.len();
             self.read_node(c, down, first, &mut walk.nodes, next).await?;
-            node_at(down, &walk.nodes, next, Some(level))?;
+            node_at((down, &walk.nodes, next), self.stride(), Some(level))?;
             walk.stack.push(Step { at: next, addr: down, j: 0 });
         }
     }
@@ -564,5 +577,5 @@ impl Tree {
 /// page to take).
 struct Walk<'p> {
     nodes: dmindex_prim::pool::Pooled<'p, Vec<u8>>,
-    stack: SmallVec<[Step; 4]>,
+    stack: SmallVec<[Step; 8]>,
 }

@@ -245,7 +245,8 @@ impl Tree {
         let a = collision::group_of(slot).map_or(GlobalAddr::NULL, |g| g.0);
         let g = Group::parse(a, group)?;
         let stride = g.stride();
-        if full.len() > stride - collision::RECORD_EXTRA {
+        // A directory made of this group copies its keys into the tree's records.
+        if full.len() > stride - collision::RECORD_EXTRA || stride != self.stride() {
             return Err(IndexError::Corrupt(format!("group at {a} has {stride}-B records")));
         }
         let mut out = self.group_bufs.get(c, Vec::new);

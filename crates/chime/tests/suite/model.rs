@@ -405,6 +405,61 @@ fn a_directory_grows_levels_and_shrinks_back() {
     }]);
 }
 
+/// A directory whose nodes lost their first children (pages emptied, then keys below the
+/// next child's lowest key appended to it, then split): range scans ending anywhere, and
+/// searches, against a model. A node's first record then does not bound its child's keys.
+#[test]
+fn range_scans_over_a_directory_whose_first_children_left() {
+    async fn run<I: PointIndex<LocalTransport> + RangeIndex<LocalTransport>>(
+        t: &I,
+        c: &Client<LocalTransport>,
+    ) {
+        let key = |i: u32| format!("prefix!!{i:05}").into_bytes();
+        let mut model = std::collections::BTreeMap::new();
+        for i in 0..1500 {
+            t.insert(c, &key(i), &[i as u8; 8]).await.unwrap();
+            model.insert(key(i), vec![i as u8; 8]);
+        }
+        for i in (0..1500).filter(|i| i % 97 < 40) {
+            assert!(t.delete(c, &key(i)).await.unwrap());
+            model.remove(&key(i));
+        }
+        for i in (0..1500).filter(|i| i % 97 < 40) {
+            t.insert(c, &key(i), &[i as u8 ^ 0xff; 8]).await.unwrap();
+            model.insert(key(i), vec![i as u8 ^ 0xff; 8]);
+        }
+        for (k, v) in model.iter().step_by(11) {
+            assert_eq!(t.search(c, k).await.unwrap().as_ref(), Some(v));
+        }
+        for lo in (0..1500).step_by(37) {
+            for len in [1, 6, 40, 150] {
+                let (lo, hi) = (key(lo), key(lo + len));
+                let mut got = Vec::new();
+                t.scan_range(c, &lo, &hi, &mut got).await.unwrap();
+                let want: Vec<_> = model
+                    .range(lo.clone()..hi.clone())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                assert_eq!(
+                    got,
+                    want,
+                    "[{}, {})",
+                    String::from_utf8_lossy(&lo),
+                    String::from_utf8_lossy(&hi)
+                );
+            }
+        }
+    }
+    let f = fabric(256 << 20, 1 << 20);
+    let c = f.client(0).unwrap();
+    let chime = IndexConfig { max_key: 255, ..IndexConfig::default() };
+    let sherman = IndexConfig { root_slot: 2, ..chime.clone() };
+    run_tasks([async {
+        run(&Chime::create(&c, &chime, 0).await.unwrap(), &c).await;
+        run(&Sherman::create(&c, &sherman, 0).await.unwrap(), &c).await;
+    }]);
+}
+
 #[test]
 fn bad_long_keys_are_refused() {
     let f = fabric(16 << 20, 1 << 20);
