@@ -182,37 +182,10 @@ impl Tree {
             steps.push(down.step);
             match down.first {
                 None => return Ok(Path { steps, page: down.child, page_at: down.next }),
-                Some(first) => self.read_node(c, down.child, first, buf, down.next).await?,
+                Some(first) => self.read_group_at(c, down.child, first, buf, down.next).await?,
             }
             (at, addr, above) = (down.next, down.child, Some(down.level));
         }
-    }
-
-    /// READs the directory node at `a` whose slot names a first READ of `first` bytes into
-    /// `buf` from offset `at` on (`buf` cut there first): that READ, and its rest after it.
-    async fn read_node<T: Transport>(
-        &self,
-        c: &Client<T>,
-        a: GlobalAddr,
-        first: usize,
-        buf: &mut Vec<u8>,
-        at: usize,
-    ) -> IndexResult<()> {
-        let first = c.info().within_region(a, first);
-        buf.truncate(at);
-        buf.resize(at + first, 0);
-        c.read(a, &mut buf[at..]).await?;
-        let len = collision::len_of(a, &buf[at..])?;
-        c.compute(Work::BytesScanned, len.min(first) as u64);
-        if len > first {
-            if c.info().within_region(a, len) < len {
-                return Err(IndexError::Corrupt(format!("directory at {a} runs past its region")));
-            }
-            buf.resize(at + len, 0);
-            c.read(a.add(first as u64), &mut buf[at + first..]).await?;
-            c.compute(Work::BytesScanned, (len - first) as u64);
-        }
-        Ok(())
     }
 
     /// READs the page at `page` into `buf` from offset `at` on (`buf` cut there first) and
@@ -565,7 +538,7 @@ impl Tree {
                 )));
             };
             let next = walk.nodes.len();
-            self.read_node(c, down, first, &mut walk.nodes, next).await?;
+            self.read_group_at(c, down, first, &mut walk.nodes, next).await?;
             node_at((down, &walk.nodes, next), self.stride(), Some(level))?;
             walk.stack.push(Step { at: next, addr: down, j: 0 });
         }

@@ -120,28 +120,43 @@ impl Tree {
         first: usize,
         buf: &mut Vec<u8>,
     ) -> IndexResult<()> {
-        let first = c.info().within_region(a, first);
-        buf.clear();
-        buf.resize(first, 0);
-        c.read(a, buf).await?;
-        self.group_rest(c, a, buf).await
+        self.read_group_at(c, a, first, buf, 0).await
     }
 
-    /// `buf` holds the first bytes of the group at `a`: its rest READ after them, if any.
-    pub(super) async fn group_rest<T: Transport>(
+    /// [`Tree::read_group`] into `buf` from offset `at` on (`buf` cut there first): a directory
+    /// node READ after its parents on a key's path.
+    pub(super) async fn read_group_at<T: Transport>(
+        &self,
+        c: &Client<T>,
+        a: GlobalAddr,
+        first: usize,
+        buf: &mut Vec<u8>,
+        at: usize,
+    ) -> IndexResult<()> {
+        let first = c.info().within_region(a, first);
+        buf.truncate(at);
+        buf.resize(at + first, 0);
+        c.read(a, &mut buf[at..]).await?;
+        self.group_rest(c, a, buf, at).await
+    }
+
+    /// `buf` holds from offset `at` on the first bytes of the group at `a`: its rest READ
+    /// after them, if any.
+    async fn group_rest<T: Transport>(
         &self,
         c: &Client<T>,
         a: GlobalAddr,
         buf: &mut Vec<u8>,
+        at: usize,
     ) -> IndexResult<()> {
-        let (have, len) = (buf.len(), collision::len_of(a, buf)?);
+        let (have, len) = (buf.len() - at, collision::len_of(a, &buf[at..])?);
         c.compute(Work::BytesScanned, have.min(len) as u64);
         if len > have {
             if c.info().within_region(a, len) < len {
                 return Err(IndexError::Corrupt(format!("group at {a} runs past its region")));
             }
-            buf.resize(len, 0);
-            c.read(a.add(have as u64), &mut buf[have..]).await?;
+            buf.resize(at + len, 0);
+            c.read(a.add(have as u64), &mut buf[at + have..]).await?;
             c.compute(Work::BytesScanned, (len - have) as u64);
         }
         Ok(())
@@ -164,7 +179,7 @@ impl Tree {
         }
         rest.clear();
         rest.extend_from_slice(first);
-        self.group_rest(c, a, rest).await?;
+        self.group_rest(c, a, rest, 0).await?;
         Ok(rest)
     }
 
