@@ -1,7 +1,7 @@
 //! The client loops of the load and run phases, shared by every transport and index.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dmindex_fabric::{Client, OpCost, Transport, VerbCounts};
@@ -468,14 +468,21 @@ impl BusyWindow {
 /// and the indexes' counters (`MeasureWindow::snapshot`), so that what the indexes counted
 /// inside the window is the difference of the two readings.
 ///
-/// A client's operation is measured if the window was open when it started (the client learns
-/// it from the counter its previous completion bumped, so reading it costs nothing more): its
-/// count, latency and verbs. Operations started while the window was open can complete after
-/// it closed, and ones started before it opened inside it, so each client measures to within
-/// one operation of what completed between the marks.
+/// A client's operation is measured if the window was open when it started: its count,
+/// latency and verbs. The window opens once the opening mark's counters are read, and closes
+/// before the closing mark's are: so a measured operation's own counts land after the first
+/// reading, and only an operation in flight when the window closes can land after the second.
+/// On threads, other clients go on while the marking client reads the counters; opening at
+/// the count instead let operations start, and complete, before the reading they were
+/// measured against. Operations started while the window was open can complete after it
+/// closed, and ones started before it opened inside it, so each client measures to within one
+/// operation of what completed between the marks.
 pub struct MeasureWindow<'a> {
     /// Run-phase operations completed so far, by every client.
     done: AtomicU64,
+    /// Where an operation starting now falls ([`Part`] as a byte): moved on by the clients
+    /// that reach the marks, only forward.
+    phase: AtomicU8,
     open_at: u64,
     close_at: u64,
     /// Reads the counters of every compute node's index handle.
@@ -495,10 +502,11 @@ pub struct Mark {
 
 /// Where a client's next operation falls against the [`MeasureWindow`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Part {
-    Before,
-    Inside,
-    After,
+    Before = 0,
+    Inside = 1,
+    After = 2,
 }
 
 impl<'a> MeasureWindow<'a> {
@@ -512,6 +520,7 @@ impl<'a> MeasureWindow<'a> {
     ) -> MeasureWindow<'a> {
         let w = MeasureWindow {
             done: AtomicU64::new(0),
+            phase: AtomicU8::new(Part::Before as u8),
             open_at,
             close_at,
             snapshot,
@@ -519,22 +528,25 @@ impl<'a> MeasureWindow<'a> {
             closed: Mutex::new(None),
         };
         if open_at == 0 {
-            w.mark(&w.opened, now);
+            w.open(now);
         }
         w
     }
 
-    fn part(&self, done: u64) -> Part {
-        match done {
-            d if d < self.open_at => Part::Before,
-            d if d < self.close_at => Part::Inside,
-            _ => Part::After,
-        }
+    /// Reads the opening mark, then opens the window (unless it already closed).
+    fn open(&self, now: u64) {
+        self.mark(&self.opened, now);
+        let (before, inside) = (Part::Before as u8, Part::Inside as u8);
+        let _ = self.phase.compare_exchange(before, inside, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// Where an operation starting now falls.
     pub fn part_now(&self) -> Part {
-        self.part(self.done.load(Ordering::Relaxed))
+        match self.phase.load(Ordering::Acquire) {
+            0 => Part::Before,
+            1 => Part::Inside,
+            _ => Part::After,
+        }
     }
 
     /// A client completed an operation: counts it, marks the window if it reached a mark, and
@@ -545,12 +557,13 @@ impl<'a> MeasureWindow<'a> {
         // reached by exactly one completion whatever the order.
         let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
         if done == self.open_at {
-            self.mark(&self.opened, env.now());
+            self.open(env.now());
         }
         if done == self.close_at {
+            self.phase.store(Part::After as u8, Ordering::Release);
             self.mark(&self.closed, env.now());
         }
-        self.part(done)
+        self.part_now()
     }
 
     fn mark(&self, at: &Mutex<Option<Mark>>, ns: u64) {
