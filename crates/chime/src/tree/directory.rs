@@ -12,6 +12,7 @@ use dmindex_index::{IndexError, IndexResult};
 use dmindex_prim::doorbell;
 use smallvec::SmallVec;
 
+use super::groups::block_at;
 use super::{InLeaf, Resolved, Tree};
 use crate::collision::page::{self, Gathered, Page};
 use crate::collision::{self, Group, PageShape, MOST_LEVELS};
@@ -52,13 +53,13 @@ fn child(d: &Group<'_>, j: usize) -> (GlobalAddr, Option<usize>) {
     let slot = d.record(j).slot;
     match collision::group_of(slot) {
         Some((a, first)) => (a, Some(first)),
-        None => (GlobalAddr::from_raw(u64::from_le_bytes(slot)), None),
+        None => (block_at(slot), None),
     }
 }
 
-/// Directory node `addr` in `bytes` from `at` on, checked: a directory of the tree's record
-/// `stride` (so its keys fit the copies a writer makes), not empty, one level below `above`
-/// (the parent's level) when there is a parent.
+/// Directory node `addr` in `bytes` from `at` on, checked: a directory (never empty:
+/// [`Group::parse`]) of the tree's record `stride` (so its keys fit the copies a writer
+/// makes), one level below `above` (the parent's level) when there is a parent.
 fn node_at(
     (addr, bytes, at): (GlobalAddr, &[u8], usize),
     stride: usize,
@@ -69,7 +70,7 @@ fn node_at(
     };
     let d = Group::parse(addr, b)?;
     let level_ok = above.is_none_or(|l| d.level() + 1 == l);
-    if !d.is_directory() || d.count() == 0 || !level_ok || d.stride() != stride {
+    if !d.is_directory() || !level_ok || d.stride() != stride {
         return Err(IndexError::Corrupt(format!(
             "directory at {addr}: level {} with {} records under level {above:?}",
             d.level(),
@@ -267,7 +268,7 @@ impl Tree {
                     .collect();
                 match kept.is_empty() {
                     true => SmallVec::new(),
-                    false => self.post_one_page(c, node, &kept).await?,
+                    false => SmallVec::from_iter([self.post_one_page(c, node, &kept).await?]),
                 }
             }
             (Some(_), Some(_), _) | (None, None, _) => {
@@ -279,7 +280,7 @@ impl Tree {
     }
 
     /// Copies every directory node of `path` (READ into `bytes`), bottom up, with the key's
-    /// page replaced by `pages` (none: the page leaves), on memory node `node`, unawaited: a
+    /// page replaced by `repl` (none: the page leaves), on memory node `node`, unawaited: a
     /// node past [`collision::fanout`] records splits, one left empty leaves its parent, and a
     /// root that splits gets a new root above it. The new root's value slot, or `None` when
     /// the directory is left empty.
@@ -289,9 +290,8 @@ impl Tree {
         node: NodeId,
         bytes: &'k [u8],
         path: &Path,
-        pages: Nodes<'k>,
+        mut repl: Nodes<'k>,
     ) -> IndexResult<Option<[u8; 8]>> {
-        let mut repl: Nodes<'k> = pages;
         let mut level = 1;
         for step in path.steps.iter().rev() {
             let d = Group::parse(step.addr, &bytes[step.at..])?;
@@ -376,7 +376,7 @@ impl Tree {
         let (n, mut pages) = (records.len(), SmallVec::new());
         let parts = n.div_ceil(per);
         for p in 0..parts {
-            pages.extend(
+            pages.push(
                 self.post_one_page(c, node, &records[p * n / parts..(p + 1) * n / parts]).await?,
             );
         }
@@ -390,13 +390,13 @@ impl Tree {
         c: &Client<T>,
         node: NodeId,
         records: &[Child<'k>],
-    ) -> IndexResult<Nodes<'k>> {
+    ) -> IndexResult<Child<'k>> {
         let shape = self.page_shape();
         let mut out = self.group_bufs.get(c, Vec::new);
         page::encode(shape, records.iter().copied(), &mut out);
         let a = c.alloc_on(node, shape.bytes() as u64, 64).await?;
         c.write_zero_wait(a, &out)?;
-        Ok(SmallVec::from_iter([(records[0].0, a.raw().to_le_bytes())]))
+        Ok((records[0].0, a.raw().to_le_bytes()))
     }
 
     /// A small group's records past a page's worth (`records`, in key order) as a new
@@ -419,8 +419,9 @@ impl Tree {
     /// `grouped` (as `(0, slot)`); how many. Pages are READ a few at a time (one doorbell: as
     /// many as `left` keys need at half a page's records each, up to a round's READs; the
     /// directory nodes on the way are READ as the walk reaches them), each page's records
-    /// sorted, as they are appended in no order. A page after the first whose lowest key is
-    /// not taken is past the scan's end (its lowest key is above `from`), and ends it.
+    /// sorted, as they are appended in no order. A page after the first whose record's key is
+    /// not taken (a key above `from`: past the scan's end) ends it; a node's first record's
+    /// key bounds nothing and ends nothing ([`crate::collision`]).
     pub(crate) async fn scan_directory<T: Transport>(
         &self,
         c: &Client<T>,
@@ -433,7 +434,7 @@ impl Tree {
         let mut walk = Walk { nodes: self.group_bufs.get(c, Vec::new), stack: SmallVec::new() };
         walk.nodes.clear();
         walk.nodes.extend_from_slice(root);
-        self.walk_to(c, &mut walk, a, from).await?;
+        walk.stack = self.descend_directory(c, a, from, &mut walk.nodes).await?.steps;
         let (mut buf, mut keys) =
             (self.group_bufs.get(c, Vec::new), self.group_bufs.get(c, Vec::new));
         let mut pieces = SmallVec::<[(GlobalAddr, usize); doorbell::ROUND_READS]>::new();
@@ -486,19 +487,6 @@ impl Tree {
         Ok(taken)
     }
 
-    /// Starts `walk` at the page of `from` in the directory at `a`, its root in `walk.nodes`:
-    /// the nodes on the way READ after it.
-    async fn walk_to<T: Transport>(
-        &self,
-        c: &Client<T>,
-        walk: &mut Walk<'_>,
-        a: GlobalAddr,
-        from: &[u8],
-    ) -> IndexResult<()> {
-        walk.stack = self.descend_directory(c, a, from, &mut walk.nodes).await?.steps;
-        Ok(())
-    }
-
     /// The next page of `walk` and whether `keep` takes its lowest key; `None` past the last.
     /// A node done with is left for its parent's next child, whose nodes down to its first
     /// page are READ.
@@ -512,13 +500,9 @@ impl Tree {
         // and each node's children are finite.
         loop {
             let Some(&Step { at, addr, j }) = walk.stack.last() else { return Ok(None) };
-            let (count, level, low_kept, (down, first)) = {
+            let (count, level) = {
                 let d = Group::parse(addr, &walk.nodes[at..])?;
-                match j < d.count() {
-                    // A first record's key bounds nothing (module docs): never an end.
-                    true => (d.count(), d.level(), j == 0 || keep(d.record(j).key), child(&d, j)),
-                    false => (d.count(), d.level(), false, (GlobalAddr::NULL, None)),
-                }
+                (d.count(), d.level())
             };
             if j >= count {
                 walk.stack.pop();
@@ -528,6 +512,11 @@ impl Tree {
                 }
                 continue;
             }
+            let (low_kept, (down, first)) = {
+                let d = Group::parse(addr, &walk.nodes[at..])?;
+                // A first record's key bounds nothing (module docs): never an end.
+                (j == 0 || keep(d.record(j).key), child(&d, j))
+            };
             if level == 1 {
                 walk.stack.last_mut().expect("a node").j += 1;
                 return Ok(Some((down, low_kept)));

@@ -38,14 +38,9 @@ impl Resolved {
     }
 }
 
-fn block_at(slot: [u8; 8]) -> GlobalAddr {
+/// The address a value slot holds (a key-value block's, or a page's in a directory).
+pub(super) fn block_at(slot: [u8; 8]) -> GlobalAddr {
     GlobalAddr::from_raw(u64::from_le_bytes(slot))
-}
-
-/// Whether the group that value slot `slot` names, READ into `bytes`, is a directory.
-fn is_directory(slot: [u8; 8], bytes: &[u8]) -> bool {
-    let a = collision::group_of(slot).map_or(GlobalAddr::NULL, |g| g.0);
-    Group::parse(a, bytes).is_ok_and(|g| g.is_directory())
 }
 
 impl Tree {
@@ -240,7 +235,7 @@ impl Tree {
             )));
         }
         let mut bytes = Vec::new();
-        collision::encode(collision::stride(self.blocks.max_key), records, &mut bytes);
+        collision::encode(self.stride(), records, &mut bytes);
         // Awaited: a hopscotch leaf takes the group's entry as any insert, which may split
         // the leaf and write the entry to another memory node.
         self.post_group(c, node, &bytes, true).await
@@ -309,10 +304,11 @@ impl Tree {
         (full, record): (&[u8], Option<GlobalAddr>),
         v: Option<[u8; 8]>,
     ) -> IndexResult<InLeaf> {
+        let a = collision::group_of(slot).map_or(GlobalAddr::NULL, |g| g.0);
         match (record, v) {
             (Some(at), Some(v)) if at.node() == leaf.node() => c.write_zero_wait(at, &v)?,
             (Some(at), Some(v)) => c.write(at, &v).await?,
-            (_, v) if is_directory(slot, bytes) => {
+            (_, v) if Group::parse(a, bytes)?.is_directory() => {
                 return self.write_in_directory(c, leaf, (entry, slot, bytes), full, v).await;
             }
             (_, v) => {
@@ -356,7 +352,7 @@ impl Tree {
     ) -> IndexResult<(InLeaf, LockedLeaf<'t>)> {
         let (InLeaf::Drop(e), true) = (change, shadowed) else { return Ok((change, leaf)) };
         let mut empty = Vec::new();
-        collision::encode(collision::stride(self.blocks.max_key), [], &mut empty);
+        collision::encode(self.stride(), [], &mut empty);
         let posted = self.post_group(c, leaf.addr.node(), &empty, false).await;
         let (slot, leaf) = self.or_unlock(c, leaf, posted).await?;
         Ok((InLeaf::Name(e, slot), leaf))

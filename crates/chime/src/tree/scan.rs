@@ -269,7 +269,7 @@ impl Tree {
     fn take_runs(&self, out: &mut Vec<(u64, [u8; 8])>, from: u64, count: usize) -> bool {
         // A run with a group counts the group only: plain entries beside it are shadowed
         // (their keys are in it).
-        let stride = collision::stride(self.blocks.max_key);
+        let stride = self.stride();
         let group = |slot: [u8; 8]| collision::group_of(slot).map(|g| g.1);
         let keys = |run: &[(u64, [u8; 8])]| match run.iter().any(|p| group(p.1).is_some()) {
             _ if run[0].0 == from => 0,
