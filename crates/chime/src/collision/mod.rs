@@ -110,8 +110,8 @@
 //! split, a delete the same. Measured (`dmindex bench --index chime` on `local`, `--workload
 //! c`): YCSB's keys (`--ycsb-keys`: `user` and the key's hash, about 9 000 prefixes) at 10 M
 //! records, about 1 100 keys a prefix: 4.00 round trips and 4.5 KB a search, 3.3 GB of remote
-//! memory, where whole groups would read about 44 KB a search and ran out of a 4 GB memory
-//! node during the load. One prefix shared by 1 M keys (`--key-size 24 --ordered`: every key
+//! memory, where whole groups would read about 44 KB a search (computed) and ran out of a
+//! 4 GB memory node during the load. One prefix shared by 1 M keys (`--key-size 24 --ordered`: every key
 //! `user0000…`): 7.00 round trips and 6.5 KB a search, 386 MB; with one directory node and no
 //! levels the load ran out of 4 GB there, copying a node of some 20 000 pages (810 KB, the
 //! failed allocation) at each page split.
